@@ -1,0 +1,61 @@
+# Finds the libraries hypertrain builds on; all come from Debian packages
+# installed by scripts/setup.sh.
+
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(Eigen3 3.4 REQUIRED NO_MODULE)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(HDF5 REQUIRED COMPONENTS C)
+
+# OpenBLAS, the OpenMP build: it shares libgomp's thread pool with our own
+# OpenMP loops, so the two never fight over the cores (the pthread build keeps
+# a second pool of spinning threads). Called from inside an OpenMP parallel
+# region it runs single-threaded.
+find_path(HT_CBLAS_INCLUDE_DIR cblas.h
+  PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/aarch64-linux-gnu/openblas-openmp
+  NO_DEFAULT_PATH)
+find_library(HT_OPENBLAS_LIBRARY openblas
+  PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
+  NO_DEFAULT_PATH)
+if(NOT HT_CBLAS_INCLUDE_DIR OR NOT HT_OPENBLAS_LIBRARY)
+  message(FATAL_ERROR "OpenBLAS (OpenMP build) not found: run scripts/setup.sh, which installs libopenblas-openmp-dev")
+endif()
+add_library(ht_openblas INTERFACE)
+target_include_directories(ht_openblas SYSTEM INTERFACE ${HT_CBLAS_INCLUDE_DIR})
+target_link_libraries(ht_openblas INTERFACE ${HT_OPENBLAS_LIBRARY})
+
+# CUDA: optional, auto-detected.
+set(HT_HAVE_CUDA OFF)
+set(HT_HAVE_NCCL OFF)
+if(NOT HT_WITH_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    find_package(CUDAToolkit)
+  endif()
+  if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND AND TARGET CUDA::cublas AND TARGET CUDA::cublasLt)
+    find_library(HT_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)
+    find_path(HT_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include)
+    if(HT_NCCL_LIBRARY AND HT_NCCL_INCLUDE_DIR)
+      set(HT_HAVE_CUDA ON)
+      set(HT_HAVE_NCCL ON)
+    endif()
+  endif()
+  if(HT_WITH_CUDA STREQUAL "ON" AND NOT HT_HAVE_CUDA)
+    message(FATAL_ERROR "HT_WITH_CUDA=ON but the CUDA toolkit (nvcc, cuBLAS, cuBLASLt, NCCL) was not found; install it or configure with -DHT_WITH_CUDA=OFF")
+  endif()
+endif()
+if(HT_HAVE_CUDA)
+  set(CMAKE_CUDA_ARCHITECTURES ${HT_CUDA_ARCHITECTURES})
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  add_library(ht_nccl INTERFACE)
+  target_include_directories(ht_nccl SYSTEM INTERFACE ${HT_NCCL_INCLUDE_DIR})
+  target_link_libraries(ht_nccl INTERFACE ${HT_NCCL_LIBRARY})
+endif()
+
+# MPI (Open MPI): host collectives and bootstrap.
+find_package(MPI REQUIRED COMPONENTS C)
+set(HT_HAVE_MPI ON)

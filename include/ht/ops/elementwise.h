@@ -1,0 +1,23 @@
+// Element-wise and broadcast ops: add, scale, bias add and its gradient, GELU.
+// Outputs are overwritten, except gradients of parameters (bias_grad), which
+// accumulate. Synchronous on CPU; on CUDA enqueued on the current stream.
+#pragma once
+
+#include "ht/core/tensor.h"
+
+namespace ht::ops {
+
+/// out = a + b, all the same element count and dtype (f32). `out` may alias a or b.
+void add(const Tensor& a, const Tensor& b, Tensor& out);
+/// x *= s (f32).
+void scale(Tensor& x, float s);
+/// y (rows, C) += bias (C), broadcast over rows.
+void bias_add(Tensor& y, const Tensor& bias);
+/// dbias (C) += column sums of dy (rows, C).
+void bias_grad(const Tensor& dy, Tensor& dbias);
+/// y = gelu(x), tanh approximation (GPT-2's). `y` may alias `x`.
+void gelu_forward(const Tensor& x, Tensor& y);
+/// dx = gelu'(x) * dy. `dx` may alias `dy`.
+void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+
+}  // namespace ht::ops

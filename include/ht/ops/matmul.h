@@ -1,0 +1,31 @@
+// General matrix multiply: C = alpha * op(A) @ op(B) + beta * C, row-major,
+// optionally batched. CPU: OpenBLAS sgemm (or Eigen, selectable for
+// measurement); CUDA: cuBLAS (f32, f16, bf16 with f32 accumulation).
+//
+// Synchronous on CPU; on CUDA enqueued on the current stream.
+#pragma once
+
+#include "ht/core/tensor.h"
+
+namespace ht::ops {
+
+struct MatmulOptions {
+  bool trans_a = false;  // use A^T: A is stored (K, M)
+  bool trans_b = false;  // use B^T: B is stored (N, K)
+  float alpha = 1.f;
+  float beta = 0.f;  // 0: C is overwritten (its old contents may be NaN)
+};
+
+/// 2-D: A (M,K) or (K,M) if trans_a, B (K,N) or (N,K) if trans_b, C (M,N).
+/// 3-D: the same with a leading batch dimension shared by all three.
+/// Throws kShapeMismatch naming the shapes when they do not chain, kDTypeMismatch
+/// or kDeviceMismatch when the three disagree.
+void matmul(const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& options = {});
+
+/// Which library runs host GEMMs. OpenBLAS is the default: on the reference
+/// 2-core machine its sgemm is about 1.5x Eigen's own product (bench/ops).
+enum class CpuGemmBackend { kOpenBlas, kEigen };
+void set_cpu_gemm_backend(CpuGemmBackend backend);
+CpuGemmBackend cpu_gemm_backend();
+
+}  // namespace ht::ops

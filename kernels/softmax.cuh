@@ -1,0 +1,17 @@
+// Softmax pieces shared by attention and cross-entropy on both drivers.
+#pragma once
+
+#include "ht/core/macros.h"
+
+namespace ht::kern {
+
+/// Gradient of softmax input i: p_i * (dp_i - sum_j p_j dp_j).
+HT_HD float softmax_grad(float p, float dp, float sum_p_dp) { return p * (dp - sum_p_dp); }
+
+/// Cross-entropy gradient for one logit: (softmax - onehot) * dloss, with
+/// softmax recomputed from the row's log-sum-exp.
+HT_HD float cross_entropy_grad(float logit, float lse, bool is_target, float dloss) {
+  return (expf(logit - lse) - (is_target ? 1.f : 0.f)) * dloss;
+}
+
+}  // namespace ht::kern

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything hypertrain needs to build, test and run its examples on
+# Debian 12, from Debian's own packages. Idempotent: safe to run again.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libeigen3-dev libopenblas-openmp-dev
+  libhdf5-dev hdf5-tools
+  libfmt-dev nlohmann-json3-dev libcli11-dev
+  openmpi-bin libopenmpi-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-torch python3-h5py python3-numpy
+  fortunes
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,17 @@
+// Error conversion for the CUDA runtime and cuBLAS.
+#include "core/cuda_check.h"
+
+namespace ht::detail {
+
+void throw_cuda_error(cudaError_t code, const char* expr, std::source_location where) {
+  const ErrorKind kind = code == cudaErrorMemoryAllocation ? ErrorKind::kOutOfMemory : ErrorKind::kCuda;
+  throw Error(kind, fmt::format("{} failed: {}", expr, cudaGetErrorString(code)), where,
+              fmt::format("{} ({})", cudaGetErrorName(code), int(code)));
+}
+
+void throw_cublas_error(cublasStatus_t code, const char* expr, std::source_location where) {
+  throw Error(ErrorKind::kCuda, fmt::format("{} failed: {}", expr, cublasGetStatusString(code)), where,
+              fmt::format("{} ({})", cublasGetStatusName(code), int(code)));
+}
+
+}  // namespace ht::detail

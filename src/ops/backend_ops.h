@@ -1,0 +1,61 @@
+// Private: the per-backend drivers behind every public op in include/ht/ops.
+// The public functions (src/ops/*.cc) validate shapes, dtypes and devices once
+// and then call the driver of the tensors' device: ht::ops::cpu (src/ops/cpu)
+// or ht::ops::cuda (kernels/*.cu). Both namespaces declare the same
+// signatures; drivers may assume validated arguments.
+#pragma once
+
+#include "ht/config.h"
+#include "ht/ops/optimizer_update.h"
+#include "ht/ops/matmul.h"
+
+#define HT_DECLARE_BACKEND_OPS                                                                               \
+  void matmul(const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o);                         \
+  void add(const Tensor& a, const Tensor& b, Tensor& out);                                                  \
+  void scale(Tensor& x, float s);                                                                           \
+  void bias_add(Tensor& y, const Tensor& bias);                                                             \
+  void bias_grad(const Tensor& dy, Tensor& dbias);                                                          \
+  void gelu_forward(const Tensor& x, Tensor& y);                                                            \
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);                                        \
+  void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, Tensor& mean,        \
+                         Tensor& rstd, float eps);                                                          \
+  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,           \
+                          const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db);                          \
+  void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs);                        \
+  void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head,           \
+                          Tensor& dqkv);                                                                    \
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out);          \
+  void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, Tensor& dwpe);            \
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse);     \
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,  \
+                              Tensor& dlogits);                                                             \
+  void cast(const Tensor& src, Tensor& dst);                                                                \
+  void scale_and_check_finite(Tensor& x, float scale, Tensor& found);                                       \
+  void sum_squares(const Tensor& x, Tensor& acc);                                                           \
+  void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWHyper& h);                 \
+  void sgd_update(Tensor& p, const Tensor& g, Tensor& buf, const SgdHyper& h);
+
+namespace ht::ops::cpu {
+HT_DECLARE_BACKEND_OPS
+}  // namespace ht::ops::cpu
+
+#if HT_HAVE_CUDA
+namespace ht::ops::cuda {
+HT_DECLARE_BACKEND_OPS
+}  // namespace ht::ops::cuda
+#endif
+
+#undef HT_DECLARE_BACKEND_OPS
+
+/// Calls the driver for `device`: ht::ops::cpu::NAME or ht::ops::cuda::NAME.
+#if HT_HAVE_CUDA
+#define HT_DISPATCH(device, NAME, ...) \
+  ((device).is_cuda() ? ::ht::ops::cuda::NAME(__VA_ARGS__) : ::ht::ops::cpu::NAME(__VA_ARGS__))
+#else
+#define HT_DISPATCH(device, NAME, ...) \
+  ((device).is_cuda() ? ::ht::ops::detail::no_cuda(#NAME) : ::ht::ops::cpu::NAME(__VA_ARGS__))
+#endif
+
+namespace ht::ops::detail {
+[[noreturn]] void no_cuda(const char* op);
+}

@@ -1,0 +1,60 @@
+// Argument validation for the public ops.
+#include "ops/check.h"
+
+#include "ops/backend_ops.h"
+
+namespace ht::ops::detail {
+
+void no_cuda(const char* op) {
+  throw Error(ErrorKind::kNotSupported,
+              fmt::format("{}: tensors are on a CUDA device but this build of hypertrain has no CUDA "
+                          "backend; rebuild with the CUDA toolkit (-DHT_WITH_CUDA=ON)",
+                          op));
+}
+
+Device check_same_device(const char* op, std::initializer_list<Named> tensors) {
+  const Named* first = nullptr;
+  for (const Named& n : tensors) {
+    HT_CHECK(n.second->defined(), ErrorKind::kInvalidArgument, "{}: tensor '{}' is undefined", op, n.first);
+    if (!first) {
+      first = &n;
+    } else {
+      HT_CHECK(n.second->device() == first->second->device(), ErrorKind::kDeviceMismatch,
+               "{}: '{}' is on {} but '{}' is on {}; move them to one device with .to()", op, n.first,
+               n.second->device().str(), first->first, first->second->device().str());
+    }
+  }
+  return first ? first->second->device() : Device::cpu();
+}
+
+void check_dtype(const char* op, const char* name, const Tensor& t, DType expected) {
+  HT_CHECK(t.dtype() == expected, ErrorKind::kDTypeMismatch, "{}: '{}' must be {}, got {}", op, name,
+           dtype_name(expected), dtype_name(t.dtype()));
+}
+
+void check_float_dtype(const char* op, const char* name, const Tensor& t) {
+  HT_CHECK(is_floating(t.dtype()), ErrorKind::kDTypeMismatch, "{}: '{}' must be f32, f16 or bf16, got {}",
+           op, name, dtype_name(t.dtype()));
+}
+
+void check_shape(const char* op, const char* name, const Tensor& t, const Shape& expected) {
+  HT_CHECK(t.shape() == expected, ErrorKind::kShapeMismatch, "{}: '{}' must have shape {}, got {}", op, name,
+           shape_str(expected), shape_str(t.shape()));
+}
+
+void check_ndim(const char* op, const char* name, const Tensor& t, int ndim) {
+  HT_CHECK(t.ndim() == ndim, ErrorKind::kShapeMismatch, "{}: '{}' must be {}-d, got shape {}", op, name,
+           ndim, shape_str(t.shape()));
+}
+
+void check_numel(const char* op, const char* name, const Tensor& t, std::int64_t numel) {
+  HT_CHECK(t.numel() == numel, ErrorKind::kShapeMismatch, "{}: '{}' must have {} elements, got shape {}", op,
+           name, numel, shape_str(t.shape()));
+}
+
+void check_scalar_f32(const char* op, const char* name, const Tensor& t) {
+  check_dtype(op, name, t, DType::kF32);
+  check_numel(op, name, t, 1);
+}
+
+}  // namespace ht::ops::detail

@@ -1,0 +1,24 @@
+// Private: argument validation shared by the public ops. Each check throws an
+// ht::Error that names the op, the argument and the values involved.
+#pragma once
+
+#include <initializer_list>
+#include <utility>
+
+#include "ht/core/tensor.h"
+
+namespace ht::ops::detail {
+
+using Named = std::pair<const char*, const Tensor*>;
+
+/// Every tensor defined and on one device; returns that device.
+Device check_same_device(const char* op, std::initializer_list<Named> tensors);
+void check_dtype(const char* op, const char* name, const Tensor& t, DType expected);
+void check_float_dtype(const char* op, const char* name, const Tensor& t);
+void check_shape(const char* op, const char* name, const Tensor& t, const Shape& expected);
+void check_ndim(const char* op, const char* name, const Tensor& t, int ndim);
+void check_numel(const char* op, const char* name, const Tensor& t, std::int64_t numel);
+/// A scalar flag/accumulator: one f32 element.
+void check_scalar_f32(const char* op, const char* name, const Tensor& t);
+
+}  // namespace ht::ops::detail

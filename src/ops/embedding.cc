@@ -1,0 +1,49 @@
+// Embedding: validation and dispatch. Token ids are range-checked by the
+// drivers (the CPU one while it reads them; the CUDA one with a device flag).
+#include "ht/ops/embedding.h"
+
+#include "ops/backend_ops.h"
+#include "ops/check.h"
+
+namespace ht::ops {
+namespace {
+
+void check_common(const char* op, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& x) {
+  detail::check_ndim(op, "tokens", tokens, 2);
+  detail::check_dtype(op, "tokens", tokens, DType::kI32);
+  detail::check_ndim(op, "wte", wte, 2);
+  detail::check_dtype(op, "wte", wte, DType::kF32);
+  const std::int64_t b = tokens.size(0), t = tokens.size(1), c = wte.size(1);
+  detail::check_shape(op, "activations", x, {b, t, c});
+  detail::check_dtype(op, "activations", x, DType::kF32);
+  if (wpe.defined()) {
+    detail::check_dtype(op, "wpe", wpe, DType::kF32);
+    detail::check_ndim(op, "wpe", wpe, 2);
+    HT_CHECK(wpe.size(1) == c && wpe.size(0) >= t, ErrorKind::kShapeMismatch,
+             "{}: wpe {} must be (T_max >= {}, {}); the sequence is longer than the model's context", op,
+             shape_str(wpe.shape()), t, c);
+  }
+}
+
+}  // namespace
+
+void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
+  const char* op = "embedding_forward";
+  const Device dev = wpe.defined()
+                         ? detail::check_same_device(op, {{"tokens", &tokens}, {"wte", &wte}, {"wpe", &wpe}, {"out", &out}})
+                         : detail::check_same_device(op, {{"tokens", &tokens}, {"wte", &wte}, {"out", &out}});
+  check_common(op, tokens, wte, wpe, out);
+  HT_DISPATCH(dev, embedding_forward, tokens, wte, wpe, out);
+}
+
+void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, Tensor& dwpe) {
+  const char* op = "embedding_backward";
+  const Device dev =
+      dwpe.defined()
+          ? detail::check_same_device(op, {{"dout", &dout}, {"tokens", &tokens}, {"dwte", &dwte}, {"dwpe", &dwpe}})
+          : detail::check_same_device(op, {{"dout", &dout}, {"tokens", &tokens}, {"dwte", &dwte}});
+  check_common(op, tokens, dwte, dwpe, dout);
+  HT_DISPATCH(dev, embedding_backward, dout, tokens, dwte, dwpe);
+}
+
+}  // namespace ht::ops
