@@ -1,0 +1,42 @@
+// ht::nn::Context: what one micro-batch's forward leaves for its backward.
+//
+// The caller owns one Context per micro-batch in flight, so a pipeline can
+// hold several at once, and what is saved is the module's choice (activation
+// recomputation is saving less). Not thread-safe.
+#pragma once
+
+#include <unordered_map>
+#include <vector>
+
+#include "ht/core/tensor.h"
+
+namespace ht::nn {
+
+class Module;
+
+class Context {
+ public:
+  /// `save_for_backward` false: an inference pass; modules save nothing.
+  explicit Context(Device device = Device::cpu(), bool save_for_backward = true)
+      : device_(device), saving_(save_for_backward) {}
+
+  Device device() const { return device_; }
+  bool saving() const { return saving_; }
+
+  /// Stores the tensors `m` needs in backward (replacing earlier ones).
+  void save(const Module* m, std::vector<Tensor> tensors);
+  /// The tensors `m` saved; throws kInvalidArgument when there are none
+  /// (backward without a forward in this context).
+  const std::vector<Tensor>& saved(const Module* m) const;
+  /// Drops everything saved (frees activations once backward is done).
+  void clear() { saved_.clear(); }
+  /// Bytes held by saved tensors (views of one storage counted per view).
+  std::int64_t saved_bytes() const;
+
+ private:
+  Device device_;
+  bool saving_;
+  std::unordered_map<const Module*, std::vector<Tensor>> saved_;
+};
+
+}  // namespace ht::nn

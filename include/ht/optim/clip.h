@@ -1,0 +1,21 @@
+// Global-norm gradient clipping, as torch.nn.utils.clip_grad_norm_.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "ht/core/tensor.h"
+
+namespace ht::optim {
+
+/// Sum of squares of all gradients, accumulated on their device in a fixed
+/// order. `reduce`, if given, combines the (one-element, f32) partial sum across
+/// ranks before the square root (a parallel wrapper passes an all-reduce).
+float global_grad_norm(const std::vector<Tensor>& grads,
+                       const std::function<void(Tensor&)>& reduce = nullptr);
+
+/// The factor that clips a gradient of norm `norm` to at most `max_norm`:
+/// min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0 (clipping off).
+float clip_coefficient(float norm, float max_norm);
+
+}  // namespace ht::optim

@@ -1,0 +1,36 @@
+// ht::nn::CausalSelfAttention.
+#include "ht/nn/attention.h"
+
+#include "ht/ops/attention.h"
+
+namespace ht::nn {
+
+CausalSelfAttention::CausalSelfAttention(std::string name, std::int64_t dim, int n_head, Device device)
+    : Module(std::move(name)), n_head_(n_head) {
+  HT_CHECK(n_head > 0 && dim % n_head == 0, ErrorKind::kConfig,
+           "attention '{}': n_head={} must divide n_embd={}", this->name(), n_head, dim);
+  c_attn_ = &add_module(std::make_unique<Linear>("c_attn", dim, 3 * dim, true, device));
+  c_proj_ = &add_module(std::make_unique<Linear>("c_proj", dim, dim, true, device));
+}
+
+Tensor CausalSelfAttention::forward_impl(Context& ctx, const Tensor& x) {
+  HT_CHECK(x.ndim() == 3, ErrorKind::kShapeMismatch, "attention '{}': input must be (B, T, C), got {}", name(),
+           shape_str(x.shape()));
+  const std::int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+  Tensor qkv = c_attn_->forward(ctx, x);
+  Tensor att = Tensor::empty({b, t, c}, DType::kF32, x.device());
+  Tensor probs = Tensor::empty({b, n_head_, t, t}, DType::kF32, x.device());
+  ops::attention_forward(qkv, n_head_, att, probs);
+  ctx.save(this, {qkv, probs});
+  return c_proj_->forward(ctx, att);
+}
+
+Tensor CausalSelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
+  Tensor datt = c_proj_->backward(ctx, dy);
+  const auto& s = ctx.saved(this);
+  Tensor dqkv = Tensor::empty(s.at(0).shape(), DType::kF32, dy.device());
+  ops::attention_backward(datt, s.at(0), s.at(1), n_head_, dqkv);
+  return c_attn_->backward(ctx, dqkv);
+}
+
+}  // namespace ht::nn

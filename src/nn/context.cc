@@ -1,0 +1,28 @@
+// ht::nn::Context.
+#include "ht/nn/context.h"
+
+#include "ht/nn/module.h"
+
+namespace ht::nn {
+
+void Context::save(const Module* m, std::vector<Tensor> tensors) {
+  if (saving_) saved_[m] = std::move(tensors);
+}
+
+const std::vector<Tensor>& Context::saved(const Module* m) const {
+  auto it = saved_.find(m);
+  HT_CHECK(it != saved_.end(), ErrorKind::kInvalidArgument,
+           "backward of module '{}' found nothing saved in this context: run forward with the same Context "
+           "(created with save_for_backward = true) before backward",
+           m->name());
+  return it->second;
+}
+
+std::int64_t Context::saved_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& [m, ts] : saved_)
+    for (const Tensor& t : ts) total += t.defined() ? std::int64_t(t.nbytes()) : 0;
+  return total;
+}
+
+}  // namespace ht::nn

@@ -1,0 +1,36 @@
+// ht::nn::Embedding.
+#include "ht/nn/embedding.h"
+
+#include "ht/ops/embedding.h"
+
+namespace ht::nn {
+
+Embedding::Embedding(std::string name, std::int64_t vocab_size, std::int64_t max_positions, std::int64_t dim,
+                     Device device)
+    : Module(std::move(name)) {
+  HT_CHECK(vocab_size > 0 && dim > 0 && max_positions >= 0, ErrorKind::kConfig,
+           "Embedding '{}': vocab_size={} and dim={} must be positive, max_positions={} non-negative", this->name(),
+           vocab_size, dim, max_positions);
+  wte_ = &add_parameter("wte", {vocab_size, dim}, /*weight_decay=*/true, device);
+  if (max_positions > 0) wpe_ = &add_parameter("wpe", {max_positions, dim}, /*weight_decay=*/true, device);
+}
+
+Tensor Embedding::forward_impl(Context& ctx, const Tensor& tokens) {
+  Tensor out = Tensor::empty({tokens.size(0), tokens.size(1), wte_->data().size(1)}, DType::kF32, tokens.device());
+  ops::embedding_forward(tokens, wte_->data(), wpe_ ? wpe_->data() : Tensor(), out);
+  ctx.save(this, {tokens});
+  return out;
+}
+
+Tensor Embedding::backward_impl(Context& ctx, const Tensor& dy) {
+  const Tensor& tokens = ctx.saved(this).at(0);
+  wte_->allocate_grad();
+  Tensor no_wpe;
+  if (wpe_) wpe_->allocate_grad();
+  ops::embedding_backward(dy, tokens, wte_->grad(), wpe_ ? wpe_->grad() : no_wpe);
+  wte_->mark_grad_ready();
+  if (wpe_) wpe_->mark_grad_ready();
+  return Tensor();
+}
+
+}  // namespace ht::nn

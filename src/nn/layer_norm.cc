@@ -1,0 +1,39 @@
+// ht::nn::LayerNorm.
+#include "ht/nn/layer_norm.h"
+
+#include "ht/ops/layernorm.h"
+
+namespace ht::nn {
+
+LayerNorm::LayerNorm(std::string name, std::int64_t dim, Device device, float eps)
+    : Module(std::move(name)), eps_(eps) {
+  weight_ = &add_parameter("weight", {dim}, /*weight_decay=*/false, device);
+  bias_ = &add_parameter("bias", {dim}, /*weight_decay=*/false, device);
+}
+
+Tensor LayerNorm::forward_impl(Context& ctx, const Tensor& x) {
+  const Tensor x2 = x.flatten_rows();
+  Tensor y = Tensor::empty(x.shape(), DType::kF32, x.device());
+  Tensor mean = Tensor::empty({x2.size(0)}, DType::kF32, x.device());
+  Tensor rstd = Tensor::empty({x2.size(0)}, DType::kF32, x.device());
+  Tensor y2 = y.flatten_rows();
+  ops::layernorm_forward(x2, weight_->data(), bias_->data(), y2, mean, rstd, eps_);
+  ctx.save(this, {x, mean, rstd});
+  return y;
+}
+
+Tensor LayerNorm::backward_impl(Context& ctx, const Tensor& dy) {
+  const auto& s = ctx.saved(this);
+  const Tensor& x = s.at(0);
+  weight_->allocate_grad();
+  bias_->allocate_grad();
+  Tensor dx = Tensor::empty(x.shape(), DType::kF32, x.device());
+  Tensor dx2 = dx.flatten_rows();
+  ops::layernorm_backward(dy.flatten_rows(), x.flatten_rows(), weight_->data(), s.at(1), s.at(2), dx2,
+                          weight_->grad(), bias_->grad());
+  weight_->mark_grad_ready();
+  bias_->mark_grad_ready();
+  return dx;
+}
+
+}  // namespace ht::nn

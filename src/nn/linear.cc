@@ -1,0 +1,48 @@
+// ht::nn::Linear.
+#include "ht/nn/linear.h"
+
+#include "ht/ops/elementwise.h"
+#include "ht/ops/matmul.h"
+
+namespace ht::nn {
+
+Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_features, bool bias, Device device)
+    : Module(std::move(name)), in_(in_features), out_(out_features) {
+  HT_CHECK(in_features > 0 && out_features > 0, ErrorKind::kConfig,
+           "Linear '{}': feature counts must be positive, got in={} out={}", this->name(), in_features, out_features);
+  weight_ = &add_parameter("weight", {out_, in_}, /*weight_decay=*/true, device);
+  if (bias) bias_ = &add_parameter("bias", {out_}, /*weight_decay=*/false, device);
+}
+
+Tensor Linear::forward_impl(Context& ctx, const Tensor& x) {
+  HT_CHECK(x.ndim() >= 1 && x.size(-1) == in_, ErrorKind::kShapeMismatch,
+           "Linear '{}': input {} must end in {} features", name(), shape_str(x.shape()), in_);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_;
+  Tensor y = Tensor::empty(out_shape, DType::kF32, x.device());
+  Tensor y2 = y.flatten_rows();
+  ops::matmul(x.flatten_rows(), weight_->data(), y2, {.trans_b = true});
+  if (bias_) ops::bias_add(y2, bias_->data());
+  ctx.save(this, {x});
+  return y;
+}
+
+Tensor Linear::backward_impl(Context& ctx, const Tensor& dy) {
+  const Tensor& x = ctx.saved(this).at(0);
+  const Tensor x2 = x.flatten_rows();
+  const Tensor dy2 = dy.flatten_rows();
+  weight_->allocate_grad();
+  ops::matmul(dy2, x2, weight_->grad(), {.trans_a = true, .beta = 1.f});
+  weight_->mark_grad_ready();
+  if (bias_) {
+    bias_->allocate_grad();
+    ops::bias_grad(dy2, bias_->grad());
+    bias_->mark_grad_ready();
+  }
+  Tensor dx = Tensor::empty(x.shape(), DType::kF32, x.device());
+  Tensor dx2 = dx.flatten_rows();
+  ops::matmul(dy2, weight_->data(), dx2);
+  return dx;
+}
+
+}  // namespace ht::nn

@@ -1,0 +1,68 @@
+// ht::nn::Module: hooks, parameter registry and naming.
+#include "ht/nn/module.h"
+
+#include <unordered_set>
+
+namespace ht::nn {
+
+Tensor Module::forward(Context& ctx, const Tensor& x) {
+  if (pre_forward_) pre_forward_(*this, ctx);
+  return forward_impl(ctx, x);
+}
+
+Tensor Module::backward(Context& ctx, const Tensor& dy) {
+  if (pre_backward_) pre_backward_(*this, ctx);
+  Tensor dx = backward_impl(ctx, dy);
+  if (post_backward_) post_backward_(*this, ctx);
+  return dx;
+}
+
+Parameter& Module::add_parameter(const std::string& name, const Shape& shape, bool weight_decay, Device device) {
+  Tensor data = Tensor::empty(shape, DType::kF32, device, MemCategory::kParameters);
+  params_.push_back(std::make_unique<Parameter>(name, shape, std::move(data), weight_decay));
+  return *params_.back();
+}
+
+void Module::adopt(std::unique_ptr<Module> child) {
+  if (!child->name_.empty()) child->prefix_names(child->name_ + ".");
+  children_.push_back(std::move(child));
+}
+
+void Module::prefix_names(const std::string& prefix) {
+  for (auto& p : params_) p->add_name_prefix(prefix);
+  for (auto& c : children_) c->prefix_names(prefix);
+}
+
+void Module::collect(std::vector<Parameter*>& out) {
+  for (auto& p : params_) out.push_back(p.get());
+  for (auto& c : children_) c->collect(out);
+  for (Parameter* p : shared_) out.push_back(p);
+}
+
+std::vector<Parameter*> Module::parameters() {
+  std::vector<Parameter*> all;
+  collect(all);
+  std::vector<Parameter*> unique;
+  std::unordered_set<Parameter*> seen;
+  for (Parameter* p : all)
+    if (seen.insert(p).second) unique.push_back(p);
+  return unique;
+}
+
+std::vector<Module*> Module::children() {
+  std::vector<Module*> out;
+  for (auto& c : children_) out.push_back(c.get());
+  return out;
+}
+
+std::int64_t Module::num_parameters() {
+  std::int64_t n = 0;
+  for (Parameter* p : parameters()) n += shape_numel(p->full_shape());
+  return n;
+}
+
+void Module::zero_grad() {
+  for (Parameter* p : parameters()) p->zero_grad();
+}
+
+}  // namespace ht::nn
