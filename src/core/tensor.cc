@@ -127,6 +127,8 @@ Tensor Tensor::view(Shape shape) const {
       HT_CHECK(inferred < 0, ErrorKind::kShapeMismatch, "view {}: only one size may be -1", shape_str(shape));
       inferred = int(i);
     } else {
+      HT_CHECK(shape[i] >= 0, ErrorKind::kShapeMismatch, "view {}: sizes must be non-negative or -1",
+               shape_str(shape));
       known *= shape[i];
     }
   }
@@ -155,7 +157,10 @@ Tensor Tensor::to(Device device) const {
 Tensor Tensor::clone() const { return to(device()); }
 
 void Tensor::copy_from(const Tensor& src) {
-  HT_CHECK(src.numel_ == numel_ && src.dtype_ == dtype_, ErrorKind::kShapeMismatch,
+  HT_CHECK(src.dtype_ == dtype_, ErrorKind::kDTypeMismatch,
+           "copy_from: source {} {} does not match destination {} {}; convert with ops::cast",
+           shape_str(src.shape_), dtype_name(src.dtype_), shape_str(shape_), dtype_name(dtype_));
+  HT_CHECK(src.numel_ == numel_, ErrorKind::kShapeMismatch,
            "copy_from: source {} {} does not match destination {} {}", shape_str(src.shape_),
            dtype_name(src.dtype_), shape_str(shape_), dtype_name(dtype_));
   if (numel_ == 0) return;

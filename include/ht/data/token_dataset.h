@@ -1,0 +1,39 @@
+// Token datasets on disk: one HDF5 file with a "train" and a "val" split of
+// token ids (uint16) and the vocabulary size as an attribute. Readable with
+// h5py or h5dump.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ht::data {
+
+struct TokenSplits {
+  std::vector<std::int32_t> train;
+  std::vector<std::int32_t> val;
+  std::int64_t vocab_size = 0;
+};
+
+/// Writes `splits` to `path` (replacing it). Written to "<path>.tmp" and
+/// renamed, so a crash never leaves a half-written file under `path`.
+/// Throws IoError, or kInvalidArgument for ids outside [0, vocab_size) or a vocab over 65536.
+void write_token_file(const std::string& path, const TokenSplits& splits);
+
+/// Reads a token file. Throws IoError naming the path when it is missing or
+/// not a token file, and kInvalidArgument when a split is empty or an id is
+/// outside the vocabulary.
+TokenSplits read_token_file(const std::string& path);
+
+/// Byte-level tokenisation (vocab 256) of the text files `inputs`, in order.
+/// Directories are expanded to the regular files they hold (sorted), skipping
+/// fortune index files (*.dat) and links. The last `val_fraction` of the bytes
+/// form the validation split. Throws IoError for unreadable inputs and
+/// kInvalidArgument when there are too few bytes for both splits.
+TokenSplits tokenize_bytes(const std::vector<std::string>& inputs, double val_fraction);
+
+/// Where the bundled examples look for a corpus by default: the `fortunes`
+/// package's text files.
+inline constexpr const char* kDefaultCorpusDir = "/usr/share/games/fortunes";
+
+}  // namespace ht::data

@@ -1,0 +1,36 @@
+// Training metrics as JSON Lines: one object per line, units in field names.
+// The first line describes the run ("type": "run"); then "step" lines, one per
+// optimizer step, and "eval" lines. Each line is flushed as written, so a
+// crash loses at most the line being written.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "ht/train/trainer.h"
+
+namespace ht::train {
+
+class MetricsWriter {
+ public:
+  /// Opens (truncates) `path`; throws IoError naming it when it cannot.
+  explicit MetricsWriter(const std::string& path);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  void write_run(const TrainerOptions& options, std::int64_t num_parameters);
+  void write_step(const StepStats& s);
+  void write_eval(std::int64_t step, float val_loss);
+
+ private:
+  void write_line(const std::string& line);
+  std::FILE* file_;
+  std::string path_;
+};
+
+/// Version, git commit, build type and compiled-in backends, for preambles:
+/// "hypertrain 0.1.0 (abc1234, Release, cuda=0)".
+std::string build_description();
+
+}  // namespace ht::train

@@ -1,0 +1,131 @@
+// Token files in HDF5, and byte-level tokenisation of text files.
+#include "ht/data/token_dataset.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "core/h5_check.h"
+
+namespace ht::data {
+namespace fs = std::filesystem;
+using detail::H5Attribute;
+using detail::H5Dataset;
+using detail::H5Dataspace;
+using detail::H5File;
+
+namespace {
+
+constexpr const char* kVocabAttr = "vocab_size";
+
+void write_split(hid_t file, const char* name, const std::vector<std::int32_t>& ids, const std::string& path) {
+  std::vector<std::uint16_t> data(ids.begin(), ids.end());
+  const hsize_t dims[1] = {hsize_t(data.size())};
+  H5Dataspace space(HT_H5_CHECK(H5Screate_simple(1, dims, nullptr), path));
+  H5Dataset ds(HT_H5_CHECK(H5Dcreate2(file, name, H5T_STD_U16LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path));
+  if (!data.empty())
+    HT_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), path);
+}
+
+std::vector<std::int32_t> read_split(hid_t file, const char* name, const std::string& path) {
+  HT_CHECK(H5Lexists(file, name, H5P_DEFAULT) > 0, ErrorKind::kIo,
+           "token file '{}' has no '{}' dataset; create it with gpt_train --prepare-only or write_token_file", path, name);
+  H5Dataset ds(HT_H5_CHECK(H5Dopen2(file, name, H5P_DEFAULT), path));
+  H5Dataspace space(HT_H5_CHECK(H5Dget_space(ds.get()), path));
+  HT_CHECK(H5Sget_simple_extent_ndims(space.get()) == 1, ErrorKind::kIo, "token file '{}': '{}' must be 1-d", path, name);
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(space.get(), &n, nullptr);
+  std::vector<std::uint16_t> data(n);
+  if (n) HT_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), path);
+  return {data.begin(), data.end()};
+}
+
+void check_ids(const std::vector<std::int32_t>& ids, std::int64_t vocab, const char* split, const std::string& path) {
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    HT_CHECK(ids[i] >= 0 && ids[i] < vocab, ErrorKind::kInvalidArgument,
+             "token file '{}': {} token {} at index {} is outside the vocabulary [0, {})", path, split, ids[i], i, vocab);
+}
+
+void append_file(const fs::path& file, std::vector<std::int32_t>& out) {
+  std::ifstream in(file, std::ios::binary);
+  HT_CHECK(in.good(), ErrorKind::kIo, "cannot read text file '{}': check that it exists and is readable", file.string());
+  for (std::istreambuf_iterator<char> it(in), end; it != end; ++it) out.push_back(std::int32_t(static_cast<unsigned char>(*it)));
+}
+
+}  // namespace
+
+void write_token_file(const std::string& path, const TokenSplits& splits) {
+  HT_CHECK(splits.vocab_size > 0 && splits.vocab_size <= 65536, ErrorKind::kInvalidArgument,
+           "write_token_file: vocab_size {} must lie in [1, 65536] (ids are stored as uint16)", splits.vocab_size);
+  check_ids(splits.train, splits.vocab_size, "train", path);
+  check_ids(splits.val, splits.vocab_size, "val", path);
+  const std::string tmp = path + ".tmp";
+  {
+    H5File file(HT_H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), tmp));
+    write_split(file.get(), "train", splits.train, tmp);
+    write_split(file.get(), "val", splits.val, tmp);
+    H5Dataspace scalar(HT_H5_CHECK(H5Screate(H5S_SCALAR), tmp));
+    H5Attribute attr(HT_H5_CHECK(H5Acreate2(file.get(), kVocabAttr, H5T_STD_I64LE, scalar.get(), H5P_DEFAULT, H5P_DEFAULT), tmp));
+    const std::int64_t vocab = splits.vocab_size;
+    HT_H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_INT64, &vocab), tmp);
+    HT_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  HT_CHECK(!ec, ErrorKind::kIo, "cannot rename '{}' to '{}': {}", tmp, path, ec.message());
+}
+
+TokenSplits read_token_file(const std::string& path) {
+  HT_CHECK(fs::is_regular_file(path), ErrorKind::kIo,
+           "token file '{}' does not exist; prepare one with `gpt_train --prepare-only --data {}` or pass --text FILES",
+           path, path);
+  const htri_t is_h5 = H5Fis_hdf5(path.c_str());
+  HT_CHECK(is_h5 > 0, ErrorKind::kIo, "'{}' is not an HDF5 token file (corrupt or of another format)", path);
+  H5File file(HT_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path));
+  TokenSplits s;
+  HT_CHECK(H5Aexists(file.get(), kVocabAttr) > 0, ErrorKind::kIo, "token file '{}' lacks the '{}' attribute", path,
+           kVocabAttr);
+  H5Attribute attr(HT_H5_CHECK(H5Aopen(file.get(), kVocabAttr, H5P_DEFAULT), path));
+  HT_H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &s.vocab_size), path);
+  s.train = read_split(file.get(), "train", path);
+  s.val = read_split(file.get(), "val", path);
+  HT_CHECK(!s.train.empty() && !s.val.empty(), ErrorKind::kInvalidArgument,
+           "token file '{}' has an empty split (train {} tokens, val {}); prepare it from more text", path,
+           s.train.size(), s.val.size());
+  check_ids(s.train, s.vocab_size, "train", path);
+  check_ids(s.val, s.vocab_size, "val", path);
+  return s;
+}
+
+TokenSplits tokenize_bytes(const std::vector<std::string>& inputs, double val_fraction) {
+  HT_CHECK_ARG(val_fraction > 0.0 && val_fraction < 1.0, "val_fraction must lie in (0, 1), got {}", val_fraction);
+  HT_CHECK_ARG(!inputs.empty(), "no text inputs given: name text files or a directory of them");
+  std::vector<std::int32_t> all;
+  for (const std::string& in : inputs) {
+    const fs::path p(in);
+    HT_CHECK(fs::exists(p), ErrorKind::kIo, "text input '{}' does not exist", in);
+    if (fs::is_directory(p)) {
+      std::vector<fs::path> files;
+      for (const auto& e : fs::directory_iterator(p))
+        if (e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat") files.push_back(e.path());
+      std::sort(files.begin(), files.end());
+      HT_CHECK(!files.empty(), ErrorKind::kIo, "text directory '{}' holds no regular files", in);
+      for (const auto& f : files) append_file(f, all);
+    } else {
+      append_file(p, all);
+    }
+  }
+  const auto n_val = std::int64_t(double(all.size()) * val_fraction);
+  HT_CHECK(n_val >= 2 && std::int64_t(all.size()) - n_val >= 2, ErrorKind::kInvalidArgument,
+           "the text inputs hold only {} bytes: too few for a train and a validation split; give more text",
+           all.size());
+  TokenSplits s;
+  s.vocab_size = 256;
+  s.train.assign(all.begin(), all.end() - n_val);
+  s.val.assign(all.end() - n_val, all.end());
+  return s;
+}
+
+}  // namespace ht::data

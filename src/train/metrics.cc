@@ -1,0 +1,63 @@
+// JSON Lines metrics.
+#include "ht/train/metrics.h"
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "ht/config.h"
+
+namespace ht::train {
+
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "w");
+  HT_CHECK(file_ != nullptr, ErrorKind::kIo, "cannot open metrics file '{}': {}; check --run-dir", path,
+           std::strerror(errno));
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsWriter::write_line(const std::string& line) {
+  if (std::fputs(line.c_str(), file_) < 0 || std::fputc('\n', file_) < 0 || std::fflush(file_) != 0)
+    throw IoError(ErrorKind::kIo, fmt::format("writing metrics to '{}' failed: {}", path_, std::strerror(errno)));
+}
+
+void MetricsWriter::write_run(const TrainerOptions& o, std::int64_t num_parameters) {
+  nlohmann::json j{{"type", "run"},
+                   {"version", HT_VERSION},
+                   {"git_commit", HT_GIT_COMMIT},
+                   {"build_type", HT_BUILD_TYPE},
+                   {"device", o.device.str()},
+                   {"model", o.model.str()},
+                   {"num_parameters", num_parameters},
+                   {"steps", o.steps},
+                   {"micro_batch", o.micro_batch},
+                   {"seq_len", o.seq_len},
+                   {"grad_accum", o.grad_accum},
+                   {"lr", o.lr},
+                   {"min_lr", o.min_lr},
+                   {"warmup_steps", o.warmup_steps},
+                   {"grad_clip", o.grad_clip},
+                   {"weight_decay", o.adamw.weight_decay},
+                   {"seed", o.seed}};
+  write_line(j.dump());
+}
+
+void MetricsWriter::write_step(const StepStats& s) {
+  nlohmann::json j{{"type", "step"},      {"step", s.step},   {"loss", s.loss},
+                   {"lr", s.lr},          {"grad_norm", s.grad_norm}, {"step_ms", s.ms},
+                   {"tokens", s.tokens},  {"tokens_per_s", s.tokens_per_s()}};
+  write_line(j.dump());
+}
+
+void MetricsWriter::write_eval(std::int64_t step, float val_loss) {
+  write_line(nlohmann::json{{"type", "eval"}, {"step", step}, {"val_loss", val_loss}}.dump());
+}
+
+std::string build_description() {
+  return fmt::format("hypertrain {} ({}, {}, cuda={})", HT_VERSION, HT_GIT_COMMIT, HT_BUILD_TYPE, HT_HAVE_CUDA);
+}
+
+}  // namespace ht::train
