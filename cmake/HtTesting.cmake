@@ -20,7 +20,7 @@ function(ht_add_test name)
   endif()
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-    ENVIRONMENT "OMP_NUM_THREADS=2")
+    ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
 endfunction()
 
 function(ht_add_mpi_test name)

@@ -1,13 +1,13 @@
-// Private: launch geometry, launch checks and the warp/block reductions shared
-// by the CUDA drivers. Every reduction here combines values in a fixed tree, so
-// the same inputs give the same bits on every run.
+// Private: launch geometry and the warp/block reductions shared by the CUDA
+// kernels (included by .cu files only). Every reduction here combines values
+// in a fixed tree, so the same inputs give the same bits on every run.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-
-#include "core/cuda_check.h"
 
 namespace ht::cuda {
 
@@ -21,13 +21,6 @@ inline unsigned grid_for(std::int64_t n, int block = kBlock) {
   constexpr std::int64_t kMaxBlocks = std::int64_t(1) << 16;
   return unsigned(std::clamp<std::int64_t>((n + block - 1) / block, 1, kMaxBlocks));
 }
-
-/// Turns a failed launch (bad configuration, no kernel image for this GPU)
-/// into an ht::Error naming the call site. Asynchronous faults inside the
-/// kernel surface at the next synchronising call, as with any CUDA work.
-#define HT_CUDA_CHECK_LAUNCH() HT_CUDA_CHECK(cudaGetLastError())
-
-#if defined(__CUDACC__)
 
 /// First index of this thread and the stride of a grid-stride loop, in 64 bits
 /// so that tensors past 2^31 elements are addressed correctly.
@@ -101,7 +94,5 @@ __device__ __forceinline__ float sum_over_row_lanes(float v, float* smem) {
   }
   return y == 0 ? smem[x] : 0.f;
 }
-
-#endif  // __CUDACC__
 
 }  // namespace ht::cuda

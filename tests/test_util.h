@@ -18,6 +18,10 @@
 #include "ht/core/error.h"
 #include "ht/core/tensor.h"
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 namespace ht::test {
 
 /// n floats uniform in [lo, hi) from `rng` (seed it in the test: results are reproducible).
@@ -103,5 +107,22 @@ template <typename Fn>
   }
   return ::testing::AssertionFailure() << "did not throw";
 }
+
+#if defined(_OPENMP)
+/// Runs fn() with `threads` OpenMP threads, then restores the previous count
+/// (for determinism tests: the same bits whatever the thread count).
+template <typename Fn>
+void with_omp_threads(int threads, Fn&& fn) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  try {
+    fn();
+  } catch (...) {
+    omp_set_num_threads(saved);
+    throw;
+  }
+  omp_set_num_threads(saved);
+}
+#endif
 
 }  // namespace ht::test

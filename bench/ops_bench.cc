@@ -1,0 +1,268 @@
+// ops_bench: kernel micro-benchmarks on Google Benchmark — matmul (OpenBLAS
+// and Eigen side by side, at the shapes the GPT configs use), attention,
+// LayerNorm, GELU, cross-entropy and the fused AdamW update. CUDA variants with
+// the same parameters are registered when a device is present.
+//
+// Counters are rates over wall time: "GFLOP/s" (10^9 FLOP per second) for
+// compute-bound ops, "GB/s" (10^9 bytes per second, bytes touched counted
+// once: inputs read plus outputs written) for memory-bound ones.
+// CUDA variants launch kCudaRepeat ops per iteration between two host
+// synchronisations (a one-element copy to the host) and report the manual
+// time divided by kCudaRepeat, so the synchronisation costs little.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ht/core/device.h"
+#include "ht/core/rng.h"
+#include "ht/core/tensor.h"
+#include "ht/nn/gpt.h"
+#include "ht/ops/attention.h"
+#include "ht/ops/cross_entropy.h"
+#include "ht/ops/elementwise.h"
+#include "ht/ops/layernorm.h"
+#include "ht/ops/matmul.h"
+#include "ht/ops/optimizer_update.h"
+#include "ht/train/metrics.h"
+
+namespace {
+
+using ht::Device;
+using ht::DType;
+using ht::Shape;
+using ht::Tensor;
+
+constexpr int kCudaRepeat = 20;
+
+Tensor random_tensor(const Shape& shape, Device device, float scale = 1.f, std::uint64_t seed = 1) {
+  Tensor host = Tensor::empty(shape, DType::kF32);
+  float* p = host.data<float>();
+  ht::Rng rng(seed);
+  for (std::int64_t i = 0; i < host.numel(); ++i) p[i] = scale * (2.f * rng.uniform() - 1.f);
+  return device.is_cpu() ? host : host.to(device);
+}
+
+/// Runs `op` once per benchmark iteration on the host; on a CUDA device,
+/// kCudaRepeat times between synchronisations, with manual timing.
+void run_timed(benchmark::State& state, Device device, const Tensor& sync_on, const std::function<void()>& op) {
+  if (device.is_cpu()) {
+    for (auto _ : state) op();
+    return;
+  }
+  op();
+  benchmark::DoNotOptimize(sync_on.item(0));  // warm-up, and an empty queue before timing
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < kCudaRepeat; ++r) op();
+    benchmark::DoNotOptimize(sync_on.item(0));
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    state.SetIterationTime(elapsed.count() / kCudaRepeat);
+  }
+}
+
+void set_rate(benchmark::State& state, const char* name, double per_iteration) {
+  state.counters[name] = benchmark::Counter(per_iteration, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- matmul ---------------------------------------------------------------
+
+struct GemmShape {
+  const char* what;  // where the GPT uses it
+  std::int64_t m, n, k;
+  bool ta, tb;
+};
+
+void bm_matmul(benchmark::State& state, Device device, ht::ops::CpuGemmBackend backend, GemmShape s) {
+  const Tensor a = random_tensor(s.ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, device, 1.f, 1);
+  const Tensor b = random_tensor(s.tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, device, 1.f, 2);
+  Tensor c = Tensor::empty({s.m, s.n}, DType::kF32, device);
+  const ht::ops::CpuGemmBackend saved = ht::ops::cpu_gemm_backend();
+  ht::ops::set_cpu_gemm_backend(backend);
+  run_timed(state, device, c, [&] { ht::ops::matmul(a, b, c, {.trans_a = s.ta, .trans_b = s.tb}); });
+  ht::ops::set_cpu_gemm_backend(saved);
+  set_rate(state, "GFLOP/s", 2.0 * double(s.m) * double(s.n) * double(s.k) * 1e-9);
+}
+
+// ---- attention ------------------------------------------------------------
+
+struct AttnShape {
+  std::int64_t b, t, c;
+  int h;
+};
+
+// Matmul FLOPs as counted for MFU (the masked upper triangle included):
+// forward Q K^T and P V, 2 * 2 B T^2 C; backward four products, twice that.
+double attention_flops(const AttnShape& s, bool backward) {
+  const double fwd = 4.0 * double(s.b) * double(s.t) * double(s.t) * double(s.c);
+  return backward ? 2.0 * fwd : fwd;
+}
+
+void bm_attention_forward(benchmark::State& state, Device device, AttnShape s) {
+  const Tensor qkv = random_tensor({s.b, s.t, 3 * s.c}, device);
+  Tensor out = Tensor::empty({s.b, s.t, s.c}, DType::kF32, device);
+  Tensor probs = Tensor::empty({s.b, s.h, s.t, s.t}, DType::kF32, device);
+  run_timed(state, device, out, [&] { ht::ops::attention_forward(qkv, s.h, out, probs); });
+  set_rate(state, "GFLOP/s", attention_flops(s, false) * 1e-9);
+}
+
+void bm_attention_backward(benchmark::State& state, Device device, AttnShape s) {
+  const Tensor qkv = random_tensor({s.b, s.t, 3 * s.c}, device);
+  Tensor out = Tensor::empty({s.b, s.t, s.c}, DType::kF32, device);
+  Tensor probs = Tensor::empty({s.b, s.h, s.t, s.t}, DType::kF32, device);
+  ht::ops::attention_forward(qkv, s.h, out, probs);
+  const Tensor dout = random_tensor({s.b, s.t, s.c}, device, 1.f, 3);
+  Tensor dqkv = Tensor::empty(qkv.shape(), DType::kF32, device);
+  run_timed(state, device, dqkv, [&] { ht::ops::attention_backward(dout, qkv, probs, s.h, dqkv); });
+  set_rate(state, "GFLOP/s", attention_flops(s, true) * 1e-9);
+}
+
+// ---- row-wise and element-wise ops (bandwidth) ----------------------------
+
+void bm_layernorm_forward(benchmark::State& state, Device device, std::int64_t n, std::int64_t c) {
+  const Tensor x = random_tensor({n, c}, device);
+  const Tensor w = random_tensor({c}, device, 1.f, 2), b = random_tensor({c}, device, 1.f, 3);
+  Tensor y = Tensor::empty({n, c}, DType::kF32, device);
+  Tensor mean = Tensor::empty({n}, DType::kF32, device), rstd = Tensor::empty({n}, DType::kF32, device);
+  run_timed(state, device, y, [&] { ht::ops::layernorm_forward(x, w, b, y, mean, rstd); });
+  // read x; write y, mean, rstd (w and b stay in cache)
+  set_rate(state, "GB/s", double(4 * (2 * n * c + 2 * n)) * 1e-9);
+}
+
+void bm_layernorm_backward(benchmark::State& state, Device device, std::int64_t n, std::int64_t c) {
+  const Tensor x = random_tensor({n, c}, device);
+  const Tensor w = random_tensor({c}, device, 1.f, 2), b = random_tensor({c}, device, 1.f, 3);
+  Tensor y = Tensor::empty({n, c}, DType::kF32, device);
+  Tensor mean = Tensor::empty({n}, DType::kF32, device), rstd = Tensor::empty({n}, DType::kF32, device);
+  ht::ops::layernorm_forward(x, w, b, y, mean, rstd);
+  const Tensor dy = random_tensor({n, c}, device, 1.f, 4);
+  Tensor dx = Tensor::empty({n, c}, DType::kF32, device);
+  Tensor dw = Tensor::zeros({c}, DType::kF32, device), db = Tensor::zeros({c}, DType::kF32, device);
+  run_timed(state, device, dx, [&] { ht::ops::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db); });
+  // read dy, x, mean, rstd; write dx
+  set_rate(state, "GB/s", double(4 * (3 * n * c + 2 * n)) * 1e-9);
+}
+
+void bm_gelu_forward(benchmark::State& state, Device device, std::int64_t n) {
+  const Tensor x = random_tensor({n}, device, 3.f);
+  Tensor y = Tensor::empty({n}, DType::kF32, device);
+  run_timed(state, device, y, [&] { ht::ops::gelu_forward(x, y); });
+  set_rate(state, "GB/s", double(4 * 2 * n) * 1e-9);
+}
+
+void bm_gelu_backward(benchmark::State& state, Device device, std::int64_t n) {
+  const Tensor x = random_tensor({n}, device, 3.f);
+  const Tensor dy = random_tensor({n}, device, 1.f, 2);
+  Tensor dx = Tensor::empty({n}, DType::kF32, device);
+  run_timed(state, device, dx, [&] { ht::ops::gelu_backward(x, dy, dx); });
+  set_rate(state, "GB/s", double(4 * 3 * n) * 1e-9);
+}
+
+void bm_cross_entropy(benchmark::State& state, Device device, std::int64_t n, std::int64_t v) {
+  const Tensor logits = random_tensor({n, v}, device, 4.f);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) ids[std::size_t(i)] = std::int32_t((i * 7919) % v);
+  const Tensor targets = Tensor::from_vector(ids, {n}).to(device);
+  Tensor losses = Tensor::empty({n}, DType::kF32, device), lse = Tensor::empty({n}, DType::kF32, device);
+  Tensor dlogits = Tensor::empty({n, v}, DType::kF32, device);
+  run_timed(state, device, dlogits, [&] {
+    ht::ops::cross_entropy_forward(logits, targets, losses, lse);
+    ht::ops::cross_entropy_backward(logits, targets, lse, 1.f / float(n), dlogits);
+  });
+  // forward reads the logits; backward reads them again and writes dlogits
+  set_rate(state, "GB/s", double(4 * 3 * n * v) * 1e-9);
+}
+
+void bm_adamw(benchmark::State& state, Device device, std::int64_t n) {
+  Tensor param = random_tensor({n}, device, 1.f, 1);
+  const Tensor grad = random_tensor({n}, device, 1.f, 2);
+  Tensor m = Tensor::zeros({n}, DType::kF32, device), v = Tensor::zeros({n}, DType::kF32, device);
+  ht::ops::AdamWHyper h{.lr = 1e-4f, .beta2 = 0.95f, .weight_decay = 0.1f};
+  run_timed(state, device, param, [&] {
+    ht::ops::adamw_update(param, grad, m, v, h);
+    ++h.step;
+  });
+  // read param, grad, m, v; write param, m, v
+  set_rate(state, "GB/s", double(4 * 7 * n) * 1e-9);
+}
+
+// ---- registration ---------------------------------------------------------
+
+std::string bench_name(const std::string& op, const std::string& device, const std::string& shape) {
+  return op + "/" + device + "/" + shape;
+}
+
+template <typename Fn, typename... Args>
+void reg(const std::string& name, Device device, Fn fn, Args... args) {
+  auto* b = benchmark::RegisterBenchmark(name.c_str(), fn, device, args...);
+  b->Unit(benchmark::kMicrosecond);
+  if (device.is_cuda()) b->UseManualTime(); else b->UseRealTime();
+}
+
+void register_all(Device device) {
+  const std::string dev = device.is_cpu() ? "cpu" : "cuda";
+  using Backend = ht::ops::CpuGemmBackend;
+  // (B*T, C) rows at B*T = 1024 for both model widths, as Linear runs them:
+  // forward x W^T (NT), input gradient dy W (NN), weight gradient dy^T x (TN).
+  std::vector<GemmShape> shapes;
+  for (std::int64_t c : {384, 768}) {
+    shapes.push_back({"fc_fwd", 1024, 4 * c, c, false, true});
+    shapes.push_back({"fc_dx", 1024, c, 4 * c, false, false});
+    shapes.push_back({"fc_dw", 4 * c, c, 1024, true, false});
+    shapes.push_back({"qkv_fwd", 1024, 3 * c, c, false, true});
+  }
+  shapes.push_back({"square", 1024, 1024, 1024, false, false});
+  for (const GemmShape& s : shapes) {
+    const std::string rest = std::string(s.what) + "/M" + std::to_string(s.m) + "_N" + std::to_string(s.n) + "_K" +
+                             std::to_string(s.k);
+    if (device.is_cpu()) {
+      reg(bench_name("matmul", "cpu_openblas", rest), device, bm_matmul, Backend::kOpenBlas, s);
+      reg(bench_name("matmul", "cpu_eigen", rest), device, bm_matmul, Backend::kEigen, s);
+    } else {
+      reg(bench_name("matmul", dev, rest), device, bm_matmul, Backend::kOpenBlas, s);
+    }
+  }
+  for (std::int64_t t : {128, 256}) {
+    const AttnShape s{8, t, 384, 6};
+    const std::string rest = "B8_T" + std::to_string(t) + "_C384_H6";
+    reg(bench_name("attention_fwd", dev, rest), device, bm_attention_forward, s);
+    reg(bench_name("attention_bwd", dev, rest), device, bm_attention_backward, s);
+  }
+  for (std::int64_t c : {384, 768}) {
+    const std::string rest = "N1024_C" + std::to_string(c);
+    reg(bench_name("layernorm_fwd", dev, rest), device, bm_layernorm_forward, std::int64_t{1024}, c);
+    reg(bench_name("layernorm_bwd", dev, rest), device, bm_layernorm_backward, std::int64_t{1024}, c);
+  }
+  // The MLP hidden activation of the small config: (B*T, 4C) = (1024, 1536).
+  reg(bench_name("gelu_fwd", dev, "n1572864"), device, bm_gelu_forward, std::int64_t{1024 * 1536});
+  reg(bench_name("gelu_bwd", dev, "n1572864"), device, bm_gelu_backward, std::int64_t{1024 * 1536});
+  // The 124M config's head: 512 rows of the GPT-2 vocabulary.
+  reg(bench_name("cross_entropy_fwd_bwd", dev, "N512_V50257"), device, bm_cross_entropy, std::int64_t{512},
+      std::int64_t{50257});
+  // One small-config parameter block (4C x C) and the whole 124M model's state.
+  reg(bench_name("adamw", dev, "n589824"), device, bm_adamw, std::int64_t{589824});
+  reg(bench_name("adamw", dev, "n124475904"), device, bm_adamw, std::int64_t{124475904});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("hypertrain", ht::train::build_description());
+  benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
+  const char* omp_env = std::getenv("OMP_NUM_THREADS");
+  benchmark::AddCustomContext("OMP_NUM_THREADS", omp_env ? omp_env : "(unset)");
+  const int cuda_devices = ht::cuda_device_count();
+  benchmark::AddCustomContext("cuda_devices", std::to_string(cuda_devices));
+  register_all(Device::cpu());
+  if (cuda_devices > 0) register_all(Device::cuda(0));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

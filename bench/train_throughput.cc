@@ -1,0 +1,271 @@
+// train_throughput: end-to-end training speed of ht::train::Trainer (forward,
+// backward, global-norm clipping and AdamW per step) on random tokens, for the
+// gpt_train default model and a GPT-2 124M-class model, with MFU measured
+// against this machine's own sgemm peak.
+//
+// Output (a contract; docs/benchmarks.md):
+//   "# " preamble lines: build, threads, GEMM backend, device, peak GFLOP/s;
+//   one line per config:
+//   train small | L6 H6 C384 V256 T256 | cpu | batch 8 x 128 | 10 steps | 512.3 ms/step | 2000 tok/s | 136.0 GFLOP/s | MFU 45.1%
+//   and with --json, after them, JSON Lines: one {"type": "run", ...} object,
+//   then one {"type": "train_throughput", ...} object per config.
+// Progress of each step goes to stderr.
+#include <CLI/CLI.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ht/config.h"
+#include "ht/core/error.h"
+#include "ht/core/rng.h"
+#include "ht/ops/matmul.h"
+#include "ht/train/metrics.h"
+#include "ht/train/trainer.h"
+
+using namespace ht;
+
+namespace {
+
+struct Args {
+  std::string config = "small";
+  std::int64_t steps = 0;   // 0: the config's default
+  std::int64_t warmup = -1;  // -1: the config's default
+  std::int64_t batch = 0;
+  std::int64_t seq = 0;
+  std::string device = "cpu";
+  std::string gemm = "openblas";
+  int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else the core count)
+  std::int64_t peak_size = 2048;
+  int peak_runs = 5;
+  bool json = false;
+};
+
+struct Spec {
+  std::string name;
+  nn::GPTConfig model;
+  std::int64_t batch, seq, warmup, steps;
+};
+
+// The gpt_train default, and GPT-2 small (124M) at a batch that fits a 2-core
+// machine's patience: 512 tokens a step.
+Spec spec_of(const std::string& name) {
+  if (name == "small") return {"small", nn::GPTConfig{}, 8, 128, 3, 10};
+  if (name == "124m") return {"124m", nn::GPTConfig{50257, 1024, 12, 12, 768}, 2, 256, 2, 5};
+  throw Error(ErrorKind::kConfig, fmt::format("unknown --config '{}': choose small, 124m or both", name));
+}
+
+void synchronize(Device device, const Tensor& t) {
+  if (device.is_cuda()) (void)t.item(0);  // a one-element copy to the host waits for the queue
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+/// Best GFLOP/s of `runs` square sgemms of side n through ht::ops::matmul.
+double measure_peak_gflops(Device device, std::int64_t n, int runs) {
+  Tensor a = Tensor::empty({n, n}, DType::kF32), b = Tensor::empty({n, n}, DType::kF32);
+  Rng rng(7);
+  for (Tensor* t : {&a, &b}) {
+    float* p = t->data<float>();
+    for (std::int64_t i = 0; i < t->numel(); ++i) p[i] = rng.uniform() - 0.5f;
+  }
+  a = a.to(device);
+  b = b.to(device);
+  Tensor c = Tensor::empty({n, n}, DType::kF32, device);
+  ops::matmul(a, b, c);  // warm-up: thread pool, page faults, cuBLAS handle
+  synchronize(device, c);
+  double best_s = 1e30;
+  for (int r = 0; r < runs; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ops::matmul(a, b, c);
+    synchronize(device, c);
+    best_s = std::min(best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * double(n) * double(n) * double(n) / best_s * 1e-9;
+}
+
+struct Result {
+  Spec spec;
+  std::int64_t num_parameters = 0;
+  std::vector<double> step_ms;
+  float loss_first = 0.f, loss_last = 0.f;
+
+  std::int64_t tokens_per_step() const { return spec.batch * spec.seq; }
+  double ms_per_step() const { return median(step_ms); }
+  double tokens_per_s() const { return double(tokens_per_step()) * 1000.0 / ms_per_step(); }
+  double flops_per_token() const { return spec.model.flops_per_token(spec.seq); }
+  double achieved_gflops() const { return flops_per_token() * tokens_per_s() * 1e-9; }
+};
+
+Result run_config(const Spec& spec, Device device) {
+  train::TrainerOptions o;
+  o.model = spec.model;
+  o.device = device;
+  o.micro_batch = spec.batch;
+  o.seq_len = spec.seq;
+  o.steps = spec.warmup + spec.steps;
+  o.warmup_steps = 1;
+  // Random tokens: speed does not depend on the data, and no dataset is needed.
+  data::TokenSplits splits;
+  splits.vocab_size = spec.model.vocab_size;
+  Rng rng(2024);
+  const std::int64_t n_train = std::max<std::int64_t>(spec.batch * (spec.seq + 1) * 64, 1 << 16);
+  for (std::int64_t i = 0; i < n_train; ++i) splits.train.push_back(std::int32_t(rng.below(std::uint64_t(splits.vocab_size))));
+  for (std::int64_t i = 0; i < 2 * (spec.seq + 1); ++i)
+    splits.val.push_back(std::int32_t(rng.below(std::uint64_t(splits.vocab_size))));
+
+  train::Trainer trainer(o, splits);
+  Result r{spec, trainer.model().num_parameters(), {}, 0.f, 0.f};
+  const Tensor& probe = trainer.model().parameters().front()->data();
+  for (std::int64_t i = 0; i < spec.warmup + spec.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const train::StepStats s = trainer.step();
+    synchronize(device, probe);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const bool timed = i >= spec.warmup;
+    if (timed) {
+      r.step_ms.push_back(ms);
+      if (r.step_ms.size() == 1) r.loss_first = s.loss;
+      r.loss_last = s.loss;
+    }
+    std::fprintf(stderr, "# %s %s %lld/%lld: %.1f ms, loss %.4f\n", spec.name.c_str(), timed ? "step" : "warm-up",
+                 (long long)(timed ? i - spec.warmup + 1 : i + 1), (long long)(timed ? spec.steps : spec.warmup), ms,
+                 s.loss);
+  }
+  return r;
+}
+
+std::string human(double v) {
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.2f}k", v / 1e3);
+  return fmt::format("{:.1f}", v);
+}
+
+int run(const Args& a) {
+  const Device device = parse_device(a.device);
+  HT_CHECK(a.gemm == "openblas" || a.gemm == "eigen", ErrorKind::kConfig,
+           "unknown --gemm '{}': choose openblas or eigen", a.gemm);
+  ops::set_cpu_gemm_backend(a.gemm == "eigen" ? ops::CpuGemmBackend::kEigen : ops::CpuGemmBackend::kOpenBlas);
+  if (a.threads > 0) omp_set_num_threads(a.threads);
+  std::vector<Spec> specs;
+  for (const std::string& name : a.config == "both" ? std::vector<std::string>{"small", "124m"}
+                                                    : std::vector<std::string>{a.config}) {
+    Spec s = spec_of(name);
+    if (a.batch > 0) s.batch = a.batch;
+    if (a.seq > 0) s.seq = a.seq;
+    if (a.steps > 0) s.steps = a.steps;
+    if (a.warmup >= 0) s.warmup = a.warmup;
+    HT_CHECK(s.seq <= s.model.context, ErrorKind::kConfig, "--seq {} exceeds the {} config's context {}", s.seq,
+             s.name, s.model.context);
+    specs.push_back(s);
+  }
+
+  const int threads = omp_get_max_threads();
+  const char* omp_env = std::getenv("OMP_NUM_THREADS");
+  std::printf("# %s\n", train::build_description().c_str());
+  std::printf("# threads %d (OMP_NUM_THREADS=%s), gemm %s, device %s\n", threads, omp_env ? omp_env : "unset",
+              a.gemm.c_str(), device.str().c_str());
+  std::fflush(stdout);
+  const double peak = measure_peak_gflops(device, a.peak_size, a.peak_runs);
+  std::printf("# peak %.1f GFLOP/s (sgemm %lld^3 through ht::ops::matmul, best of %d)\n", peak,
+              (long long)a.peak_size, a.peak_runs);
+  std::printf("# MFU = flops_per_token(seq) * tok/s / peak; ms/step and tok/s from the median timed step\n");
+  std::fflush(stdout);
+
+  std::vector<Result> results;
+  for (const Spec& s : specs) {
+    const Result r = run_config(s, device);
+    std::printf("train %s | %s | %s | batch %lld x %lld | %lld steps | %.1f ms/step | %s tok/s | %.1f GFLOP/s | "
+                "MFU %.1f%%\n",
+                s.name.c_str(), s.model.str().c_str(), device.str().c_str(), (long long)s.batch, (long long)s.seq,
+                (long long)s.steps, r.ms_per_step(), human(r.tokens_per_s()).c_str(), r.achieved_gflops(),
+                100.0 * r.achieved_gflops() / peak);
+    std::fflush(stdout);
+    results.push_back(r);
+  }
+
+  if (a.json) {
+    nlohmann::json run{{"type", "run"},
+                       {"version", HT_VERSION},
+                       {"git_commit", HT_GIT_COMMIT},
+                       {"build_type", HT_BUILD_TYPE},
+                       {"build", train::build_description()},
+                       {"threads", threads},
+                       {"omp_num_threads_env", omp_env ? omp_env : ""},
+                       {"gemm", a.gemm},
+                       {"device", device.str()},
+                       {"peak_gflops", peak},
+                       {"peak_gemm_size", a.peak_size}};
+    std::printf("%s\n", run.dump().c_str());
+    for (const Result& r : results) {
+      const double mean_ms = [&] {
+        double sum = 0.0;
+        for (double ms : r.step_ms) sum += ms;
+        return sum / double(r.step_ms.size());
+      }();
+      nlohmann::json j{{"type", "train_throughput"},
+                       {"config", r.spec.name},
+                       {"model", r.spec.model.str()},
+                       {"num_parameters", r.num_parameters},
+                       {"device", device.str()},
+                       {"threads", threads},
+                       {"batch", r.spec.batch},
+                       {"seq_len", r.spec.seq},
+                       {"warmup_steps", r.spec.warmup},
+                       {"steps", r.spec.steps},
+                       {"tokens_per_step", r.tokens_per_step()},
+                       {"ms_per_step", r.ms_per_step()},
+                       {"ms_per_step_min", *std::min_element(r.step_ms.begin(), r.step_ms.end())},
+                       {"ms_per_step_mean", mean_ms},
+                       {"step_ms", r.step_ms},
+                       {"tokens_per_s", r.tokens_per_s()},
+                       {"flops_per_token", r.flops_per_token()},
+                       {"achieved_gflops", r.achieved_gflops()},
+                       {"peak_gflops", peak},
+                       {"mfu_pct", 100.0 * r.achieved_gflops() / peak},
+                       {"loss_first", r.loss_first},
+                       {"loss_last", r.loss_last}};
+      std::printf("%s\n", j.dump().c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"Training throughput (tokens/s, ms/step, MFU) of hypertrain's GPT on random tokens."};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--config", a.config, "model: small (L6 H6 C384 V256, batch 8 x 128), 124m (GPT-2 small, "
+                                       "batch 2 x 256) or both")
+      ->check(CLI::IsMember({"small", "124m", "both"}));
+  app.add_option("--steps", a.steps, "timed steps (0: 10 for small, 5 for 124m)")->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", a.warmup, "untimed steps first (-1: 3 for small, 2 for 124m)");
+  app.add_option("--batch", a.batch, "sequences per step (0: the config's)")->check(CLI::NonNegativeNumber);
+  app.add_option("--seq", a.seq, "tokens per sequence (0: the config's)")->check(CLI::NonNegativeNumber);
+  app.add_option("--device", a.device, "cpu, cuda or cuda:N");
+  app.add_option("--gemm", a.gemm, "host GEMM library: openblas or eigen");
+  app.add_option("--threads", a.threads, "OpenMP threads (0: OMP_NUM_THREADS or the core count)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--peak-size", a.peak_size, "side of the square sgemm that measures the peak")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--peak-runs", a.peak_runs, "sgemm runs for the peak (the best counts)")->check(CLI::PositiveNumber);
+  app.add_flag("--json", a.json, "also print JSON Lines (a run object, then one object per config)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_throughput: %s\n", e.what());
+    return 2;
+  }
+}

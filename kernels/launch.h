@@ -1,0 +1,121 @@
+// Private: the launchers of every CUDA kernel, one group per op family, each
+// defined next to its kernels in kernels/<family>.cu.
+//
+// Why a raw-pointer boundary: CUDA translation units include no hypertrain
+// header that pulls in ht::Error or fmt. nvcc 13.0's front end crashes on
+// error.h (inheriting constructors whose base has a source_location::current()
+// default argument) and rejects fmt 9's consteval format strings, so Tensors,
+// validation and exceptions stay in the host-compiled drivers
+// (kernels/<family>_driver.cc), and these functions take pointers, sizes and a
+// stream, enqueue their work, and return cudaGetLastError() of the launch.
+//
+// Every launcher: sizes are element counts; n == 0 (or any empty dimension)
+// launches nothing and returns cudaSuccess; work goes on `stream` and is
+// asynchronous to the host.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ht/core/dtype.h"
+#include "optimizer_update.cuh"
+
+namespace ht::cuda {
+
+// matmul.cu ---------------------------------------------------------------
+
+/// c_i = beta * c_i (zeros when beta == 0, without reading c) for the batch of
+/// (m, n) matrices at c + i * stride_c with leading dimension ldc: the result
+/// of a GEMM with k == 0. dtype f32, f16 or bf16.
+cudaError_t launch_scale_matrix(DType dtype, void* c, std::int64_t m, std::int64_t n, std::int64_t ldc,
+                                std::int64_t stride_c, std::int64_t batch, float beta, cudaStream_t stream);
+
+// elementwise.cu ----------------------------------------------------------
+
+cudaError_t launch_add(const float* a, const float* b, float* out, std::int64_t n, cudaStream_t stream);
+cudaError_t launch_scale(float* x, std::int64_t n, float s, cudaStream_t stream);
+/// y (rows, c) += bias (c).
+cudaError_t launch_bias_add(float* y, const float* bias, std::int64_t rows, std::int64_t c, cudaStream_t stream);
+/// dbias (c) += column sums of dy (rows, c), in a fixed order.
+cudaError_t launch_bias_grad(const float* dy, float* dbias, std::int64_t rows, std::int64_t c, cudaStream_t stream);
+cudaError_t launch_gelu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream);
+cudaError_t launch_gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
+
+// layernorm.cu ------------------------------------------------------------
+
+/// y, mean, rstd from x (n, c).
+cudaError_t launch_layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
+                                     float* rstd, std::int64_t n, std::int64_t c, float eps, cudaStream_t stream);
+/// dw += sum over rows of dy * xhat, db += sum over rows of dy, in a fixed order.
+cudaError_t launch_layernorm_param_grad(const float* dy, const float* x, const float* mean, const float* rstd,
+                                        float* dw, float* db, std::int64_t n, std::int64_t c, cudaStream_t stream);
+/// dx (n, c) overwritten; dx may alias dy.
+cudaError_t launch_layernorm_input_grad(const float* dy, const float* x, const float* w, const float* mean,
+                                        const float* rstd, float* dx, std::int64_t n, std::int64_t c,
+                                        cudaStream_t stream);
+
+// attention.cu ------------------------------------------------------------
+
+/// In place over `rows` rows of a (rows / t, t, t) stack of score matrices:
+/// row i of each matrix becomes softmax over columns [0, i], zeros after.
+cudaError_t launch_causal_softmax(float* scores, std::int64_t rows, std::int64_t t, cudaStream_t stream);
+/// For head `head` of probs (batch, n_head, t, t): dscores (batch, t, t) holds
+/// dP on entry and leaves with dS = softmax_grad(P, dP) * scale on and below
+/// the diagonal, zeros above.
+cudaError_t launch_causal_softmax_backward(const float* probs, float* dscores, std::int64_t batch,
+                                           std::int64_t n_head, std::int64_t head, std::int64_t t, float scale,
+                                           cudaStream_t stream);
+
+// embedding.cu ------------------------------------------------------------
+
+/// out (n, c) = wte[ids] + wpe[i % t] (wpe may be null). An id outside
+/// [0, vocab) leaves its row unwritten and lowers *first_bad (initialised to
+/// all ones by the caller) to its position with atomicMin.
+cudaError_t launch_embedding_forward(const std::int32_t* ids, const float* wte, const float* wpe, float* out,
+                                     std::int64_t n, std::int64_t t, std::int64_t c, std::int64_t vocab,
+                                     unsigned long long* first_bad, cudaStream_t stream);
+/// dwte[seg_token[s]] += dout rows order[seg_start[s] .. seg_start[s+1]) in
+/// that order, for each of `segments` segments (distinct tokens).
+cudaError_t launch_embedding_backward_wte(const float* dout, const std::int32_t* order,
+                                          const std::int32_t* seg_start, const std::int32_t* seg_token,
+                                          std::int64_t segments, std::int64_t c, float* dwte, cudaStream_t stream);
+/// dwpe (t * c) += sum over b of dout (batch, t * c), b in order.
+cudaError_t launch_embedding_backward_wpe(const float* dout, float* dwpe, std::int64_t batch, std::int64_t tc,
+                                          cudaStream_t stream);
+
+// cross_entropy.cu --------------------------------------------------------
+
+/// losses, lse (n) from logits (n, v). A target outside [0, v) lowers
+/// *first_bad to its row with atomicMin and leaves that row's loss unwritten.
+cudaError_t launch_cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses,
+                                         float* lse, std::int64_t n, std::int64_t v,
+                                         unsigned long long* first_bad, cudaStream_t stream);
+/// dlogits (n, v), which may alias logits; bad targets as in forward.
+cudaError_t launch_cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* lse,
+                                          float dloss, float* dlogits, std::int64_t n, std::int64_t v,
+                                          unsigned long long* first_bad, cudaStream_t stream);
+
+// cast.cu -----------------------------------------------------------------
+
+cudaError_t launch_cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n,
+                        cudaStream_t stream);
+/// x *= scale; *found = 1 if any result is not finite.
+cudaError_t launch_scale_and_check_finite(DType dtype, void* x, std::int64_t n, float scale, float* found,
+                                          cudaStream_t stream);
+/// How many doubles of scratch launch_sum_squares needs for n elements.
+std::int64_t sum_squares_scratch_count(std::int64_t n);
+/// *acc += sum of x^2, summed in double in a fixed order; `scratch` holds
+/// sum_squares_scratch_count(n) doubles.
+cudaError_t launch_sum_squares(DType dtype, const void* x, std::int64_t n, double* scratch, float* acc,
+                               cudaStream_t stream);
+
+// optimizer_update.cu -----------------------------------------------------
+
+cudaError_t launch_adamw_update(float* param, DType grad_dtype, const void* grad, float* m, float* v,
+                                std::int64_t n, const kern::AdamWCoeffs& coeffs, cudaStream_t stream);
+/// `momentum_buf` may be null when coeffs.momentum == 0.
+cudaError_t launch_sgd_update(float* param, DType grad_dtype, const void* grad, float* momentum_buf,
+                              std::int64_t n, const kern::SgdCoeffs& coeffs, cudaStream_t stream);
+
+}  // namespace ht::cuda

@@ -1,0 +1,263 @@
+// Backward of every layer and of the whole GPT against central finite
+// differences of its own forward, plus the hooks and naming contracts that
+// the parallel wrappers rely on.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "ht/nn/gpt.h"
+#include "test_util.h"
+
+namespace ht::nn {
+namespace {
+
+using test::all_close;
+
+// Fills every parameter of `m` with uniform values in [-scale, scale]
+// (LayerNorm gains around 1), deterministically.
+void randomize(Module& m, std::mt19937& rng, float scale = 0.5f) {
+  for (Parameter* p : m.parameters()) {
+    const bool gain = p->name().find("ln") != std::string::npos && p->name().find("weight") != std::string::npos;
+    Tensor v = test::random_tensor(p->data().shape(), rng, gain ? 1.f - scale : -scale, gain ? 1.f + scale : scale);
+    p->data().copy_from(v);
+  }
+}
+
+double dot(const Tensor& a, const std::vector<float>& w) {
+  const auto v = a.to_vector<float>();
+  double s = 0.0;
+  for (std::size_t i = 0; i < v.size(); ++i) s += double(v[i]) * double(w[i]);
+  return s;
+}
+
+// Checks d(sum(w * module(x)))/d(theta) for the input (if it has a gradient)
+// and every parameter, at up to `samples` coordinates each, against central
+// differences of the f32 forward with step h.
+void check_module(Module& m, const Tensor& x, bool input_has_grad, std::mt19937& rng, double rtol = 2e-2,
+                  float h = 1e-2f, int samples = 12) {
+  Context ctx;
+  const Tensor y = m.forward(ctx, x);
+  const auto w = test::random_floats(std::size_t(y.numel()), rng);
+  m.zero_grad();
+  const Tensor dx = m.backward(ctx, Tensor::from_vector(w, y.shape()));
+
+  auto objective = [&] {
+    Context c(Device::cpu(), false);
+    return dot(m.forward(c, x), w);
+  };
+  auto check_tensor = [&](Tensor values, const Tensor& grad, const std::string& what) {
+    std::vector<float> got;
+    std::vector<double> want;
+    const auto g = grad.to_vector<float>();
+    std::uniform_int_distribution<std::int64_t> pick(0, values.numel() - 1);
+    for (int s = 0; s < samples && values.numel() > 0; ++s) {
+      const std::int64_t i = pick(rng);
+      float* v = values.data<float>() + i;
+      const float saved = *v;
+      *v = saved + h;
+      const double fp = objective();
+      *v = saved - h;
+      const double fm = objective();
+      *v = saved;
+      want.push_back((fp - fm) / (2.0 * double(h)));
+      got.push_back(g[std::size_t(i)]);
+    }
+    EXPECT_TRUE(all_close(got, want, rtol, 1e-3)) << what;
+  };
+  if (input_has_grad) {
+    ASSERT_TRUE(dx.defined());
+    check_tensor(x, dx, "input");
+  }
+  for (Parameter* p : m.parameters()) check_tensor(p->data(), p->grad(), p->name());
+}
+
+TEST(LayerGrad, Linear) {
+  std::mt19937 rng(1);
+  Linear lin("lin", 7, 5, true, Device::cpu());
+  randomize(lin, rng);
+  check_module(lin, test::random_tensor({2, 3, 7}, rng), true, rng);
+}
+
+TEST(LayerGrad, LinearWithoutBias) {
+  std::mt19937 rng(2);
+  Linear lin("lin", 4, 9, false, Device::cpu());
+  randomize(lin, rng);
+  EXPECT_EQ(lin.parameters().size(), 1u);
+  check_module(lin, test::random_tensor({5, 4}, rng), true, rng);
+}
+
+TEST(LayerGrad, LayerNorm) {
+  std::mt19937 rng(3);
+  LayerNorm ln("ln", 11, Device::cpu());
+  randomize(ln, rng);
+  check_module(ln, test::random_tensor({3, 2, 11}, rng, -2.f, 2.f), true, rng);
+}
+
+TEST(LayerGrad, CausalSelfAttention) {
+  std::mt19937 rng(4);
+  CausalSelfAttention attn("attn", 12, 3, Device::cpu());
+  randomize(attn, rng);
+  check_module(attn, test::random_tensor({2, 5, 12}, rng), true, rng);
+}
+
+TEST(LayerGrad, MLP) {
+  std::mt19937 rng(5);
+  MLP mlp("mlp", 6, 24, Device::cpu());
+  randomize(mlp, rng);
+  check_module(mlp, test::random_tensor({2, 3, 6}, rng), true, rng);
+}
+
+TEST(LayerGrad, Block) {
+  std::mt19937 rng(6);
+  Block block("h.0", 8, 2, Device::cpu());
+  randomize(block, rng, 0.3f);
+  check_module(block, test::random_tensor({2, 4, 8}, rng), true, rng);
+}
+
+TEST(LayerGrad, Embedding) {
+  std::mt19937 rng(7);
+  Embedding emb("emb", 10, 6, 4, Device::cpu());
+  randomize(emb, rng);
+  // Repeated ids: their gradients must add up.
+  const Tensor tokens = Tensor::from_vector<std::int32_t>({1, 3, 1, 9, 0, 1, 3, 2}, {2, 4});
+  Context ctx;
+  const Tensor y = emb.forward(ctx, tokens);
+  const auto w = test::random_floats(std::size_t(y.numel()), rng);
+  emb.zero_grad();
+  EXPECT_FALSE(emb.backward(ctx, Tensor::from_vector(w, y.shape())).defined());
+  // Linear in the weights: the gradient is exact, compare with the sum directly.
+  std::vector<double> want(10 * 4, 0.0);
+  for (int i = 0; i < 8; ++i)
+    for (int c = 0; c < 4; ++c) want[std::size_t(tokens.data<std::int32_t>()[i] * 4 + c)] += w[std::size_t(i * 4 + c)];
+  EXPECT_TRUE(all_close(emb.token_weight().grad().to_vector<float>(), want, 1e-6));
+}
+
+GPTConfig tiny_config() {
+  GPTConfig c;
+  c.vocab_size = 13;
+  c.context = 8;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  return c;
+}
+
+TEST(GPTGrad, LossGradientMatchesFiniteDifferences) {
+  std::mt19937 rng(8);
+  GPT gpt(tiny_config(), Device::cpu());
+  gpt.init_weights(3);
+  randomize(gpt, rng, 0.3f);  // larger than GPT-2 init, so every path carries signal
+  std::vector<std::int32_t> ids(2 * 6), tg(2 * 6);
+  std::uniform_int_distribution<int> tok(0, 12);
+  for (auto& t : ids) t = tok(rng);
+  for (auto& t : tg) t = tok(rng);
+  const Tensor tokens = Tensor::from_vector(ids, {2, 6}), targets = Tensor::from_vector(tg, {2, 6});
+  Context ctx;
+  gpt.zero_grad();
+  gpt.forward_loss(ctx, tokens, targets);
+  gpt.backward_loss(ctx);
+  for (Parameter* p : gpt.parameters()) {
+    std::vector<float> got;
+    std::vector<double> want;
+    const auto g = p->grad().to_vector<float>();
+    std::uniform_int_distribution<std::int64_t> pick(0, p->data().numel() - 1);
+    for (int s = 0; s < 8; ++s) {
+      const std::int64_t i = pick(rng);
+      float* v = p->data().data<float>() + i;
+      const float saved = *v;
+      const float h = 1e-2f;
+      Context c(Device::cpu(), false);
+      *v = saved + h;
+      const double fp = gpt.forward_loss(c, tokens, targets);
+      *v = saved - h;
+      const double fm = gpt.forward_loss(c, tokens, targets);
+      *v = saved;
+      want.push_back((fp - fm) / (2.0 * h));
+      got.push_back(g[std::size_t(i)]);
+    }
+    EXPECT_TRUE(all_close(got, want, 2e-2, 2e-4)) << p->name();
+  }
+}
+
+TEST(GPT, ParameterNamesFollowGpt2AndCountsMatchConfig) {
+  GPT gpt(tiny_config(), Device::cpu());
+  std::vector<std::string> names;
+  for (Parameter* p : gpt.parameters()) names.push_back(p->name());
+  ASSERT_GE(names.size(), 4u);
+  EXPECT_EQ(names[0], "wte");
+  EXPECT_EQ(names[1], "wpe");
+  EXPECT_EQ(names[2], "h.0.ln_1.weight");
+  EXPECT_NE(std::find(names.begin(), names.end(), "h.1.attn.c_attn.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "h.1.mlp.c_proj.bias"), names.end());
+  EXPECT_EQ(names.back(), "ln_f.bias");
+  EXPECT_EQ(gpt.num_parameters(), tiny_config().num_parameters());
+  // No decay on biases and norm gains; decay on matrices and embeddings.
+  for (Parameter* p : gpt.parameters())
+    EXPECT_EQ(p->weight_decay(), p->data().ndim() == 2) << p->name();
+}
+
+TEST(GPT, InitIsDeterministicAndIndependentOfOtherParameters) {
+  GPT a(tiny_config(), Device::cpu()), b(tiny_config(), Device::cpu());
+  a.init_weights(42);
+  b.init_weights(42);
+  auto pa = a.parameters(), pb = b.parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(pa[i]->data().to_vector<float>(), pb[i]->data().to_vector<float>()) << pa[i]->name();
+  // A deeper model shares the first layers' initial values: each parameter's
+  // stream depends only on (seed, name).
+  GPTConfig deeper = tiny_config();
+  deeper.n_layer = 3;
+  GPT c(deeper, Device::cpu());
+  c.init_weights(42);
+  EXPECT_EQ(c.block(1).attn().c_attn().weight().data().to_vector<float>(),
+            a.block(1).attn().c_attn().weight().data().to_vector<float>());
+  b.init_weights(43);
+  EXPECT_NE(pa[0]->data().to_vector<float>(), pb[0]->data().to_vector<float>());
+}
+
+TEST(Hooks, GradReadyFiresOncePerParameterAfterLastUse) {
+  GPT gpt(tiny_config(), Device::cpu());
+  gpt.init_weights(1);
+  std::vector<std::string> order;
+  for (Parameter* p : gpt.parameters()) p->set_grad_ready_hook([&](Parameter& q) { order.push_back(q.name()); });
+  int pre_forward = 0, pre_backward = 0;
+  gpt.block(1).set_pre_forward_hook([&](Module&, Context&) { ++pre_forward; });
+  gpt.block(1).set_pre_backward_hook([&](Module&, Context&) { ++pre_backward; });
+  const Tensor tokens = Tensor::from_vector<std::int32_t>({1, 2, 3, 4}, {1, 4});
+  Context ctx;
+  gpt.zero_grad();
+  gpt.forward_loss(ctx, tokens, tokens);
+  gpt.backward_loss(ctx);
+  EXPECT_EQ(pre_forward, 1);
+  EXPECT_EQ(pre_backward, 1);
+  EXPECT_EQ(order.size(), gpt.parameters().size());
+  // Backward runs from the output: the last block's parameters are ready before
+  // the first block's, and the tied wte only after the embedding's contribution.
+  auto pos = [&](const std::string& n) { return std::find(order.begin(), order.end(), n) - order.begin(); };
+  EXPECT_LT(pos("h.1.mlp.c_proj.weight"), pos("h.0.mlp.c_proj.weight"));
+  EXPECT_EQ(order.back() == "wte" || order.back() == "wpe", true);
+  EXPECT_GT(pos("wte"), pos("h.0.ln_1.weight"));
+}
+
+TEST(Errors, BadInputsSayWhatIsWrong) {
+  EXPECT_TRUE(test::throws_error([] { GPTConfig c = tiny_config(); c.n_head = 3; c.validate(); },
+                                 ErrorKind::kConfig, {"n_head=3", "n_embd=8", "1,2,4,8"}));
+  GPT gpt(tiny_config(), Device::cpu());
+  gpt.init_weights(1);
+  Context ctx;
+  const Tensor bad_ids = Tensor::from_vector<std::int32_t>({1, 13}, {1, 2});
+  EXPECT_TRUE(test::throws_error([&] { gpt.forward_loss(ctx, bad_ids, bad_ids); }, ErrorKind::kOutOfRange, {"13"}));
+  const Tensor too_long = Tensor::zeros({1, 9}, DType::kI32);
+  EXPECT_TRUE(test::throws_error([&] { gpt.forward(ctx, too_long); }, ErrorKind::kShapeMismatch, {"context 8"}));
+  const Tensor floats = Tensor::zeros({1, 4}, DType::kF32);
+  EXPECT_TRUE(test::throws_error([&] { gpt.forward(ctx, floats); }, ErrorKind::kShapeMismatch, {"i32"}));
+  Linear lin("lin", 4, 2, true, Device::cpu());
+  EXPECT_TRUE(test::throws_error([&] { lin.forward(ctx, Tensor::zeros({3, 5}, DType::kF32)); },
+                                 ErrorKind::kShapeMismatch, {"lin", "4 features"}));
+  Context fresh;
+  EXPECT_TRUE(test::throws_error([&] { lin.backward(fresh, Tensor::zeros({3, 2}, DType::kF32)); },
+                                 ErrorKind::kInvalidArgument, {"lin", "forward"}));
+}
+
+}  // namespace
+}  // namespace ht::nn

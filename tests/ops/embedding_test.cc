@@ -1,0 +1,162 @@
+// Token + position embedding: forward exactly, backward against finite
+// differences (repeated tokens included), accumulation, determinism across
+// thread counts, and token ids out of range.
+#include "ht/ops/embedding.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "test_util.h"
+
+namespace ht::ops {
+namespace {
+
+using test::all_close;
+using test::finite_diff_grad;
+using test::random_tensor;
+using test::throws_error;
+
+Tensor random_tokens(std::int64_t b, std::int64_t t, std::int64_t vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<std::int32_t> dist(0, std::int32_t(vocab - 1));
+  std::vector<std::int32_t> ids(std::size_t(b * t));
+  for (auto& id : ids) id = dist(rng);
+  return Tensor::from_vector(ids, {b, t});
+}
+
+struct Case {
+  std::int64_t b, t, vocab, c, t_max;
+};
+// Small vocabularies force repeated tokens; c = 65 and 130 span several column blocks.
+const Case kCases[] = {{1, 1, 1, 1, 1}, {2, 3, 5, 7, 3}, {3, 11, 4, 13, 16}, {2, 7, 50, 65, 7}, {1, 5, 3, 130, 9},
+                       {0, 4, 6, 3, 4}};
+
+TEST(Embedding, ForwardIsExact) {
+  std::mt19937 rng(31);
+  for (auto [b, t, vocab, c, t_max] : kCases) {
+    for (bool with_pos : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << b << "x" << t << " V " << vocab << " C " << c << " pos " << with_pos);
+      Tensor tokens = random_tokens(b, t, vocab, rng);
+      Tensor wte = random_tensor({vocab, c}, rng);
+      Tensor wpe = with_pos ? random_tensor({t_max, c}, rng) : Tensor();
+      Tensor out = test::nan_tensor({b, t, c});
+      embedding_forward(tokens, wte, wpe, out);
+      const auto ids = tokens.to_vector<std::int32_t>();
+      const auto vte = wte.to_vector<float>(), vo = out.to_vector<float>();
+      const auto vpe = with_pos ? wpe.to_vector<float>() : std::vector<float>();
+      for (std::int64_t i = 0; i < b * t; ++i)
+        for (std::int64_t j = 0; j < c; ++j) {
+          float want = vte[std::size_t(ids[std::size_t(i)] * c + j)];
+          if (with_pos) want += vpe[std::size_t((i % t) * c + j)];
+          ASSERT_EQ(vo[std::size_t(i * c + j)], want) << "token " << i << " channel " << j;
+        }
+    }
+  }
+}
+
+TEST(Embedding, BackwardMatchesFiniteDifferencesAndAccumulates) {
+  std::mt19937 rng(32);
+  for (auto [b, t, vocab, c, t_max] : kCases) {
+    SCOPED_TRACE(::testing::Message() << b << "x" << t << " V " << vocab << " C " << c);
+    Tensor tokens = random_tokens(b, t, vocab, rng);
+    Tensor wte = random_tensor({vocab, c}, rng), wpe = random_tensor({t_max, c}, rng);
+    Tensor w = random_tensor({b, t, c}, rng);  // L = sum w * out
+    Tensor dwte = random_tensor({vocab, c}, rng), dwpe = random_tensor({t_max, c}, rng);  // accumulate onto these
+    const auto dwte0 = test::to_double(dwte), dwpe0 = test::to_double(dwpe);
+    embedding_backward(w, tokens, dwte, dwpe);
+
+    const auto ids = tokens.to_vector<std::int32_t>();
+    const auto vw = test::to_double(w), vte = test::to_double(wte), vpe = test::to_double(wpe);
+    auto loss = [&](const std::vector<double>& te, const std::vector<double>& pe) {
+      double l = 0;
+      for (std::int64_t i = 0; i < b * t; ++i)
+        for (std::int64_t j = 0; j < c; ++j)
+          l += vw[std::size_t(i * c + j)] *
+               (te[std::size_t(ids[std::size_t(i)] * c + j)] + pe[std::size_t((i % t) * c + j)]);
+      return l;
+    };
+    auto want_te = finite_diff_grad([&](const auto& v) { return loss(v, vpe); }, vte);
+    auto want_pe = finite_diff_grad([&](const auto& v) { return loss(vte, v); }, vpe);
+    for (std::size_t i = 0; i < want_te.size(); ++i) want_te[i] += dwte0[i];
+    for (std::size_t i = 0; i < want_pe.size(); ++i) want_pe[i] += dwpe0[i];
+    EXPECT_TRUE(all_close(dwte.to_vector<float>(), want_te, 1e-5)) << "dwte";
+    EXPECT_TRUE(all_close(dwpe.to_vector<float>(), want_pe, 1e-5)) << "dwpe";
+  }
+}
+
+TEST(Embedding, RepeatedTokenSumsItsGradients) {
+  // Tokens [[2, 0, 2], [2, 1, 0]], C = 2: row 2 of dwte gets three rows of dout.
+  Tensor tokens = Tensor::from_vector(std::vector<std::int32_t>{2, 0, 2, 2, 1, 0}, {2, 3});
+  std::vector<float> g(12);
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = float(i + 1);  // rows (1,2) (3,4) ... (11,12)
+  Tensor dout = Tensor::from_vector(g, {2, 3, 2});
+  Tensor dwte = Tensor::zeros({4, 2}, DType::kF32), dwpe = Tensor::zeros({3, 2}, DType::kF32);
+  embedding_backward(dout, tokens, dwte, dwpe);
+  EXPECT_EQ(dwte.to_vector<float>(), (std::vector<float>{3 + 11, 4 + 12, 9, 10, 1 + 5 + 7, 2 + 6 + 8, 0, 0}));
+  EXPECT_EQ(dwpe.to_vector<float>(), (std::vector<float>{1 + 7, 2 + 8, 3 + 9, 4 + 10, 5 + 11, 6 + 12}));
+  // Without a position table only dwte moves, and it accumulates again.
+  Tensor none;
+  embedding_backward(dout, tokens, dwte, none);
+  EXPECT_EQ(dwte.to_vector<float>(), (std::vector<float>{28, 32, 18, 20, 26, 32, 0, 0}));
+}
+
+#if defined(_OPENMP)
+TEST(Embedding, BackwardSameBitsWithOneAndTwoThreads) {
+  std::mt19937 rng(33);
+  const std::int64_t b = 4, t = 64, vocab = 17, c = 200;  // many repeats, four column blocks
+  Tensor tokens = random_tokens(b, t, vocab, rng);
+  Tensor dout = random_tensor({b, t, c}, rng);
+  std::vector<std::vector<float>> te, pe;
+  for (int threads : {1, 2}) {
+    Tensor dwte = Tensor::zeros({vocab, c}, DType::kF32), dwpe = Tensor::zeros({t, c}, DType::kF32);
+    test::with_omp_threads(threads, [&] { embedding_backward(dout, tokens, dwte, dwpe); });
+    te.push_back(dwte.to_vector<float>());
+    pe.push_back(dwpe.to_vector<float>());
+  }
+  EXPECT_EQ(std::memcmp(te[0].data(), te[1].data(), te[0].size() * 4), 0);
+  EXPECT_EQ(std::memcmp(pe[0].data(), pe[1].data(), pe[0].size() * 4), 0);
+}
+#endif
+
+TEST(Embedding, TokenOutOfRangeNamesIt) {
+  Tensor wte = Tensor::zeros({50, 4}, DType::kF32), wpe = Tensor::zeros({8, 4}, DType::kF32);
+  Tensor out = Tensor::zeros({2, 3, 4}, DType::kF32);
+  Tensor big = Tensor::from_vector(std::vector<std::int32_t>{0, 1, 2, 3, 4, 1234}, {2, 3});
+  EXPECT_TRUE(throws_error([&] { embedding_forward(big, wte, wpe, out); }, ErrorKind::kOutOfRange,
+                           {"token id 1234", "batch row 1, position 2", "[0, 50)"}));
+  Tensor neg = Tensor::from_vector(std::vector<std::int32_t>{0, -1, 2, 3, 4, 5}, {2, 3});
+  EXPECT_TRUE(throws_error([&] { embedding_forward(neg, wte, wpe, out); }, ErrorKind::kOutOfRange,
+                           {"token id -1", "batch row 0, position 1"}));
+  Tensor edge = Tensor::from_vector(std::vector<std::int32_t>{50, 0, 0, 0, 0, 0}, {2, 3});
+  Tensor dwte = Tensor::zeros({50, 4}, DType::kF32), dwpe = Tensor::zeros({8, 4}, DType::kF32);
+  EXPECT_TRUE(throws_error([&] { embedding_backward(out, edge, dwte, dwpe); }, ErrorKind::kOutOfRange,
+                           {"token id 50", "[0, 50)"}));
+  // Nothing was scattered before the check.
+  for (float v : dwte.to_vector<float>()) EXPECT_EQ(v, 0.f);
+}
+
+TEST(Embedding, ShapeAndDtypeErrors) {
+  auto t = [](Shape s, DType d = DType::kF32) { return Tensor::zeros(s, d); };
+  Tensor tokens = t({2, 3}, DType::kI32);
+  Tensor out = t({2, 3, 4});
+  EXPECT_TRUE(throws_error([&] { embedding_forward(t({2, 3}), t({10, 4}), t({8, 4}), out); },
+                           ErrorKind::kDTypeMismatch, {"'tokens'", "i32"}));
+  EXPECT_TRUE(throws_error([&] { embedding_forward(t({6}, DType::kI32), t({10, 4}), t({8, 4}), out); },
+                           ErrorKind::kShapeMismatch, {"'tokens'", "2-d"}));
+  Tensor out5 = t({2, 3, 5});
+  EXPECT_TRUE(throws_error([&] { embedding_forward(tokens, t({10, 4}), t({8, 4}), out5); }, ErrorKind::kShapeMismatch,
+                           {"[2, 3, 4]", "[2, 3, 5]"}));
+  // The sequence is longer than the position table.
+  EXPECT_TRUE(throws_error([&] { embedding_forward(tokens, t({10, 4}), t({2, 4}), out); }, ErrorKind::kShapeMismatch,
+                           {"wpe", "[2, 4]", "longer than the model's context"}));
+  EXPECT_TRUE(throws_error([&] { embedding_forward(tokens, t({10, 4}), t({8, 5}), out); }, ErrorKind::kShapeMismatch,
+                           {"wpe"}));
+  EXPECT_TRUE(throws_error([&] { embedding_forward(tokens, t({10, 4}, DType::kBF16), t({8, 4}), out); },
+                           ErrorKind::kDTypeMismatch, {"'wte'"}));
+  Tensor dwte = t({10, 4}), dwpe = t({8, 4});
+  EXPECT_TRUE(throws_error([&] { embedding_backward(t({2, 3, 3}), tokens, dwte, dwpe); }, ErrorKind::kShapeMismatch,
+                           {"embedding_backward"}));
+}
+
+}  // namespace
+}  // namespace ht::ops
