@@ -1,0 +1,103 @@
+// Token files (HDF5 round trip, bad files) and the batch sampler's contract:
+// deterministic, resumable, and rank slices that tile the global batch.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ht/data/batch_sampler.h"
+#include "ht/data/token_dataset.h"
+#include "test_util.h"
+
+namespace ht::data {
+namespace {
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("ht_data_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(TokenFile, RoundTripsSplitsAndVocab) {
+  const fs::path d = temp_dir("roundtrip");
+  TokenSplits s{{0, 5, 65535, 7, 7}, {1, 2}, 65536};
+  write_token_file((d / "t.h5").string(), s);
+  EXPECT_FALSE(fs::exists(d / "t.h5.tmp"));
+  const TokenSplits r = read_token_file((d / "t.h5").string());
+  EXPECT_EQ(r.train, s.train);
+  EXPECT_EQ(r.val, s.val);
+  EXPECT_EQ(r.vocab_size, 65536);
+}
+
+TEST(TokenFile, BadFilesGiveClearErrors) {
+  const fs::path d = temp_dir("bad");
+  EXPECT_TRUE(test::throws_error([&] { read_token_file((d / "missing.h5").string()); }, ErrorKind::kIo,
+                                 {"does not exist", "missing.h5"}));
+  std::ofstream((d / "junk.h5").string()) << "not hdf5 at all";
+  EXPECT_TRUE(test::throws_error([&] { read_token_file((d / "junk.h5").string()); }, ErrorKind::kIo, {"not an HDF5"}));
+  write_token_file((d / "empty.h5").string(), TokenSplits{{}, {1}, 4});
+  EXPECT_TRUE(test::throws_error([&] { read_token_file((d / "empty.h5").string()); }, ErrorKind::kInvalidArgument,
+                                 {"empty split"}));
+  EXPECT_TRUE(test::throws_error([&] { write_token_file((d / "x.h5").string(), TokenSplits{{1, 9}, {1}, 4}); },
+                                 ErrorKind::kInvalidArgument, {"token 9", "[0, 4)"}));
+}
+
+TEST(Tokenize, BytesOfFilesInOrderWithValidationTail) {
+  const fs::path d = temp_dir("tok");
+  std::ofstream(d / "a.txt") << "abcdefgh";
+  std::ofstream(d / "b.txt") << "\xff" "ij";
+  std::ofstream(d / "a.dat") << "index";  // fortune index files are skipped
+  const TokenSplits s = tokenize_bytes({d.string()}, 0.2);
+  std::vector<std::int32_t> all(s.train);
+  all.insert(all.end(), s.val.begin(), s.val.end());
+  EXPECT_EQ(all, (std::vector<std::int32_t>{'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 255, 'i', 'j'}));
+  EXPECT_EQ(s.val.size(), 2u);
+  EXPECT_EQ(s.vocab_size, 256);
+  EXPECT_TRUE(test::throws_error([&] { tokenize_bytes({(d / "nope").string()}, 0.1); }, ErrorKind::kIo, {"nope"}));
+  std::ofstream(d / "tiny.txt") << "ab";
+  EXPECT_TRUE(test::throws_error([&] { tokenize_bytes({(d / "tiny.txt").string()}, 0.1); },
+                                 ErrorKind::kInvalidArgument, {"too few"}));
+}
+
+std::vector<std::int32_t> iota_tokens(int n) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) v[std::size_t(i)] = i;
+  return v;
+}
+
+TEST(BatchSampler, TargetsAreTokensShiftedByOne) {
+  const auto tokens = iota_tokens(100);
+  BatchSampler s(tokens, 7, 3, 1);
+  const Batch b = s.next();
+  ASSERT_EQ(b.tokens.shape(), (Shape{3, 7}));
+  const auto t = b.tokens.to_vector<std::int32_t>(), g = b.targets.to_vector<std::int32_t>();
+  for (std::size_t i = 0; i < t.size(); ++i) EXPECT_EQ(g[i], t[i] + 1);
+  for (std::size_t r = 0; r < 3; ++r) EXPECT_LE(t[r * 7 + 6] + 1, 99);  // windows stay inside the array
+}
+
+TEST(BatchSampler, RankSlicesTileTheGlobalBatchAndResumeExactly) {
+  const auto tokens = iota_tokens(1000);
+  BatchSampler whole(tokens, 5, 4, 9);
+  BatchSampler r0(tokens, 5, 2, 9, 0, 2), r1(tokens, 5, 2, 9, 1, 2);
+  for (int step = 0; step < 3; ++step) {
+    const auto w = whole.next().tokens.to_vector<std::int32_t>();
+    auto a = r0.next().tokens.to_vector<std::int32_t>();
+    const auto b = r1.next().tokens.to_vector<std::int32_t>();
+    a.insert(a.end(), b.begin(), b.end());
+    EXPECT_EQ(a, w) << "step " << step;
+  }
+  BatchSampler resumed(tokens, 5, 4, 9);
+  resumed.set_position(whole.position());
+  EXPECT_EQ(resumed.next().tokens.to_vector<std::int32_t>(), whole.next().tokens.to_vector<std::int32_t>());
+}
+
+TEST(BatchSampler, TooShortDatasetIsAnError) {
+  const auto tokens = iota_tokens(5);
+  EXPECT_TRUE(test::throws_error([&] { BatchSampler(tokens, 5, 1, 0); }, ErrorKind::kInvalidArgument,
+                                 {"too short", "5 tokens"}));
+}
+
+}  // namespace
+}  // namespace ht::data

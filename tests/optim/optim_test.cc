@@ -1,0 +1,80 @@
+// Optimizers over slots, the learning-rate schedule and global-norm clipping.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "ht/optim/adamw.h"
+#include "ht/optim/clip.h"
+#include "ht/optim/lr_schedule.h"
+#include "ht/optim/sgd.h"
+#include "test_util.h"
+
+namespace ht::optim {
+namespace {
+
+TEST(CosineSchedule, WarmupPeakCosineFloor) {
+  const CosineSchedule s{1e-3f, 1e-4f, 10, 110};
+  EXPECT_FLOAT_EQ(s.lr(0), 1e-4f);
+  EXPECT_FLOAT_EQ(s.lr(9), 1e-3f);
+  EXPECT_FLOAT_EQ(s.lr(10), 1e-3f);
+  EXPECT_NEAR(s.lr(60), 5.5e-4f, 1e-9);  // halfway down the cosine
+  EXPECT_FLOAT_EQ(s.lr(110), 1e-4f);
+  EXPECT_FLOAT_EQ(s.lr(500), 1e-4f);
+  for (int i = 11; i < 110; ++i) EXPECT_LE(s.lr(i), s.lr(i - 1));
+}
+
+TEST(Clip, NormOverAllTensorsAndCoefficient) {
+  const Tensor a = Tensor::from_vector<float>({3.f, 0.f}, {2});
+  const Tensor b = Tensor::from_vector<float>({4.f}, {1});
+  EXPECT_FLOAT_EQ(global_grad_norm({a, b}), 5.f);
+  int reduced = 0;
+  // The reduce hook sees the sum of squares before the root (e.g. an all-reduce over ranks).
+  EXPECT_FLOAT_EQ(global_grad_norm({a, b}, [&](Tensor& acc) { ++reduced; acc.data<float>()[0] *= 4.f; }), 10.f);
+  EXPECT_EQ(reduced, 1);
+  EXPECT_FLOAT_EQ(clip_coefficient(5.f, 1.f), 1.f / (5.f + 1e-6f));
+  EXPECT_FLOAT_EQ(clip_coefficient(0.5f, 1.f), 1.f);
+  EXPECT_FLOAT_EQ(clip_coefficient(5.f, 0.f), 1.f);
+}
+
+TEST(AdamW, MatchesReferenceFormulaAndSkipsDecayWhereAsked) {
+  std::mt19937 rng(1);
+  Tensor p1 = test::random_tensor({6}, rng), p2 = test::random_tensor({3}, rng);
+  Tensor g1 = test::random_tensor({6}, rng), g2 = test::random_tensor({3}, rng);
+  const auto p1_0 = p1.to_vector<float>(), p2_0 = p2.to_vector<float>();
+  AdamW opt({{"w", p1, g1, true}, {"b", p2, g2, false}}, {0.9f, 0.95f, 1e-8f, 0.1f});
+  // Reference in double: torch.optim.AdamW's update, two steps with grad_scale 0.5.
+  auto reference = [&](std::vector<float> p0, const Tensor& g, float wd) {
+    std::vector<double> p(p0.begin(), p0.end()), m(p.size()), v(p.size());
+    const auto gv = g.to_vector<float>();
+    for (int t = 1; t <= 2; ++t)
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        const double gi = 0.5 * gv[i];
+        p[i] *= 1 - 1e-2 * wd;
+        m[i] = 0.9 * m[i] + 0.1 * gi;
+        v[i] = 0.95 * v[i] + 0.05 * gi * gi;
+        p[i] -= 1e-2 / (1 - std::pow(0.9, t)) * m[i] / (std::sqrt(v[i]) / std::sqrt(1 - std::pow(0.95, t)) + 1e-8);
+      }
+    return p;
+  };
+  opt.step(1e-2f, 0.5f);
+  opt.step(1e-2f, 0.5f);
+  EXPECT_EQ(opt.step_count(), 2);
+  EXPECT_TRUE(test::all_close(p1.to_vector<float>(), reference(p1_0, g1, 0.1f), 1e-6));
+  EXPECT_TRUE(test::all_close(p2.to_vector<float>(), reference(p2_0, g2, 0.f), 1e-6));
+  const auto st = opt.state();
+  ASSERT_EQ(st.size(), 4u);
+  EXPECT_EQ(st[0].first, "w.exp_avg");
+  EXPECT_EQ(st[3].first, "b.exp_avg_sq");
+}
+
+TEST(SGD, MomentumAsTorch) {
+  Tensor p = Tensor::from_vector<float>({1.f}, {1}), g = Tensor::from_vector<float>({2.f}, {1});
+  SGD opt({{"p", p, g, true}}, {0.5f, 0.f, false});
+  opt.step(0.1f);  // buf = 2, p = 1 - 0.2
+  opt.step(0.1f);  // buf = 0.5*2 + 2 = 3, p = 0.8 - 0.3
+  EXPECT_FLOAT_EQ(p.item(), 0.5f);
+}
+
+}  // namespace
+}  // namespace ht::optim
