@@ -19,12 +19,13 @@ HT_HD void store(bf16* p, long long i, float v) { p[i] = to_bf16(v); }
 
 HT_HD bool is_finite(float v) { return (float_bits(v) & 0x7f800000u) != 0x7f800000u; }
 
-/// Scales one element in place; returns false if the result is not finite.
+/// Scales one element in place; returns false if the stored result is not
+/// finite. The check reads back what was stored: a product finite in float
+/// can still overflow f16 (>= 65520) and become Inf there.
 template <typename T>
 HT_HD bool scale_check(T* p, long long i, float scale) {
-  const float v = load(p, i) * scale;
-  store(p, i, v);
-  return is_finite(v);
+  store(p, i, load(p, i) * scale);
+  return is_finite(load(p, i));
 }
 
 }  // namespace ht::kern

@@ -62,7 +62,10 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& got, const
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double tol = rtol * (std::abs(want[i]) + scale) + atol;
     const double err = std::abs(double(got[i]) - want[i]);
-    const double ratio = std::isnan(got[i]) || std::isnan(want[i]) ? INFINITY : (tol > 0 ? err / tol : err * INFINITY);
+    const double ratio = std::isnan(got[i]) || std::isnan(want[i]) ? INFINITY
+                         : err == 0                                 ? 0.0
+                         : tol > 0                                  ? err / tol
+                                                                    : INFINITY;
     if (ratio > worst_ratio || std::isnan(ratio)) worst_ratio = ratio, worst = i;
   }
   if (worst_ratio <= 1.0) return ::testing::AssertionSuccess();

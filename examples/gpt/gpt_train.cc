@@ -37,6 +37,12 @@ std::string human(double v) {
 }
 
 data::TokenSplits load_or_prepare(const Args& a, const std::string& path) {
+  // An explicitly named token file is only read, never invented: a typo in
+  // --data must not silently train on the default corpus.
+  HT_CHECK(a.data.empty() || !a.text.empty() || fs::exists(path), ErrorKind::kIo,
+           "token file '{}' (--data) does not exist; pass --text FILES to create it, or omit --data to use "
+           "<run-dir>/tokens.h5 prepared from {}",
+           path, data::kDefaultCorpusDir);
   if (!a.text.empty() || !fs::exists(path)) {
     const std::vector<std::string> inputs = a.text.empty() ? std::vector<std::string>{data::kDefaultCorpusDir} : a.text;
     std::printf("# preparing %s from %zu text input(s): %s%s\n", path.c_str(), inputs.size(), inputs.front().c_str(),

@@ -144,8 +144,10 @@ Tensor Tensor::view(Shape shape) const {
 
 Tensor Tensor::flatten_rows() const {
   HT_CHECK(ndim() >= 1, ErrorKind::kInvalidArgument, "flatten_rows of a 0-d tensor");
-  const std::int64_t cols = shape_.back();
-  return Tensor(storage_, offset_bytes_, {cols == 0 ? 0 : numel_ / cols, cols}, dtype_);
+  // The row count is the product of the leading sizes, not numel / cols: a
+  // (4, 0) tensor has 4 empty rows.
+  const std::int64_t rows = shape_numel(Shape(shape_.begin(), shape_.end() - 1));
+  return Tensor(storage_, offset_bytes_, {rows, shape_.back()}, dtype_);
 }
 
 Tensor Tensor::to(Device device) const {

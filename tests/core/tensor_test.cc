@@ -224,8 +224,11 @@ TEST(Tensor, FlattenRows) {
   EXPECT_EQ(f.shape(), (Shape{6, 5}));
   EXPECT_TRUE(same_storage(f, t));
   EXPECT_EQ(Tensor::empty({7}, DType::kF32).flatten_rows().shape(), (Shape{1, 7}));
-  EXPECT_EQ(Tensor::empty({4, 0}, DType::kF32).flatten_rows().shape(), (Shape{0, 0}));
+  // Empty tensors keep their row count: (d0 * ... * dn-2, dn-1) as documented.
+  EXPECT_EQ(Tensor::empty({4, 0}, DType::kF32).flatten_rows().shape(), (Shape{4, 0}));
+  EXPECT_EQ(Tensor::empty({2, 3, 0}, DType::kF32).flatten_rows().shape(), (Shape{6, 0}));
   EXPECT_EQ(Tensor::empty({0, 3}, DType::kF32).flatten_rows().shape(), (Shape{0, 3}));
+  EXPECT_EQ(Tensor::empty({2, 0, 3}, DType::kF32).flatten_rows().shape(), (Shape{0, 3}));
   EXPECT_TRUE(throws_error([] { (void)Tensor::empty({}, DType::kF32).flatten_rows(); }, ErrorKind::kInvalidArgument,
                            {"0-d"}));
 }

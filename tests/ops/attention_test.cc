@@ -55,12 +55,12 @@ void attention_ref(const std::vector<double>& qkv, const Dims& d, std::vector<do
 
 const Dims kDims[] = {{1, 1, 4, 1}, {1, 2, 3, 3}, {2, 5, 6, 2}, {1, 7, 12, 3}, {2, 13, 8, 4}, {3, 4, 10, 5}, {1, 9, 16, 1}};
 
-struct Run {
+struct Forward {
   Tensor qkv, out, probs;
 };
 
-Run forward(const Dims& d, std::mt19937& rng, float range = 1.f) {
-  Run r{random_tensor({d.b, d.t, 3 * d.c}, rng, -range, range), test::nan_tensor({d.b, d.t, d.c}),
+Forward forward(const Dims& d, std::mt19937& rng, float range = 1.f) {
+  Forward r{random_tensor({d.b, d.t, 3 * d.c}, rng, -range, range), test::nan_tensor({d.b, d.t, d.c}),
         test::nan_tensor({d.b, d.h, d.t, d.t})};
   attention_forward(r.qkv, int(d.h), r.out, r.probs);
   return r;
@@ -72,7 +72,7 @@ TEST(Attention, ForwardMatchesDoubleReference) {
     for (float range : {1.f, 4.f}) {  // 4: peaked softmax rows
       SCOPED_TRACE(::testing::Message() << "B " << d.b << " T " << d.t << " C " << d.c << " H " << d.h << " range "
                                         << range);
-      Run r = forward(d, rng, range);
+      Forward r = forward(d, rng, range);
       std::vector<double> out, probs;
       attention_ref(test::to_double(r.qkv), d, out, probs);
       EXPECT_TRUE(all_close(r.out.to_vector<float>(), out, 1e-5));
@@ -84,7 +84,9 @@ TEST(Attention, ForwardMatchesDoubleReference) {
         double sum = 0;
         for (std::int64_t j = 0; j < d.t; ++j) {
           const float v = p[std::size_t(row * d.t + j)];
-          if (j > i) ASSERT_EQ(v, 0.f);
+          if (j > i) {
+            ASSERT_EQ(v, 0.f);
+          }
           sum += v;
         }
         EXPECT_NEAR(sum, 1.0, 1e-6);
@@ -104,7 +106,7 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   std::mt19937 rng(22);
   for (const Dims& d : kDims) {
     SCOPED_TRACE(::testing::Message() << "B " << d.b << " T " << d.t << " C " << d.c << " H " << d.h);
-    Run r = forward(d, rng, 1.5f);
+    Forward r = forward(d, rng, 1.5f);
     Tensor w = random_tensor({d.b, d.t, d.c}, rng);  // L = sum w * out
     Tensor dqkv = test::nan_tensor({d.b, d.t, 3 * d.c});  // overwritten
     attention_backward(w, r.qkv, r.probs, int(d.h), dqkv);
@@ -127,7 +129,7 @@ TEST(Attention, FutureGetsExactlyZeroGradient) {
   // respect to q, k and v at every later position are exactly zero: causality.
   std::mt19937 rng(23);
   const Dims d{2, 11, 12, 3};
-  Run r = forward(d, rng);
+  Forward r = forward(d, rng);
   for (std::int64_t t0 = 0; t0 < d.t; ++t0) {
     Tensor w = random_tensor({d.b, d.t, d.c}, rng);
     for (std::int64_t b = 0; b < d.b; ++b) w[b].slice(t0 + 1, d.t).zero_();
@@ -152,7 +154,7 @@ TEST(Attention, PastOutputsIgnoreTheFuture) {
   // Changing q, k, v at position t0 + 1 onwards leaves outputs up to t0 bit-identical.
   std::mt19937 rng(24);
   const Dims d{1, 9, 8, 2};
-  Run a = forward(d, rng);
+  Forward a = forward(d, rng);
   const std::int64_t t0 = 4;
   Tensor qkv2 = a.qkv.clone();
   qkv2[0].slice(t0 + 1, d.t).fill_(123.f);

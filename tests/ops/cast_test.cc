@@ -80,7 +80,9 @@ TEST(Cast, HalfToF32IsExactForEveryPattern) {
     cast(dst, back);
     const auto rb = bits16(back);
     for (std::uint32_t b = 0; b < 65536; ++b)
-      if (!std::isnan(got[b])) ASSERT_EQ(rb[b], b) << dtype_name(dt) << std::hex << " bits 0x" << b;
+      if (!std::isnan(got[b])) {
+        ASSERT_EQ(rb[b], b) << dtype_name(dt) << std::hex << " bits 0x" << b;
+      }
   }
 }
 

@@ -19,14 +19,14 @@ using test::throws_error;
 
 Tensor random_targets(std::int64_t n, std::int64_t vocab, std::mt19937& rng) {
   std::uniform_int_distribution<std::int32_t> dist(0, std::int32_t(vocab - 1));
-  std::vector<std::int32_t> v(std::size_t(n));
+  std::vector<std::int32_t> v(static_cast<std::size_t>(n));
   for (auto& x : v) x = dist(rng);
   return Tensor::from_vector(v, {n});
 }
 
 // Per-row log-sum-exp of logits (n, v), in double.
 std::vector<double> lse_ref(const std::vector<double>& logits, std::int64_t n, std::int64_t v) {
-  std::vector<double> out(std::size_t(n));
+  std::vector<double> out(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
     const double* row = logits.data() + i * v;
     const double mx = *std::max_element(row, row + v);
@@ -54,7 +54,7 @@ TEST(CrossEntropy, ForwardMatchesDoubleReference) {
       const auto vl = test::to_double(logits);
       const auto want_lse = lse_ref(vl, n, v);
       const auto tg = targets.to_vector<std::int32_t>();
-      std::vector<double> want_loss(std::size_t(n));
+      std::vector<double> want_loss(static_cast<std::size_t>(n));
       for (std::int64_t i = 0; i < n; ++i)
         want_loss[std::size_t(i)] = want_lse[std::size_t(i)] - vl[std::size_t(i * v + tg[std::size_t(i)])];
       // lse is near the offset, the loss near log(V): compare each with its own scale.

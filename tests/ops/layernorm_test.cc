@@ -102,7 +102,14 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
     auto want_dw = finite_diff_grad([&](const auto& v) { return loss(vx, v, vb); }, vw);
     auto want_db = finite_diff_grad([&](const auto& v) { return loss(vx, vw, v); }, vb);
     for (std::size_t j = 0; j < want_dw.size(); ++j) want_dw[j] += dw0[j], want_db[j] += db0[j];
-    EXPECT_TRUE(all_close(dx.to_vector<float>(), want_dx, 1e-4)) << "dx";
+    // dx = rstd (g - mean(g) - xhat mean(g xhat)) cancels (to nearly zero for
+    // C = 2): its f32 error scales with rstd |dy w|, not with dx itself.
+    double dx_scale = 0;
+    const auto vr = test::to_double(rstd);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < c; ++j)
+        dx_scale = std::max(dx_scale, vr[std::size_t(i)] * std::abs(vg[std::size_t(i * c + j)] * vw[std::size_t(j)]));
+    EXPECT_TRUE(all_close(dx.to_vector<float>(), want_dx, 1e-4, 1e-5 * dx_scale)) << "dx";
     EXPECT_TRUE(all_close(dw.to_vector<float>(), want_dw, 1e-4)) << "dweight";
     EXPECT_TRUE(all_close(db.to_vector<float>(), want_db, 1e-4)) << "dbias";
   }
