@@ -14,14 +14,9 @@ namespace ht {
 Device parse_device(const std::string& name) {
   if (name == "cpu") return Device::cpu();
   if (name == "cuda") return Device::cuda(0);
-  if (name.rfind("cuda:", 0) == 0) {
-    try {
-      std::size_t used = 0;
-      const int index = std::stoi(name.substr(5), &used);
-      if (used == name.size() - 5 && index >= 0) return Device::cuda(index);
-    } catch (const std::exception&) {
-    }
-  }
+  if (name.rfind("cuda:", 0) == 0 && name.size() > 5 && name.size() < 12 &&
+      name.find_first_not_of("0123456789", 5) == std::string::npos)
+    return Device::cuda(std::stoi(name.substr(5)));
   throw Error(ErrorKind::kInvalidArgument,
               fmt::format("unknown device '{}': use cpu, cuda or cuda:N", name));
 }

@@ -15,6 +15,8 @@ void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias
   const Device dev = detail::check_same_device(
       op, {{"x", &x}, {"weight", &weight}, {"bias", &bias}, {"y", &y}, {"mean", &mean}, {"rstd", &rstd}});
   detail::check_ndim(op, "x", x, 2);
+  HT_CHECK(x.size(1) > 0, ErrorKind::kShapeMismatch, "{}: rows of x {} are empty; there is nothing to normalise", op,
+           shape_str(x.shape()));
   const Shape row{x.size(1)}, stat{x.size(0)};
   for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &weight, &bias, &y, &mean, &rstd}) check_dtype(op, "operand", *t, DType::kF32);
   check_shape(op, "weight", weight, row);
