@@ -1,7 +1,7 @@
 // CUDA fused softmax cross-entropy: one block per row for the log-sum-exp,
 // and an element-wise backward that recomputes the softmax from it
-// (softmax.cuh's cross_entropy_grad). Bad targets are reported through a
-// device word for the driver to throw.
+// (softmax.cuh's cross_entropy_grad). Targets are range-checked by the
+// driver before these run.
 #include "cuda_launch.cuh"
 #include "launch.h"
 #include "softmax.cuh"
@@ -11,21 +11,12 @@ namespace {
 
 constexpr int kRowBlock = 512;  // a vocabulary row is long (tens of thousands): many threads per row
 
-__device__ __forceinline__ bool target_ok(std::int32_t target, std::int64_t v) { return target >= 0 && target < v; }
-
 // Max, then the sum of exp(x - max), each reduced over the block in a fixed
-// tree: lse = max + log(sum). A row with a bad target records its index with
-// atomicMin (order-independent) and is skipped.
+// tree: lse = max + log(sum).
 __global__ void cross_entropy_forward_kernel(const float* logits, const std::int32_t* targets, float* losses,
-                                             float* lse, std::int64_t n, std::int64_t v,
-                                             unsigned long long* first_bad) {
+                                             float* lse, std::int64_t n, std::int64_t v) {
   __shared__ float smem[kWarp];
   for (std::int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-    const std::int32_t target = targets[i];
-    if (!target_ok(target, v)) {  // uniform across the block: no thread reaches the barriers below
-      if (threadIdx.x == 0) atomicMin(first_bad, static_cast<unsigned long long>(i));
-      continue;
-    }
     const float* row = logits + i * v;
     float mx = -INFINITY;
     for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, row[j]);
@@ -36,7 +27,7 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const std::int
     if (threadIdx.x == 0) {
       const float l = mx + logf(sum);
       lse[i] = l;
-      losses[i] = l - row[target];
+      losses[i] = l - row[targets[i]];
     }
   }
 }
@@ -44,17 +35,12 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const std::int
 // One block per row, threads across the vocabulary. Every element is read
 // and then written by the same thread, so dlogits may alias logits.
 __global__ void cross_entropy_backward_kernel(const float* logits, const std::int32_t* targets, const float* lse,
-                                              float dloss, float* dlogits, std::int64_t n, std::int64_t v,
-                                              unsigned long long* first_bad) {
+                                              float dloss, float* dlogits, std::int64_t n, std::int64_t v) {
   for (std::int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-    const std::int32_t target = targets[i];
-    if (!target_ok(target, v)) {
-      if (threadIdx.x == 0) atomicMin(first_bad, static_cast<unsigned long long>(i));
-      continue;
-    }
     const float* row = logits + i * v;
     float* out = dlogits + i * v;
     const float l = lse[i];
+    const std::int32_t target = targets[i];
     for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x)
       out[j] = kern::cross_entropy_grad(row[j], l, j == target, dloss);
   }
@@ -63,20 +49,17 @@ __global__ void cross_entropy_backward_kernel(const float* logits, const std::in
 }  // namespace
 
 cudaError_t launch_cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses,
-                                         float* lse, std::int64_t n, std::int64_t v,
-                                         unsigned long long* first_bad, cudaStream_t stream) {
+                                         float* lse, std::int64_t n, std::int64_t v, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  cross_entropy_forward_kernel<<<grid_for(n, 1), kRowBlock, 0, stream>>>(logits, targets, losses, lse, n, v,
-                                                                         first_bad);
+  cross_entropy_forward_kernel<<<grid_for(n, 1), kRowBlock, 0, stream>>>(logits, targets, losses, lse, n, v);
   return cudaGetLastError();
 }
 
 cudaError_t launch_cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* lse,
                                           float dloss, float* dlogits, std::int64_t n, std::int64_t v,
-                                          unsigned long long* first_bad, cudaStream_t stream) {
+                                          cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  cross_entropy_backward_kernel<<<grid_for(n, 1), kBlock, 0, stream>>>(logits, targets, lse, dloss, dlogits, n, v,
-                                                                       first_bad);
+  cross_entropy_backward_kernel<<<grid_for(n, 1), kBlock, 0, stream>>>(logits, targets, lse, dloss, dlogits, n, v);
   return cudaGetLastError();
 }
 

@@ -1,21 +1,18 @@
-// CUDA cross-entropy driver: launches, then reads back the first bad target
-// (one synchronisation per call) and throws as the CPU driver does.
+// CUDA cross-entropy driver: checks the targets on the device (one wait for
+// the check), throws as the CPU driver does, then launches the op.
 #include "core/cuda_check.h"
 #include "cuda_context.h"
-#include "first_bad_index.h"
+#include "index_check.h"
 #include "launch.h"
 #include "ops/backend_ops.h"
 
 namespace ht::ops::cuda {
 namespace {
 
-void throw_if_bad_target(const ht::cuda::FirstBadIndex& bad, const Tensor& targets, std::int64_t vocab,
-                         cudaStream_t stream) {
-  const std::int64_t i = bad.read();
-  if (i < 0) return;
-  throw Error(ErrorKind::kOutOfRange,
-              fmt::format("cross_entropy: target {} at row {} is outside the vocabulary [0, {})",
-                          ht::cuda::read_device_i32(targets.data<std::int32_t>(), i, stream), i, vocab));
+void check_targets(const Tensor& targets, std::int64_t vocab, cudaStream_t stream) {
+  if (const auto bad = ht::cuda::first_out_of_range(targets, vocab, stream))
+    throw Error(ErrorKind::kOutOfRange, fmt::format("cross_entropy: target {} at row {} is outside the vocabulary [0, {})",
+                                                    bad->value, bad->position, vocab));
 }
 
 }  // namespace
@@ -25,11 +22,9 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& 
   if (n == 0) return;
   const ht::cuda::DeviceGuard guard(logits.device());
   const cudaStream_t stream = ht::cuda::current_stream();
-  const ht::cuda::FirstBadIndex bad(logits.device(), stream);
+  check_targets(targets, v, stream);
   HT_CUDA_CHECK(ht::cuda::launch_cross_entropy_forward(logits.data<float>(), targets.data<std::int32_t>(),
-                                                       losses.data<float>(), lse.data<float>(), n, v,
-                                                       bad.device_word(), stream));
-  throw_if_bad_target(bad, targets, v, stream);
+                                                       losses.data<float>(), lse.data<float>(), n, v, stream));
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,
@@ -38,11 +33,10 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   if (n == 0) return;
   const ht::cuda::DeviceGuard guard(logits.device());
   const cudaStream_t stream = ht::cuda::current_stream();
-  const ht::cuda::FirstBadIndex bad(logits.device(), stream);
+  check_targets(targets, v, stream);
   HT_CUDA_CHECK(ht::cuda::launch_cross_entropy_backward(logits.data<float>(), targets.data<std::int32_t>(),
                                                         lse.data<float>(), dloss, dlogits.data<float>(), n, v,
-                                                        bad.device_word(), stream));
-  throw_if_bad_target(bad, targets, v, stream);
+                                                        stream));
 }
 
 }  // namespace ht::ops::cuda

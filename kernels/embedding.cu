@@ -1,27 +1,25 @@
-// CUDA token + position embedding. Forward gathers rows and reports bad ids
-// through a device word; backward scatters by token segments prepared on the
-// host (embedding_driver.cc), so repeated tokens add up in position order
-// without atomics.
+// CUDA token + position embedding, and the index range check it shares with
+// cross-entropy. Backward scatters by token segments prepared on the host
+// (embedding_driver.cc), so repeated tokens add up in position order without
+// atomics.
 #include "cuda_launch.cuh"
 #include "launch.h"
 
 namespace ht::cuda {
 namespace {
 
-// One block per position (grid-stride over positions), threads across the
-// channels. A bad id records its position with atomicMin — order-independent,
-// so the smallest bad position is reported whatever the scheduling — and its
-// row is skipped: the driver throws, so the output is never used.
-__global__ void embedding_forward_kernel(const std::int32_t* ids, const float* wte, const float* wpe, float* out,
-                                         std::int64_t n, std::int64_t t, std::int64_t c, std::int64_t vocab,
+__global__ void find_out_of_range_kernel(const std::int32_t* ids, std::int64_t n, std::int64_t limit,
                                          unsigned long long* first_bad) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+    if (ids[i] < 0 || ids[i] >= limit) atomicMin(first_bad, static_cast<unsigned long long>(i));
+}
+
+// One block per position (grid-stride over positions), threads across the
+// channels: coalesced row copies, no division per element.
+__global__ void embedding_forward_kernel(const std::int32_t* ids, const float* wte, const float* wpe, float* out,
+                                         std::int64_t n, std::int64_t t, std::int64_t c) {
   for (std::int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-    const std::int32_t id = ids[i];
-    if (id < 0 || id >= vocab) {
-      if (threadIdx.x == 0) atomicMin(first_bad, static_cast<unsigned long long>(i));
-      continue;
-    }
-    const float* e = wte + std::int64_t(id) * c;
+    const float* e = wte + std::int64_t(ids[i]) * c;
     float* o = out + i * c;
     if (wpe) {
       const float* pos = wpe + (i % t) * c;
@@ -63,12 +61,17 @@ __global__ void embedding_backward_wpe_kernel(const float* dout, float* dwpe, st
 
 }  // namespace
 
-cudaError_t launch_embedding_forward(const std::int32_t* ids, const float* wte, const float* wpe, float* out,
-                                     std::int64_t n, std::int64_t t, std::int64_t c, std::int64_t vocab,
+cudaError_t launch_find_out_of_range(const std::int32_t* ids, std::int64_t n, std::int64_t limit,
                                      unsigned long long* first_bad, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  // Launched even when c == 0: the ids are still checked, as on the CPU.
-  embedding_forward_kernel<<<grid_for(n, 1), kBlock, 0, stream>>>(ids, wte, wpe, out, n, t, c, vocab, first_bad);
+  find_out_of_range_kernel<<<grid_for(n), kBlock, 0, stream>>>(ids, n, limit, first_bad);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_embedding_forward(const std::int32_t* ids, const float* wte, const float* wpe, float* out,
+                                     std::int64_t n, std::int64_t t, std::int64_t c, cudaStream_t stream) {
+  if (n == 0 || c == 0) return cudaSuccess;
+  embedding_forward_kernel<<<grid_for(n, 1), kBlock, 0, stream>>>(ids, wte, wpe, out, n, t, c);
   return cudaGetLastError();
 }
 

@@ -1,12 +1,13 @@
-// CUDA embedding driver. Forward checks token ids on the device and throws
-// after the kernel; backward groups positions by token on the host, which
-// makes the scatter deterministic (and equal to the CPU's bits) without atomics.
+// CUDA embedding driver. Forward checks the token ids on the device before
+// the gather; backward brings them to the host, checks them there and groups
+// positions by token, which makes the scatter deterministic (and equal to the
+// CPU's bits) without atomics.
 #include <limits>
 #include <vector>
 
 #include "core/cuda_check.h"
 #include "cuda_context.h"
-#include "first_bad_index.h"
+#include "index_check.h"
 #include "launch.h"
 #include "ops/backend_ops.h"
 
@@ -65,12 +66,11 @@ void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wp
   if (n == 0) return;
   const ht::cuda::DeviceGuard guard(tokens.device());
   const cudaStream_t stream = ht::cuda::current_stream();
-  const ht::cuda::FirstBadIndex bad(tokens.device(), stream);
-  const std::int32_t* ids = tokens.data<std::int32_t>();
-  HT_CUDA_CHECK(ht::cuda::launch_embedding_forward(ids, wte.data<float>(), wpe.defined() ? wpe.data<float>() : nullptr,
-                                                   out.data<float>(), n, t, c, vocab, bad.device_word(), stream));
-  const std::int64_t i = bad.read();
-  if (i >= 0) throw_bad_token(ht::cuda::read_device_i32(ids, i, stream), i, t, vocab);
+  if (const auto bad = ht::cuda::first_out_of_range(tokens, vocab, stream))
+    throw_bad_token(bad->value, bad->position, t, vocab);
+  HT_CUDA_CHECK(ht::cuda::launch_embedding_forward(tokens.data<std::int32_t>(), wte.data<float>(),
+                                                   wpe.defined() ? wpe.data<float>() : nullptr, out.data<float>(), n,
+                                                   t, c, stream));
 }
 
 void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, Tensor& dwpe) {

@@ -69,12 +69,14 @@ cudaError_t launch_causal_softmax_backward(const float* probs, float* dscores, s
 
 // embedding.cu ------------------------------------------------------------
 
-/// out (n, c) = wte[ids] + wpe[i % t] (wpe may be null). An id outside
-/// [0, vocab) leaves its row unwritten and lowers *first_bad (initialised to
-/// all ones by the caller) to its position with atomicMin.
-cudaError_t launch_embedding_forward(const std::int32_t* ids, const float* wte, const float* wpe, float* out,
-                                     std::int64_t n, std::int64_t t, std::int64_t c, std::int64_t vocab,
+/// *first_bad = min(*first_bad, i) over the positions i whose id lies outside
+/// [0, limit) (atomicMin, so the result does not depend on scheduling); the
+/// caller initialises *first_bad to all ones. Shared with cross-entropy.
+cudaError_t launch_find_out_of_range(const std::int32_t* ids, std::int64_t n, std::int64_t limit,
                                      unsigned long long* first_bad, cudaStream_t stream);
+/// out (n, c) = wte[ids] + wpe[i % t] (wpe may be null); ids already checked.
+cudaError_t launch_embedding_forward(const std::int32_t* ids, const float* wte, const float* wpe, float* out,
+                                     std::int64_t n, std::int64_t t, std::int64_t c, cudaStream_t stream);
 /// dwte[seg_token[s]] += dout rows order[seg_start[s] .. seg_start[s+1]) in
 /// that order, for each of `segments` segments (distinct tokens).
 cudaError_t launch_embedding_backward_wte(const float* dout, const std::int32_t* order,
@@ -86,15 +88,13 @@ cudaError_t launch_embedding_backward_wpe(const float* dout, float* dwpe, std::i
 
 // cross_entropy.cu --------------------------------------------------------
 
-/// losses, lse (n) from logits (n, v). A target outside [0, v) lowers
-/// *first_bad to its row with atomicMin and leaves that row's loss unwritten.
+/// losses, lse (n) from logits (n, v); targets already checked.
 cudaError_t launch_cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses,
-                                         float* lse, std::int64_t n, std::int64_t v,
-                                         unsigned long long* first_bad, cudaStream_t stream);
-/// dlogits (n, v), which may alias logits; bad targets as in forward.
+                                         float* lse, std::int64_t n, std::int64_t v, cudaStream_t stream);
+/// dlogits (n, v), which may alias logits; targets already checked.
 cudaError_t launch_cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* lse,
                                           float dloss, float* dlogits, std::int64_t n, std::int64_t v,
-                                          unsigned long long* first_bad, cudaStream_t stream);
+                                          cudaStream_t stream);
 
 // cast.cu -----------------------------------------------------------------
 

@@ -1,0 +1,568 @@
+// Every op on CUDA against the CPU driver, its reference: one table of cases,
+// each building the same seeded inputs on both devices, running the op and
+// comparing every output with a tolerance scaled to the values (bit-exact
+// where both drivers do the same rounding steps in the same order). Plus index
+// range errors and run-to-run determinism of the reductions. Skips visibly
+// without a device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <iterator>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ht/core/device.h"
+#include "ht/ops/attention.h"
+#include "ht/ops/cast.h"
+#include "ht/ops/cross_entropy.h"
+#include "ht/ops/elementwise.h"
+#include "ht/ops/embedding.h"
+#include "ht/ops/layernorm.h"
+#include "ht/ops/matmul.h"
+#include "ht/ops/optimizer_update.h"
+#include "test_util.h"
+
+namespace ht {
+namespace {
+
+using test::nan_tensor;
+using test::random_tensor;
+
+/// Named outputs of one run, on the device that computed them.
+using Outputs = std::vector<std::pair<std::string, Tensor>>;
+
+struct Case {
+  std::string name;  // letters, digits and '_' (a gtest name)
+  /// Builds the inputs from a fixed seed (so both devices see the same
+  /// values), runs the op on `device` and returns its outputs.
+  std::function<Outputs(Device)> run;
+  /// Tolerance relative to each value and to the output's scale (see
+  /// test::all_close); 0 demands the same bits.
+  double rtol;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+// ---------------------------------------------------------------------------
+// Input helpers: host tensors built from an rng, then copied to the device.
+
+Tensor ids_tensor(const Shape& shape, std::int64_t vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<std::int32_t> dist(0, std::int32_t(vocab - 1));
+  std::vector<std::int32_t> v(std::size_t(shape_numel(shape)));
+  for (auto& x : v) x = dist(rng);
+  return Tensor::from_vector(v, shape);
+}
+
+/// A host tensor of `dtype` holding `values` rounded to it.
+Tensor host_of(const std::vector<float>& values, const Shape& shape, DType dtype) {
+  Tensor f = Tensor::from_vector(values, shape);
+  if (dtype == DType::kF32) return f;
+  Tensor t = Tensor::empty(shape, dtype);
+  ops::cast(f, t);
+  return t;
+}
+
+/// Values that exercise every rounding path of f16 and bf16: ties, f16
+/// subnormals and underflow, overflow to inf, signed zeros, inf and NaN.
+std::vector<float> special_floats(std::size_t n, std::mt19937& rng) {
+  const float fixed[] = {0.f,       -0.f,      1.f,        -1.f,      65504.f,   65520.f,    -65536.f, 1e-8f,
+                         -3e-7f,    6.1e-5f,   5.96e-8f,   2.9e-8f,   1.00048828125f, 1.0009765625f, 3.3895314e38f,
+                         1e-40f,    INFINITY,  -INFINITY,  NAN,       -NAN,      1.00390625f, 1.01171875f};
+  std::vector<float> v = test::random_floats(n, rng, -70000.f, 70000.f);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i % 3 == 0) v[i] = fixed[(i / 3) % std::size(fixed)];
+    if (i % 3 == 1) v[i] = std::ldexp(v[i], -int(i % 40));  // small magnitudes too
+  }
+  return v;
+}
+
+// ---------------------------------------------------------------------------
+// Comparison
+
+::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "sizes differ: got " << got.size() << ", want " << want.size();
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0)
+      return ::testing::AssertionFailure() << "element " << i << " of " << got.size() << ": got " << got[i]
+                                           << ", want " << want[i] << " (bits differ)";
+  return ::testing::AssertionSuccess();
+}
+
+void expect_outputs_match(const Outputs& want, const Outputs& got, double rtol) {
+  ASSERT_EQ(want.size(), got.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE("output '" + want[i].first + "'");
+    const Tensor& w = want[i].second;
+    const Tensor& g = got[i].second;
+    ASSERT_EQ(w.shape(), g.shape());
+    ASSERT_EQ(w.dtype(), g.dtype());
+    EXPECT_TRUE(g.device().is_cuda());
+    // f16/bf16 -> float is exact and one-to-one, so comparing floats compares
+    // the stored bits.
+    const std::vector<float> wv = w.to_vector<float>(), gv = g.to_vector<float>();
+    if (rtol == 0)
+      EXPECT_TRUE(same_bits(gv, wv));
+    else
+      EXPECT_TRUE(test::all_close(gv, test::to_double(wv), rtol));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The table
+
+std::string dims_name(std::initializer_list<std::int64_t> dims) {
+  std::string s;
+  for (auto d : dims) s += (s.empty() ? "" : "x") + std::to_string(d);
+  return s;
+}
+
+std::string dtype_tag(DType t) { return std::string(dtype_name(t)); }
+
+void add_matmul_cases(std::vector<Case>& cases) {
+  struct Size {
+    std::int64_t batch, m, n, k;
+    bool batched;
+  };
+  const Size sizes[] = {{1, 0, 3, 5, false}, {1, 1, 1, 1, false},  {1, 7, 5, 33, false}, {1, 65, 129, 31, false},
+                        {1, 4, 3, 0, false}, {3, 17, 5, 9, true}, {0, 4, 4, 4, true},   {2, 33, 1, 64, true}};
+  for (const Size& s : sizes)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (float beta : {0.f, 0.5f}) {
+          const ops::MatmulOptions o{ta == 1, tb == 1, 1.25f, beta};
+          for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+            // 16-bit cases once per size and transpose pair, to keep the table short.
+            if (dt != DType::kF32 && beta != 0.5f) continue;
+            const std::string name = "matmul_" + dtype_tag(dt) + "_" + dims_name({s.batch, s.m, s.n, s.k}) +
+                                     (s.batched ? "_batched" : "") + "_ta" + std::to_string(ta) + "_tb" +
+                                     std::to_string(tb) + (beta == 0.f ? "_beta0" : "_beta");
+            auto run = [s, o, dt](Device dev) {
+              std::mt19937 rng(11);
+              Shape sa = o.trans_a ? Shape{s.k, s.m} : Shape{s.m, s.k};
+              Shape sb = o.trans_b ? Shape{s.n, s.k} : Shape{s.k, s.n};
+              Shape sc{s.m, s.n};
+              if (s.batched)
+                for (Shape* x : {&sa, &sb, &sc}) x->insert(x->begin(), s.batch);
+              const Tensor a = host_of(test::random_floats(std::size_t(shape_numel(sa)), rng), sa, dt);
+              const Tensor b = host_of(test::random_floats(std::size_t(shape_numel(sb)), rng), sb, dt);
+              // beta == 0 must overwrite C, whose old contents may be NaN.
+              const std::vector<float> c0 =
+                  o.beta == 0.f ? std::vector<float>(std::size_t(shape_numel(sc)), NAN)
+                                : test::random_floats(std::size_t(shape_numel(sc)), rng);
+              const Tensor c = host_of(c0, sc, dt);
+              if (dev.is_cpu() && dt != DType::kF32) {
+                // The CPU computes in f32 only: multiply the 16-bit values
+                // exactly widened, then round the result to the 16-bit type.
+                auto widen = [](const Tensor& t) {
+                  Tensor f = Tensor::empty(t.shape(), DType::kF32);
+                  ops::cast(t, f);
+                  return f;
+                };
+                Tensor cf = widen(c);
+                ops::matmul(widen(a), widen(b), cf, o);
+                Tensor out = Tensor::empty(sc, dt);
+                ops::cast(cf, out);
+                return Outputs{{"c", out}};
+              }
+              Tensor cd = c.to(dev);
+              ops::matmul(a.to(dev), b.to(dev), cd, o);
+              return Outputs{{"c", cd}};
+            };
+            // f32: cuBLAS with f32 compute differs from OpenBLAS by summation
+            // order only. 16-bit: one rounding of the result, at most.
+            const double rtol = dt == DType::kF32 ? 1e-5 : dt == DType::kF16 ? 2e-3 : 1.6e-2;
+            cases.push_back({name, run, rtol});
+          }
+        }
+}
+
+void add_elementwise_cases(std::vector<Case>& cases) {
+  for (std::int64_t n : {0, 1, 1000, 300007}) {
+    const std::string dims = std::to_string(n);
+    cases.push_back({"add_" + dims,
+                     [n](Device dev) {
+                       std::mt19937 rng(1);
+                       const Tensor a = random_tensor({n}, rng).to(dev), b = random_tensor({n}, rng).to(dev);
+                       Tensor out = nan_tensor({n}).to(dev);
+                       ops::add(a, b, out);
+                       Tensor in_place = a.clone();  // out aliasing a
+                       ops::add(in_place, b, in_place);
+                       return Outputs{{"out", out}, {"in_place", in_place}};
+                     },
+                     0});
+    cases.push_back({"scale_" + dims,
+                     [n](Device dev) {
+                       std::mt19937 rng(2);
+                       Tensor x = random_tensor({n}, rng).to(dev);
+                       ops::scale(x, -0.37f);
+                       return Outputs{{"x", x}};
+                     },
+                     0});
+    cases.push_back({"gelu_" + dims,
+                     [n](Device dev) {
+                       std::mt19937 rng(3);
+                       const Tensor x = random_tensor({n}, rng, -6.f, 6.f).to(dev);
+                       const Tensor dy = random_tensor({n}, rng).to(dev);
+                       Tensor y = nan_tensor({n}).to(dev), dx = nan_tensor({n}).to(dev);
+                       ops::gelu_forward(x, y);
+                       ops::gelu_backward(x, dy, dx);
+                       Tensor y_in_place = x.clone(), dx_in_place = dy.clone();  // y aliasing x, dx aliasing dy
+                       ops::gelu_forward(y_in_place, y_in_place);
+                       ops::gelu_backward(x, dx_in_place, dx_in_place);
+                       return Outputs{{"y", y}, {"dx", dx}, {"y_in_place", y_in_place}, {"dx_in_place", dx_in_place}};
+                     },
+                     // tanhf differs by an ulp or two between glibc and CUDA,
+                     // and nvcc may fuse multiply-adds.
+                     2e-6});
+  }
+  struct Size {
+    std::int64_t rows, c;
+  };
+  for (Size s : {Size{0, 5}, Size{1, 1}, Size{37, 33}, Size{1000, 769}, Size{3, 100}}) {
+    const std::string dims = dims_name({s.rows, s.c});
+    cases.push_back({"bias_add_" + dims,
+                     [s](Device dev) {
+                       std::mt19937 rng(4);
+                       // y as (2, rows, c) on a batched view: bias broadcasts over all leading dims.
+                       Tensor y = random_tensor({2, s.rows, s.c}, rng).to(dev);
+                       const Tensor bias = random_tensor({s.c}, rng).to(dev);
+                       ops::bias_add(y, bias);
+                       return Outputs{{"y", y}};
+                     },
+                     0});
+    cases.push_back({"bias_grad_" + dims,
+                     [s](Device dev) {
+                       std::mt19937 rng(5);
+                       const Tensor dy = random_tensor({s.rows, s.c}, rng).to(dev);
+                       Tensor dbias = random_tensor({s.c}, rng).to(dev);  // accumulates
+                       ops::bias_grad(dy, dbias);
+                       return Outputs{{"dbias", dbias}};
+                     },
+                     1e-6});
+  }
+}
+
+void add_layernorm_cases(std::vector<Case>& cases) {
+  struct Size {
+    std::int64_t n, c;
+  };
+  for (Size s : {Size{0, 8}, Size{1, 1}, Size{1, 31}, Size{37, 33}, Size{300, 768}, Size{5, 1000}}) {
+    cases.push_back({"layernorm_" + dims_name({s.n, s.c}),
+                     [s](Device dev) {
+                       std::mt19937 rng(6);
+                       const Tensor x = random_tensor({s.n, s.c}, rng, -2.f, 3.f).to(dev);
+                       const Tensor w = random_tensor({s.c}, rng).to(dev), b = random_tensor({s.c}, rng).to(dev);
+                       const Tensor dy = random_tensor({s.n, s.c}, rng).to(dev);
+                       Tensor y = nan_tensor({s.n, s.c}).to(dev), mean = nan_tensor({s.n}).to(dev),
+                              rstd = nan_tensor({s.n}).to(dev);
+                       ops::layernorm_forward(x, w, b, y, mean, rstd);
+                       Tensor dx = nan_tensor({s.n, s.c}).to(dev);
+                       Tensor dw = random_tensor({s.c}, rng).to(dev), db = random_tensor({s.c}, rng).to(dev);
+                       ops::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
+                       Tensor dx_in_place = dy.clone();  // dx aliasing dy
+                       Tensor dw2 = Tensor::zeros({s.c}, DType::kF32, dev), db2 = Tensor::zeros({s.c}, DType::kF32, dev);
+                       ops::layernorm_backward(dx_in_place, x, w, mean, rstd, dx_in_place, dw2, db2);
+                       return Outputs{{"y", y},   {"mean", mean}, {"rstd", rstd},           {"dx", dx},
+                                      {"dw", dw}, {"db", db},     {"dx_in_place", dx_in_place}, {"dw_in_place", dw2}};
+                     },
+                     1e-5});
+  }
+}
+
+void add_attention_cases(std::vector<Case>& cases) {
+  struct Size {
+    std::int64_t b, t, c;
+    int h;
+  };
+  for (Size s : {Size{1, 1, 8, 2}, Size{2, 7, 12, 3}, Size{3, 33, 64, 4}, Size{1, 65, 48, 2}, Size{2, 40, 8, 1},
+                 Size{0, 5, 8, 2}, Size{2, 0, 8, 2}}) {
+    cases.push_back({"attention_" + dims_name({s.b, s.t, s.c, s.h}),
+                     [s](Device dev) {
+                       std::mt19937 rng(7);
+                       const Tensor qkv = random_tensor({s.b, s.t, 3 * s.c}, rng, -2.f, 2.f).to(dev);
+                       const Tensor dout = random_tensor({s.b, s.t, s.c}, rng).to(dev);
+                       Tensor out = nan_tensor({s.b, s.t, s.c}).to(dev);
+                       Tensor probs = nan_tensor({s.b, s.h, s.t, s.t}).to(dev);  // zeros above the diagonal must be written
+                       ops::attention_forward(qkv, s.h, out, probs);
+                       Tensor dqkv = nan_tensor({s.b, s.t, 3 * s.c}).to(dev);
+                       ops::attention_backward(dout, qkv, probs, s.h, dqkv);
+                       return Outputs{{"out", out}, {"probs", probs}, {"dqkv", dqkv}};
+                     },
+                     1e-5});
+  }
+}
+
+void add_embedding_cases(std::vector<Case>& cases) {
+  struct Size {
+    std::int64_t b, t, c, vocab, t_max;  // t_max 0: no position table
+  };
+  for (Size s : {Size{2, 5, 33, 7, 9}, Size{1, 1, 1, 3, 1}, Size{3, 17, 100, 50, 17}, Size{4, 64, 40, 5, 0},
+                 Size{0, 4, 8, 5, 4}, Size{2, 3, 0, 5, 3}}) {
+    cases.push_back({"embedding_" + dims_name({s.b, s.t, s.c, s.vocab, s.t_max}),
+                     [s](Device dev) {
+                       std::mt19937 rng(8);
+                       // A small vocabulary: most ids repeat, which is what the
+                       // deterministic scatter must get right.
+                       const Tensor tokens = ids_tensor({s.b, s.t}, s.vocab, rng).to(dev);
+                       const Tensor wte = random_tensor({s.vocab, s.c}, rng).to(dev);
+                       const Tensor wpe = s.t_max ? random_tensor({s.t_max, s.c}, rng).to(dev) : Tensor();
+                       Tensor out = nan_tensor({s.b, s.t, s.c}).to(dev);
+                       ops::embedding_forward(tokens, wte, wpe, out);
+                       const Tensor dout = random_tensor({s.b, s.t, s.c}, rng).to(dev);
+                       Tensor dwte = random_tensor({s.vocab, s.c}, rng).to(dev);  // accumulates
+                       Tensor dwpe = s.t_max ? random_tensor({s.t_max, s.c}, rng).to(dev) : Tensor();
+                       ops::embedding_backward(dout, tokens, dwte, dwpe);
+                       Outputs o{{"out", out}, {"dwte", dwte}};
+                       if (s.t_max) o.emplace_back("dwpe", dwpe);
+                       return o;
+                     },
+                     // Both drivers add the same values in position order.
+                     0});
+  }
+}
+
+void add_cross_entropy_cases(std::vector<Case>& cases) {
+  struct Size {
+    std::int64_t n, v;
+  };
+  for (Size s : {Size{0, 10}, Size{1, 1}, Size{7, 33}, Size{37, 1000}, Size{3, 50257}}) {
+    cases.push_back({"cross_entropy_" + dims_name({s.n, s.v}),
+                     [s](Device dev) {
+                       std::mt19937 rng(9);
+                       const Tensor logits = random_tensor({s.n, s.v}, rng, -8.f, 8.f).to(dev);
+                       const Tensor targets = ids_tensor({s.n}, s.v, rng).to(dev);
+                       Tensor losses = nan_tensor({s.n}).to(dev), lse = nan_tensor({s.n}).to(dev);
+                       ops::cross_entropy_forward(logits, targets, losses, lse);
+                       const float dloss = s.n ? 1.f / float(s.n) : 1.f;
+                       Tensor dlogits = nan_tensor({s.n, s.v}).to(dev);
+                       ops::cross_entropy_backward(logits, targets, lse, dloss, dlogits);
+                       Tensor in_place = logits.clone();  // dlogits aliasing logits
+                       ops::cross_entropy_backward(in_place, targets, lse, dloss, in_place);
+                       return Outputs{{"losses", losses}, {"lse", lse}, {"dlogits", dlogits}, {"in_place", in_place}};
+                     },
+                     1e-5});
+  }
+}
+
+void add_precision_cases(std::vector<Case>& cases) {
+  const DType floats[] = {DType::kF32, DType::kF16, DType::kBF16};
+  for (DType from : floats)
+    for (DType to : floats)
+      for (std::int64_t n : {0, 1, 4099}) {
+        cases.push_back({"cast_" + dtype_tag(from) + "_to_" + dtype_tag(to) + "_" + std::to_string(n),
+                         [from, to, n](Device dev) {
+                           std::mt19937 rng(10);
+                           const Tensor src = host_of(special_floats(std::size_t(n), rng), {n}, from).to(dev);
+                           Tensor dst = host_of(std::vector<float>(std::size_t(n), NAN), {n}, to).to(dev);
+                           ops::cast(src, dst);
+                           return Outputs{{"dst", dst}};
+                         },
+                         0});
+      }
+  for (DType dt : floats)
+    for (std::int64_t n : {0, 1, 100003}) {
+      const std::string tag = dtype_tag(dt) + "_" + std::to_string(n);
+      cases.push_back({"scale_and_check_finite_" + tag,
+                       [dt, n](Device dev) {
+                         std::mt19937 rng(12);
+                         std::vector<float> v = test::random_floats(std::size_t(n), rng, -100.f, 100.f);
+                         Tensor finite = host_of(v, {n}, dt).to(dev);
+                         Tensor flag_finite = Tensor::zeros({1}, DType::kF32, dev);
+                         ops::scale_and_check_finite(finite, 0.125f, flag_finite);
+                         // A scale that overflows 16-bit types (f32 stays finite), and a NaN.
+                         Tensor overflow = host_of(v, {n}, dt).to(dev);
+                         Tensor flag_overflow = Tensor::zeros({1}, DType::kF32, dev);
+                         ops::scale_and_check_finite(overflow, 4096.f, flag_overflow);
+                         if (n > 0) v[std::size_t(n / 2)] = NAN;
+                         Tensor with_nan = host_of(v, {n}, dt).to(dev);
+                         Tensor flag_nan = Tensor::zeros({1}, DType::kF32, dev);
+                         ops::scale_and_check_finite(with_nan, 0.5f, flag_nan);
+                         // The flag is never reset: a finite tensor leaves an earlier 1.
+                         Tensor sticky = Tensor::zeros({1}, DType::kF32, dev);
+                         sticky.fill_(1.f);
+                         Tensor again = host_of(test::random_floats(std::size_t(n), rng), {n}, dt).to(dev);
+                         ops::scale_and_check_finite(again, 2.f, sticky);
+                         return Outputs{{"finite", finite},       {"flag_finite", flag_finite},
+                                        {"overflow", overflow},   {"flag_overflow", flag_overflow},
+                                        {"with_nan", with_nan},   {"flag_nan", flag_nan},
+                                        {"sticky", sticky}};
+                       },
+                       0});
+      cases.push_back({"sum_squares_" + tag,
+                       [dt, n](Device dev) {
+                         std::mt19937 rng(13);
+                         const Tensor x = host_of(test::random_floats(std::size_t(n), rng, -3.f, 3.f), {n}, dt).to(dev);
+                         Tensor acc = Tensor::zeros({1}, DType::kF32, dev);
+                         acc.fill_(1.5f);  // accumulates
+                         ops::sum_squares(x, acc);
+                         return Outputs{{"acc", acc}};
+                       },
+                       // Both sum in double; only the final rounding to f32 can differ.
+                       1e-6});
+    }
+}
+
+void add_optimizer_cases(std::vector<Case>& cases) {
+  for (DType gt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (std::int64_t n : {0, 1, 70001}) {
+      const std::string tag = dtype_tag(gt) + "_" + std::to_string(n);
+      cases.push_back({"adamw_" + tag,
+                       [gt, n](Device dev) {
+                         std::mt19937 rng(14);
+                         Tensor p = random_tensor({n}, rng).to(dev);
+                         const Tensor g = host_of(test::random_floats(std::size_t(n), rng, -4.f, 4.f), {n}, gt).to(dev);
+                         Tensor m = random_tensor({n}, rng, -0.1f, 0.1f).to(dev);
+                         Tensor v = random_tensor({n}, rng, 0.f, 0.1f).to(dev);
+                         ops::AdamWHyper h;
+                         h.lr = 3e-3f;
+                         h.weight_decay = 0.1f;
+                         h.step = 7;
+                         h.grad_scale = 0.25f;
+                         ops::adamw_update(p, g, m, v, h);
+                         return Outputs{{"param", p}, {"exp_avg", m}, {"exp_avg_sq", v}};
+                       },
+                       1e-5});
+      for (int variant = 0; variant < 3; ++variant) {
+        cases.push_back({"sgd_" + tag + "_variant" + std::to_string(variant),
+                         [gt, n, variant](Device dev) {
+                           std::mt19937 rng(15);
+                           Tensor p = random_tensor({n}, rng).to(dev);
+                           const Tensor g = host_of(test::random_floats(std::size_t(n), rng), {n}, gt).to(dev);
+                           ops::SgdHyper h;
+                           h.lr = 0.05f;
+                           h.weight_decay = 0.01f;
+                           h.grad_scale = 0.5f;
+                           Tensor buf;  // undefined without momentum
+                           if (variant > 0) {
+                             h.momentum = 0.9f;
+                             h.nesterov = variant == 2;
+                             h.first_step = variant == 1;
+                             buf = random_tensor({n}, rng).to(dev);
+                           }
+                           ops::sgd_update(p, g, buf, h);
+                           Outputs o{{"param", p}};
+                           if (buf.defined()) o.emplace_back("momentum_buf", buf);
+                           return o;
+                         },
+                         1e-6});
+      }
+    }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  add_matmul_cases(cases);
+  add_elementwise_cases(cases);
+  add_layernorm_cases(cases);
+  add_attention_cases(cases);
+  add_embedding_cases(cases);
+  add_cross_entropy_cases(cases);
+  add_precision_cases(cases);
+  add_optimizer_cases(cases);
+  return cases;
+}
+
+class OpsCudaTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(OpsCudaTest, MatchesCpu) {
+  if (ht::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Case& c = GetParam();
+  const Outputs want = c.run(Device::cpu());
+  const Outputs got = c.run(Device::cuda());
+  expect_outputs_match(want, got, c.rtol);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, OpsCudaTest, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// ---------------------------------------------------------------------------
+// Index range errors: the same ht::Error kind and message as the CPU driver.
+
+TEST(OpsCudaErrors, EmbeddingRejectsTokenOutsideVocabulary) {
+  if (ht::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Device dev = Device::cuda();
+  const std::int64_t vocab = 7, c = 4;
+  std::vector<std::int32_t> ids(2 * 5, 1);
+  ids[1 * 5 + 2] = 7;   // batch row 1, position 2: the first bad one
+  ids[1 * 5 + 4] = -3;  // a later bad one must not be the one reported
+  const Tensor tokens = Tensor::from_vector(ids, {2, 5}).to(dev);
+  const Tensor wte = Tensor::zeros({vocab, c}, DType::kF32, dev);
+  Tensor out = Tensor::zeros({2, 5, c}, DType::kF32, dev);
+  EXPECT_TRUE(test::throws_error([&] { ops::embedding_forward(tokens, wte, Tensor(), out); }, ErrorKind::kOutOfRange,
+                                 {"token id 7", "batch row 1", "position 2", "[0, 7)"}));
+  Tensor dwte = Tensor::zeros({vocab, c}, DType::kF32, dev);
+  Tensor no_wpe;
+  EXPECT_TRUE(test::throws_error([&] { ops::embedding_backward(out, tokens, dwte, no_wpe); }, ErrorKind::kOutOfRange,
+                                 {"token id 7", "batch row 1", "position 2"}));
+  // Nothing was written before the throw.
+  for (float x : dwte.to_vector<float>()) EXPECT_EQ(x, 0.f);
+  for (float x : out.to_vector<float>()) EXPECT_EQ(x, 0.f);
+}
+
+TEST(OpsCudaErrors, CrossEntropyRejectsTargetOutsideVocabulary) {
+  if (ht::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Device dev = Device::cuda();
+  std::vector<std::int32_t> tg = {0, 2, 1, -1, 5};
+  const Tensor targets = Tensor::from_vector(tg, {5}).to(dev);
+  const Tensor logits = Tensor::zeros({5, 3}, DType::kF32, dev);
+  Tensor losses = Tensor::zeros({5}, DType::kF32, dev), lse = Tensor::zeros({5}, DType::kF32, dev);
+  EXPECT_TRUE(test::throws_error([&] { ops::cross_entropy_forward(logits, targets, losses, lse); },
+                                 ErrorKind::kOutOfRange, {"target -1 at row 3", "[0, 3)"}));
+  Tensor dlogits = Tensor::zeros({5, 3}, DType::kF32, dev);
+  EXPECT_TRUE(test::throws_error([&] { ops::cross_entropy_backward(logits, targets, lse, 1.f, dlogits); },
+                                 ErrorKind::kOutOfRange, {"target -1 at row 3"}));
+}
+
+// ---------------------------------------------------------------------------
+// Determinism: the reductions give the same bits on every run.
+
+TEST(OpsCudaDeterminism, ReductionsRepeatBitForBit) {
+  if (ht::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Device dev = Device::cuda();
+  auto run_once = [&] {
+    std::mt19937 rng(16);
+    const std::int64_t rows = 4096, c = 200, vocab = 3;
+    const Tensor dy = random_tensor({rows, c}, rng).to(dev);
+    const Tensor x = random_tensor({rows, c}, rng).to(dev);
+    const Tensor w = random_tensor({c}, rng).to(dev), b = random_tensor({c}, rng).to(dev);
+    Outputs o;
+    Tensor dbias = Tensor::zeros({c}, DType::kF32, dev);
+    ops::bias_grad(dy, dbias);
+    o.emplace_back("dbias", dbias);
+    Tensor y = Tensor::empty({rows, c}, DType::kF32, dev), mean = Tensor::empty({rows}, DType::kF32, dev),
+           rstd = Tensor::empty({rows}, DType::kF32, dev);
+    ops::layernorm_forward(x, w, b, y, mean, rstd);
+    Tensor dx = Tensor::empty({rows, c}, DType::kF32, dev);
+    Tensor dw = Tensor::zeros({c}, DType::kF32, dev), db = Tensor::zeros({c}, DType::kF32, dev);
+    ops::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
+    o.emplace_back("dw", dw);
+    o.emplace_back("db", db);
+    // Three token ids over 4096 positions: every id repeats about 1365 times.
+    const Tensor tokens = ids_tensor({8, rows / 8}, vocab, rng).to(dev);
+    Tensor dwte = Tensor::zeros({vocab, c}, DType::kF32, dev);
+    Tensor dwpe = Tensor::zeros({rows / 8, c}, DType::kF32, dev);
+    ops::embedding_backward(dy.view({8, rows / 8, c}), tokens, dwte, dwpe);
+    o.emplace_back("dwte", dwte);
+    o.emplace_back("dwpe", dwpe);
+    Tensor acc = Tensor::zeros({1}, DType::kF32, dev);
+    ops::sum_squares(dy, acc);
+    o.emplace_back("sum_squares", acc);
+    return o;
+  };
+  const Outputs first = run_once();
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    const Outputs again = run_once();
+    for (std::size_t i = 0; i < first.size(); ++i) {
+      SCOPED_TRACE("output '" + first[i].first + "'");
+      EXPECT_TRUE(same_bits(again[i].second.to_vector<float>(), first[i].second.to_vector<float>()));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ht
