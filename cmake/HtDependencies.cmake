@@ -49,7 +49,9 @@ endif()
 if(HT_HAVE_CUDA)
   set(CMAKE_CUDA_ARCHITECTURES ${HT_CUDA_ARCHITECTURES})
   enable_language(CUDA)
-  set(CMAKE_CUDA_STANDARD 20)
+  # CMake 3.25 cannot hand C++20 to nvcc; the .cu files hold only kernels and
+  # launchers over raw pointers (kernels/launch.h) and need nothing newer than 17.
+  set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   add_library(ht_nccl INTERFACE)
   target_include_directories(ht_nccl SYSTEM INTERFACE ${HT_NCCL_INCLUDE_DIR})

@@ -53,14 +53,21 @@ class Error : public std::runtime_error {
   std::source_location where_;
 };
 
+// Constructors are spelled out rather than inherited (`using Error::Error`):
+// nvcc 13's front end crashes on an inherited constructor whose default
+// argument is std::source_location::current().
 class CommError : public Error {
  public:
-  using Error::Error;
+  CommError(ErrorKind kind, const std::string& message, std::source_location where = std::source_location::current(),
+            std::string native = {})
+      : Error(kind, message, where, std::move(native)) {}
 };
 
 class IoError : public Error {
  public:
-  using Error::Error;
+  IoError(ErrorKind kind, const std::string& message, std::source_location where = std::source_location::current(),
+          std::string native = {})
+      : Error(kind, message, where, std::move(native)) {}
 };
 
 /// Sets the rank and host that every later error names (the comm layer calls
