@@ -1,0 +1,77 @@
+// MeshLayout: rank <-> (tp, dp, pp) arithmetic.
+#include "ht/comm/mesh_layout.h"
+
+#include <fmt/format.h>
+
+#include "ht/core/error.h"
+
+namespace ht::comm {
+
+std::string axis_name(MeshAxis axis) {
+  switch (axis) {
+    case MeshAxis::kTp: return "tp";
+    case MeshAxis::kDp: return "dp";
+    case MeshAxis::kPp: return "pp";
+  }
+  return "?";
+}
+
+MeshLayout::MeshLayout(int world_size, int tp, int pp) : world_(world_size), tp_(tp), pp_(pp) {
+  HT_CHECK(world_size > 0 && tp > 0 && pp > 0, ErrorKind::kConfig,
+           "mesh sizes must be positive: world {}, tp {}, pp {}", world_size, tp, pp);
+  if (world_size % (tp * pp) != 0) {
+    std::vector<std::string> choices;
+    for (int t = 1; t <= world_size; ++t)
+      for (int p = 1; t * p <= world_size; ++p)
+        if (world_size % (t * p) == 0) choices.push_back(fmt::format("tp{}xpp{}", t, p));
+    throw Error(ErrorKind::kConfig,
+                fmt::format("tp={} x pp={} = {} does not divide the world size {}: choose one of {}, or run on a "
+                            "multiple of {} ranks",
+                            tp, pp, tp * pp, world_size, fmt::join(choices, " "), tp * pp));
+  }
+  dp_ = world_size / (tp * pp);
+}
+
+int MeshLayout::size(MeshAxis axis) const {
+  switch (axis) {
+    case MeshAxis::kTp: return tp_;
+    case MeshAxis::kDp: return dp_;
+    case MeshAxis::kPp: return pp_;
+  }
+  return 1;
+}
+
+MeshCoord MeshLayout::coord(int rank) const {
+  HT_CHECK(rank >= 0 && rank < world_, ErrorKind::kOutOfRange, "rank {} outside a world of {}", rank, world_);
+  return {rank % tp_, (rank / tp_) % dp_, rank / (tp_ * dp_)};
+}
+
+int MeshLayout::rank(const MeshCoord& c) const {
+  HT_CHECK(c.tp >= 0 && c.tp < tp_ && c.dp >= 0 && c.dp < dp_ && c.pp >= 0 && c.pp < pp_, ErrorKind::kOutOfRange,
+           "mesh coordinate (tp {}, dp {}, pp {}) outside {}", c.tp, c.dp, c.pp, str());
+  return c.tp + tp_ * (c.dp + dp_ * c.pp);
+}
+
+std::vector<int> MeshLayout::group(int rank, MeshAxis axis) const {
+  MeshCoord c = coord(rank);
+  std::vector<int> out;
+  for (int i = 0; i < size(axis); ++i) {
+    (axis == MeshAxis::kTp ? c.tp : axis == MeshAxis::kDp ? c.dp : c.pp) = i;
+    out.push_back(this->rank(c));
+  }
+  return out;
+}
+
+int MeshLayout::group_index(int rank, MeshAxis axis) const {
+  const MeshCoord c = coord(rank);
+  switch (axis) {
+    case MeshAxis::kTp: return c.dp + dp_ * c.pp;
+    case MeshAxis::kDp: return c.tp + tp_ * c.pp;
+    case MeshAxis::kPp: return c.tp + tp_ * c.dp;
+  }
+  return 0;
+}
+
+std::string MeshLayout::str() const { return fmt::format("pp{} x dp{} x tp{}", pp_, dp_, tp_); }
+
+}  // namespace ht::comm

@@ -1,0 +1,62 @@
+// MeshLayout, exhaustively: every rank of every layout up to 16 ranks.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "ht/comm/mesh_layout.h"
+#include "test_util.h"
+
+namespace ht::comm {
+namespace {
+
+TEST(MeshLayout, WorkedExampleFromTheHeader) {
+  const MeshLayout m(8, 2, 2);
+  EXPECT_EQ(m.dp(), 2);
+  EXPECT_EQ(m.coord(5), (MeshCoord{1, 0, 1}));
+  EXPECT_EQ(m.group(5, MeshAxis::kTp), (std::vector<int>{4, 5}));
+  EXPECT_EQ(m.group(5, MeshAxis::kDp), (std::vector<int>{5, 7}));
+  EXPECT_EQ(m.group(5, MeshAxis::kPp), (std::vector<int>{1, 5}));
+  EXPECT_EQ(m.str(), "pp2 x dp2 x tp2");
+}
+
+TEST(MeshLayout, EveryLayoutPartitionsTheWorldAlongEachAxis) {
+  for (int world = 1; world <= 16; ++world)
+    for (int tp = 1; tp <= world; ++tp)
+      for (int pp = 1; tp * pp <= world; ++pp) {
+        if (world % (tp * pp) != 0) continue;
+        const MeshLayout m(world, tp, pp);
+        EXPECT_EQ(m.tp() * m.dp() * m.pp(), world);
+        for (MeshAxis axis : {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp}) {
+          std::set<int> covered;
+          std::set<int> colours;
+          for (int r = 0; r < world; ++r) {
+            EXPECT_EQ(m.rank(m.coord(r)), r);
+            const auto g = m.group(r, axis);
+            ASSERT_EQ(int(g.size()), m.size(axis));
+            EXPECT_NE(std::find(g.begin(), g.end(), r), g.end());
+            colours.insert(m.group_index(r, axis));
+            for (int q : g) {
+              EXPECT_EQ(m.group(q, axis), g) << "groups must agree between members";
+              EXPECT_EQ(m.group_index(q, axis), m.group_index(r, axis));
+            }
+            covered.insert(g.begin(), g.end());
+          }
+          EXPECT_EQ(int(covered.size()), world);
+          EXPECT_EQ(int(colours.size()), world / m.size(axis));
+        }
+        // tp groups are runs of consecutive ranks.
+        for (int r = 0; r < world; ++r) {
+          const auto g = m.group(r, MeshAxis::kTp);
+          for (std::size_t i = 1; i < g.size(); ++i) EXPECT_EQ(g[i], g[i - 1] + 1);
+        }
+      }
+}
+
+TEST(MeshLayout, SizesThatDoNotDivideAreAClearError) {
+  EXPECT_TRUE(test::throws_error([] { MeshLayout(6, 4, 1); }, ErrorKind::kConfig,
+                                 {"tp=4 x pp=1 = 4 does not divide the world size 6", "tp2xpp1", "tp3xpp2"}));
+  EXPECT_TRUE(test::throws_error([] { MeshLayout(4, 0, 1); }, ErrorKind::kConfig, {"positive"}));
+}
+
+}  // namespace
+}  // namespace ht::comm
