@@ -1,0 +1,54 @@
+// ht::comm::Work: the handle of one enqueued communication operation.
+//
+// Contract (as c10d's Work): a collective call returns at once with a Work;
+// the operation runs on the communicator's own thread (MPI) or stream
+// (NCCL), overlapping the caller's compute. The output tensor must not be
+// read, and the input not written, until wait() returns.
+//
+// wait() blocks until the operation has completed or its deadline (enqueue
+// time + the communicator's timeout) has passed. On a deadline it throws
+// CommTimeout naming the operation, group, sequence number, element count
+// and which ranks did and did not arrive; on a failure it rethrows the
+// CommError the communication thread stored. After either, the communicator
+// is aborted: every later call throws. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ht/core/error.h"
+
+namespace ht::comm {
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Blocks until done; throws CommTimeout or CommError as above.
+  virtual void wait() = 0;
+  /// Non-blocking: true once done; throws like wait() if it failed or the
+  /// deadline has passed.
+  virtual bool test() = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+/// A collective that missed its deadline. Recoverable by the resilience layer
+/// (restart from a checkpoint), not by retrying the call.
+class CommTimeout : public CommError {
+ public:
+  CommTimeout(const std::string& message, std::vector<int> arrived, std::vector<int> missing,
+              std::source_location where = std::source_location::current())
+      : CommError(ErrorKind::kComm, message, where),
+        arrived_(std::move(arrived)),
+        missing_(std::move(missing)) {}
+  /// Ranks (in the communicator) that entered the operation, and those that
+  /// did not or could not be asked.
+  const std::vector<int>& arrived() const { return arrived_; }
+  const std::vector<int>& missing() const { return missing_; }
+
+ private:
+  std::vector<int> arrived_, missing_;
+};
+
+}  // namespace ht::comm
