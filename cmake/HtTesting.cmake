@@ -4,7 +4,8 @@
 #       one GoogleTest binary, one ctest entry.
 #   ht_add_mpi_test(NAME SOURCES ... NP 2 4 LABELS mpi ...)
 #       one binary, one ctest entry per process count, launched by FindMPI's
-#       mpiexec with the flags CI needs (oversubscription, running as root).
+#       mpiexec with the flags CI needs (oversubscription, running as root),
+#       linked with the MPI-aware GoogleTest main (tests/mpi_gtest_main.cc).
 include(GoogleTest)
 find_package(GTest REQUIRED)
 
@@ -27,18 +28,37 @@ function(ht_add_test name)
   endif()
 endfunction()
 
+# The MPI-aware GoogleTest main (tests/mpi_gtest_main.cc) that every
+# ht_add_mpi_test binary links unless it has its own main (OWN_MAIN).
+function(_ht_mpi_gtest_main)
+  if(NOT TARGET ht_mpi_gtest_main)
+    add_library(ht_mpi_gtest_main STATIC ${PROJECT_SOURCE_DIR}/tests/mpi_gtest_main.cc)
+    target_link_libraries(ht_mpi_gtest_main PUBLIC hypertrain::hypertrain GTest::gtest MPI::MPI_C)
+    target_compile_definitions(ht_mpi_gtest_main PUBLIC OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+  endif()
+endfunction()
+
+#   ht_add_mpi_test(NAME SOURCES ... NP 2 4 [LABELS ...] [LIBS ...] [ARGS ...] [TIMEOUT s] [OWN_MAIN])
+#       ARGS are passed to the program; "@NP@" in one is replaced by the
+#       process count. OWN_MAIN: the sources define main() (no GoogleTest main).
 function(ht_add_mpi_test name)
-  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LABELS;LIBS;NP" ${ARGN})
+  cmake_parse_arguments(T "OWN_MAIN" "TIMEOUT" "SOURCES;LABELS;LIBS;NP;ARGS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
-  target_link_libraries(${name} PRIVATE hypertrain::hypertrain GTest::gtest ${T_LIBS})
+  if(T_OWN_MAIN)
+    target_link_libraries(${name} PRIVATE hypertrain::hypertrain ${T_LIBS})
+  else()
+    _ht_mpi_gtest_main()
+    target_link_libraries(${name} PRIVATE ht_mpi_gtest_main ${T_LIBS})
+  endif()
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
   foreach(np IN LISTS T_NP)
+    string(REPLACE "@NP@" "${np}" args "${T_ARGS}")
     add_test(NAME ${name}_np${np}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${HT_MPIEXEC_EXTRA_FLAGS}
-              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS})
+              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS} ${args})
     set_tests_properties(${name}_np${np} PROPERTIES LABELS "mpi;${T_LABELS}" TIMEOUT ${T_TIMEOUT}
       PROCESSORS ${np}
       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")

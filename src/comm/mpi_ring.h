@@ -1,0 +1,77 @@
+// Private: ring all-reduce and reduce-scatter over point-to-point messages,
+// the path for large payloads.
+//
+// Open MPI's nonblocking MPI_Iallreduce (libnbc) picks a binomial tree for
+// fewer than 4 ranks or for in-place calls, which moves the whole vector
+// through rank 0 twice: measured 140 ms for 64 MiB at 2 ranks against 70-85
+// ms for the blocking MPI_Allreduce, and MPI_Ireduce_scatter_block is as
+// slow. The ring (as in NCCL and gloo) moves 2(p-1)/p of the vector per rank
+// in 2(p-1) steps of one chunk to the right neighbour and one from the left;
+// measured 51-53 ms for the same 64 MiB (2 ranks) and 107 ms against 145 ms
+// for the blocking call at 4 ranks. Below kRingMinBytes the MPI collective's
+// fewer, smaller messages win.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "comm/mpi_handles.h"
+#include "ht/comm/communicator.h"
+#include "ht/core/tensor.h"
+
+namespace ht::comm::detail {
+
+inline constexpr std::size_t kRingMinBytes = std::size_t(256) << 10;
+/// The tag of ring messages on the data communicator (user send/recv use another).
+inline constexpr int kRingTag = 0x52;
+
+/// One ring reduction over 4-byte elements (f32 or i32; f16/bf16 reach it
+/// widened to f32). Each advance() completes the step whose messages have
+/// arrived (reducing the received chunk) and issues the next.
+///
+/// all-reduce: `src` holds n elements (may equal `out`); `out` (n) gets the
+///   reduction. Chunk k of the vector is elements [off(k), off(k+1)) with the
+///   remainder spread over the first chunks. Step k < p-1 (reduce-scatter
+///   phase): send chunk (r-k-1) mod p to the right, receive chunk (r-k-2)
+///   mod p from the left and reduce it with this rank's own; after p-1 steps
+///   rank r holds chunk r reduced over all ranks. Step p-1+j (all-gather
+///   phase): send chunk (r-j) mod p, receive chunk (r-j-1) mod p in place.
+///   Worked example, p = 2, rank 0: step 0 sends chunk 1, receives rank 1's
+///   chunk 0 and adds its own; step 1 sends chunk 0, receives chunk 1.
+/// reduce-scatter: `src` holds p blocks of n; `out` (n, may be block r of
+///   `src`) gets block r reduced. Only the first phase runs, with partial
+///   sums kept in a one-block scratch and the last step writing to `out`.
+///
+/// avg is reduced as a sum; the caller divides.
+class RingReduction {
+ public:
+  enum class Kind { kAllReduce, kReduceScatter };
+  RingReduction(Kind kind, const void* src, void* out, std::int64_t n, DType dtype, ReduceOp op, int rank, int size);
+
+  /// Completes the previous step, if any, and issues the next one into
+  /// `reqs`; false once every step has completed.
+  bool advance(MPI_Comm comm, RequestSet& reqs);
+
+ private:
+  std::int64_t offset(int chunk) const;
+  std::int64_t length(int chunk) const;
+  int mod(int k) const { return ((k % size_) + size_) % size_; }
+  char* at(const void* base, std::int64_t elements) const {
+    return static_cast<char*>(const_cast<void*>(base)) + std::size_t(elements) * 4;
+  }
+
+  Kind kind_;
+  const void* src_;
+  void* out_;
+  std::int64_t n_;
+  DType dtype_;
+  ReduceOp op_;
+  int rank_, size_;
+  int steps_;
+  int step_ = 0;  // the next step to issue
+  Tensor recv_, partial_;
+};
+
+}  // namespace ht::comm::detail

@@ -1,0 +1,603 @@
+// MpiCommunicator under mpirun: every collective x dtype x awkward size,
+// in-place and out-of-place, every reduce op and root, point-to-point rings,
+// groups of a mesh, overlap with compute, argument checks, lifecycle, and
+// the flight recorder. Inputs are small integers, so sums are exact in every
+// dtype; expected values are computed from the world size.
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include <unistd.h>
+
+#include "ht/comm/comm_env.h"
+#include "ht/comm/flight_recorder.h"
+#include "ht/comm/mesh_layout.h"
+#include "ht/comm/mpi_communicator.h"
+#include "ht/comm/work.h"
+#include "test_util.h"
+
+namespace ht::comm {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kI32};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+// Awkward sizes: empty, one, primes, a non-power-of-two, one above a power of two.
+constexpr std::int64_t kCounts[] = {0, 1, 2, 7, 13, 1000, 4097};
+
+// One world communicator for the whole binary, finalised after the last test.
+class WorldEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    CommOptions options;
+    options.timeout = 60s;
+    options.run_dir = run_dir.string();  // flight-recorder dumps of the failure tests
+    world = make_mpi_world(options);
+  }
+  void TearDown() override {
+    world->finalize(30s);
+    world.reset();
+    std::filesystem::remove_all(run_dir);
+  }
+  std::unique_ptr<Communicator> world;
+  const std::filesystem::path run_dir =
+      std::filesystem::temp_directory_path() / ("ht_mpi_communicator_test." + std::to_string(::getpid()));
+};
+WorldEnvironment* const g_env =
+    static_cast<WorldEnvironment*>(::testing::AddGlobalTestEnvironment(new WorldEnvironment));
+
+Communicator& world() { return *g_env->world; }
+
+// Small integers in [-5, 5], different on every rank and element.
+double value(int rank, std::int64_t i) { return double((i * 7 + rank * 3 + 1) % 11) - 5.0; }
+
+std::vector<double> rank_values(int rank, std::int64_t n) {
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = value(rank, i);
+  return v;
+}
+
+Tensor make(DType t, const std::vector<double>& v) {
+  Tensor x = Tensor::empty({std::int64_t(v.size())}, t);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    switch (t) {
+      case DType::kF32: x.data<float>()[i] = float(v[i]); break;
+      case DType::kF16: x.data<f16>()[i] = to_f16(float(v[i])); break;
+      case DType::kBF16: x.data<bf16>()[i] = to_bf16(float(v[i])); break;
+      case DType::kI32: x.data<std::int32_t>()[i] = std::int32_t(v[i]); break;
+    }
+  }
+  return x;
+}
+
+Tensor filled(DType t, std::int64_t n, double fill = 99) { return make(t, std::vector<double>(std::size_t(n), fill)); }
+
+std::vector<double> values(const Tensor& x) {
+  const auto f = x.to_vector<float>();
+  return {f.begin(), f.end()};
+}
+
+/// The reduction over ranks of value(r, i).
+std::vector<double> reduced(ReduceOp op, std::int64_t n, int size, std::int64_t offset = 0) {
+  std::vector<double> out(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    double acc = value(0, offset + i);
+    for (int r = 1; r < size; ++r) {
+      const double x = value(r, offset + i);
+      acc = op == ReduceOp::kMax ? std::max(acc, x) : op == ReduceOp::kMin ? std::min(acc, x) : acc + x;
+    }
+    out[std::size_t(i)] = op == ReduceOp::kAvg ? acc / size : acc;
+  }
+  return out;
+}
+
+/// Exact for sums, max and min of small integers; avg is rounded once to the dtype.
+double tolerance(DType t, ReduceOp op) {
+  if (op != ReduceOp::kAvg) return 0.0;
+  return t == DType::kF16 ? 1e-3 : t == DType::kBF16 ? 8e-3 : 1e-6;
+}
+
+::testing::AssertionResult matches(const Tensor& got, const std::vector<double>& want, double rtol = 0.0) {
+  const auto g = values(got);
+  if (g.size() != want.size())
+    return ::testing::AssertionFailure() << "got " << g.size() << " elements, want " << want.size();
+  for (std::size_t i = 0; i < g.size(); ++i)
+    if (std::abs(g[i] - want[i]) > rtol * std::abs(want[i]))
+      return ::testing::AssertionFailure() << "element " << i << " of " << g.size() << ": got " << g[i] << ", want "
+                                           << want[i] << " (rtol " << rtol << ")";
+  return ::testing::AssertionSuccess();
+}
+
+std::string label(DType t, std::int64_t n, const char* extra = "") {
+  return std::string(dtype_name(t)) + " n=" + std::to_string(n) + " " + extra;
+}
+
+TEST(MpiCommunicator, IdentifiesTheWorld) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  EXPECT_EQ(world().rank(), rank);
+  EXPECT_EQ(world().size(), size);
+  EXPECT_EQ(world().name(), "world");
+  EXPECT_EQ(world().device(), Device::cpu());
+}
+
+TEST(MpiCommunicator, AllReduceEveryDTypeSizeAndOp) {
+  const int rank = world().rank(), size = world().size();
+  for (DType t : kDTypes)
+    for (ReduceOp op : kOps) {
+      if (t == DType::kI32 && op == ReduceOp::kAvg) continue;  // refused: see ArgumentErrors
+      for (std::int64_t n : kCounts)
+        for (bool in_place : {false, true}) {
+          SCOPED_TRACE(label(t, n, (reduce_op_name(op) + (in_place ? " in-place" : "")).c_str()));
+          Tensor in = make(t, rank_values(rank, n));
+          Tensor out = in_place ? in : filled(t, n);
+          world().all_reduce(in, out, op)->wait();
+          EXPECT_TRUE(matches(out, reduced(op, n, size), tolerance(t, op)));
+          if (!in_place) EXPECT_TRUE(matches(in, rank_values(rank, n))) << "the input was modified";
+        }
+    }
+}
+
+// 64 MiB of f32: i % 5 + rank sums exactly to size * (i % 5) + size * (size - 1) / 2.
+TEST(MpiCommunicator, AllReduce64MiB) {
+  const int rank = world().rank(), size = world().size();
+  const std::int64_t n = (64 << 20) / 4;
+  Tensor x = Tensor::empty({n}, DType::kF32);
+  float* p = x.data<float>();
+  for (std::int64_t i = 0; i < n; ++i) p[i] = float(i % 5 + rank);
+  world().all_reduce(x, x, ReduceOp::kSum)->wait();
+  std::int64_t wrong = 0, first_wrong = -1;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float want = float(size * (i % 5) + size * (size - 1) / 2);
+    if (p[i] != want && wrong++ == 0) first_wrong = i;
+  }
+  EXPECT_EQ(wrong, 0) << "first wrong element " << first_wrong;
+}
+
+TEST(MpiCommunicator, ReduceScatterEveryDTypeSizeAndOp) {
+  const int rank = world().rank(), size = world().size();
+  for (DType t : kDTypes)
+    for (ReduceOp op : kOps) {
+      if (t == DType::kI32 && op == ReduceOp::kAvg) continue;
+      for (std::int64_t n : {0, 1, 5, 13, 1000})
+        for (bool in_place : {false, true}) {
+          SCOPED_TRACE(label(t, n, (reduce_op_name(op) + (in_place ? " in-place" : "")).c_str()));
+          Tensor in = make(t, rank_values(rank, size * n));
+          Tensor out = in_place ? in.slice(rank * n, (rank + 1) * n) : filled(t, n);
+          world().reduce_scatter(in, out, op)->wait();
+          EXPECT_TRUE(matches(out, reduced(op, n, size, rank * n), tolerance(t, op)));
+        }
+    }
+}
+
+// Above 256 KiB reductions run as a ring of point-to-point steps
+// (comm/mpi_ring.h): the same sweep at sizes that are not multiples of the
+// group size, so chunks are uneven.
+TEST(MpiCommunicator, LargeReductionsTakeTheRing) {
+  const int rank = world().rank(), size = world().size();
+  for (DType t : kDTypes)
+    for (ReduceOp op : kOps) {
+      if (t == DType::kI32 && op == ReduceOp::kAvg) continue;
+      for (bool in_place : {false, true}) {
+        const std::int64_t n = 70001;
+        SCOPED_TRACE(label(t, n, ("all_reduce " + reduce_op_name(op) + (in_place ? " in-place" : "")).c_str()));
+        Tensor in = make(t, rank_values(rank, n));
+        Tensor out = in_place ? in : filled(t, n);
+        world().all_reduce(in, out, op)->wait();
+        EXPECT_TRUE(matches(out, reduced(op, n, size), tolerance(t, op)));
+
+        const std::int64_t block = 33391;
+        SCOPED_TRACE(label(t, block, "reduce_scatter"));
+        Tensor rs_in = make(t, rank_values(rank, size * block));
+        Tensor rs_out = in_place ? rs_in.slice(rank * block, (rank + 1) * block) : filled(t, block);
+        world().reduce_scatter(rs_in, rs_out, op)->wait();
+        EXPECT_TRUE(matches(rs_out, reduced(op, block, size, rank * block), tolerance(t, op)));
+      }
+    }
+}
+
+TEST(MpiCommunicator, AllGatherEveryDTypeAndSize) {
+  const int rank = world().rank(), size = world().size();
+  for (DType t : kDTypes)
+    for (std::int64_t n : kCounts)
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(label(t, n, in_place ? "in-place" : ""));
+        Tensor out = filled(t, size * n);
+        Tensor in = in_place ? out.slice(rank * n, (rank + 1) * n) : Tensor::empty({n}, t);
+        in.copy_from(make(t, rank_values(rank, n)));
+        world().all_gather(in, out)->wait();
+        std::vector<double> want;
+        for (int r = 0; r < size; ++r) {
+          const auto v = rank_values(r, n);
+          want.insert(want.end(), v.begin(), v.end());
+        }
+        EXPECT_TRUE(matches(out, want));
+      }
+}
+
+TEST(MpiCommunicator, BroadcastFromEveryRoot) {
+  const int rank = world().rank(), size = world().size();
+  for (int root = 0; root < size; ++root)
+    for (DType t : kDTypes)
+      for (std::int64_t n : {0, 1, 13, 4097}) {
+        SCOPED_TRACE(label(t, n, ("root " + std::to_string(root)).c_str()));
+        Tensor x = rank == root ? make(t, rank_values(root, n)) : filled(t, n);
+        world().broadcast(x, root)->wait();
+        EXPECT_TRUE(matches(x, rank_values(root, n)));
+      }
+}
+
+TEST(MpiCommunicator, ReduceToEveryRoot) {
+  const int rank = world().rank(), size = world().size();
+  for (int root = 0; root < size; ++root)
+    for (DType t : kDTypes)
+      for (ReduceOp op : kOps) {
+        if (t == DType::kI32 && op == ReduceOp::kAvg) continue;
+        for (std::int64_t n : {0, 1, 13, 1000})
+          for (bool in_place : {false, true}) {
+            SCOPED_TRACE(label(t, n, (reduce_op_name(op) + " root " + std::to_string(root) +
+                                      (in_place ? " in-place" : ""))
+                                         .c_str()));
+            Tensor in = make(t, rank_values(rank, n));
+            // Off the root, out is ignored: pass nothing at all half of the time.
+            Tensor out = in_place ? in : rank == root || n % 2 ? filled(t, n) : Tensor();
+            world().reduce(in, out, op, root)->wait();
+            if (rank == root) EXPECT_TRUE(matches(out, reduced(op, n, size), tolerance(t, op)));
+          }
+      }
+}
+
+TEST(MpiCommunicator, AllToAll) {
+  const int rank = world().rank(), size = world().size();
+  // Element k of block j sent by rank r: value(r, j * n + k).
+  for (DType t : kDTypes)
+    for (std::int64_t n : {0, 1, 3, 10, 1001})
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(label(t, n, in_place ? "in-place" : ""));
+        Tensor in = make(t, rank_values(rank, size * n));
+        Tensor out = in_place ? in : filled(t, size * n);
+        world().all_to_all(in, out)->wait();
+        std::vector<double> want;
+        for (int i = 0; i < size; ++i)
+          for (std::int64_t k = 0; k < n; ++k) want.push_back(value(i, rank * n + k));
+        EXPECT_TRUE(matches(out, want));
+      }
+}
+
+TEST(MpiCommunicator, SendRecvRing) {
+  const int rank = world().rank(), size = world().size();
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  // 300000 f32 (1.2 MB) goes by rendezvous: both calls are queued before either is waited for.
+  for (DType t : kDTypes)
+    for (std::int64_t n : {0, 1, 1000, 300000}) {
+      SCOPED_TRACE(label(t, n, "ring"));
+      Tensor s = make(t, rank_values(rank, n));
+      Tensor r = filled(t, n);
+      WorkPtr sent = world().send(s, next);
+      WorkPtr got = world().recv(r, prev);
+      got->wait();
+      sent->wait();
+      EXPECT_TRUE(matches(r, rank_values(prev, n)));
+    }
+}
+
+TEST(MpiCommunicator, PairedSendRecv) {
+  const int rank = world().rank(), size = world().size();
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  for (DType t : kDTypes)
+    for (std::int64_t n : {0, 1, 999, 300000})
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(label(t, n, in_place ? "send_recv in-place" : "send_recv"));
+        Tensor s = make(t, rank_values(rank, n));
+        Tensor r = in_place ? s : filled(t, n);
+        world().send_recv(s, next, r, prev)->wait();
+        EXPECT_TRUE(matches(r, rank_values(prev, n)));
+      }
+}
+
+TEST(MpiCommunicator, BarrierAndManyOperationsInFlight) {
+  const int rank = world().rank(), size = world().size();
+  world().barrier()->wait();
+  // 40 operations queued at once, waited for in reverse order.
+  std::vector<Tensor> xs;
+  std::vector<WorkPtr> works;
+  for (int k = 0; k < 40; ++k) {
+    xs.push_back(make(DType::kI32, std::vector<double>(std::size_t(k + 1), double(rank + k))));
+    works.push_back(world().all_reduce(xs.back(), xs.back(), ReduceOp::kSum));
+  }
+  works.push_back(world().barrier());
+  for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  for (int k = 0; k < 40; ++k)
+    EXPECT_TRUE(matches(xs[std::size_t(k)],
+                        std::vector<double>(std::size_t(k + 1), double(size * k + size * (size - 1) / 2))));
+  for (auto& w : works) EXPECT_TRUE(w->test());
+}
+
+// The 2x2 mesh at 4 ranks (tp 2 x dp size/2 in general): the tp and dp groups
+// from split hold the ranks MeshLayout says, in order, and reduce over them.
+TEST(MpiCommunicator, SplitIntoMeshGroups) {
+  const int rank = world().rank(), size = world().size();
+  if (size % 2 != 0) GTEST_SKIP() << "needs an even world size";
+  const MeshLayout mesh(size, /*tp=*/2, /*pp=*/1);
+  for (MeshAxis axis : {MeshAxis::kTp, MeshAxis::kDp}) {
+    const int index = mesh.group_index(rank, axis);
+    const std::string name = axis_name(axis) + "." + std::to_string(index);
+    SCOPED_TRACE(name);
+    auto group = world().split(index, rank, name);
+    ASSERT_NE(group, nullptr);
+    const std::vector<int> members = mesh.group(rank, axis);
+    EXPECT_EQ(group->name(), name);
+    EXPECT_EQ(group->size(), int(members.size()));
+    EXPECT_EQ(group->rank(), int(std::find(members.begin(), members.end(), rank) - members.begin()));
+
+    Tensor x = make(DType::kI32, {double(rank + 1), double(10 * (rank + 1))});
+    group->all_reduce(x, x, ReduceOp::kSum)->wait();
+    double member_sum = 0;
+    for (int m : members) member_sum += m + 1;
+    EXPECT_TRUE(matches(x, {member_sum, 10 * member_sum}));
+
+    Tensor mine = make(DType::kF32, {double(rank)});
+    Tensor all = filled(DType::kF32, group->size());
+    group->all_gather(mine, all)->wait();
+    EXPECT_TRUE(matches(all, std::vector<double>(members.begin(), members.end())));
+    group->finalize(10s);
+  }
+}
+
+TEST(MpiCommunicator, SplitWithNegativeColourJoinsNoGroup) {
+  const int rank = world().rank(), size = world().size();
+  auto rest = world().split(rank == 0 ? -1 : 0, -rank, "not_rank0");  // reversed order by key
+  if (rank == 0) {
+    EXPECT_EQ(rest, nullptr);
+    return;
+  }
+  ASSERT_NE(rest, nullptr);
+  EXPECT_EQ(rest->size(), size - 1);
+  EXPECT_EQ(rest->rank(), size - 1 - rank);
+  Tensor x = make(DType::kF32, {double(rank)});
+  rest->all_reduce(x, x, ReduceOp::kSum)->wait();
+  EXPECT_TRUE(matches(x, {double(size * (size - 1) / 2)}));
+  // A group of a group.
+  auto solo = rest->split(rest->rank(), 0, "solo");
+  ASSERT_NE(solo, nullptr);
+  EXPECT_EQ(solo->size(), 1);
+  solo->all_reduce(x, x, ReduceOp::kSum)->wait();
+  EXPECT_TRUE(matches(x, {double(size * (size - 1) / 2)}));
+  solo->finalize(10s);
+  rest->finalize(10s);
+}
+
+// A large all-reduce in flight while this thread computes: the result is
+// right and the compute loop finishes (the caller is never blocked in MPI).
+TEST(MpiCommunicator, OverlapsWithCompute) {
+  const int rank = world().rank(), size = world().size();
+  const std::int64_t n = 4 << 20;
+  Tensor x = Tensor::empty({n}, DType::kF32);
+  std::fill_n(x.data<float>(), n, float(rank + 1));
+  WorkPtr w = world().all_reduce(x, x, ReduceOp::kSum);
+  const bool done_at_once = w->test();
+  volatile double acc = 0;
+  for (int i = 0; i < 3000000; ++i) acc = acc + std::sqrt(double(i));
+  w->wait();
+  EXPECT_GT(acc, 0.0);
+  const float want = float(size * (size + 1) / 2);
+  EXPECT_EQ(x.data<float>()[0], want);
+  EXPECT_EQ(x.data<float>()[n - 1], want);
+  if (rank == 0) std::printf("[ info     ] 16 MiB all_reduce done before the first test(): %d\n", int(done_at_once));
+}
+
+// Latency of an 8-byte all-reduce through the communicator, against a raw
+// blocking MPI_Allreduce on a duplicate of MPI_COMM_WORLD in this process.
+TEST(MpiCommunicator, SmallMessageLatency) {
+  const int size = world().size();
+  MPI_Comm raw;
+  MPI_Comm_dup(MPI_COMM_WORLD, &raw);
+  Tensor x = make(DType::kF32, {1, 2});
+  float buf[2] = {1, 2};
+  const int iters = 300;
+  auto time_us = [&](auto&& fn) {
+    for (int i = 0; i < 30; ++i) fn();
+    MPI_Barrier(raw);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) fn();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+  };
+  const double raw_us = time_us([&] { MPI_Allreduce(MPI_IN_PLACE, buf, 2, MPI_FLOAT, MPI_MAX, raw); });
+  const double ours_us = time_us([&] { world().all_reduce(x, x, ReduceOp::kMax)->wait(); });
+  const double raw2_us = time_us([&] { MPI_Allreduce(MPI_IN_PLACE, buf, 2, MPI_FLOAT, MPI_MAX, raw); });
+  MPI_Comm_free(&raw);
+  if (world().rank() == 0)
+    std::printf("[ info     ] 8-byte all_reduce at %d ranks: communicator %.1f us, raw MPI %.1f / %.1f us\n", size,
+                ours_us, raw_us, raw2_us);
+  EXPECT_TRUE(matches(x, {1, 2}));
+  // A sanity bound only: the machine is shared and oversubscribed.
+  EXPECT_LT(ours_us, 20000.0);
+}
+
+TEST(MpiCommunicator, ArgumentErrorsNameTheOperationGroupAndCounts) {
+  const int size = world().size();
+  Tensor a = filled(DType::kF32, 10), b = filled(DType::kF32, 9);
+  EXPECT_TRUE(test::throws_error([&] { world().all_reduce(a, b, ReduceOp::kSum); }, ErrorKind::kShapeMismatch,
+                                 {"all_reduce", "'world'", "10", "9"}));
+  Tensor big = filled(DType::kF32, 3 * size + 1), small = filled(DType::kF32, 3);
+  EXPECT_TRUE(test::throws_error([&] { world().reduce_scatter(big, small, ReduceOp::kSum); },
+                                 ErrorKind::kShapeMismatch, {"reduce_scatter", std::to_string(3 * size + 1), "3"}));
+  EXPECT_TRUE(test::throws_error([&] { world().all_gather(small, big); }, ErrorKind::kShapeMismatch,
+                                 {"all_gather", std::to_string(3 * size + 1)}));
+  Tensor h = filled(DType::kF16, 10);
+  EXPECT_TRUE(test::throws_error([&] { world().all_reduce(a, h, ReduceOp::kSum); }, ErrorKind::kDTypeMismatch,
+                                 {"all_reduce", "f32", "f16"}));
+  Tensor ints = filled(DType::kI32, 4);
+  EXPECT_TRUE(test::throws_error([&] { world().all_reduce(ints, ints, ReduceOp::kAvg); }, ErrorKind::kNotSupported,
+                                 {"avg", "i32"}));
+  EXPECT_TRUE(test::throws_error([&] { world().broadcast(a, size); }, ErrorKind::kOutOfRange,
+                                 {"broadcast", "root", std::to_string(size)}));
+  EXPECT_TRUE(test::throws_error([&] { world().send(a, -1); }, ErrorKind::kOutOfRange, {"send", "peer"}));
+  Tensor whole = filled(DType::kF32, 20);
+  Tensor lo = whole.slice(0, 10), hi = whole.slice(5, 15);
+  EXPECT_TRUE(test::throws_error([&] { world().all_reduce(lo, hi, ReduceOp::kSum); }, ErrorKind::kInvalidArgument,
+                                 {"all_reduce", "overlap"}));
+  Tensor undefined;
+  EXPECT_TRUE(test::throws_error([&] { world().all_reduce(undefined, a, ReduceOp::kSum); },
+                                 ErrorKind::kInvalidArgument, {"undefined"}));
+  Tensor odd = filled(DType::kF32, size + 1);
+  if (size > 1)
+    EXPECT_TRUE(test::throws_error([&] { world().all_to_all(odd, odd); }, ErrorKind::kShapeMismatch,
+                                   {"all_to_all", "multiple"}));
+  // Nothing was queued: the world still works.
+  world().barrier()->wait();
+}
+
+TEST(MpiCommunicator, LifecycleFinalizeAbortAndDestroy) {
+  const int rank = world().rank();
+  auto c = world().split(0, rank, "lifecycle");
+  WorkPtr w = c->barrier();
+  c->finalize(10s);
+  c->finalize(10s);  // idempotent
+  w->wait();         // completed before finalize returned
+  EXPECT_TRUE(test::throws_error([&] { c->barrier(); }, ErrorKind::kComm, {"finalised"}));
+
+  auto d = world().split(0, rank, "aborted");
+  d->abort();
+  d->abort();  // idempotent, never throws
+  Tensor x = filled(DType::kF32, 3);
+  EXPECT_THROW(d->all_reduce(x, x, ReduceOp::kSum), CommError);
+  d->finalize(1s);  // after an abort: releases without throwing
+  d.reset();
+
+  // A Work may outlive its communicator.
+  auto e = world().split(0, rank, "outlived");
+  WorkPtr last = e->all_reduce(x, x, ReduceOp::kMax);
+  last->wait();
+  e->finalize(10s);
+  e.reset();
+  EXPECT_TRUE(last->test());
+
+  // Destroyed without finalize() while idle: its thread is gone, its completed Work still reads as done.
+  auto f = world().split(0, rank, "dropped");
+  WorkPtr done = f->barrier();
+  done->wait();
+  f.reset();
+  EXPECT_TRUE(done->test());
+}
+
+TEST(MpiCommunicator, RecvOfTheWrongCountFailsThatCommunicatorOnly) {
+  const int rank = world().rank(), size = world().size();
+  if (size < 2) GTEST_SKIP() << "needs two ranks";
+  auto c = world().split(0, rank, "p2p_count");
+  if (rank == 0) {
+    Tensor s = filled(DType::kI32, 5, 1);
+    c->send(s, 1)->wait();
+  } else if (rank == 1) {
+    Tensor r = filled(DType::kI32, 6);
+    WorkPtr w = c->recv(r, 0);
+    EXPECT_TRUE(test::throws_error([&] { w->wait(); }, ErrorKind::kShapeMismatch, {"recv from rank 0", "5", "6"}));
+    EXPECT_THROW(c->barrier(), CommError);
+  }
+  c->finalize(10s);
+  world().barrier()->wait();
+}
+
+// finalize() with a receive whose sender never sends: CommTimeout naming the
+// operation and where the peer is; the abandoned receive is cancelled, so MPI
+// still finalises cleanly at the end.
+TEST(MpiCommunicator, FinalizeTimesOutNamingTheStuckOperation) {
+  const int rank = world().rank(), size = world().size();
+  if (size < 2) GTEST_SKIP() << "needs two ranks";
+  auto c = world().split(0, rank, "fin");
+  if (rank == 1) {
+    Tensor r = filled(DType::kF32, 4);
+    WorkPtr w = c->recv(r, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_TRUE(test::throws_error([&] { c->finalize(300ms); }, ErrorKind::kComm,
+                                   {"finalize() of group 'fin'", "recv #1 from rank 0 on group 'fin' (4 x f32)",
+                                    "did not complete within 300 ms", "rank 0 has made 0 point-to-point call(s)"}));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+    EXPECT_THROW(w->wait(), CommError);
+    EXPECT_THROW(c->barrier(), CommError);
+  }
+  world().barrier()->wait();  // the others keep 'fin' alive (answering rank 1's query) until here
+  if (rank != 1) c->finalize(10s);
+}
+
+TEST(MpiCommunicator, FlightRecorderRecordsEveryOperation) {
+  const int rank = world().rank();
+  auto c = world().split(0, rank, "recorded");
+  Tensor x = filled(DType::kF32, 7);
+  c->all_reduce(x, x, ReduceOp::kMax)->wait();
+  c->broadcast(x, 0)->wait();
+  c->barrier()->wait();
+  c->finalize(10s);
+  std::vector<FlightEntry> mine;
+  for (const FlightEntry& e : FlightRecorder::global().entries())
+    if (std::string(e.group) == "recorded") mine.push_back(e);
+  ASSERT_EQ(mine.size(), 3u);
+  const char* ops[] = {"all_reduce", "broadcast", "barrier"};
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    EXPECT_EQ(mine[i].seq, i + 1);
+    EXPECT_STREQ(mine[i].op, ops[i]);
+    EXPECT_EQ(mine[i].state, OpState::kCompleted);
+    EXPECT_GT(mine[i].start_us, 0);
+    EXPECT_GE(mine[i].end_us, mine[i].start_us);
+  }
+  EXPECT_EQ(mine[0].count, 7);
+  EXPECT_EQ(mine[1].peer, 0);
+}
+
+TEST(FlightRecorder, KeepsTheLastEntriesAndDumpsJson) {
+  FlightRecorder fr(3);
+  std::vector<std::uint64_t> ids;
+  for (int s = 1; s <= 5; ++s) ids.push_back(fr.record("all_gather", "g", std::uint64_t(s), s * 10, DType::kBF16, -1));
+  fr.update(ids[0], OpState::kFailed);  // overwritten: no effect
+  fr.update(ids[4], OpState::kStarted);
+  fr.update(ids[4], OpState::kCompleted);
+  const auto entries = fr.entries();
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].seq, 3u);
+  EXPECT_EQ(entries[2].seq, 5u);
+  EXPECT_EQ(entries[0].state, OpState::kEnqueued);
+  EXPECT_EQ(entries[2].state, OpState::kCompleted);
+  EXPECT_GT(entries[2].end_us, 0);
+
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("ht_fr_test_" + std::to_string(world().rank()) + "_" + std::to_string(::getpid()));
+  const std::string path = fr.dump(dir.string(), 7, "a \"quoted\" reason");
+  EXPECT_EQ(std::filesystem::path(path).filename(), "flight_recorder_rank7.json");
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("\"all_gather\""), std::string::npos);
+  EXPECT_NE(text.str().find("\"bf16\""), std::string::npos);
+  EXPECT_NE(text.str().find("a \\\"quoted\\\" reason"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CommOptionsFromEnv, ReadsTimeoutAndDebug) {
+  ::setenv("HT_COMM_TIMEOUT", "2.5", 1);
+  ::setenv("HT_COMM_DEBUG", "1", 1);
+  CommOptions o = comm_options_from_env();
+  EXPECT_EQ(o.timeout, 2500ms);
+  EXPECT_TRUE(o.debug);
+  ::setenv("HT_COMM_TIMEOUT", "soon", 1);
+  EXPECT_TRUE(test::throws_error([] { comm_options_from_env(); }, ErrorKind::kConfig, {"HT_COMM_TIMEOUT", "soon"}));
+  ::setenv("HT_COMM_TIMEOUT", "300", 1);
+  ::setenv("HT_COMM_DEBUG", "yes", 1);
+  EXPECT_TRUE(test::throws_error([] { comm_options_from_env(); }, ErrorKind::kConfig, {"HT_COMM_DEBUG"}));
+  ::unsetenv("HT_COMM_TIMEOUT");
+  ::unsetenv("HT_COMM_DEBUG");
+  CommOptions defaults;
+  defaults.timeout = 7s;
+  EXPECT_EQ(comm_options_from_env(defaults).timeout, 7s);
+  EXPECT_FALSE(comm_options_from_env(defaults).debug);
+}
+
+}  // namespace
+}  // namespace ht::comm
