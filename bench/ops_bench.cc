@@ -1,7 +1,8 @@
 // ops_bench: kernel micro-benchmarks on Google Benchmark — matmul (OpenBLAS
 // and Eigen side by side, at the shapes the GPT configs use), attention,
-// LayerNorm, GELU, cross-entropy and the fused AdamW update. CUDA variants with
-// the same parameters are registered when a device is present.
+// LayerNorm, GELU, cross-entropy, the fused AdamW update and the gradient
+// norm's sum of squares. CUDA variants with the same parameters are
+// registered when a device is present.
 //
 // Counters are rates over wall time: "GFLOP/s" (10^9 FLOP per second) for
 // compute-bound ops, "GB/s" (10^9 bytes per second, bytes touched counted
@@ -10,6 +11,7 @@
 // synchronisations (a one-element copy to the host) and report the manual
 // time divided by kCudaRepeat, so the synchronisation costs little.
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 #include <omp.h>
 
 #include <chrono>
@@ -24,6 +26,7 @@
 #include "ht/core/tensor.h"
 #include "ht/nn/gpt.h"
 #include "ht/ops/attention.h"
+#include "ht/ops/cast.h"
 #include "ht/ops/cross_entropy.h"
 #include "ht/ops/elementwise.h"
 #include "ht/ops/layernorm.h"
@@ -191,6 +194,13 @@ void bm_adamw(benchmark::State& state, Device device, std::int64_t n) {
   set_rate(state, "GB/s", double(4 * 7 * n) * 1e-9);
 }
 
+void bm_sum_squares(benchmark::State& state, Device device, std::int64_t n) {
+  const Tensor grad = random_tensor({n}, device);
+  Tensor acc = Tensor::zeros({1}, DType::kF32, device);
+  run_timed(state, device, acc, [&] { ht::ops::sum_squares(grad, acc); });
+  set_rate(state, "GB/s", double(4 * n) * 1e-9);  // reads the gradient once
+}
+
 // ---- registration ---------------------------------------------------------
 
 std::string bench_name(const std::string& op, const std::string& device, const std::string& shape) {
@@ -258,6 +268,12 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
   const char* omp_env = std::getenv("OMP_NUM_THREADS");
   benchmark::AddCustomContext("OMP_NUM_THREADS", omp_env ? omp_env : "(unset)");
+  // OpenBLAS picks its kernels by CPU model when it loads; 0.3.21 falls back
+  // to Prescott (SSE3) on CPUs it does not know unless OPENBLAS_CORETYPE is set.
+  const char* coretype_env = std::getenv("OPENBLAS_CORETYPE");
+  benchmark::AddCustomContext("openblas", openblas_get_config());
+  benchmark::AddCustomContext("openblas_core", openblas_get_corename());
+  benchmark::AddCustomContext("OPENBLAS_CORETYPE", coretype_env ? coretype_env : "(unset)");
   const int cuda_devices = ht::cuda_device_count();
   benchmark::AddCustomContext("cuda_devices", std::to_string(cuda_devices));
   register_all(Device::cpu());

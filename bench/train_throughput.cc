@@ -4,13 +4,17 @@
 // against this machine's own sgemm peak.
 //
 // Output (a contract; docs/benchmarks.md):
-//   "# " preamble lines: build, threads, GEMM backend, device, peak GFLOP/s;
+//   "# " preamble lines: build, threads, GEMM backend, device, OpenBLAS build
+//   and the kernels it chose, peak GFLOP/s;
 //   one line per config:
-//   train small | L6 H6 C384 V256 T256 | cpu | batch 8 x 128 | 10 steps | 512.3 ms/step | 2000 tok/s | 136.0 GFLOP/s | MFU 45.1%
+//   train small | L6 H6 C384 V256 T256 | cpu | batch 8 x 128 | 10 steps | 512.3 ms/step | 2.00k tok/s
+//     | 136.0 GFLOP/s | MFU 45.1%
+//   (one line, wrapped here);
 //   and with --json, after them, JSON Lines: one {"type": "run", ...} object,
 //   then one {"type": "train_throughput", ...} object per config.
 // Progress of each step goes to stderr.
 #include <CLI/CLI.hpp>
+#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -58,6 +62,21 @@ Spec spec_of(const std::string& name) {
   if (name == "small") return {"small", nn::GPTConfig{}, 8, 128, 3, 10};
   if (name == "124m") return {"124m", nn::GPTConfig{50257, 1024, 12, 12, 768}, 2, 256, 2, 5};
   throw Error(ErrorKind::kConfig, fmt::format("unknown --config '{}': choose small, 124m or both", name));
+}
+
+/// OpenBLAS 0.3.21 does not know recent Xeons (family 6, model 207 here) and
+/// falls back to its Prescott (SSE3) kernels, about 3.5x slower than its
+/// SkylakeX ones on the same CPU; it reads OPENBLAS_CORETYPE when it loads.
+std::string openblas_warning() {
+  const std::string core = openblas_get_corename();
+  if (core != "Prescott" && core != "prescott") return {};
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f"))
+    return "OpenBLAS runs its generic Prescott kernels on this AVX-512 CPU; OPENBLAS_CORETYPE=SkylakeX is ~3.5x faster";
+  if (__builtin_cpu_supports("avx2"))
+    return "OpenBLAS runs its generic Prescott kernels on this AVX2 CPU; OPENBLAS_CORETYPE=Haswell is faster";
+#endif
+  return {};
 }
 
 void synchronize(Device device, const Tensor& t) {
@@ -118,10 +137,10 @@ Result run_config(const Spec& spec, Device device) {
   data::TokenSplits splits;
   splits.vocab_size = spec.model.vocab_size;
   Rng rng(2024);
+  const auto token = [&] { return std::int32_t(rng.below(std::uint64_t(splits.vocab_size))); };
   const std::int64_t n_train = std::max<std::int64_t>(spec.batch * (spec.seq + 1) * 64, 1 << 16);
-  for (std::int64_t i = 0; i < n_train; ++i) splits.train.push_back(std::int32_t(rng.below(std::uint64_t(splits.vocab_size))));
-  for (std::int64_t i = 0; i < 2 * (spec.seq + 1); ++i)
-    splits.val.push_back(std::int32_t(rng.below(std::uint64_t(splits.vocab_size))));
+  for (std::int64_t i = 0; i < n_train; ++i) splits.train.push_back(token());
+  for (std::int64_t i = 0; i < 2 * (spec.seq + 1); ++i) splits.val.push_back(token());
 
   train::Trainer trainer(o, splits);
   Result r{spec, trainer.model().num_parameters(), {}, 0.f, 0.f};
@@ -172,8 +191,13 @@ int run(const Args& a) {
   const int threads = omp_get_max_threads();
   const char* omp_env = std::getenv("OMP_NUM_THREADS");
   std::printf("# %s\n", train::build_description().c_str());
+  const char* coretype_env = std::getenv("OPENBLAS_CORETYPE");
   std::printf("# threads %d (OMP_NUM_THREADS=%s), gemm %s, device %s\n", threads, omp_env ? omp_env : "unset",
               a.gemm.c_str(), device.str().c_str());
+  std::printf("# %s, core %s (OPENBLAS_CORETYPE=%s)\n", openblas_get_config(), openblas_get_corename(),
+              coretype_env ? coretype_env : "unset");
+  const std::string warning = openblas_warning();
+  if (!warning.empty()) std::printf("# warning: %s\n", warning.c_str());
   std::fflush(stdout);
   const double peak = measure_peak_gflops(device, a.peak_size, a.peak_runs);
   std::printf("# peak %.1f GFLOP/s (sgemm %lld^3 through ht::ops::matmul, best of %d)\n", peak,
@@ -202,6 +226,9 @@ int run(const Args& a) {
                        {"threads", threads},
                        {"omp_num_threads_env", omp_env ? omp_env : ""},
                        {"gemm", a.gemm},
+                       {"openblas", openblas_get_config()},
+                       {"openblas_core", openblas_get_corename()},
+                       {"openblas_coretype_env", coretype_env ? coretype_env : ""},
                        {"device", device.str()},
                        {"peak_gflops", peak},
                        {"peak_gemm_size", a.peak_size}};

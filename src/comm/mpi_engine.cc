@@ -428,7 +428,9 @@ void Engine::complete(std::unique_ptr<Op> op, std::exception_ptr error) {
   WorkState& w = *op->work;
   if (is_collective(OpKind(w.sig.kind)))
     coll_completed_.store(std::max(coll_completed_.load(), w.sig.seq));
-  if (w.settle(nullptr)) FlightRecorder::global().update(w.recorder_id, OpState::kCompleted);
+  // The recorder learns of the completion before the waiter wakes, so that a
+  // dump the waiter makes next (as a rank that stops there does) shows it.
+  w.settle(nullptr, [&w] { FlightRecorder::global().update(w.recorder_id, OpState::kCompleted); });
   op.reset();
   {
     std::lock_guard lock(mu_);
@@ -443,7 +445,7 @@ void Engine::fail_op(std::unique_ptr<Op> op, std::exception_ptr error) {
   WorkState& w = *op->work;
   // Broken before the waiter wakes, so that its next call is refused.
   abort(fmt::format("{} failed: {}", w.describe(), what_of(error)));
-  if (w.settle(error)) FlightRecorder::global().update(w.recorder_id, OpState::kFailed);
+  w.settle(error, [&w] { FlightRecorder::global().update(w.recorder_id, OpState::kFailed); });
   if (op->requests.active() || op->check_requests.active()) abandoned_.push_back(std::move(op));
   op.reset();
   {

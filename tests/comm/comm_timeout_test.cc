@@ -1,7 +1,10 @@
 // Fault test: rank size-1 skips one all_reduce. Every other rank's wait()
 // must throw CommTimeout within the timeout plus slack, naming the operation,
 // group, sequence number, count and rank size-1 as not arrived, and leave a
-// flight-recorder dump in the run directory (argv[1]). Each rank then prints
+// flight-recorder dump in the run directory (argv[1]). The skipper dumps its
+// own recorder as it skips (it is alive, but mpirun ends it with the job), so
+// that ht-flight-recorder can merge every rank's view (the ctest
+// flight_recorder_tool_np<N> runs it on this directory). Each rank then prints
 // its verdict and ends with a non-zero status (std::_Exit: MPI cannot
 // finalise with a collective pending); ctest matches the verdict lines.
 //
@@ -14,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "ht/comm/flight_recorder.h"
 #include "ht/comm/mpi_communicator.h"
 #include "ht/comm/mpi_runtime.h"
 #include "ht/comm/work.h"
@@ -56,6 +60,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 3; ++i) world->all_reduce(x, x, ReduceOp::kSum)->wait();  // #1..#3 on every rank
 
   if (rank == skipper) {
+    FlightRecorder::global().dump(run_dir, rank, "rank " + std::to_string(rank) + " skips all_reduce #4 on purpose");
     std::printf("rank %d: skipping all_reduce #4 on purpose\n", rank);
     std::fflush(stdout);
     // The communication thread keeps answering the others' queries meanwhile.

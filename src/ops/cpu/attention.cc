@@ -1,7 +1,8 @@
 // Host causal self-attention. Each (batch, head) pair is an independent task
 // on one OpenMP thread, made of single-threaded sgemm calls on strided views
 // of qkv: Q, K and V of head h are the columns [h*hs, (h+1)*hs) of the three
-// C-wide thirds of each 3C-wide row.
+// C-wide thirds of each 3C-wide row. The softmax rows are vector loops
+// (vexp, reductions in a fixed lane order).
 #include <cblas.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "ops/backend_ops.h"
+#include "ops/cpu/vec_math.h"
 #include "softmax.cuh"
 
 namespace ht::ops::cpu {
@@ -48,18 +50,26 @@ void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs
     float* p = pp + bh * d.t * d.t;
     // S = scale * Q K^T (the upper triangle is computed and then masked).
     sgemm(false, true, d.t, d.t, d.hs, scale, q, ld, k, ld, 0.f, p, d.t);
+    // Row i keeps columns [0, i]. The loops count to `len` (j < len, never
+    // j <= i) and take the max as a select: GCC vectorises only those forms
+    // (the j <= i loops ran scalar, 4x slower).
     for (std::int64_t i = 0; i < d.t; ++i) {
       float* row = p + i * d.t;
+      const std::int64_t len = i + 1;
       float mx = row[0];
-      for (std::int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+#pragma omp simd reduction(max : mx)
+      for (std::int64_t j = 0; j < len; ++j) mx = row[j] > mx ? row[j] : mx;
       float sum = 0.f;
-      for (std::int64_t j = 0; j <= i; ++j) {
-        row[j] = std::exp(row[j] - mx);
-        sum += row[j];
+#pragma omp simd reduction(+ : sum)
+      for (std::int64_t j = 0; j < len; ++j) {
+        const float e = vexp(row[j] - mx);
+        row[j] = e;
+        sum += e;
       }
       const float inv = 1.f / sum;
-      for (std::int64_t j = 0; j <= i; ++j) row[j] *= inv;
-      std::fill(row + i + 1, row + d.t, 0.f);
+#pragma omp simd
+      for (std::int64_t j = 0; j < len; ++j) row[j] *= inv;
+      std::fill(row + len, row + d.t, 0.f);
     }
     // O = P V, written into head h's columns of out.
     sgemm(false, false, d.t, d.hs, d.t, 1.f, p, d.t, v, ld, 0.f, pout + b * d.t * d.c + h * d.hs, d.c);
@@ -97,10 +107,13 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& pro
       for (std::int64_t i = 0; i < d.t; ++i) {
         const float* pr = p + i * d.t;
         float* dr = ds.data() + i * d.t;
+        const std::int64_t len = i + 1;  // j < len vectorises, j <= i does not
         float dot = 0.f;
-        for (std::int64_t j = 0; j <= i; ++j) dot += pr[j] * dr[j];
-        for (std::int64_t j = 0; j <= i; ++j) dr[j] = kern::softmax_grad(pr[j], dr[j], dot) * scale;
-        std::fill(dr + i + 1, dr + d.t, 0.f);
+#pragma omp simd reduction(+ : dot)
+        for (std::int64_t j = 0; j < len; ++j) dot += pr[j] * dr[j];
+#pragma omp simd
+        for (std::int64_t j = 0; j < len; ++j) dr[j] = kern::softmax_grad(pr[j], dr[j], dot) * scale;
+        std::fill(dr + len, dr + d.t, 0.f);
       }
       // dQ = dS K ; dK = dS^T Q
       sgemm(false, false, d.t, d.hs, d.t, 1.f, ds.data(), d.t, k, ld, 0.f, dq, ld);

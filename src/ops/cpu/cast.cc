@@ -43,19 +43,34 @@ void scale_and_check_finite(Tensor& x, float scale, Tensor& found) {
 
 void sum_squares(const Tensor& x, Tensor& acc) {
   // Fixed-size chunks summed in double, then added in chunk order: the same
-  // bits whatever the thread count.
+  // bits whatever the thread count. A tensor of one chunk (a bias, a norm
+  // gain) stays on the calling thread: a parallel region per small tensor is
+  // a barrier per small tensor, which costs most when the cores are shared.
   constexpr std::int64_t kChunk = 1 << 14;
   const std::int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(std::size_t(chunks), 0.0);
   visit_float(x, [&](const auto* p) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (chunks > 1)
     for (std::int64_t ch = 0; ch < chunks; ++ch) {
-      double s = 0.0;
-      const std::int64_t end = std::min(n, (ch + 1) * kChunk);
-      for (std::int64_t i = ch * kChunk; i < end; ++i) {
+      // Eight running sums, element i into sum i % 8, added in a fixed order
+      // at the end: independent chains, so the loop runs at the adder's
+      // throughput instead of its latency (the 124M model's gradient norm
+      // took 6% of a step with one chain), and still the same bits every run.
+      constexpr int kLanes = 8;
+      double lane[kLanes] = {};
+      const std::int64_t begin = ch * kChunk, end = std::min(n, (ch + 1) * kChunk);
+      std::int64_t i = begin;
+      for (; i + kLanes <= end; i += kLanes)
+        for (int k = 0; k < kLanes; ++k) {
+          const double v = kern::load(p, i + k);
+          lane[k] += v * v;
+        }
+      for (int k = 0; i < end; ++i, ++k) {
         const double v = kern::load(p, i);
-        s += v * v;
+        lane[k] += v * v;
       }
+      double s = 0.0;
+      for (int k = 0; k < kLanes; ++k) s += lane[k];
       partial[std::size_t(ch)] = s;
     }
   });

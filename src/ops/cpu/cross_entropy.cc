@@ -1,9 +1,12 @@
-// Host fused softmax cross-entropy: one pass for max and log-sum-exp per row.
-#include <algorithm>
+// Host fused softmax cross-entropy: one pass for the max and one for the
+// log-sum-exp per row. The row loops are vector loops (vexp, and reductions
+// in a fixed lane order, so results do not depend on the thread count), built
+// for AVX2 and the baseline (HT_CPU_MULTIVERSION): as scalar expf calls they
+// took a tenth of a 124M training step with the GPT-2 vocabulary.
 #include <cmath>
 
 #include "ops/backend_ops.h"
-#include "softmax.cuh"
+#include "ops/cpu/vec_math.h"
 
 namespace ht::ops::cpu {
 namespace {
@@ -12,6 +15,23 @@ void check_targets(const std::int32_t* tg, std::int64_t n, std::int64_t vocab) {
   for (std::int64_t i = 0; i < n; ++i)
     HT_CHECK(tg[i] >= 0 && tg[i] < vocab, ErrorKind::kOutOfRange,
              "cross_entropy: target {} at row {} is outside the vocabulary [0, {})", tg[i], i, vocab);
+}
+
+/// Log-sum-exp of one row.
+HT_CPU_MULTIVERSION float row_lse(const float* row, std::int64_t v) {
+  float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+  for (std::int64_t j = 0; j < v; ++j) mx = row[j] > mx ? row[j] : mx;  // this form vectorises
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t j = 0; j < v; ++j) sum += vexp(row[j] - mx);
+  return mx + std::log(sum);
+}
+
+/// out = softmax(row) * dloss, from the row's log-sum-exp; out may alias row.
+HT_CPU_MULTIVERSION void row_softmax_scaled(const float* row, float lse, float dloss, float* out, std::int64_t v) {
+#pragma omp simd
+  for (std::int64_t j = 0; j < v; ++j) out[j] = vexp(row[j] - lse) * dloss;
 }
 
 }  // namespace
@@ -26,11 +46,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& 
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < n; ++i) {
     const float* row = pl + i * v;
-    float mx = -INFINITY;
-    for (std::int64_t j = 0; j < v; ++j) mx = std::max(mx, row[j]);
-    float sum = 0.f;
-    for (std::int64_t j = 0; j < v; ++j) sum += std::exp(row[j] - mx);
-    const float l = mx + std::log(sum);
+    const float l = row_lse(row, v);
     plse[i] = l;
     ploss[i] = l - row[tg[i]];
   }
@@ -46,9 +62,14 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   float* pd = dlogits.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < n; ++i) {
+    // kern::cross_entropy_grad with vexp; the target's logit is read first,
+    // since out may alias row, and its one-hot term applied after the loop.
     const float* row = pl + i * v;
     float* out = pd + i * v;
-    for (std::int64_t j = 0; j < v; ++j) out[j] = kern::cross_entropy_grad(row[j], plse[i], j == tg[i], dloss);
+    const float l = plse[i];
+    const float target_logit = row[tg[i]];
+    row_softmax_scaled(row, l, dloss, out, v);
+    out[tg[i]] = (vexp(target_logit - l) - 1.f) * dloss;
   }
 }
 

@@ -1,9 +1,11 @@
-// Host element-wise ops: OpenMP loops over the shared bodies in kernels/.
+// Host element-wise ops: OpenMP loops over the shared bodies in kernels/,
+// except GELU (see gelu_forward).
 #include <algorithm>
 
 #include "gelu.cuh"
 #include "ops/backend_ops.h"
 #include "ops/cpu/column_blocks.h"
+#include "ops/cpu/vec_math.h"
 
 namespace ht::ops::cpu {
 
@@ -49,21 +51,59 @@ void bias_grad(const Tensor& dy, Tensor& dbias) {
   });
 }
 
+// GELU is kern::gelu's function rearranged so that the loop vectorises:
+// 0.5 (1 + tanh(u)) is sigmoid(2u), and 1 - tanh(u)^2 is 4 s (1 - s) for
+// s = sigmoid(2u), computed with vexp instead of a scalar tanhf call (which
+// took about a third of a small-GPT training step on one core). The two agree
+// to a few ulp.
+// Threads take blocks of kGeluBlock elements; each block is a vector loop in a
+// function compiled for AVX2 and for the baseline (HT_CPU_MULTIVERSION).
+namespace {
+
+constexpr std::int64_t kGeluBlock = 1 << 14;
+
+inline float gelu_sigmoid(float x) {
+  return vsigmoid(2.f * kern::kGeluScale * (x + kern::kGeluCubic * x * x * x));
+}
+
+HT_CPU_MULTIVERSION void gelu_forward_block(const float* x, float* y, std::int64_t n) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * gelu_sigmoid(x[i]);
+}
+
+HT_CPU_MULTIVERSION void gelu_backward_block(const float* x, const float* dy, float* dx, std::int64_t n) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float s = gelu_sigmoid(v);
+    const float dinner = kern::kGeluScale * (1.f + 3.f * kern::kGeluCubic * v * v);
+    dx[i] = dy[i] * (s + 2.f * v * s * (1.f - s) * dinner);
+  }
+}
+
+}  // namespace
+
 void gelu_forward(const Tensor& x, Tensor& y) {
   const float* px = x.data<float>();
   float* py = y.data<float>();
-  const std::int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) py[i] = kern::gelu(px[i]);
+  const std::int64_t n = x.numel(), blocks = (n + kGeluBlock - 1) / kGeluBlock;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t begin = b * kGeluBlock;
+    gelu_forward_block(px + begin, py + begin, std::min(kGeluBlock, n - begin));
+  }
 }
 
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   const float* px = x.data<float>();
   const float* pdy = dy.data<float>();
   float* pdx = dx.data<float>();
-  const std::int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) pdx[i] = kern::gelu_grad(px[i], pdy[i]);
+  const std::int64_t n = x.numel(), blocks = (n + kGeluBlock - 1) / kGeluBlock;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t begin = b * kGeluBlock;
+    gelu_backward_block(px + begin, pdy + begin, pdx + begin, std::min(kGeluBlock, n - begin));
+  }
 }
 
 }  // namespace ht::ops::cpu

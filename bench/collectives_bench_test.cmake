@@ -1,0 +1,21 @@
+# ctest driver of ht-collectives-bench (bench/CMakeLists.txt): every operation,
+# then every dtype and reduction of all_reduce, at tiny sizes with -c 1, under
+# mpirun; fails on a non-zero exit (wrong results included) or a missing footer.
+#   cmake -DEXE=<bench> -DMPIEXEC=<mpiexec> -DFLAGS="-n;2;..." -P collectives_bench_test.cmake
+set(_runs
+  "-o all_reduce" "-o reduce_scatter" "-o all_gather" "-o broadcast --root 1" "-o reduce --root 1"
+  "-o alltoall" "-o sendrecv"
+  "-o all_reduce -d half -r avg" "-o all_reduce -d bfloat16 -r max" "-o reduce_scatter -d int32 -r min"
+  "-o all_gather -d half" "-o all_reduce --compare-raw --rounds 1" "-o all_reduce --json")
+foreach(shown IN LISTS _runs)
+  separate_arguments(args UNIX_COMMAND "${shown}")
+  execute_process(COMMAND ${MPIEXEC} ${FLAGS} ${EXE} -b 4 -e 70K -f 7 -n 2 -w 1 -c 1 ${args}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${shown}\n${out}${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "ht-collectives-bench ${shown}: exit ${rc}")
+  endif()
+  if(NOT out MATCHES "Out of bounds values : 0 OK" AND NOT out MATCHES "\"type\":\"summary\",\"wrong\":0|\"wrong\":0[,}].*\"type\":\"summary\"")
+    message(FATAL_ERROR "ht-collectives-bench ${shown}: no clean footer")
+  endif()
+endforeach()

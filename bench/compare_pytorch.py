@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""compare_pytorch: hypertrain's training throughput against PyTorch's, same
+GPT, same batch, same thread count, measured back to back in one script.
+
+Runs <build>/bench/train_throughput --json for each config, then trains the same
+GPT in PyTorch (fp32, tied head, tanh GELU, causal attention written as matmul
++ masked softmax, global-norm clipping at 1.0, AdamW with hypertrain's
+hyper-parameters) on random tokens, timing forward + backward + optimizer
+steps after warm-up. Both sides report the median timed step.
+
+Output (a contract, see docs/benchmarks.md):
+  "# " preamble lines;
+  one line per config and repeat:
+    small | hypertrain 2012.3 tok/s 508.9 ms/step | pytorch 1833.0 tok/s 558.7 ms/step | ratio 1.098
+  one line per config with the median over repeats:
+    config small | hypertrain 2012.3 tok/s | pytorch 1833.0 tok/s | ratio 1.098
+  and last, exactly "ratio X": hypertrain tokens/s over PyTorch's for the one
+  config, or with --config both the smaller of the two ratios (the target is
+  X >= 1 for every config).
+
+Needs Debian's /usr/bin/python3 with python3-torch (1.13); when torch is not
+importable under the interpreter that started the script, it re-executes
+itself under /usr/bin/python3.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+# name: (vocab, context, layers, heads, embd, batch, seq, warmup, steps); as
+# train_throughput's --config.
+CONFIGS = {
+    "small": (256, 256, 6, 6, 384, 8, 128, 3, 10),
+    "124m": (50257, 1024, 12, 12, 768, 2, 256, 2, 5),
+}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build", required=True, help="hypertrain build directory (holds bench/train_throughput)")
+    p.add_argument("--config", choices=["small", "124m", "both"], default="small")
+    p.add_argument("--threads", type=int, default=2,
+                   help="threads for both sides (OMP_NUM_THREADS, torch.set_num_threads)")
+    p.add_argument("--steps", type=int, default=0, help="timed steps per side (0: 10 for small, 5 for 124m)")
+    p.add_argument("--warmup", type=int, default=-1, help="untimed steps first (-1: 3 for small, 2 for 124m)")
+    p.add_argument("--batch", type=int, default=0, help="sequences per step (0: the config's)")
+    p.add_argument("--seq", type=int, default=0, help="tokens per sequence (0: the config's)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="alternate hypertrain and PyTorch runs this many times; medians are reported")
+    p.add_argument("--openblas-coretype", default=None,
+                   help="set OPENBLAS_CORETYPE for both sides (e.g. SkylakeX, Haswell); default: as inherited. "
+                        "OpenBLAS 0.3.21 runs its slow Prescott kernels on CPUs it does not recognise")
+    return p.parse_args()
+
+
+def set_env(args):
+    # Before torch is imported: libgomp and OpenBLAS size their pools and pick
+    # their kernels when they load. The hypertrain run inherits the same.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
+    if args.openblas_coretype:
+        os.environ["OPENBLAS_CORETYPE"] = args.openblas_coretype
+
+
+def torch_blas_description():
+    """The OpenBLAS torch loaded (Debian links torch against libopenblas.so.0), and its kernels."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        for name in ("openblas_get_config", "openblas_get_corename"):
+            getattr(lib, name).restype = ctypes.c_char_p
+        return f"{lib.openblas_get_config().decode()}, core {lib.openblas_get_corename().decode()}"
+    except (OSError, AttributeError):
+        return "BLAS not identified"
+
+
+def import_torch():
+    try:
+        import torch  # noqa: F401
+        return torch
+    except ImportError:
+        if os.path.realpath(sys.executable) != os.path.realpath(SYSTEM_PYTHON) and os.path.exists(SYSTEM_PYTHON):
+            os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON, os.path.abspath(__file__)] + sys.argv[1:])
+        sys.exit("compare_pytorch: torch is not importable here nor under /usr/bin/python3; "
+                 "install Debian's python3-torch")
+
+
+def run_hypertrain(args, name):
+    exe = os.path.join(args.build, "bench", "train_throughput")
+    if not os.access(exe, os.X_OK):
+        sys.exit(f"compare_pytorch: {exe} not found; build it: ninja -C {args.build} train_throughput")
+    cmd = [exe, "--config", name, "--threads", str(args.threads), "--json",
+           "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--batch", str(args.batch), "--seq", str(args.seq)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    objects = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    run = next(o for o in objects if o["type"] == "run")
+    result = next(o for o in objects if o["type"] == "train_throughput")
+    return run, result
+
+
+def build_torch_gpt(torch, vocab, context, n_layer, n_head, n_embd):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+            self.c_proj = nn.Linear(n_embd, n_embd)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            hs = c // n_head
+            q, k, v = self.c_attn(x).split(c, dim=2)
+            q = q.view(b, t, n_head, hs).transpose(1, 2)
+            k = k.view(b, t, n_head, hs).transpose(1, 2)
+            v = v.view(b, t, n_head, hs).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+            mask = torch.ones(t, t, dtype=torch.bool).tril()
+            att = att.masked_fill(~mask, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+            return self.c_proj(y)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+            self.c_proj = nn.Linear(4 * n_embd, n_embd)
+
+        def forward(self, x):
+            return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(n_embd)
+            self.attn = Attention()
+            self.ln_2 = nn.LayerNorm(n_embd)
+            self.mlp = MLP()
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(vocab, n_embd)
+            self.wpe = nn.Embedding(context, n_embd)
+            self.h = nn.ModuleList([Block() for _ in range(n_layer)])
+            self.ln_f = nn.LayerNorm(n_embd)
+            for name, p in self.named_parameters():
+                if name.endswith("bias"):
+                    nn.init.zeros_(p)
+                elif "ln_" in name:
+                    nn.init.ones_(p)
+                else:
+                    std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("c_proj.weight") else 0.02
+                    nn.init.normal_(p, std=std)
+
+        def forward(self, idx, targets):
+            t = idx.shape[1]
+            x = self.wte(idx) + self.wpe(torch.arange(t))
+            for block in self.h:
+                x = block(x)
+            logits = F.linear(self.ln_f(x), self.wte.weight)  # tied head
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+    return GPT()
+
+
+def run_pytorch(torch, args, name):
+    vocab, context, n_layer, n_head, n_embd, batch, seq, warmup, steps = CONFIGS[name]
+    batch = args.batch or batch
+    seq = args.seq or seq
+    warmup = warmup if args.warmup < 0 else args.warmup
+    steps = args.steps or steps
+    torch.manual_seed(1337)
+    model = build_torch_gpt(torch, vocab, context, n_layer, n_head, n_embd)
+    # As hypertrain's AdamW: decay on matrices and embeddings, none on biases and norm gains.
+    decay = [p for n, p in model.named_parameters() if not n.endswith("bias") and "ln_" not in n]
+    no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "ln_" in n]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    step_ms, losses = [], []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        idx = torch.randint(0, vocab, (batch, seq + 1))
+        loss = model(idx[:, :-1], idx[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss_value = loss.item()
+        ms = (time.perf_counter() - t0) * 1000.0
+        if i >= warmup:
+            step_ms.append(ms)
+            losses.append(loss_value)
+        print(f"# pytorch {name} {'step' if i >= warmup else 'warm-up'} "
+              f"{i - warmup + 1 if i >= warmup else i + 1}: {ms:.1f} ms, loss {loss_value:.4f}",
+              file=sys.stderr, flush=True)
+    ms = statistics.median(step_ms)
+    return {"num_parameters": sum(p.numel() for p in model.parameters()), "ms_per_step": ms,
+            "tokens_per_s": batch * seq * 1000.0 / ms, "batch": batch, "seq_len": seq, "steps": steps}
+
+
+def main():
+    args = parse_args()
+    set_env(args)
+    torch = import_torch()
+    torch.set_num_threads(args.threads)
+    names = ["small", "124m"] if args.config == "both" else [args.config]
+    print(f"# compare_pytorch: torch {torch.__version__} ({sys.executable}), threads {args.threads} on both sides, "
+          f"{args.repeats} repeat(s), OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}", flush=True)
+    print(f"# pytorch: {torch_blas_description()}", flush=True)
+    final = []
+    for name in names:
+        ours_runs, theirs_runs = [], []
+        for rep in range(args.repeats):
+            run, ours = run_hypertrain(args, name)
+            if rep == 0:
+                print(f"# hypertrain: {run['build']}, gemm {run['gemm']}, {run['openblas']}, "
+                      f"core {run['openblas_core']}, peak {run['peak_gflops']:.1f} GFLOP/s", flush=True)
+            theirs = run_pytorch(torch, args, name)
+            if theirs["num_parameters"] != ours["num_parameters"]:
+                sys.exit(f"compare_pytorch: parameter counts differ: hypertrain {ours['num_parameters']}, "
+                         f"pytorch {theirs['num_parameters']}")
+            assert (theirs["batch"], theirs["seq_len"]) == (ours["batch"], ours["seq_len"])
+            ours_runs.append(ours)
+            theirs_runs.append(theirs)
+            print(f"{name} | hypertrain {ours['tokens_per_s']:.1f} tok/s {ours['ms_per_step']:.1f} ms/step | "
+                  f"pytorch {theirs['tokens_per_s']:.1f} tok/s {theirs['ms_per_step']:.1f} ms/step | "
+                  f"ratio {ours['tokens_per_s'] / theirs['tokens_per_s']:.3f}", flush=True)
+        ours_tps = statistics.median(r["tokens_per_s"] for r in ours_runs)
+        theirs_tps = statistics.median(r["tokens_per_s"] for r in theirs_runs)
+        ratio = statistics.median(a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ours_runs, theirs_runs))
+        print(f"config {name} | {ours_runs[0]['model']} | batch {ours_runs[0]['batch']} x {ours_runs[0]['seq_len']} "
+              f"| hypertrain {ours_tps:.1f} tok/s | pytorch {theirs_tps:.1f} tok/s | ratio {ratio:.3f}", flush=True)
+        final.append(ratio)
+    print(f"ratio {min(final):.2f}")
+
+
+if __name__ == "__main__":
+    main()

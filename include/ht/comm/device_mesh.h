@@ -1,0 +1,68 @@
+// ht::comm::DeviceMesh: the communicators of a 3-D mesh pp x dp x tp, built
+// once at start-up from the world communicator and the requested tp and pp.
+//
+// The rank arithmetic is MeshLayout's (mesh_layout.h): dp = world / (tp * pp),
+// rank order tp fastest, then dp, then pp. The mesh owns the world and one
+// communicator per axis, each a split of the world with colour
+// MeshLayout::group_index and key the coordinate along the axis, so a rank's
+// position in its tp group is its tp coordinate. Groups are named
+// "<axis>.<group index>" ("tp.0", "dp.1", "pp.0"), as messages and flight-
+// recorder dumps show them. An axis of size 1 still has its (one-rank)
+// communicator, so callers never test for absence.
+//
+// No globals: the mesh is passed explicitly to whoever needs a group.
+// Construction, finalize() and the axes' collectives follow the Communicator
+// contract (collective over the world, deadlines from its options).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "ht/comm/communicator.h"
+#include "ht/comm/mesh_layout.h"
+
+namespace ht::comm {
+
+class DeviceMesh {
+ public:
+  /// Collective over `world`: every rank calls it with the same tp and pp.
+  /// Splits the world into the tp, dp and pp groups, in that order. Throws
+  /// ht::Error(kConfig) naming the sizes and the valid choices when tp * pp
+  /// does not divide world->size() (the same verdict on every rank, before
+  /// any communication), kInvalidArgument for a null world, and what split
+  /// throws (CommTimeout when a rank does not join). On a throw the world is
+  /// destroyed with the mesh (aborted, as any unfinalised communicator).
+  DeviceMesh(std::unique_ptr<Communicator> world, int tp, int pp);
+  /// Aborts whatever was not finalised (see Communicator). Never throws.
+  ~DeviceMesh();
+  DeviceMesh(const DeviceMesh&) = delete;
+  DeviceMesh& operator=(const DeviceMesh&) = delete;
+
+  const MeshLayout& layout() const { return layout_; }
+  /// This rank in the world, and its coordinates in the mesh.
+  int rank() const { return world_->rank(); }
+  const MeshCoord& coord() const { return coord_; }
+  /// The world ranks of this rank's group along `axis`, by coordinate.
+  std::vector<int> group(MeshAxis axis) const { return layout_.group(rank(), axis); }
+
+  Communicator& world() const { return *world_; }
+  Communicator& tp() const { return *tp_; }
+  Communicator& dp() const { return *dp_; }
+  Communicator& pp() const { return *pp_; }
+  Communicator& axis(MeshAxis axis) const;
+
+  /// Finalises the axis communicators, then the world, each within `timeout`
+  /// (see Communicator::finalize). Idempotent.
+  void finalize(std::chrono::milliseconds timeout);
+  /// Aborts every communicator of the mesh; never blocks, never throws.
+  void abort() noexcept;
+
+ private:
+  std::unique_ptr<Communicator> world_;  // declared first: destroyed after the groups split from it
+  MeshLayout layout_;
+  MeshCoord coord_;
+  std::unique_ptr<Communicator> tp_, dp_, pp_;
+};
+
+}  // namespace ht::comm

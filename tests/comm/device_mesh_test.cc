@@ -1,0 +1,130 @@
+// DeviceMesh under mpirun: every axis communicator holds the ranks MeshLayout
+// says, in coordinate order, under the right name, and reduces over exactly
+// them; a tp x pp that does not divide the world is a clear start-up error.
+// Expected values come from the layout and the world size, never assumed.
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "ht/comm/device_mesh.h"
+#include "ht/comm/mpi_communicator.h"
+#include "ht/comm/work.h"
+#include "test_util.h"
+
+namespace ht::comm {
+namespace {
+
+using namespace std::chrono_literals;
+
+class WorldEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    CommOptions options;
+    options.timeout = 60s;
+    world = make_mpi_world(options);
+  }
+  void TearDown() override {
+    world->finalize(30s);
+    world.reset();
+  }
+  std::unique_ptr<Communicator> world;
+};
+WorldEnvironment* const g_env =
+    static_cast<WorldEnvironment*>(::testing::AddGlobalTestEnvironment(new WorldEnvironment));
+
+Communicator& world() { return *g_env->world; }
+
+// A mesh owns its world, so each test hands it a copy of the test's world.
+std::unique_ptr<Communicator> world_copy(const std::string& name) { return world().split(0, world().rank(), name); }
+
+Tensor i32_tensor(const std::vector<std::int32_t>& v) {
+  return Tensor::from_vector(v, {std::int64_t(v.size())});
+}
+
+void check_mesh(int tp, int pp) {
+  const int rank = world().rank(), size = world().size();
+  DeviceMesh mesh(world_copy("mesh_world"), tp, pp);
+  const MeshLayout& layout = mesh.layout();
+  EXPECT_EQ(layout.tp(), tp);
+  EXPECT_EQ(layout.pp(), pp);
+  EXPECT_EQ(layout.dp(), size / (tp * pp));
+  EXPECT_EQ(mesh.rank(), rank);
+  EXPECT_EQ(mesh.world().size(), size);
+  EXPECT_EQ(mesh.coord(), layout.coord(rank));
+  EXPECT_EQ(&mesh.axis(MeshAxis::kTp), &mesh.tp());
+  EXPECT_EQ(&mesh.axis(MeshAxis::kDp), &mesh.dp());
+  EXPECT_EQ(&mesh.axis(MeshAxis::kPp), &mesh.pp());
+
+  const MeshCoord c = layout.coord(rank);
+  for (MeshAxis axis : {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp}) {
+    SCOPED_TRACE(axis_name(axis));
+    Communicator& group = mesh.axis(axis);
+    const std::vector<int> members = layout.group(rank, axis);
+    EXPECT_EQ(mesh.group(axis), members);
+    EXPECT_EQ(group.name(), axis_name(axis) + "." + std::to_string(layout.group_index(rank, axis)));
+    EXPECT_EQ(group.size(), layout.size(axis));
+    EXPECT_EQ(group.rank(), axis == MeshAxis::kTp ? c.tp : axis == MeshAxis::kDp ? c.dp : c.pp);
+
+    // Each rank contributes its world rank (and a multiple): the sums are the group's.
+    Tensor x = i32_tensor({rank, 100 * rank + 1});
+    group.all_reduce(x, x, ReduceOp::kSum)->wait();
+    const int sum = std::accumulate(members.begin(), members.end(), 0);
+    EXPECT_EQ(x.to_vector<std::int32_t>(), (std::vector<std::int32_t>{sum, 100 * sum + int(members.size())}));
+
+    // And an all-gather returns the members in coordinate order.
+    Tensor all = Tensor::zeros({std::int64_t(group.size())}, DType::kI32);
+    group.all_gather(i32_tensor({rank}), all)->wait();
+    EXPECT_EQ(all.to_vector<std::int32_t>(), std::vector<std::int32_t>(members.begin(), members.end()));
+  }
+  mesh.finalize(30s);
+}
+
+// np 4: tp 2 x dp 2; np 8: tp 2 x dp 4.
+TEST(DeviceMesh, TpTimesDp) {
+  if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even world size";
+  check_mesh(/*tp=*/2, /*pp=*/1);
+}
+
+// np 4: tp 2 x pp 2 (dp 1); np 8: the 2 x 2 x 2 mesh.
+TEST(DeviceMesh, TpDpPp) {
+  if (world().size() % 4 != 0) GTEST_SKIP() << "needs a multiple of 4 ranks";
+  check_mesh(/*tp=*/2, /*pp=*/2);
+}
+
+// Pipeline only (dp and tp of size 1 still have their one-rank communicators).
+TEST(DeviceMesh, PipelineOnly) { check_mesh(/*tp=*/1, /*pp=*/world().size()); }
+
+// tp 3 divides neither 4 nor 8: every rank refuses at once, before any
+// communication, with the sizes and the valid choices in the message.
+TEST(DeviceMesh, SizesThatDoNotDivideAreAConfigError) {
+  const int size = world().size();
+  if (size % 3 == 0) GTEST_SKIP() << "3 divides the world size";
+  try {
+    DeviceMesh mesh(world_copy("bad_mesh_world"), /*tp=*/3, /*pp=*/1);
+    FAIL() << "a tp=3 mesh over " << size << " ranks was built";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    const std::string msg = e.message();
+    for (const std::string& needle : {std::string("cannot build the device mesh (tp=3, pp=1)"), std::string("tp=3"),
+                                      "does not divide the world size " + std::to_string(size), std::string("tp2xpp1")})
+      EXPECT_NE(msg.find(needle), std::string::npos) << "message lacks '" << needle << "': " << msg;
+  }
+  // The world of the test is untouched and still works.
+  Tensor x = i32_tensor({1});
+  world().all_reduce(x, x, ReduceOp::kSum)->wait();
+  EXPECT_EQ(x.to_vector<std::int32_t>(), std::vector<std::int32_t>{size});
+}
+
+TEST(DeviceMesh, NullWorldIsRejected) {
+  try {
+    DeviceMesh mesh(nullptr, 1, 1);
+    FAIL() << "a mesh without a world was built";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace ht::comm
