@@ -10,13 +10,18 @@ steps after warm-up. Both sides report the median timed step.
 
 Output (a contract, see docs/benchmarks.md):
   "# " preamble lines;
-  one line per config and repeat:
-    small | hypertrain 2012.3 tok/s 508.9 ms/step | pytorch 1833.0 tok/s 558.7 ms/step | ratio 1.098
-  one line per config with the median over repeats:
-    config small | hypertrain 2012.3 tok/s | pytorch 1833.0 tok/s | ratio 1.098
+  one line per config and repeat (wrapped here):
+    small | hypertrain 2012.3 tok/s 508.9 ms/step (cpu 1010 ms) | pytorch 1833.0 tok/s
+      558.7 ms/step (cpu 1105 ms) | ratio 1.098 | cpu ratio 1.094
+  one line per config with the medians over repeats:
+    config small | L6 H6 C384 V256 T256 | batch 8 x 128 | hypertrain 2012.3 tok/s
+      | pytorch 1833.0 tok/s | ratio 1.098 | cpu ratio 1.094
   and last, exactly "ratio X": hypertrain tokens/s over PyTorch's for the one
   config, or with --config both the smaller of the two ratios (the target is
   X >= 1 for every config).
+"ratio" compares wall-clock throughput (median step); "cpu ratio" compares
+process CPU time per step (all threads; PyTorch's over hypertrain's), the work
+each side spends per token, which other load on the machine disturbs less.
 
 Needs Debian's /usr/bin/python3 with python3-torch (1.13); when torch is not
 importable under the interpreter that started the script, it re-executes
@@ -191,7 +196,9 @@ def run_pytorch(torch, args, name):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
     step_ms, losses = [], []
+    cpu_ms = []
     for i in range(warmup + steps):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         idx = torch.randint(0, vocab, (batch, seq + 1))
         loss = model(idx[:, :-1], idx[:, 1:])
@@ -203,12 +210,14 @@ def run_pytorch(torch, args, name):
         ms = (time.perf_counter() - t0) * 1000.0
         if i >= warmup:
             step_ms.append(ms)
+            cpu_ms.append((time.process_time() - c0) * 1000.0)
             losses.append(loss_value)
         print(f"# pytorch {name} {'step' if i >= warmup else 'warm-up'} "
               f"{i - warmup + 1 if i >= warmup else i + 1}: {ms:.1f} ms, loss {loss_value:.4f}",
               file=sys.stderr, flush=True)
     ms = statistics.median(step_ms)
     return {"num_parameters": sum(p.numel() for p in model.parameters()), "ms_per_step": ms,
+            "cpu_ms_per_step": statistics.median(cpu_ms),
             "tokens_per_s": batch * seq * 1000.0 / ms, "batch": batch, "seq_len": seq, "steps": steps}
 
 
@@ -237,14 +246,19 @@ def main():
             assert (theirs["batch"], theirs["seq_len"]) == (ours["batch"], ours["seq_len"])
             ours_runs.append(ours)
             theirs_runs.append(theirs)
-            print(f"{name} | hypertrain {ours['tokens_per_s']:.1f} tok/s {ours['ms_per_step']:.1f} ms/step | "
-                  f"pytorch {theirs['tokens_per_s']:.1f} tok/s {theirs['ms_per_step']:.1f} ms/step | "
-                  f"ratio {ours['tokens_per_s'] / theirs['tokens_per_s']:.3f}", flush=True)
+            print(f"{name} | hypertrain {ours['tokens_per_s']:.1f} tok/s {ours['ms_per_step']:.1f} ms/step "
+                  f"(cpu {ours['cpu_ms_per_step']:.0f} ms) | pytorch {theirs['tokens_per_s']:.1f} tok/s "
+                  f"{theirs['ms_per_step']:.1f} ms/step (cpu {theirs['cpu_ms_per_step']:.0f} ms) | "
+                  f"ratio {ours['tokens_per_s'] / theirs['tokens_per_s']:.3f} | "
+                  f"cpu ratio {theirs['cpu_ms_per_step'] / ours['cpu_ms_per_step']:.3f}", flush=True)
         ours_tps = statistics.median(r["tokens_per_s"] for r in ours_runs)
         theirs_tps = statistics.median(r["tokens_per_s"] for r in theirs_runs)
         ratio = statistics.median(a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ours_runs, theirs_runs))
+        cpu_ratio = statistics.median(b["cpu_ms_per_step"] / a["cpu_ms_per_step"]
+                                      for a, b in zip(ours_runs, theirs_runs))
         print(f"config {name} | {ours_runs[0]['model']} | batch {ours_runs[0]['batch']} x {ours_runs[0]['seq_len']} "
-              f"| hypertrain {ours_tps:.1f} tok/s | pytorch {theirs_tps:.1f} tok/s | ratio {ratio:.3f}", flush=True)
+              f"| hypertrain {ours_tps:.1f} tok/s | pytorch {theirs_tps:.1f} tok/s | ratio {ratio:.3f} "
+              f"| cpu ratio {cpu_ratio:.3f}", flush=True)
         final.append(ratio)
     print(f"ratio {min(final):.2f}")
 

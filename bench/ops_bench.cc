@@ -226,6 +226,8 @@ void register_all(Device device) {
     shapes.push_back({"fc_dw", 4 * c, c, 1024, true, false});
     shapes.push_back({"qkv_fwd", 1024, 3 * c, c, false, true});
   }
+  // The 124M config's tied output head at 512 tokens: x (512, 768) wte^T.
+  shapes.push_back({"lm_head_fwd", 512, 50257, 768, false, true});
   shapes.push_back({"square", 1024, 1024, 1024, false, false});
   for (const GemmShape& s : shapes) {
     const std::string rest = std::string(s.what) + "/M" + std::to_string(s.m) + "_N" + std::to_string(s.n) + "_K" +
@@ -255,8 +257,11 @@ void register_all(Device device) {
   reg(bench_name("cross_entropy_fwd_bwd", dev, "N512_V50257"), device, bm_cross_entropy, std::int64_t{512},
       std::int64_t{50257});
   // One small-config parameter block (4C x C) and the whole 124M model's state.
+  const std::int64_t gpt2_params = ht::nn::GPTConfig{50257, 1024, 12, 12, 768}.num_parameters();
   reg(bench_name("adamw", dev, "n589824"), device, bm_adamw, std::int64_t{589824});
-  reg(bench_name("adamw", dev, "n124475904"), device, bm_adamw, std::int64_t{124475904});
+  reg(bench_name("adamw", dev, "n" + std::to_string(gpt2_params)), device, bm_adamw, gpt2_params);
+  // The global gradient norm's pass over the 124M model's gradients.
+  reg(bench_name("sum_squares", dev, "n" + std::to_string(gpt2_params)), device, bm_sum_squares, gpt2_params);
 }
 
 }  // namespace

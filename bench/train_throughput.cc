@@ -11,7 +11,8 @@
 //     | 136.0 GFLOP/s | MFU 45.1%
 //   (one line, wrapped here);
 //   and with --json, after them, JSON Lines: one {"type": "run", ...} object,
-//   then one {"type": "train_throughput", ...} object per config.
+//   then one {"type": "train_throughput", ...} object per config, which also
+//   holds every step's wall and process CPU time (all threads), in ms.
 // Progress of each step goes to stderr.
 #include <CLI/CLI.hpp>
 #include <cblas.h>
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -116,10 +118,12 @@ struct Result {
   Spec spec;
   std::int64_t num_parameters = 0;
   std::vector<double> step_ms;
+  std::vector<double> step_cpu_ms;  // CPU time of the whole process (all threads)
   float loss_first = 0.f, loss_last = 0.f;
 
   std::int64_t tokens_per_step() const { return spec.batch * spec.seq; }
   double ms_per_step() const { return median(step_ms); }
+  double cpu_ms_per_step() const { return median(step_cpu_ms); }
   double tokens_per_s() const { return double(tokens_per_step()) * 1000.0 / ms_per_step(); }
   double flops_per_token() const { return spec.model.flops_per_token(spec.seq); }
   double achieved_gflops() const { return flops_per_token() * tokens_per_s() * 1e-9; }
@@ -143,16 +147,19 @@ Result run_config(const Spec& spec, Device device) {
   for (std::int64_t i = 0; i < 2 * (spec.seq + 1); ++i) splits.val.push_back(token());
 
   train::Trainer trainer(o, splits);
-  Result r{spec, trainer.model().num_parameters(), {}, 0.f, 0.f};
+  Result r{spec, trainer.model().num_parameters(), {}, {}, 0.f, 0.f};
   const Tensor& probe = trainer.model().parameters().front()->data();
   for (std::int64_t i = 0; i < spec.warmup + spec.steps; ++i) {
+    const std::clock_t c0 = std::clock();
     const auto t0 = std::chrono::steady_clock::now();
     const train::StepStats s = trainer.step();
     synchronize(device, probe);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu_ms = 1000.0 * double(std::clock() - c0) / CLOCKS_PER_SEC;
     const bool timed = i >= spec.warmup;
     if (timed) {
       r.step_ms.push_back(ms);
+      r.step_cpu_ms.push_back(cpu_ms);
       if (r.step_ms.size() == 1) r.loss_first = s.loss;
       r.loss_last = s.loss;
     }
@@ -254,6 +261,8 @@ int run(const Args& a) {
                        {"ms_per_step_min", *std::min_element(r.step_ms.begin(), r.step_ms.end())},
                        {"ms_per_step_mean", mean_ms},
                        {"step_ms", r.step_ms},
+                       {"cpu_ms_per_step", r.cpu_ms_per_step()},
+                       {"step_cpu_ms", r.step_cpu_ms},
                        {"tokens_per_s", r.tokens_per_s()},
                        {"flops_per_token", r.flops_per_token()},
                        {"achieved_gflops", r.achieved_gflops()},

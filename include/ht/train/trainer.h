@@ -22,7 +22,7 @@ namespace ht::train {
 struct TrainerOptions {
   nn::GPTConfig model;
   Device device = Device::cpu();
-  std::int64_t steps = 300;
+  std::int64_t steps = 100;
   std::int64_t micro_batch = 8;  // sequences per micro-batch
   std::int64_t seq_len = 128;
   int grad_accum = 1;  // micro-batches per optimizer step
@@ -32,7 +32,7 @@ struct TrainerOptions {
   float grad_clip = 1.f;  // max global norm; <= 0 disables
   optim::AdamWOptions adamw;
   std::uint64_t seed = 1337;
-  std::int64_t eval_every = 50;  // 0: only at the end
+  std::int64_t eval_every = 25;  // 0: only at the end
   std::int64_t eval_batches = 8;
 
   /// Throws kConfig naming the bad value.
