@@ -23,6 +23,11 @@ Output (a contract, see docs/benchmarks.md):
 process CPU time per step (all threads; PyTorch's over hypertrain's), the work
 each side spends per token, which other load on the machine disturbs less.
 
+Both sides get the same environment: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS
+from --threads, OPENBLAS_CORETYPE from --openblas-coretype, and whatever else
+is set (OMP_WAIT_POLICY, for one: passive is the robust choice on a shared
+machine; docs/benchmarks.md).
+
 Needs Debian's /usr/bin/python3 with python3-torch (1.13); when torch is not
 importable under the interpreter that started the script, it re-executes
 itself under /usr/bin/python3.
@@ -103,7 +108,10 @@ def run_hypertrain(args, name):
     cmd = [exe, "--config", name, "--threads", str(args.threads), "--json",
            "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--batch", str(args.batch), "--seq", str(args.seq)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"compare_pytorch: {' '.join(cmd)} failed with exit code {proc.returncode}:\n{proc.stderr}")
+    out = proc.stdout
     objects = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     run = next(o for o in objects if o["type"] == "run")
     result = next(o for o in objects if o["type"] == "train_throughput")

@@ -67,14 +67,15 @@ Spec spec_of(const std::string& name) {
 }
 
 /// OpenBLAS 0.3.21 does not know recent Xeons (family 6, model 207 here) and
-/// falls back to its Prescott (SSE3) kernels, about 3.5x slower than its
+/// falls back to its Prescott (SSE3) kernels, about 5x slower than its
 /// SkylakeX ones on the same CPU; it reads OPENBLAS_CORETYPE when it loads.
 std::string openblas_warning() {
   const std::string core = openblas_get_corename();
   if (core != "Prescott" && core != "prescott") return {};
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("avx512f"))
-    return "OpenBLAS runs its generic Prescott kernels on this AVX-512 CPU; OPENBLAS_CORETYPE=SkylakeX is ~3.5x faster";
+    return "OpenBLAS runs its generic Prescott kernels on this AVX-512 CPU; "
+           "OPENBLAS_CORETYPE=SkylakeX may be ~5x faster";
   if (__builtin_cpu_supports("avx2"))
     return "OpenBLAS runs its generic Prescott kernels on this AVX2 CPU; OPENBLAS_CORETYPE=Haswell is faster";
 #endif
