@@ -23,7 +23,9 @@ struct MatmulOptions {
 void matmul(const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& options = {});
 
 /// Which library runs host GEMMs. OpenBLAS is the default: on the reference
-/// 2-core machine its sgemm is about 1.5x Eigen's own product (bench/ops).
+/// 2-core machine its sgemm is 1.3x Eigen's own product with the generic
+/// kernels Debian's OpenBLAS picks there, and 6x with its AVX-512 kernels
+/// (OPENBLAS_CORETYPE=SkylakeX); see docs/benchmarks.md.
 enum class CpuGemmBackend { kOpenBlas, kEigen };
 void set_cpu_gemm_backend(CpuGemmBackend backend);
 CpuGemmBackend cpu_gemm_backend();
