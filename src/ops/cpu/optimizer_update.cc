@@ -9,6 +9,7 @@
 
 #include "cast.cuh"
 #include "ops/backend_ops.h"
+#include "ops/optimizer_coeffs.h"
 #include "optimizer_update.cuh"
 
 namespace ht::ops::cpu {
@@ -68,14 +69,7 @@ void adamw_range(float* p, const G* g, float* m, float* v, std::int64_t begin, s
 }  // namespace
 
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h) {
-  const kern::AdamWCoeffs c{h.lr,
-                            h.beta1,
-                            h.beta2,
-                            h.eps,
-                            h.weight_decay,
-                            h.grad_scale,
-                            float(1.0 - std::pow(double(h.beta1), double(h.step))),
-                            float(std::sqrt(1.0 - std::pow(double(h.beta2), double(h.step))))};
+  const kern::AdamWCoeffs c = detail::adamw_coeffs(h);
   float* pp = param.data<float>();
   float* pm = m.data<float>();
   float* pv = v.data<float>();
@@ -93,7 +87,7 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
 }
 
 void sgd_update(Tensor& param, const Tensor& grad, Tensor& buf, const SgdHyper& h) {
-  const kern::SgdCoeffs c{h.lr, h.momentum, h.weight_decay, h.grad_scale, h.nesterov, h.first_step};
+  const kern::SgdCoeffs c = detail::sgd_coeffs(h);
   float* pp = param.data<float>();
   float* pb = h.momentum != 0.f ? buf.data<float>() : nullptr;
   const std::int64_t n = param.numel();
