@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "comm/flight_entry_json.h"
 #include "ht/core/error.h"
 
 namespace ht::comm {
@@ -296,17 +297,7 @@ std::string format_flight_analysis(const FlightAnalysis& a, const std::vector<Fl
 }
 
 std::string flight_analysis_json(const FlightAnalysis& a, const std::vector<FlightDump>& dumps) {
-  const auto entry_json = [](const FlightEntry& e) {
-    return OrderedJson{{"op", e.op},
-                       {"seq", e.seq},
-                       {"count", e.count},
-                       {"dtype", std::string(dtype_name(e.dtype))},
-                       {"peer", e.peer},
-                       {"state", op_state_name(e.state)},
-                       {"enqueue_us", e.enqueue_us},
-                       {"start_us", e.start_us},
-                       {"end_us", e.end_us}};
-  };
+  const auto entry_json = detail::flight_entry_json;
   OrderedJson doc;
   doc["world_size"] = a.world_size;
   doc["dumped_ranks"] = a.dumped;

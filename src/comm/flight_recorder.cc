@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "comm/flight_entry_json.h"
 #include "ht/core/error.h"
 
 namespace ht::comm {
@@ -98,16 +99,7 @@ std::vector<FlightEntry> FlightRecorder::entries() const {
 std::string FlightRecorder::dump(const std::string& dir, int rank, const std::string& reason) const {
   nlohmann::ordered_json entries_json = nlohmann::ordered_json::array();
   for (const FlightEntry& e : entries()) {
-    entries_json.push_back({{"seq", e.seq},
-                            {"op", e.op},
-                            {"group", e.group},
-                            {"count", e.count},
-                            {"dtype", std::string(dtype_name(e.dtype))},
-                            {"peer", e.peer},
-                            {"state", op_state_name(e.state)},
-                            {"enqueue_us", e.enqueue_us},
-                            {"start_us", e.start_us},
-                            {"end_us", e.end_us}});
+    entries_json.push_back(detail::flight_entry_json(e));
   }
   // Ordered: the header fields first, the entries last, as a reader expects.
   const nlohmann::ordered_json doc{{"rank", rank},     {"host", host_name()}, {"pid", int(getpid())},
