@@ -5,19 +5,24 @@
 
 namespace ht::nn {
 
-CausalSelfAttention::CausalSelfAttention(std::string name, std::int64_t dim, int n_head, Device device)
-    : Module(std::move(name)), n_head_(n_head) {
+CausalSelfAttention::CausalSelfAttention(std::string name, std::int64_t dim, int n_head, Device device,
+                                         TensorParallel tp)
+    : Module(std::move(name)), n_head_(n_head / tp.size()) {
   HT_CHECK(n_head > 0 && dim % n_head == 0, ErrorKind::kConfig,
            "attention '{}': n_head={} must divide n_embd={}", this->name(), n_head, dim);
-  c_attn_ = &add_module(std::make_unique<Linear>("c_attn", dim, 3 * dim, true, device));
-  c_proj_ = &add_module(std::make_unique<Linear>("c_proj", dim, dim, true, device));
+  HT_CHECK(n_head % tp.size() == 0, ErrorKind::kConfig,
+           "attention '{}': n_head={} does not split over tensor-parallel size {}; choose --tp dividing n_head",
+           this->name(), n_head, tp.size());
+  c_attn_ = &add_module(std::make_unique<Linear>("c_attn", dim, 3 * dim, true, device, tp, LinearSplit::kColumn, 3));
+  c_proj_ = &add_module(std::make_unique<Linear>("c_proj", dim, dim, true, device, tp, LinearSplit::kRow));
 }
 
 Tensor CausalSelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   HT_CHECK(x.ndim() == 3, ErrorKind::kShapeMismatch, "attention '{}': input must be (B, T, C), got {}", name(),
            shape_str(x.shape()));
-  const std::int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+  const std::int64_t b = x.size(0), t = x.size(1);
   Tensor qkv = c_attn_->forward(ctx, x);
+  const std::int64_t c = qkv.size(2) / 3;  // this rank's channels (whole heads)
   Tensor att = Tensor::empty({b, t, c}, DType::kF32, x.device());
   Tensor probs = Tensor::empty({b, n_head_, t, t}, DType::kF32, x.device());
   ops::attention_forward(qkv, n_head_, att, probs);

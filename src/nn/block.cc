@@ -5,11 +5,12 @@
 
 namespace ht::nn {
 
-Block::Block(std::string name, std::int64_t dim, int n_head, Device device) : Module(std::move(name)) {
+Block::Block(std::string name, std::int64_t dim, int n_head, Device device, TensorParallel tp)
+    : Module(std::move(name)) {
   ln_1_ = &add_module(std::make_unique<LayerNorm>("ln_1", dim, device));
-  attn_ = &add_module(std::make_unique<CausalSelfAttention>("attn", dim, n_head, device));
+  attn_ = &add_module(std::make_unique<CausalSelfAttention>("attn", dim, n_head, device, tp));
   ln_2_ = &add_module(std::make_unique<LayerNorm>("ln_2", dim, device));
-  mlp_ = &add_module(std::make_unique<MLP>("mlp", dim, 4 * dim, device));
+  mlp_ = &add_module(std::make_unique<MLP>("mlp", dim, 4 * dim, device, tp));
 }
 
 Tensor Block::forward_impl(Context& ctx, const Tensor& x) {

@@ -6,18 +6,32 @@
 namespace ht::nn {
 
 Embedding::Embedding(std::string name, std::int64_t vocab_size, std::int64_t max_positions, std::int64_t dim,
-                     Device device)
-    : Module(std::move(name)) {
+                     Device device, TensorParallel tp)
+    : Module(std::move(name)), tp_(tp), vocab_(vocab_size) {
   HT_CHECK(vocab_size > 0 && dim > 0 && max_positions >= 0, ErrorKind::kConfig,
            "Embedding '{}': vocab_size={} and dim={} must be positive, max_positions={} non-negative", this->name(),
            vocab_size, dim, max_positions);
-  wte_ = &add_parameter("wte", {vocab_size, dim}, /*weight_decay=*/true, device);
+  HT_CHECK(vocab_size % tp.size() == 0, ErrorKind::kConfig,
+           "Embedding '{}': vocab_size={} does not split over tensor-parallel size {}; choose a --vocab-size "
+           "divisible by --tp",
+           this->name(), vocab_size, tp.size());
+  const ParamLayout vocab_split =
+      tp.size() > 1 ? ParamLayout{.tp_split_dim = 0, .tp_rank = tp.rank(), .tp_size = tp.size()} : ParamLayout{};
+  wte_ = &add_parameter("wte", {vocab_size, dim}, /*weight_decay=*/true, device, vocab_split);
   if (max_positions > 0) wpe_ = &add_parameter("wpe", {max_positions, dim}, /*weight_decay=*/true, device);
+}
+
+ops::VocabShard Embedding::shard() const {
+  if (tp_.size() == 1) return {};
+  return {.start = tp_.rank() * (vocab_ / tp_.size()), .size = vocab_};
 }
 
 Tensor Embedding::forward_impl(Context& ctx, const Tensor& tokens) {
   Tensor out = Tensor::empty({tokens.size(0), tokens.size(1), wte_->data().size(1)}, DType::kF32, tokens.device());
-  ops::embedding_forward(tokens, wte_->data(), wpe_ ? wpe_->data() : Tensor(), out);
+  // Positions are added once: by tp rank 0, before the group sums the lookups.
+  const bool add_positions = wpe_ && tp_.rank() == 0;
+  ops::embedding_forward(tokens, wte_->data(), add_positions ? wpe_->data() : Tensor(), out, shard());
+  tp_.all_reduce_sum(out);
   ctx.save(this, {tokens});
   return out;
 }
@@ -27,7 +41,7 @@ Tensor Embedding::backward_impl(Context& ctx, const Tensor& dy) {
   wte_->allocate_grad();
   Tensor no_wpe;
   if (wpe_) wpe_->allocate_grad();
-  ops::embedding_backward(dy, tokens, wte_->grad(), wpe_ ? wpe_->grad() : no_wpe);
+  ops::embedding_backward(dy, tokens, wte_->grad(), wpe_ ? wpe_->grad() : no_wpe, shard());
   wte_->mark_grad_ready();
   if (wpe_) wpe_->mark_grad_ready();
   return Tensor();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "ht/ops/cross_entropy.h"
 #include "ht/ops/matmul.h"
@@ -36,6 +37,28 @@ void GPTConfig::validate() const {
            n_head, n_embd, fmt::join(divisors(n_embd), ","));
 }
 
+void GPTConfig::validate_parallel(int tp, int pp) const {
+  validate();
+  HT_CHECK(tp > 0 && pp > 0, ErrorKind::kConfig, "--tp ({}) and --pp ({}) must be positive", tp, pp);
+  HT_CHECK(n_head % tp == 0, ErrorKind::kConfig,
+           "GPT config {}: n_head={} does not split over --tp {}: choose --tp in {{{}}} or another --n-head", str(),
+           n_head, tp, fmt::join(divisors(n_head), ","));
+  HT_CHECK(vocab_size % tp == 0, ErrorKind::kConfig,
+           "GPT config {}: vocab_size={} does not split over --tp {} (vocab-parallel embedding): choose a --vocab-size "
+           "divisible by {}",
+           str(), vocab_size, tp, tp);
+  HT_CHECK(n_layer >= pp, ErrorKind::kConfig,
+           "GPT config {}: {} layers cannot fill {} pipeline stages (one block per stage at least): lower --pp to <= {}",
+           str(), n_layer, pp, n_layer);
+}
+
+std::pair<int, int> stage_blocks(int n_layer, int stage, int stages) {
+  HT_CHECK_ARG(stages > 0 && stage >= 0 && stage < stages, "stage {} outside a pipeline of {}", stage, stages);
+  const int base = n_layer / stages, extra = n_layer % stages;
+  const int first = stage * base + std::min(stage, extra);
+  return {first, first + base + (stage < extra ? 1 : 0)};
+}
+
 std::int64_t GPTConfig::num_parameters() const {
   const std::int64_t c = n_embd;
   const std::int64_t per_block = 2 * 2 * c + (3 * c * c + 3 * c) + (c * c + c) + (4 * c * c + 4 * c) + (4 * c * c + c);
@@ -51,23 +74,54 @@ std::string GPTConfig::str() const {
   return fmt::format("L{} H{} C{} V{} T{}", n_layer, n_head, n_embd, vocab_size, context);
 }
 
-GPT::GPT(const GPTConfig& config, Device device) : Module("gpt"), config_(config), device_(device) {
-  config.validate();
+GPT::GPT(const GPTConfig& config, Device device, TensorParallel tp, PipelineStage stage)
+    : Module("gpt"), config_(config), device_(device), tp_(tp), stage_(stage) {
+  config.validate_parallel(tp.size(), stage.size);
+  HT_CHECK_ARG(stage.rank >= 0 && stage.rank < stage.size, "pipeline stage {} outside {} stages", stage.rank,
+               stage.size);
   // Children named as in GPT-2 ("wte", "h.3.attn.c_attn.weight", "ln_f.weight"):
-  // the embedding registers its parameters without a prefix of its own.
-  embedding_ = &add_module(std::make_unique<Embedding>("", config.vocab_size, config.context, config.n_embd, device));
-  for (int i = 0; i < config.n_layer; ++i)
-    blocks_.push_back(&add_module(std::make_unique<Block>(fmt::format("h.{}", i), config.n_embd, config.n_head, device)));
-  ln_f_ = &add_module(std::make_unique<LayerNorm>("ln_f", config.n_embd, device));
-  // The output head reuses the token embedding: two gradient contributions per backward.
-  embedding_->token_weight().set_uses(2);
+  // the embedding and head register their parameters without a prefix.
+  if (first_stage())
+    embedding_ = &add_module(
+        std::make_unique<Embedding>("", config.vocab_size, config.context, config.n_embd, device, tp));
+  const auto [first, last] = stage_blocks(config.n_layer, stage.rank, stage.size);
+  for (int i = first; i < last; ++i)
+    blocks_.push_back(
+        &add_module(std::make_unique<Block>(fmt::format("h.{}", i), config.n_embd, config.n_head, device, tp)));
+  if (last_stage()) {
+    ln_f_ = &add_module(std::make_unique<LayerNorm>("ln_f", config.n_embd, device));
+    if (first_stage()) {
+      // The head reuses the token embedding: two gradient contributions per backward.
+      head_ = &add_module(std::make_unique<LMHead>(embedding_->token_weight(), tp));
+      embedding_->token_weight().set_uses(2);
+    } else {
+      head_ = &add_module(std::make_unique<LMHead>(config.vocab_size, config.n_embd, device, tp));
+    }
+  }
+}
+
+Embedding& GPT::embedding() {
+  HT_CHECK_ARG(embedding_, "GPT: stage {} of {} holds no embedding (the first stage does)", stage_.rank, stage_.size);
+  return *embedding_;
+}
+
+LayerNorm& GPT::ln_f() {
+  HT_CHECK_ARG(ln_f_, "GPT: stage {} of {} holds no final norm (the last stage does)", stage_.rank, stage_.size);
+  return *ln_f_;
+}
+
+LMHead& GPT::head() {
+  HT_CHECK_ARG(head_, "GPT: stage {} of {} holds no output head (the last stage does)", stage_.rank, stage_.size);
+  return *head_;
 }
 
 void GPT::init_weights(std::uint64_t seed) {
   const float residual_std = 0.02f / std::sqrt(2.f * float(config_.n_layer));
   for (Parameter* p : parameters()) {
     const std::string& n = p->name();
-    Tensor host = Tensor::empty(p->data().shape(), DType::kF32);
+    // The full tensor is drawn and this rank's part cut from it, so the values
+    // do not depend on the tensor-parallel layout either.
+    Tensor host = Tensor::empty(p->full_shape(), DType::kF32);
     float* v = host.data<float>();
     const std::int64_t count = host.numel();
     if (ends_with(n, ".bias")) {
@@ -79,75 +133,113 @@ void GPT::init_weights(std::uint64_t seed) {
       Rng rng(seed ^ fnv1a(n));
       for (std::int64_t i = 0; i < count; ++i) v[i] = std * rng.normal();
     }
-    p->data().copy_from(host);
+    p->data().copy_from(tp_part_of(host, p->layout()));
   }
 }
 
-Tensor GPT::forward_impl(Context& ctx, const Tensor& tokens) {
-  HT_CHECK(tokens.ndim() == 2 && tokens.dtype() == DType::kI32, ErrorKind::kShapeMismatch,
-           "GPT: tokens must be (B, T) i32, got {} {}", shape_str(tokens.shape()), dtype_name(tokens.dtype()));
-  HT_CHECK(tokens.size(1) <= config_.context, ErrorKind::kShapeMismatch,
-           "GPT: sequence length {} exceeds the model's context {}; shorten the sequence or raise --context",
-           tokens.size(1), config_.context);
-  Tensor x = embedding_->forward(ctx, tokens);
+Tensor GPT::forward_impl(Context& ctx, const Tensor& input) {
+  Tensor x;
+  if (first_stage()) {
+    HT_CHECK(input.ndim() == 2 && input.dtype() == DType::kI32, ErrorKind::kShapeMismatch,
+             "GPT: tokens must be (B, T) i32, got {} {}", shape_str(input.shape()), dtype_name(input.dtype()));
+    HT_CHECK(input.size(1) <= config_.context, ErrorKind::kShapeMismatch,
+             "GPT: sequence length {} exceeds the model's context {}; shorten the sequence or raise --context",
+             input.size(1), config_.context);
+    x = embedding_->forward(ctx, input);
+  } else {
+    HT_CHECK(input.ndim() == 3 && input.size(2) == config_.n_embd && input.dtype() == DType::kF32,
+             ErrorKind::kShapeMismatch, "GPT stage {}: input activations must be (B, T, {}) f32, got {} {}",
+             stage_.rank, config_.n_embd, shape_str(input.shape()), dtype_name(input.dtype()));
+    x = input;
+  }
   for (Block* b : blocks_) x = b->forward(ctx, x);
-  Tensor h = ln_f_->forward(ctx, x);
-  const std::int64_t b = tokens.size(0), t = tokens.size(1);
-  Tensor logits = Tensor::empty({b, t, config_.vocab_size}, DType::kF32, tokens.device());
-  Tensor logits2 = logits.flatten_rows();
-  ops::matmul(h.flatten_rows(), embedding_->token_weight().data(), logits2, {.trans_b = true});
-  ctx.save(this, {h});
-  return logits;
+  if (!last_stage()) return x;
+  return head_->forward(ctx, ln_f_->forward(ctx, x));
 }
 
-Tensor GPT::backward_impl(Context& ctx, const Tensor& dlogits) {
-  const Tensor h = ctx.saved(this).at(0).flatten_rows();
-  const Tensor dl = dlogits.flatten_rows();
-  Parameter& wte = embedding_->token_weight();
-  wte.allocate_grad();
-  ops::matmul(dl, h, wte.grad(), {.trans_a = true, .beta = 1.f});  // dwte += dlogits^T h
-  wte.mark_grad_ready();
-  Tensor dh = Tensor::empty(ctx.saved(this).at(0).shape(), DType::kF32, dlogits.device());
-  Tensor dh2 = dh.flatten_rows();
-  ops::matmul(dl, wte.data(), dh2);
-  Tensor dx = ln_f_->backward(ctx, dh);
+Tensor GPT::backward_impl(Context& ctx, const Tensor& dy) {
+  Tensor dx = last_stage() ? ln_f_->backward(ctx, head_->backward(ctx, dy)) : dy;
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(ctx, dx);
-  return embedding_->backward(ctx, dx);
+  return first_stage() ? embedding_->backward(ctx, dx) : dx;
 }
 
-float GPT::forward_loss(Context& ctx, const Tensor& tokens, const Tensor& targets) {
-  HT_CHECK(targets.shape() == tokens.shape(), ErrorKind::kShapeMismatch,
-           "GPT: targets {} must have the shape of tokens {}", shape_str(targets.shape()), shape_str(tokens.shape()));
-  Tensor logits = forward(ctx, tokens);
+float GPT::vocab_parallel_loss(const Tensor& logits2, const Tensor& targets1, Tensor& lse) {
+  // Each rank reduces its vocabulary columns to (log-sum-exp, target logit)
+  // per row; one all-gather of those 2N numbers gives every rank the full
+  // softmax normaliser and target logit without gathering any logits.
+  const std::int64_t n = logits2.size(0);
+  const int tp = tp_.size();
+  const ops::VocabShard shard{.start = tp_.rank() * (config_.vocab_size / tp), .size = config_.vocab_size};
+  Tensor stats = Tensor::empty({2 * n}, DType::kF32, logits2.device());
+  Tensor local_lse = stats.slice(0, n), target_logit = stats.slice(n, 2 * n);
+  ops::cross_entropy_shard_forward(logits2, targets1, shard, local_lse, target_logit);
+  Tensor all = Tensor::empty({tp * 2 * n}, DType::kF32, logits2.device());
+  tp_.group->all_gather(stats, all)->wait();
+  const std::vector<float> v = all.to_vector<float>();
+  std::vector<float> global(static_cast<std::size_t>(n));
+  double total = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    float m = -INFINITY;
+    for (int r = 0; r < tp; ++r) m = std::max(m, v[std::size_t(r * 2 * n + i)]);
+    double sum = 0.0, target = 0.0;
+    for (int r = 0; r < tp; ++r) {
+      sum += std::exp(double(v[std::size_t(r * 2 * n + i)]) - double(m));
+      target += v[std::size_t(r * 2 * n + n + i)];
+    }
+    const double row_lse = double(m) + std::log(sum);
+    global[std::size_t(i)] = float(row_lse);
+    total += row_lse - target;
+  }
+  lse = Tensor::from_vector(global, {n}).to(logits2.device());
+  return float(total / double(std::max<std::int64_t>(n, 1)));
+}
+
+float GPT::forward_loss(Context& ctx, const Tensor& input, const Tensor& targets) {
+  HT_CHECK(last_stage(), ErrorKind::kInvalidArgument,
+           "GPT::forward_loss runs on the last pipeline stage; stage {} of {} ends in activations", stage_.rank,
+           stage_.size);
+  HT_CHECK(targets.ndim() == 2 && targets.size(0) == input.size(0) && targets.size(1) == input.size(1),
+           ErrorKind::kShapeMismatch, "GPT: targets {} must be (B, T) of the input {}", shape_str(targets.shape()),
+           shape_str(input.shape()));
+  Tensor logits = forward(ctx, input);
   const Tensor logits2 = logits.flatten_rows();
   const Tensor targets1 = targets.view({-1});
-  Tensor losses = Tensor::empty({logits2.size(0)}, DType::kF32, tokens.device());
-  Tensor lse = Tensor::empty({logits2.size(0)}, DType::kF32, tokens.device());
-  ops::cross_entropy_forward(logits2, targets1, losses, lse);
-  // The loss tensors are kept alongside h (saved by forward_impl) for backward_loss.
-  std::vector<Tensor> saved = ctx.saving() ? ctx.saved(this) : std::vector<Tensor>{};
-  saved.insert(saved.end(), {logits, targets1, lse});
-  ctx.save(this, std::move(saved));
-  double total = 0.0;
-  for (float l : losses.to_vector<float>()) total += l;
-  return float(total / double(std::max<std::int64_t>(losses.numel(), 1)));
+  Tensor lse = Tensor::empty({logits2.size(0)}, DType::kF32, input.device());
+  float loss = 0.f;
+  if (tp_.size() > 1) {
+    loss = vocab_parallel_loss(logits2, targets1, lse);
+  } else {
+    Tensor losses = Tensor::empty({logits2.size(0)}, DType::kF32, input.device());
+    ops::cross_entropy_forward(logits2, targets1, losses, lse);
+    double total = 0.0;
+    for (float l : losses.to_vector<float>()) total += l;
+    loss = float(total / double(std::max<std::int64_t>(losses.numel(), 1)));
+  }
+  if (ctx.saving()) ctx.save(this, {logits, targets1, lse});
+  return loss;
 }
 
-void GPT::backward_loss(Context& ctx, float loss_scale) {
+Tensor GPT::backward_loss(Context& ctx, float loss_scale) {
   const auto& s = ctx.saved(this);
-  HT_CHECK(s.size() == 4, ErrorKind::kInvalidArgument,
+  HT_CHECK(s.size() == 3, ErrorKind::kInvalidArgument,
            "GPT::backward_loss needs a forward_loss in the same context first");
-  Tensor logits = s[1];
-  const Tensor targets = s[2], lse = s[3];
+  Tensor logits = s[0];
+  const Tensor targets = s[1], lse = s[2];
   Tensor logits2 = logits.flatten_rows();
   const float dloss = loss_scale / float(std::max<std::int64_t>(logits2.size(0), 1));
-  ops::cross_entropy_backward(logits2, targets, lse, dloss, logits2);  // in place: logits become dlogits
-  backward(ctx, logits);
+  ops::VocabShard shard;
+  if (tp_.size() > 1) shard = {.start = tp_.rank() * (config_.vocab_size / tp_.size()), .size = config_.vocab_size};
+  ops::cross_entropy_backward(logits2, targets, lse, dloss, logits2, shard);  // in place: logits become dlogits
+  return backward(ctx, logits);
 }
 
 std::vector<std::int32_t> GPT::generate(const std::vector<std::int32_t>& prompt, int count, float temperature,
                                         Rng& rng) {
   HT_CHECK_ARG(!prompt.empty(), "GPT::generate needs a non-empty prompt");
+  HT_CHECK(tp_.size() == 1 && stage_.size == 1, ErrorKind::kNotSupported,
+           "GPT::generate needs the whole model in one process (tp={}, pp={}); gather the parameters into a "
+           "single-process GPT first",
+           tp_.size(), stage_.size);
   std::vector<std::int32_t> seq = prompt;
   for (int step = 0; step < count; ++step) {
     const std::int64_t t = std::min<std::int64_t>(std::int64_t(seq.size()), config_.context);

@@ -5,23 +5,41 @@
 #include "ht/ops/matmul.h"
 
 namespace ht::nn {
+namespace {
 
-Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_features, bool bias, Device device)
-    : Module(std::move(name)), in_(in_features), out_(out_features) {
+ParamLayout split_layout(const TensorParallel& tp, int dim, int parts) {
+  if (tp.size() == 1) return {};
+  return {.tp_split_dim = dim, .tp_rank = tp.rank(), .tp_size = tp.size(), .tp_parts = parts};
+}
+
+}  // namespace
+
+Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_features, bool bias, Device device,
+               TensorParallel tp, LinearSplit split, int parts)
+    : Module(std::move(name)), in_(in_features), out_(out_features), tp_(tp), split_(split) {
   HT_CHECK(in_features > 0 && out_features > 0, ErrorKind::kConfig,
            "Linear '{}': feature counts must be positive, got in={} out={}", this->name(), in_features, out_features);
-  weight_ = &add_parameter("weight", {out_, in_}, /*weight_decay=*/true, device);
-  if (bias) bias_ = &add_parameter("bias", {out_}, /*weight_decay=*/false, device);
+  if (split_ == LinearSplit::kNone || tp_.size() == 1) {
+    split_ = LinearSplit::kNone;
+    tp_ = {};
+  }
+  const bool column = split_ == LinearSplit::kColumn, row = split_ == LinearSplit::kRow;
+  weight_ = &add_parameter("weight", {out_, in_}, /*weight_decay=*/true, device,
+                           column ? split_layout(tp_, 0, parts) : row ? split_layout(tp_, 1, 1) : ParamLayout{});
+  if (bias) bias_ = &add_parameter("bias", {out_}, /*weight_decay=*/false, device,
+                                   column ? split_layout(tp_, 0, parts) : ParamLayout{});
 }
 
 Tensor Linear::forward_impl(Context& ctx, const Tensor& x) {
-  HT_CHECK(x.ndim() >= 1 && x.size(-1) == in_, ErrorKind::kShapeMismatch,
-           "Linear '{}': input {} must end in {} features", name(), shape_str(x.shape()), in_);
+  const std::int64_t in_local = weight_->shape()[1], out_local = weight_->shape()[0];
+  HT_CHECK(x.ndim() >= 1 && x.size(-1) == in_local, ErrorKind::kShapeMismatch,
+           "Linear '{}': input {} must end in {} features", name(), shape_str(x.shape()), in_local);
   Shape out_shape = x.shape();
-  out_shape.back() = out_;
+  out_shape.back() = out_local;
   Tensor y = Tensor::empty(out_shape, DType::kF32, x.device());
   Tensor y2 = y.flatten_rows();
   ops::matmul(x.flatten_rows(), weight_->data(), y2, {.trans_b = true});
+  if (split_ == LinearSplit::kRow) tp_.all_reduce_sum(y);  // partial sums over the input slices
   if (bias_) ops::bias_add(y2, bias_->data());
   ctx.save(this, {x});
   return y;
@@ -42,6 +60,7 @@ Tensor Linear::backward_impl(Context& ctx, const Tensor& dy) {
   Tensor dx = Tensor::empty(x.shape(), DType::kF32, x.device());
   Tensor dx2 = dx.flatten_rows();
   ops::matmul(dy2, weight_->data(), dx2);
+  if (split_ == LinearSplit::kColumn) tp_.all_reduce_sum(dx);  // each rank saw only its outputs
   return dx;
 }
 

@@ -5,9 +5,10 @@
 
 namespace ht::nn {
 
-MLP::MLP(std::string name, std::int64_t dim, std::int64_t hidden, Device device) : Module(std::move(name)) {
-  c_fc_ = &add_module(std::make_unique<Linear>("c_fc", dim, hidden, true, device));
-  c_proj_ = &add_module(std::make_unique<Linear>("c_proj", hidden, dim, true, device));
+MLP::MLP(std::string name, std::int64_t dim, std::int64_t hidden, Device device, TensorParallel tp)
+    : Module(std::move(name)) {
+  c_fc_ = &add_module(std::make_unique<Linear>("c_fc", dim, hidden, true, device, tp, LinearSplit::kColumn));
+  c_proj_ = &add_module(std::make_unique<Linear>("c_proj", hidden, dim, true, device, tp, LinearSplit::kRow));
 }
 
 Tensor MLP::forward_impl(Context& ctx, const Tensor& x) {

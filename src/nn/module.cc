@@ -3,11 +3,15 @@
 
 #include <unordered_set>
 
+#include "ht/nn/tensor_parallel.h"
+
 namespace ht::nn {
 
 Tensor Module::forward(Context& ctx, const Tensor& x) {
   if (pre_forward_) pre_forward_(*this, ctx);
-  return forward_impl(ctx, x);
+  Tensor y = forward_impl(ctx, x);
+  if (post_forward_) post_forward_(*this, ctx);
+  return y;
 }
 
 Tensor Module::backward(Context& ctx, const Tensor& dy) {
@@ -17,9 +21,11 @@ Tensor Module::backward(Context& ctx, const Tensor& dy) {
   return dx;
 }
 
-Parameter& Module::add_parameter(const std::string& name, const Shape& shape, bool weight_decay, Device device) {
-  Tensor data = Tensor::empty(shape, DType::kF32, device, MemCategory::kParameters);
+Parameter& Module::add_parameter(const std::string& name, const Shape& shape, bool weight_decay, Device device,
+                                 const ParamLayout& layout) {
+  Tensor data = Tensor::empty(tp_part_shape(shape, layout), DType::kF32, device, MemCategory::kParameters);
   params_.push_back(std::make_unique<Parameter>(name, shape, std::move(data), weight_decay));
+  params_.back()->layout() = layout;
   return *params_.back();
 }
 

@@ -4,24 +4,29 @@
 namespace ht::nn {
 
 Parameter::Parameter(std::string name, Shape full_shape, Tensor data, bool weight_decay)
-    : name_(std::move(name)), full_shape_(std::move(full_shape)), data_(std::move(data)), weight_decay_(weight_decay) {}
+    : name_(std::move(name)),
+      full_shape_(std::move(full_shape)),
+      shape_(data.shape()),
+      data_(std::move(data)),
+      weight_decay_(weight_decay) {}
 
 void Parameter::set_data(Tensor t) {
-  HT_CHECK(!data_.defined() || t.numel() == data_.numel(), ErrorKind::kShapeMismatch,
-           "parameter {}: new storage {} does not match current shape {}", name_, shape_str(t.shape()),
-           shape_str(data_.shape()));
+  HT_CHECK(t.numel() == shape_numel(shape_), ErrorKind::kShapeMismatch,
+           "parameter {}: new storage {} does not match its shape {}", name_, shape_str(t.shape()), shape_str(shape_));
   data_ = std::move(t);
 }
 
 void Parameter::set_grad(Tensor t) {
-  HT_CHECK(t.numel() == data_.numel(), ErrorKind::kShapeMismatch,
-           "parameter {}: gradient {} does not match data {}", name_, shape_str(t.shape()), shape_str(data_.shape()));
+  HT_CHECK(t.numel() == shape_numel(shape_), ErrorKind::kShapeMismatch,
+           "parameter {}: gradient {} does not match its shape {}", name_, shape_str(t.shape()), shape_str(shape_));
   grad_ = std::move(t);
 }
 
 void Parameter::allocate_grad() {
   if (grad_.defined()) return;
-  grad_ = Tensor::zeros(data_.shape(), DType::kF32, data_.device(), MemCategory::kGradients);
+  HT_CHECK(data_.defined(), ErrorKind::kInvalidArgument,
+           "parameter {}: its values are not present (a ZeRO-3 unit used without being gathered)", name_);
+  grad_ = Tensor::zeros(shape_, DType::kF32, data_.device(), MemCategory::kGradients);
 }
 
 void Parameter::zero_grad() {

@@ -1,10 +1,12 @@
-// ht::train::Trainer: the single-process training loop.
+// ht::train::Trainer: the training loop on one rank of a mesh.
 #include "ht/train/trainer.h"
 
 #include <chrono>
 #include <cmath>
 
+#include "ht/comm/self_communicator.h"
 #include "ht/optim/clip.h"
+#include "ht/parallel/gather_parameters.h"
 
 namespace ht::train {
 
@@ -22,54 +24,85 @@ void TrainerOptions::validate() const {
            eval_batches);
 }
 
-Trainer::Trainer(const TrainerOptions& options, const data::TokenSplits& splits)
+namespace {
+
+comm::DeviceMesh* mesh_or_own(comm::DeviceMesh* mesh, std::unique_ptr<comm::DeviceMesh>& own) {
+  if (mesh) return mesh;
+  own = std::make_unique<comm::DeviceMesh>(comm::make_self_communicator("world"), 1, 1);
+  return own.get();
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainerOptions& options, const data::TokenSplits& splits, comm::DeviceMesh* mesh)
     : options_((options.validate(), options)),
       splits_(splits),
-      train_sampler_(splits.train, options.seq_len, options.micro_batch, options.seed),
-      val_sampler_(splits.val, options.seq_len, options.micro_batch, options.seed) {
+      mesh_(mesh_or_own(mesh, own_mesh_)),
+      train_sampler_(splits.train, options.seq_len, options.micro_batch, options.seed, mesh_->coord().dp,
+                     mesh_->layout().dp()),
+      val_sampler_(splits.val, options.seq_len, options.micro_batch, options.seed, mesh_->coord().dp,
+                   mesh_->layout().dp()) {
   HT_CHECK(splits.vocab_size <= options.model.vocab_size, ErrorKind::kConfig,
            "the dataset's vocabulary ({}) is larger than the model's vocab_size ({})", splits.vocab_size,
            options.model.vocab_size);
-  model_ = std::make_unique<nn::GPT>(options.model, options.device);
-  model_->init_weights(options.seed);
-  optimizer_ = std::make_unique<optim::AdamW>(optim::slots_of(model_->parameters()), options.adamw);
-  schedule_ = {options.lr, options.min_lr, options.warmup_steps, std::max<std::int64_t>(options.steps, 1)};
+  const comm::MeshLayout& layout = mesh_->layout();
+  options_.model.validate_parallel(layout.tp(), layout.pp());
+  options_.data_parallel.validate(layout.dp());
+  model_ = std::make_unique<nn::GPT>(options_.model, options_.device, nn::TensorParallel{&mesh_->tp()},
+                                     nn::PipelineStage{mesh_->coord().pp, layout.pp()});
+  model_->init_weights(options_.seed);
+  dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, options_.data_parallel);
+  pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp(), options_.schedule);
+  optimizer_ = std::make_unique<optim::AdamW>(dp_->slots(), options_.adamw);
+  schedule_ = {options_.lr, options_.min_lr, options_.warmup_steps, std::max<std::int64_t>(options_.steps, 1)};
+}
+
+Trainer::~Trainer() = default;
+
+std::int64_t Trainer::global_batch() const {
+  return options_.micro_batch * options_.grad_accum * mesh_->layout().dp();
+}
+
+double Trainer::world_sum(double v) {
+  Tensor t = Tensor::from_vector(std::vector<float>{float(v)}, {1});
+  mesh_->world().all_reduce(t, t, comm::ReduceOp::kSum)->wait();
+  return t.item(0);
 }
 
 StepStats Trainer::step() {
   const auto start = std::chrono::steady_clock::now();
   StepStats s;
   s.step = optimizer_->step_count() + 1;
-  model_->zero_grad();
-  double loss_sum = 0.0;
-  for (int micro = 0; micro < options_.grad_accum; ++micro) {
-    data::Batch batch = train_sampler_.next();
-    nn::Context ctx(options_.device);
-    const Tensor tokens = batch.tokens.to(options_.device);
-    const Tensor targets = batch.targets.to(options_.device);
-    loss_sum += model_->forward_loss(ctx, tokens, targets);
-    // Each micro-batch's mean loss weighs 1/k: the sum equals one k-times batch.
-    model_->backward_loss(ctx, 1.f / float(options_.grad_accum));
-  }
-  std::vector<Tensor> grads;
-  for (const optim::Slot& slot : optimizer_->slots()) grads.push_back(slot.grad);
-  s.grad_norm = optim::global_grad_norm(grads);
+  // Every rank draws every micro-batch, so the samplers stay in step.
+  std::vector<data::Batch> batches;
+  for (int micro = 0; micro < options_.grad_accum; ++micro) batches.push_back(train_sampler_.next());
+  dp_->begin_step();
+  // Each micro-batch's mean loss weighs 1/k: the sum equals one k-times batch.
+  const double loss_sum = pipeline_->train_step(batches, 1.f / float(options_.grad_accum),
+                                                [&](bool final) { dp_->set_final_micro_batch(final); });
+  dp_->finish_gradients();
+  s.grad_norm = dp_->grad_norm();
   s.lr = schedule_.lr(s.step - 1);
   optimizer_->step(s.lr, optim::clip_coefficient(s.grad_norm, options_.grad_clip));
-  s.loss = float(loss_sum / options_.grad_accum);
-  s.tokens = options_.micro_batch * options_.seq_len * options_.grad_accum;
+  dp_->after_step();
+  // The loss is known on the last stage; one tp rank of each dp replica reports it.
+  const bool reports = model_->last_stage() && mesh_->coord().tp == 0;
+  s.loss = float(world_sum(reports ? loss_sum : 0.0) / double(options_.grad_accum * mesh_->layout().dp()));
+  s.tokens = global_batch() * options_.seq_len;
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return s;
 }
 
 float Trainer::evaluate() {
-  double sum = 0.0;
-  for (std::int64_t i = 0; i < options_.eval_batches; ++i) {
-    data::Batch batch = val_sampler_.sequential(i);
-    nn::Context ctx(options_.device, /*save_for_backward=*/false);
-    sum += model_->forward_loss(ctx, batch.tokens.to(options_.device), batch.targets.to(options_.device));
-  }
-  return float(sum / double(options_.eval_batches));
+  std::vector<data::Batch> batches;
+  for (std::int64_t i = 0; i < options_.eval_batches; ++i) batches.push_back(val_sampler_.sequential(i));
+  const double sum = pipeline_->evaluate(batches);
+  const bool reports = model_->last_stage() && mesh_->coord().tp == 0;
+  return float(world_sum(reports ? sum : 0.0) / double(options_.eval_batches * mesh_->layout().dp()));
+}
+
+std::map<std::string, Tensor> Trainer::full_parameters() {
+  return parallel::gather_full_parameters(*model_, *dp_, *mesh_);
 }
 
 double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t vocab_size) {

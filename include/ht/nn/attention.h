@@ -8,8 +8,9 @@ namespace ht::nn {
 
 class CausalSelfAttention : public Module {
  public:
-  /// Throws kConfig unless n_head divides dim.
-  CausalSelfAttention(std::string name, std::int64_t dim, int n_head, Device device);
+  /// Throws kConfig unless n_head divides dim and tp divides n_head. With
+  /// tensor parallelism each rank computes n_head / tp whole heads.
+  CausalSelfAttention(std::string name, std::int64_t dim, int n_head, Device device, TensorParallel tp = {});
 
   Linear& c_attn() { return *c_attn_; }
   Linear& c_proj() { return *c_proj_; }

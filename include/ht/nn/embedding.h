@@ -2,13 +2,19 @@
 #pragma once
 
 #include "ht/nn/module.h"
+#include "ht/ops/vocab_shard.h"
+#include "ht/nn/tensor_parallel.h"
 
 namespace ht::nn {
 
 class Embedding : public Module {
  public:
   /// wte (vocab, dim) and, if max_positions > 0, wpe (max_positions, dim).
-  Embedding(std::string name, std::int64_t vocab_size, std::int64_t max_positions, std::int64_t dim, Device device);
+  /// With tensor parallelism wte is vocab-parallel: each rank holds vocab / tp
+  /// rows, looks up the tokens in its range and the group sums the results;
+  /// wpe is replicated (added by tp rank 0 before the sum).
+  Embedding(std::string name, std::int64_t vocab_size, std::int64_t max_positions, std::int64_t dim, Device device,
+            TensorParallel tp = {});
 
   Parameter& token_weight() { return *wte_; }
   Parameter* position_weight() { return wpe_; }
@@ -20,8 +26,12 @@ class Embedding : public Module {
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 
  private:
+  ops::VocabShard shard() const;
+
   Parameter* wte_;
   Parameter* wpe_ = nullptr;
+  TensorParallel tp_;
+  std::int64_t vocab_;
 };
 
 }  // namespace ht::nn

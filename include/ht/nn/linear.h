@@ -1,27 +1,43 @@
 // ht::nn::Linear: y = x W^T + b, W of shape (out, in) as in PyTorch.
+//
+// Tensor parallelism (Megatron): a column-parallel Linear holds rows of W
+// (out / tp outputs each, bias split alike); its input is replicated and
+// its backward sums the input gradient over the group. A row-parallel one
+// holds columns of W (in / tp inputs each), takes the matching slice of the
+// input, sums its output over the group and then adds the full, replicated
+// bias. Column then row (attention, MLP) needs one sum in each direction.
 #pragma once
 
 #include "ht/nn/module.h"
+#include "ht/nn/tensor_parallel.h"
 
 namespace ht::nn {
 
+enum class LinearSplit { kNone, kColumn, kRow };
+
 class Linear : public Module {
  public:
-  Linear(std::string name, std::int64_t in_features, std::int64_t out_features, bool bias, Device device);
+  /// Full feature counts; with a split, `tp` names the group and `parts` the
+  /// stacked pieces of the split dimension (3 for a packed QKV projection).
+  Linear(std::string name, std::int64_t in_features, std::int64_t out_features, bool bias, Device device,
+         TensorParallel tp = {}, LinearSplit split = LinearSplit::kNone, int parts = 1);
 
   Parameter& weight() { return *weight_; }
   Parameter* bias() { return bias_; }
+  /// Full feature counts.
   std::int64_t in_features() const { return in_; }
   std::int64_t out_features() const { return out_; }
 
  protected:
-  /// x (..., in) -> y (..., out); saves x.
+  /// x (..., local in) -> y (..., local out); saves x.
   Tensor forward_impl(Context& ctx, const Tensor& x) override;
   /// dW += dy^T x, db += colsum(dy); returns dx = dy W.
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 
  private:
   std::int64_t in_, out_;
+  TensorParallel tp_;
+  LinearSplit split_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
 };

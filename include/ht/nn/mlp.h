@@ -7,7 +7,8 @@ namespace ht::nn {
 
 class MLP : public Module {
  public:
-  MLP(std::string name, std::int64_t dim, std::int64_t hidden, Device device);
+  /// With tensor parallelism c_fc is column- and c_proj row-parallel.
+  MLP(std::string name, std::int64_t dim, std::int64_t hidden, Device device, TensorParallel tp = {});
 
   Linear& c_fc() { return *c_fc_; }
   Linear& c_proj() { return *c_proj_; }

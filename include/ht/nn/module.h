@@ -45,6 +45,7 @@ class Module {
   void zero_grad();
 
   void set_pre_forward_hook(Hook h) { pre_forward_ = std::move(h); }
+  void set_post_forward_hook(Hook h) { post_forward_ = std::move(h); }
   void set_pre_backward_hook(Hook h) { pre_backward_ = std::move(h); }
   void set_post_backward_hook(Hook h) { post_backward_ = std::move(h); }
 
@@ -52,8 +53,11 @@ class Module {
   virtual Tensor forward_impl(Context& ctx, const Tensor& x) = 0;
   virtual Tensor backward_impl(Context& ctx, const Tensor& dy) = 0;
 
-  /// Creates a parameter (uninitialised data on `device`, no gradient yet).
-  Parameter& add_parameter(const std::string& name, const Shape& shape, bool weight_decay, Device device);
+  /// Creates a parameter of full shape `shape` (uninitialised data on
+  /// `device`, no gradient yet); a tensor-parallel `layout` makes its data this
+  /// rank's part (see tensor_parallel.h).
+  Parameter& add_parameter(const std::string& name, const Shape& shape, bool weight_decay, Device device,
+                           const ParamLayout& layout = {});
   /// Adopts a child; its parameters' names get the prefix "<name>." (none
   /// for a child with an empty name).
   template <typename M>
@@ -74,7 +78,7 @@ class Module {
   std::vector<std::unique_ptr<Parameter>> params_;
   std::vector<Parameter*> shared_;
   std::vector<std::unique_ptr<Module>> children_;
-  Hook pre_forward_, pre_backward_, post_backward_;
+  Hook pre_forward_, post_forward_, pre_backward_, post_backward_;
 };
 
 }  // namespace ht::nn

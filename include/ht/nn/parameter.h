@@ -19,9 +19,17 @@ struct ParamLayout {
   int tp_split_dim = -1;
   int tp_rank = 0;
   int tp_size = 1;
+  /// The split dimension is made of this many equal stacked pieces, each
+  /// split over tp on its own (3 for GPT-2's packed [Q | K | V]).
+  int tp_parts = 1;
+  bool tp_split() const { return tp_split_dim >= 0 && tp_size > 1; }
   /// Whether `data` is (a view into) a buffer sharded over the data-parallel
   /// group (ZeRO-3); then `data` may be empty between uses.
   bool dp_sharded = false;
+  /// A copy of a weight that another pipeline stage also holds (the output
+  /// head's tied embedding on the last stage): its gradient is summed with the
+  /// other copy's before the data-parallel reduction and it is counted once.
+  bool pp_tied_copy = false;
 };
 
 class Parameter {
@@ -32,6 +40,8 @@ class Parameter {
 
   const std::string& name() const { return name_; }
   const Shape& full_shape() const { return full_shape_; }
+  /// The shape of this rank's tensor: the full shape unless tensor-parallel.
+  const Shape& shape() const { return shape_; }
   /// This rank's values (f32 master or compute-dtype working copy, as the owner set).
   Tensor& data() { return data_; }
   const Tensor& data() const { return data_; }
@@ -43,9 +53,13 @@ class Parameter {
   ParamLayout& layout() { return layout_; }
   const ParamLayout& layout() const { return layout_; }
 
-  /// Replaces the storage (e.g. by a view into a flat buffer); the shape must match.
+  /// Replaces the storage (e.g. by a view into a flat buffer); the element count must match shape().
   void set_data(Tensor t);
   void set_grad(Tensor t);
+  /// Drops the values (ZeRO-3 between uses) or the gradient (sharded
+  /// gradients between steps); set_data / set_grad give them back.
+  void release_data() { data_ = Tensor(); }
+  void release_grad() { grad_ = Tensor(); }
   /// Allocates a zeroed gradient like data, unless one is already set.
   void allocate_grad();
   void zero_grad();
@@ -66,6 +80,7 @@ class Parameter {
  private:
   std::string name_;
   Shape full_shape_;
+  Shape shape_;
   Tensor data_;
   Tensor grad_;
   bool weight_decay_;

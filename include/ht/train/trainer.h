@@ -1,21 +1,29 @@
-// ht::train::Trainer: the single-process training loop for GPT models —
-// micro-batches with gradient accumulation, global-norm clipping, AdamW with
-// warm-up + cosine schedule, periodic validation and metrics.
+// ht::train::Trainer: the training loop for GPT models on one rank of a
+// pp x dp x tp mesh (a mesh of one process by default) — micro-batches with
+// gradient accumulation through the pipeline schedule, data parallelism or
+// ZeRO, global-norm clipping, AdamW with warm-up + cosine schedule, periodic
+// validation and metrics.
 //
-// Later layers (data parallelism, checkpoints, resilience) extend this loop;
-// its options hold everything a run is configured by.
+// Every rank runs the same calls in the same order; step() and evaluate()
+// are collective over the mesh. The global batch is micro_batch x grad_accum
+// x dp sequences; every rank sees the same numbers (loss, norm) as one
+// process training on the whole batch would, up to float rounding.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
+#include "ht/comm/device_mesh.h"
 #include "ht/data/batch_sampler.h"
 #include "ht/data/token_dataset.h"
 #include "ht/nn/gpt.h"
 #include "ht/optim/adamw.h"
 #include "ht/optim/lr_schedule.h"
+#include "ht/parallel/data_parallel.h"
+#include "ht/parallel/pipeline.h"
 
 namespace ht::train {
 
@@ -23,7 +31,7 @@ struct TrainerOptions {
   nn::GPTConfig model;
   Device device = Device::cpu();
   std::int64_t steps = 100;
-  std::int64_t micro_batch = 8;  // sequences per micro-batch
+  std::int64_t micro_batch = 8;  // sequences per micro-batch and data-parallel rank
   std::int64_t seq_len = 128;
   int grad_accum = 1;  // micro-batches per optimizer step
   float lr = 1e-3f;
@@ -34,6 +42,9 @@ struct TrainerOptions {
   std::uint64_t seed = 1337;
   std::int64_t eval_every = 25;  // 0: only at the end
   std::int64_t eval_batches = 8;
+  /// Data parallelism / ZeRO (the mesh gives dp, tp and pp).
+  parallel::DataParallelOptions data_parallel;
+  parallel::Schedule schedule = parallel::Schedule::k1F1B;
 
   /// Throws kConfig naming the bad value.
   void validate() const;
@@ -51,23 +62,41 @@ struct StepStats {
 
 class Trainer {
  public:
-  /// Builds and initialises the model and optimizer. `splits` must outlive the trainer.
-  Trainer(const TrainerOptions& options, const data::TokenSplits& splits);
+  /// Builds and initialises this rank's part of the model and its optimizer
+  /// on `mesh` (collective over it; null: a mesh of this process alone).
+  /// `splits` and `mesh` must outlive the trainer.
+  Trainer(const TrainerOptions& options, const data::TokenSplits& splits, comm::DeviceMesh* mesh = nullptr);
+  ~Trainer();
 
   /// One optimizer step (grad_accum micro-batches).
   StepStats step();
   /// Mean loss over `eval_batches` sequential validation batches.
   float evaluate();
+  /// Every parameter at full shape on world rank 0 (empty elsewhere); collective.
+  std::map<std::string, Tensor> full_parameters();
   std::int64_t steps_done() const { return optimizer_->step_count(); }
 
+  /// This rank's part of the model.
   nn::GPT& model() { return *model_; }
+  comm::DeviceMesh& mesh() { return *mesh_; }
+  parallel::DataParallel& data_parallel() { return *dp_; }
+  parallel::Pipeline& pipeline() { return *pipeline_; }
+  /// Sequences per optimizer step over the whole mesh.
+  std::int64_t global_batch() const;
   optim::AdamW& optimizer() { return *optimizer_; }
   const TrainerOptions& options() const { return options_; }
 
  private:
+  /// The sum over the world of `v` (one value per rank).
+  double world_sum(double v);
+
   TrainerOptions options_;
   const data::TokenSplits& splits_;
+  std::unique_ptr<comm::DeviceMesh> own_mesh_;
+  comm::DeviceMesh* mesh_;
   std::unique_ptr<nn::GPT> model_;
+  std::unique_ptr<parallel::DataParallel> dp_;
+  std::unique_ptr<parallel::Pipeline> pipeline_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::CosineSchedule schedule_;
   data::BatchSampler train_sampler_;

@@ -1,0 +1,38 @@
+// ht::nn::LMHead: the output projection logits = h wte^T, tied to the token
+// embedding.
+//
+// On the stage that holds the embedding it uses the embedding's wte (two
+// gradient contributions per backward). On a pipeline's last stage, when the
+// embedding lives on the first, it holds its own copy named "wte", marked
+// pp_tied_copy: the parallel layer sums the two copies' gradients so they
+// stay equal. Under tensor parallelism the projection is vocab-parallel: each
+// rank produces the logits of its vocab / tp rows, never the full
+// vocabulary, and backward sums dh over the group.
+#pragma once
+
+#include "ht/nn/module.h"
+#include "ht/nn/tensor_parallel.h"
+
+namespace ht::nn {
+
+class LMHead : public Module {
+ public:
+  /// Tied to `wte` of the same stage.
+  LMHead(Parameter& wte, TensorParallel tp);
+  /// Holds its own copy of a (vocab, dim) wte.
+  LMHead(std::int64_t vocab_size, std::int64_t dim, Device device, TensorParallel tp);
+
+  Parameter& weight() { return *weight_; }
+
+ protected:
+  /// h (B, T, C) -> logits (B, T, vocab / tp); saves h.
+  Tensor forward_impl(Context& ctx, const Tensor& h) override;
+  /// dwte += dlogits^T h; returns dh.
+  Tensor backward_impl(Context& ctx, const Tensor& dlogits) override;
+
+ private:
+  Parameter* weight_;
+  TensorParallel tp_;
+};
+
+}  // namespace ht::nn

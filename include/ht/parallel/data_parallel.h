@@ -1,0 +1,127 @@
+// ht::parallel::DataParallel: data parallelism and ZeRO stages 1-3 over the
+// data-parallel axis of a DeviceMesh, for one rank's part of a GPT.
+//
+// Parameters are laid end to end in flat groups, padded so that every group
+// divides into equal shards:
+//   stage 0 (DDP)  buckets of about bucket_bytes in reverse registration
+//                  order; a bucket's gradient all-reduce starts from the
+//                  grad-ready hook of its last parameter, overlapping the rest
+//                  of backward; the optimizer steps on full tensors.
+//   stage 1        the same all-reduce; the optimizer (state and master
+//                  weights) steps on this rank's 1/s of every bucket, then the
+//                  updated shards are all-gathered.
+//   stage 2        as 1, but gradients are reduce-scattered: after the step's
+//                  backward only this rank's gradient shard is kept.
+//   stage 3        one group per unit (the model's top-level children: the
+//                  embedding, each block, the final norm, the head) holding
+//                  only this rank's parameter shard; a unit is all-gathered
+//                  just before its forward and again before its backward,
+//                  freed after each, and the next unit is prefetched while the
+//                  current one computes.
+// Hybrid sharding (MiCS / HSDP): with shard_group s < dp, state is sharded
+// over groups of s consecutive dp ranks and replicated across the dp / s
+// groups: reduce-scatter inside the shard group, then all-reduce of the
+// shard across replicas, and all-gathers stay inside the shard group.
+//
+// Gradients are averaged over dp. With gradient accumulation, call
+// set_final_micro_batch(true) before the last micro-batch's backward only:
+// earlier micro-batches accumulate locally and reduce nothing.
+//
+// A weight tied across pipeline stages (the embedding on the first stage and
+// the head's copy on the last) has its two gradients summed between those
+// stages before its data-parallel reduction, and is counted once by the norm.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ht/comm/device_mesh.h"
+#include "ht/nn/gpt.h"
+#include "ht/optim/optimizer.h"
+
+namespace ht::parallel {
+
+namespace detail {
+struct FlatGroup;
+}
+
+struct DataParallelOptions {
+  int zero_stage = 0;
+  /// Ranks per ZeRO shard group (hybrid sharding); 0: the whole dp group.
+  int shard_group = 0;
+  /// Target gradient bucket size (stages 0-2).
+  std::int64_t bucket_bytes = std::int64_t(25) << 20;
+
+  /// Throws kConfig naming the bad value for a data-parallel size `dp`.
+  void validate(int dp) const;
+};
+
+/// Timings of the last step's gradient reductions, for the overlap benchmark.
+struct ReductionTimes {
+  double backward_ms = 0;  // from set_final_micro_batch(true) to finish_gradients()
+  double exposed_ms = 0;   // finish_gradients() waiting for reductions still in flight
+};
+
+class DataParallel {
+ public:
+  /// Collective over the world (it splits the shard, replica and tied-weight
+  /// groups). Takes over `model`'s parameters: moves their values into flat
+  /// groups (keeping only this rank's shard at stage 3) and installs hooks.
+  /// The model must be initialised first and must outlive this object.
+  DataParallel(nn::GPT& model, comm::DeviceMesh& mesh, const DataParallelOptions& options);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  /// Before a step's first micro-batch: zeroes (or, sharded, allocates) gradients.
+  void begin_step();
+  /// Whether the next backward completes the step's gradients.
+  void set_final_micro_batch(bool final);
+  /// After the last backward: waits for the reductions, sums tied weights;
+  /// afterwards the optimizer's slots hold the dp-averaged gradients.
+  void finish_gradients();
+  /// The global gradient norm over every rank of the mesh, each element
+  /// counted once (shards, tp parts, stages; tied copies and replicas once).
+  float grad_norm();
+  /// What the optimizer updates: this rank's shard of every group, one slot
+  /// per parameter piece (named "<param>" or "<param>[a:b]" for a piece).
+  std::vector<optim::Slot> slots() const;
+  /// After the optimizer step: all-gathers the updated shards (stages 1-2).
+  void after_step();
+
+  /// Stage 3: gathers every unit (collective over the shard group) so the
+  /// full values are readable until release_all(); no-ops otherwise.
+  void gather_all();
+  void release_all();
+
+  const DataParallelOptions& options() const { return options_; }
+  int shards() const { return shards_; }
+  int replicas() const { return replicas_; }
+  const ReductionTimes& reduction_times() const { return times_; }
+
+ private:
+  void build_groups();
+  void install_zero3_hooks();
+  void on_grad_ready(std::size_t group);
+  void start_reduction(detail::FlatGroup& g);
+  void acquire(std::size_t group);
+  void release(std::size_t group);
+  void prefetch(std::size_t group);
+  void ensure_grads(detail::FlatGroup& g);
+
+  nn::GPT& model_;
+  comm::DeviceMesh& mesh_;
+  DataParallelOptions options_;
+  int shards_ = 1, shard_rank_ = 0, replicas_ = 1, replica_rank_ = 0;
+  std::unique_ptr<comm::Communicator> shard_comm_, replica_comm_, tied_comm_;
+  std::vector<std::unique_ptr<detail::FlatGroup>> groups_;
+  // Stage 3: the unit of each top-level module, in execution order.
+  std::vector<nn::Module*> sequence_;
+  std::vector<std::size_t> unit_of_;
+  bool final_ = true;
+  ReductionTimes times_;
+  double final_start_ = 0;
+};
+
+}  // namespace ht::parallel

@@ -1,0 +1,66 @@
+// ht::parallel::Pipeline: runs one optimizer step's micro-batches through
+// this rank's pipeline stage of a GPT, under the GPipe or 1F1B schedule.
+//
+// Stage s receives activations (B, T, C) from stage s - 1 and sends its own
+// to s + 1; gradients flow back the same way. Each micro-batch in flight
+// has its own nn::Context, freed after its backward. GPipe runs every
+// forward, then every backward (m micro-batches of activations held at
+// once); 1F1B runs p - s - 1 warm-up forwards, then alternates one forward
+// and one backward, then drains (at most p - s held), with the same bubble.
+// Paired transfers (send an activation and receive a gradient) are one
+// send_recv, so neither schedule can deadlock on blocking sends.
+//
+// With one stage both schedules are plain gradient accumulation.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ht/comm/communicator.h"
+#include "ht/data/batch_sampler.h"
+#include "ht/nn/gpt.h"
+
+namespace ht::parallel {
+
+enum class Schedule { kGPipe, k1F1B };
+/// "gpipe" or "1f1b"; throws kConfig naming the choices otherwise.
+Schedule parse_schedule(const std::string& name);
+std::string schedule_name(Schedule s);
+
+struct PipelineStats {
+  double compute_ms = 0;  // this stage's forward and backward work
+  double idle_ms = 0;     // waiting for a neighbour's activations or gradients
+  std::int64_t peak_saved_bytes = 0;  // activations saved by micro-batches in flight, at most
+};
+
+class Pipeline {
+ public:
+  /// `pp` is the pipeline group: its rank is model.stage().rank.
+  Pipeline(nn::GPT& model, comm::Communicator& pp, Schedule schedule);
+
+  /// Forward and backward of every micro-batch (host batches, one per
+  /// micro-batch; only the first stage reads tokens, the last targets). Each
+  /// micro-batch's mean loss has gradient `loss_scale` (1/k for k micro-
+  /// batches). `before_backward(final)` runs before each backward, final for
+  /// the step's last. Returns the sum of the micro-batch losses on the last
+  /// stage, 0 elsewhere.
+  double train_step(const std::vector<data::Batch>& batches, float loss_scale,
+                    const std::function<void(bool final)>& before_backward);
+  /// Forward only; the sum of the losses on the last stage, 0 elsewhere.
+  double evaluate(const std::vector<data::Batch>& batches);
+
+  /// Timings of the last train_step.
+  const PipelineStats& stats() const { return stats_; }
+  Schedule schedule() const { return schedule_; }
+
+ private:
+  class Step;
+
+  nn::GPT& model_;
+  comm::Communicator& pp_;
+  Schedule schedule_;
+  PipelineStats stats_;
+};
+
+}  // namespace ht::parallel

@@ -1,0 +1,320 @@
+// ht::parallel::DataParallel: flat groups, bucketed reductions, ZeRO shards
+// and the stage-3 gather/free hooks.
+#include "ht/parallel/data_parallel.h"
+
+#include <chrono>
+
+#include "ht/optim/clip.h"
+#include "parallel/flat_group.h"
+
+namespace ht::parallel {
+
+using detail::FlatGroup;
+
+namespace {
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void wait_all(std::vector<comm::WorkPtr>& works) {
+  for (auto& w : works) w->wait();
+  works.clear();
+}
+
+}  // namespace
+
+void DataParallelOptions::validate(int dp) const {
+  HT_CHECK(zero_stage >= 0 && zero_stage <= 3, ErrorKind::kConfig, "--zero {} must be 0 (DDP), 1, 2 or 3", zero_stage);
+  HT_CHECK(bucket_bytes > 0, ErrorKind::kConfig, "the gradient bucket size must be positive, got {} bytes",
+           bucket_bytes);
+  HT_CHECK(shard_group >= 0 && (shard_group == 0 || dp % shard_group == 0), ErrorKind::kConfig,
+           "--zero-shard-group {} must divide the data-parallel size {} (or be 0 for all of it)", shard_group, dp);
+  HT_CHECK(shard_group == 0 || zero_stage > 0, ErrorKind::kConfig,
+           "--zero-shard-group {} needs a ZeRO stage (--zero 1, 2 or 3): plain data parallelism shards nothing",
+           shard_group);
+}
+
+DataParallel::DataParallel(nn::GPT& model, comm::DeviceMesh& mesh, const DataParallelOptions& options)
+    : model_(model), mesh_(mesh), options_(options) {
+  const comm::MeshLayout& layout = mesh.layout();
+  const comm::MeshCoord& at = mesh.coord();
+  options_.validate(layout.dp());
+  if (options_.zero_stage > 0) {
+    shards_ = options_.shard_group > 0 ? options_.shard_group : layout.dp();
+    shard_rank_ = at.dp % shards_;
+    replicas_ = layout.dp() / shards_;
+    replica_rank_ = at.dp / shards_;
+    const std::string& dp_name = mesh.dp().name();
+    shard_comm_ = mesh.dp().split(replica_rank_, shard_rank_, fmt::format("{}.shard{}", dp_name, replica_rank_));
+    replica_comm_ = mesh.dp().split(shard_rank_, replica_rank_, fmt::format("{}.replica{}", dp_name, shard_rank_));
+  } else {
+    replicas_ = layout.dp();
+    replica_rank_ = at.dp;
+  }
+  // The tied embedding's first- and last-stage copies of one (dp, tp) position.
+  const bool holds_tied = layout.pp() > 1 && (model.first_stage() || model.last_stage());
+  const int tied_color = holds_tied ? at.dp * layout.tp() + at.tp : -1;
+  tied_comm_ = mesh.world().split(tied_color, at.pp, fmt::format("tied.{}", tied_color));
+  build_groups();
+  if (options_.zero_stage == 3) install_zero3_hooks();
+}
+
+DataParallel::~DataParallel() = default;
+
+void DataParallel::build_groups() {
+  const bool pipelined = model_.stage().size > 1;
+  nn::Parameter* first_stage_wte = pipelined && model_.first_stage() ? &model_.embedding().token_weight() : nullptr;
+  auto tied = [&](nn::Parameter* p) { return p->layout().pp_tied_copy || p == first_stage_wte; };
+  std::vector<std::vector<nn::Parameter*>> members;
+  std::vector<bool> deferred;
+  if (options_.zero_stage == 3) {
+    // One unit per top-level module; a module whose parameters all belong to
+    // an earlier unit (the head tied to the embedding) reuses that unit.
+    std::vector<nn::Parameter*> assigned;
+    auto unit_holding = [&](nn::Parameter* p) -> std::size_t {
+      for (std::size_t u = 0; u < members.size(); ++u)
+        for (nn::Parameter* q : members[u])
+          if (q == p) return u;
+      return members.size();
+    };
+    for (nn::Module* m : model_.children()) {
+      const std::vector<nn::Parameter*> ps = m->parameters();
+      std::vector<nn::Parameter*> fresh;
+      for (nn::Parameter* p : ps)
+        if (unit_holding(p) == members.size()) fresh.push_back(p);
+      sequence_.push_back(m);
+      if (fresh.empty()) {
+        HT_CHECK(!ps.empty(), ErrorKind::kInvalidArgument, "ZeRO-3: module '{}' has no parameters", m->name());
+        unit_of_.push_back(unit_holding(ps.front()));
+        continue;
+      }
+      HT_CHECK(fresh.size() == ps.size(), ErrorKind::kInvalidArgument,
+               "ZeRO-3: module '{}' shares only some of its parameters with an earlier unit", m->name());
+      bool d = false;
+      for (nn::Parameter* p : fresh) d = d || tied(p);
+      unit_of_.push_back(members.size());
+      members.push_back(fresh);
+      deferred.push_back(d);
+    }
+  } else {
+    // Buckets in reverse registration order: about the order gradients become ready.
+    std::vector<nn::Parameter*> params = model_.parameters();
+    std::vector<nn::Parameter*> bucket;
+    std::int64_t bytes = 0;
+    for (auto it = params.rbegin(); it != params.rend(); ++it) {
+      nn::Parameter* p = *it;
+      if (tied(p)) {
+        members.push_back({p});
+        deferred.push_back(true);
+        continue;
+      }
+      bucket.push_back(p);
+      bytes += shape_numel(p->shape()) * std::int64_t(sizeof(float));
+      if (bytes >= options_.bucket_bytes) {
+        members.push_back(std::move(bucket));
+        deferred.push_back(false);
+        bucket.clear();
+        bytes = 0;
+      }
+    }
+    if (!bucket.empty()) {
+      members.push_back(std::move(bucket));
+      deferred.push_back(false);
+    }
+  }
+
+  const int stage = options_.zero_stage;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    auto g = std::make_unique<FlatGroup>(detail::make_flat_group(members[i], shards_, shard_rank_));
+    g->deferred = deferred[i];
+    const std::int64_t lo = g->shard_begin(), hi = lo + g->shard_numel();
+    if (stage == 3) {
+      g->shard_params = g->full_params.slice(lo, hi).clone();
+      g->full_params = Tensor();
+      g->unbind_params();
+    } else {
+      g->bind_params();
+      g->shard_params = g->full_params.slice(lo, hi);
+    }
+    if (stage <= 1) {
+      g->full_grads = Tensor::zeros({g->padded}, DType::kF32, g->device, MemCategory::kGradients);
+      g->bind_grads();
+      g->shard_grads = g->full_grads.slice(lo, hi);
+    } else {
+      g->shard_grads = Tensor::zeros({g->shard_numel()}, DType::kF32, g->device, MemCategory::kGradients);
+      g->unbind_grads();
+    }
+    const std::size_t index = groups_.size();
+    for (nn::Parameter* p : g->params) p->set_grad_ready_hook([this, index](nn::Parameter&) { on_grad_ready(index); });
+    groups_.push_back(std::move(g));
+  }
+}
+
+void DataParallel::install_zero3_hooks() {
+  const std::size_t n = sequence_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t unit = unit_of_[i];
+    const std::size_t next = i + 1 < n ? unit_of_[i + 1] : unit;
+    const std::size_t prev = i > 0 ? unit_of_[i - 1] : unit;
+    sequence_[i]->set_pre_forward_hook([this, unit, next](nn::Module&, nn::Context&) {
+      acquire(unit);
+      if (next != unit) prefetch(next);
+    });
+    sequence_[i]->set_post_forward_hook([this, unit](nn::Module&, nn::Context&) { release(unit); });
+    sequence_[i]->set_pre_backward_hook([this, unit, prev](nn::Module&, nn::Context&) {
+      acquire(unit);
+      ensure_grads(*groups_[unit]);
+      if (prev != unit) prefetch(prev);
+    });
+    sequence_[i]->set_post_backward_hook([this, unit](nn::Module&, nn::Context&) { release(unit); });
+  }
+}
+
+void DataParallel::prefetch(std::size_t unit) {
+  FlatGroup& g = *groups_[unit];
+  if (g.full_params.defined()) return;
+  g.full_params = Tensor::empty({g.padded}, DType::kF32, g.device, MemCategory::kParameters);
+  g.gather_work = shard_comm_->all_gather(g.shard_params, g.full_params);
+}
+
+void DataParallel::acquire(std::size_t unit) {
+  FlatGroup& g = *groups_[unit];
+  prefetch(unit);
+  if (g.gather_work) {
+    g.gather_work->wait();
+    g.gather_work.reset();
+  }
+  if (g.gather_refs++ == 0) g.bind_params();
+}
+
+void DataParallel::release(std::size_t unit) {
+  FlatGroup& g = *groups_[unit];
+  HT_CHECK(g.gather_refs > 0, ErrorKind::kInvalidArgument, "ZeRO-3: unit {} released more often than gathered", unit);
+  if (--g.gather_refs > 0) return;
+  g.unbind_params();
+  g.full_params = Tensor();
+}
+
+void DataParallel::ensure_grads(FlatGroup& g) {
+  if (g.full_grads.defined()) return;
+  g.full_grads = Tensor::zeros({g.padded}, DType::kF32, g.device, MemCategory::kGradients);
+  g.bind_grads();
+}
+
+void DataParallel::begin_step() {
+  for (auto& g : groups_) {
+    g->ready = 0;
+    if (options_.zero_stage == 2) ensure_grads(*g);
+  }
+  model_.zero_grad();  // zeroes the bound gradient views and restarts the grad-ready counts
+  final_ = false;
+}
+
+void DataParallel::set_final_micro_batch(bool final) {
+  final_ = final;
+  if (final) final_start_ = now_ms();
+}
+
+void DataParallel::on_grad_ready(std::size_t index) {
+  if (!final_) return;
+  FlatGroup& g = *groups_[index];
+  if (++g.ready == int(g.params.size()) && !g.deferred) start_reduction(g);
+}
+
+void DataParallel::start_reduction(FlatGroup& g) {
+  if (options_.zero_stage <= 1)
+    g.reduce_work = mesh_.dp().all_reduce(g.full_grads, g.full_grads, comm::ReduceOp::kAvg);
+  else
+    g.reduce_work = shard_comm_->reduce_scatter(g.full_grads, g.shard_grads, comm::ReduceOp::kAvg);
+}
+
+void DataParallel::finish_gradients() {
+  const double start = now_ms();
+  for (auto& g : groups_) {
+    if (g->reduce_work) continue;
+    // A group not reduced yet: a tied weight (its stages' copies are summed
+    // first), or parameters whose gradients never became ready this step.
+    ensure_grads(*g);
+    if (g->deferred && tied_comm_)
+      for (nn::Parameter* p : g->params)
+        if (p->layout().pp_tied_copy || (model_.first_stage() && p == &model_.embedding().token_weight()))
+          tied_comm_->all_reduce(p->grad(), p->grad(), comm::ReduceOp::kSum)->wait();
+    start_reduction(*g);
+  }
+  std::vector<comm::WorkPtr> works;
+  for (auto& g : groups_) works.push_back(std::move(g->reduce_work));
+  wait_all(works);
+  times_.exposed_ms = now_ms() - start;
+  times_.backward_ms = start - final_start_;
+  if (options_.zero_stage >= 2) {
+    if (replicas_ > 1) {
+      for (auto& g : groups_) works.push_back(replica_comm_->all_reduce(g->shard_grads, g->shard_grads, comm::ReduceOp::kAvg));
+      wait_all(works);
+    }
+    for (auto& g : groups_) {
+      g->unbind_grads();
+      g->full_grads = Tensor();
+    }
+  }
+}
+
+float DataParallel::grad_norm() {
+  // Each gradient element is counted on exactly one rank: its shard's owner
+  // in the first replica, tp rank 0 for replicated tensors, and never for the
+  // last stage's copy of the tied embedding.
+  std::vector<Tensor> counted;
+  if (replica_rank_ == 0) {
+    const int tp_rank = mesh_.coord().tp;
+    for (const auto& g : groups_) {
+      const std::int64_t lo = g->shard_begin(), hi = lo + g->shard_numel();
+      for (std::size_t i = 0; i < g->params.size(); ++i) {
+        const nn::Parameter& p = *g->params[i];
+        if (p.layout().pp_tied_copy || (!p.layout().tp_split() && tp_rank != 0)) continue;
+        const std::int64_t a = std::max(lo, g->offsets[i]), b = std::min(hi, g->offsets[i] + shape_numel(p.shape()));
+        if (a < b) counted.push_back(g->shard_grads.slice(a - lo, b - lo));
+      }
+    }
+  }
+  comm::Communicator& world = mesh_.world();
+  return optim::global_grad_norm(counted, [&](Tensor& t) { world.all_reduce(t, t, comm::ReduceOp::kSum)->wait(); });
+}
+
+std::vector<optim::Slot> DataParallel::slots() const {
+  std::vector<optim::Slot> out;
+  for (const auto& g : groups_) {
+    const std::int64_t lo = g->shard_begin(), hi = lo + g->shard_numel();
+    for (std::size_t i = 0; i < g->params.size(); ++i) {
+      const nn::Parameter& p = *g->params[i];
+      const std::int64_t begin = g->offsets[i], end = begin + shape_numel(p.shape());
+      const std::int64_t a = std::max(lo, begin), b = std::min(hi, end);
+      if (a >= b) continue;
+      const std::string name =
+          (a == begin && b == end) ? p.name() : fmt::format("{}[{}:{}]", p.name(), a - begin, b - begin);
+      out.push_back({.name = name,
+                     .param = g->shard_params.slice(a - lo, b - lo),
+                     .grad = g->shard_grads.slice(a - lo, b - lo),
+                     .weight_decay = p.weight_decay()});
+    }
+  }
+  return out;
+}
+
+void DataParallel::after_step() {
+  if (options_.zero_stage != 1 && options_.zero_stage != 2) return;
+  std::vector<comm::WorkPtr> works;
+  for (auto& g : groups_) works.push_back(shard_comm_->all_gather(g->shard_params, g->full_params));
+  wait_all(works);
+}
+
+void DataParallel::gather_all() {
+  if (options_.zero_stage == 3)
+    for (std::size_t u = 0; u < groups_.size(); ++u) acquire(u);
+}
+
+void DataParallel::release_all() {
+  if (options_.zero_stage == 3)
+    for (std::size_t u = 0; u < groups_.size(); ++u) release(u);
+}
+
+}  // namespace ht::parallel
