@@ -1,7 +1,8 @@
 // CUDA fused softmax cross-entropy: one block per row for the log-sum-exp,
 // and an element-wise backward that recomputes the softmax from it
-// (softmax.cuh's cross_entropy_grad). Targets are range-checked by the
-// driver before these run.
+// (softmax.cuh's cross_entropy_grad), plus the per-shard forward of the
+// vocabulary-parallel loss. Targets are range-checked by the driver before
+// these run.
 #include "cuda_launch.cuh"
 #include "launch.h"
 #include "softmax.cuh"
@@ -11,36 +12,61 @@ namespace {
 
 constexpr int kRowBlock = 512;  // a vocabulary row is long (tens of thousands): many threads per row
 
-// Max, then the sum of exp(x - max), each reduced over the block in a fixed
-// tree: lse = max + log(sum).
+// Log-sum-exp of one row of v values, for every thread of the block: the
+// max, then the sum of exp(x - max), each reduced over the block in a fixed
+// tree: lse = max + log(sum). v == 0 gives -inf.
+__device__ __forceinline__ float block_row_lse(const float* row, std::int64_t v, float* smem) {
+  float mx = -INFINITY;
+  for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, row[j]);
+  mx = block_max(mx, smem);
+  float sum = 0.f;
+  for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x) sum += expf(row[j] - mx);
+  sum = block_sum(sum, smem);
+  return mx + logf(sum);
+}
+
 __global__ void cross_entropy_forward_kernel(const float* logits, const std::int32_t* targets, float* losses,
                                              float* lse, std::int64_t n, std::int64_t v) {
   __shared__ float smem[kWarp];
   for (std::int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const float* row = logits + i * v;
-    float mx = -INFINITY;
-    for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, row[j]);
-    mx = block_max(mx, smem);
-    float sum = 0.f;
-    for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x) sum += expf(row[j] - mx);
-    sum = block_sum(sum, smem);
+    const float l = block_row_lse(row, v, smem);
     if (threadIdx.x == 0) {
-      const float l = mx + logf(sum);
       lse[i] = l;
       losses[i] = l - row[targets[i]];
     }
   }
 }
 
-// One block per row, threads across the vocabulary. Every element is read
-// and then written by the same thread, so dlogits may alias logits.
+// The forward over one vocabulary shard (columns [start, start + v)): the
+// shard's lse and the target's logit where the shard holds it.
+__global__ void cross_entropy_shard_forward_kernel(const float* logits, const std::int32_t* targets, float* lse,
+                                                   float* target_logit, std::int64_t n, std::int64_t v,
+                                                   std::int64_t start) {
+  __shared__ float smem[kWarp];
+  for (std::int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    const float* row = logits + i * v;
+    const float l = block_row_lse(row, v, smem);
+    if (threadIdx.x == 0) {
+      const std::int64_t col = std::int64_t(targets[i]) - start;
+      lse[i] = l;
+      target_logit[i] = col >= 0 && col < v ? row[col] : 0.f;
+    }
+  }
+}
+
+// One block per row, threads across the shard's columns (the whole
+// vocabulary when start is 0). Every element is read and then written by the
+// same thread, so dlogits may alias logits. A target outside the shard maps
+// to a column no thread has, so no one-hot term is applied.
 __global__ void cross_entropy_backward_kernel(const float* logits, const std::int32_t* targets, const float* lse,
-                                              float dloss, float* dlogits, std::int64_t n, std::int64_t v) {
+                                              float dloss, float* dlogits, std::int64_t n, std::int64_t v,
+                                              std::int64_t start) {
   for (std::int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const float* row = logits + i * v;
     float* out = dlogits + i * v;
     const float l = lse[i];
-    const std::int32_t target = targets[i];
+    const std::int64_t target = std::int64_t(targets[i]) - start;
     for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x)
       out[j] = kern::cross_entropy_grad(row[j], l, j == target, dloss);
   }
@@ -55,11 +81,21 @@ cudaError_t launch_cross_entropy_forward(const float* logits, const std::int32_t
   return cudaGetLastError();
 }
 
+cudaError_t launch_cross_entropy_shard_forward(const float* logits, const std::int32_t* targets, float* lse,
+                                               float* target_logit, std::int64_t n, std::int64_t v,
+                                               std::int64_t start, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  cross_entropy_shard_forward_kernel<<<grid_for(n, 1), kRowBlock, 0, stream>>>(logits, targets, lse, target_logit, n,
+                                                                              v, start);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* lse,
                                           float dloss, float* dlogits, std::int64_t n, std::int64_t v,
-                                          cudaStream_t stream) {
+                                          std::int64_t start, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  cross_entropy_backward_kernel<<<grid_for(n, 1), kBlock, 0, stream>>>(logits, targets, lse, dloss, dlogits, n, v);
+  cross_entropy_backward_kernel<<<grid_for(n, 1), kBlock, 0, stream>>>(logits, targets, lse, dloss, dlogits, n, v,
+                                                                       start);
   return cudaGetLastError();
 }
 

@@ -15,12 +15,21 @@ __global__ void find_out_of_range_kernel(const std::int32_t* ids, std::int64_t n
 }
 
 // One block per position (grid-stride over positions), threads across the
-// channels: coalesced row copies, no division per element.
+// channels: coalesced row copies, no division per element. wte holds rows
+// [start, start + rows) of the vocabulary; an id outside them (another
+// shard's) writes the position term alone, or zeros.
 __global__ void embedding_forward_kernel(const std::int32_t* ids, const float* wte, const float* wpe, float* out,
-                                         std::int64_t n, std::int64_t t, std::int64_t c) {
+                                         std::int64_t n, std::int64_t t, std::int64_t c, std::int64_t start,
+                                         std::int64_t rows) {
   for (std::int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-    const float* e = wte + std::int64_t(ids[i]) * c;
+    const std::int64_t row = std::int64_t(ids[i]) - start;
     float* o = out + i * c;
+    if (row < 0 || row >= rows) {
+      const float* pos = wpe ? wpe + (i % t) * c : nullptr;
+      for (std::int64_t j = threadIdx.x; j < c; j += blockDim.x) o[j] = pos ? pos[j] : 0.f;
+      continue;
+    }
+    const float* e = wte + row * c;
     if (wpe) {
       const float* pos = wpe + (i % t) * c;
       for (std::int64_t j = threadIdx.x; j < c; j += blockDim.x) o[j] = e[j] + pos[j];
@@ -69,9 +78,10 @@ cudaError_t launch_find_out_of_range(const std::int32_t* ids, std::int64_t n, st
 }
 
 cudaError_t launch_embedding_forward(const std::int32_t* ids, const float* wte, const float* wpe, float* out,
-                                     std::int64_t n, std::int64_t t, std::int64_t c, cudaStream_t stream) {
+                                     std::int64_t n, std::int64_t t, std::int64_t c, std::int64_t start,
+                                     std::int64_t rows, cudaStream_t stream) {
   if (n == 0 || c == 0) return cudaSuccess;
-  embedding_forward_kernel<<<grid_for(n, 1), kBlock, 0, stream>>>(ids, wte, wpe, out, n, t, c);
+  embedding_forward_kernel<<<grid_for(n, 1), kBlock, 0, stream>>>(ids, wte, wpe, out, n, t, c, start, rows);
   return cudaGetLastError();
 }
 

@@ -74,9 +74,12 @@ cudaError_t launch_causal_softmax_backward(const float* probs, float* dscores, s
 /// caller initialises *first_bad to all ones. Shared with cross-entropy.
 cudaError_t launch_find_out_of_range(const std::int32_t* ids, std::int64_t n, std::int64_t limit,
                                      unsigned long long* first_bad, cudaStream_t stream);
-/// out (n, c) = wte[ids] + wpe[i % t] (wpe may be null); ids already checked.
+/// out (n, c) = wte[ids - start] + wpe[i % t] (wpe may be null), where wte
+/// holds the `rows` vocabulary rows from `start`; an id outside them adds no
+/// wte row. ids already checked.
 cudaError_t launch_embedding_forward(const std::int32_t* ids, const float* wte, const float* wpe, float* out,
-                                     std::int64_t n, std::int64_t t, std::int64_t c, cudaStream_t stream);
+                                     std::int64_t n, std::int64_t t, std::int64_t c, std::int64_t start,
+                                     std::int64_t rows, cudaStream_t stream);
 /// dwte[seg_token[s]] += dout rows order[seg_start[s] .. seg_start[s+1]) in
 /// that order, for each of `segments` segments (distinct tokens).
 cudaError_t launch_embedding_backward_wte(const float* dout, const std::int32_t* order,
@@ -91,10 +94,18 @@ cudaError_t launch_embedding_backward_wpe(const float* dout, float* dwpe, std::i
 /// losses, lse (n) from logits (n, v); targets already checked.
 cudaError_t launch_cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses,
                                          float* lse, std::int64_t n, std::int64_t v, cudaStream_t stream);
-/// dlogits (n, v), which may alias logits; targets already checked.
+/// lse (n) over the v columns of logits (n, v), which are vocabulary columns
+/// [start, start + v); target_logit (n) = logits[i, targets[i] - start] where
+/// that column is in range, else 0. v == 0 gives lse -inf. Targets already checked.
+cudaError_t launch_cross_entropy_shard_forward(const float* logits, const std::int32_t* targets, float* lse,
+                                               float* target_logit, std::int64_t n, std::int64_t v,
+                                               std::int64_t start, cudaStream_t stream);
+/// dlogits (n, v), which may alias logits, whose columns are vocabulary
+/// columns [start, start + v) (start 0: the whole vocabulary); lse is each
+/// row's log-sum-exp over the whole vocabulary. Targets already checked.
 cudaError_t launch_cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* lse,
                                           float dloss, float* dlogits, std::int64_t n, std::int64_t v,
-                                          cudaStream_t stream);
+                                          std::int64_t start, cudaStream_t stream);
 
 // cast.cu -----------------------------------------------------------------
 

@@ -2,12 +2,15 @@
 // The public functions (src/ops/*.cc) validate shapes, dtypes and devices once
 // and then call the driver of the tensors' device: ht::ops::cpu (src/ops/cpu)
 // or ht::ops::cuda (kernels/*.cu). Both namespaces declare the same
-// signatures; drivers may assume validated arguments.
+// signatures; drivers may assume validated arguments. A VocabShard reaches
+// them resolved (size >= 0, start + local rows <= size); index range checks
+// are the drivers' own.
 #pragma once
 
 #include "ht/config.h"
 #include "ht/ops/optimizer_update.h"
 #include "ht/ops/matmul.h"
+#include "ht/ops/vocab_shard.h"
 
 #define HT_DECLARE_BACKEND_OPS                                                                               \
   void matmul(const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o);                         \
@@ -24,11 +27,15 @@
   void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs);                        \
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head,           \
                           Tensor& dqkv);                                                                    \
-  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out);          \
-  void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, Tensor& dwpe);            \
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out,          \
+                         VocabShard shard);                                                                 \
+  void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, Tensor& dwpe,             \
+                          VocabShard shard);                                                                \
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse);     \
+  void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, VocabShard shard,           \
+                                   Tensor& lse, Tensor& target_logit);                                      \
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,  \
-                              Tensor& dlogits);                                                             \
+                              Tensor& dlogits, VocabShard shard);                                           \
   void cast(const Tensor& src, Tensor& dst);                                                                \
   void scale_and_check_finite(Tensor& x, float scale, Tensor& found);                                       \
   void sum_squares(const Tensor& x, Tensor& acc);                                                           \

@@ -57,4 +57,21 @@ void check_scalar_f32(const char* op, const char* name, const Tensor& t) {
   check_numel(op, name, t, 1);
 }
 
+VocabShard check_vocab_shard(const char* op, const char* name, std::int64_t rows, VocabShard shard) {
+  if (shard.size == -1) {
+    HT_CHECK_ARG(shard.start == 0,
+                 "{}: vocabulary shard start {} with size -1 (unsharded): an unsharded '{}' holds the whole "
+                 "vocabulary from id 0; pass the full vocabulary size with a shard's start",
+                 op, shard.start, name);
+    return {0, rows};
+  }
+  HT_CHECK_ARG(shard.size >= 0, "{}: vocabulary shard size {} must be -1 (unsharded) or the full vocabulary size",
+               op, shard.size);
+  HT_CHECK_ARG(shard.start >= 0 && shard.start <= shard.size - rows,
+               "{}: vocabulary shard [{}, {}) ('{}' holds {} ids from start {}) does not lie within the vocabulary "
+               "[0, {}); the shards of tp ranks must tile [0, size)",
+               op, shard.start, shard.start + rows, name, rows, shard.start, shard.size);
+  return shard;
+}
+
 }  // namespace ht::ops::detail

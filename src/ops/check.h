@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "ht/core/tensor.h"
+#include "ht/ops/vocab_shard.h"
 
 namespace ht::ops::detail {
 
@@ -20,5 +21,10 @@ void check_ndim(const char* op, const char* name, const Tensor& t, int ndim);
 void check_numel(const char* op, const char* name, const Tensor& t, std::int64_t numel);
 /// A scalar flag/accumulator: one f32 element.
 void check_scalar_f32(const char* op, const char* name, const Tensor& t);
+/// The shard of a vocabulary whose local part has `rows` ids (the rows or
+/// columns of tensor `name`), resolved: size -1 becomes `rows`. Throws
+/// kInvalidArgument unless start >= 0 and start + rows <= size (and start == 0
+/// when unsharded).
+VocabShard check_vocab_shard(const char* op, const char* name, std::int64_t rows, VocabShard shard);
 
 }  // namespace ht::ops::detail

@@ -1,4 +1,5 @@
-// Cross-entropy: validation and dispatch. Targets are range-checked by the drivers.
+// Cross-entropy: validation and dispatch. Targets are range-checked by the
+// drivers; the vocabulary shard is checked here and reaches them resolved.
 #include "ht/ops/cross_entropy.h"
 
 #include "ops/backend_ops.h"
@@ -28,15 +29,28 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& 
   HT_DISPATCH(dev, cross_entropy_forward, logits, targets, losses, lse);
 }
 
+void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, VocabShard shard, Tensor& lse,
+                                 Tensor& target_logit) {
+  const char* op = "cross_entropy_shard_forward";
+  const Device dev = detail::check_same_device(
+      op, {{"logits", &logits}, {"targets", &targets}, {"lse", &lse}, {"target_logit", &target_logit}});
+  check_common(op, logits, targets, lse);
+  detail::check_dtype(op, "target_logit", target_logit, DType::kF32);
+  detail::check_shape(op, "target_logit", target_logit, {logits.size(0)});
+  shard = detail::check_vocab_shard(op, "logits", logits.size(1), shard);
+  HT_DISPATCH(dev, cross_entropy_shard_forward, logits, targets, shard, lse, target_logit);
+}
+
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,
-                            Tensor& dlogits) {
+                            Tensor& dlogits, VocabShard shard) {
   const char* op = "cross_entropy_backward";
   const Device dev = detail::check_same_device(
       op, {{"logits", &logits}, {"targets", &targets}, {"lse", &lse}, {"dlogits", &dlogits}});
   check_common(op, logits, targets, lse);
   detail::check_dtype(op, "dlogits", dlogits, DType::kF32);
   detail::check_shape(op, "dlogits", dlogits, logits.shape());
-  HT_DISPATCH(dev, cross_entropy_backward, logits, targets, lse, dloss, dlogits);
+  shard = detail::check_vocab_shard(op, "logits", logits.size(1), shard);
+  HT_DISPATCH(dev, cross_entropy_backward, logits, targets, lse, dloss, dlogits, shard);
 }
 
 }  // namespace ht::ops

@@ -1,5 +1,6 @@
 // Embedding: validation and dispatch. Token ids are range-checked by the
-// drivers (the CPU one while it reads them; the CUDA one with a device flag).
+// drivers (the CPU one while it reads them; the CUDA one with a device flag);
+// the vocabulary shard is checked here and reaches them resolved.
 #include "ht/ops/embedding.h"
 
 #include "ops/backend_ops.h"
@@ -27,23 +28,25 @@ void check_common(const char* op, const Tensor& tokens, const Tensor& wte, const
 
 }  // namespace
 
-void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
+void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out, VocabShard shard) {
   const char* op = "embedding_forward";
   const Device dev = wpe.defined()
                          ? detail::check_same_device(op, {{"tokens", &tokens}, {"wte", &wte}, {"wpe", &wpe}, {"out", &out}})
                          : detail::check_same_device(op, {{"tokens", &tokens}, {"wte", &wte}, {"out", &out}});
   check_common(op, tokens, wte, wpe, out);
-  HT_DISPATCH(dev, embedding_forward, tokens, wte, wpe, out);
+  shard = detail::check_vocab_shard(op, "wte", wte.size(0), shard);
+  HT_DISPATCH(dev, embedding_forward, tokens, wte, wpe, out, shard);
 }
 
-void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, Tensor& dwpe) {
+void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, Tensor& dwpe, VocabShard shard) {
   const char* op = "embedding_backward";
   const Device dev =
       dwpe.defined()
           ? detail::check_same_device(op, {{"dout", &dout}, {"tokens", &tokens}, {"dwte", &dwte}, {"dwpe", &dwpe}})
           : detail::check_same_device(op, {{"dout", &dout}, {"tokens", &tokens}, {"dwte", &dwte}});
   check_common(op, tokens, dwte, dwpe, dout);
-  HT_DISPATCH(dev, embedding_backward, dout, tokens, dwte, dwpe);
+  shard = detail::check_vocab_shard(op, "dwte", dwte.size(0), shard);
+  HT_DISPATCH(dev, embedding_backward, dout, tokens, dwte, dwpe, shard);
 }
 
 }  // namespace ht::ops

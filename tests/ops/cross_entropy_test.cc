@@ -1,10 +1,12 @@
 // Fused softmax cross-entropy: losses and log-sum-exp against a double
 // reference, dlogits = (softmax - onehot) * dloss and against finite
-// differences, numerical stability, aliasing, and targets out of range.
+// differences, numerical stability, aliasing, targets out of range, and
+// vocabulary shards whose statistics and gradients combine to the unsharded op.
 #include "ht/ops/cross_entropy.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "test_util.h"
@@ -152,6 +154,147 @@ TEST(CrossEntropy, TargetOutOfRangeNamesIt) {
   Tensor dlogits = Tensor::zeros({3, 10}, DType::kF32);
   EXPECT_TRUE(throws_error([&] { cross_entropy_backward(logits, big, lse, 1.f, dlogits); }, ErrorKind::kOutOfRange,
                            {"target 10"}));
+}
+
+// The first column of each of k shards of a vocabulary, then vocab; the first
+// vocab % k shards take one column more (1000 in 3: 334, 333, 333; 2 in 3:
+// 1, 1, 0).
+std::vector<std::int64_t> shard_bounds(std::int64_t vocab, std::int64_t k) {
+  std::vector<std::int64_t> b{0};
+  for (std::int64_t r = 0; r < k; ++r) b.push_back(b.back() + vocab / k + (r < vocab % k ? 1 : 0));
+  return b;
+}
+
+/// Columns [begin, end) of a host (n, v) f32 matrix, as a new tensor.
+Tensor columns(const Tensor& m, std::int64_t begin, std::int64_t end) {
+  const std::int64_t n = m.size(0), v = m.size(1);
+  const auto all = m.to_vector<float>();
+  std::vector<float> out;
+  for (std::int64_t i = 0; i < n; ++i) out.insert(out.end(), all.begin() + i * v + begin, all.begin() + i * v + end);
+  return Tensor::from_vector(out, {n, end - begin});
+}
+
+struct ShardCase {
+  std::int64_t n, v, shards;
+};
+const ShardCase kShardCases[] = {{0, 5, 2},   {1, 2, 2},    {4, 7, 2},     {4, 7, 3},    {6, 2, 3},
+                                 {8, 64, 2},  {5, 257, 2},  {5, 257, 3},   {13, 1000, 3}};
+
+TEST(CrossEntropy, VocabShardsCombineToUnsharded) {
+  std::mt19937 rng(44);
+  for (auto [n, v, k] : kShardCases) {
+    for (float offset : {0.f, 80.f}) {
+      SCOPED_TRACE(::testing::Message() << n << "x" << v << " shards " << k << " offset " << offset);
+      const auto bounds = shard_bounds(v, k);
+      Tensor logits = random_tensor({n, v}, rng, offset - 4.f, offset + 4.f);
+      Tensor targets = random_targets(n, v, rng);
+      Tensor want_losses = test::nan_tensor({n}), want_lse = test::nan_tensor({n});
+      cross_entropy_forward(logits, targets, want_losses, want_lse);
+      const float dloss = n ? 1.f / float(n) : 1.f;
+      Tensor want_dlogits = test::nan_tensor({n, v});
+      cross_entropy_backward(logits, targets, want_lse, dloss, want_dlogits);
+
+      // Forward: each shard's statistics, then what the all-reduces would
+      // combine (a max and a sum for the log-sum-exp, a sum for the target logits).
+      std::vector<std::vector<float>> shard_lse;
+      std::vector<double> target_sum(std::size_t(n), 0.0);
+      for (std::int64_t r = 0; r < k; ++r) {
+        const VocabShard shard{bounds[std::size_t(r)], v};
+        Tensor lse_r = test::nan_tensor({n}), tl_r = test::nan_tensor({n});
+        cross_entropy_shard_forward(columns(logits, shard.start, bounds[std::size_t(r) + 1]), targets, shard, lse_r,
+                                    tl_r);
+        shard_lse.push_back(lse_r.to_vector<float>());
+        const auto tl = tl_r.to_vector<float>();
+        for (std::size_t i = 0; i < tl.size(); ++i) target_sum[i] += tl[i];
+      }
+      std::vector<double> lse(static_cast<std::size_t>(n)), losses(static_cast<std::size_t>(n));
+      double lse_scale = 0;
+      for (std::size_t i = 0; i < lse.size(); ++i) {
+        double mx = -INFINITY;
+        for (const auto& l : shard_lse) mx = std::max(mx, double(l[i]));
+        double sum = 0;
+        for (const auto& l : shard_lse) sum += std::exp(double(l[i]) - mx);
+        lse[i] = mx + std::log(sum);
+        losses[i] = lse[i] - target_sum[i];
+        lse_scale = std::max(lse_scale, std::abs(lse[i]));
+      }
+      EXPECT_TRUE(all_close(want_lse.to_vector<float>(), lse, 1e-6)) << "lse";
+      // A loss is lse minus a logit: its f32 error is relative to lse (near
+      // the offset), not to the loss (near log V).
+      EXPECT_TRUE(all_close(want_losses.to_vector<float>(), losses, 1e-6, 1e-6 * lse_scale)) << "losses";
+
+      // Backward: each shard's columns from the global lse (the unsharded
+      // op's, so that only the sharding differs), laid side by side.
+      const Tensor& global_lse = want_lse;
+      std::vector<double> dlogits(std::size_t(n * v));
+      for (std::int64_t r = 0; r < k; ++r) {
+        const VocabShard shard{bounds[std::size_t(r)], v};
+        const std::int64_t end = bounds[std::size_t(r) + 1], cols = end - shard.start;
+        Tensor d_r = columns(logits, shard.start, end);  // in place, as the training step does
+        cross_entropy_backward(d_r, targets, global_lse, dloss, d_r, shard);
+        const auto d = d_r.to_vector<float>();
+        for (std::int64_t i = 0; i < n; ++i)
+          for (std::int64_t j = 0; j < cols; ++j)
+            dlogits[std::size_t(i * v + shard.start + j)] = d[std::size_t(i * cols + j)];
+      }
+      EXPECT_TRUE(all_close(want_dlogits.to_vector<float>(), dlogits, 1e-6)) << "dlogits";
+    }
+  }
+}
+
+TEST(CrossEntropy, ShardForwardKnownValues) {
+  // Vocabulary 5 in shards [0, 3) and [3, 5); targets 4 (in shard 1) and 1 (in shard 0).
+  Tensor logits = Tensor::from_vector(std::vector<float>{0, 1, 2, 3, 4, 10, 11, 12, 13, 14}, {2, 5});
+  Tensor targets = Tensor::from_vector(std::vector<std::int32_t>{4, 1}, {2});
+  Tensor lse = Tensor::empty({2}, DType::kF32), tl = Tensor::empty({2}, DType::kF32);
+  cross_entropy_shard_forward(columns(logits, 3, 5), targets, {3, 5}, lse, tl);
+  EXPECT_FLOAT_EQ(lse.item(0), 4.f + std::log(1.f + std::exp(-1.f)));
+  EXPECT_FLOAT_EQ(lse.item(1), 14.f + std::log(1.f + std::exp(-1.f)));
+  EXPECT_EQ(tl.to_vector<float>(), (std::vector<float>{4, 0}));
+  cross_entropy_shard_forward(columns(logits, 0, 3), targets, {0, 5}, lse, tl);
+  EXPECT_EQ(tl.to_vector<float>(), (std::vector<float>{0, 11}));
+  // An empty shard: lse -inf (adds nothing to a log-sum-exp), target logit 0.
+  cross_entropy_shard_forward(columns(logits, 5, 5), targets, {5, 5}, lse, tl);
+  EXPECT_EQ(lse.to_vector<float>(), (std::vector<float>{-INFINITY, -INFINITY}));
+  EXPECT_EQ(tl.to_vector<float>(), (std::vector<float>{0, 0}));
+  // Unsharded ({0, -1}): the whole row, as cross_entropy_forward.
+  Tensor losses = Tensor::empty({2}, DType::kF32), want_lse = Tensor::empty({2}, DType::kF32);
+  cross_entropy_forward(logits, targets, losses, want_lse);
+  cross_entropy_shard_forward(logits, targets, {}, lse, tl);
+  EXPECT_EQ(lse.to_vector<float>(), want_lse.to_vector<float>());
+  EXPECT_EQ(tl.to_vector<float>(), (std::vector<float>{4, 11}));
+}
+
+TEST(CrossEntropy, ShardedTargetOutOfRangeNamesTheFullVocabulary) {
+  // Shard [4, 8) of a vocabulary of 10: target 9 is another shard's, 10 is out.
+  Tensor logits = Tensor::zeros({3, 4}, DType::kF32), lse = Tensor::zeros({3}, DType::kF32),
+         tl = Tensor::zeros({3}, DType::kF32);
+  Tensor ok = Tensor::from_vector(std::vector<std::int32_t>{9, 0, 5}, {3});
+  cross_entropy_shard_forward(logits, ok, {4, 10}, lse, tl);
+  Tensor big = Tensor::from_vector(std::vector<std::int32_t>{9, 0, 10}, {3});
+  EXPECT_TRUE(throws_error([&] { cross_entropy_shard_forward(logits, big, {4, 10}, lse, tl); },
+                           ErrorKind::kOutOfRange, {"target 10", "row 2", "[0, 10)"}));
+  Tensor neg = Tensor::from_vector(std::vector<std::int32_t>{9, -2, 5}, {3});
+  Tensor dlogits = Tensor::zeros({3, 4}, DType::kF32);
+  EXPECT_TRUE(throws_error([&] { cross_entropy_backward(logits, neg, lse, 1.f, dlogits, {4, 10}); },
+                           ErrorKind::kOutOfRange, {"target -2", "row 1", "[0, 10)"}));
+}
+
+TEST(CrossEntropy, BadVocabShardThrows) {
+  Tensor logits = Tensor::zeros({3, 4}, DType::kF32), lse = Tensor::zeros({3}, DType::kF32),
+         tl = Tensor::zeros({3}, DType::kF32), dlogits = Tensor::zeros({3, 4}, DType::kF32);
+  Tensor targets = Tensor::zeros({3}, DType::kI32);
+  EXPECT_TRUE(throws_error([&] { cross_entropy_shard_forward(logits, targets, {7, 10}, lse, tl); },
+                           ErrorKind::kInvalidArgument, {"cross_entropy_shard_forward", "[7, 11)", "[0, 10)"}));
+  EXPECT_TRUE(throws_error([&] { cross_entropy_shard_forward(logits, targets, {-4, 10}, lse, tl); },
+                           ErrorKind::kInvalidArgument, {"[-4, 0)"}));
+  EXPECT_TRUE(throws_error([&] { cross_entropy_backward(logits, targets, lse, 1.f, dlogits, {2, -1}); },
+                           ErrorKind::kInvalidArgument, {"cross_entropy_backward", "start 2", "size -1"}));
+  EXPECT_TRUE(throws_error([&] { cross_entropy_backward(logits, targets, lse, 1.f, dlogits, {0, 3}); },
+                           ErrorKind::kInvalidArgument, {"[0, 4)", "[0, 3)"}));
+  Tensor tl2 = Tensor::zeros({2}, DType::kF32);
+  EXPECT_TRUE(throws_error([&] { cross_entropy_shard_forward(logits, targets, {0, 4}, lse, tl2); },
+                           ErrorKind::kShapeMismatch, {"'target_logit'", "[3]", "[2]"}));
 }
 
 TEST(CrossEntropy, ShapeAndDtypeErrors) {

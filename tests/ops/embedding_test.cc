@@ -1,6 +1,7 @@
 // Token + position embedding: forward exactly, backward against finite
 // differences (repeated tokens included), accumulation, determinism across
-// thread counts, and token ids out of range.
+// thread counts, token ids out of range, and vocabulary shards that combine
+// to the unsharded op.
 #include "ht/ops/embedding.h"
 
 #include <gtest/gtest.h>
@@ -133,6 +134,116 @@ TEST(Embedding, TokenOutOfRangeNamesIt) {
                            {"token id 50", "[0, 50)"}));
   // Nothing was scattered before the check.
   for (float v : dwte.to_vector<float>()) EXPECT_EQ(v, 0.f);
+}
+
+// The first row of each of k shards of a vocabulary, then vocab: shard r
+// holds rows [starts[r], starts[r + 1]). The first vocab % k shards take one
+// row more, so a vocabulary that k does not divide gives unequal shards
+// (50 in 3: 17, 17, 16; 2 in 3: 1, 1, 0).
+std::vector<std::int64_t> shard_bounds(std::int64_t vocab, std::int64_t k) {
+  std::vector<std::int64_t> b{0};
+  for (std::int64_t r = 0; r < k; ++r) b.push_back(b.back() + vocab / k + (r < vocab % k ? 1 : 0));
+  return b;
+}
+
+struct ShardCase {
+  std::int64_t b, t, vocab, c, t_max, shards;
+};
+const ShardCase kShardCases[] = {{2, 7, 50, 65, 7, 2}, {2, 7, 50, 65, 9, 3}, {3, 11, 7, 13, 16, 2},
+                                 {3, 11, 7, 13, 11, 3}, {4, 5, 2, 3, 5, 3},  {1, 9, 1000, 130, 9, 3}};
+
+TEST(Embedding, VocabShardsCombineToUnsharded) {
+  std::mt19937 rng(34);
+  for (auto [b, t, vocab, c, t_max, k] : kShardCases) {
+    SCOPED_TRACE(::testing::Message() << b << "x" << t << " V " << vocab << " C " << c << " shards " << k);
+    const auto bounds = shard_bounds(vocab, k);
+    Tensor tokens = random_tokens(b, t, vocab, rng);
+    Tensor wte = random_tensor({vocab, c}, rng), wpe = random_tensor({t_max, c}, rng);
+    Tensor dout = random_tensor({b, t, c}, rng);
+    Tensor dwte_init = random_tensor({vocab, c}, rng), dwpe_init = random_tensor({t_max, c}, rng);
+
+    Tensor want_out = test::nan_tensor({b, t, c});
+    embedding_forward(tokens, wte, wpe, want_out);
+    Tensor want_dwte = dwte_init.clone(), want_dwpe = dwpe_init.clone();
+    embedding_backward(dout, tokens, want_dwte, want_dwpe);
+
+    // Each shard on its own, as each tensor-parallel rank would run it: the
+    // position term from shard 0 only, outputs summed (an all-reduce), and
+    // each shard's dwte rows laid side by side (its slice of the table).
+    std::vector<double> sum(std::size_t(b * t * c), 0.0);
+    std::vector<float> dwte_cat;
+    for (std::int64_t r = 0; r < k; ++r) {
+      const VocabShard shard{bounds[std::size_t(r)], vocab};
+      const std::int64_t rows = bounds[std::size_t(r) + 1] - bounds[std::size_t(r)];
+      Tensor wte_r = wte.slice(shard.start, shard.start + rows).clone();
+      Tensor out_r = test::nan_tensor({b, t, c});
+      embedding_forward(tokens, wte_r, r == 0 ? wpe : Tensor(), out_r, shard);
+      const auto v = out_r.to_vector<float>();
+      for (std::size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
+
+      Tensor dwte_r = dwte_init.slice(shard.start, shard.start + rows).clone();
+      Tensor dwpe_r = dwpe_init.clone();
+      embedding_backward(dout, tokens, dwte_r, dwpe_r, shard);
+      const auto d = dwte_r.to_vector<float>();
+      dwte_cat.insert(dwte_cat.end(), d.begin(), d.end());
+      // dwpe does not depend on the shard: every rank gets the whole sum.
+      EXPECT_EQ(dwpe_r.to_vector<float>(), want_dwpe.to_vector<float>()) << "dwpe of shard " << r;
+    }
+    EXPECT_TRUE(all_close(want_out.to_vector<float>(), sum, 1e-6)) << "summed out";
+    EXPECT_TRUE(all_close(dwte_cat, test::to_double(want_dwte), 1e-6)) << "concatenated dwte";
+  }
+}
+
+TEST(Embedding, VocabShardWithoutPositionsIsZeroOffShard) {
+  // Vocabulary 6 in two shards of 3: shard 1 holds ids 3..5 and writes zeros
+  // for ids 0..2; backward scatters only its own ids, into local rows.
+  Tensor tokens = Tensor::from_vector(std::vector<std::int32_t>{4, 0, 5, 4}, {1, 4});
+  Tensor wte1 = Tensor::from_vector(std::vector<float>{30, 31, 40, 41, 50, 51}, {3, 2});  // ids 3, 4, 5
+  Tensor out = test::nan_tensor({1, 4, 2});
+  Tensor none;
+  embedding_forward(tokens, wte1, none, out, {3, 6});
+  EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{40, 41, 0, 0, 50, 51, 40, 41}));
+  Tensor dout = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, {1, 4, 2});
+  Tensor dwte1 = Tensor::zeros({3, 2}, DType::kF32);
+  embedding_backward(dout, tokens, dwte1, none, {3, 6});
+  EXPECT_EQ(dwte1.to_vector<float>(), (std::vector<float>{0, 0, 1 + 7, 2 + 8, 5, 6}));
+}
+
+TEST(Embedding, ShardedTokenOutOfRangeNamesTheFullVocabulary) {
+  // Shard [10, 20) of a vocabulary of 30: 25 is valid (another shard's), 30 is not.
+  Tensor wte = Tensor::zeros({10, 4}, DType::kF32), out = Tensor::zeros({1, 3, 4}, DType::kF32);
+  Tensor ok = Tensor::from_vector(std::vector<std::int32_t>{25, 0, 12}, {1, 3});
+  Tensor none;
+  embedding_forward(ok, wte, none, out, {10, 30});
+  Tensor bad = Tensor::from_vector(std::vector<std::int32_t>{25, 30, 12}, {1, 3});
+  EXPECT_TRUE(throws_error([&] { embedding_forward(bad, wte, none, out, {10, 30}); }, ErrorKind::kOutOfRange,
+                           {"token id 30", "batch row 0, position 1", "[0, 30)"}));
+  Tensor dwte = Tensor::zeros({10, 4}, DType::kF32);
+  Tensor neg = Tensor::from_vector(std::vector<std::int32_t>{12, 12, -1}, {1, 3});
+  EXPECT_TRUE(throws_error([&] { embedding_backward(out, neg, dwte, none, {10, 30}); }, ErrorKind::kOutOfRange,
+                           {"token id -1", "position 2", "[0, 30)"}));
+  for (float v : dwte.to_vector<float>()) EXPECT_EQ(v, 0.f);
+}
+
+TEST(Embedding, BadVocabShardThrows) {
+  Tensor tokens = Tensor::zeros({1, 2}, DType::kI32), wte = Tensor::zeros({10, 4}, DType::kF32);
+  Tensor out = Tensor::zeros({1, 2, 4}, DType::kF32), none;
+  // Past the end of the vocabulary, a negative start, a start without a size, a bad size.
+  EXPECT_TRUE(throws_error([&] { embedding_forward(tokens, wte, none, out, {25, 30}); }, ErrorKind::kInvalidArgument,
+                           {"embedding_forward", "[25, 35)", "[0, 30)"}));
+  EXPECT_TRUE(throws_error([&] { embedding_forward(tokens, wte, none, out, {-1, 30}); }, ErrorKind::kInvalidArgument,
+                           {"[-1, 9)"}));
+  EXPECT_TRUE(throws_error([&] { embedding_forward(tokens, wte, none, out, {5, -1}); }, ErrorKind::kInvalidArgument,
+                           {"start 5", "size -1"}));
+  EXPECT_TRUE(throws_error([&] { embedding_forward(tokens, wte, none, out, {0, -2}); }, ErrorKind::kInvalidArgument,
+                           {"size -2"}));
+  EXPECT_TRUE(throws_error([&] { embedding_forward(tokens, wte, none, out, {0, 9}); }, ErrorKind::kInvalidArgument,
+                           {"[0, 10)", "[0, 9)"}));
+  Tensor dwte = Tensor::zeros({10, 4}, DType::kF32);
+  EXPECT_TRUE(throws_error([&] { embedding_backward(out, tokens, dwte, none, {21, 30}); },
+                           ErrorKind::kInvalidArgument, {"embedding_backward", "'dwte'", "[21, 31)"}));
+  // The last shard exactly at the end is fine.
+  embedding_forward(tokens, wte, none, out, {20, 30});
 }
 
 TEST(Embedding, ShapeAndDtypeErrors) {

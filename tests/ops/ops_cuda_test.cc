@@ -349,6 +349,63 @@ void add_cross_entropy_cases(std::vector<Case>& cases) {
   }
 }
 
+// Vocabulary-parallel pieces: one shard of an embedding table and of the
+// logits, with ids and targets drawn from the whole vocabulary (so that many
+// fall in other shards), shards of unequal rows included.
+void add_vocab_shard_cases(std::vector<Case>& cases) {
+  struct EmbSize {
+    std::int64_t b, t, c, vocab, t_max, start, rows;  // t_max 0: no position table
+  };
+  for (EmbSize s : {EmbSize{2, 5, 33, 7, 9, 4, 3}, EmbSize{3, 17, 100, 50, 17, 17, 17}, EmbSize{4, 64, 40, 5, 0, 0, 3},
+                    EmbSize{2, 9, 65, 1000, 0, 667, 333}, EmbSize{2, 4, 8, 6, 4, 6, 0}}) {
+    cases.push_back({"embedding_shard_" + dims_name({s.b, s.t, s.c, s.vocab, s.t_max, s.start, s.rows}),
+                     [s](Device dev) {
+                       std::mt19937 rng(10);
+                       const ops::VocabShard shard{s.start, s.vocab};
+                       const Tensor tokens = ids_tensor({s.b, s.t}, s.vocab, rng).to(dev);
+                       const Tensor wte = random_tensor({s.rows, s.c}, rng).to(dev);
+                       const Tensor wpe = s.t_max ? random_tensor({s.t_max, s.c}, rng).to(dev) : Tensor();
+                       Tensor out = nan_tensor({s.b, s.t, s.c}).to(dev);
+                       ops::embedding_forward(tokens, wte, wpe, out, shard);
+                       const Tensor dout = random_tensor({s.b, s.t, s.c}, rng).to(dev);
+                       Tensor dwte = random_tensor({s.rows, s.c}, rng).to(dev);  // accumulates
+                       Tensor dwpe = s.t_max ? random_tensor({s.t_max, s.c}, rng).to(dev) : Tensor();
+                       ops::embedding_backward(dout, tokens, dwte, dwpe, shard);
+                       Outputs o{{"out", out}, {"dwte", dwte}};
+                       if (s.t_max) o.emplace_back("dwpe", dwpe);
+                       return o;
+                     },
+                     0});
+  }
+  struct CeSize {
+    std::int64_t n, vocab, start, cols;
+  };
+  for (CeSize s : {CeSize{0, 10, 5, 5}, CeSize{1, 2, 1, 1}, CeSize{7, 33, 0, 17}, CeSize{7, 33, 17, 16},
+                   CeSize{37, 1000, 334, 333}, CeSize{3, 50257, 25129, 25128}}) {
+    cases.push_back({"cross_entropy_shard_" + dims_name({s.n, s.vocab, s.start, s.cols}),
+                     [s](Device dev) {
+                       std::mt19937 rng(11);
+                       const ops::VocabShard shard{s.start, s.vocab};
+                       const Tensor logits = random_tensor({s.n, s.cols}, rng, -8.f, 8.f).to(dev);
+                       const Tensor targets = ids_tensor({s.n}, s.vocab, rng).to(dev);
+                       Tensor lse = nan_tensor({s.n}).to(dev), target_logit = nan_tensor({s.n}).to(dev);
+                       ops::cross_entropy_shard_forward(logits, targets, shard, lse, target_logit);
+                       // The backward takes the global lse, above any one shard's.
+                       const Tensor global_lse = random_tensor({s.n}, rng, 9.f, 11.f).to(dev);
+                       const float dloss = s.n ? 1.f / float(s.n) : 1.f;
+                       Tensor dlogits = nan_tensor({s.n, s.cols}).to(dev);
+                       ops::cross_entropy_backward(logits, targets, global_lse, dloss, dlogits, shard);
+                       Tensor in_place = logits.clone();
+                       ops::cross_entropy_backward(in_place, targets, global_lse, dloss, in_place, shard);
+                       return Outputs{{"lse", lse},
+                                      {"target_logit", target_logit},
+                                      {"dlogits", dlogits},
+                                      {"in_place", in_place}};
+                     },
+                     1e-5});
+  }
+}
+
 void add_precision_cases(std::vector<Case>& cases) {
   const DType floats[] = {DType::kF32, DType::kF16, DType::kBF16};
   for (DType from : floats)
@@ -462,6 +519,7 @@ std::vector<Case> all_cases() {
   add_attention_cases(cases);
   add_embedding_cases(cases);
   add_cross_entropy_cases(cases);
+  add_vocab_shard_cases(cases);
   add_precision_cases(cases);
   add_optimizer_cases(cases);
   return cases;
@@ -516,6 +574,30 @@ TEST(OpsCudaErrors, CrossEntropyRejectsTargetOutsideVocabulary) {
   Tensor dlogits = Tensor::zeros({5, 3}, DType::kF32, dev);
   EXPECT_TRUE(test::throws_error([&] { ops::cross_entropy_backward(logits, targets, lse, 1.f, dlogits); },
                                  ErrorKind::kOutOfRange, {"target -1 at row 3"}));
+}
+
+TEST(OpsCudaErrors, VocabShardOpsCheckIdsAgainstTheFullVocabulary) {
+  if (ht::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Device dev = Device::cuda();
+  // Shard [3, 6) of a vocabulary of 8: ids 0..7 are valid, 8 is not.
+  const ops::VocabShard shard{3, 8};
+  const Tensor targets = Tensor::from_vector(std::vector<std::int32_t>{7, 0, 8, 4}, {4}).to(dev);
+  const Tensor logits = Tensor::zeros({4, 3}, DType::kF32, dev);
+  Tensor lse = Tensor::zeros({4}, DType::kF32, dev), tl = Tensor::zeros({4}, DType::kF32, dev);
+  EXPECT_TRUE(test::throws_error([&] { ops::cross_entropy_shard_forward(logits, targets, shard, lse, tl); },
+                                 ErrorKind::kOutOfRange, {"target 8 at row 2", "[0, 8)"}));
+  Tensor dlogits = Tensor::zeros({4, 3}, DType::kF32, dev);
+  EXPECT_TRUE(test::throws_error([&] { ops::cross_entropy_backward(logits, targets, lse, 1.f, dlogits, shard); },
+                                 ErrorKind::kOutOfRange, {"target 8 at row 2", "[0, 8)"}));
+  const Tensor tokens = Tensor::from_vector(std::vector<std::int32_t>{7, 0, 8, 4}, {2, 2}).to(dev);
+  Tensor out = Tensor::zeros({2, 2, 4}, DType::kF32, dev);
+  const Tensor wte = Tensor::zeros({3, 4}, DType::kF32, dev);
+  EXPECT_TRUE(test::throws_error([&] { ops::embedding_forward(tokens, wte, Tensor(), out, shard); },
+                                 ErrorKind::kOutOfRange, {"token id 8", "batch row 1, position 0", "[0, 8)"}));
+  Tensor dwte = Tensor::zeros({3, 4}, DType::kF32, dev), no_wpe;
+  EXPECT_TRUE(test::throws_error([&] { ops::embedding_backward(out, tokens, dwte, no_wpe, shard); },
+                                 ErrorKind::kOutOfRange, {"token id 8", "[0, 8)"}));
+  for (float x : dwte.to_vector<float>()) EXPECT_EQ(x, 0.f);
 }
 
 // ---------------------------------------------------------------------------

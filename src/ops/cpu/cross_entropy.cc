@@ -2,7 +2,10 @@
 // log-sum-exp per row. The row loops are vector loops (vexp, and reductions
 // in a fixed lane order, so results do not depend on the thread count), built
 // for AVX2 and the baseline (HT_CPU_MULTIVERSION): as scalar expf calls they
-// took a tenth of a 124M training step with the GPT-2 vocabulary.
+// took a tenth of a 124M training step with the GPT-2 vocabulary. With a
+// vocabulary shard the logits are columns [start, start + v) of the full
+// vocabulary: targets are checked against the full size and mapped to a
+// local column (target - start) when this shard holds them.
 #include <cmath>
 
 #include "ops/backend_ops.h"
@@ -52,24 +55,44 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& 
   }
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,
-                            Tensor& dlogits) {
+void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, VocabShard shard, Tensor& lse,
+                                 Tensor& target_logit) {
   const std::int64_t n = logits.size(0), v = logits.size(1);
   const std::int32_t* tg = targets.data<std::int32_t>();
-  check_targets(tg, n, v);
+  check_targets(tg, n, shard.size);
+  const float* pl = logits.data<float>();
+  float* plse = lse.data<float>();
+  float* ptl = target_logit.data<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* row = pl + i * v;
+    const std::int64_t col = std::int64_t(tg[i]) - shard.start;  // the target's local column
+    plse[i] = row_lse(row, v);  // v == 0: -inf, the identity of the caller's log-sum-exp over shards
+    ptl[i] = col >= 0 && col < v ? row[col] : 0.f;
+  }
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,
+                            Tensor& dlogits, VocabShard shard) {
+  const std::int64_t n = logits.size(0), v = logits.size(1);
+  const std::int32_t* tg = targets.data<std::int32_t>();
+  check_targets(tg, n, shard.size);
   const float* pl = logits.data<float>();
   const float* plse = lse.data<float>();
   float* pd = dlogits.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < n; ++i) {
     // kern::cross_entropy_grad with vexp; the target's logit is read first,
-    // since out may alias row, and its one-hot term applied after the loop.
+    // since out may alias row, and its one-hot term applied after the loop
+    // (only when this shard holds the target's column).
     const float* row = pl + i * v;
     float* out = pd + i * v;
     const float l = plse[i];
-    const float target_logit = row[tg[i]];
+    const std::int64_t col = std::int64_t(tg[i]) - shard.start;
+    const bool has_target = col >= 0 && col < v;
+    const float target_logit = has_target ? row[col] : 0.f;
     row_softmax_scaled(row, l, dloss, out, v);
-    out[tg[i]] = (vexp(target_logit - l) - 1.f) * dloss;
+    if (has_target) out[col] = (vexp(target_logit - l) - 1.f) * dloss;
   }
 }
 
