@@ -1,14 +1,26 @@
 // gpt_train: prepares a byte-level token dataset from text and trains a GPT
 // on it, printing one progress line per step, writing metrics as JSON Lines
 // to the run directory, and ending with a sample from the trained model.
+//
+// Under mpirun it trains on a pp x dp x tp mesh of all the ranks (--tp,
+// --pp; dp is the rest) with data parallelism or ZeRO (--zero), gradient
+// accumulation (--grad-accum) and a pipeline schedule (--schedule). Rank 0
+// prepares the data, prints and writes the metrics.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "ht/comm/comm_env.h"
+#include "ht/comm/mpi_communicator.h"
+#include "ht/comm/mpi_runtime.h"
 #include "ht/core/error.h"
+#include "ht/parallel/gather_parameters.h"
 #include "ht/train/metrics.h"
 #include "ht/train/trainer.h"
 
@@ -20,6 +32,9 @@ namespace {
 struct Args {
   train::TrainerOptions train;
   std::string device = "cpu";
+  int tp = 1, pp = 1;
+  std::string schedule = "1f1b";
+  double bucket_mb = 25;
   std::string run_dir = "runs/gpt";
   std::string data;                 // token file; default <run_dir>/tokens.h5
   std::vector<std::string> text;    // text inputs to tokenise; default: the fortunes corpus
@@ -52,53 +67,119 @@ data::TokenSplits load_or_prepare(const Args& a, const std::string& path) {
   return data::read_token_file(path);
 }
 
+// Whether this process was started by mpirun (or srun with PMIx): then the
+// run spans every rank of MPI_COMM_WORLD.
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+// Rank 0 prepares (or reads) the token file while the others wait for its
+// verdict, so a bad --data or --text fails every rank with rank 0's message
+// instead of leaving them waiting for a file that will never appear.
+data::TokenSplits load_on_rank0_first(const Args& a, const std::string& path, comm::Communicator* world) {
+  if (!world) return load_or_prepare(a, path);
+  Tensor ok = Tensor::from_vector(std::vector<std::int32_t>{0}, {1});
+  data::TokenSplits splits;
+  std::exception_ptr failure;
+  if (world->rank() == 0) {
+    try {
+      splits = load_or_prepare(a, path);
+      ok.data<std::int32_t>()[0] = 1;
+    } catch (const Error&) {
+      failure = std::current_exception();
+    }
+  }
+  world->broadcast(ok, 0)->wait();
+  if (failure) std::rethrow_exception(failure);
+  HT_CHECK(ok.data<std::int32_t>()[0] == 1, ErrorKind::kIo, "rank 0 could not prepare the token file '{}' (see its message)",
+           path);
+  return world->rank() == 0 ? splits : data::read_token_file(path);
+}
+
 int run(Args& a) {
   a.train.device = parse_device(a.device);
+  a.train.schedule = parallel::parse_schedule(a.schedule);
+  a.train.data_parallel.bucket_bytes = std::int64_t(a.bucket_mb * double(1 << 20));
   a.train.validate();
+  std::unique_ptr<comm::MpiRuntime> mpi;
+  std::unique_ptr<comm::DeviceMesh> mesh;
+  if (launched_by_mpi() || a.tp * a.pp > 1) {
+    mpi = std::make_unique<comm::MpiRuntime>();
+    comm::CommOptions comm_options;
+    comm_options.run_dir = a.run_dir;
+    mesh = std::make_unique<comm::DeviceMesh>(comm::make_mpi_world(comm::comm_options_from_env(comm_options)), a.tp,
+                                              a.pp);
+  }
+  const bool rank0 = !mesh || mesh->rank() == 0;
   std::error_code ec;
-  fs::create_directories(a.run_dir, ec);
-  HT_CHECK(!ec && fs::is_directory(a.run_dir), ErrorKind::kIo, "cannot create run directory '{}': {}", a.run_dir,
-           ec.message());
+  if (rank0) fs::create_directories(a.run_dir, ec);
+  HT_CHECK(!ec && (!rank0 || fs::is_directory(a.run_dir)), ErrorKind::kIo, "cannot create run directory '{}': {}",
+           a.run_dir, ec.message());
   const std::string data_path = a.data.empty() ? (fs::path(a.run_dir) / "tokens.h5").string() : a.data;
-  const data::TokenSplits splits = load_or_prepare(a, data_path);
-  std::printf("# %s\n# data %s: %zu train / %zu val tokens, vocab %lld, unigram entropy %.4f nats\n",
-              train::build_description().c_str(), data_path.c_str(), splits.train.size(), splits.val.size(),
-              (long long)splits.vocab_size, train::unigram_entropy(splits.val, splits.vocab_size));
+  const data::TokenSplits splits = load_on_rank0_first(a, data_path, mesh ? &mesh->world() : nullptr);
+  if (rank0)
+    std::printf("# %s\n# data %s: %zu train / %zu val tokens, vocab %lld, unigram entropy %.4f nats\n",
+                train::build_description().c_str(), data_path.c_str(), splits.train.size(), splits.val.size(),
+                (long long)splits.vocab_size, train::unigram_entropy(splits.val, splits.vocab_size));
   if (a.prepare_only) return 0;
 
-  train::Trainer trainer(a.train, splits);
+  train::Trainer trainer(a.train, splits, mesh.get());
   const auto& o = trainer.options();
-  std::printf("# model %s, %s parameters, device %s; batch %lld x %lld tokens x %d accumulation\n",
-              o.model.str().c_str(), human(double(trainer.model().num_parameters())).c_str(), o.device.str().c_str(),
-              (long long)o.micro_batch, (long long)o.seq_len, o.grad_accum);
-  train::MetricsWriter metrics((fs::path(a.run_dir) / "metrics.jsonl").string());
-  metrics.write_run(o, trainer.model().num_parameters());
+  std::unique_ptr<train::MetricsWriter> metrics;
+  if (rank0) {
+    const auto& layout = trainer.mesh().layout();
+    std::printf("# model %s, %s parameters, device %s\n# mesh %s, zero %d%s, schedule %s; global batch %lld sequences "
+                "(micro-batch %lld x %d accumulation x dp %d) x %lld tokens\n",
+                o.model.str().c_str(), human(double(o.model.num_parameters())).c_str(), o.device.str().c_str(),
+                layout.str().c_str(), o.data_parallel.zero_stage,
+                o.data_parallel.shard_group > 0 ? fmt::format(" (shard group {})", o.data_parallel.shard_group).c_str()
+                                                : "",
+                parallel::schedule_name(o.schedule).c_str(), (long long)trainer.global_batch(),
+                (long long)o.micro_batch, o.grad_accum, layout.dp(), (long long)o.seq_len);
+    metrics = std::make_unique<train::MetricsWriter>((fs::path(a.run_dir) / "metrics.jsonl").string());
+    metrics->write_run(o, o.model.num_parameters());
+  }
 
   const float val0 = trainer.evaluate();
-  std::printf("step %lld/%lld | val loss %.4f\n", 0LL, (long long)o.steps, val0);
-  metrics.write_eval(0, val0);
+  if (rank0) {
+    std::printf("step %lld/%lld | val loss %.4f\n", 0LL, (long long)o.steps, val0);
+    metrics->write_eval(0, val0);
+  }
   for (std::int64_t i = 0; i < o.steps; ++i) {
     const train::StepStats s = trainer.step();
-    std::printf("step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %s tok/s\n", (long long)s.step,
-                (long long)o.steps, s.loss, s.lr, s.grad_norm, s.ms, human(s.tokens_per_s()).c_str());
-    std::fflush(stdout);
-    metrics.write_step(s);
+    if (rank0) {
+      std::printf("step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %s tok/s\n", (long long)s.step,
+                  (long long)o.steps, s.loss, s.lr, s.grad_norm, s.ms, human(s.tokens_per_s()).c_str());
+      std::fflush(stdout);
+      metrics->write_step(s);
+    }
     if ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == o.steps) {
       const float val = trainer.evaluate();
-      std::printf("step %lld/%lld | val loss %.4f\n", (long long)s.step, (long long)o.steps, val);
-      metrics.write_eval(s.step, val);
+      if (rank0) {
+        std::printf("step %lld/%lld | val loss %.4f\n", (long long)s.step, (long long)o.steps, val);
+        metrics->write_eval(s.step, val);
+      }
     }
   }
 
   if (a.sample_tokens > 0) {
-    Rng rng(a.train.seed);
-    std::vector<std::int32_t> prompt(a.prompt.begin(), a.prompt.end());
-    for (auto& t : prompt) t = std::int32_t(static_cast<unsigned char>(t));
-    const auto out = trainer.model().generate(prompt, a.sample_tokens, a.temperature, rng);
-    std::string text = a.prompt;
-    for (std::int32_t t : out) text.push_back(char(t));
-    std::printf("# sample (temperature %.2f):\n%s\n", a.temperature, text.c_str());
+    // Sampling runs on rank 0 from the whole model, gathered from every rank.
+    const auto full = trainer.full_parameters();
+    if (rank0) {
+      nn::GPT whole(o.model, Device::cpu());
+      parallel::load_full_parameters(whole, full);
+      Rng rng(a.train.seed);
+      std::vector<std::int32_t> prompt(a.prompt.begin(), a.prompt.end());
+      for (auto& t : prompt) t = std::int32_t(static_cast<unsigned char>(t));
+      const auto out = whole.generate(prompt, a.sample_tokens, a.temperature, rng);
+      std::string text = a.prompt;
+      for (std::int32_t t : out) text.push_back(char(t));
+      std::printf("# sample (temperature %.2f):\n%s\n", a.temperature, text.c_str());
+    }
   }
+  if (mesh) mesh->finalize(std::chrono::seconds(60));
   return 0;
 }
 
@@ -123,9 +204,18 @@ int main(int argc, char** argv) {
   app.add_option("--embd", t.model.n_embd, "model width");
   app.add_option("--context", t.model.context, "maximum sequence length (positions)");
   app.add_option("--vocab", t.model.vocab_size, "vocabulary size (256 for bytes)");
-  app.add_option("--micro-batch", t.micro_batch, "sequences per micro-batch");
+  app.add_option("--micro-batch", t.micro_batch, "sequences per micro-batch and data-parallel rank");
   app.add_option("--seq-len", t.seq_len, "tokens per sequence");
-  app.add_option("--grad-accum", t.grad_accum, "micro-batches per optimizer step");
+  app.add_option("--grad-accum", t.grad_accum, "micro-batches per optimizer step (the pipeline's micro-batches)");
+  app.add_option("--tp", a.tp, "tensor-parallel ranks (heads, MLP and vocabulary split)")->check(CLI::PositiveNumber);
+  app.add_option("--pp", a.pp, "pipeline stages (contiguous blocks each)")->check(CLI::PositiveNumber);
+  app.add_option("--zero", t.data_parallel.zero_stage, "0: data parallel (DDP); 1, 2, 3: ZeRO stage")
+      ->check(CLI::Range(0, 3));
+  app.add_option("--zero-shard-group", t.data_parallel.shard_group,
+                 "ranks per ZeRO shard group (hybrid sharding; 0: all data-parallel ranks)");
+  app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB (data parallelism)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--schedule", a.schedule, "pipeline schedule: gpipe or 1f1b");
   app.add_option("--lr", t.lr, "peak learning rate");
   app.add_option("--min-lr", t.min_lr, "final learning rate of the cosine schedule");
   app.add_option("--warmup", t.warmup_steps, "linear warm-up steps");
