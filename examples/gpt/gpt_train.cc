@@ -139,7 +139,7 @@ int run(Args& a) {
                 parallel::schedule_name(o.schedule).c_str(), (long long)trainer.global_batch(),
                 (long long)o.micro_batch, o.grad_accum, layout.dp(), (long long)o.seq_len);
     metrics = std::make_unique<train::MetricsWriter>((fs::path(a.run_dir) / "metrics.jsonl").string());
-    metrics->write_run(o, o.model.num_parameters());
+    metrics->write_run(o, o.model.num_parameters(), layout.str());
   }
 
   const float val0 = trainer.evaluate();

@@ -24,7 +24,7 @@ void MetricsWriter::write_line(const std::string& line) {
     throw IoError(ErrorKind::kIo, fmt::format("writing metrics to '{}' failed: {}", path_, std::strerror(errno)));
 }
 
-void MetricsWriter::write_run(const TrainerOptions& o, std::int64_t num_parameters) {
+void MetricsWriter::write_run(const TrainerOptions& o, std::int64_t num_parameters, const std::string& mesh) {
   nlohmann::json j{{"type", "run"},
                    {"version", HT_VERSION},
                    {"git_commit", HT_GIT_COMMIT},
@@ -41,6 +41,10 @@ void MetricsWriter::write_run(const TrainerOptions& o, std::int64_t num_paramete
                    {"warmup_steps", o.warmup_steps},
                    {"grad_clip", o.grad_clip},
                    {"weight_decay", o.adamw.weight_decay},
+                   {"mesh", mesh},
+                   {"zero_stage", o.data_parallel.zero_stage},
+                   {"zero_shard_group", o.data_parallel.shard_group},
+                   {"schedule", parallel::schedule_name(o.schedule)},
                    {"seed", o.seed}};
   write_line(j.dump());
 }

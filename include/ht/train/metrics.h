@@ -19,7 +19,9 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  void write_run(const TrainerOptions& options, std::int64_t num_parameters);
+  /// `mesh` as MeshLayout::str() ("pp2 x dp2 x tp2").
+  void write_run(const TrainerOptions& options, std::int64_t num_parameters,
+                 const std::string& mesh = "pp1 x dp1 x tp1");
   void write_step(const StepStats& s);
   void write_eval(std::int64_t step, float val_loss);
 
