@@ -163,6 +163,7 @@ void DataParallel::install_zero3_hooks() {
     });
     sequence_[i]->set_post_forward_hook([this, unit](nn::Module&, nn::Context&) { release(unit); });
     sequence_[i]->set_pre_backward_hook([this, unit, prev](nn::Module&, nn::Context&) {
+      if (final_) free_reduced_grads();
       acquire(unit);
       ensure_grads(*groups_[unit]);
       if (prev != unit) prefetch(prev);
@@ -216,8 +217,20 @@ void DataParallel::set_final_micro_batch(bool final) {
   if (final) final_start_ = now_ms();
 }
 
+void DataParallel::free_reduced_grads() {
+  // Stages 2-3 keep only the reduced shard: a group's full gradient goes as
+  // soon as its reduce-scatter is done, not at the end of backward.
+  if (options_.zero_stage < 2) return;
+  for (auto& g : groups_)
+    if (g->reduce_work && g->full_grads.defined() && g->reduce_work->test()) {
+      g->unbind_grads();
+      g->full_grads = Tensor();
+    }
+}
+
 void DataParallel::on_grad_ready(std::size_t index) {
   if (!final_) return;
+  free_reduced_grads();
   FlatGroup& g = *groups_[index];
   if (++g.ready == int(g.params.size()) && !g.deferred) start_reduction(g);
 }

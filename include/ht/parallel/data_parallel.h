@@ -109,6 +109,7 @@ class DataParallel {
   void release(std::size_t group);
   void prefetch(std::size_t group);
   void ensure_grads(detail::FlatGroup& g);
+  void free_reduced_grads();
 
   nn::GPT& model_;
   comm::DeviceMesh& mesh_;
