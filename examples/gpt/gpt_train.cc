@@ -34,6 +34,8 @@ struct Args {
   std::string device = "cpu";
   int tp = 1, pp = 1;
   std::string schedule = "1f1b";
+  std::string precision = "fp32";
+  std::string grad_reduce = "fp32";
   double bucket_mb = 25;
   std::string run_dir = "runs/gpt";
   std::string data;                 // token file; default <run_dir>/tokens.h5
@@ -101,6 +103,8 @@ data::TokenSplits load_on_rank0_first(const Args& a, const std::string& path, co
 int run(Args& a) {
   a.train.device = parse_device(a.device);
   a.train.schedule = parallel::parse_schedule(a.schedule);
+  a.train.data_parallel.precision = precision::parse_policy(a.precision);
+  a.train.data_parallel.precision.reduce = precision::parse_policy(a.grad_reduce).compute;
   a.train.data_parallel.bucket_bytes = std::int64_t(a.bucket_mb * double(1 << 20));
   a.train.validate();
   std::unique_ptr<comm::MpiRuntime> mpi;
@@ -130,9 +134,13 @@ int run(Args& a) {
   std::unique_ptr<train::MetricsWriter> metrics;
   if (rank0) {
     const auto& layout = trainer.mesh().layout();
-    std::printf("# model %s, %s parameters, device %s\n# mesh %s, zero %d%s, schedule %s; global batch %lld sequences "
+    std::printf("# model %s, %s parameters, device %s, precision %s%s\n# mesh %s, zero %d%s, schedule %s; global batch %lld sequences "
                 "(micro-batch %lld x %d accumulation x dp %d) x %lld tokens\n",
                 o.model.str().c_str(), human(double(o.model.num_parameters())).c_str(), o.device.str().c_str(),
+                precision::policy_name(o.data_parallel.precision).c_str(),
+                trainer.loss_scaler().enabled()
+                    ? fmt::format(" (dynamic loss scale from {:g})", trainer.loss_scaler().scale()).c_str()
+                    : "",
                 layout.str().c_str(), o.data_parallel.zero_stage,
                 o.data_parallel.shard_group > 0 ? fmt::format(" (shard group {})", o.data_parallel.shard_group).c_str()
                                                 : "",
@@ -150,8 +158,12 @@ int run(Args& a) {
   for (std::int64_t i = 0; i < o.steps; ++i) {
     const train::StepStats s = trainer.step();
     if (rank0) {
-      std::printf("step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %s tok/s\n", (long long)s.step,
-                  (long long)o.steps, s.loss, s.lr, s.grad_norm, s.ms, human(s.tokens_per_s()).c_str());
+      std::string scale;
+      if (trainer.loss_scaler().enabled())
+        scale = fmt::format(" | scale {:g}{}", s.loss_scale,
+                            s.skipped ? fmt::format(" | SKIPPED (overflow; {} so far)", s.skipped_steps) : "");
+      std::printf("step %lld/%lld | loss %.4f | lr %.2e | norm %.3f%s | %.0f ms | %s tok/s\n", (long long)s.step,
+                  (long long)o.steps, s.loss, s.lr, s.grad_norm, scale.c_str(), s.ms, human(s.tokens_per_s()).c_str());
       std::fflush(stdout);
       metrics->write_step(s);
     }
@@ -216,6 +228,12 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB (data parallelism)")
       ->check(CLI::PositiveNumber);
   app.add_option("--schedule", a.schedule, "pipeline schedule: gpipe or 1f1b");
+  app.add_option("--precision", a.precision, "compute precision: fp32, fp16 (dynamic loss scaling) or bf16");
+  app.add_option("--grad-reduce-dtype", a.grad_reduce, "dtype of the gradient reduction: fp32, fp16 or bf16");
+  app.add_option("--loss-scale", t.loss_scaler.initial_scale, "initial dynamic loss scale (fp16)");
+  app.add_option("--loss-scale-window", t.loss_scaler.growth_interval, "finite steps before the loss scale doubles");
+  app.add_option("--loss-scale-hysteresis", t.loss_scaler.hysteresis, "overflows tolerated before the scale halves");
+  app.add_option("--min-loss-scale", t.loss_scaler.min_scale, "the loss scale never drops below this");
   app.add_option("--lr", t.lr, "peak learning rate");
   app.add_option("--min-lr", t.min_lr, "final learning rate of the cosine schedule");
   app.add_option("--warmup", t.warmup_steps, "linear warm-up steps");

@@ -23,8 +23,8 @@ Tensor CausalSelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   const std::int64_t b = x.size(0), t = x.size(1);
   Tensor qkv = c_attn_->forward(ctx, x);
   const std::int64_t c = qkv.size(2) / 3;  // this rank's channels (whole heads)
-  Tensor att = Tensor::empty({b, t, c}, DType::kF32, x.device());
-  Tensor probs = Tensor::empty({b, n_head_, t, t}, DType::kF32, x.device());
+  Tensor att = Tensor::empty({b, t, c}, qkv.dtype(), x.device());
+  Tensor probs = Tensor::empty({b, n_head_, t, t}, qkv.dtype(), x.device());
   ops::attention_forward(qkv, n_head_, att, probs);
   ctx.save(this, {qkv, probs});
   return c_proj_->forward(ctx, att);
@@ -33,7 +33,7 @@ Tensor CausalSelfAttention::forward_impl(Context& ctx, const Tensor& x) {
 Tensor CausalSelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
   Tensor datt = c_proj_->backward(ctx, dy);
   const auto& s = ctx.saved(this);
-  Tensor dqkv = Tensor::empty(s.at(0).shape(), DType::kF32, dy.device());
+  Tensor dqkv = Tensor::empty(s.at(0).shape(), s.at(0).dtype(), dy.device());
   ops::attention_backward(datt, s.at(0), s.at(1), n_head_, dqkv);
   return c_attn_->backward(ctx, dqkv);
 }

@@ -27,7 +27,8 @@ ops::VocabShard Embedding::shard() const {
 }
 
 Tensor Embedding::forward_impl(Context& ctx, const Tensor& tokens) {
-  Tensor out = Tensor::empty({tokens.size(0), tokens.size(1), wte_->data().size(1)}, DType::kF32, tokens.device());
+  Tensor out = Tensor::empty({tokens.size(0), tokens.size(1), wte_->data().size(1)}, wte_->data().dtype(),
+                             tokens.device());
   // Positions are added once: by tp rank 0, before the group sums the lookups.
   const bool add_positions = wpe_ && tp_.rank() == 0;
   ops::embedding_forward(tokens, wte_->data(), add_positions ? wpe_->data() : Tensor(), out, shard());

@@ -147,8 +147,8 @@ Tensor GPT::forward_impl(Context& ctx, const Tensor& input) {
              input.size(1), config_.context);
     x = embedding_->forward(ctx, input);
   } else {
-    HT_CHECK(input.ndim() == 3 && input.size(2) == config_.n_embd && input.dtype() == DType::kF32,
-             ErrorKind::kShapeMismatch, "GPT stage {}: input activations must be (B, T, {}) f32, got {} {}",
+    HT_CHECK(input.ndim() == 3 && input.size(2) == config_.n_embd && is_floating(input.dtype()),
+             ErrorKind::kShapeMismatch, "GPT stage {}: input activations must be (B, T, {}) floats, got {} {}",
              stage_.rank, config_.n_embd, shape_str(input.shape()), dtype_name(input.dtype()));
     x = input;
   }

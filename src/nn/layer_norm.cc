@@ -13,7 +13,7 @@ LayerNorm::LayerNorm(std::string name, std::int64_t dim, Device device, float ep
 
 Tensor LayerNorm::forward_impl(Context& ctx, const Tensor& x) {
   const Tensor x2 = x.flatten_rows();
-  Tensor y = Tensor::empty(x.shape(), DType::kF32, x.device());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor mean = Tensor::empty({x2.size(0)}, DType::kF32, x.device());
   Tensor rstd = Tensor::empty({x2.size(0)}, DType::kF32, x.device());
   Tensor y2 = y.flatten_rows();
@@ -27,7 +27,7 @@ Tensor LayerNorm::backward_impl(Context& ctx, const Tensor& dy) {
   const Tensor& x = s.at(0);
   weight_->allocate_grad();
   bias_->allocate_grad();
-  Tensor dx = Tensor::empty(x.shape(), DType::kF32, x.device());
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor dx2 = dx.flatten_rows();
   ops::layernorm_backward(dy.flatten_rows(), x.flatten_rows(), weight_->data(), s.at(1), s.at(2), dx2,
                           weight_->grad(), bias_->grad());

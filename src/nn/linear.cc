@@ -36,7 +36,7 @@ Tensor Linear::forward_impl(Context& ctx, const Tensor& x) {
            "Linear '{}': input {} must end in {} features", name(), shape_str(x.shape()), in_local);
   Shape out_shape = x.shape();
   out_shape.back() = out_local;
-  Tensor y = Tensor::empty(out_shape, DType::kF32, x.device());
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   Tensor y2 = y.flatten_rows();
   ops::matmul(x.flatten_rows(), weight_->data(), y2, {.trans_b = true});
   if (split_ == LinearSplit::kRow) tp_.all_reduce_sum(y);  // partial sums over the input slices
@@ -57,7 +57,7 @@ Tensor Linear::backward_impl(Context& ctx, const Tensor& dy) {
     ops::bias_grad(dy2, bias_->grad());
     bias_->mark_grad_ready();
   }
-  Tensor dx = Tensor::empty(x.shape(), DType::kF32, x.device());
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor dx2 = dx.flatten_rows();
   ops::matmul(dy2, weight_->data(), dx2);
   if (split_ == LinearSplit::kColumn) tp_.all_reduce_sum(dx);  // each rank saw only its outputs

@@ -18,7 +18,7 @@ LMHead::LMHead(std::int64_t vocab_size, std::int64_t dim, Device device, TensorP
 
 Tensor LMHead::forward_impl(Context& ctx, const Tensor& h) {
   const std::int64_t b = h.size(0), t = h.size(1);
-  Tensor logits = Tensor::empty({b, t, weight_->shape()[0]}, DType::kF32, h.device());
+  Tensor logits = Tensor::empty({b, t, weight_->shape()[0]}, h.dtype(), h.device());
   Tensor logits2 = logits.flatten_rows();
   ops::matmul(h.flatten_rows(), weight_->data(), logits2, {.trans_b = true});
   ctx.save(this, {h});
@@ -31,7 +31,7 @@ Tensor LMHead::backward_impl(Context& ctx, const Tensor& dlogits) {
   weight_->allocate_grad();
   ops::matmul(dl, h.flatten_rows(), weight_->grad(), {.trans_a = true, .beta = 1.f});  // dwte += dlogits^T h
   weight_->mark_grad_ready();
-  Tensor dh = Tensor::empty(h.shape(), DType::kF32, dlogits.device());
+  Tensor dh = Tensor::empty(h.shape(), h.dtype(), dlogits.device());
   Tensor dh2 = dh.flatten_rows();
   ops::matmul(dl, weight_->data(), dh2);
   tp_.all_reduce_sum(dh);  // each rank saw only its vocabulary rows

@@ -13,7 +13,7 @@ MLP::MLP(std::string name, std::int64_t dim, std::int64_t hidden, Device device,
 
 Tensor MLP::forward_impl(Context& ctx, const Tensor& x) {
   Tensor h = c_fc_->forward(ctx, x);
-  Tensor a = Tensor::empty(h.shape(), DType::kF32, h.device());
+  Tensor a = Tensor::empty(h.shape(), h.dtype(), h.device());
   ops::gelu_forward(h, a);
   ctx.save(this, {h});
   return c_proj_->forward(ctx, a);

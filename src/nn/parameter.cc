@@ -26,7 +26,7 @@ void Parameter::allocate_grad() {
   if (grad_.defined()) return;
   HT_CHECK(data_.defined(), ErrorKind::kInvalidArgument,
            "parameter {}: its values are not present (a ZeRO-3 unit used without being gathered)", name_);
-  grad_ = Tensor::zeros(shape_, DType::kF32, data_.device(), MemCategory::kGradients);
+  grad_ = Tensor::zeros(shape_, data_.dtype(), data_.device(), MemCategory::kGradients);
 }
 
 void Parameter::zero_grad() {

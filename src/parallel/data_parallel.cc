@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "ht/ops/cast.h"
 #include "ht/optim/clip.h"
 #include "parallel/flat_group.h"
 
@@ -15,6 +16,16 @@ namespace {
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A copy of `src` in `dtype`, accounted as `category`.
+Tensor copy_as(const Tensor& src, DType dtype, MemCategory category) {
+  Tensor out = Tensor::empty(src.shape(), dtype, src.device(), category);
+  if (dtype == src.dtype())
+    out.copy_from(src);
+  else
+    ops::cast(src, out);
+  return out;
 }
 
 void wait_all(std::vector<comm::WorkPtr>& works) {
@@ -125,24 +136,36 @@ void DataParallel::build_groups() {
   }
 
   const int stage = options_.zero_stage;
+  const DType compute = options_.precision.compute;
+  const bool mixed = options_.precision.mixed();
   for (std::size_t i = 0; i < members.size(); ++i) {
-    auto g = std::make_unique<FlatGroup>(detail::make_flat_group(members[i], shards_, shard_rank_));
+    Tensor values;  // f32, padded
+    auto g = std::make_unique<FlatGroup>(detail::make_flat_group(members[i], shards_, shard_rank_, values));
     g->deferred = deferred[i];
+    g->compute = compute;
+    g->reduce = options_.precision.reduce;
     const std::int64_t lo = g->shard_begin(), hi = lo + g->shard_numel();
+    // The f32 master shard is optimizer state when a separate working copy
+    // exists; in f32 training it is the parameters themselves.
+    if (mixed) g->master = copy_as(values.slice(lo, hi), DType::kF32, MemCategory::kOptimizerState);
     if (stage == 3) {
-      g->shard_params = g->full_params.slice(lo, hi).clone();
-      g->full_params = Tensor();
+      g->work_shard = mixed ? copy_as(g->master, compute, MemCategory::kParameters) : values.slice(lo, hi).clone();
+      if (!mixed) g->master = g->work_shard;
       g->unbind_params();
     } else {
+      g->work_params = mixed ? copy_as(values, compute, MemCategory::kParameters) : values;
+      if (!mixed) g->master = g->work_params.slice(lo, hi);
       g->bind_params();
-      g->shard_params = g->full_params.slice(lo, hi);
     }
     if (stage <= 1) {
-      g->full_grads = Tensor::zeros({g->padded}, DType::kF32, g->device, MemCategory::kGradients);
+      g->work_grads = Tensor::zeros({g->padded}, compute, g->device, MemCategory::kGradients);
+      g->reduce_grads = g->converts_grads()
+                            ? Tensor::zeros({g->padded}, g->reduce, g->device, MemCategory::kGradients)
+                            : g->work_grads;
       g->bind_grads();
-      g->shard_grads = g->full_grads.slice(lo, hi);
+      g->shard_grads = g->reduce_grads.slice(lo, hi);
     } else {
-      g->shard_grads = Tensor::zeros({g->shard_numel()}, DType::kF32, g->device, MemCategory::kGradients);
+      g->shard_grads = Tensor::zeros({g->shard_numel()}, g->reduce, g->device, MemCategory::kGradients);
       g->unbind_grads();
     }
     const std::size_t index = groups_.size();
@@ -174,9 +197,9 @@ void DataParallel::install_zero3_hooks() {
 
 void DataParallel::prefetch(std::size_t unit) {
   FlatGroup& g = *groups_[unit];
-  if (g.full_params.defined()) return;
-  g.full_params = Tensor::empty({g.padded}, DType::kF32, g.device, MemCategory::kParameters);
-  g.gather_work = shard_comm_->all_gather(g.shard_params, g.full_params);
+  if (g.work_params.defined()) return;
+  g.work_params = Tensor::empty({g.padded}, g.compute, g.device, MemCategory::kParameters);
+  g.gather_work = shard_comm_->all_gather(g.work_shard, g.work_params);
 }
 
 void DataParallel::acquire(std::size_t unit) {
@@ -194,13 +217,19 @@ void DataParallel::release(std::size_t unit) {
   HT_CHECK(g.gather_refs > 0, ErrorKind::kInvalidArgument, "ZeRO-3: unit {} released more often than gathered", unit);
   if (--g.gather_refs > 0) return;
   g.unbind_params();
-  g.full_params = Tensor();
+  g.work_params = Tensor();
 }
 
 void DataParallel::ensure_grads(FlatGroup& g) {
-  if (g.full_grads.defined()) return;
-  g.full_grads = Tensor::zeros({g.padded}, DType::kF32, g.device, MemCategory::kGradients);
+  if (g.work_grads.defined()) return;
+  g.work_grads = Tensor::zeros({g.padded}, g.compute, g.device, MemCategory::kGradients);
   g.bind_grads();
+}
+
+void DataParallel::drop_full_grads(FlatGroup& g) {
+  g.unbind_grads();
+  g.work_grads = Tensor();
+  g.reduce_grads = Tensor();
 }
 
 void DataParallel::begin_step() {
@@ -222,10 +251,7 @@ void DataParallel::free_reduced_grads() {
   // soon as its reduce-scatter is done, not at the end of backward.
   if (options_.zero_stage < 2) return;
   for (auto& g : groups_)
-    if (g->reduce_work && g->full_grads.defined() && g->reduce_work->test()) {
-      g->unbind_grads();
-      g->full_grads = Tensor();
-    }
+    if (g->reduce_work && g->work_grads.defined() && g->reduce_work->test()) drop_full_grads(*g);
 }
 
 void DataParallel::on_grad_ready(std::size_t index) {
@@ -236,10 +262,18 @@ void DataParallel::on_grad_ready(std::size_t index) {
 }
 
 void DataParallel::start_reduction(FlatGroup& g) {
+  if (g.converts_grads()) {
+    // Compute-dtype gradients reduce in the reduction dtype (f32 under f16).
+    if (!g.reduce_grads.defined())
+      g.reduce_grads = Tensor::empty({g.padded}, g.reduce, g.device, MemCategory::kGradients);
+    ops::cast(g.work_grads, g.reduce_grads);
+  } else {
+    g.reduce_grads = g.work_grads;
+  }
   if (options_.zero_stage <= 1)
-    g.reduce_work = mesh_.dp().all_reduce(g.full_grads, g.full_grads, comm::ReduceOp::kAvg);
+    g.reduce_work = mesh_.dp().all_reduce(g.reduce_grads, g.reduce_grads, comm::ReduceOp::kAvg);
   else
-    g.reduce_work = shard_comm_->reduce_scatter(g.full_grads, g.shard_grads, comm::ReduceOp::kAvg);
+    g.reduce_work = shard_comm_->reduce_scatter(g.reduce_grads, g.shard_grads, comm::ReduceOp::kAvg);
 }
 
 void DataParallel::finish_gradients() {
@@ -265,14 +299,17 @@ void DataParallel::finish_gradients() {
       for (auto& g : groups_) works.push_back(replica_comm_->all_reduce(g->shard_grads, g->shard_grads, comm::ReduceOp::kAvg));
       wait_all(works);
     }
-    for (auto& g : groups_) {
-      g->unbind_grads();
-      g->full_grads = Tensor();
-    }
+    for (auto& g : groups_) drop_full_grads(*g);
   }
 }
 
-float DataParallel::grad_norm() {
+float DataParallel::unscale_and_norm(float loss_scale) {
+  // Every gradient this rank holds is divided by the loss scale, fused with a
+  // check for Inf and NaN.
+  const Device device = groups_.front()->device;
+  Tensor found = Tensor::zeros({1}, DType::kF32, device, MemCategory::kOther);
+  if (loss_scale != 1.f)
+    for (const auto& g : groups_) ops::scale_and_check_finite(g->shard_grads, 1.f / loss_scale, found);
   // Each gradient element is counted on exactly one rank: its shard's owner
   // in the first replica, tp rank 0 for replicated tensors, and never for the
   // last stage's copy of the tied embedding.
@@ -289,8 +326,15 @@ float DataParallel::grad_norm() {
       }
     }
   }
+  // A rank that found a non-finite gradient adds +Inf to its part of the
+  // sum of squares: the one world all-reduce then gives every rank a
+  // non-finite norm, an OR of the flags over the whole mesh.
+  const bool nonfinite_here = found.item(0) != 0.f;
   comm::Communicator& world = mesh_.world();
-  return optim::global_grad_norm(counted, [&](Tensor& t) { world.all_reduce(t, t, comm::ReduceOp::kSum)->wait(); });
+  return optim::global_grad_norm(counted, [&](Tensor& t) {
+    if (nonfinite_here) t.fill_(INFINITY);
+    world.all_reduce(t, t, comm::ReduceOp::kSum)->wait();
+  });
 }
 
 std::vector<optim::Slot> DataParallel::slots() const {
@@ -305,7 +349,7 @@ std::vector<optim::Slot> DataParallel::slots() const {
       const std::string name =
           (a == begin && b == end) ? p.name() : fmt::format("{}[{}:{}]", p.name(), a - begin, b - begin);
       out.push_back({.name = name,
-                     .param = g->shard_params.slice(a - lo, b - lo),
+                     .param = g->master.slice(a - lo, b - lo),
                      .grad = g->shard_grads.slice(a - lo, b - lo),
                      .weight_decay = p.weight_decay()});
     }
@@ -314,9 +358,20 @@ std::vector<optim::Slot> DataParallel::slots() const {
 }
 
 void DataParallel::after_step() {
-  if (options_.zero_stage != 1 && options_.zero_stage != 2) return;
+  // The working copies follow the updated master shards: converted, and
+  // (stages 1-2) all-gathered in the compute dtype.
+  const int stage = options_.zero_stage;
+  const bool mixed = options_.precision.mixed();
   std::vector<comm::WorkPtr> works;
-  for (auto& g : groups_) works.push_back(shard_comm_->all_gather(g->shard_params, g->full_params));
+  for (auto& g : groups_) {
+    if (stage == 3) {
+      if (mixed) ops::cast(g->master, g->work_shard);
+      continue;
+    }
+    Tensor own = g->work_params.slice(g->shard_begin(), g->shard_begin() + g->shard_numel());
+    if (mixed) ops::cast(g->master, own);
+    if (stage > 0) works.push_back(shard_comm_->all_gather(own, g->work_params));
+  }
   wait_all(works);
 }
 

@@ -6,14 +6,14 @@ namespace ht::parallel::detail {
 void FlatGroup::bind_params() {
   for (std::size_t i = 0; i < params.size(); ++i) {
     nn::Parameter& p = *params[i];
-    p.set_data(full_params.slice(offsets[i], offsets[i] + shape_numel(p.shape())).view(p.shape()));
+    p.set_data(work_params.slice(offsets[i], offsets[i] + shape_numel(p.shape())).view(p.shape()));
   }
 }
 
 void FlatGroup::bind_grads() {
   for (std::size_t i = 0; i < params.size(); ++i) {
     nn::Parameter& p = *params[i];
-    p.set_grad(full_grads.slice(offsets[i], offsets[i] + shape_numel(p.shape())).view(p.shape()));
+    p.set_grad(work_grads.slice(offsets[i], offsets[i] + shape_numel(p.shape())).view(p.shape()));
   }
 }
 
@@ -25,7 +25,7 @@ void FlatGroup::unbind_grads() {
   for (nn::Parameter* p : params) p->release_grad();
 }
 
-FlatGroup make_flat_group(std::vector<nn::Parameter*> params, int shards, int shard_rank) {
+FlatGroup make_flat_group(std::vector<nn::Parameter*> params, int shards, int shard_rank, Tensor& master_full) {
   HT_CHECK_ARG(!params.empty() && shards > 0 && shard_rank >= 0 && shard_rank < shards,
                "flat group: {} parameters, shard {} of {}", params.size(), shard_rank, shards);
   FlatGroup g;
@@ -39,10 +39,10 @@ FlatGroup make_flat_group(std::vector<nn::Parameter*> params, int shards, int sh
   }
   g.padded = (g.numel + shards - 1) / shards * shards;
   // Zeros: the padding must stay zero through reductions and updates.
-  g.full_params = Tensor::zeros({g.padded}, DType::kF32, g.device, MemCategory::kParameters);
+  master_full = Tensor::zeros({g.padded}, DType::kF32, g.device, MemCategory::kParameters);
   for (std::size_t i = 0; i < g.params.size(); ++i) {
     const nn::Parameter& p = *g.params[i];
-    g.full_params.slice(g.offsets[i], g.offsets[i] + shape_numel(p.shape())).copy_from(p.data().view({-1}));
+    master_full.slice(g.offsets[i], g.offsets[i] + shape_numel(p.shape())).copy_from(p.data().view({-1}));
   }
   return g;
 }

@@ -1,6 +1,19 @@
 // A group of parameters laid end to end in one flat buffer: a data-parallel
 // gradient bucket, or a ZeRO-3 unit. Padded so that it divides into
 // `shards` equal shards; this rank owns shard `shard_rank`.
+//
+// Buffers, by precision (compute dtype c, reduction dtype r, both f32 when
+// training in f32, where the copies marked "(f32: same)" are one buffer):
+//   work_params   full, c: the values forward and backward read (parameters'
+//                 data are views). Stages 0-2 always; stage 3 while gathered.
+//   work_shard    stage 3: this rank's shard of work_params, c (what is gathered).
+//   master        this rank's shard, f32: what the optimizer updates.
+//                 (f32: a view of work_params, or work_shard at stage 3.)
+//   work_grads    full, c: where backward accumulates (gradients are views).
+//                 Stages 0-1 always; stages 2-3 during a step's backward.
+//   reduce_grads  full, r: the reduction's input (f32: same as work_grads).
+//   shard_grads   this rank's reduced shard, r: what the optimizer reads.
+//                 Stages 0-1: a view of reduce_grads; stages 2-3 its own buffer.
 #pragma once
 
 #include <cstdint>
@@ -18,14 +31,13 @@ struct FlatGroup {
   std::int64_t numel = 0;             // elements of all parameters
   std::int64_t padded = 0;            // numel rounded up to a multiple of shards
   int shards = 1, shard_rank = 0;
+  DType compute = DType::kF32, reduce = DType::kF32;
   /// Holds a weight tied across pipeline stages: reduced after backward.
   bool deferred = false;
   Device device;
 
-  Tensor full_params;   // stages 0-2: always; stage 3: while gathered
-  Tensor shard_params;  // this rank's shard: a view of full_params, or (stage 3) its own buffer
-  Tensor full_grads;    // stages 0-1: always; stages 2-3: during a step's backward
-  Tensor shard_grads;   // this rank's reduced shard: a view of full_grads, or (stages 2-3) its own buffer
+  Tensor work_params, work_shard, master;
+  Tensor work_grads, reduce_grads, shard_grads;
 
   int ready = 0;        // parameters whose gradient is complete this step
   int gather_refs = 0;  // stage 3: modules using the gathered values now
@@ -33,8 +45,10 @@ struct FlatGroup {
 
   std::int64_t shard_numel() const { return padded / shards; }
   std::int64_t shard_begin() const { return std::int64_t(shard_rank) * shard_numel(); }
+  /// Whether gradients change dtype on their way to the reduction.
+  bool converts_grads() const { return compute != reduce; }
 
-  /// Points every parameter's data (grad) at its place in full_params (full_grads).
+  /// Points every parameter's data (grad) at its place in work_params (work_grads).
   void bind_params();
   void bind_grads();
   /// Drops the parameters' views (so the flat buffer can be freed).
@@ -42,8 +56,9 @@ struct FlatGroup {
   void unbind_grads();
 };
 
-/// Lays `params` out in a new group and copies their current values into
-/// full_params (f32, on their device).
-FlatGroup make_flat_group(std::vector<nn::Parameter*> params, int shards, int shard_rank);
+/// Lays `params` out in a new group. Returns it with `master_full` set to
+/// their current values (f32, padded, on their device); the caller derives
+/// the buffers its ZeRO stage keeps from it.
+FlatGroup make_flat_group(std::vector<nn::Parameter*> params, int shards, int shard_rank, Tensor& master_full);
 
 }  // namespace ht::parallel::detail

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ht/nn/tensor_parallel.h"
+#include "ht/ops/cast.h"
 
 namespace ht::parallel {
 namespace {
@@ -31,7 +32,11 @@ Tensor header_of(const nn::Parameter& p) {
 
 std::vector<Piece> local_pieces(nn::GPT& model) {
   std::vector<Piece> out;
-  for (nn::Parameter* p : model.parameters()) out.push_back({p->name(), p->layout(), p->data().to(Device::cpu())});
+  for (nn::Parameter* p : model.parameters()) {
+    Tensor values = Tensor::empty(p->shape(), DType::kF32, p->data().device());
+    ops::cast(p->data(), values);
+    out.push_back({p->name(), p->layout(), values.to(Device::cpu())});
+  }
   return out;
 }
 

@@ -98,7 +98,9 @@ class Pipeline::Step {
 
  private:
   int stage() const { return model_.stage().rank; }
-  Tensor activation() const { return Tensor::empty(act_shape_, DType::kF32, model_.device(), MemCategory::kActivations); }
+  Tensor activation() const {
+    return Tensor::empty(act_shape_, p_.activations_, model_.device(), MemCategory::kActivations);
+  }
   void wait(const comm::WorkPtr& w) {
     const double t0 = now_ms();
     w->wait();
@@ -115,8 +117,8 @@ class Pipeline::Step {
   double loss_ = 0;
 };
 
-Pipeline::Pipeline(nn::GPT& model, comm::Communicator& pp, Schedule schedule)
-    : model_(model), pp_(pp), schedule_(schedule) {
+Pipeline::Pipeline(nn::GPT& model, comm::Communicator& pp, Schedule schedule, DType activations)
+    : model_(model), pp_(pp), schedule_(schedule), activations_(activations) {
   HT_CHECK(pp.size() == model.stage().size && pp.rank() == model.stage().rank, ErrorKind::kInvalidArgument,
            "pipeline group '{}' is rank {} of {}, but the model is stage {} of {}", pp.name(), pp.rank(), pp.size(),
            model.stage().rank, model.stage().size);

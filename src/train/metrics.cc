@@ -45,6 +45,8 @@ void MetricsWriter::write_run(const TrainerOptions& o, std::int64_t num_paramete
                    {"zero_stage", o.data_parallel.zero_stage},
                    {"zero_shard_group", o.data_parallel.shard_group},
                    {"schedule", parallel::schedule_name(o.schedule)},
+                   {"precision", precision::policy_name(o.data_parallel.precision)},
+                   {"grad_reduce_dtype", dtype_name(o.data_parallel.precision.reduce)},
                    {"seed", o.seed}};
   write_line(j.dump());
 }
@@ -52,7 +54,8 @@ void MetricsWriter::write_run(const TrainerOptions& o, std::int64_t num_paramete
 void MetricsWriter::write_step(const StepStats& s) {
   nlohmann::json j{{"type", "step"},      {"step", s.step},   {"loss", s.loss},
                    {"lr", s.lr},          {"grad_norm", s.grad_norm}, {"step_ms", s.ms},
-                   {"tokens", s.tokens},  {"tokens_per_s", s.tokens_per_s()}};
+                   {"tokens", s.tokens},  {"tokens_per_s", s.tokens_per_s()},
+                   {"loss_scale", s.loss_scale}, {"skipped", s.skipped}, {"skipped_steps", s.skipped_steps}};
   write_line(j.dump());
 }
 

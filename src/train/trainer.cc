@@ -52,9 +52,12 @@ Trainer::Trainer(const TrainerOptions& options, const data::TokenSplits& splits,
                                      nn::PipelineStage{mesh_->coord().pp, layout.pp()});
   model_->init_weights(options_.seed);
   dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, options_.data_parallel);
-  pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp(), options_.schedule);
+  pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp(), options_.schedule,
+                                                   options_.data_parallel.precision.compute);
   optimizer_ = std::make_unique<optim::AdamW>(dp_->slots(), options_.adamw);
   schedule_ = {options_.lr, options_.min_lr, options_.warmup_steps, std::max<std::int64_t>(options_.steps, 1)};
+  scaler_ = precision::LossScaler(
+      options_.force_loss_scaling || options_.data_parallel.precision.needs_loss_scaling(), options_.loss_scaler);
 }
 
 Trainer::~Trainer() = default;
@@ -72,19 +75,27 @@ double Trainer::world_sum(double v) {
 StepStats Trainer::step() {
   const auto start = std::chrono::steady_clock::now();
   StepStats s;
-  s.step = optimizer_->step_count() + 1;
+  s.step = ++steps_done_;
+  s.loss_scale = scaler_.scale();
   // Every rank draws every micro-batch, so the samplers stay in step.
   std::vector<data::Batch> batches;
   for (int micro = 0; micro < options_.grad_accum; ++micro) batches.push_back(train_sampler_.next());
   dp_->begin_step();
-  // Each micro-batch's mean loss weighs 1/k: the sum equals one k-times batch.
-  const double loss_sum = pipeline_->train_step(batches, 1.f / float(options_.grad_accum),
+  // Each micro-batch's mean loss weighs 1/k (the sum equals one k-times
+  // batch), times the loss scale.
+  const double loss_sum = pipeline_->train_step(batches, s.loss_scale / float(options_.grad_accum),
                                                 [&](bool final) { dp_->set_final_micro_batch(final); });
+  if (options_.after_backward) options_.after_backward(*model_, s.step);
   dp_->finish_gradients();
-  s.grad_norm = dp_->grad_norm();
+  s.grad_norm = dp_->unscale_and_norm(s.loss_scale);
+  // Every rank sees the same norm, so every rank makes the same decision.
+  s.skipped = scaler_.update(!std::isfinite(s.grad_norm));
+  s.skipped_steps = scaler_.state().skipped_steps;
   s.lr = schedule_.lr(s.step - 1);
-  optimizer_->step(s.lr, optim::clip_coefficient(s.grad_norm, options_.grad_clip));
-  dp_->after_step();
+  if (!s.skipped) {
+    optimizer_->step(s.lr, optim::clip_coefficient(s.grad_norm, options_.grad_clip));
+    dp_->after_step();
+  }
   // The loss is known on the last stage; one tp rank of each dp replica reports it.
   const bool reports = model_->last_stage() && mesh_->coord().tp == 0;
   s.loss = float(world_sum(reports ? loss_sum : 0.0) / double(options_.grad_accum * mesh_->layout().dp()));

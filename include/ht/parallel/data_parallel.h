@@ -18,6 +18,11 @@
 //                  just before its forward and again before its backward,
 //                  freed after each, and the next unit is prefetched while the
 //                  current one computes.
+// Mixed precision: each group keeps an f32 master shard for the optimizer
+// and a working copy in the compute dtype for forward and backward;
+// gradients accumulate in the compute dtype and are converted to the
+// reduction dtype for the reduction (see src/parallel/flat_group.h).
+//
 // Hybrid sharding (MiCS / HSDP): with shard_group s < dp, state is sharded
 // over groups of s consecutive dp ranks and replicated across the dp / s
 // groups: reduce-scatter inside the shard group, then all-reduce of the
@@ -39,6 +44,7 @@
 #include "ht/comm/device_mesh.h"
 #include "ht/nn/gpt.h"
 #include "ht/optim/optimizer.h"
+#include "ht/precision/policy.h"
 
 namespace ht::parallel {
 
@@ -52,6 +58,9 @@ struct DataParallelOptions {
   int shard_group = 0;
   /// Target gradient bucket size (stages 0-2).
   std::int64_t bucket_bytes = std::int64_t(25) << 20;
+  /// Compute dtype of the working copies and gradients, and the dtype
+  /// gradients are reduced and stepped in (f32 masters in every case).
+  precision::Policy precision;
 
   /// Throws kConfig naming the bad value for a data-parallel size `dp`.
   void validate(int dp) const;
@@ -81,13 +90,18 @@ class DataParallel {
   /// After the last backward: waits for the reductions, sums tied weights;
   /// afterwards the optimizer's slots hold the dp-averaged gradients.
   void finish_gradients();
-  /// The global gradient norm over every rank of the mesh, each element
-  /// counted once (shards, tp parts, stages; tied copies and replicas once).
-  float grad_norm();
+  /// Divides this rank's gradients by `loss_scale` (fused with a finite
+  /// check) and returns the global norm of the unscaled gradients over every
+  /// rank of the mesh, each element counted once (shards, tp parts, stages;
+  /// tied copies and replicas once). Collective over the world. The result is
+  /// non-finite on every rank when any rank's gradients hold an Inf or NaN:
+  /// the step must then be skipped everywhere.
+  float unscale_and_norm(float loss_scale = 1.f);
   /// What the optimizer updates: this rank's shard of every group, one slot
   /// per parameter piece (named "<param>" or "<param>[a:b]" for a piece).
   std::vector<optim::Slot> slots() const;
-  /// After the optimizer step: all-gathers the updated shards (stages 1-2).
+  /// After the optimizer step: refreshes the working copies from the master
+  /// shards (converted; all-gathered at stages 1-2). Not after a skipped step.
   void after_step();
 
   /// Stage 3: gathers every unit (collective over the shard group) so the
@@ -110,6 +124,7 @@ class DataParallel {
   void prefetch(std::size_t group);
   void ensure_grads(detail::FlatGroup& g);
   void free_reduced_grads();
+  void drop_full_grads(detail::FlatGroup& g);
 
   nn::GPT& model_;
   comm::DeviceMesh& mesh_;

@@ -12,8 +12,9 @@
 
 namespace ht::parallel {
 
-/// Every parameter of the full model, by name, as a host tensor of its full
-/// shape, on world rank 0 (an empty map on the other ranks). Collective over
+/// Every parameter of the full model, by name, as a host f32 tensor of its
+/// full shape (the working copies' values: rounded to the compute dtype under
+/// mixed precision), on world rank 0 (an empty map on the other ranks). Collective over
 /// the world: ZeRO-3 units are gathered, the dp-rank-0 holders of each stage
 /// and tp part send theirs to rank 0, which assembles the tp parts. The last
 /// stage's copy of the tied embedding is checked against the first stage's

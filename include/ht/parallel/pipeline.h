@@ -36,8 +36,9 @@ struct PipelineStats {
 
 class Pipeline {
  public:
-  /// `pp` is the pipeline group: its rank is model.stage().rank.
-  Pipeline(nn::GPT& model, comm::Communicator& pp, Schedule schedule);
+  /// `pp` is the pipeline group: its rank is model.stage().rank. Activations
+  /// travel between stages in `activations` (the compute dtype).
+  Pipeline(nn::GPT& model, comm::Communicator& pp, Schedule schedule, DType activations = DType::kF32);
 
   /// Forward and backward of every micro-batch (host batches, one per
   /// micro-batch; only the first stage reads tokens, the last targets). Each
@@ -60,6 +61,7 @@ class Pipeline {
   nn::GPT& model_;
   comm::Communicator& pp_;
   Schedule schedule_;
+  DType activations_;
   PipelineStats stats_;
 };
 

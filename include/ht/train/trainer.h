@@ -24,6 +24,7 @@
 #include "ht/optim/lr_schedule.h"
 #include "ht/parallel/data_parallel.h"
 #include "ht/parallel/pipeline.h"
+#include "ht/precision/loss_scaler.h"
 
 namespace ht::train {
 
@@ -45,6 +46,13 @@ struct TrainerOptions {
   /// Data parallelism / ZeRO (the mesh gives dp, tp and pp).
   parallel::DataParallelOptions data_parallel;
   parallel::Schedule schedule = parallel::Schedule::k1F1B;
+  /// Mixed precision: data_parallel.precision chooses the dtypes; f16 scales
+  /// the loss dynamically (bf16 and f32 do not, unless forced).
+  precision::LossScalerOptions loss_scaler;
+  bool force_loss_scaling = false;
+  /// Called on every rank after each step's backward, before the gradients
+  /// are unscaled (fault injection and tests).
+  std::function<void(nn::GPT&, std::int64_t step)> after_backward;
 
   /// Throws kConfig naming the bad value.
   void validate() const;
@@ -54,7 +62,10 @@ struct StepStats {
   std::int64_t step = 0;  // 1-based
   float loss = 0.f;       // mean over the step's micro-batches
   float lr = 0.f;
-  float grad_norm = 0.f;
+  float grad_norm = 0.f;  // of the unscaled gradients; non-finite on a skipped step
+  float loss_scale = 1.f;  // the scale this step's backward used
+  bool skipped = false;    // an overflow: no update (mixed precision)
+  std::int64_t skipped_steps = 0;  // so far
   double ms = 0.0;
   std::int64_t tokens = 0;
   double tokens_per_s() const { return ms > 0 ? double(tokens) * 1000.0 / ms : 0.0; }
@@ -74,7 +85,9 @@ class Trainer {
   float evaluate();
   /// Every parameter at full shape on world rank 0 (empty elsewhere); collective.
   std::map<std::string, Tensor> full_parameters();
-  std::int64_t steps_done() const { return optimizer_->step_count(); }
+  /// Steps taken, skipped ones included.
+  std::int64_t steps_done() const { return steps_done_; }
+  const precision::LossScaler& loss_scaler() const { return scaler_; }
 
   /// This rank's part of the model.
   nn::GPT& model() { return *model_; }
@@ -99,6 +112,8 @@ class Trainer {
   std::unique_ptr<parallel::Pipeline> pipeline_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::CosineSchedule schedule_;
+  precision::LossScaler scaler_;
+  std::int64_t steps_done_ = 0;
   data::BatchSampler train_sampler_;
   data::BatchSampler val_sampler_;
 };
