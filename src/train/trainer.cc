@@ -85,8 +85,8 @@ StepStats Trainer::step() {
   // batch), times the loss scale.
   const double loss_sum = pipeline_->train_step(batches, s.loss_scale / float(options_.grad_accum),
                                                 [&](bool final) { dp_->set_final_micro_batch(final); });
-  if (options_.after_backward) options_.after_backward(*model_, s.step);
   dp_->finish_gradients();
+  if (options_.after_gradients) options_.after_gradients(*this, s.step);
   s.grad_norm = dp_->unscale_and_norm(s.loss_scale);
   // Every rank sees the same norm, so every rank makes the same decision.
   s.skipped = scaler_.update(!std::isfinite(s.grad_norm));

@@ -28,6 +28,8 @@
 
 namespace ht::train {
 
+class Trainer;
+
 struct TrainerOptions {
   nn::GPTConfig model;
   Device device = Device::cpu();
@@ -50,9 +52,10 @@ struct TrainerOptions {
   /// the loss dynamically (bf16 and f32 do not, unless forced).
   precision::LossScalerOptions loss_scaler;
   bool force_loss_scaling = false;
-  /// Called on every rank after each step's backward, before the gradients
-  /// are unscaled (fault injection and tests).
-  std::function<void(nn::GPT&, std::int64_t step)> after_backward;
+  /// Called on every rank once a step's gradients are reduced, before they
+  /// are unscaled and checked (fault injection and tests); the optimizer's
+  /// slots hold the gradients this rank owns.
+  std::function<void(Trainer&, std::int64_t step)> after_gradients;
 
   /// Throws kConfig naming the bad value.
   void validate() const;
