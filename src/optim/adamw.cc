@@ -27,13 +27,8 @@ void AdamW::step(float lr, float grad_scale) {
   }
 }
 
-std::vector<std::pair<std::string, Tensor>> AdamW::state() {
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
-    out.emplace_back(slots_[i].name + ".exp_avg", exp_avg_[i]);
-    out.emplace_back(slots_[i].name + ".exp_avg_sq", exp_avg_sq_[i]);
-  }
-  return out;
+std::vector<std::pair<std::string, Tensor>> AdamW::slot_state(std::size_t i) {
+  return {{"exp_avg", exp_avg_.at(i)}, {"exp_avg_sq", exp_avg_sq_.at(i)}};
 }
 
 }  // namespace ht::optim

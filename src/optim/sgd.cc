@@ -26,10 +26,9 @@ void SGD::step(float lr, float grad_scale) {
   }
 }
 
-std::vector<std::pair<std::string, Tensor>> SGD::state() {
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (std::size_t i = 0; i < momentum_.size(); ++i) out.emplace_back(slots_[i].name + ".momentum", momentum_[i]);
-  return out;
+std::vector<std::pair<std::string, Tensor>> SGD::slot_state(std::size_t i) {
+  if (momentum_.empty()) return {};
+  return {{"momentum", momentum_.at(i)}};
 }
 
 }  // namespace ht::optim

@@ -310,22 +310,10 @@ float DataParallel::unscale_and_norm(float loss_scale) {
   Tensor found = Tensor::zeros({1}, DType::kF32, device, MemCategory::kOther);
   if (loss_scale != 1.f)
     for (const auto& g : groups_) ops::scale_and_check_finite(g->shard_grads, 1.f / loss_scale, found);
-  // Each gradient element is counted on exactly one rank: its shard's owner
-  // in the first replica, tp rank 0 for replicated tensors, and never for the
-  // last stage's copy of the tied embedding.
+  // Each gradient element is counted on exactly one rank (Slot::primary).
   std::vector<Tensor> counted;
-  if (replica_rank_ == 0) {
-    const int tp_rank = mesh_.coord().tp;
-    for (const auto& g : groups_) {
-      const std::int64_t lo = g->shard_begin(), hi = lo + g->shard_numel();
-      for (std::size_t i = 0; i < g->params.size(); ++i) {
-        const nn::Parameter& p = *g->params[i];
-        if (p.layout().pp_tied_copy || (!p.layout().tp_split() && tp_rank != 0)) continue;
-        const std::int64_t a = std::max(lo, g->offsets[i]), b = std::min(hi, g->offsets[i] + shape_numel(p.shape()));
-        if (a < b) counted.push_back(g->shard_grads.slice(a - lo, b - lo));
-      }
-    }
-  }
+  for (const optim::Slot& s : slots())
+    if (s.primary) counted.push_back(s.grad);
   // A rank that found a non-finite gradient adds +Inf to its part of the
   // sum of squares: the one world all-reduce then gives every rank a
   // non-finite norm, an OR of the flags over the whole mesh.
@@ -348,10 +336,17 @@ std::vector<optim::Slot> DataParallel::slots() const {
       if (a >= b) continue;
       const std::string name =
           (a == begin && b == end) ? p.name() : fmt::format("{}[{}:{}]", p.name(), a - begin, b - begin);
+      // The primary copy: its shard's owner in the first replica, tp rank 0
+      // for unsplit tensors, and never the last stage's tied copy.
+      const bool primary = replica_rank_ == 0 && !p.layout().pp_tied_copy &&
+                           (p.layout().tp_split() || mesh_.coord().tp == 0);
       out.push_back({.name = name,
                      .param = g->master.slice(a - lo, b - lo),
                      .grad = g->shard_grads.slice(a - lo, b - lo),
-                     .weight_decay = p.weight_decay()});
+                     .weight_decay = p.weight_decay(),
+                     .source = &p,
+                     .offset = a - begin,
+                     .primary = primary});
     }
   }
   return out;

@@ -58,7 +58,37 @@ Trainer::Trainer(const TrainerOptions& options, const data::TokenSplits& splits,
   schedule_ = {options_.lr, options_.min_lr, options_.warmup_steps, std::max<std::int64_t>(options_.steps, 1)};
   scaler_ = precision::LossScaler(
       options_.force_loss_scaling || options_.data_parallel.precision.needs_loss_scaling(), options_.loss_scaler);
+  HT_CHECK(!options_.resume || !options_.ckpt_dir.empty(), ErrorKind::kConfig,
+           "--resume needs a checkpoint directory (--ckpt-dir, or --run-dir for <run-dir>/checkpoints)");
+  if (!options_.ckpt_dir.empty()) {
+    checkpointer_ = std::make_unique<ckpt::Checkpointer>(
+        ckpt::CheckpointOptions{.dir = options_.ckpt_dir, .keep = options_.ckpt_keep}, *mesh_);
+    if (options_.resume) resume();
+  }
 }
+
+void Trainer::resume() {
+  const std::optional<ckpt::RunState> run =
+      checkpointer_->load_latest(options_.model.str(), optimizer_->slots(), *optimizer_);
+  if (!run) return;
+  dp_->after_step();  // the working copies follow the loaded master values
+  optimizer_->set_step_count(run->optimizer_steps);
+  scaler_.set_state(run->scaler);
+  train_sampler_.set_position(run->sampler_position);
+  steps_done_ = resumed_from_ = run->step;
+}
+
+std::string Trainer::save_checkpoint() {
+  HT_CHECK(checkpointer_, ErrorKind::kConfig, "save_checkpoint: no checkpoint directory was configured");
+  const ckpt::RunState run{.step = steps_done_,
+                           .optimizer_steps = optimizer_->step_count(),
+                           .sampler_position = train_sampler_.position(),
+                           .scaler = scaler_.state(),
+                           .model = options_.model.str()};
+  return checkpointer_->save(run, optimizer_->slots(), *optimizer_);
+}
+
+std::string Trainer::wait_for_checkpoint() { return checkpointer_ ? checkpointer_->wait() : std::string(); }
 
 Trainer::~Trainer() = default;
 
@@ -99,6 +129,10 @@ StepStats Trainer::step() {
   // The loss is known on the last stage; one tp rank of each dp replica reports it.
   const bool reports = model_->last_stage() && mesh_->coord().tp == 0;
   s.loss = float(world_sum(reports ? loss_sum : 0.0) / double(options_.grad_accum * mesh_->layout().dp()));
+  if (checkpointer_ && options_.ckpt_every > 0 && s.step % options_.ckpt_every == 0) {
+    s.checkpoint_error = save_checkpoint();
+    s.checkpointed = true;
+  }
   s.tokens = global_batch() * options_.seq_len;
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return s;

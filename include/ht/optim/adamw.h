@@ -20,7 +20,7 @@ class AdamW : public Optimizer {
   AdamW(std::vector<Slot> slots, const AdamWOptions& options);
 
   void step(float lr, float grad_scale = 1.f) override;
-  std::vector<std::pair<std::string, Tensor>> state() override;
+  std::vector<std::pair<std::string, Tensor>> slot_state(std::size_t i) override;
   const AdamWOptions& options() const { return options_; }
 
  private:

@@ -16,10 +16,18 @@
 namespace ht::optim {
 
 struct Slot {
-  std::string name;  // checkpoint key of the parameter (or shard)
+  std::string name;  // the parameter's name, with "[a:b]" for a piece of it
   Tensor param;      // f32 values updated in place
   Tensor grad;       // gradient, same element count (f32, f16 or bf16)
   bool weight_decay = true;
+  /// The parameter the slot is (a piece of), and where the piece starts in
+  /// this rank's (tensor-parallel part of the) parameter, flattened.
+  const nn::Parameter* source = nullptr;
+  std::int64_t offset = 0;
+  /// Whether this rank is the one that counts the piece in global sums and
+  /// saves it: other ranks hold identical copies (data-parallel replicas,
+  /// tensor-parallel replicas of an unsplit tensor, a tied copy).
+  bool primary = true;
 };
 
 /// One slot per parameter (data and grad as they are now; grads are allocated).
@@ -37,8 +45,12 @@ class Optimizer {
   /// Steps taken so far.
   std::int64_t step_count() const { return step_count_; }
   void set_step_count(std::int64_t n) { step_count_ = n; }
-  /// Named state tensors, e.g. ("h.0.mlp.c_fc.weight.exp_avg", tensor), for checkpoints.
-  virtual std::vector<std::pair<std::string, Tensor>> state() = 0;
+  /// Slot i's state tensors by kind, e.g. {("exp_avg", m), ("exp_avg_sq", v)}:
+  /// f32, the slot's element count, updated in place (checkpoints read and
+  /// write them).
+  virtual std::vector<std::pair<std::string, Tensor>> slot_state(std::size_t i) = 0;
+  /// Every slot's state, named "<slot name>.<kind>".
+  std::vector<std::pair<std::string, Tensor>> state();
   const std::vector<Slot>& slots() const { return slots_; }
 
  protected:

@@ -16,7 +16,8 @@ class SGD : public Optimizer {
   SGD(std::vector<Slot> slots, const SgdOptions& options);
 
   void step(float lr, float grad_scale = 1.f) override;
-  std::vector<std::pair<std::string, Tensor>> state() override;
+  /// {("momentum", buffer)}, or nothing without momentum.
+  std::vector<std::pair<std::string, Tensor>> slot_state(std::size_t i) override;
 
  private:
   SgdOptions options_;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "ht/ckpt/checkpoint.h"
 #include "ht/comm/device_mesh.h"
 #include "ht/data/batch_sampler.h"
 #include "ht/data/token_dataset.h"
@@ -52,6 +53,13 @@ struct TrainerOptions {
   /// the loss dynamically (bf16 and f32 do not, unless forced).
   precision::LossScalerOptions loss_scaler;
   bool force_loss_scaling = false;
+  /// Checkpoints: saved every ckpt_every steps (0: only when asked) under
+  /// ckpt_dir (empty: none), the newest ckpt_keep kept; resume loads the
+  /// newest good one at construction.
+  std::string ckpt_dir;
+  std::int64_t ckpt_every = 0;
+  int ckpt_keep = 3;
+  bool resume = false;
   /// Called on every rank once a step's gradients are reduced, before they
   /// are unscaled and checked (fault injection and tests); the optimizer's
   /// slots hold the gradients this rank owns.
@@ -69,6 +77,8 @@ struct StepStats {
   float loss_scale = 1.f;  // the scale this step's backward used
   bool skipped = false;    // an overflow: no update (mixed precision)
   std::int64_t skipped_steps = 0;  // so far
+  bool checkpointed = false;       // a save of this step started
+  std::string checkpoint_error;    // a previous save's failure, reported once
   double ms = 0.0;
   std::int64_t tokens = 0;
   double tokens_per_s() const { return ms > 0 ? double(tokens) * 1000.0 / ms : 0.0; }
@@ -88,6 +98,15 @@ class Trainer {
   float evaluate();
   /// Every parameter at full shape on world rank 0 (empty elsewhere); collective.
   std::map<std::string, Tensor> full_parameters();
+
+  /// Starts an asynchronous checkpoint of the current state (collective;
+  /// needs ckpt_dir). Returns a previous save's failure message, if any.
+  std::string save_checkpoint();
+  /// Waits for the checkpoint in flight; returns its failure message, if any.
+  std::string wait_for_checkpoint();
+  /// The step the run resumed from (0: a fresh start).
+  std::int64_t resumed_from() const { return resumed_from_; }
+  ckpt::Checkpointer* checkpointer() { return checkpointer_.get(); }
   /// Steps taken, skipped ones included.
   std::int64_t steps_done() const { return steps_done_; }
   const precision::LossScaler& loss_scaler() const { return scaler_; }
@@ -103,6 +122,7 @@ class Trainer {
   const TrainerOptions& options() const { return options_; }
 
  private:
+  void resume();
   /// The sum over the world of `v` (one value per rank).
   double world_sum(double v);
 
@@ -117,6 +137,8 @@ class Trainer {
   optim::CosineSchedule schedule_;
   precision::LossScaler scaler_;
   std::int64_t steps_done_ = 0;
+  std::int64_t resumed_from_ = 0;
+  std::unique_ptr<ckpt::Checkpointer> checkpointer_;
   data::BatchSampler train_sampler_;
   data::BatchSampler val_sampler_;
 };

@@ -1,0 +1,119 @@
+// ht::ckpt: sharded, asynchronous, crash-consistent checkpoints.
+//
+// A checkpoint is a directory <dir>/step_NNNNNNNN holding one HDF5 file per
+// rank (rank_RRRRR.h5) and a manifest.json. Each rank file holds one dataset
+// per piece of tensor state the rank owns (its primary optimizer slots:
+// the f32 master values and each optimizer state kind), named
+// "<tensor>|<kind>|<tp rank>|<begin>", with attributes: global_shape, the
+// tensor-parallel split (tp_split_dim, tp_parts, tp_rank, tp_size), begin
+// and end (the piece is elements [begin, end) of the rank's tensor-parallel
+// part, flattened) and checksum (see checksum64). Because pieces carry
+// global coordinates, a checkpoint saved under one layout (dp, ZeRO stage,
+// tp, pp) loads into another for the same model.
+//
+// Saving: save() copies the state to host memory (the training stall) and
+// hands it to a background thread, which writes the rank file into
+// step_N.tmp/ and syncs it to disk. When every rank's file is durable (an
+// all-reduce on a communicator of the checkpointer's own), rank 0 writes the
+// manifest (run state, layout, tensor index with checksums, model config,
+// library version), syncs it, and commits by renaming step_N.tmp to step_N.
+// A crash at any instant leaves the previous committed checkpoint the newest;
+// leftovers (*.tmp) are removed at the next start. The last `keep` committed
+// checkpoints are kept. At most one save is in flight; a save that must wait
+// for the previous one adds that wait to its stall. A failed save (disk
+// full) is reported and training goes on; no committed checkpoint is touched.
+//
+// Loading: load_latest() tries committed checkpoints newest first; every
+// rank reads the pieces its own slots need (assembling each tensor from the
+// pieces of every saved rank and verifying checksums) and all ranks agree on
+// the outcome; a corrupt or incomplete checkpoint is reported and the next
+// older one tried. A checkpoint of another model configuration is refused
+// with an error.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ht/comm/device_mesh.h"
+#include "ht/optim/optimizer.h"
+#include "ht/precision/loss_scaler.h"
+
+namespace ht::ckpt {
+
+/// The scalars of a run's state that are not tensors.
+struct RunState {
+  std::int64_t step = 0;             // training steps taken (skipped ones included)
+  std::int64_t optimizer_steps = 0;  // updates applied (AdamW's bias correction)
+  std::uint64_t sampler_position = 0;
+  precision::LossScalerState scaler;
+  /// The model configuration (GPTConfig::str()); a resume must match it.
+  std::string model;
+};
+
+struct CheckpointOptions {
+  std::string dir;
+  int keep = 3;  // committed checkpoints kept (older ones are deleted)
+
+  /// Throws kConfig naming the bad value.
+  void validate() const;
+};
+
+/// Timings of the last save.
+struct SaveStats {
+  std::int64_t step = 0;
+  double stall_ms = 0;        // training paused: waiting for the previous save + copying to host
+  double wait_ms = 0;         // of which waiting for the previous save
+  double write_ms = 0;        // background: writing and syncing the rank file
+  std::int64_t bytes = 0;     // this rank's file
+};
+
+class Checkpointer {
+ public:
+  /// Collective over the mesh's world. Creates `dir` (rank 0) and checks
+  /// that every rank can write there (kIo naming the directory otherwise),
+  /// removes leftovers of interrupted saves, and splits the checkpointer's
+  /// own communicator.
+  Checkpointer(const CheckpointOptions& options, comm::DeviceMesh& mesh);
+  /// Waits for the save in flight (and reports its failure, if any, on stderr).
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  /// Collective over the world. Starts saving `state` and the slots' values
+  /// and optimizer state (the primary slots only). Returns after the host
+  /// copy; a failure of the previous save is returned as a message (empty if
+  /// none) and training can go on.
+  std::string save(const RunState& state, const std::vector<optim::Slot>& slots, optim::Optimizer& optimizer);
+  /// Waits until no save is in flight; returns its failure message (empty if it committed).
+  std::string wait();
+  const SaveStats& last_save() const { return stats_; }
+
+  /// Collective over the world. Loads the newest committed checkpoint that
+  /// verifies into the slots' values and the optimizer's state and returns
+  /// its run state; nullopt when there is none. Throws kConfig when the
+  /// newest readable checkpoint's model configuration differs from
+  /// `expected_model`.
+  std::optional<RunState> load_latest(const std::string& expected_model, const std::vector<optim::Slot>& slots,
+                                      optim::Optimizer& optimizer);
+
+  const CheckpointOptions& options() const { return options_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  CheckpointOptions options_;
+  SaveStats stats_;
+};
+
+/// The committed checkpoints under `dir` (step directories with a manifest), oldest first.
+std::vector<std::string> committed_checkpoints(const std::string& dir);
+
+/// 64-bit checksum of a byte range: FNV-1a over 8-byte little-endian words
+/// (the tail zero-padded), seeded with the length.
+std::uint64_t checksum64(const void* data, std::size_t bytes);
+
+}  // namespace ht::ckpt

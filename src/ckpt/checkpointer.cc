@@ -1,0 +1,394 @@
+// ht::ckpt::Checkpointer: host snapshot, background write, commit, load.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <cstring>
+
+#include "ckpt/manifest.h"
+#include "ckpt/rank_file.h"
+#include "ht/ckpt/checkpoint.h"
+#include "ht/config.h"
+#include "ht/nn/tensor_parallel.h"
+
+namespace ht::ckpt {
+
+namespace fs = std::filesystem;
+using detail::Manifest;
+using detail::Piece;
+using detail::PieceInfo;
+
+namespace {
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The verdict of every rank: the minimum of `value` over the group.
+int agree_min(comm::Communicator& c, int value) {
+  Tensor t = Tensor::from_vector(std::vector<std::int32_t>{value}, {1});
+  c.all_reduce(t, t, comm::ReduceOp::kMin)->wait();
+  return t.data<std::int32_t>()[0];
+}
+
+}  // namespace
+
+void CheckpointOptions::validate() const {
+  HT_CHECK(!dir.empty(), ErrorKind::kConfig, "the checkpoint directory is empty: pass --ckpt-dir");
+  HT_CHECK(keep >= 1, ErrorKind::kConfig, "--ckpt-keep {} must be at least 1", keep);
+}
+
+std::uint64_t checksum64(const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint64_t h = 0xcbf29ce484222325ull ^ std::uint64_t(bytes);
+  std::size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  if (i < bytes) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + i, bytes - i);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::vector<std::string> committed_checkpoints(const std::string& dir) {
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::int64_t step = detail::step_of(e.path().filename().string());
+    if (step >= 0 && e.is_directory() && fs::exists(e.path() / detail::kManifestName)) found.emplace_back(step, e.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& [step, path] : found) out.push_back(path);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+
+struct Checkpointer::Impl {
+  struct Job {
+    std::int64_t step = 0;
+    RunState run;
+    std::vector<Piece> pieces;
+  };
+
+  comm::DeviceMesh& mesh;
+  std::unique_ptr<comm::Communicator> comm;  // the writer thread's own
+  CheckpointOptions options;
+  std::string layout;
+  SaveStats* stats;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Job> job;
+  bool busy = false, stop = false;
+  std::string last_error;
+  std::thread worker;
+
+  Impl(comm::DeviceMesh& m, const CheckpointOptions& o, SaveStats* s) : mesh(m), options(o), stats(s) {}
+
+  void run() {
+    for (;;) {
+      Job j;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return job.has_value() || stop; });
+        if (!job) return;
+        j = std::move(*job);
+        job.reset();
+      }
+      const std::string error = write_and_commit(j);
+      {
+        std::lock_guard lock(mu);
+        last_error = error;
+        busy = false;
+      }
+      cv.notify_all();
+    }
+  }
+
+  // Every rank writes its file; once all are durable rank 0 writes the
+  // manifest and commits. Returns what went wrong ("" if committed).
+  std::string write_and_commit(Job& j) {
+    const int rank = comm->rank();
+    const std::string tmp = detail::step_dir(options.dir, j.step) + ".tmp";
+    std::string error;
+    const double t0 = now_ms();
+    try {
+      fs::create_directories(tmp);
+      stats->bytes = detail::write_rank_file((fs::path(tmp) / detail::rank_file_name(rank)).string(), j.pieces);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    stats->write_ms = now_ms() - t0;
+    j.pieces.clear();  // the host copy is no longer needed
+    try {
+      const bool all_written = agree_min(*comm, error.empty() ? 1 : 0) == 1;
+      if (rank == 0 && all_written) commit(j, tmp);
+      if (!all_written && error.empty()) error = "another rank could not write its file";
+    } catch (const std::exception& e) {
+      if (error.empty()) error = e.what();
+    }
+    if (!error.empty()) return fmt::format("checkpoint of step {} not saved: {}", j.step, error);
+    return "";
+  }
+
+  void commit(const Job& j, const std::string& tmp) {
+    Manifest m;
+    m.run = j.run;
+    m.layout = layout;
+    m.world = comm->size();
+    for (int r = 0; r < m.world; ++r) {
+      const std::string name = detail::rank_file_name(r), path = (fs::path(tmp) / name).string();
+      for (PieceInfo& p : detail::read_piece_index(path, name)) m.pieces.push_back(std::move(p));
+      m.files.push_back({r, name, std::int64_t(fs::file_size(path))});
+    }
+    detail::write_manifest(tmp, m);
+    detail::sync_path(tmp);
+    const std::string final_dir = detail::step_dir(options.dir, j.step);
+    if (fs::exists(final_dir)) fs::remove_all(final_dir);
+    fs::rename(tmp, final_dir);
+    detail::sync_path(options.dir);
+    // Retention: the newest `keep` committed checkpoints stay.
+    const std::vector<std::string> all = committed_checkpoints(options.dir);
+    for (std::size_t i = 0; i + std::size_t(options.keep) < all.size(); ++i) fs::remove_all(all[i]);
+  }
+};
+
+Checkpointer::Checkpointer(const CheckpointOptions& options, comm::DeviceMesh& mesh) : options_(options) {
+  options_.validate();
+  comm::Communicator& world = mesh.world();
+  // Rank 0 creates the directory and clears leftovers of interrupted saves;
+  // then every rank proves it can write there.
+  std::string error;
+  if (world.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(options_.dir, ec);
+    if (ec || !fs::is_directory(options_.dir)) {
+      error = ec ? ec.message() : "not a directory";
+    } else {
+      for (const auto& e : fs::directory_iterator(options_.dir, ec))
+        if (e.path().extension() == ".tmp") fs::remove_all(e.path(), ec);
+    }
+  }
+  if (agree_min(world, error.empty() ? 1 : 0) == 1) {
+    const std::string probe = (fs::path(options_.dir) / fmt::format(".probe_{}", world.rank())).string();
+    if (std::FILE* f = std::fopen(probe.c_str(), "w")) {
+      const bool ok = std::fputs("probe", f) >= 0 && std::fflush(f) == 0;
+      std::fclose(f);
+      std::remove(probe.c_str());
+      if (!ok) error = "cannot write to it (disk full?)";
+    } else {
+      error = std::strerror(errno);
+    }
+  } else if (error.empty()) {
+    error = "rank 0 could not create it";
+  }
+  const bool ok = agree_min(world, error.empty() ? 1 : 0) == 1;
+  HT_CHECK(ok, ErrorKind::kIo,
+           "checkpoint directory '{}' is not usable{}: choose a writable --ckpt-dir on a file system every rank sees",
+           options_.dir, error.empty() ? " on another rank" : fmt::format(" ({})", error));
+  impl_ = std::make_unique<Impl>(mesh, options_, &stats_);
+  impl_->layout = mesh.layout().str();
+  impl_->comm = world.split(0, world.rank(), "ckpt");
+  impl_->worker = std::thread([this] { impl_->run(); });
+}
+
+Checkpointer::~Checkpointer() {
+  const std::string error = wait();
+  if (!error.empty()) std::fprintf(stderr, "warning: %s\n", error.c_str());
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  impl_->worker.join();
+}
+
+std::string Checkpointer::wait() {
+  std::unique_lock lock(impl_->mu);
+  impl_->cv.wait(lock, [&] { return !impl_->busy; });
+  return std::exchange(impl_->last_error, std::string());
+}
+
+std::string Checkpointer::save(const RunState& state, const std::vector<optim::Slot>& slots,
+                               optim::Optimizer& optimizer) {
+  const double t0 = now_ms();
+  const std::string previous = wait();
+  const double waited = now_ms() - t0;
+  Impl::Job job;
+  job.step = state.step;
+  job.run = state;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const optim::Slot& s = slots[i];
+    if (!s.primary) continue;
+    HT_CHECK(s.source, ErrorKind::kInvalidArgument, "checkpoint: slot {} names no parameter", s.name);
+    auto add = [&](const std::string& kind, const Tensor& values) {
+      PieceInfo info;
+      info.tensor = s.source->name();
+      info.kind = kind;
+      info.global_shape = s.source->full_shape();
+      info.layout = s.source->layout();
+      info.begin = s.offset;
+      info.end = s.offset + values.numel();
+      const HostMemory host = values.device().is_cpu() ? HostMemory::kPlain : HostMemory::kPinned;
+      Tensor copy = Tensor::empty({values.numel()}, DType::kF32, Device::cpu(), MemCategory::kOther, host);
+      copy.copy_from(values.view({-1}));
+      job.pieces.push_back({std::move(info), std::move(copy)});
+    };
+    add("master", s.param);
+    for (auto& [kind, t] : optimizer.slot_state(i)) add(kind, t);
+  }
+  stats_ = {};
+  stats_.step = state.step;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->job = std::move(job);
+    impl_->busy = true;
+  }
+  impl_->cv.notify_all();
+  stats_.wait_ms = waited;
+  stats_.stall_ms = now_ms() - t0;
+  return previous;
+}
+
+namespace {
+
+// Reads the tensors a rank's slots need from one checkpoint, one full
+// tensor at a time, assembled from every saved piece.
+class Restorer {
+ public:
+  Restorer(const std::string& step_dir, const Manifest& m) : dir_(step_dir) {
+    for (const PieceInfo& p : m.pieces) index_[p.tensor + "|" + p.kind].push_back(p);
+  }
+
+  // Elements [offset, offset + dst.numel()) of this rank's tp part of (tensor, kind) into dst.
+  void fill(const nn::Parameter& p, const std::string& kind, std::int64_t offset, Tensor& dst) {
+    const std::string key = p.name() + "|" + kind;
+    if (key != cached_key_) {
+      cached_ = assemble(p, kind, key);
+      cached_key_ = key;
+    }
+    const Tensor part = nn::tp_part_of(cached_, p.layout()).view({-1});
+    HT_CHECK(offset + dst.numel() <= part.numel(), ErrorKind::kIo,
+             "checkpoint '{}': {} ({}) is too small for this layout's piece [{}, {})", dir_, p.name(), kind, offset,
+             offset + dst.numel());
+    dst.view({-1}).copy_from(part.slice(offset, offset + dst.numel()).to(dst.device()));
+  }
+
+ private:
+  Tensor assemble(const nn::Parameter& p, const std::string& kind, const std::string& key) {
+    const auto it = index_.find(key);
+    HT_CHECK(it != index_.end(), ErrorKind::kIo, "checkpoint '{}' lacks {} ({}): incomplete, or of another optimizer",
+             dir_, p.name(), kind);
+    const std::vector<PieceInfo>& pieces = it->second;
+    const Shape global = pieces.front().global_shape;
+    HT_CHECK(global == p.full_shape(), ErrorKind::kIo, "checkpoint '{}': {} is {} where the model has {}", dir_,
+             p.name(), shape_str(global), shape_str(p.full_shape()));
+    nn::ParamLayout saved = pieces.front().layout;
+    const int tp = std::max(saved.tp_size, 1);
+    const Shape part_shape = nn::tp_part_shape(global, saved);
+    std::vector<Tensor> parts;
+    for (int r = 0; r < tp; ++r) {
+      std::vector<const PieceInfo*> mine;
+      for (const PieceInfo& q : pieces)
+        if (q.layout.tp_rank == r) mine.push_back(&q);
+      std::sort(mine.begin(), mine.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+      Tensor part = Tensor::empty({shape_numel(part_shape)}, DType::kF32, Device::cpu(), MemCategory::kOther);
+      std::int64_t covered = 0;
+      for (const PieceInfo* q : mine) {
+        HT_CHECK(q->begin == covered && q->end <= part.numel(), ErrorKind::kIo,
+                 "checkpoint '{}' lacks a shard of {} ({}): tp part {} has elements up to {}, then a piece at {}", dir_,
+                 p.name(), kind, r, covered, q->begin);
+        part.slice(q->begin, q->end).copy_from(detail::read_piece((fs::path(dir_) / q->file).string(), *q));
+        covered = q->end;
+      }
+      HT_CHECK(covered == part.numel(), ErrorKind::kIo,
+               "checkpoint '{}' lacks a shard of {} ({}): tp part {} covers {} of {} elements", dir_, p.name(), kind, r,
+               covered, part.numel());
+      parts.push_back(part.view(part_shape));
+    }
+    saved.tp_rank = 0;
+    return nn::tp_assemble(parts, saved);
+  }
+
+  std::string dir_;
+  std::map<std::string, std::vector<PieceInfo>> index_;
+  std::string cached_key_;
+  Tensor cached_;
+};
+
+}  // namespace
+
+std::optional<RunState> Checkpointer::load_latest(const std::string& expected_model,
+                                                  const std::vector<optim::Slot>& slots,
+                                                  optim::Optimizer& optimizer) {
+  comm::Communicator& world = impl_->mesh.world();
+  // Rank 0's listing decides which checkpoints are tried, newest first.
+  std::vector<std::int32_t> steps;
+  if (world.rank() == 0)
+    for (const std::string& path : committed_checkpoints(options_.dir))
+      steps.insert(steps.begin(), std::int32_t(detail::step_of(fs::path(path).filename().string())));
+  Tensor count = Tensor::from_vector(std::vector<std::int32_t>{std::int32_t(steps.size())}, {1});
+  world.broadcast(count, 0)->wait();
+  steps.resize(std::size_t(count.data<std::int32_t>()[0]));
+  if (steps.empty()) return std::nullopt;
+  Tensor list = Tensor::from_vector(steps, {std::int64_t(steps.size())});
+  world.broadcast(list, 0)->wait();
+  steps = list.to_vector<std::int32_t>();
+
+  enum Status { kWrongModel = 0, kUnusable = 1, kLoaded = 2 };
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const std::string dir = detail::step_dir(options_.dir, steps[k]);
+    int status = kLoaded;
+    std::string message;
+    RunState run;
+    try {
+      const Manifest m = detail::read_manifest(dir);
+      run = m.run;
+      if (m.run.model != expected_model) {
+        status = kWrongModel;
+        message = fmt::format("checkpoint '{}' holds model {}, but this run builds {}: resume with the same model "
+                              "flags, or use another --ckpt-dir",
+                              dir, m.run.model, expected_model);
+      } else {
+        Restorer restorer(dir, m);
+        for (std::size_t i = 0; i < slots.size(); ++i) {
+          const optim::Slot& s = slots[i];
+          Tensor values = s.param;
+          restorer.fill(*s.source, "master", s.offset, values);
+          for (auto& [kind, t] : optimizer.slot_state(i)) restorer.fill(*s.source, kind, s.offset, t);
+        }
+      }
+    } catch (const std::exception& e) {
+      status = kUnusable;
+      message = e.what();
+    }
+    const int verdict = agree_min(world, status);
+    if (verdict == kLoaded) return run;
+    HT_CHECK(verdict != kWrongModel, ErrorKind::kConfig, "{}",
+             status == kWrongModel ? message : fmt::format("checkpoint '{}' holds another model configuration", dir));
+    if (status != kLoaded)
+      std::fprintf(stderr, "warning: [rank %d] checkpoint %s is unusable: %s\n", world.rank(), dir.c_str(),
+                   message.c_str());
+    if (world.rank() == 0)
+      std::fprintf(stderr, "warning: checkpoint %s is corrupt or incomplete; %s\n", dir.c_str(),
+                   k + 1 < steps.size() ? fmt::format("falling back to step {}", steps[k + 1]).c_str()
+                                        : "no older checkpoint left: starting from scratch");
+  }
+  return std::nullopt;
+}
+
+}  // namespace ht::ckpt

@@ -1,0 +1,44 @@
+// Private: a checkpoint's manifest.json — the run state, the layout it was
+// saved under, every rank file and every piece with its checksum.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ckpt/rank_file.h"
+#include "ht/ckpt/checkpoint.h"
+
+namespace ht::ckpt::detail {
+
+inline constexpr const char* kManifestName = "manifest.json";
+inline constexpr int kFormatVersion = 1;
+
+struct RankFileEntry {
+  int rank = 0;
+  std::string file;
+  std::int64_t bytes = 0;
+};
+
+struct Manifest {
+  int format_version = kFormatVersion;
+  std::string library_version, git_commit;
+  RunState run;
+  std::string layout;  // "pp2 x dp2 x tp2", descriptive
+  int world = 1;
+  std::vector<RankFileEntry> files;
+  std::vector<PieceInfo> pieces;
+};
+
+/// Writes `<step dir>/manifest.json` and syncs it.
+void write_manifest(const std::string& step_dir, const Manifest& m);
+/// Reads and checks a step directory's manifest; IoError naming what is wrong.
+Manifest read_manifest(const std::string& step_dir);
+
+/// "rank_00003.h5"
+std::string rank_file_name(int rank);
+/// "<dir>/step_00000100"
+std::string step_dir(const std::string& dir, std::int64_t step);
+/// The step of a "step_NNNNNNNN" directory name, or -1.
+std::int64_t step_of(const std::string& name);
+
+}  // namespace ht::ckpt::detail

@@ -1,0 +1,140 @@
+// One rank's checkpoint file.
+#include "ckpt/rank_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/h5_check.h"
+#include "ht/ckpt/checkpoint.h"
+
+namespace ht::ckpt::detail {
+namespace {
+
+using ht::detail::H5Attribute;
+using ht::detail::H5Dataset;
+using ht::detail::H5Dataspace;
+using ht::detail::H5File;
+
+void write_i64s(hid_t obj, const char* name, const std::vector<std::int64_t>& v, const std::string& path) {
+  const hsize_t dims[1] = {hsize_t(v.size())};
+  H5Dataspace space(HT_H5_CHECK(H5Screate_simple(1, dims, nullptr), path));
+  H5Attribute a(HT_H5_CHECK(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), path));
+  HT_H5_CHECK(H5Awrite(a.get(), H5T_NATIVE_INT64, v.data()), path);
+}
+
+std::vector<std::int64_t> read_i64s(hid_t obj, const char* name, const std::string& path) {
+  HT_CHECK(H5Aexists(obj, name) > 0, ErrorKind::kIo, "checkpoint file '{}': a dataset lacks the '{}' attribute", path,
+           name);
+  H5Attribute a(HT_H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT), path));
+  H5Dataspace space(HT_H5_CHECK(H5Aget_space(a.get()), path));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  std::vector<std::int64_t> v(std::size_t(std::max<hssize_t>(n, 0)));
+  if (!v.empty()) HT_H5_CHECK(H5Aread(a.get(), H5T_NATIVE_INT64, v.data()), path);
+  return v;
+}
+
+}  // namespace
+
+std::string dataset_name(const PieceInfo& p) {
+  return fmt::format("{}|{}|{}|{}", p.tensor, p.kind, p.layout.tp_rank, p.begin);
+}
+
+void sync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  HT_CHECK(fd >= 0, ErrorKind::kIo, "cannot open '{}' to sync it: {}", path, std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  HT_CHECK(rc == 0, ErrorKind::kIo, "cannot sync '{}' to disk: {}", path, std::strerror(err));
+}
+
+std::int64_t write_rank_file(const std::string& path, std::vector<Piece>& pieces) {
+  {
+    H5File file(HT_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), path));
+    for (Piece& p : pieces) {
+      PieceInfo& i = p.info;
+      i.dataset = dataset_name(i);
+      i.checksum = checksum64(p.data.data_ptr(), p.data.nbytes());
+      const hsize_t dims[1] = {hsize_t(p.data.numel())};
+      H5Dataspace space(HT_H5_CHECK(H5Screate_simple(1, dims, nullptr), path));
+      H5Dataset ds(HT_H5_CHECK(
+          H5Dcreate2(file.get(), i.dataset.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+          path));
+      if (p.data.numel() > 0)
+        HT_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data.data_ptr()), path);
+      write_i64s(ds.get(), "global_shape", std::vector<std::int64_t>(i.global_shape.begin(), i.global_shape.end()),
+                 path);
+      write_i64s(ds.get(), "tensor_parallel",
+                 {i.layout.tp_split_dim, i.layout.tp_parts, i.layout.tp_rank, i.layout.tp_size}, path);
+      write_i64s(ds.get(), "range", {i.begin, i.end}, path);
+      write_i64s(ds.get(), "checksum", {std::int64_t(i.checksum)}, path);
+    }
+    HT_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), path);
+  }
+  sync_path(path);
+  return std::int64_t(std::filesystem::file_size(path));
+}
+
+std::vector<PieceInfo> read_piece_index(const std::string& path, const std::string& file_name) {
+  HT_CHECK(H5Fis_hdf5(path.c_str()) > 0, ErrorKind::kIo, "checkpoint file '{}' is missing or not HDF5 (corrupt?)",
+           path);
+  H5File file(HT_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path));
+  H5G_info_t group{};
+  HT_H5_CHECK(H5Gget_info(file.get(), &group), path);
+  std::vector<PieceInfo> out;
+  for (hsize_t k = 0; k < group.nlinks; ++k) {
+    char name[1024];
+    const ssize_t len =
+        H5Lget_name_by_idx(file.get(), ".", H5_INDEX_NAME, H5_ITER_INC, k, name, sizeof(name), H5P_DEFAULT);
+    HT_CHECK(len > 0 && std::size_t(len) < sizeof(name), ErrorKind::kIo, "checkpoint file '{}': unreadable object {}",
+             path, k);
+    PieceInfo i;
+    i.file = file_name;
+    i.dataset = name;
+    const auto bar1 = i.dataset.find('|'), bar2 = i.dataset.find('|', bar1 + 1);
+    HT_CHECK(bar1 != std::string::npos && bar2 != std::string::npos, ErrorKind::kIo,
+             "checkpoint file '{}': dataset '{}' is not named <tensor>|<kind>|<tp rank>|<begin>", path, i.dataset);
+    i.tensor = i.dataset.substr(0, bar1);
+    i.kind = i.dataset.substr(bar1 + 1, bar2 - bar1 - 1);
+    H5Dataset ds(HT_H5_CHECK(H5Dopen2(file.get(), name, H5P_DEFAULT), path));
+    const auto shape = read_i64s(ds.get(), "global_shape", path);
+    i.global_shape.assign(shape.begin(), shape.end());
+    const auto tp = read_i64s(ds.get(), "tensor_parallel", path);
+    const auto range = read_i64s(ds.get(), "range", path);
+    const auto sum = read_i64s(ds.get(), "checksum", path);
+    HT_CHECK(tp.size() == 4 && range.size() == 2 && sum.size() == 1, ErrorKind::kIo,
+             "checkpoint file '{}': dataset '{}' has malformed attributes", path, i.dataset);
+    i.layout = {.tp_split_dim = int(tp[0]), .tp_rank = int(tp[2]), .tp_size = int(tp[3]), .tp_parts = int(tp[1])};
+    i.begin = range[0];
+    i.end = range[1];
+    i.checksum = std::uint64_t(sum[0]);
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+Tensor read_piece(const std::string& path, const PieceInfo& info) {
+  HT_CHECK(H5Fis_hdf5(path.c_str()) > 0, ErrorKind::kIo, "checkpoint file '{}' is missing or not HDF5 (corrupt?)",
+           path);
+  H5File file(HT_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path));
+  HT_CHECK(H5Lexists(file.get(), info.dataset.c_str(), H5P_DEFAULT) > 0, ErrorKind::kIo,
+           "checkpoint file '{}' lacks the dataset '{}' its manifest lists", path, info.dataset);
+  H5Dataset ds(HT_H5_CHECK(H5Dopen2(file.get(), info.dataset.c_str(), H5P_DEFAULT), path));
+  H5Dataspace space(HT_H5_CHECK(H5Dget_space(ds.get()), path));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  HT_CHECK(n == info.end - info.begin, ErrorKind::kIo, "checkpoint file '{}': dataset '{}' holds {} values, not {}",
+           path, info.dataset, n, info.end - info.begin);
+  Tensor data = Tensor::empty({info.end - info.begin}, DType::kF32, Device::cpu(), MemCategory::kOther);
+  if (n > 0) HT_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()), path);
+  const std::uint64_t sum = checksum64(data.data_ptr(), data.nbytes());
+  HT_CHECK(sum == info.checksum, ErrorKind::kIo,
+           "checkpoint file '{}': dataset '{}' fails its checksum ({:016x}, expected {:016x}): the file is corrupt",
+           path, info.dataset, sum, info.checksum);
+  return data;
+}
+
+}  // namespace ht::ckpt::detail

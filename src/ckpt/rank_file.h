@@ -1,0 +1,45 @@
+// Private: one rank's checkpoint file (HDF5) — its pieces of tensor state,
+// each a dataset with its global coordinates and checksum as attributes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ht/core/tensor.h"
+#include "ht/nn/parameter.h"
+
+namespace ht::ckpt::detail {
+
+/// Where a piece belongs: elements [begin, end) of tp part `layout.tp_rank`
+/// of tensor `tensor`'s state `kind` ("master", "exp_avg", ...), flattened.
+struct PieceInfo {
+  std::string tensor, kind;
+  Shape global_shape;
+  nn::ParamLayout layout;  // the tensor-parallel fields
+  std::int64_t begin = 0, end = 0;
+  std::uint64_t checksum = 0;
+  std::string file;     // file name within the step directory
+  std::string dataset;  // dataset name within the file
+};
+
+struct Piece {
+  PieceInfo info;
+  Tensor data;  // host f32, end - begin elements
+};
+
+/// "<tensor>|<kind>|<tp rank>|<begin>"
+std::string dataset_name(const PieceInfo& p);
+
+/// Writes `pieces` (checksums computed here) to `path` and syncs the file to
+/// disk. Returns the file's size. Throws IoError naming the path.
+std::int64_t write_rank_file(const std::string& path, std::vector<Piece>& pieces);
+/// The pieces' descriptions (attributes only) of a rank file; `file` is set to `file_name`.
+std::vector<PieceInfo> read_piece_index(const std::string& path, const std::string& file_name);
+/// Reads one piece's data and verifies its checksum (IoError naming the file and dataset otherwise).
+Tensor read_piece(const std::string& path, const PieceInfo& info);
+
+/// fsync of a file or directory; throws IoError naming it.
+void sync_path(const std::string& path);
+
+}  // namespace ht::ckpt::detail
