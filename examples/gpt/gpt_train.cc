@@ -36,6 +36,9 @@ struct Args {
   std::string schedule = "1f1b";
   std::string precision = "fp32";
   std::string grad_reduce = "fp32";
+  std::string resume;  // "" or "auto"
+  std::string ckpt_dir;  // default <run-dir>/checkpoints
+  int ckpt_commit_delay_ms = 0;
   double bucket_mb = 25;
   std::string run_dir = "runs/gpt";
   std::string data;                 // token file; default <run_dir>/tokens.h5
@@ -106,6 +109,13 @@ int run(Args& a) {
   a.train.data_parallel.precision = precision::parse_policy(a.precision);
   a.train.data_parallel.precision.reduce = precision::parse_policy(a.grad_reduce).compute;
   a.train.data_parallel.bucket_bytes = std::int64_t(a.bucket_mb * double(1 << 20));
+  HT_CHECK(a.resume.empty() || a.resume == "auto", ErrorKind::kConfig,
+           "--resume '{}' is not supported: use --resume auto (the newest good checkpoint in the checkpoint directory)",
+           a.resume);
+  a.train.resume = a.resume == "auto";
+  a.train.ckpt_commit_delay = std::chrono::milliseconds(a.ckpt_commit_delay_ms);
+  if (a.train.ckpt_every > 0 || a.train.resume || !a.ckpt_dir.empty())
+    a.train.ckpt_dir = a.ckpt_dir.empty() ? (fs::path(a.run_dir) / "checkpoints").string() : a.ckpt_dir;
   a.train.validate();
   std::unique_ptr<comm::MpiRuntime> mpi;
   std::unique_ptr<comm::DeviceMesh> mesh;
@@ -150,23 +160,33 @@ int run(Args& a) {
     metrics->write_run(o, o.model.num_parameters(), layout.str());
   }
 
+  if (rank0 && trainer.resumed_from() > 0)
+    std::printf("# resumed from step %lld (%s)\n", (long long)trainer.resumed_from(), o.ckpt_dir.c_str());
+  if (rank0 && trainer.checkpointer())
+    std::printf("# checkpoints every %lld steps in %s (keeping %d)\n", (long long)o.ckpt_every, o.ckpt_dir.c_str(),
+                o.ckpt_keep);
+  const std::int64_t first = trainer.steps_done();
   const float val0 = trainer.evaluate();
   if (rank0) {
-    std::printf("step %lld/%lld | val loss %.4f\n", 0LL, (long long)o.steps, val0);
-    metrics->write_eval(0, val0);
+    std::printf("step %lld/%lld | val loss %.4f\n", (long long)first, (long long)o.steps, val0);
+    metrics->write_eval(first, val0);
   }
-  for (std::int64_t i = 0; i < o.steps; ++i) {
+  for (std::int64_t i = first; i < o.steps; ++i) {
     const train::StepStats s = trainer.step();
     if (rank0) {
       std::string scale;
       if (trainer.loss_scaler().enabled())
         scale = fmt::format(" | scale {:g}{}", s.loss_scale,
                             s.skipped ? fmt::format(" | SKIPPED (overflow; {} so far)", s.skipped_steps) : "");
-      std::printf("step %lld/%lld | loss %.4f | lr %.2e | norm %.3f%s | %.0f ms | %s tok/s\n", (long long)s.step,
-                  (long long)o.steps, s.loss, s.lr, s.grad_norm, scale.c_str(), s.ms, human(s.tokens_per_s()).c_str());
+      std::printf("step %lld/%lld | loss %.4f | lr %.2e | norm %.3f%s | %.0f ms | %s tok/s%s\n", (long long)s.step,
+                  (long long)o.steps, s.loss, s.lr, s.grad_norm, scale.c_str(), s.ms, human(s.tokens_per_s()).c_str(),
+                  s.checkpointed ? fmt::format(" | checkpoint ({:.0f} ms stall)",
+                                               trainer.checkpointer()->last_save().stall_ms).c_str()
+                                 : "");
       std::fflush(stdout);
       metrics->write_step(s);
     }
+    if (!s.checkpoint_error.empty()) std::fprintf(stderr, "warning: %s; training goes on\n", s.checkpoint_error.c_str());
     if ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == o.steps) {
       const float val = trainer.evaluate();
       if (rank0) {
@@ -174,6 +194,16 @@ int run(Args& a) {
         metrics->write_eval(s.step, val);
       }
     }
+  }
+
+  // At exit the last step is saved too, and every save is waited for.
+  if (trainer.checkpointer()) {
+    std::string error;
+    if (trainer.steps_done() > trainer.checkpointer()->last_save().step && trainer.steps_done() > trainer.resumed_from())
+      error = trainer.save_checkpoint();
+    if (error.empty()) error = trainer.wait_for_checkpoint();
+    if (!error.empty()) std::fprintf(stderr, "warning: %s\n", error.c_str());
+    else if (rank0) std::printf("# checkpoint of step %lld committed\n", (long long)trainer.steps_done());
   }
 
   if (a.sample_tokens > 0) {
@@ -228,6 +258,14 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB (data parallelism)")
       ->check(CLI::PositiveNumber);
   app.add_option("--schedule", a.schedule, "pipeline schedule: gpipe or 1f1b");
+  app.add_option("--ckpt-every", t.ckpt_every, "save a checkpoint every N steps (0: only at the end, if --ckpt-dir)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--ckpt-dir", a.ckpt_dir, "checkpoint directory (default <run-dir>/checkpoints)");
+  app.add_option("--ckpt-keep", t.ckpt_keep, "committed checkpoints kept")->check(CLI::PositiveNumber);
+  app.add_option("--ckpt-commit-delay-ms", a.ckpt_commit_delay_ms,
+                 "rehearsal: hold each save this long before its commit (to test a crash during a save)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--resume", a.resume, "auto: continue from the newest good checkpoint (a fresh start if none)");
   app.add_option("--precision", a.precision, "compute precision: fp32, fp16 (dynamic loss scaling) or bf16");
   app.add_option("--grad-reduce-dtype", a.grad_reduce, "dtype of the gradient reduction: fp32, fp16 or bf16");
   app.add_option("--loss-scale", t.loss_scaler.initial_scale, "initial dynamic loss scale (fp16)");

@@ -134,6 +134,7 @@ struct Checkpointer::Impl {
     }
     stats->write_ms = now_ms() - t0;
     j.pieces.clear();  // the host copy is no longer needed
+    if (options.commit_delay.count() > 0) std::this_thread::sleep_for(options.commit_delay);
     try {
       const bool all_written = agree_min(*comm, error.empty() ? 1 : 0) == 1;
       if (rank == 0 && all_written) commit(j, tmp);

@@ -1,6 +1,7 @@
 // Argument validation for the public ops.
 #include "ops/check.h"
 
+#include "ht/ops/compute_dtype.h"
 #include "ops/backend_ops.h"
 
 namespace ht::ops::detail {
@@ -35,6 +36,25 @@ void check_dtype(const char* op, const char* name, const Tensor& t, DType expect
 void check_float_dtype(const char* op, const char* name, const Tensor& t) {
   HT_CHECK(is_floating(t.dtype()), ErrorKind::kDTypeMismatch, "{}: '{}' must be f32, f16 or bf16, got {}",
            op, name, dtype_name(t.dtype()));
+}
+
+DType check_compute_dtype(const char* op, std::initializer_list<Named> tensors) {
+  const Named* first = nullptr;
+  for (const Named& n : tensors) {
+    if (!n.second->defined()) continue;
+    const DType dt = n.second->dtype();
+    HT_CHECK(is_compute_dtype(dt), ErrorKind::kDTypeMismatch,
+             "{}: '{}' must be f32, f16 or bf16 (the call's compute dtype), got {}", op, n.first, dtype_name(dt));
+    if (!first) {
+      first = &n;
+    } else {
+      HT_CHECK(dt == first->second->dtype(), ErrorKind::kDTypeMismatch,
+               "{}: '{}' is {} but '{}' is {}; activations, parameters and their gradients share one compute "
+               "dtype per call: cast them to one with ht::ops::cast",
+               op, n.first, dtype_name(dt), first->first, dtype_name(first->second->dtype()));
+    }
+  }
+  return first ? first->second->dtype() : DType::kF32;
 }
 
 void check_shape(const char* op, const char* name, const Tensor& t, const Shape& expected) {

@@ -16,6 +16,11 @@ using Named = std::pair<const char*, const Tensor*>;
 Device check_same_device(const char* op, std::initializer_list<Named> tensors);
 void check_dtype(const char* op, const char* name, const Tensor& t, DType expected);
 void check_float_dtype(const char* op, const char* name, const Tensor& t);
+/// The compute dtype of a call (ht/ops/compute_dtype.h): every defined tensor
+/// in `tensors` is f32, f16 or bf16, all the same; returns it (f32 if none is
+/// defined). Throws kDTypeMismatch naming the first tensor that differs from
+/// the first one, or one that is not a float dtype.
+DType check_compute_dtype(const char* op, std::initializer_list<Named> tensors);
 void check_shape(const char* op, const char* name, const Tensor& t, const Shape& expected);
 void check_ndim(const char* op, const char* name, const Tensor& t, int ndim);
 void check_numel(const char* op, const char* name, const Tensor& t, std::int64_t numel);

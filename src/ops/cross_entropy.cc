@@ -1,16 +1,19 @@
 // Cross-entropy: validation and dispatch. Targets are range-checked by the
 // drivers; the vocabulary shard is checked here and reaches them resolved.
+// f16 and bf16 logits run the f32 drivers through F32Staging; the per-row
+// statistics (losses, lse, target_logit) are f32 whatever the logits' dtype.
 #include "ht/ops/cross_entropy.h"
 
 #include "ops/backend_ops.h"
 #include "ops/check.h"
+#include "ops/f32_staging.h"
 
 namespace ht::ops {
 namespace {
 
 void check_common(const char* op, const Tensor& logits, const Tensor& targets, const Tensor& lse) {
   detail::check_ndim(op, "logits", logits, 2);
-  detail::check_dtype(op, "logits", logits, DType::kF32);
+  detail::check_compute_dtype(op, {{"logits", &logits}});
   detail::check_dtype(op, "targets", targets, DType::kI32);
   detail::check_dtype(op, "lse", lse, DType::kF32);
   detail::check_shape(op, "targets", targets, {logits.size(0)});
@@ -26,7 +29,8 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& 
   check_common(op, logits, targets, lse);
   detail::check_dtype(op, "losses", losses, DType::kF32);
   detail::check_shape(op, "losses", losses, {logits.size(0)});
-  HT_DISPATCH(dev, cross_entropy_forward, logits, targets, losses, lse);
+  detail::F32Staging s;
+  HT_DISPATCH(dev, cross_entropy_forward, s.in(logits), targets, losses, lse);
 }
 
 void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, VocabShard shard, Tensor& lse,
@@ -38,7 +42,8 @@ void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, Vo
   detail::check_dtype(op, "target_logit", target_logit, DType::kF32);
   detail::check_shape(op, "target_logit", target_logit, {logits.size(0)});
   shard = detail::check_vocab_shard(op, "logits", logits.size(1), shard);
-  HT_DISPATCH(dev, cross_entropy_shard_forward, logits, targets, shard, lse, target_logit);
+  detail::F32Staging s;
+  HT_DISPATCH(dev, cross_entropy_shard_forward, s.in(logits), targets, shard, lse, target_logit);
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,
@@ -47,10 +52,13 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   const Device dev = detail::check_same_device(
       op, {{"logits", &logits}, {"targets", &targets}, {"lse", &lse}, {"dlogits", &dlogits}});
   check_common(op, logits, targets, lse);
-  detail::check_dtype(op, "dlogits", dlogits, DType::kF32);
+  detail::check_compute_dtype(op, {{"logits", &logits}, {"dlogits", &dlogits}});
   detail::check_shape(op, "dlogits", dlogits, logits.shape());
   shard = detail::check_vocab_shard(op, "logits", logits.size(1), shard);
-  HT_DISPATCH(dev, cross_entropy_backward, logits, targets, lse, dloss, dlogits, shard);
+  detail::F32Staging s;
+  HT_DISPATCH(dev, cross_entropy_backward, s.in(logits), targets, lse, dloss,
+              s.out(dlogits, detail::Staged::kOverwrite), shard);
+  s.commit();
 }
 
 }  // namespace ht::ops

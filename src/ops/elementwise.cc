@@ -1,63 +1,76 @@
-// Element-wise ops: validation and dispatch.
+// Element-wise ops: validation and dispatch; f16 and bf16 calls run the f32
+// drivers through F32Staging (ht/ops/compute_dtype.h).
 #include "ht/ops/elementwise.h"
 
 #include "ops/backend_ops.h"
 #include "ops/check.h"
+#include "ops/f32_staging.h"
 
 namespace ht::ops {
 
-using detail::check_dtype;
+using detail::check_compute_dtype;
 using detail::check_numel;
 using detail::check_same_device;
+using detail::F32Staging;
+using detail::Staged;
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
   const Device dev = check_same_device("add", {{"a", &a}, {"b", &b}, {"out", &out}});
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&a, &b, &out}) check_dtype("add", "operand", *t, DType::kF32);
+  check_compute_dtype("add", {{"a", &a}, {"b", &b}, {"out", &out}});
   check_numel("add", "b", b, a.numel());
   check_numel("add", "out", out, a.numel());
-  HT_DISPATCH(dev, add, a, b, out);
+  F32Staging s;
+  HT_DISPATCH(dev, add, s.in(a), s.in(b), s.out(out, Staged::kOverwrite));
+  s.commit();
 }
 
-void scale(Tensor& x, float s) {
+void scale(Tensor& x, float factor) {
   const Device dev = check_same_device("scale", {{"x", &x}});
-  check_dtype("scale", "x", x, DType::kF32);
-  HT_DISPATCH(dev, scale, x, s);
+  check_compute_dtype("scale", {{"x", &x}});
+  F32Staging s;
+  HT_DISPATCH(dev, scale, s.out(x, Staged::kAccumulate), factor);
+  s.commit();
 }
 
 void bias_add(Tensor& y, const Tensor& bias) {
   const Device dev = check_same_device("bias_add", {{"y", &y}, {"bias", &bias}});
-  check_dtype("bias_add", "y", y, DType::kF32);
-  check_dtype("bias_add", "bias", bias, DType::kF32);
+  check_compute_dtype("bias_add", {{"y", &y}, {"bias", &bias}});
   detail::check_ndim("bias_add", "bias", bias, 1);
   HT_CHECK(y.ndim() >= 1 && y.size(-1) == bias.size(0), ErrorKind::kShapeMismatch,
            "bias_add: last dimension of y {} must equal bias size {}", shape_str(y.shape()), bias.size(0));
-  HT_DISPATCH(dev, bias_add, y, bias);
+  F32Staging s;
+  HT_DISPATCH(dev, bias_add, s.out(y, Staged::kAccumulate), s.in(bias));
+  s.commit();
 }
 
 void bias_grad(const Tensor& dy, Tensor& dbias) {
   const Device dev = check_same_device("bias_grad", {{"dy", &dy}, {"dbias", &dbias}});
-  check_dtype("bias_grad", "dy", dy, DType::kF32);
-  check_dtype("bias_grad", "dbias", dbias, DType::kF32);
+  check_compute_dtype("bias_grad", {{"dy", &dy}, {"dbias", &dbias}});
   detail::check_ndim("bias_grad", "dbias", dbias, 1);
   HT_CHECK(dy.ndim() >= 1 && dy.size(-1) == dbias.size(0), ErrorKind::kShapeMismatch,
            "bias_grad: last dimension of dy {} must equal dbias size {}", shape_str(dy.shape()), dbias.size(0));
-  HT_DISPATCH(dev, bias_grad, dy, dbias);
+  F32Staging s;
+  HT_DISPATCH(dev, bias_grad, s.in(dy), s.out(dbias, Staged::kAccumulate));
+  s.commit();
 }
 
 void gelu_forward(const Tensor& x, Tensor& y) {
   const Device dev = check_same_device("gelu_forward", {{"x", &x}, {"y", &y}});
-  check_dtype("gelu_forward", "x", x, DType::kF32);
-  check_dtype("gelu_forward", "y", y, DType::kF32);
+  check_compute_dtype("gelu_forward", {{"x", &x}, {"y", &y}});
   check_numel("gelu_forward", "y", y, x.numel());
-  HT_DISPATCH(dev, gelu_forward, x, y);
+  F32Staging s;
+  HT_DISPATCH(dev, gelu_forward, s.in(x), s.out(y, Staged::kOverwrite));
+  s.commit();
 }
 
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   const Device dev = check_same_device("gelu_backward", {{"x", &x}, {"dy", &dy}, {"dx", &dx}});
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &dy, &dx}) check_dtype("gelu_backward", "operand", *t, DType::kF32);
+  check_compute_dtype("gelu_backward", {{"x", &x}, {"dy", &dy}, {"dx", &dx}});
   check_numel("gelu_backward", "dy", dy, x.numel());
   check_numel("gelu_backward", "dx", dx, x.numel());
-  HT_DISPATCH(dev, gelu_backward, x, dy, dx);
+  F32Staging s;
+  HT_DISPATCH(dev, gelu_backward, s.in(x), s.in(dy), s.out(dx, Staged::kOverwrite));
+  s.commit();
 }
 
 }  // namespace ht::ops

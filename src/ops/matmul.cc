@@ -1,10 +1,13 @@
-// matmul: validation and dispatch.
+// matmul: validation and dispatch. On CUDA cuBLAS takes f16 and bf16
+// operands as they are (f32 compute); on the CPU, sgemm runs on f32 copies
+// through F32Staging.
 #include "ht/ops/matmul.h"
 
 #include <atomic>
 
 #include "ops/backend_ops.h"
 #include "ops/check.h"
+#include "ops/f32_staging.h"
 
 namespace ht::ops {
 namespace {
@@ -16,12 +19,7 @@ CpuGemmBackend cpu_gemm_backend() { return g_cpu_backend; }
 
 void matmul(const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o) {
   const Device dev = detail::check_same_device("matmul", {{"a", &a}, {"b", &b}, {"c", &c}});
-  HT_CHECK(a.dtype() == b.dtype() && b.dtype() == c.dtype(), ErrorKind::kDTypeMismatch,
-           "matmul: dtypes of a ({}), b ({}) and c ({}) must match", dtype_name(a.dtype()), dtype_name(b.dtype()),
-           dtype_name(c.dtype()));
-  detail::check_float_dtype("matmul", "a", a);
-  HT_CHECK(dev.is_cuda() || a.dtype() == DType::kF32, ErrorKind::kNotSupported,
-           "matmul: the CPU backend computes in f32 only, got {}; cast the operands to f32", dtype_name(a.dtype()));
+  detail::check_compute_dtype("matmul", {{"a", &a}, {"b", &b}, {"c", &c}});
   HT_CHECK((a.ndim() == 2 || a.ndim() == 3) && b.ndim() == a.ndim() && c.ndim() == a.ndim(),
            ErrorKind::kShapeMismatch, "matmul: a {}, b {}, c {} must all be 2-d or all 3-d (batched)",
            shape_str(a.shape()), shape_str(b.shape()), shape_str(c.shape()));
@@ -38,7 +36,15 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o)
            "matmul: op(a) {}x{} @ op(b) {}x{} -> c must be {}x{}, got c {} (a {}{}, b {}{})", m, ka, kb, n, m, n,
            shape_str(c.shape()), shape_str(a.shape()), o.trans_a ? "^T" : "", shape_str(b.shape()),
            o.trans_b ? "^T" : "");
-  HT_DISPATCH(dev, matmul, a, b, c, o);
+  if (dev.is_cuda()) {
+    HT_DISPATCH(dev, matmul, a, b, c, o);
+    return;
+  }
+  // beta == 0 ignores C's old contents (which may be NaN): nothing to widen.
+  detail::F32Staging s;
+  cpu::matmul(s.in(a), s.in(b), s.out(c, o.beta == 0.f ? detail::Staged::kOverwrite : detail::Staged::kAccumulate),
+              o);
+  s.commit();
 }
 
 }  // namespace ht::ops

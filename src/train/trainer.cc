@@ -62,7 +62,9 @@ Trainer::Trainer(const TrainerOptions& options, const data::TokenSplits& splits,
            "--resume needs a checkpoint directory (--ckpt-dir, or --run-dir for <run-dir>/checkpoints)");
   if (!options_.ckpt_dir.empty()) {
     checkpointer_ = std::make_unique<ckpt::Checkpointer>(
-        ckpt::CheckpointOptions{.dir = options_.ckpt_dir, .keep = options_.ckpt_keep}, *mesh_);
+        ckpt::CheckpointOptions{
+            .dir = options_.ckpt_dir, .keep = options_.ckpt_keep, .commit_delay = options_.ckpt_commit_delay},
+        *mesh_);
     if (options_.resume) resume();
   }
 }

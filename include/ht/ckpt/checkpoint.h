@@ -57,6 +57,9 @@ struct RunState {
 struct CheckpointOptions {
   std::string dir;
   int keep = 3;  // committed checkpoints kept (older ones are deleted)
+  /// Rehearsal of a crash during a save: each rank's writer waits this long
+  /// after writing its file and before the commit (0 in real runs).
+  std::chrono::milliseconds commit_delay{0};
 
   /// Throws kConfig naming the bad value.
   void validate() const;

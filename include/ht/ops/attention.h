@@ -3,9 +3,13 @@
 // qkv (B, T, 3C) holds [Q | K | V] along the last dimension, each (B, T, C)
 // split into n_head heads of C / n_head channels, as GPT-2's c_attn produces.
 // The softmax probabilities (B, H, T, T) are saved for backward.
+//
+// qkv, out, probs, dout and dqkv share one compute dtype, f32, f16 or bf16
+// (ht/ops/compute_dtype.h).
 #pragma once
 
 #include "ht/core/tensor.h"
+#include "ht/ops/compute_dtype.h"
 
 namespace ht::ops {
 

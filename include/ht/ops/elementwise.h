@@ -1,15 +1,17 @@
 // Element-wise and broadcast ops: add, scale, bias add and its gradient, GELU.
 // Outputs are overwritten, except gradients of parameters (bias_grad), which
 // accumulate. Synchronous on CPU; on CUDA enqueued on the current stream.
+// Every tensor of a call is f32, or all f16, or all bf16 (ht/ops/compute_dtype.h).
 #pragma once
 
 #include "ht/core/tensor.h"
+#include "ht/ops/compute_dtype.h"
 
 namespace ht::ops {
 
-/// out = a + b, all the same element count and dtype (f32). `out` may alias a or b.
+/// out = a + b, all the same element count and dtype. `out` may alias a or b.
 void add(const Tensor& a, const Tensor& b, Tensor& out);
-/// x *= s (f32).
+/// x *= s.
 void scale(Tensor& x, float s);
 /// y (rows, C) += bias (C), broadcast over rows.
 void bias_add(Tensor& y, const Tensor& bias);

@@ -1,8 +1,11 @@
 // Token plus learned-position embedding, whole or vocabulary-parallel (each
-// tensor-parallel rank holds a shard of the token table's rows).
+// tensor-parallel rank holds a shard of the token table's rows). wte, wpe,
+// out, dout, dwte and dwpe share one compute dtype, f32, f16 or bf16
+// (ht/ops/compute_dtype.h); tokens are i32.
 #pragma once
 
 #include "ht/core/tensor.h"
+#include "ht/ops/compute_dtype.h"
 #include "ht/ops/vocab_shard.h"
 
 namespace ht::ops {

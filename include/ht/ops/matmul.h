@@ -1,11 +1,14 @@
 // General matrix multiply: C = alpha * op(A) @ op(B) + beta * C, row-major,
-// optionally batched. CPU: OpenBLAS sgemm (or Eigen, selectable for
-// measurement); CUDA: cuBLAS (f32, f16, bf16 with f32 accumulation).
+// optionally batched. A, B and C share one compute dtype, f32, f16 or bf16
+// (ht/ops/compute_dtype.h). CPU: OpenBLAS sgemm (or Eigen, selectable for
+// measurement), on f32 copies of 16-bit operands; CUDA: cuBLAS, 16-bit
+// operands as they are, always with f32 accumulation (tensor cores).
 //
 // Synchronous on CPU; on CUDA enqueued on the current stream.
 #pragma once
 
 #include "ht/core/tensor.h"
+#include "ht/ops/compute_dtype.h"
 
 namespace ht::ops {
 
@@ -19,7 +22,8 @@ struct MatmulOptions {
 /// 2-D: A (M,K) or (K,M) if trans_a, B (K,N) or (N,K) if trans_b, C (M,N).
 /// 3-D: the same with a leading batch dimension shared by all three.
 /// Throws kShapeMismatch naming the shapes when they do not chain, kDTypeMismatch
-/// or kDeviceMismatch when the three disagree.
+/// or kDeviceMismatch when the three disagree. With beta != 0, 16-bit C is read,
+/// alpha * op(A) op(B) + beta * C formed in f32 and rounded once.
 void matmul(const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& options = {});
 
 /// Which library runs host GEMMs. OpenBLAS is the default: on the reference

@@ -10,6 +10,7 @@
 // process training on the whole batch would, up to float rounding.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -60,6 +61,7 @@ struct TrainerOptions {
   std::int64_t ckpt_every = 0;
   int ckpt_keep = 3;
   bool resume = false;
+  std::chrono::milliseconds ckpt_commit_delay{0};  // see ckpt::CheckpointOptions
   /// Called on every rank once a step's gradients are reduced, before they
   /// are unscaled and checked (fault injection and tests); the optimizer's
   /// slots hold the gradients this rank owns.

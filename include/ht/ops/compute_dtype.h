@@ -1,0 +1,40 @@
+// The dtype rules of the compute ops (matmul, the element-wise ops, LayerNorm,
+// attention, embedding, cross-entropy): written here once, referred to by
+// every op header. The precision ops (cast.h) and optimizer updates have their
+// own rules, stated in their headers.
+#pragma once
+
+#include "ht/core/dtype.h"
+
+namespace ht::ops {
+
+// Mixed precision: f16 and bf16 storage, f32 arithmetic.
+//
+// - One compute dtype per call. Activations and their gradients (x, y, qkv,
+//   out, probs, logits, dlogits, dout, dx, dqkv, ...) and parameters and their
+//   gradients (matmul's A, B, C; bias and dbias; LayerNorm weight, bias, dw,
+//   db; wte, wpe, dwte, dwpe) are all f32, all f16 or all bf16. A mix throws
+//   kDTypeMismatch naming two tensors that differ; i32 or another non-float
+//   dtype among them throws kDTypeMismatch too.
+// - Statistics stay f32 whatever the compute dtype: LayerNorm mean and rstd;
+//   cross-entropy losses, lse and target_logit. Token ids and targets are i32.
+// - Arithmetic is f32 inside. Each output element is rounded once to its dtype
+//   (round to nearest, ties to even). Outputs that accumulate (matmul with
+//   beta != 0, bias_add's y, bias_grad's dbias, LayerNorm dw and db, embedding
+//   dwte and dwpe, scale's x) read the stored 16-bit value, add in f32 and
+//   round once.
+// - f32 calls are unaffected by all of this: the same code, bits and speed.
+//
+// Cost. On CUDA, matmul passes 16-bit operands to cuBLAS with f32 compute
+// (tensor cores). Every other 16-bit call, and every 16-bit call on the CPU
+// (which has no 16-bit arithmetic), runs the op's f32 driver on f32 copies of
+// its 16-bit tensors and rounds the outputs back: temporary f32 buffers of
+// those tensors' sizes for the length of the call, and two conversions per
+// element (F16C instructions on CPUs that have them). So 16-bit calls there are
+// slower than f32 ones; what 16-bit saves is the memory of tensors held
+// between calls (activations saved for backward, parameters, gradients).
+
+/// Whether `dtype` can be the compute dtype of a compute op: f32, f16 or bf16.
+constexpr bool is_compute_dtype(DType dtype) { return is_floating(dtype); }
+
+}  // namespace ht::ops
