@@ -21,6 +21,8 @@
 #include "ht/comm/mpi_runtime.h"
 #include "ht/core/error.h"
 #include "ht/parallel/gather_parameters.h"
+#include "ht/resilience/faults.h"
+#include "ht/resilience/rank_guard.h"
 #include "ht/train/metrics.h"
 #include "ht/train/trainer.h"
 
@@ -39,6 +41,7 @@ struct Args {
   std::string resume;  // "" or "auto"
   std::string ckpt_dir;  // default <run-dir>/checkpoints
   int ckpt_commit_delay_ms = 0;
+  double heartbeat_s = 2, watchdog_s = 300;
   double bucket_mb = 25;
   std::string run_dir = "runs/gpt";
   std::string data;                 // token file; default <run_dir>/tokens.h5
@@ -103,6 +106,10 @@ data::TokenSplits load_on_rank0_first(const Args& a, const std::string& path, co
   return world->rank() == 0 ? splits : data::read_token_file(path);
 }
 
+// The rank's guard: set once the run directory is known, so a failure can
+// leave its exit record.
+std::unique_ptr<resilience::RankGuard> guard;
+
 int run(Args& a) {
   a.train.device = parse_device(a.device);
   a.train.schedule = parallel::parse_schedule(a.schedule);
@@ -139,6 +146,19 @@ int run(Args& a) {
                 (long long)splits.vocab_size, train::unigram_entropy(splits.val, splits.vocab_size));
   if (a.prepare_only) return 0;
 
+  // Resilience inside the rank: heartbeats and a watchdog under the run
+  // directory, preemption signals, and the failures HT_FAULTS rehearses.
+  const int world_rank = mesh ? mesh->rank() : 0;
+  guard = std::make_unique<resilience::RankGuard>(
+      resilience::GuardOptions{.run_dir = a.run_dir,
+                               .heartbeat = std::chrono::milliseconds(std::int64_t(a.heartbeat_s * 1000)),
+                               .watchdog = std::chrono::milliseconds(std::int64_t(a.watchdog_s * 1000))},
+      world_rank);
+  a.train.guard = guard.get();
+  if (const char* spec = std::getenv("HT_FAULTS")) {
+    a.train.faults = resilience::FaultPlan::parse(spec);
+    a.train.faults.drop_fired(a.run_dir);
+  }
   train::Trainer trainer(a.train, splits, mesh.get());
   const auto& o = trainer.options();
   std::unique_ptr<train::MetricsWriter> metrics;
@@ -187,6 +207,16 @@ int run(Args& a) {
       metrics->write_step(s);
     }
     if (!s.checkpoint_error.empty()) std::fprintf(stderr, "warning: %s; training goes on\n", s.checkpoint_error.c_str());
+    if (s.stop_requested) {
+      // Preemption (SIGTERM/SIGUSR1 on any rank): finish here with a checkpoint.
+      std::string error = trainer.checkpointer() ? trainer.save_checkpoint() : "";
+      if (error.empty()) error = trainer.wait_for_checkpoint();
+      if (rank0) std::printf("# preempted at step %lld: %s\n", (long long)s.step,
+                             trainer.checkpointer() ? (error.empty() ? "checkpoint committed" : error.c_str())
+                                                    : "no checkpoint directory, nothing saved");
+      std::fflush(stdout);
+      guard->exit(resilience::kExitPreempted, fmt::format("preempted at step {}", s.step));
+    }
     if ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == o.steps) {
       const float val = trainer.evaluate();
       if (rank0) {
@@ -266,6 +296,10 @@ int main(int argc, char** argv) {
                  "rehearsal: hold each save this long before its commit (to test a crash during a save)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--resume", a.resume, "auto: continue from the newest good checkpoint (a fresh start if none)");
+  app.add_option("--heartbeat", a.heartbeat_s, "seconds between heartbeats (<run-dir>/heartbeat)");
+  app.add_option("--watchdog", a.watchdog_s, "seconds without progress before the rank exits as hung (0: off)");
+  app.add_option("--divergence-steps", t.divergence_steps, "consecutive non-finite losses that end the run");
+  app.add_option("--sdc-every", t.sdc_every, "steps between replica parameter checksum comparisons (0: never)");
   app.add_option("--precision", a.precision, "compute precision: fp32, fp16 (dynamic loss scaling) or bf16");
   app.add_option("--grad-reduce-dtype", a.grad_reduce, "dtype of the gradient reduction: fp32, fp16 or bf16");
   app.add_option("--loss-scale", t.loss_scaler.initial_scale, "initial dynamic loss scale (fp16)");
@@ -285,11 +319,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     return run(a);
-  } catch (const ht::Error& e) {
-    std::fprintf(stderr, "gpt_train: %s\n", e.what());
-    return 2;
   } catch (const std::exception& e) {
+    // A distinctive exit code per failure kind, for the supervisor (htrun).
+    const int code = resilience::exit_code_for(e);
+    if (guard) guard->exit(code, e.what());
     std::fprintf(stderr, "gpt_train: %s\n", e.what());
-    return 2;
+    return code;
   }
 }

@@ -12,6 +12,7 @@
 #include <thread>
 #include <cstring>
 
+#include "ckpt/assemble.h"
 #include "ckpt/manifest.h"
 #include "ckpt/rank_file.h"
 #include "ht/ckpt/checkpoint.h"
@@ -139,6 +140,11 @@ struct Checkpointer::Impl {
       const bool all_written = agree_min(*comm, error.empty() ? 1 : 0) == 1;
       if (rank == 0 && all_written) commit(j, tmp);
       if (!all_written && error.empty()) error = "another rank could not write its file";
+      if (!all_written && rank == 0) {
+        // Every rank is done with the directory: free the space of the partial save now.
+        std::error_code ec;
+        fs::remove_all(tmp, ec);
+      }
     } catch (const std::exception& e) {
       if (error.empty()) error = e.what();
     }
@@ -271,9 +277,8 @@ namespace {
 // tensor at a time, assembled from every saved piece.
 class Restorer {
  public:
-  Restorer(const std::string& step_dir, const Manifest& m) : dir_(step_dir) {
-    for (const PieceInfo& p : m.pieces) index_[p.tensor + "|" + p.kind].push_back(p);
-  }
+  Restorer(const std::string& step_dir, const Manifest& m)
+      : dir_(step_dir), index_(detail::pieces_by_tensor(m.pieces)) {}
 
   // Elements [offset, offset + dst.numel()) of this rank's tp part of (tensor, kind) into dst.
   void fill(const nn::Parameter& p, const std::string& kind, std::int64_t offset, Tensor& dst) {
@@ -294,35 +299,10 @@ class Restorer {
     const auto it = index_.find(key);
     HT_CHECK(it != index_.end(), ErrorKind::kIo, "checkpoint '{}' lacks {} ({}): incomplete, or of another optimizer",
              dir_, p.name(), kind);
-    const std::vector<PieceInfo>& pieces = it->second;
-    const Shape global = pieces.front().global_shape;
+    const Shape& global = it->second.front().global_shape;
     HT_CHECK(global == p.full_shape(), ErrorKind::kIo, "checkpoint '{}': {} is {} where the model has {}", dir_,
              p.name(), shape_str(global), shape_str(p.full_shape()));
-    nn::ParamLayout saved = pieces.front().layout;
-    const int tp = std::max(saved.tp_size, 1);
-    const Shape part_shape = nn::tp_part_shape(global, saved);
-    std::vector<Tensor> parts;
-    for (int r = 0; r < tp; ++r) {
-      std::vector<const PieceInfo*> mine;
-      for (const PieceInfo& q : pieces)
-        if (q.layout.tp_rank == r) mine.push_back(&q);
-      std::sort(mine.begin(), mine.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
-      Tensor part = Tensor::empty({shape_numel(part_shape)}, DType::kF32, Device::cpu(), MemCategory::kOther);
-      std::int64_t covered = 0;
-      for (const PieceInfo* q : mine) {
-        HT_CHECK(q->begin == covered && q->end <= part.numel(), ErrorKind::kIo,
-                 "checkpoint '{}' lacks a shard of {} ({}): tp part {} has elements up to {}, then a piece at {}", dir_,
-                 p.name(), kind, r, covered, q->begin);
-        part.slice(q->begin, q->end).copy_from(detail::read_piece((fs::path(dir_) / q->file).string(), *q));
-        covered = q->end;
-      }
-      HT_CHECK(covered == part.numel(), ErrorKind::kIo,
-               "checkpoint '{}' lacks a shard of {} ({}): tp part {} covers {} of {} elements", dir_, p.name(), kind, r,
-               covered, part.numel());
-      parts.push_back(part.view(part_shape));
-    }
-    saved.tp_rank = 0;
-    return nn::tp_assemble(parts, saved);
+    return detail::assemble_tensor(dir_, it->second);
   }
 
   std::string dir_;

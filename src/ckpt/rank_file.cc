@@ -18,6 +18,7 @@ using ht::detail::H5Attribute;
 using ht::detail::H5Dataset;
 using ht::detail::H5Dataspace;
 using ht::detail::H5File;
+using ht::detail::H5Plist;
 
 void write_i64s(hid_t obj, const char* name, const std::vector<std::int64_t>& v, const std::string& path) {
   const hsize_t dims[1] = {hsize_t(v.size())};
@@ -52,9 +53,17 @@ void sync_path(const std::string& path) {
   HT_CHECK(rc == 0, ErrorKind::kIo, "cannot sync '{}' to disk: {}", path, std::strerror(err));
 }
 
+// The file is built in memory (HDF5's core driver, no backing store) and
+// written with plain POSIX calls: HDF5 1.10 cannot recover from a failed
+// write at close (a full disk leaves a half-closed file behind that crashes
+// the process in HDF5's exit handler, HDFGroup/hdf5#2257), so here HDF5
+// never touches the disk and a full disk is an ordinary IoError.
 std::int64_t write_rank_file(const std::string& path, std::vector<Piece>& pieces) {
+  std::vector<char> image;
   {
-    H5File file(HT_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), path));
+    H5Plist fapl(HT_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), path));
+    HT_H5_CHECK(H5Pset_fapl_core(fapl.get(), 1 << 20, false), path);
+    H5File file(HT_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), path));
     for (Piece& p : pieces) {
       PieceInfo& i = p.info;
       i.dataset = dataset_name(i);
@@ -74,9 +83,24 @@ std::int64_t write_rank_file(const std::string& path, std::vector<Piece>& pieces
       write_i64s(ds.get(), "checksum", {std::int64_t(i.checksum)}, path);
     }
     HT_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), path);
+    image.resize(std::size_t(HT_H5_CHECK(H5Fget_file_image(file.get(), nullptr, 0), path)));
+    HT_H5_CHECK(H5Fget_file_image(file.get(), image.data(), image.size()), path);
   }
-  sync_path(path);
-  return std::int64_t(std::filesystem::file_size(path));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  HT_CHECK(fd >= 0, ErrorKind::kIo, "cannot create checkpoint file '{}': {}", path, std::strerror(errno));
+  for (std::size_t done = 0; done < image.size();) {
+    const ssize_t n = ::write(fd, image.data() + done, image.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    const int err = errno;
+    if (n <= 0) ::close(fd);
+    HT_CHECK(n > 0, ErrorKind::kIo, "cannot write checkpoint file '{}' ({} of {} bytes written): {}", path, done,
+             image.size(), std::strerror(err));
+    done += std::size_t(n);
+  }
+  const int rc = ::fsync(fd), err = errno;
+  HT_CHECK(::close(fd) == 0 && rc == 0, ErrorKind::kIo, "cannot sync checkpoint file '{}' to disk: {}", path,
+           std::strerror(rc != 0 ? err : errno));
+  return std::int64_t(image.size());
 }
 
 std::vector<PieceInfo> read_piece_index(const std::string& path, const std::string& file_name) {

@@ -60,6 +60,8 @@ std::string_view error_kind_name(ErrorKind kind) {
     case ErrorKind::kIo: return "I/O error";
     case ErrorKind::kComm: return "communication error";
     case ErrorKind::kCuda: return "CUDA error";
+    case ErrorKind::kDivergence: return "divergence";
+    case ErrorKind::kCorruption: return "data corruption";
     case ErrorKind::kInternal: return "internal error";
   }
   return "error";

@@ -3,6 +3,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "ht/comm/self_communicator.h"
 #include "ht/optim/clip.h"
@@ -98,10 +102,87 @@ std::int64_t Trainer::global_batch() const {
   return options_.micro_batch * options_.grad_accum * mesh_->layout().dp();
 }
 
-double Trainer::world_sum(double v) {
-  Tensor t = Tensor::from_vector(std::vector<float>{float(v)}, {1});
+std::vector<float> Trainer::world_sum(std::vector<float> v) {
+  Tensor t = Tensor::from_vector(v, {std::int64_t(v.size())});
   mesh_->world().all_reduce(t, t, comm::ReduceOp::kSum)->wait();
-  return t.item(0);
+  return t.to_vector<float>();
+}
+
+void Trainer::progress(const char* phase) {
+  if (options_.guard) options_.guard->progress(steps_done_, phase);
+}
+
+static std::string run_dir_of(const TrainerOptions& o) { return o.guard ? o.guard->run_dir() : std::string(); }
+
+void Trainer::inject_step_faults(std::int64_t step) {
+  const int rank = mesh_->rank();
+  const auto& plan = options_.faults;
+  if (plan.empty()) return;
+  if (auto f = plan.find(resilience::FaultKind::kCrash, rank, step)) {
+    resilience::record_fired(run_dir_of(options_), *f);
+    std::fprintf(stderr, "[rank %d] fault injected: crash at step %lld\n", rank, (long long)step);
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+  if (auto f = plan.find(resilience::FaultKind::kHang, rank, step)) {
+    resilience::record_fired(run_dir_of(options_), *f);
+    std::fprintf(stderr, "[rank %d] fault injected: hang at step %lld\n", rank, (long long)step);
+    std::fflush(stderr);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  if (auto f = plan.find(resilience::FaultKind::kSlow, rank, step))
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>((f->factor - 1.0) * last_step_ms_));
+}
+
+void Trainer::check_replicas(std::int64_t step) {
+  // Replicas (the same tp rank and stage in every dp group) hold identical
+  // parameters after the update; one 64-bit checksum each is compared.
+  if (mesh_->layout().dp() < 2 || options_.data_parallel.zero_stage == 3) return;
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (nn::Parameter* p : model_->parameters()) {
+    const Tensor host = p->data().to(Device::cpu());
+    h = (h ^ ckpt::checksum64(host.data_ptr(), host.nbytes())) * 0x100000001b3ull;
+  }
+  const std::vector<std::int32_t> mine{std::int32_t(h & 0xffffffffu), std::int32_t(h >> 32)};
+  comm::Communicator& dp = mesh_->dp();
+  Tensor all = Tensor::empty({2 * dp.size()}, DType::kI32);
+  dp.all_gather(Tensor::from_vector(mine, {2}), all)->wait();
+  const std::vector<std::int32_t> v = all.to_vector<std::int32_t>();
+  std::vector<int> agree(std::size_t(dp.size()), 0);
+  for (int a = 0; a < dp.size(); ++a)
+    for (int b = 0; b < dp.size(); ++b)
+      if (v[std::size_t(2 * a)] == v[std::size_t(2 * b)] && v[std::size_t(2 * a + 1)] == v[std::size_t(2 * b + 1)])
+        ++agree[std::size_t(a)];
+  std::vector<int> odd;
+  const int most = *std::max_element(agree.begin(), agree.end());
+  for (int a = 0; a < dp.size(); ++a)
+    if (agree[std::size_t(a)] < dp.size()) odd.push_back(mesh_->group(comm::MeshAxis::kDp)[std::size_t(a)]);
+  if (odd.empty()) return;
+  std::vector<int> culprits;
+  for (int a = 0; a < dp.size(); ++a)
+    if (agree[std::size_t(a)] < most || most * 2 <= dp.size()) culprits.push_back(mesh_->group(comm::MeshAxis::kDp)[std::size_t(a)]);
+  HT_CHECK(false, ErrorKind::kCorruption,
+           "silent data corruption after step {}: the parameters of world rank(s) {} differ from their data-parallel "
+           "replicas' (group {}); treat their node(s) as faulty",
+           step, fmt::join(culprits, ","), dp.name());
+}
+
+void Trainer::corrupt_checkpoint(std::int64_t step) {
+  // Damages one byte in the middle of rank 0's file of the committed checkpoint.
+  wait_for_checkpoint();
+  if (mesh_->rank() != 0) return;
+  namespace fs = std::filesystem;
+  const fs::path file = fs::path(options_.ckpt_dir) / fmt::format("step_{:08d}", step) / "rank_00000.h5";
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  if (ec || size < 2) return;
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(std::streamoff(size * 3 / 4));
+  char c = 0;
+  f.get(c);
+  f.seekp(std::streamoff(size * 3 / 4));
+  f.put(char(c ^ 0x5a));
+  std::fprintf(stderr, "[rank 0] fault injected: corrupted %s\n", file.c_str());
 }
 
 StepStats Trainer::step() {
@@ -109,34 +190,83 @@ StepStats Trainer::step() {
   StepStats s;
   s.step = ++steps_done_;
   s.loss_scale = scaler_.scale();
+  progress("data");
+  inject_step_faults(s.step);
   // Every rank draws every micro-batch, so the samplers stay in step.
   std::vector<data::Batch> batches;
   for (int micro = 0; micro < options_.grad_accum; ++micro) batches.push_back(train_sampler_.next());
   dp_->begin_step();
   // Each micro-batch's mean loss weighs 1/k (the sum equals one k-times
   // batch), times the loss scale.
+  progress("forward-backward");
   const double loss_sum = pipeline_->train_step(batches, s.loss_scale / float(options_.grad_accum),
                                                 [&](bool final) { dp_->set_final_micro_batch(final); });
+  progress("gradient-reduction");
   dp_->finish_gradients();
   if (options_.after_gradients) options_.after_gradients(*this, s.step);
+  const auto nan_fault = options_.faults.find(resilience::FaultKind::kNan, mesh_->rank(), s.step);
+  if (nan_fault) {
+    if (nan_fault->step == s.step || nan_fault->step < 0) resilience::record_fired(run_dir_of(options_), *nan_fault);
+    if (!optimizer_->slots().empty()) {
+      Tensor g = optimizer_->slots().front().grad;
+      g.fill_(NAN);
+    }
+  }
+  progress("optimizer");
   s.grad_norm = dp_->unscale_and_norm(s.loss_scale);
-  // Every rank sees the same norm, so every rank makes the same decision.
-  s.skipped = scaler_.update(!std::isfinite(s.grad_norm));
+  // Every rank sees the same norm, so every rank makes the same decision: an
+  // overflow under loss scaling is skipped; without scaling a non-finite
+  // gradient cannot be applied either.
+  const bool finite = std::isfinite(s.grad_norm);
+  s.skipped = scaler_.enabled() ? scaler_.update(!finite) : !finite;
   s.skipped_steps = scaler_.state().skipped_steps;
   s.lr = schedule_.lr(s.step - 1);
   if (!s.skipped) {
     optimizer_->step(s.lr, optim::clip_coefficient(s.grad_norm, options_.grad_clip));
     dp_->after_step();
   }
+  if (auto f = options_.faults.find(resilience::FaultKind::kBitflip, mesh_->rank(), s.step)) {
+    resilience::record_fired(run_dir_of(options_), *f);
+    Tensor first = model_->parameters().front()->data();
+    Tensor host = first.to(Device::cpu());
+    static_cast<std::uint8_t*>(host.data_ptr())[1] ^= 0x10;  // one bit of the first value
+    first.copy_from(host.to(first.device()));
+    std::fprintf(stderr, "[rank %d] fault injected: bit flip in %s after step %lld\n", mesh_->rank(),
+                 model_->parameters().front()->name().c_str(), (long long)s.step);
+  }
+  if (options_.sdc_every > 0 && s.step % options_.sdc_every == 0) {
+    progress("replica-check");
+    check_replicas(s.step);
+  }
   // The loss is known on the last stage; one tp rank of each dp replica reports it.
   const bool reports = model_->last_stage() && mesh_->coord().tp == 0;
-  s.loss = float(world_sum(reports ? loss_sum : 0.0) / double(options_.grad_accum * mesh_->layout().dp()));
+  // One world all-reduce carries the loss and whether any rank was asked to stop.
+  const bool stop_here = options_.guard && options_.guard->preempt_requested();
+  const std::vector<float> sums = world_sum({reports ? float(loss_sum) : 0.f, stop_here ? 1.f : 0.f});
+  s.loss = float(double(sums[0]) / double(options_.grad_accum * mesh_->layout().dp()));
+  s.stop_requested = sums[1] > 0.f;
+  if (nan_fault) s.loss = NAN;
+  // Divergence: the loss non-finite for too many steps in a row (an overflow
+  // that loss scaling handles does not count: its loss is finite).
+  nonfinite_run_ = std::isfinite(s.loss) ? 0 : nonfinite_run_ + 1;
+  HT_CHECK(nonfinite_run_ < options_.divergence_steps, ErrorKind::kDivergence,
+           "the loss has been non-finite for {} steps in a row (step {}): training diverged; resume from an earlier "
+           "checkpoint with a lower learning rate",
+           nonfinite_run_, s.step);
   if (checkpointer_ && options_.ckpt_every > 0 && s.step % options_.ckpt_every == 0) {
+    progress("checkpoint");
     s.checkpoint_error = save_checkpoint();
     s.checkpointed = true;
+    if (auto f = options_.faults.find(resilience::FaultKind::kCkptCorrupt, mesh_->rank(), s.step);
+        f && f->step == s.step) {
+      resilience::record_fired(run_dir_of(options_), *f);
+      corrupt_checkpoint(s.step);
+    }
   }
+  progress("step-done");
   s.tokens = global_batch() * options_.seq_len;
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  last_step_ms_ = s.ms;
   return s;
 }
 
@@ -145,7 +275,8 @@ float Trainer::evaluate() {
   for (std::int64_t i = 0; i < options_.eval_batches; ++i) batches.push_back(val_sampler_.sequential(i));
   const double sum = pipeline_->evaluate(batches);
   const bool reports = model_->last_stage() && mesh_->coord().tp == 0;
-  return float(world_sum(reports ? sum : 0.0) / double(options_.eval_batches * mesh_->layout().dp()));
+  return float(double(world_sum({reports ? float(sum) : 0.f})[0]) /
+               double(options_.eval_batches * mesh_->layout().dp()));
 }
 
 std::map<std::string, Tensor> Trainer::full_parameters() {

@@ -28,7 +28,9 @@ enum class ErrorKind {
   kIo,
   kComm,
   kCuda,
-  kInternal,  // a bug in hypertrain
+  kDivergence,  // training diverged: the loss stayed non-finite
+  kCorruption,  // silent data corruption: replicas that must agree do not
+  kInternal,    // a bug in hypertrain
 };
 
 std::string_view error_kind_name(ErrorKind kind);

@@ -27,6 +27,8 @@
 #include "ht/parallel/data_parallel.h"
 #include "ht/parallel/pipeline.h"
 #include "ht/precision/loss_scaler.h"
+#include "ht/resilience/faults.h"
+#include "ht/resilience/rank_guard.h"
 
 namespace ht::train {
 
@@ -62,6 +64,15 @@ struct TrainerOptions {
   int ckpt_keep = 3;
   bool resume = false;
   std::chrono::milliseconds ckpt_commit_delay{0};  // see ckpt::CheckpointOptions
+  /// Resilience inside the rank: progress reports to a guard (heartbeat and
+  /// watchdog; may be null), failures to rehearse, how many consecutive steps
+  /// with a non-finite loss (not a loss-scale overflow) end the run with a
+  /// divergence error, and how often (steps; 0: never) data-parallel
+  /// replicas compare a checksum of their parameters.
+  resilience::RankGuard* guard = nullptr;
+  resilience::FaultPlan faults;
+  int divergence_steps = 3;
+  std::int64_t sdc_every = 0;
   /// Called on every rank once a step's gradients are reduced, before they
   /// are unscaled and checked (fault injection and tests); the optimizer's
   /// slots hold the gradients this rank owns.
@@ -80,6 +91,7 @@ struct StepStats {
   bool skipped = false;    // an overflow: no update (mixed precision)
   std::int64_t skipped_steps = 0;  // so far
   bool checkpointed = false;       // a save of this step started
+  bool stop_requested = false;     // some rank got SIGTERM/SIGUSR1 (the same on every rank)
   std::string checkpoint_error;    // a previous save's failure, reported once
   double ms = 0.0;
   std::int64_t tokens = 0;
@@ -125,8 +137,15 @@ class Trainer {
 
  private:
   void resume();
+  void progress(const char* phase);
+  /// Rehearsed failures due at the start of step `step` (crash, hang, slow).
+  void inject_step_faults(std::int64_t step);
+  /// Silent-data-corruption check: replicas compare parameter checksums.
+  void check_replicas(std::int64_t step);
+  /// Rehearsed damage to the checkpoint of `step` once it is committed.
+  void corrupt_checkpoint(std::int64_t step);
   /// The sum over the world of `v` (one value per rank).
-  double world_sum(double v);
+  std::vector<float> world_sum(std::vector<float> v);
 
   TrainerOptions options_;
   const data::TokenSplits& splits_;
@@ -140,6 +159,8 @@ class Trainer {
   precision::LossScaler scaler_;
   std::int64_t steps_done_ = 0;
   std::int64_t resumed_from_ = 0;
+  int nonfinite_run_ = 0;  // consecutive steps with a non-finite loss
+  double last_step_ms_ = 0;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;
   data::BatchSampler train_sampler_;
   data::BatchSampler val_sampler_;

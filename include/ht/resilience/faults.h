@@ -1,0 +1,59 @@
+// ht::resilience::FaultPlan: failures to rehearse, from HT_FAULTS.
+//
+// A plan is a comma-separated list of faults, each "kind:key=value:...":
+//   crash:rank=2:step=37        rank 2 dies (SIGKILL) at the start of step 37
+//   hang:rank=1:step=80         rank 1 stops making progress at step 80
+//   nan:step=50                 the loss gradient is NaN from step 50 on (all ranks, or rank=R)
+//   slow:rank=3:factor=3        rank 3's steps take 3 times as long
+//   bitflip:rank=1:step=60      after step 60's update rank 1 flips a bit of a parameter
+//   ckpt-corrupt:step=100       the checkpoint of step 100 is damaged once committed
+//   node-unhealthy:node=2       node 2 fails its health check
+// A missing rank means every rank; a missing step means every step. A fault
+// that has fired is recorded in the run directory (faults_fired.txt) and does
+// not fire again when the job is relaunched, so a rehearsed failure happens
+// once.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ht::resilience {
+
+enum class FaultKind { kCrash, kHang, kNan, kSlow, kBitflip, kCkptCorrupt, kNodeUnhealthy };
+std::string fault_kind_name(FaultKind k);
+
+struct Fault {
+  FaultKind kind = FaultKind::kCrash;
+  int rank = -1;            // -1: every rank
+  std::int64_t step = -1;   // -1: every step
+  double factor = 1.0;      // slow
+  int node = -1;            // node-unhealthy
+  std::string text;         // the entry as written, its identity
+};
+
+class FaultPlan {
+ public:
+  FaultPlan() = default;
+  /// Throws kConfig naming the bad entry and the accepted forms.
+  static FaultPlan parse(const std::string& spec);
+
+  bool empty() const { return faults_.empty(); }
+  const std::vector<Fault>& faults() const { return faults_; }
+  /// The first fault of `kind` for `rank` at `step` (step -1 matches any).
+  /// For nan, a fault from an earlier step also matches (it persists).
+  std::optional<Fault> find(FaultKind kind, int rank, std::int64_t step) const;
+  bool node_unhealthy(int node) const;
+  /// Drops the faults listed (by text) in `<run_dir>/faults_fired.txt`.
+  void drop_fired(const std::string& run_dir);
+
+ private:
+  std::vector<Fault> faults_;
+};
+
+/// Appends a fired fault to `<run_dir>/faults_fired.txt` (synced), so a
+/// relaunched job does not rehearse it again.
+void record_fired(const std::string& run_dir, const Fault& f);
+
+}  // namespace ht::resilience

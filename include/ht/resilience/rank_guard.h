@@ -1,0 +1,82 @@
+// ht::resilience::RankGuard: the part of resilience that lives inside each
+// rank — heartbeats, a watchdog, distinctive exit codes, preemption signals.
+//
+// Heartbeat: a thread rewrites <run_dir>/heartbeat/rank_R.json (rank, host,
+// pid, step, phase, time) every heartbeat interval, atomically, so the
+// supervisor can tell a live rank from a silent one.
+// Watchdog: if the step/phase has not changed for `watchdog` seconds the rank
+// writes a diagnostic (step, phase, how long) and exits with kHang.
+// Preemption: SIGTERM or SIGUSR1 sets a flag; the training loop finishes the
+// step, saves a checkpoint and exits with kPreempted.
+// Every deliberate exit writes <run_dir>/exit/rank_R.json (code, kind,
+// step, message) first, so the supervisor can classify the failure.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ht/resilience/faults.h"
+
+namespace ht::resilience {
+
+/// Exit codes with a meaning for the supervisor (htrun).
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitError = 2,        // an error in the input (configuration, files): retrying cannot help
+  kExitCommFailure = 74, // a collective failed or timed out (a peer is gone or stuck)
+  kExitHang = 75,        // the watchdog saw no progress
+  kExitDivergence = 76,  // non-finite loss for too many steps
+  kExitPreempted = 77,   // SIGTERM/SIGUSR1: checkpoint saved, clean exit
+  kExitCorruption = 78,  // silent data corruption: replicas disagree
+};
+std::string exit_kind(int code);
+/// The exit code for an error that ends a rank: kExitCommFailure for
+/// communication, kExitDivergence, kExitCorruption, kExitError otherwise.
+int exit_code_for(const std::exception& e);
+
+struct GuardOptions {
+  std::string run_dir;
+  std::chrono::milliseconds heartbeat{2000};
+  std::chrono::milliseconds watchdog{300000};  // 0: off
+};
+
+class RankGuard {
+ public:
+  /// Starts the heartbeat and watchdog threads and installs the SIGTERM and
+  /// SIGUSR1 handlers (one guard per process).
+  RankGuard(const GuardOptions& options, int rank);
+  ~RankGuard();
+  RankGuard(const RankGuard&) = delete;
+  RankGuard& operator=(const RankGuard&) = delete;
+
+  /// Progress: the step and phase ("forward", "optimizer", "checkpoint"...)
+  /// the rank is in now. Cheap; call it often.
+  void progress(std::int64_t step, const char* phase);
+  /// Whether SIGTERM or SIGUSR1 arrived.
+  bool preempt_requested() const;
+  /// Writes the exit record and ends the process with `code` (flushing stdio).
+  [[noreturn]] void exit(int code, const std::string& message);
+
+  int rank() const { return rank_; }
+  const std::string& run_dir() const { return options_.run_dir; }
+
+ private:
+  void heartbeat_loop();
+  void write_heartbeat();
+
+  GuardOptions options_;
+  int rank_;
+  std::string host_;
+  std::atomic<std::int64_t> step_{0};
+  std::atomic<const char*> phase_{"start"};
+  std::atomic<std::int64_t> last_change_ms_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace ht::resilience

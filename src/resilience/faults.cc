@@ -1,0 +1,127 @@
+// ht::resilience::FaultPlan.
+#include "ht/resilience/faults.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ht/core/error.h"
+
+namespace ht::resilience {
+namespace {
+
+constexpr const char* kForms =
+    "crash:rank=R:step=S, hang:rank=R:step=S, nan:step=S, slow:rank=R:factor=F, bitflip:rank=R:step=S, "
+    "ckpt-corrupt:step=S, node-unhealthy:node=N";
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep))
+    if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+FaultKind kind_of(const std::string& k, const std::string& entry) {
+  if (k == "crash") return FaultKind::kCrash;
+  if (k == "hang") return FaultKind::kHang;
+  if (k == "nan") return FaultKind::kNan;
+  if (k == "slow") return FaultKind::kSlow;
+  if (k == "bitflip") return FaultKind::kBitflip;
+  if (k == "ckpt-corrupt") return FaultKind::kCkptCorrupt;
+  if (k == "node-unhealthy") return FaultKind::kNodeUnhealthy;
+  HT_CHECK(false, ErrorKind::kConfig, "HT_FAULTS entry '{}': unknown fault '{}'; the forms are {}", entry, k, kForms);
+  return FaultKind::kCrash;
+}
+
+}  // namespace
+
+std::string fault_kind_name(FaultKind k) {
+  switch (k) {
+    case FaultKind::kCrash: return "crash";
+    case FaultKind::kHang: return "hang";
+    case FaultKind::kNan: return "nan";
+    case FaultKind::kSlow: return "slow";
+    case FaultKind::kBitflip: return "bitflip";
+    case FaultKind::kCkptCorrupt: return "ckpt-corrupt";
+    case FaultKind::kNodeUnhealthy: return "node-unhealthy";
+  }
+  return "?";
+}
+
+FaultPlan FaultPlan::parse(const std::string& spec) {
+  FaultPlan plan;
+  for (const std::string& entry : split(spec, ',')) {
+    const std::vector<std::string> parts = split(entry, ':');
+    Fault f;
+    f.text = entry;
+    f.kind = kind_of(parts.front(), entry);
+    for (std::size_t i = 1; i < parts.size(); ++i) {
+      const auto eq = parts[i].find('=');
+      HT_CHECK(eq != std::string::npos, ErrorKind::kConfig, "HT_FAULTS entry '{}': '{}' is not key=value; the forms are {}",
+               entry, parts[i], kForms);
+      const std::string key = parts[i].substr(0, eq), value = parts[i].substr(eq + 1);
+      try {
+        if (key == "rank")
+          f.rank = std::stoi(value);
+        else if (key == "step")
+          f.step = std::stoll(value);
+        else if (key == "factor")
+          f.factor = std::stod(value);
+        else if (key == "node")
+          f.node = std::stoi(value);
+        else
+          HT_CHECK(false, ErrorKind::kConfig, "HT_FAULTS entry '{}': unknown key '{}' (rank, step, factor, node)", entry,
+                   key);
+      } catch (const std::logic_error&) {
+        HT_CHECK(false, ErrorKind::kConfig, "HT_FAULTS entry '{}': '{}' is not a number", entry, value);
+      }
+    }
+    HT_CHECK(f.kind != FaultKind::kNodeUnhealthy || f.node >= 0, ErrorKind::kConfig,
+             "HT_FAULTS entry '{}': node-unhealthy needs node=N", entry);
+    HT_CHECK(f.kind != FaultKind::kSlow || f.factor >= 1.0, ErrorKind::kConfig,
+             "HT_FAULTS entry '{}': slow needs factor >= 1", entry);
+    plan.faults_.push_back(f);
+  }
+  return plan;
+}
+
+std::optional<Fault> FaultPlan::find(FaultKind kind, int rank, std::int64_t step) const {
+  for (const Fault& f : faults_) {
+    if (f.kind != kind || (f.rank >= 0 && f.rank != rank)) continue;
+    const bool persists = kind == FaultKind::kNan || kind == FaultKind::kSlow;
+    if (f.step < 0 || step < 0 || f.step == step || (persists && step > f.step)) return f;
+  }
+  return std::nullopt;
+}
+
+bool FaultPlan::node_unhealthy(int node) const {
+  for (const Fault& f : faults_)
+    if (f.kind == FaultKind::kNodeUnhealthy && f.node == node) return true;
+  return false;
+}
+
+void FaultPlan::drop_fired(const std::string& run_dir) {
+  std::ifstream in(std::filesystem::path(run_dir) / "faults_fired.txt");
+  std::vector<std::string> fired;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) fired.push_back(line);
+  std::erase_if(faults_, [&](const Fault& f) { return std::find(fired.begin(), fired.end(), f.text) != fired.end(); });
+}
+
+void record_fired(const std::string& run_dir, const Fault& f) {
+  const std::string path = (std::filesystem::path(run_dir) / "faults_fired.txt").string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  const std::string line = f.text + "\n";
+  [[maybe_unused]] const ssize_t n = ::write(fd, line.data(), line.size());
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace ht::resilience

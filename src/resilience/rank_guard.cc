@@ -1,0 +1,140 @@
+// ht::resilience::RankGuard.
+#include "ht/resilience/rank_guard.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "ht/core/error.h"
+
+namespace ht::resilience {
+namespace {
+
+namespace fs = std::filesystem;
+
+volatile std::sig_atomic_t g_preempt = 0;
+void on_preempt(int) { g_preempt = 1; }
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Writes `text` to `path` through a temporary file and a rename: readers see
+// the old or the new contents, never half of one.
+void write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string exit_kind(int code) {
+  switch (code) {
+    case kExitOk: return "ok";
+    case kExitError: return "error";
+    case kExitCommFailure: return "comm-failure";
+    case kExitHang: return "hang";
+    case kExitDivergence: return "divergence";
+    case kExitPreempted: return "preempted";
+    case kExitCorruption: return "corruption";
+    default: return code > 128 ? "crash" : "error";
+  }
+}
+
+int exit_code_for(const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  if (!err) return kExitError;
+  switch (err->kind()) {
+    case ErrorKind::kComm: return kExitCommFailure;
+    case ErrorKind::kDivergence: return kExitDivergence;
+    case ErrorKind::kCorruption: return kExitCorruption;
+    default: return kExitError;
+  }
+}
+
+RankGuard::RankGuard(const GuardOptions& options, int rank) : options_(options), rank_(rank) {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  host_ = host;
+  std::error_code ec;
+  fs::create_directories(fs::path(options_.run_dir) / "heartbeat", ec);
+  fs::create_directories(fs::path(options_.run_dir) / "exit", ec);
+  fs::remove(fs::path(options_.run_dir) / "exit" / fmt::format("rank_{}.json", rank_), ec);
+  last_change_ms_ = now_ms();
+  std::signal(SIGTERM, on_preempt);
+  std::signal(SIGUSR1, on_preempt);
+  write_heartbeat();
+  thread_ = std::thread([this] { heartbeat_loop(); });
+}
+
+RankGuard::~RankGuard() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void RankGuard::progress(std::int64_t step, const char* phase) {
+  step_ = step;
+  phase_ = phase;
+  last_change_ms_ = now_ms();
+}
+
+bool RankGuard::preempt_requested() const { return g_preempt != 0; }
+
+void RankGuard::write_heartbeat() {
+  write_atomically(fs::path(options_.run_dir) / "heartbeat" / fmt::format("rank_{}.json", rank_),
+                   fmt::format("{{\"rank\": {}, \"host\": \"{}\", \"pid\": {}, \"step\": {}, \"phase\": \"{}\", "
+                               "\"time_ms\": {}, \"progress_ms\": {}}}\n",
+                               rank_, json_escape(host_), ::getpid(), step_.load(), phase_.load(), now_ms(),
+                               last_change_ms_.load()));
+}
+
+void RankGuard::heartbeat_loop() {
+  std::int64_t next = now_ms() + options_.heartbeat.count();
+  while (!stop_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::int64_t now = now_ms();
+    if (options_.watchdog.count() > 0 && now - last_change_ms_ > options_.watchdog.count())
+      exit(kExitHang, fmt::format("watchdog: rank {} made no progress for {:.1f} s in step {} ({})", rank_,
+                                  double(now - last_change_ms_) / 1000.0, step_.load(), phase_.load()));
+    if (now >= next) {
+      write_heartbeat();
+      next = now + options_.heartbeat.count();
+    }
+  }
+}
+
+void RankGuard::exit(int code, const std::string& message) {
+  std::fprintf(stderr, "[rank %d] %s: %s\n", rank_, exit_kind(code).c_str(), message.c_str());
+  write_atomically(fs::path(options_.run_dir) / "exit" / fmt::format("rank_{}.json", rank_),
+                   fmt::format("{{\"rank\": {}, \"code\": {}, \"kind\": \"{}\", \"step\": {}, \"phase\": \"{}\", "
+                               "\"time_ms\": {}, \"message\": \"{}\"}}\n",
+                               rank_, code, exit_kind(code), step_.load(), phase_.load(), now_ms(),
+                               json_escape(message)));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
+}  // namespace ht::resilience

@@ -1,0 +1,215 @@
+// Resharding: a checkpoint saved under one layout (dp, ZeRO, tp, pp) loads
+// into another — step count, weights bit for bit, and optimizer state (the
+// next K losses match those of the saving layout itself within 1e-5).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ht/comm/mpi_communicator.h"
+#include "ht/train/trainer.h"
+#include "test_util.h"
+
+namespace ht::train {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr int kSavedSteps = 3;      // N: steps before the save
+constexpr int kContinuedSteps = 3;  // K: steps after it
+
+data::TokenSplits synthetic_text(std::int64_t vocab) {
+  data::TokenSplits s;
+  s.vocab_size = vocab;
+  const std::string phrase = "pack my box with five dozen liquor jugs; sphinx of black quartz, judge my vow. ";
+  for (int i = 0; i < 200; ++i)
+    for (char c : phrase) s.train.push_back(std::int32_t(c) % std::int32_t(vocab));
+  for (int i = 0; i < 10; ++i)
+    for (char c : phrase) s.val.push_back(std::int32_t(c) % std::int32_t(vocab));
+  return s;
+}
+
+// One side of a case: the processes it runs on and how they split the model.
+// The micro-batch is per data-parallel rank; both sides of a case keep the
+// global batch (micro_batch x dp) and the accumulation equal, so that they
+// draw the same sequences.
+struct Side {
+  int np = 1, tp = 1, pp = 1, zero = 0;
+  std::int64_t micro_batch = 2;
+  int dp() const { return np / (tp * pp); }
+};
+
+struct Case {
+  std::string name;
+  Side a, b;
+  // Odd model: parameter counts no dp size divides (ZeRO shards pad), for
+  // dp-only cases. Otherwise 4 heads and a vocabulary of 64 split over tp,
+  // and 5 layers split unevenly over 2 stages.
+  bool odd_model = false;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+TrainerOptions options_for(const Case& c, const Side& s) {
+  TrainerOptions o;
+  o.model = c.odd_model ? nn::GPTConfig{.vocab_size = 61, .context = 16, .n_layer = 3, .n_head = 3, .n_embd = 30}
+                        : nn::GPTConfig{.vocab_size = 64, .context = 16, .n_layer = 5, .n_head = 4, .n_embd = 32};
+  o.seq_len = 8;
+  o.micro_batch = s.micro_batch;
+  o.grad_accum = 2;
+  o.steps = kSavedSteps + kContinuedSteps;
+  o.warmup_steps = 2;
+  o.lr = 3e-3f;
+  o.eval_batches = 2;
+  o.data_parallel = {.zero_stage = s.zero, .bucket_bytes = 16 << 10};
+  return o;
+}
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// A directory shared by all ranks (rank 0 clears it, everyone uses it); one
+// per job size, so that the ctest entries of several sizes can run at once.
+std::string shared_dir(comm::Communicator& world, const std::string& name) {
+  const std::string dir =
+      (fs::temp_directory_path() / fmt::format("ht_ckpt_reshard_np{}_{}", world.size(), name)).string();
+  if (world.rank() == 0) fs::remove_all(dir);
+  world.barrier()->wait();
+  return dir;
+}
+
+// Runs fn on the first s.np ranks of `world` (one process: a trainer of its
+// own, without a mesh), the others wait; collective over `world`. A failure
+// inside fn is reported as this rank's test failure and the ranks still meet
+// at the barrier.
+void on_side(comm::Communicator& world, const Side& s, const std::string& name,
+             const std::function<void(comm::DeviceMesh*)>& fn) {
+  auto run = [&](comm::DeviceMesh* mesh) {
+    try {
+      fn(mesh);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << world.rank() << " on layout " << name << ": " << e.what();
+    }
+  };
+  if (s.np == 1) {
+    if (world.rank() == 0) run(nullptr);
+  } else {
+    std::unique_ptr<comm::Communicator> sub = world.split(world.rank() < s.np ? 0 : -1, world.rank(), name);
+    if (sub) {
+      comm::DeviceMesh mesh(std::move(sub), s.tp, s.pp);
+      EXPECT_EQ(mesh.layout().dp(), s.dp());
+      run(&mesh);
+      mesh.finalize(60s);
+    }
+  }
+  world.barrier()->wait();
+}
+
+// Bit-for-bit equality of two f32 tensors; names the first differing element.
+::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  const std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
+  if (got.shape() != want.shape())
+    return ::testing::AssertionFailure() << "shape " << shape_str(got.shape()) << ", want " << shape_str(want.shape());
+  for (std::size_t i = 0; i < g.size(); ++i)
+    if (std::memcmp(&g[i], &w[i], sizeof(float)) != 0)
+      return ::testing::AssertionFailure() << "element " << i << " of " << g.size() << ": got " << g[i] << ", want "
+                                           << w[i];
+  return ::testing::AssertionSuccess();
+}
+
+// Each case: layout A (the first a.np ranks) trains N steps and saves, then
+// continues K steps; layout B (the first b.np ranks) resumes from A's
+// checkpoint and takes the same K steps. The ranks outside a layout wait.
+class Reshard : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Reshard, LoadsIntoAnotherLayout) {
+  const Case c = GetParam();
+  const int needed = std::max(c.a.np, c.b.np);
+  if (world_size() < needed) GTEST_SKIP() << c.name << " needs " << needed << " processes";
+  ASSERT_EQ(c.a.micro_batch * c.a.dp(), c.b.micro_batch * c.b.dp()) << "the case must keep the global batch";
+  const data::TokenSplits data = synthetic_text(c.odd_model ? 61 : 64);
+  comm::CommOptions comm_options;
+  comm_options.timeout = 120s;
+  std::unique_ptr<comm::Communicator> world = comm::make_mpi_world(comm_options);
+  const std::string dir = shared_dir(*world, c.name);
+
+  // Layout A: N steps, the weights as saved, a save, then K more steps.
+  std::map<std::string, Tensor> saved_weights;
+  std::vector<float> a_losses;
+  on_side(*world, c.a, c.name + "_a", [&](comm::DeviceMesh* mesh) {
+    TrainerOptions o = options_for(c, c.a);
+    o.ckpt_dir = dir;
+    Trainer t(o, data, mesh);
+    for (int i = 0; i < kSavedSteps; ++i) t.step();
+    saved_weights = t.full_parameters();
+    EXPECT_EQ(t.save_checkpoint(), "");
+    EXPECT_EQ(t.wait_for_checkpoint(), "");
+    for (int i = 0; i < kContinuedSteps; ++i) a_losses.push_back(t.step().loss);
+  });
+
+  // Layout B: resumes from A's checkpoint and takes the same K steps.
+  std::map<std::string, Tensor> loaded_weights;
+  std::vector<float> b_losses;
+  on_side(*world, c.b, c.name + "_b", [&](comm::DeviceMesh* mesh) {
+    TrainerOptions o = options_for(c, c.b);
+    o.ckpt_dir = dir;
+    o.resume = true;
+    Trainer t(o, data, mesh);
+    EXPECT_EQ(t.resumed_from(), kSavedSteps) << "layout B did not load A's checkpoint";
+    EXPECT_EQ(t.steps_done(), kSavedSteps);
+    loaded_weights = t.full_parameters();
+    for (int i = 0; i < kContinuedSteps; ++i) b_losses.push_back(t.step().loss);
+  });
+
+  // World rank 0 is rank 0 of both layouts: it holds both sides' results.
+  if (world->rank() == 0) {
+    ASSERT_EQ(loaded_weights.size(), saved_weights.size());
+    ASSERT_FALSE(saved_weights.empty());
+    for (const auto& [name, want] : saved_weights) {
+      ASSERT_TRUE(loaded_weights.count(name)) << name << " missing after loading";
+      EXPECT_TRUE(same_bits(loaded_weights.at(name), want)) << "weights of " << name << " as loaded by " << c.name;
+    }
+    ASSERT_EQ(b_losses.size(), a_losses.size());
+    for (std::size_t i = 0; i < a_losses.size(); ++i)
+      EXPECT_NEAR(b_losses[i], a_losses[i], 1e-5 * std::abs(a_losses[i]))
+          << "loss of step " << kSavedSteps + int(i) + 1 << " after loading into the other layout";
+  }
+  world->barrier()->wait();
+  if (world->rank() == 0) fs::remove_all(dir);
+  world->finalize(60s);
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Reshard,
+    ::testing::Values(
+        // ZeRO-3 over 4 ranks (parameters and optimizer state in quarters,
+        // padded) into plain data parallelism over 2.
+        Case{"zero3_dp4_to_dp2", {.np = 4, .zero = 3, .micro_batch = 2}, {.np = 2, .micro_batch = 4}, true},
+        // Tensor-parallel halves into whole tensors.
+        Case{"tp2_to_tp1", {.np = 2, .tp = 2}, {.np = 1}},
+        // Two pipeline stages (3 + 2 blocks) into one.
+        Case{"pp2_to_pp1", {.np = 2, .pp = 2}, {.np = 1}},
+        // Every axis at once, optimizer state sharded over dp (ZeRO-1), into one process.
+        Case{"zero1_dp2_tp2_pp2_to_one", {.np = 8, .tp = 2, .pp = 2, .zero = 1, .micro_batch = 2},
+             {.np = 1, .micro_batch = 4}},
+        // One process into tp halves, each sharded over dp (ZeRO-3).
+        Case{"one_to_zero3_dp2_tp2", {.np = 1, .micro_batch = 4}, {.np = 4, .tp = 2, .zero = 3, .micro_batch = 2}}),
+    case_name);
+
+}  // namespace
+}  // namespace ht::train
