@@ -1,8 +1,9 @@
 // ops_bench: kernel micro-benchmarks on Google Benchmark — matmul (OpenBLAS
 // and Eigen side by side, at the shapes the GPT configs use), attention,
 // LayerNorm, GELU, cross-entropy, the fused AdamW update and the gradient
-// norm's sum of squares. CUDA variants with the same parameters are
-// registered when a device is present.
+// norm's sum of squares; matmul, LayerNorm and GELU also in f16 and bf16
+// (f32 arithmetic; the op name gets the dtype, e.g. matmul_bf16). CUDA
+// variants with the same parameters are registered when a device is present.
 //
 // Counters are rates over wall time: "GFLOP/s" (10^9 FLOP per second) for
 // compute-bound ops, "GB/s" (10^9 bytes per second, bytes touched counted
@@ -43,13 +44,22 @@ using ht::Tensor;
 
 constexpr int kCudaRepeat = 20;
 
-Tensor random_tensor(const Shape& shape, Device device, float scale = 1.f, std::uint64_t seed = 1) {
+Tensor random_tensor(const Shape& shape, Device device, float scale = 1.f, std::uint64_t seed = 1,
+                     DType dtype = DType::kF32) {
   Tensor host = Tensor::empty(shape, DType::kF32);
   float* p = host.data<float>();
   ht::Rng rng(seed);
   for (std::int64_t i = 0; i < host.numel(); ++i) p[i] = scale * (2.f * rng.uniform() - 1.f);
+  if (dtype != DType::kF32) {
+    Tensor rounded = Tensor::empty(shape, dtype);
+    ht::ops::cast(host, rounded);
+    host = rounded;
+  }
   return device.is_cpu() ? host : host.to(device);
 }
+
+/// Bytes per element of the benchmarked dtype, for the GB/s counters.
+double elem_bytes(DType dtype) { return double(ht::dtype_size(dtype)); }
 
 /// Runs `op` once per benchmark iteration on the host; on a CUDA device,
 /// kCudaRepeat times between synchronisations, with manual timing.
@@ -81,10 +91,10 @@ struct GemmShape {
   bool ta, tb;
 };
 
-void bm_matmul(benchmark::State& state, Device device, ht::ops::CpuGemmBackend backend, GemmShape s) {
-  const Tensor a = random_tensor(s.ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, device, 1.f, 1);
-  const Tensor b = random_tensor(s.tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, device, 1.f, 2);
-  Tensor c = Tensor::empty({s.m, s.n}, DType::kF32, device);
+void bm_matmul(benchmark::State& state, Device device, ht::ops::CpuGemmBackend backend, GemmShape s, DType dt) {
+  const Tensor a = random_tensor(s.ta ? Shape{s.k, s.m} : Shape{s.m, s.k}, device, 1.f, 1, dt);
+  const Tensor b = random_tensor(s.tb ? Shape{s.n, s.k} : Shape{s.k, s.n}, device, 1.f, 2, dt);
+  Tensor c = Tensor::empty({s.m, s.n}, dt, device);
   const ht::ops::CpuGemmBackend saved = ht::ops::cpu_gemm_backend();
   ht::ops::set_cpu_gemm_backend(backend);
   run_timed(state, device, c, [&] { ht::ops::matmul(a, b, c, {.trans_a = s.ta, .trans_b = s.tb}); });
@@ -127,43 +137,44 @@ void bm_attention_backward(benchmark::State& state, Device device, AttnShape s) 
 
 // ---- row-wise and element-wise ops (bandwidth) ----------------------------
 
-void bm_layernorm_forward(benchmark::State& state, Device device, std::int64_t n, std::int64_t c) {
-  const Tensor x = random_tensor({n, c}, device);
-  const Tensor w = random_tensor({c}, device, 1.f, 2), b = random_tensor({c}, device, 1.f, 3);
-  Tensor y = Tensor::empty({n, c}, DType::kF32, device);
+// The bytes of the dtype's tensors are counted; mean and rstd are f32 always.
+void bm_layernorm_forward(benchmark::State& state, Device device, std::int64_t n, std::int64_t c, DType dt) {
+  const Tensor x = random_tensor({n, c}, device, 1.f, 1, dt);
+  const Tensor w = random_tensor({c}, device, 1.f, 2, dt), b = random_tensor({c}, device, 1.f, 3, dt);
+  Tensor y = Tensor::empty({n, c}, dt, device);
   Tensor mean = Tensor::empty({n}, DType::kF32, device), rstd = Tensor::empty({n}, DType::kF32, device);
   run_timed(state, device, y, [&] { ht::ops::layernorm_forward(x, w, b, y, mean, rstd); });
   // read x; write y, mean, rstd (w and b stay in cache)
-  set_rate(state, "GB/s", double(4 * (2 * n * c + 2 * n)) * 1e-9);
+  set_rate(state, "GB/s", (elem_bytes(dt) * double(2 * n * c) + 4.0 * double(2 * n)) * 1e-9);
 }
 
-void bm_layernorm_backward(benchmark::State& state, Device device, std::int64_t n, std::int64_t c) {
-  const Tensor x = random_tensor({n, c}, device);
-  const Tensor w = random_tensor({c}, device, 1.f, 2), b = random_tensor({c}, device, 1.f, 3);
-  Tensor y = Tensor::empty({n, c}, DType::kF32, device);
+void bm_layernorm_backward(benchmark::State& state, Device device, std::int64_t n, std::int64_t c, DType dt) {
+  const Tensor x = random_tensor({n, c}, device, 1.f, 1, dt);
+  const Tensor w = random_tensor({c}, device, 1.f, 2, dt), b = random_tensor({c}, device, 1.f, 3, dt);
+  Tensor y = Tensor::empty({n, c}, dt, device);
   Tensor mean = Tensor::empty({n}, DType::kF32, device), rstd = Tensor::empty({n}, DType::kF32, device);
   ht::ops::layernorm_forward(x, w, b, y, mean, rstd);
-  const Tensor dy = random_tensor({n, c}, device, 1.f, 4);
-  Tensor dx = Tensor::empty({n, c}, DType::kF32, device);
-  Tensor dw = Tensor::zeros({c}, DType::kF32, device), db = Tensor::zeros({c}, DType::kF32, device);
+  const Tensor dy = random_tensor({n, c}, device, 1.f, 4, dt);
+  Tensor dx = Tensor::empty({n, c}, dt, device);
+  Tensor dw = Tensor::zeros({c}, dt, device), db = Tensor::zeros({c}, dt, device);
   run_timed(state, device, dx, [&] { ht::ops::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db); });
   // read dy, x, mean, rstd; write dx
-  set_rate(state, "GB/s", double(4 * (3 * n * c + 2 * n)) * 1e-9);
+  set_rate(state, "GB/s", (elem_bytes(dt) * double(3 * n * c) + 4.0 * double(2 * n)) * 1e-9);
 }
 
-void bm_gelu_forward(benchmark::State& state, Device device, std::int64_t n) {
-  const Tensor x = random_tensor({n}, device, 3.f);
-  Tensor y = Tensor::empty({n}, DType::kF32, device);
+void bm_gelu_forward(benchmark::State& state, Device device, std::int64_t n, DType dt) {
+  const Tensor x = random_tensor({n}, device, 3.f, 1, dt);
+  Tensor y = Tensor::empty({n}, dt, device);
   run_timed(state, device, y, [&] { ht::ops::gelu_forward(x, y); });
-  set_rate(state, "GB/s", double(4 * 2 * n) * 1e-9);
+  set_rate(state, "GB/s", elem_bytes(dt) * double(2 * n) * 1e-9);
 }
 
-void bm_gelu_backward(benchmark::State& state, Device device, std::int64_t n) {
-  const Tensor x = random_tensor({n}, device, 3.f);
-  const Tensor dy = random_tensor({n}, device, 1.f, 2);
-  Tensor dx = Tensor::empty({n}, DType::kF32, device);
+void bm_gelu_backward(benchmark::State& state, Device device, std::int64_t n, DType dt) {
+  const Tensor x = random_tensor({n}, device, 3.f, 1, dt);
+  const Tensor dy = random_tensor({n}, device, 1.f, 2, dt);
+  Tensor dx = Tensor::empty({n}, dt, device);
   run_timed(state, device, dx, [&] { ht::ops::gelu_backward(x, dy, dx); });
-  set_rate(state, "GB/s", double(4 * 3 * n) * 1e-9);
+  set_rate(state, "GB/s", elem_bytes(dt) * double(3 * n) * 1e-9);
 }
 
 void bm_cross_entropy(benchmark::State& state, Device device, std::int64_t n, std::int64_t v) {
@@ -229,30 +240,43 @@ void register_all(Device device) {
   // The 124M config's tied output head at 512 tokens: x (512, 768) wte^T.
   shapes.push_back({"lm_head_fwd", 512, 50257, 768, false, true});
   shapes.push_back({"square", 1024, 1024, 1024, false, false});
-  for (const GemmShape& s : shapes) {
-    const std::string rest = std::string(s.what) + "/M" + std::to_string(s.m) + "_N" + std::to_string(s.n) + "_K" +
-                             std::to_string(s.k);
-    if (device.is_cpu()) {
-      reg(bench_name("matmul", "cpu_openblas", rest), device, bm_matmul, Backend::kOpenBlas, s);
-      reg(bench_name("matmul", "cpu_eigen", rest), device, bm_matmul, Backend::kEigen, s);
-    } else {
-      reg(bench_name("matmul", dev, rest), device, bm_matmul, Backend::kOpenBlas, s);
+  // f32 names as they were; 16-bit rows name the dtype after the op.
+  const auto op_name = [](const char* op, DType dt) {
+    return dt == DType::kF32 ? std::string(op) : std::string(op) + "_" + std::string(ht::dtype_name(dt));
+  };
+  const DType dtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+  for (DType dt : dtypes)
+    for (const GemmShape& s : shapes) {
+      const std::string rest = std::string(s.what) + "/M" + std::to_string(s.m) + "_N" + std::to_string(s.n) +
+                               "_K" + std::to_string(s.k);
+      const std::string op = op_name("matmul", dt);
+      if (device.is_cpu()) {
+        reg(bench_name(op, "cpu_openblas", rest), device, bm_matmul, Backend::kOpenBlas, s, dt);
+        // Eigen against OpenBLAS is an f32 question; 16-bit adds the same conversions to both.
+        if (dt == DType::kF32) reg(bench_name(op, "cpu_eigen", rest), device, bm_matmul, Backend::kEigen, s, dt);
+      } else {
+        reg(bench_name(op, dev, rest), device, bm_matmul, Backend::kOpenBlas, s, dt);
+      }
     }
-  }
   for (std::int64_t t : {128, 256}) {
     const AttnShape s{8, t, 384, 6};
     const std::string rest = "B8_T" + std::to_string(t) + "_C384_H6";
     reg(bench_name("attention_fwd", dev, rest), device, bm_attention_forward, s);
     reg(bench_name("attention_bwd", dev, rest), device, bm_attention_backward, s);
   }
-  for (std::int64_t c : {384, 768}) {
-    const std::string rest = "N1024_C" + std::to_string(c);
-    reg(bench_name("layernorm_fwd", dev, rest), device, bm_layernorm_forward, std::int64_t{1024}, c);
-    reg(bench_name("layernorm_bwd", dev, rest), device, bm_layernorm_backward, std::int64_t{1024}, c);
-  }
+  for (DType dt : dtypes)
+    for (std::int64_t c : {384, 768}) {
+      const std::string rest = "N1024_C" + std::to_string(c);
+      reg(bench_name(op_name("layernorm_fwd", dt), dev, rest), device, bm_layernorm_forward, std::int64_t{1024}, c, dt);
+      reg(bench_name(op_name("layernorm_bwd", dt), dev, rest), device, bm_layernorm_backward, std::int64_t{1024}, c,
+          dt);
+    }
   // The MLP hidden activation of the small config: (B*T, 4C) = (1024, 1536).
-  reg(bench_name("gelu_fwd", dev, "n1572864"), device, bm_gelu_forward, std::int64_t{1024 * 1536});
-  reg(bench_name("gelu_bwd", dev, "n1572864"), device, bm_gelu_backward, std::int64_t{1024 * 1536});
+  for (DType dt : dtypes) {
+    reg(bench_name(op_name("gelu_fwd", dt), dev, "n1572864"), device, bm_gelu_forward, std::int64_t{1024 * 1536}, dt);
+    reg(bench_name(op_name("gelu_bwd", dt), dev, "n1572864"), device, bm_gelu_backward, std::int64_t{1024 * 1536},
+        dt);
+  }
   // The 124M config's head: 512 rows of the GPT-2 vocabulary.
   reg(bench_name("cross_entropy_fwd_bwd", dev, "N512_V50257"), device, bm_cross_entropy, std::int64_t{512},
       std::int64_t{50257});

@@ -2,19 +2,26 @@
 // measured on a real mesh under mpirun — ZeRO's memory per rank, the share of
 // DDP's gradient all-reduce hidden behind backward, and the pipeline bubble.
 //
-//   mpirun -np 4 ht-parallel-bench --mode memory   [--zero 0,1,2,3]
+//   mpirun -np 4 ht-parallel-bench --mode memory   [--zero 0,1,2,3] [--precision fp32,fp16,bf16]
 //   mpirun -np 2 ht-parallel-bench --mode overlap  [--bucket-bytes 1048576] [--steps 8]
 //   mpirun -np 4 ht-parallel-bench --mode bubble   [--pp 4] [--schedules gpipe,1f1b] [--micro-batches 4,8]
 //
-// memory: for each ZeRO stage in turn (dp = world / (tp pp)), a Trainer is
-//   built, runs --steps steps and is destroyed. Bytes per category come from
-//   ht's allocator accounting (ht/core/memory.h): "init peak" from a peak
-//   reset before construction, "current" after the last step, "step peak"
-//   from a reset after construction. Figures are the maximum over ranks.
-//   "ratio" is parameters + gradients + optimizer state over DDP's; "expected"
-//   what the stage should give with s shards (params 1 or 1/s, gradients 1 or
-//   1/s, AdamW's two moments 2 or 2/s, over DDP's 4). Target: ZeRO-3 within
-//   10 % of 1/dp (0.25 at dp = 4).
+// memory: for each precision (default fp32) and each ZeRO stage in turn
+//   (dp = world / (tp pp)), a Trainer is built, runs --steps steps and is
+//   destroyed. Bytes per category come from ht's allocator accounting
+//   (ht/core/memory.h): "init peak" from a peak reset before construction,
+//   "current" after the last step, "step peak" from a reset after
+//   construction. Figures are the maximum over ranks. "ratio" is parameters +
+//   gradients + optimizer state over DDP's in the same precision; "expected"
+//   what the stage should give with s shards (f32: params 1 or 1/s, gradients
+//   1 or 1/s, AdamW's two moments 2 or 2/s, over DDP's 4; see
+//   expected_state() for fp16/bf16). Target: ZeRO-3 within 10 % of that
+//   (1/dp in f32: 0.25 at dp = 4). Under fp16/bf16 the parameters are the
+//   16-bit working copies and the f32 master weights count as optimizer
+//   state (the optimizer owns them). With fp32 and a 16-bit precision in the
+//   list, a third table sets each 16-bit run against fp32 at the same stage;
+//   the target, parameters and peak activations halved, is reported,
+//   not enforced.
 // overlap: DDP (ZeRO 0) with small buckets. After each step the same bucket
 //   sizes (DDP's rule: reverse registration order, a bucket closes once it
 //   holds bucket_bytes) are all-reduced again on the dp group with nothing
@@ -43,7 +50,8 @@
 // Output (a contract; docs/benchmarks.md): rank 0 prints a `#` preamble
 // (build, layout, threads, HT_* and OMP settings) and one table per mode;
 // with --json, JSON Lines instead: a {"type": "run"} object, then per mode
-// "memory", "overlap_step", "bubble" objects and one "<mode>_summary". Step
+// "memory", "overlap_step", "bubble" objects and one "<mode>_summary" (memory:
+// one per precision). Step
 // progress goes to stderr. Exit: 0; 1 when a check that does not depend on
 // timing fails (ZeRO-3's ratio outside its band, 1F1B's peak not below
 // GPipe's); 2 on a usage error. Timing targets are reported, never enforced:
@@ -74,6 +82,7 @@
 #include "ht/core/error.h"
 #include "ht/core/memory.h"
 #include "ht/core/rng.h"
+#include "ht/precision/policy.h"
 #include "ht/train/metrics.h"
 #include "ht/train/trainer.h"
 
@@ -92,6 +101,7 @@ struct Args {
   std::int64_t steps = 0;
   std::int64_t warmup = -1;
   std::vector<int> zero_stages{0, 1, 2, 3};
+  std::vector<std::string> precisions{"fp32"};
   std::int64_t bucket_bytes = std::int64_t(1) << 20;
   bool one_bucket = true;
   std::vector<std::string> schedules{"gpipe", "1f1b"};
@@ -203,20 +213,53 @@ std::vector<std::int64_t> host_bytes(bool peak) {
   return v;
 }
 
-/// What stage `z` holds in parameters + gradients + optimizer state over DDP,
-/// with `s` shards: DDP holds 1 + 1 + 2 (AdamW's two moments) per parameter.
-double expected_ratio(int z, int s) {
-  const double params = z >= 3 ? 1.0 / s : 1.0, grads = z >= 2 ? 1.0 / s : 1.0, optim = z >= 1 ? 2.0 / s : 2.0;
-  return (params + grads + optim) / 4.0;
+/// Bytes per parameter that ZeRO stage `z` keeps after a step in each
+/// category, with `s` shards, under `p` (ht::parallel::DataParallel's
+/// buffers, src/parallel/flat_group.h):
+///   parameters  the working copy (compute dtype c), 1/s at stage 3;
+///   gradients   stages 0-1: the full compute-dtype gradient, and under mixed
+///               precision also the full reduction-dtype (r) copy the
+///               all-reduce and the optimizer read; stages 2-3: only the r
+///               shard;
+///   optimizer   AdamW's two f32 moments, and under mixed precision the f32
+///               master weights (optimizer-owned; in f32 the master is the
+///               parameter itself); 1/s from stage 1.
+/// f32: 4 + 4 + 8 = 16 bytes for DDP. f16/bf16 with f32 reduction:
+/// 2 + (2 + 4) + (8 + 4) = 20 bytes for DDP, 18/s at stage 3.
+struct StateBytes {
+  double params = 0, grads = 0, optim = 0;
+  double total() const { return params + grads + optim; }
+};
+
+StateBytes expected_state(int z, int s, const precision::Policy& p) {
+  const double c = double(dtype_size(p.compute)), r = double(dtype_size(p.reduce));
+  const double master = p.mixed() ? 4.0 : 0.0;
+  const double full_grads = c + (p.compute != p.reduce ? r : 0.0);
+  return {z >= 3 ? c / s : c, z >= 2 ? r / s : full_grads, (8.0 + master) / (z >= 1 ? s : 1)};
+}
+
+/// What stage `z` holds in parameters + gradients + optimizer state over DDP
+/// in the same precision, with `s` shards (f32: (1 + 1 + 2) / 4 at DDP).
+double expected_ratio(int z, int s, const precision::Policy& p) {
+  return expected_state(z, s, p).total() / expected_state(0, s, p).total();
 }
 
 struct MemoryResult {
+  std::string precision;
+  precision::Policy policy;
   int zero = 0;
   // Maximum over ranks, kCategories order then the total.
   std::vector<std::int64_t> current, step_peak, init_peak;
   std::vector<std::vector<std::int64_t>> current_by_rank;
   std::int64_t leaked_bytes = 0;  // host bytes still held after the trainer was destroyed, max over ranks
   double step_ms = 0;
+  std::int64_t skipped_steps = 0;  // f16 overflows (no update; the bytes held are the same)
+  // What forward saved for backward at most (PipelineStats::peak_saved_bytes,
+  // maximum over ranks): the activations proper, without the transient
+  // buffers (an op's outputs before they are saved, gradients of
+  // activations, 16-bit ops' f32 staging copies) that the allocator's
+  // activations category also counts.
+  std::int64_t saved_peak_bytes = 0;
   std::int64_t state_bytes() const { return current[0] + current[1] + current[2]; }
 };
 
@@ -228,132 +271,261 @@ std::vector<std::int64_t> max_over_ranks(const std::vector<std::int64_t>& all, i
   return m;
 }
 
+/// One trainer at ZeRO stage `z` in precision `prec`: built, stepped, destroyed.
+MemoryResult measure_memory(const Args& a, comm::DeviceMesh& mesh, const train::TrainerOptions& base,
+                            const data::TokenSplits& splits, const std::string& prec, int z,
+                            std::int64_t& num_parameters) {
+  comm::Communicator& world = mesh.world();
+  const int ranks = world.size();
+  const bool print = world.rank() == 0;
+  train::TrainerOptions o = base;
+  o.data_parallel.zero_stage = z;
+  o.data_parallel.precision = precision::parse_policy(prec);
+  world.barrier()->wait();
+  const std::int64_t before_bytes = memory_stats_total(DeviceType::kCPU).current_bytes;
+  reset_memory_peaks();
+  std::vector<std::int64_t> init_peak, current, step_peak;
+  double step_ms = 0;
+  std::int64_t skipped = 0, saved_peak = 0;
+  {
+    train::Trainer trainer(o, splits, &mesh);
+    num_parameters = trainer.model().num_parameters();
+    init_peak = host_bytes(true);
+    reset_memory_peaks();
+    for (std::int64_t i = 0; i < a.warmup + a.steps; ++i) {
+      const train::StepStats s = trainer.step();
+      step_ms = s.ms;
+      skipped = s.skipped_steps;
+      saved_peak = std::max(saved_peak, trainer.pipeline().stats().peak_saved_bytes);
+      if (print)
+        std::fprintf(stderr, "# memory %s zero %d: step %lld/%lld %.0f ms, loss %.4f, scale %g%s\n", prec.c_str(), z,
+                     (long long)(i + 1), (long long)(a.warmup + a.steps), s.ms, s.loss, double(s.loss_scale),
+                     s.skipped ? " (skipped: overflow)" : "");
+    }
+    current = host_bytes(false);
+    step_peak = host_bytes(true);
+  }
+  world.barrier()->wait();
+  const std::int64_t leaked = memory_stats_total(DeviceType::kCPU).current_bytes - before_bytes;
+  MemoryResult r;
+  r.precision = precision::policy_name(o.data_parallel.precision);
+  r.policy = o.data_parallel.precision;
+  r.zero = z;
+  const std::vector<std::int64_t> all_current = gather_i64(world, current);
+  r.current = max_over_ranks(all_current, ranks);
+  r.step_peak = max_over_ranks(gather_i64(world, step_peak), ranks);
+  r.init_peak = max_over_ranks(gather_i64(world, init_peak), ranks);
+  r.leaked_bytes = max_over_ranks(gather_i64(world, {leaked}), ranks)[0];
+  const std::size_t n = current.size();
+  for (int rank = 0; rank < ranks; ++rank)
+    r.current_by_rank.emplace_back(all_current.begin() + std::ptrdiff_t(rank * n),
+                                   all_current.begin() + std::ptrdiff_t((rank + 1) * n));
+  r.step_ms = max_over_ranks(gather_i64(world, {std::int64_t(step_ms)}), ranks)[0];
+  r.skipped_steps = skipped;
+  r.saved_peak_bytes = max_over_ranks(gather_i64(world, {saved_peak}), ranks)[0];
+  return r;
+}
+
+double ratio_of(std::int64_t x, std::int64_t ref) { return ref > 0 ? double(x) / double(ref) : 0.0; }
+
+/// 16-bit against f32 at the same stage: the target is half, within this share.
+constexpr double kHalfTolerance = 0.10;
+
 int run_memory(const Args& a, comm::DeviceMesh& mesh, const nn::GPTConfig& model) {
   comm::Communicator& world = mesh.world();
-  const int ranks = world.size(), dp = mesh.layout().dp();
+  const int dp = mesh.layout().dp();
   const bool print = world.rank() == 0;
   const train::TrainerOptions base = base_options(a, model);
   const data::TokenSplits splits = splits_for(base, dp);
   std::vector<MemoryResult> results;
   std::int64_t num_parameters = 0;
-  for (int z : a.zero_stages) {
-    train::TrainerOptions o = base;
-    o.data_parallel.zero_stage = z;
-    world.barrier()->wait();
-    const std::int64_t before_bytes = memory_stats_total(DeviceType::kCPU).current_bytes;
-    reset_memory_peaks();
-    std::vector<std::int64_t> init_peak, current, step_peak;
-    double step_ms = 0;
-    {
-      train::Trainer trainer(o, splits, &mesh);
-      num_parameters = trainer.model().num_parameters();
-      init_peak = host_bytes(true);
-      reset_memory_peaks();
-      for (std::int64_t i = 0; i < a.warmup + a.steps; ++i) {
-        const train::StepStats s = trainer.step();
-        step_ms = s.ms;
-        if (print)
-          std::fprintf(stderr, "# memory zero %d: step %lld/%lld %.0f ms, loss %.4f\n", z, (long long)(i + 1),
-                       (long long)(a.warmup + a.steps), s.ms, s.loss);
-      }
-      current = host_bytes(false);
-      step_peak = host_bytes(true);
-    }
-    world.barrier()->wait();
-    const std::int64_t leaked = memory_stats_total(DeviceType::kCPU).current_bytes - before_bytes;
-    MemoryResult r;
-    r.zero = z;
-    const std::vector<std::int64_t> all_current = gather_i64(world, current);
-    r.current = max_over_ranks(all_current, ranks);
-    r.step_peak = max_over_ranks(gather_i64(world, step_peak), ranks);
-    r.init_peak = max_over_ranks(gather_i64(world, init_peak), ranks);
-    r.leaked_bytes = max_over_ranks(gather_i64(world, {leaked}), ranks)[0];
-    const std::size_t n = current.size();
-    for (int rank = 0; rank < ranks; ++rank)
-      r.current_by_rank.emplace_back(all_current.begin() + std::ptrdiff_t(rank * n),
-                                     all_current.begin() + std::ptrdiff_t((rank + 1) * n));
-    r.step_ms = max_over_ranks(gather_i64(world, {std::int64_t(step_ms)}), ranks)[0];
-    results.push_back(std::move(r));
-  }
+  for (const std::string& prec : a.precisions)
+    for (int z : a.zero_stages) results.push_back(measure_memory(a, mesh, base, splits, prec, z, num_parameters));
 
-  // The reference for ratios: DDP if it ran, else the first stage measured.
-  const MemoryResult* ddp = &results.front();
-  for (const MemoryResult& r : results)
-    if (r.zero == 0) ddp = &r;
   const int shards = dp;  // no hybrid sharding in this benchmark
-  const MemoryResult* z3 = nullptr;
-  for (const MemoryResult& r : results)
-    if (r.zero == 3) z3 = &r;
-  const double z3_ratio = z3 && ddp->zero == 0 ? double(z3->state_bytes()) / double(ddp->state_bytes()) : -1.0;
-  const double target = 1.0 / shards;
-  const bool z3_met = z3_ratio >= 0 && std::abs(z3_ratio / target - 1.0) <= kZero3Tolerance;
+  // ZeRO ratios are within one precision: against that precision's DDP if it
+  // ran, else its first stage measured.
+  auto find = [&](const std::string& prec, int z) -> const MemoryResult* {
+    for (const MemoryResult& r : results)
+      if (r.precision == prec && r.zero == z) return &r;
+    return nullptr;
+  };
+  auto ddp_of = [&](const MemoryResult& r) -> const MemoryResult& {
+    if (const MemoryResult* d = find(r.precision, 0)) return *d;
+    for (const MemoryResult& x : results)
+      if (x.precision == r.precision) return x;
+    return r;
+  };
+  auto ratio_to_ddp = [&](const MemoryResult& r) { return ratio_of(r.state_bytes(), ddp_of(r).state_bytes()); };
+  // ZeRO-3 against DDP per precision: within 10 % of what sharding predicts
+  // (1/dp in f32, 0.9/dp under mixed precision: the full f16/bf16 gradient
+  // that DDP also keeps is not kept at stage 3).
+  struct Zero3Check {
+    std::string precision;
+    double ratio = -1, target = 0;
+    bool met = false;
+  };
+  std::vector<Zero3Check> z3_checks;
+  bool z3_ok = true;
+  for (const std::string& prec : a.precisions) {
+    const precision::Policy p = precision::parse_policy(prec);
+    const MemoryResult *d = find(precision::policy_name(p), 0), *z3 = find(precision::policy_name(p), 3);
+    if (!d || !z3) continue;
+    Zero3Check c{precision::policy_name(p), ratio_to_ddp(*z3), expected_ratio(3, shards, p)};
+    c.met = std::abs(c.ratio / c.target - 1.0) <= kZero3Tolerance;
+    z3_ok = z3_ok && c.met;
+    z3_checks.push_back(c);
+  }
+  // 16-bit against f32, stage by stage (when fp32 ran): the working copies of
+  // the parameters and the peak activations should be at most half (+10 %).
+  // Reported, not enforced: which tensors an op keeps or stages in f32 is the
+  // ops' choice, not this layer's.
+  auto ref_of = [&](const MemoryResult& r) { return r.policy.mixed() ? find("fp32", r.zero) : nullptr; };
+  struct HalfCheck {
+    std::string precision;
+    int zero = 0;
+    double params = 0, activations_peak = 0, saved_peak = 0, state = 0, total_peak = 0;
+    bool met = false, saved_met = false;
+  };
+  const auto halved = [](double x) { return x > 0 && x <= 0.5 * (1.0 + kHalfTolerance); };
+  std::vector<HalfCheck> half_checks;
+  for (const MemoryResult& r : results) {
+    const MemoryResult* f = ref_of(r);
+    if (!f) continue;
+    HalfCheck h{r.precision,
+                r.zero,
+                ratio_of(r.current[0], f->current[0]),
+                ratio_of(r.step_peak[3], f->step_peak[3]),
+                ratio_of(r.saved_peak_bytes, f->saved_peak_bytes),
+                ratio_of(r.state_bytes(), f->state_bytes()),
+                ratio_of(r.step_peak[6], f->step_peak[6])};
+    h.met = halved(h.params) && halved(h.activations_peak);
+    h.saved_met = halved(h.params) && halved(h.saved_peak);
+    half_checks.push_back(h);
+  }
 
   if (print && !a.json) {
     std::printf("# memory: %s, %lld parameters on this stage of the model, batch %lld x %lld, dp %d, %lld step(s)\n",
                 model.str().c_str(), (long long)num_parameters, (long long)a.micro_batch, (long long)a.seq, dp,
                 (long long)(a.warmup + a.steps));
-    std::printf("# MiB per rank (maximum over ranks), host allocator accounting; current = after the last step\n");
-    std::printf("#%5s %10s %10s %10s %10s %8s %9s %8s\n", "zero", "params", "grads", "optimizer", "total", "ratio",
-                "expected", "target");
-    for (const MemoryResult& r : results) {
-      const double ratio = double(r.state_bytes()) / double(ddp->state_bytes());
-      std::printf(" %5d %10.1f %10.1f %10.1f %10.1f %8.3f %9.3f %8s\n", r.zero, r.current[0] / kMiB,
-                  r.current[1] / kMiB, r.current[2] / kMiB, r.state_bytes() / kMiB, ratio,
-                  expected_ratio(r.zero, shards), r.zero == 3 ? fmt::format("{:.3f}", target).c_str() : "-");
-    }
-    std::printf("#\n# peaks, MiB per rank: during the step (reset after construction) and during construction\n");
-    std::printf("#%5s %10s %10s %10s %10s %10s %10s | %10s %10s | %8s %8s\n", "zero", "params", "grads", "optimizer",
-                "activ.", "comm.", "total", "init par.", "init tot.", "leaked", "step ms");
+    std::printf("# MiB per rank (maximum over ranks), host allocator accounting; current = after the last step;\n"
+                "# ratio and expected against DDP in the same precision; optimizer includes the f32 master\n"
+                "# weights under fp16/bf16 (params are then the 16-bit working copies)\n");
+    std::printf("#%5s %5s %10s %10s %10s %10s %8s %9s %8s\n", "prec", "zero", "params", "grads", "optimizer", "total",
+                "ratio", "expected", "target");
     for (const MemoryResult& r : results)
-      std::printf(" %5d %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f | %10.1f %10.1f | %8.1f %8lld\n", r.zero,
-                  r.step_peak[0] / kMiB, r.step_peak[1] / kMiB, r.step_peak[2] / kMiB, r.step_peak[3] / kMiB,
-                  r.step_peak[4] / kMiB, r.step_peak[6] / kMiB, r.init_peak[0] / kMiB, r.init_peak[6] / kMiB,
-                  r.leaked_bytes / kMiB, (long long)r.step_ms);
-    if (z3_ratio >= 0)
-      std::printf("# ZeRO-3 / DDP (params + grads + optimizer, current): %.4f, target %.4f +- %.0f %%: %s\n", z3_ratio,
-                  target, kZero3Tolerance * 100, z3_met ? "met" : "NOT MET");
+      std::printf(" %5s %5d %10.1f %10.1f %10.1f %10.1f %8.3f %9.3f %8s\n", r.precision.c_str(), r.zero,
+                  r.current[0] / kMiB, r.current[1] / kMiB, r.current[2] / kMiB, r.state_bytes() / kMiB,
+                  ratio_to_ddp(r), expected_ratio(r.zero, shards, r.policy),
+                  r.zero == 3 ? fmt::format("{:.3f}", expected_ratio(3, shards, r.policy)).c_str() : "-");
+    std::printf("#\n# peaks, MiB per rank: during the step (reset after construction) and during construction\n");
+    std::printf("#%5s %5s %10s %10s %10s %10s %10s %10s | %10s %10s | %8s %8s\n", "prec", "zero", "params", "grads",
+                "optimizer", "activ.", "comm.", "total", "init par.", "init tot.", "leaked", "step ms");
+    for (const MemoryResult& r : results)
+      std::printf(" %5s %5d %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f | %10.1f %10.1f | %8.1f %8lld\n",
+                  r.precision.c_str(), r.zero, r.step_peak[0] / kMiB, r.step_peak[1] / kMiB, r.step_peak[2] / kMiB,
+                  r.step_peak[3] / kMiB, r.step_peak[4] / kMiB, r.step_peak[6] / kMiB, r.init_peak[0] / kMiB,
+                  r.init_peak[6] / kMiB, r.leaked_bytes / kMiB, (long long)r.step_ms);
+    for (const Zero3Check& c : z3_checks)
+      std::printf("# ZeRO-3 / DDP (params + grads + optimizer, current), %s: %.4f, target %.4f +- %.0f %%: %s\n",
+                  c.precision.c_str(), c.ratio, c.target, kZero3Tolerance * 100, c.met ? "met" : "NOT MET");
+    if (!half_checks.empty()) {
+      std::printf("#\n# 16-bit against fp32 at the same ZeRO stage: MiB per rank and the ratio to fp32 (x); state =\n"
+                  "# params + grads + optimizer after the step; activ. = the activations category after the step,\n"
+                  "# act.peak = its peak during the step (transient buffers and 16-bit ops' f32 staging copies\n"
+                  "# included); saved = the most forward saved for backward (PipelineStats::peak_saved_bytes)\n");
+      std::printf("#%5s %5s %8s %6s %8s %6s %9s %6s %8s %6s | %7s %8s %6s %7s %6s | %8s %6s\n", "prec", "zero",
+                  "params", "x", "grads", "x", "optimizer", "x", "state", "x", "activ.", "act.peak", "x", "saved", "x",
+                  "tot.peak", "x");
+      for (const MemoryResult& r : results) {
+        const MemoryResult* f = ref_of(r);
+        if (!f && r.precision != "fp32") continue;
+        if (!f) f = &r;
+        std::printf(" %5s %5d %8.1f %6.3f %8.1f %6.3f %9.1f %6.3f %8.1f %6.3f | %7.2f %8.2f %6.3f %7.2f %6.3f | %8.1f "
+                    "%6.3f\n",
+                    r.precision.c_str(), r.zero, r.current[0] / kMiB, ratio_of(r.current[0], f->current[0]),
+                    r.current[1] / kMiB, ratio_of(r.current[1], f->current[1]), r.current[2] / kMiB,
+                    ratio_of(r.current[2], f->current[2]), r.state_bytes() / kMiB,
+                    ratio_of(r.state_bytes(), f->state_bytes()), r.current[3] / kMiB, r.step_peak[3] / kMiB,
+                    ratio_of(r.step_peak[3], f->step_peak[3]), r.saved_peak_bytes / kMiB,
+                    ratio_of(r.saved_peak_bytes, f->saved_peak_bytes), r.step_peak[6] / kMiB,
+                    ratio_of(r.step_peak[6], f->step_peak[6]));
+      }
+      for (const HalfCheck& h : half_checks)
+        std::printf("# %s / fp32, ZeRO %d: parameters %.3f, peak activations %.3f (saved %.3f); target at most 0.5 "
+                    "+ %.0f %%: %s (saved: %s)\n",
+                    h.precision.c_str(), h.zero, h.params, h.activations_peak, h.saved_peak, kHalfTolerance * 100,
+                    h.met ? "met" : "not met", h.saved_met ? "met" : "not met");
+    }
   }
   if (print && a.json) {
     for (const MemoryResult& r : results) {
       json by_rank = json::array();
       for (const auto& v : r.current_by_rank)
         by_rank.push_back({{"params_bytes", v[0]}, {"grads_bytes", v[1]}, {"optimizer_bytes", v[2]}});
-      std::printf("%s\n", json{{"type", "memory"},
-                               {"zero_stage", r.zero},
-                               {"dp", dp},
-                               {"num_parameters", num_parameters},
-                               {"params_bytes", r.current[0]},
-                               {"grads_bytes", r.current[1]},
-                               {"optimizer_bytes", r.current[2]},
-                               {"activations_bytes", r.current[3]},
-                               {"communication_bytes", r.current[4]},
-                               {"state_bytes", r.state_bytes()},
-                               {"total_bytes", r.current[6]},
-                               {"ratio_to_ddp", double(r.state_bytes()) / double(ddp->state_bytes())},
-                               {"expected_ratio", expected_ratio(r.zero, shards)},
-                               {"step_peak_params_bytes", r.step_peak[0]},
-                               {"step_peak_grads_bytes", r.step_peak[1]},
-                               {"step_peak_optimizer_bytes", r.step_peak[2]},
-                               {"step_peak_activations_bytes", r.step_peak[3]},
-                               {"step_peak_communication_bytes", r.step_peak[4]},
-                               {"step_peak_total_bytes", r.step_peak[6]},
-                               {"init_peak_params_bytes", r.init_peak[0]},
-                               {"init_peak_total_bytes", r.init_peak[6]},
-                               {"leaked_bytes", r.leaked_bytes},
-                               {"step_ms", r.step_ms},
-                               {"per_rank", by_rank}}
+      json j{{"type", "memory"},
+             {"precision", r.precision},
+             {"zero_stage", r.zero},
+             {"dp", dp},
+             {"num_parameters", num_parameters},
+             {"params_bytes", r.current[0]},
+             {"grads_bytes", r.current[1]},
+             {"optimizer_bytes", r.current[2]},
+             {"activations_bytes", r.current[3]},
+             {"communication_bytes", r.current[4]},
+             {"state_bytes", r.state_bytes()},
+             {"total_bytes", r.current[6]},
+             {"ratio_to_ddp", ratio_to_ddp(r)},
+             {"expected_ratio", expected_ratio(r.zero, shards, r.policy)},
+             {"step_peak_params_bytes", r.step_peak[0]},
+             {"step_peak_grads_bytes", r.step_peak[1]},
+             {"step_peak_optimizer_bytes", r.step_peak[2]},
+             {"step_peak_activations_bytes", r.step_peak[3]},
+             {"step_peak_communication_bytes", r.step_peak[4]},
+             {"step_peak_total_bytes", r.step_peak[6]},
+             {"saved_activations_peak_bytes", r.saved_peak_bytes},
+             {"init_peak_params_bytes", r.init_peak[0]},
+             {"init_peak_total_bytes", r.init_peak[6]},
+             {"leaked_bytes", r.leaked_bytes},
+             {"skipped_steps", r.skipped_steps},
+             {"step_ms", r.step_ms},
+             {"per_rank", by_rank}};
+      if (const MemoryResult* f = ref_of(r)) {
+        j["params_ratio_to_fp32"] = ratio_of(r.current[0], f->current[0]);
+        j["activations_peak_ratio_to_fp32"] = ratio_of(r.step_peak[3], f->step_peak[3]);
+        j["saved_activations_peak_ratio_to_fp32"] = ratio_of(r.saved_peak_bytes, f->saved_peak_bytes);
+        j["state_ratio_to_fp32"] = ratio_of(r.state_bytes(), f->state_bytes());
+        j["total_peak_ratio_to_fp32"] = ratio_of(r.step_peak[6], f->step_peak[6]);
+      }
+      std::printf("%s\n", j.dump().c_str());
+    }
+    // One summary per precision; zero3_ratio -1 where stage 0 or 3 did not run.
+    for (const std::string& prec : a.precisions) {
+      const std::string name = precision::policy_name(precision::parse_policy(prec));
+      Zero3Check c{name, -1.0, expected_ratio(3, shards, precision::parse_policy(prec)), false};
+      for (const Zero3Check& x : z3_checks)
+        if (x.precision == name) c = x;
+      json halves = json::array();
+      for (const HalfCheck& h : half_checks)
+        if (h.precision == name)
+          halves.push_back({{"zero_stage", h.zero},
+                            {"params_ratio_to_fp32", h.params},
+                            {"activations_peak_ratio_to_fp32", h.activations_peak},
+                            {"saved_activations_peak_ratio_to_fp32", h.saved_peak},
+                            {"half_met", h.met},
+                            {"half_met_saved", h.saved_met}});
+      std::printf("%s\n", json{{"type", "memory_summary"},
+                               {"precision", name},
+                               {"zero3_ratio", c.ratio},
+                               {"target_ratio", c.target},
+                               {"tolerance", kZero3Tolerance},
+                               {"met", c.met},
+                               {"against_fp32", halves}}
                               .dump()
                               .c_str());
     }
-    std::printf("%s\n", json{{"type", "memory_summary"},
-                             {"zero3_ratio", z3_ratio},
-                             {"target_ratio", target},
-                             {"tolerance", kZero3Tolerance},
-                             {"met", z3_met}}
-                            .dump()
-                            .c_str());
   }
-  return z3_ratio < 0 || z3_met ? 0 : 1;
+  return z3_ok ? 0 : 1;
 }
 
 // ---- overlap ----------------------------------------------------------------
@@ -712,6 +884,8 @@ int bench(int argc, char** argv, const comm::MpiRuntime& runtime) {
   app.add_option("--steps", a.steps, "timed steps (0: memory 1, overlap 8, bubble 3)");
   app.add_option("--warmup", a.warmup, "untimed steps first (-1: memory 0, overlap 2, bubble 1)");
   app.add_option("--zero", a.zero_stages, "memory: ZeRO stages, in order")->delimiter(',');
+  app.add_option("--precision", a.precisions, "memory: precisions (fp32, fp16, bf16), in order; each runs every stage")
+      ->delimiter(',');
   app.add_option("--bucket-bytes", a.bucket_bytes, "overlap: DDP bucket size in bytes")->check(CLI::PositiveNumber);
   app.add_flag("!--no-one-bucket", a.one_bucket, "overlap: skip the one-bucket comparison trainer");
   app.add_option("--schedules", a.schedules, "bubble: schedules (gpipe, 1f1b)")->delimiter(',');
@@ -730,10 +904,13 @@ int bench(int argc, char** argv, const comm::MpiRuntime& runtime) {
   for (int m : a.micro_batches)
     HT_CHECK(m > 0, ErrorKind::kConfig, "--micro-batches {}: every count must be positive", m);
   for (const std::string& s : a.schedules) (void)parallel::parse_schedule(s);
+  for (const std::string& p : a.precisions) (void)precision::parse_policy(p);
+  HT_CHECK(a.mode == "memory" || a.precisions == std::vector<std::string>{"fp32"}, ErrorKind::kConfig,
+           "--precision applies to --mode memory only (got --mode {})", a.mode);
   HT_CHECK(a.steps > 0 && a.warmup >= 0, ErrorKind::kConfig, "--steps ({}) must be positive, --warmup ({}) >= 0",
            a.steps, a.warmup);
-  HT_CHECK(!a.zero_stages.empty() && !a.micro_batches.empty() && !a.schedules.empty(), ErrorKind::kConfig,
-           "--zero, --schedules and --micro-batches need at least one value each");
+  HT_CHECK(!a.zero_stages.empty() && !a.micro_batches.empty() && !a.schedules.empty() && !a.precisions.empty(),
+           ErrorKind::kConfig, "--zero, --precision, --schedules and --micro-batches need at least one value each");
 
   const int world_size = runtime.world_size();
   HT_CHECK(a.mode != "overlap" || (a.tp == 1 && a.pp == 1 && world_size > 1), ErrorKind::kConfig,
@@ -759,6 +936,7 @@ int bench(int argc, char** argv, const comm::MpiRuntime& runtime) {
                                {"tp", layout.tp()},
                                {"pp", layout.pp()},
                                {"dp", layout.dp()},
+                               {"precisions", a.precisions},
                                {"model", model.str()},
                                {"micro_batch", a.micro_batch},
                                {"seq_len", a.seq},
@@ -777,6 +955,12 @@ int bench(int argc, char** argv, const comm::MpiRuntime& runtime) {
       std::printf("# world %d = pp %d x dp %d x tp %d, host %s; model %s, micro-batch %lld x %lld\n",
                   runtime.world_size(), layout.pp(), layout.dp(), layout.tp(), runtime.host().c_str(),
                   model.str().c_str(), (long long)a.micro_batch, (long long)a.seq);
+      if (a.mode == "memory") {
+        std::string precisions;
+        for (const std::string& p : a.precisions) precisions += (precisions.empty() ? "" : ",") + p;
+        std::printf("# precision %s (working copies, activations and gradients; f32 masters and reduction)\n",
+                    precisions.c_str());
+      }
       std::printf("# HT_COMM_TIMEOUT %g s  HT_COMM_DEBUG %d  OMP_NUM_THREADS %s  OMP_WAIT_POLICY %s  "
                   "OPENBLAS_CORETYPE %s\n",
                   timeout_s, int(copts.debug), env_or("OMP_NUM_THREADS", "(unset)").c_str(),

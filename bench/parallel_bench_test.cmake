@@ -1,12 +1,15 @@
 # ctest driver of ht-parallel-bench (bench/CMakeLists.txt): each mode once on a
-# tiny model under mpirun, tables and --json; fails on a non-zero exit (which
-# includes ZeRO-3's memory ratio outside its band and 1F1B holding more
-# activations than GPipe) or a missing summary line. Timing figures are not checked.
+# tiny model under mpirun, tables and --json, and the memory mode in fp32 and
+# bf16 side by side; fails on a non-zero exit (which includes ZeRO-3's memory
+# ratio outside its band and 1F1B holding more activations than GPipe) or a
+# missing summary line (bf16: the working copies exactly half of fp32's
+# parameters). Timing figures are not checked.
 #   cmake -DEXE=<bench> -DMPIEXEC=<mpiexec> -DFLAGS="-n;2;..." -P parallel_bench_test.cmake
 set(_tiny "--layers 2 --heads 2 --embd 64 --vocab 256 --context 32 --seq 16 --micro-batch 2")
 set(_runs
   "--mode memory|ZeRO-3 / DDP"
   "--mode memory --zero 0,3 --json|\"type\":\"memory_summary\""
+  "--mode memory --precision fp32,bf16|bf16 / fp32, ZeRO 3: parameters 0.500"
   "--mode overlap --steps 2 --warmup 1|hidden share"
   "--mode overlap --steps 1 --warmup 0 --no-one-bucket --json|\"type\":\"overlap_summary\""
   "--mode bubble --pp 2 --steps 1 --warmup 0 --micro-batches 2,4|1F1B peak saved bytes below"

@@ -1,18 +1,21 @@
 // train_throughput: end-to-end training speed of ht::train::Trainer (forward,
 // backward, global-norm clipping and AdamW per step) on random tokens, for the
-// gpt_train default model and a GPT-2 124M-class model, with MFU measured
-// against this machine's own sgemm peak.
+// gpt_train default model and a GPT-2 124M-class model, in f32 or mixed
+// precision (--precision fp32,fp16,bf16: each config runs in each, one after
+// the other), with MFU measured against this machine's own f32 sgemm peak.
 //
 // Output (a contract; docs/benchmarks.md):
 //   "# " preamble lines: build, threads, GEMM backend, device, OpenBLAS build
 //   and the kernels it chose, peak GFLOP/s;
-//   one line per config:
-//   train small | L6 H6 C384 V256 T256 | cpu | batch 8 x 128 | 10 steps | 512.3 ms/step | 2.00k tok/s
+//   one line per config and precision:
+//   train small | L6 H6 C384 V256 T256 | cpu | fp32 | batch 8 x 128 | 10 steps | 512.3 ms/step | 2.00k tok/s
 //     | 136.0 GFLOP/s | MFU 45.1%
-//   (one line, wrapped here);
+//   (one line, wrapped here); with more than one precision, fp32 among them,
+//   a "# <config> ms/step over fp32:" line per config;
 //   and with --json, after them, JSON Lines: one {"type": "run", ...} object,
-//   then one {"type": "train_throughput", ...} object per config, which also
-//   holds every step's wall and process CPU time (all threads), in ms.
+//   then one {"type": "train_throughput", ...} object per config and
+//   precision, which also holds every step's wall and process CPU time (all
+//   threads), in ms.
 // Progress of each step goes to stderr.
 #include <CLI/CLI.hpp>
 #include <cblas.h>
@@ -31,6 +34,7 @@
 #include "ht/core/error.h"
 #include "ht/core/rng.h"
 #include "ht/ops/matmul.h"
+#include "ht/precision/policy.h"
 #include "ht/train/metrics.h"
 #include "ht/train/trainer.h"
 
@@ -40,6 +44,7 @@ namespace {
 
 struct Args {
   std::string config = "small";
+  std::vector<std::string> precisions{"fp32"};
   std::int64_t steps = 0;   // 0: the config's default
   std::int64_t warmup = -1;  // -1: the config's default
   std::int64_t batch = 0;
@@ -117,10 +122,12 @@ double measure_peak_gflops(Device device, std::int64_t n, int runs) {
 
 struct Result {
   Spec spec;
+  std::string precision;
   std::int64_t num_parameters = 0;
   std::vector<double> step_ms;
   std::vector<double> step_cpu_ms;  // CPU time of the whole process (all threads)
   float loss_first = 0.f, loss_last = 0.f;
+  std::int64_t skipped_steps = 0;  // f16 overflows among the timed steps (no optimizer step: shorter)
 
   std::int64_t tokens_per_step() const { return spec.batch * spec.seq; }
   double ms_per_step() const { return median(step_ms); }
@@ -130,9 +137,10 @@ struct Result {
   double achieved_gflops() const { return flops_per_token() * tokens_per_s() * 1e-9; }
 };
 
-Result run_config(const Spec& spec, Device device) {
+Result run_config(const Spec& spec, const std::string& prec, Device device) {
   train::TrainerOptions o;
   o.model = spec.model;
+  o.data_parallel.precision = precision::parse_policy(prec);
   o.device = device;
   o.micro_batch = spec.batch;
   o.seq_len = spec.seq;
@@ -148,7 +156,8 @@ Result run_config(const Spec& spec, Device device) {
   for (std::int64_t i = 0; i < 2 * (spec.seq + 1); ++i) splits.val.push_back(token());
 
   train::Trainer trainer(o, splits);
-  Result r{spec, trainer.model().num_parameters(), {}, {}, 0.f, 0.f};
+  Result r{spec, precision::policy_name(o.data_parallel.precision), trainer.model().num_parameters(), {}, {},
+           0.f, 0.f, 0};
   const Tensor& probe = trainer.model().parameters().front()->data();
   for (std::int64_t i = 0; i < spec.warmup + spec.steps; ++i) {
     const std::clock_t c0 = std::clock();
@@ -163,12 +172,21 @@ Result run_config(const Spec& spec, Device device) {
       r.step_cpu_ms.push_back(cpu_ms);
       if (r.step_ms.size() == 1) r.loss_first = s.loss;
       r.loss_last = s.loss;
+      if (s.skipped) ++r.skipped_steps;
     }
-    std::fprintf(stderr, "# %s %s %lld/%lld: %.1f ms, loss %.4f\n", spec.name.c_str(), timed ? "step" : "warm-up",
-                 (long long)(timed ? i - spec.warmup + 1 : i + 1), (long long)(timed ? spec.steps : spec.warmup), ms,
-                 s.loss);
+    std::fprintf(stderr, "# %s %s %s %lld/%lld: %.1f ms, loss %.4f%s\n", spec.name.c_str(), r.precision.c_str(),
+                 timed ? "step" : "warm-up", (long long)(timed ? i - spec.warmup + 1 : i + 1),
+                 (long long)(timed ? spec.steps : spec.warmup), ms, s.loss,
+                 s.skipped ? " (skipped: f16 overflow, no optimizer step)" : "");
   }
   return r;
+}
+
+/// The fp32 result of config `name`, or null.
+const Result* fp32_of(const std::vector<Result>& results, const std::string& name) {
+  for (const Result& r : results)
+    if (r.spec.name == name && r.precision == "fp32") return &r;
+  return nullptr;
 }
 
 std::string human(double v) {
@@ -179,6 +197,8 @@ std::string human(double v) {
 
 int run(const Args& a) {
   const Device device = parse_device(a.device);
+  HT_CHECK(!a.precisions.empty(), ErrorKind::kConfig, "--precision needs at least one of fp32, fp16, bf16");
+  for (const std::string& p : a.precisions) (void)precision::parse_policy(p);
   HT_CHECK(a.gemm == "openblas" || a.gemm == "eigen", ErrorKind::kConfig,
            "unknown --gemm '{}': choose openblas or eigen", a.gemm);
   ops::set_cpu_gemm_backend(a.gemm == "eigen" ? ops::CpuGemmBackend::kEigen : ops::CpuGemmBackend::kOpenBlas);
@@ -200,8 +220,10 @@ int run(const Args& a) {
   const char* omp_env = std::getenv("OMP_NUM_THREADS");
   std::printf("# %s\n", train::build_description().c_str());
   const char* coretype_env = std::getenv("OPENBLAS_CORETYPE");
-  std::printf("# threads %d (OMP_NUM_THREADS=%s), gemm %s, device %s\n", threads, omp_env ? omp_env : "unset",
-              a.gemm.c_str(), device.str().c_str());
+  std::string precisions;
+  for (const std::string& p : a.precisions) precisions += (precisions.empty() ? "" : ",") + p;
+  std::printf("# threads %d (OMP_NUM_THREADS=%s), gemm %s, device %s, precision %s\n", threads,
+              omp_env ? omp_env : "unset", a.gemm.c_str(), device.str().c_str(), precisions.c_str());
   std::printf("# %s, core %s (OPENBLAS_CORETYPE=%s)\n", openblas_get_config(), openblas_get_corename(),
               coretype_env ? coretype_env : "unset");
   const std::string warning = openblas_warning();
@@ -210,19 +232,34 @@ int run(const Args& a) {
   const double peak = measure_peak_gflops(device, a.peak_size, a.peak_runs);
   std::printf("# peak %.1f GFLOP/s (sgemm %lld^3 through ht::ops::matmul, best of %d)\n", peak,
               (long long)a.peak_size, a.peak_runs);
-  std::printf("# MFU = flops_per_token(seq) * tok/s / peak; ms/step and tok/s from the median timed step\n");
+  std::printf("# MFU = flops_per_token(seq) * tok/s / peak (the f32 peak in every precision); ms/step and tok/s\n"
+              "# from the median timed step\n");
   std::fflush(stdout);
 
   std::vector<Result> results;
   for (const Spec& s : specs) {
-    const Result r = run_config(s, device);
-    std::printf("train %s | %s | %s | batch %lld x %lld | %lld steps | %.1f ms/step | %s tok/s | %.1f GFLOP/s | "
-                "MFU %.1f%%\n",
-                s.name.c_str(), s.model.str().c_str(), device.str().c_str(), (long long)s.batch, (long long)s.seq,
-                (long long)s.steps, r.ms_per_step(), human(r.tokens_per_s()).c_str(), r.achieved_gflops(),
-                100.0 * r.achieved_gflops() / peak);
-    std::fflush(stdout);
-    results.push_back(r);
+    const std::size_t first = results.size();
+    for (const std::string& prec : a.precisions) {
+      const Result r = run_config(s, prec, device);
+      std::printf("train %s | %s | %s | %s | batch %lld x %lld | %lld steps | %.1f ms/step | %s tok/s | "
+                  "%.1f GFLOP/s | MFU %.1f%%\n",
+                  s.name.c_str(), s.model.str().c_str(), device.str().c_str(), r.precision.c_str(),
+                  (long long)s.batch, (long long)s.seq, (long long)s.steps, r.ms_per_step(),
+                  human(r.tokens_per_s()).c_str(), r.achieved_gflops(), 100.0 * r.achieved_gflops() / peak);
+      std::fflush(stdout);
+      results.push_back(r);
+    }
+    // Each 16-bit precision against fp32 on the same config, run just before or after.
+    const Result* f32 = fp32_of(results, s.name);
+    if (f32 && results.size() - first > 1) {
+      std::string line;
+      for (std::size_t i = first; i < results.size(); ++i)
+        if (&results[i] != f32)
+          line += fmt::format("{}{} {:.2f}", line.empty() ? "" : ", ", results[i].precision,
+                              results[i].ms_per_step() / f32->ms_per_step());
+      std::printf("# %s ms/step over fp32: %s\n", s.name.c_str(), line.c_str());
+      std::fflush(stdout);
+    }
   }
 
   if (a.json) {
@@ -238,6 +275,7 @@ int run(const Args& a) {
                        {"openblas_core", openblas_get_corename()},
                        {"openblas_coretype_env", coretype_env ? coretype_env : ""},
                        {"device", device.str()},
+                       {"precisions", a.precisions},
                        {"peak_gflops", peak},
                        {"peak_gemm_size", a.peak_size}};
     std::printf("%s\n", run.dump().c_str());
@@ -249,6 +287,7 @@ int run(const Args& a) {
       }();
       nlohmann::json j{{"type", "train_throughput"},
                        {"config", r.spec.name},
+                       {"precision", r.precision},
                        {"model", r.spec.model.str()},
                        {"num_parameters", r.num_parameters},
                        {"device", device.str()},
@@ -270,7 +309,10 @@ int run(const Args& a) {
                        {"peak_gflops", peak},
                        {"mfu_pct", 100.0 * r.achieved_gflops() / peak},
                        {"loss_first", r.loss_first},
-                       {"loss_last", r.loss_last}};
+                       {"loss_last", r.loss_last},
+                       {"skipped_steps", r.skipped_steps}};
+      if (const Result* f32 = fp32_of(results, r.spec.name))
+        j["ms_per_step_ratio_to_fp32"] = r.ms_per_step() / f32->ms_per_step();
       std::printf("%s\n", j.dump().c_str());
     }
   }
@@ -286,6 +328,10 @@ int main(int argc, char** argv) {
   app.add_option("--config", a.config, "model: small (L6 H6 C384 V256, batch 8 x 128), 124m (GPT-2 small, "
                                        "batch 2 x 256) or both")
       ->check(CLI::IsMember({"small", "124m", "both"}));
+  app.add_option("--precision", a.precisions,
+                 "fp32, fp16 or bf16 (compute dtype; f32 master weights and optimizer); a comma list runs each "
+                 "config in each, in order")
+      ->delimiter(',');
   app.add_option("--steps", a.steps, "timed steps (0: 10 for small, 5 for 124m)")->check(CLI::NonNegativeNumber);
   app.add_option("--warmup", a.warmup, "untimed steps first (-1: 3 for small, 2 for 124m)");
   app.add_option("--batch", a.batch, "sequences per step (0: the config's)")->check(CLI::NonNegativeNumber);

@@ -1,7 +1,8 @@
 // Cross-entropy: validation and dispatch. Targets are range-checked by the
 // drivers; the vocabulary shard is checked here and reaches them resolved.
-// f16 and bf16 logits run the f32 drivers through F32Staging; the per-row
-// statistics (losses, lse, target_logit) are f32 whatever the logits' dtype.
+// f16 and bf16 logits: the CPU driver widens them row by row itself; CUDA runs
+// the f32 kernels through F32Staging. The per-row statistics (losses, lse,
+// target_logit) are f32 whatever the logits' dtype.
 #include "ht/ops/cross_entropy.h"
 
 #include "ops/backend_ops.h"
@@ -29,7 +30,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& 
   check_common(op, logits, targets, lse);
   detail::check_dtype(op, "losses", losses, DType::kF32);
   detail::check_shape(op, "losses", losses, {logits.size(0)});
-  detail::F32Staging s;
+  detail::F32Staging s(/*native=*/dev.is_cpu());
   HT_DISPATCH(dev, cross_entropy_forward, s.in(logits), targets, losses, lse);
 }
 
@@ -42,7 +43,7 @@ void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, Vo
   detail::check_dtype(op, "target_logit", target_logit, DType::kF32);
   detail::check_shape(op, "target_logit", target_logit, {logits.size(0)});
   shard = detail::check_vocab_shard(op, "logits", logits.size(1), shard);
-  detail::F32Staging s;
+  detail::F32Staging s(/*native=*/dev.is_cpu());
   HT_DISPATCH(dev, cross_entropy_shard_forward, s.in(logits), targets, shard, lse, target_logit);
 }
 
@@ -55,7 +56,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   detail::check_compute_dtype(op, {{"logits", &logits}, {"dlogits", &dlogits}});
   detail::check_shape(op, "dlogits", dlogits, logits.shape());
   shard = detail::check_vocab_shard(op, "logits", logits.size(1), shard);
-  detail::F32Staging s;
+  detail::F32Staging s(/*native=*/dev.is_cpu());
   HT_DISPATCH(dev, cross_entropy_backward, s.in(logits), targets, lse, dloss,
               s.out(dlogits, detail::Staged::kOverwrite), shard);
   s.commit();

@@ -1,5 +1,6 @@
-// Element-wise ops: validation and dispatch; f16 and bf16 calls run the f32
-// drivers through F32Staging (ht/ops/compute_dtype.h).
+// Element-wise ops: validation and dispatch. f16 and bf16 calls run the f32
+// drivers through F32Staging (ht/ops/compute_dtype.h), except where the CPU
+// driver converts block by block itself (add, scale, GELU).
 #include "ht/ops/elementwise.h"
 
 #include "ops/backend_ops.h"
@@ -19,7 +20,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
   check_compute_dtype("add", {{"a", &a}, {"b", &b}, {"out", &out}});
   check_numel("add", "b", b, a.numel());
   check_numel("add", "out", out, a.numel());
-  F32Staging s;
+  F32Staging s(/*native=*/dev.is_cpu());
   HT_DISPATCH(dev, add, s.in(a), s.in(b), s.out(out, Staged::kOverwrite));
   s.commit();
 }
@@ -27,7 +28,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
 void scale(Tensor& x, float factor) {
   const Device dev = check_same_device("scale", {{"x", &x}});
   check_compute_dtype("scale", {{"x", &x}});
-  F32Staging s;
+  F32Staging s(/*native=*/dev.is_cpu());
   HT_DISPATCH(dev, scale, s.out(x, Staged::kAccumulate), factor);
   s.commit();
 }
@@ -58,7 +59,7 @@ void gelu_forward(const Tensor& x, Tensor& y) {
   const Device dev = check_same_device("gelu_forward", {{"x", &x}, {"y", &y}});
   check_compute_dtype("gelu_forward", {{"x", &x}, {"y", &y}});
   check_numel("gelu_forward", "y", y, x.numel());
-  F32Staging s;
+  F32Staging s(/*native=*/dev.is_cpu());
   HT_DISPATCH(dev, gelu_forward, s.in(x), s.out(y, Staged::kOverwrite));
   s.commit();
 }
@@ -68,7 +69,7 @@ void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   check_compute_dtype("gelu_backward", {{"x", &x}, {"dy", &dy}, {"dx", &dx}});
   check_numel("gelu_backward", "dy", dy, x.numel());
   check_numel("gelu_backward", "dx", dx, x.numel());
-  F32Staging s;
+  F32Staging s(/*native=*/dev.is_cpu());
   HT_DISPATCH(dev, gelu_backward, s.in(x), s.in(dy), s.out(dx, Staged::kOverwrite));
   s.commit();
 }

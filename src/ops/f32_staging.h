@@ -2,7 +2,8 @@
 // math. The public op hands its f32 driver f32 copies of the call's 16-bit
 // tensors and rounds the outputs back once (ht/ops/compute_dtype.h). f32,
 // i32 and undefined tensors pass through untouched, so an f32 call allocates
-// and converts nothing.
+// and converts nothing, and neither does a call whose driver takes 16-bit
+// tensors itself (CUDA matmul; on the CPU add, scale, GELU, cross-entropy).
 #pragma once
 
 #include <array>
@@ -21,19 +22,22 @@ enum class Staged {
 /// Usage, in the public op after validation:
 ///
 ///   F32Staging s;
-///   HT_DISPATCH(dev, gelu_forward, s.in(x), s.out(y, Staged::kOverwrite));
+///   HT_DISPATCH(dev, bias_grad, s.in(dy), s.out(dbias, Staged::kAccumulate));
 ///   s.commit();
 ///
 /// Every in() and out() of one call reads its 16-bit tensor before the driver
 /// runs, and commit() writes the 16-bit outputs after it, so outputs that
-/// alias inputs (gelu's y and x, cross-entropy's dlogits and logits) stay
+/// alias inputs (layernorm_backward's dx and dy, gelu's y and x) stay
 /// correct. If the driver throws, commit() is never reached and the 16-bit
 /// outputs are left as they were. The copies live on the tensors' device
-/// (MemCategory::kActivations) until the object is destroyed. Not thread-safe;
-/// one object per call.
+/// (MemCategory::kOther: scratch, not activations a model keeps) until the
+/// object is destroyed. Not thread-safe; one object per call.
 class F32Staging {
  public:
   F32Staging() = default;
+  /// `native`: the driver computes the 16-bit dtypes itself (f32 inside,
+  /// one rounding per output); every tensor passes through untouched.
+  explicit F32Staging(bool native) : native_(native) {}
   F32Staging(const F32Staging&) = delete;
   F32Staging& operator=(const F32Staging&) = delete;
 
@@ -65,15 +69,15 @@ class F32Staging {
  private:
   static constexpr int kMaxTensors = 8;  // layernorm_backward stages the most: 6
 
-  static bool staged(const Tensor& t) {
-    return t.defined() && (t.dtype() == DType::kF16 || t.dtype() == DType::kBF16);
+  bool staged(const Tensor& t) const {
+    return !native_ && t.defined() && (t.dtype() == DType::kF16 || t.dtype() == DType::kBF16);
   }
 
   Tensor& add(const Tensor& t, Tensor* target) {
     HT_CHECK(count_ < kMaxTensors, ErrorKind::kInternal, "F32Staging: more than {} tensors staged in one call",
              kMaxTensors);
     const auto i = std::size_t(count_++);
-    f32_[i] = Tensor::empty(t.shape(), DType::kF32, t.device(), MemCategory::kActivations);
+    f32_[i] = Tensor::empty(t.shape(), DType::kF32, t.device(), MemCategory::kOther);
     target_[i] = target;
     return f32_[i];
   }
@@ -81,6 +85,7 @@ class F32Staging {
   std::array<Tensor, kMaxTensors> f32_;
   std::array<Tensor*, kMaxTensors> target_{};  // the 16-bit output of each f32 copy; null for inputs
   int count_ = 0;
+  bool native_ = false;
 };
 
 }  // namespace ht::ops::detail

@@ -130,8 +130,11 @@ void Trainer::inject_step_faults(std::int64_t step) {
     std::fflush(stderr);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
-  if (auto f = plan.find(resilience::FaultKind::kSlow, rank, step))
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>((f->factor - 1.0) * last_step_ms_));
+  if (auto f = plan.find(resilience::FaultKind::kSlow, rank, step)) {
+    // factor x the step's own work: the injected delay of the last step is not part of it.
+    injected_ms_ = (f->factor - 1.0) * last_step_ms_;
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(injected_ms_));
+  }
 }
 
 void Trainer::check_replicas(std::int64_t step) {
@@ -266,7 +269,8 @@ StepStats Trainer::step() {
   progress("step-done");
   s.tokens = global_batch() * options_.seq_len;
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  last_step_ms_ = s.ms;
+  last_step_ms_ = s.ms - injected_ms_;
+  injected_ms_ = 0;
   return s;
 }
 

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
+#include "half_util.h"
 #include "test_util.h"
 
 namespace ht::ops {
@@ -161,6 +163,42 @@ TEST(Attention, PastOutputsIgnoreTheFuture) {
   Tensor out2 = Tensor::empty({d.b, d.t, d.c}, DType::kF32), probs2 = Tensor::empty({d.b, d.h, d.t, d.t}, DType::kF32);
   attention_forward(qkv2, int(d.h), out2, probs2);
   EXPECT_EQ(a.out[0].slice(0, t0 + 1).to_vector<float>(), out2[0].slice(0, t0 + 1).to_vector<float>());
+}
+
+// f16 and bf16: qkv, out, probs, dout and dqkv in the 16-bit dtype, against
+// the f32 op on the same values (backward on the 16-bit probs, widened),
+// within half_rtol (2e-3 f16, 1e-2 bf16).
+TEST(Attention, HalfMatchesF32OnTheSameValues) {
+  using test::half_close;
+  using test::random_half;
+  std::mt19937 rng(16);
+  for (DType dt : test::kHalfDtypes)
+    for (auto [b, t, c, h] : {std::tuple<std::int64_t, std::int64_t, std::int64_t, int>{1, 1, 8, 2},
+                              {2, 7, 12, 3}, {2, 33, 64, 4}, {0, 5, 8, 2}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " b " << b << " t " << t << " c " << c << " h " << h);
+      const auto qkv = random_half({b, t, 3 * c}, dt, rng, -2.f, 2.f), dout = random_half({b, t, c}, dt, rng);
+      Tensor out16 = test::nan_half({b, t, c}, dt), probs16 = test::nan_half({b, h, t, t}, dt);
+      Tensor out32 = test::nan_tensor({b, t, c}), probs32 = test::nan_tensor({b, h, t, t});
+      attention_forward(qkv.half, h, out16, probs16);
+      attention_forward(qkv.f32, h, out32, probs32);
+      EXPECT_TRUE(half_close(out16, out32, dt));
+      EXPECT_TRUE(half_close(probs16, probs32, dt));
+      Tensor dqkv16 = test::nan_half({b, t, 3 * c}, dt), dqkv32 = test::nan_tensor({b, t, 3 * c});
+      attention_backward(dout.half, qkv.half, probs16, h, dqkv16);
+      attention_backward(dout.f32, qkv.f32, test::cast_to(probs16, DType::kF32), h, dqkv32);
+      EXPECT_TRUE(half_close(dqkv16, dqkv32, dt));
+    }
+}
+
+TEST(Attention, HalfDtypesMustNotMix) {
+  auto t = [](Shape s, DType d) { return Tensor::zeros(s, d); };
+  Tensor out = t({2, 5, 12}, DType::kBF16), probs = t({2, 4, 5, 5}, DType::kF16);
+  EXPECT_TRUE(throws_error([&] { attention_forward(t({2, 5, 36}, DType::kBF16), 4, out, probs); },
+                           ErrorKind::kDTypeMismatch, {"attention_forward", "'probs' is f16", "'qkv' is bf16"}));
+  Tensor dqkv = t({2, 5, 36}, DType::kF16);
+  EXPECT_TRUE(throws_error([&] { attention_backward(t({2, 5, 12}, DType::kF32), t({2, 5, 36}, DType::kF16), probs, 4,
+                                                    dqkv); },
+                           ErrorKind::kDTypeMismatch, {"attention_backward", "'qkv' is f16", "'dout' is f32"}));
 }
 
 TEST(Attention, Errors) {

@@ -61,6 +61,36 @@ TEST(Cast, F32ToHalfMatchesScalarConversions) {
   EXPECT_TRUE(std::isnan(nb.item(0)) && std::isnan(nb.item(1)));
 }
 
+// Halfway points between neighbouring 16-bit values (ties, which round to the
+// even one), and the floats just either side of them, for every finite f16
+// and bf16 pattern: the conversion the CPU driver picks at run time (F16C
+// instructions where the CPU has them, bit manipulation otherwise) must give
+// the bits of the scalar conversions.
+TEST(Cast, F32ToHalfRoundsTiesLikeScalarConversions) {
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    std::vector<float> v;
+    for (std::uint32_t b = 0; b < 0x7fff; ++b) {
+      const auto widen = [&](std::uint32_t x) {
+        return dt == DType::kF16 ? to_float(f16{std::uint16_t(x)}) : to_float(bf16{std::uint16_t(x)});
+      };
+      const float lo = widen(b), hi = widen(b + 1);
+      if (!std::isfinite(lo) || !std::isfinite(hi)) continue;
+      const float mid = lo + (hi - lo) / 2;  // exact: one more bit than the 16-bit mantissa
+      for (float f : {mid, std::nextafter(mid, 0.f), std::nextafter(mid, kInf)}) {
+        v.push_back(f);
+        v.push_back(-f);
+      }
+    }
+    Tensor src = Tensor::from_vector(v, {std::int64_t(v.size())});
+    Tensor dst = Tensor::empty(src.shape(), dt);
+    cast(src, dst);
+    const auto got = bits16(dst);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      ASSERT_EQ(got[i], dt == DType::kF16 ? to_f16(v[i]).bits : to_bf16(v[i]).bits)
+          << dtype_name(dt) << " " << v[i];
+  }
+}
+
 TEST(Cast, HalfToF32IsExactForEveryPattern) {
   for (DType dt : {DType::kF16, DType::kBF16}) {
     Tensor src = all_16bit_patterns(dt);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "half_util.h"
 #include "test_util.h"
 
 namespace ht::ops {
@@ -297,6 +298,71 @@ TEST(CrossEntropy, BadVocabShardThrows) {
                            ErrorKind::kShapeMismatch, {"'target_logit'", "[3]", "[2]"}));
 }
 
+// f16 and bf16 logits and dlogits against the f32 op on the same values:
+// losses, lse and target_logit stay f32 (within f32 rounding of the f32 op's),
+// dlogits in the 16-bit dtype within half_rtol (2e-3 f16, 1e-2 bf16), whole
+// and sharded, with dlogits over the logits too.
+TEST(CrossEntropy, HalfLogitsMatchF32OnTheSameValuesWithF32Statistics) {
+  using test::half_close;
+  using test::random_half;
+  std::mt19937 rng(60);
+  for (DType dt : test::kHalfDtypes)
+    for (auto [n, v] : kCases) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << n << "x" << v);
+      const Tensor targets = random_targets(n, v, rng);
+      const auto logits = random_half({n, v}, dt, rng, -8.f, 8.f);
+      Tensor losses16 = test::nan_tensor({n}), lse16 = test::nan_tensor({n});
+      Tensor losses32 = test::nan_tensor({n}), lse32 = test::nan_tensor({n});
+      cross_entropy_forward(logits.half, targets, losses16, lse16);
+      cross_entropy_forward(logits.f32, targets, losses32, lse32);
+      EXPECT_TRUE(all_close(losses16.to_vector<float>(), test::to_double(losses32), 1e-6));
+      EXPECT_TRUE(all_close(lse16.to_vector<float>(), test::to_double(lse32), 1e-6));
+
+      const float dloss = n ? 1.f / float(n) : 1.f;
+      Tensor d16 = test::nan_half({n, v}, dt), d32 = test::nan_tensor({n, v});
+      cross_entropy_backward(logits.half, targets, lse16, dloss, d16);
+      cross_entropy_backward(logits.f32, targets, lse32, dloss, d32);
+      EXPECT_TRUE(half_close(d16, d32, dt));
+      Tensor in_place = logits.half.clone();  // dlogits aliasing logits
+      cross_entropy_backward(in_place, targets, lse16, dloss, in_place);
+      EXPECT_EQ(in_place.to_vector<float>(), d16.to_vector<float>());
+
+      // A shard of the columns: [start, start + cols) of a vocabulary of v + 3.
+      const std::int64_t start = v / 3, cols = v - v / 3;
+      const VocabShard shard{start, v + 3};
+      const Tensor shard_targets = random_targets(n, v + 3, rng);
+      const auto part = random_half({n, cols}, dt, rng, -8.f, 8.f);
+      Tensor slse16 = test::nan_tensor({n}), tl16 = test::nan_tensor({n});
+      Tensor slse32 = test::nan_tensor({n}), tl32 = test::nan_tensor({n});
+      cross_entropy_shard_forward(part.half, shard_targets, shard, slse16, tl16);
+      cross_entropy_shard_forward(part.f32, shard_targets, shard, slse32, tl32);
+      EXPECT_TRUE(all_close(slse16.to_vector<float>(), test::to_double(slse32), 1e-6));
+      EXPECT_EQ(tl16.to_vector<float>(), tl32.to_vector<float>());  // a 16-bit logit, exactly
+      Tensor sd16 = test::nan_half({n, cols}, dt), sd32 = test::nan_tensor({n, cols});
+      cross_entropy_backward(part.half, shard_targets, lse32, dloss, sd16, shard);
+      cross_entropy_backward(part.f32, shard_targets, lse32, dloss, sd32, shard);
+      EXPECT_TRUE(half_close(sd16, sd32, dt));
+    }
+}
+
+TEST(CrossEntropy, HalfDtypeErrors) {
+  auto t = [](Shape s, DType d) { return Tensor::zeros(s, d); };
+  const Tensor targets = t({3}, DType::kI32);
+  Tensor losses = t({3}, DType::kF32), lse16 = t({3}, DType::kBF16), lse = t({3}, DType::kF32);
+  EXPECT_TRUE(throws_error([&] { cross_entropy_forward(t({3, 10}, DType::kBF16), targets, losses, lse16); },
+                           ErrorKind::kDTypeMismatch, {"'lse' must be f32", "bf16"}));
+  Tensor losses16 = t({3}, DType::kF16);
+  EXPECT_TRUE(throws_error([&] { cross_entropy_forward(t({3, 10}, DType::kF16), targets, losses16, lse); },
+                           ErrorKind::kDTypeMismatch, {"'losses' must be f32"}));
+  Tensor tl16 = t({3}, DType::kF16);
+  EXPECT_TRUE(throws_error([&] { cross_entropy_shard_forward(t({3, 10}, DType::kF16), targets, {0, 10}, lse, tl16); },
+                           ErrorKind::kDTypeMismatch, {"'target_logit' must be f32"}));
+  Tensor dl = t({3, 10}, DType::kF16);
+  EXPECT_TRUE(throws_error([&] { cross_entropy_backward(t({3, 10}, DType::kBF16), targets, lse, 1.f, dl); },
+                           ErrorKind::kDTypeMismatch,
+                           {"cross_entropy_backward", "'dlogits' is f16", "'logits' is bf16"}));
+}
+
 TEST(CrossEntropy, ShapeAndDtypeErrors) {
   auto t = [](Shape s, DType d = DType::kF32) { return Tensor::zeros(s, d); };
   Tensor losses = t({3}), lse = t({3});
@@ -306,8 +372,8 @@ TEST(CrossEntropy, ShapeAndDtypeErrors) {
                            ErrorKind::kShapeMismatch, {"'targets'", "[3]", "[4]"}));
   EXPECT_TRUE(throws_error([&] { cross_entropy_forward(t({3, 2, 5}), t({3}, DType::kI32), losses, lse); },
                            ErrorKind::kShapeMismatch, {"'logits'", "2-d"}));
-  EXPECT_TRUE(throws_error([&] { cross_entropy_forward(t({3, 10}, DType::kF16), t({3}, DType::kI32), losses, lse); },
-                           ErrorKind::kDTypeMismatch, {"'logits'"}));
+  EXPECT_TRUE(throws_error([&] { cross_entropy_forward(t({3, 10}, DType::kI32), t({3}, DType::kI32), losses, lse); },
+                           ErrorKind::kDTypeMismatch, {"'logits'", "i32"}));
   Tensor losses2 = t({2});
   EXPECT_TRUE(throws_error([&] { cross_entropy_forward(t({3, 10}), t({3}, DType::kI32), losses2, lse); },
                            ErrorKind::kShapeMismatch, {"'losses'"}));

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "half_util.h"
 #include "test_util.h"
 
 namespace ht::ops {
@@ -131,6 +132,96 @@ TEST(Gelu, BackwardMatchesFiniteDifferences) {
     gelu_backward(x, w, w);  // dx aliases dy
     EXPECT_EQ(w.to_vector<float>(), dx.to_vector<float>());
   }
+}
+
+// f16 and bf16 ------------------------------------------------------------------
+// Each op in a 16-bit dtype against the same op in f32 on the same (16-bit)
+// values. Element-wise results must be exactly the f32 result rounded once;
+// bias_grad's column sums only within the dtype's tolerance (half_rtol: 2e-3
+// for f16, 1e-2 for bf16).
+
+using test::half_close;
+using test::kHalfDtypes;
+using test::nan_half;
+using test::random_half;
+using test::rounded_once;
+
+TEST(Elementwise, HalfAddScaleGeluRoundOnceFromF32) {
+  std::mt19937 rng(8);
+  // Sizes around the CPU driver's 2048-element conversion blocks, and many blocks.
+  for (DType dt : kHalfDtypes)
+    for (std::int64_t n : {0, 1, 7, 65, 1031, 2047, 2048, 2049, 300007}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " n=" << n);
+      const auto a = random_half({n}, dt, rng, -4.f, 4.f), b = random_half({n}, dt, rng, -4.f, 4.f);
+      Tensor out = nan_half({n}, dt), out32 = test::nan_tensor({n});
+      add(a.half, b.half, out);
+      add(a.f32, b.f32, out32);
+      EXPECT_TRUE(rounded_once(out, out32));
+      Tensor in_place = a.half.clone();  // out aliases a
+      add(in_place, b.half, in_place);
+      EXPECT_TRUE(rounded_once(in_place, out32));
+
+      Tensor x = a.half.clone(), x32 = a.f32.clone();
+      scale(x, -0.37f);
+      scale(x32, -0.37f);
+      EXPECT_TRUE(rounded_once(x, x32));
+
+      const auto dy = random_half({n}, dt, rng);
+      Tensor y = nan_half({n}, dt), y32 = test::nan_tensor({n});
+      gelu_forward(a.half, y);
+      gelu_forward(a.f32, y32);
+      EXPECT_TRUE(rounded_once(y, y32));
+      Tensor dx = nan_half({n}, dt), dx32 = test::nan_tensor({n});
+      gelu_backward(a.half, dy.half, dx);
+      gelu_backward(a.f32, dy.f32, dx32);
+      EXPECT_TRUE(rounded_once(dx, dx32));
+      Tensor y_in_place = a.half.clone(), dx_in_place = dy.half.clone();  // y aliases x, dx aliases dy
+      gelu_forward(y_in_place, y_in_place);
+      gelu_backward(a.half, dx_in_place, dx_in_place);
+      EXPECT_TRUE(rounded_once(y_in_place, y32));
+      EXPECT_TRUE(rounded_once(dx_in_place, dx32));
+    }
+}
+
+TEST(Elementwise, HalfBiasAddAndBiasGradAccumulate) {
+  std::mt19937 rng(9);
+  for (DType dt : kHalfDtypes)
+    for (const Shape& s : std::vector<Shape>{{0, 5}, {1, 1}, {17, 65}, {2, 3, 13}, {300, 70}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << shape_str(s));
+      const std::int64_t c = s.back();
+      // bias_add: y's stored values plus the bias, in f32, rounded once.
+      const auto y = random_half(s, dt, rng), bias = random_half({c}, dt, rng);
+      Tensor y16 = y.half.clone(), y32 = y.f32.clone();
+      bias_add(y16, bias.half);
+      bias_add(y32, bias.f32);
+      EXPECT_TRUE(rounded_once(y16, y32));
+      // bias_grad: dbias starts from its stored values and accumulates.
+      const auto dy = random_half(s, dt, rng), dbias = random_half({c}, dt, rng, 10.f, 20.f);
+      Tensor db16 = dbias.half.clone(), db32 = dbias.f32.clone();
+      bias_grad(dy.half, db16);
+      bias_grad(dy.f32, db32);
+      EXPECT_TRUE(half_close(db16, db32, dt));
+      EXPECT_TRUE(rounded_once(db16, db32));  // this CPU driver sums in f32 and rounds at the end
+    }
+}
+
+TEST(Elementwise, HalfDtypesMustNotMix) {
+  auto t = [](Shape s, DType d) { return Tensor::zeros(s, d); };
+  Tensor out = t({5}, DType::kBF16);
+  EXPECT_TRUE(throws_error([&] { add(t({5}, DType::kF16), t({5}, DType::kF16), out); }, ErrorKind::kDTypeMismatch,
+                           {"add", "'out' is bf16", "'a' is f16", "one compute dtype"}));
+  Tensor y = t({4, 6}, DType::kF16);
+  EXPECT_TRUE(throws_error([&] { bias_add(y, t({6}, DType::kF32)); }, ErrorKind::kDTypeMismatch,
+                           {"bias_add", "'bias' is f32", "'y' is f16"}));
+  Tensor db = t({6}, DType::kF32);
+  EXPECT_TRUE(throws_error([&] { bias_grad(t({4, 6}, DType::kBF16), db); }, ErrorKind::kDTypeMismatch,
+                           {"'dbias' is f32", "'dy' is bf16"}));
+  Tensor gy = t({6}, DType::kF32);
+  EXPECT_TRUE(throws_error([&] { gelu_forward(t({6}, DType::kF16), gy); }, ErrorKind::kDTypeMismatch,
+                           {"gelu_forward", "'y' is f32"}));
+  Tensor gdx = t({6}, DType::kBF16);
+  EXPECT_TRUE(throws_error([&] { gelu_backward(t({6}, DType::kBF16), t({6}, DType::kF16), gdx); },
+                           ErrorKind::kDTypeMismatch, {"gelu_backward", "'dy' is f16", "'x' is bf16"}));
 }
 
 #if defined(_OPENMP)

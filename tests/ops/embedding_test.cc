@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "half_util.h"
 #include "test_util.h"
 
 namespace ht::ops {
@@ -244,6 +245,63 @@ TEST(Embedding, BadVocabShardThrows) {
                            ErrorKind::kInvalidArgument, {"embedding_backward", "'dwte'", "[21, 31)"}));
   // The last shard exactly at the end is fine.
   embedding_forward(tokens, wte, none, out, {20, 30});
+}
+
+// f16 and bf16: wte, wpe, out, dout, dwte, dwpe in the 16-bit dtype against
+// the f32 op on the same values. out is wte + wpe in f32 rounded once; dwte
+// and dwpe start from their stored values and accumulate, within half_rtol
+// (2e-3 f16, 1e-2 bf16), whole and sharded.
+TEST(Embedding, HalfMatchesF32OnTheSameValues) {
+  using test::random_half;
+  std::mt19937 rng(40);
+  for (DType dt : test::kHalfDtypes)
+    for (auto [b, t, vocab, c, t_max] : kCases)
+      for (bool with_pos : {true, false})
+        for (VocabShard shard : {VocabShard{}, VocabShard{1, vocab + 2}}) {
+          SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << b << "x" << t << " V " << vocab << " C " << c
+                                            << " pos " << with_pos << " shard " << shard.start << "/" << shard.size);
+          const std::int64_t full = shard.size < 0 ? vocab : shard.size;
+          const Tensor tokens = random_tokens(b, t, full, rng);
+          const auto wte = random_half({vocab, c}, dt, rng);
+          const auto wpe = with_pos ? random_half({t_max, c}, dt, rng) : test::HalfPair{};
+          Tensor out16 = test::nan_half({b, t, c}, dt), out32 = test::nan_tensor({b, t, c});
+          embedding_forward(tokens, wte.half, wpe.half, out16, shard);
+          embedding_forward(tokens, wte.f32, wpe.f32, out32, shard);
+          EXPECT_TRUE(test::rounded_once(out16, out32));
+
+          const auto dout = random_half({b, t, c}, dt, rng);
+          const auto dwte = random_half({vocab, c}, dt, rng, 2.f, 3.f);
+          const auto dwpe = with_pos ? random_half({t_max, c}, dt, rng, -3.f, -2.f) : test::HalfPair{};
+          Tensor dwte16 = dwte.half.clone(), dwte32 = dwte.f32.clone();
+          Tensor dwpe16 = with_pos ? dwpe.half.clone() : Tensor(), dwpe32 = with_pos ? dwpe.f32.clone() : Tensor();
+          embedding_backward(dout.half, tokens, dwte16, dwpe16, shard);
+          embedding_backward(dout.f32, tokens, dwte32, dwpe32, shard);
+          EXPECT_TRUE(test::half_close(dwte16, dwte32, dt));
+          if (with_pos) EXPECT_TRUE(test::half_close(dwpe16, dwpe32, dt));
+        }
+}
+
+TEST(Embedding, HalfBadTokenLeavesGradientsUnchanged) {
+  const Tensor tokens = Tensor::from_vector(std::vector<std::int32_t>{1, 0, 9, 2}, {2, 2});
+  Tensor dwte = test::cast_to(Tensor::from_vector(std::vector<float>(3 * 4, 0.5f), {3, 4}), DType::kBF16);
+  Tensor no_wpe;
+  const Tensor dout = Tensor::zeros({2, 2, 4}, DType::kBF16);
+  EXPECT_TRUE(throws_error([&] { embedding_backward(dout, tokens, dwte, no_wpe); }, ErrorKind::kOutOfRange,
+                           {"token id 9"}));
+  for (float x : dwte.to_vector<float>()) EXPECT_EQ(x, 0.5f);
+}
+
+TEST(Embedding, HalfDtypesMustNotMix) {
+  auto t = [](Shape s, DType d) { return Tensor::zeros(s, d); };
+  const Tensor tokens = t({2, 3}, DType::kI32);
+  Tensor out = t({2, 3, 4}, DType::kF16);
+  EXPECT_TRUE(throws_error([&] { embedding_forward(tokens, t({10, 4}, DType::kF16), t({8, 4}, DType::kBF16), out); },
+                           ErrorKind::kDTypeMismatch, {"embedding_forward", "'wpe' is bf16", "'wte' is f16"}));
+  Tensor dwte = t({10, 4}, DType::kF16), dwpe = t({8, 4}, DType::kF16);
+  EXPECT_TRUE(throws_error([&] { embedding_backward(t({2, 3, 4}, DType::kF32), tokens, dwte, dwpe); },
+                           ErrorKind::kDTypeMismatch, {"embedding_backward", "'dout' is f32", "'dwte' is f16"}));
+  EXPECT_TRUE(throws_error([&] { embedding_forward(t({2, 3}, DType::kF16), t({10, 4}, DType::kF16), Tensor(), out); },
+                           ErrorKind::kDTypeMismatch, {"'tokens' must be i32"}));
 }
 
 TEST(Embedding, ShapeAndDtypeErrors) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "half_util.h"
 #include "test_util.h"
 
 namespace ht::ops {
@@ -151,6 +152,64 @@ TEST(LayerNorm, BackwardSameBitsWithOneAndTwoThreads) {
   EXPECT_EQ(std::memcmp(out[1].data(), out[3].data(), out[1].size() * 4), 0);
 }
 #endif
+
+// f16 and bf16: x, weight, bias, y, dy, dx, dweight, dbias in the 16-bit
+// dtype, mean and rstd f32, against the f32 op on the same values, within
+// half_rtol (2e-3 f16, 1e-2 bf16); the statistics, computed in f32 from the
+// same values, within f32 rounding.
+TEST(LayerNorm, HalfMatchesF32OnTheSameValuesWithF32Statistics) {
+  using test::half_close;
+  using test::random_half;
+  std::mt19937 rng(15);
+  for (DType dt : test::kHalfDtypes)
+    for (auto [n, c] : {std::pair<std::int64_t, std::int64_t>{0, 8}, {1, 1}, {7, 33}, {64, 768}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << n << "x" << c);
+      const auto x = random_half({n, c}, dt, rng, -2.f, 3.f), w = random_half({c}, dt, rng),
+                 b = random_half({c}, dt, rng), dy = random_half({n, c}, dt, rng);
+      Tensor y16 = test::nan_half({n, c}, dt), y32 = test::nan_tensor({n, c});
+      Tensor mean16 = test::nan_tensor({n}), rstd16 = test::nan_tensor({n});
+      Tensor mean32 = test::nan_tensor({n}), rstd32 = test::nan_tensor({n});
+      layernorm_forward(x.half, w.half, b.half, y16, mean16, rstd16);
+      layernorm_forward(x.f32, w.f32, b.f32, y32, mean32, rstd32);
+      EXPECT_TRUE(half_close(y16, y32, dt));
+      EXPECT_EQ(mean16.dtype(), DType::kF32);
+      EXPECT_TRUE(all_close(mean16.to_vector<float>(), test::to_double(mean32), 1e-6));
+      EXPECT_TRUE(all_close(rstd16.to_vector<float>(), test::to_double(rstd32), 1e-6));
+
+      // dweight and dbias start from stored 16-bit values and accumulate.
+      const auto dw0 = random_half({c}, dt, rng, 1.f, 2.f), db0 = random_half({c}, dt, rng, -2.f, -1.f);
+      Tensor dx16 = test::nan_half({n, c}, dt), dw16 = dw0.half.clone(), db16 = db0.half.clone();
+      Tensor dx32 = test::nan_tensor({n, c}), dw32 = dw0.f32.clone(), db32 = db0.f32.clone();
+      layernorm_backward(dy.half, x.half, w.half, mean16, rstd16, dx16, dw16, db16);
+      layernorm_backward(dy.f32, x.f32, w.f32, mean32, rstd32, dx32, dw32, db32);
+      EXPECT_TRUE(half_close(dx16, dx32, dt));
+      EXPECT_TRUE(half_close(dw16, dw32, dt));
+      EXPECT_TRUE(half_close(db16, db32, dt));
+      // dx may alias dy in 16-bit too.
+      Tensor g = dy.half.clone(), dw2 = dw0.half.clone(), db2 = db0.half.clone();
+      layernorm_backward(g, x.half, w.half, mean16, rstd16, g, dw2, db2);
+      EXPECT_EQ(g.to_vector<float>(), dx16.to_vector<float>());
+      EXPECT_EQ(dw2.to_vector<float>(), dw16.to_vector<float>());
+    }
+}
+
+TEST(LayerNorm, HalfDtypeErrors) {
+  auto t = [](Shape s, DType d) { return Tensor::zeros(s, d); };
+  const DType h = DType::kF16, f = DType::kF32;
+  Tensor y = t({4, 6}, h), mean = t({4}, f), rstd = t({4}, f);
+  EXPECT_TRUE(throws_error([&] { layernorm_forward(t({4, 6}, h), t({6}, DType::kBF16), t({6}, h), y, mean, rstd); },
+                           ErrorKind::kDTypeMismatch, {"layernorm_forward", "'weight' is bf16", "'x' is f16"}));
+  Tensor mean16 = t({4}, h);
+  EXPECT_TRUE(throws_error([&] { layernorm_forward(t({4, 6}, h), t({6}, h), t({6}, h), y, mean16, rstd); },
+                           ErrorKind::kDTypeMismatch, {"'mean' must be f32", "f16"}));
+  Tensor dx = t({4, 6}, h), dw = t({6}, f), db = t({6}, h);
+  EXPECT_TRUE(throws_error([&] { layernorm_backward(t({4, 6}, h), t({4, 6}, h), t({6}, h), mean, rstd, dx, dw, db); },
+                           ErrorKind::kDTypeMismatch, {"layernorm_backward", "'dweight' is f32", "'dy' is f16"}));
+  Tensor dw16 = t({6}, h), rstd16 = t({4}, DType::kBF16);
+  EXPECT_TRUE(throws_error([&] { layernorm_backward(t({4, 6}, h), t({4, 6}, h), t({6}, h), mean, rstd16, dx, dw16,
+                                                    db); },
+                           ErrorKind::kDTypeMismatch, {"'rstd' must be f32"}));
+}
 
 TEST(LayerNorm, Errors) {
   auto t = [](Shape s, DType d = DType::kF32) { return Tensor::zeros(s, d); };

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "half_util.h"
 #include "test_util.h"
 
 namespace ht::ops {
@@ -169,6 +170,39 @@ TEST(Matmul, ExactOnSmallIntegers) {
   set_cpu_gemm_backend(saved);
 }
 
+// f16 and bf16: the product of the 16-bit values in f32, rounded once, within
+// half_rtol of the f32 product of the same values (2e-3 f16, 1e-2 bf16). With
+// beta != 0, C's stored 16-bit values take part.
+TEST(Matmul, HalfMatchesF32OnTheSameValues) {
+  using test::random_half;
+  const CpuGemmBackend saved = cpu_gemm_backend();
+  std::mt19937 rng(300);
+  for (auto be : {CpuGemmBackend::kOpenBlas, CpuGemmBackend::kEigen})
+    for (DType dt : test::kHalfDtypes)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (auto [batch, m, n, k] : {std::tuple{0, 3, 3, 3}, std::tuple{0, 5, 11, 3}, std::tuple{0, 33, 17, 65},
+                                        std::tuple{3, 7, 5, 11}, std::tuple{0, 4, 6, 0}})
+            for (float beta : {0.f, 0.75f}) {
+              set_cpu_gemm_backend(be);
+              SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " batch " << batch << " " << m << "x" << n << "x"
+                                                << k << " ta " << ta << " tb " << tb << " beta " << beta);
+              Shape sa = ta ? Shape{k, m} : Shape{m, k}, sb = tb ? Shape{n, k} : Shape{k, n}, sc{m, n};
+              if (batch)
+                for (Shape* x : {&sa, &sb, &sc}) x->insert(x->begin(), batch);
+              const auto a = random_half(sa, dt, rng), b = random_half(sb, dt, rng);
+              const auto c = random_half(sc, dt, rng, -2.f, 2.f);
+              const MatmulOptions o{ta, tb, 1.25f, beta};
+              Tensor c16 = beta == 0.f ? test::nan_half(sc, dt) : c.half.clone();
+              Tensor c32 = beta == 0.f ? test::nan_tensor(sc) : c.f32.clone();
+              matmul(a.half, b.half, c16, o);
+              matmul(a.f32, b.f32, c32, o);
+              EXPECT_TRUE(test::half_close(c16, c32, dt));
+              EXPECT_TRUE(test::rounded_once(c16, c32));  // the CPU multiplies in f32 and rounds at the end
+            }
+  set_cpu_gemm_backend(saved);
+}
+
 TEST(Matmul, Errors) {
   auto t = [](Shape s, DType d = DType::kF32) { return Tensor::zeros(s, d); };
   Tensor c;
@@ -200,9 +234,9 @@ TEST(Matmul, Errors) {
   c = t({3, 5});
   EXPECT_TRUE(throws_error([&] { matmul(t({3, 4}, DType::kF16), t({4, 5}), c); }, ErrorKind::kDTypeMismatch,
                            {"f16", "f32"}));
-  Tensor ch = t({3, 5}, DType::kF16);
-  EXPECT_TRUE(throws_error([&] { matmul(t({3, 4}, DType::kF16), t({4, 5}, DType::kF16), ch); },
-                           ErrorKind::kNotSupported, {"f32 only", "f16"}));
+  Tensor cb = t({3, 5}, DType::kBF16);
+  EXPECT_TRUE(throws_error([&] { matmul(t({3, 4}, DType::kF16), t({4, 5}, DType::kF16), cb); },
+                           ErrorKind::kDTypeMismatch, {"'c' is bf16", "'a' is f16"}));
   Tensor ci = t({3, 5}, DType::kI32);
   EXPECT_TRUE(throws_error([&] { matmul(t({3, 4}, DType::kI32), t({4, 5}, DType::kI32), ci); },
                            ErrorKind::kDTypeMismatch, {"i32"}));

@@ -66,6 +66,19 @@ Tensor host_of(const std::vector<float>& values, const Shape& shape, DType dtype
   return t;
 }
 
+/// Random values in [lo, hi) as a host tensor of `dtype`, drawn as
+/// random_tensor draws them (so the f32 cases see random_tensor's values).
+Tensor random_of(const Shape& shape, std::mt19937& rng, DType dtype, float lo = -1.f, float hi = 1.f) {
+  return host_of(test::random_floats(std::size_t(shape_numel(shape)), rng, lo, hi), shape, dtype);
+}
+
+/// A host tensor of `dtype` filled with NaN: an output that must be overwritten.
+Tensor nan_of(const Shape& shape, DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype);
+  t.fill_(NAN);
+  return t;
+}
+
 /// Values that exercise every rounding path of f16 and bf16: ties, f16
 /// subnormals and underflow, overflow to inf, signed zeros, inf and NaN.
 std::vector<float> special_floats(std::size_t n, std::mt19937& rng) {
@@ -123,6 +136,21 @@ std::string dims_name(std::initializer_list<std::int64_t> dims) {
 
 std::string dtype_tag(DType t) { return std::string(dtype_name(t)); }
 
+// The compute ops run in f32, f16 and bf16 (ht/ops/compute_dtype.h). The f32
+// cases keep their names; the 16-bit ones add the dtype.
+const DType kComputeDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+std::string dtype_suffix(DType t) { return t == DType::kF32 ? "" : "_" + dtype_tag(t); }
+
+/// The tolerance of a case in dtype `t` whose f32 version has `rtol32`. Both
+/// drivers compute in f32 and round each output once: equal f32 bits stay
+/// equal, and f32 results that differ in the last bits can round to
+/// neighbouring 16-bit values, 2^-10 (f16) or 2^-7 (bf16) apart at most.
+double rtol_for(DType t, double rtol32) {
+  if (t == DType::kF32 || rtol32 == 0) return rtol32;
+  return t == DType::kF16 ? 2e-3 : 1e-2;
+}
+
 void add_matmul_cases(std::vector<Case>& cases) {
   struct Size {
     std::int64_t batch, m, n, k;
@@ -155,20 +183,6 @@ void add_matmul_cases(std::vector<Case>& cases) {
                   o.beta == 0.f ? std::vector<float>(std::size_t(shape_numel(sc)), NAN)
                                 : test::random_floats(std::size_t(shape_numel(sc)), rng);
               const Tensor c = host_of(c0, sc, dt);
-              if (dev.is_cpu() && dt != DType::kF32) {
-                // The CPU computes in f32 only: multiply the 16-bit values
-                // exactly widened, then round the result to the 16-bit type.
-                auto widen = [](const Tensor& t) {
-                  Tensor f = Tensor::empty(t.shape(), DType::kF32);
-                  ops::cast(t, f);
-                  return f;
-                };
-                Tensor cf = widen(c);
-                ops::matmul(widen(a), widen(b), cf, o);
-                Tensor out = Tensor::empty(sc, dt);
-                ops::cast(cf, out);
-                return Outputs{{"c", out}};
-              }
               Tensor cd = c.to(dev);
               ops::matmul(a.to(dev), b.to(dev), cd, o);
               return Outputs{{"c", cd}};
@@ -182,96 +196,100 @@ void add_matmul_cases(std::vector<Case>& cases) {
 }
 
 void add_elementwise_cases(std::vector<Case>& cases) {
-  for (std::int64_t n : {0, 1, 1000, 300007}) {
-    const std::string dims = std::to_string(n);
-    cases.push_back({"add_" + dims,
-                     [n](Device dev) {
-                       std::mt19937 rng(1);
-                       const Tensor a = random_tensor({n}, rng).to(dev), b = random_tensor({n}, rng).to(dev);
-                       Tensor out = nan_tensor({n}).to(dev);
-                       ops::add(a, b, out);
-                       Tensor in_place = a.clone();  // out aliasing a
-                       ops::add(in_place, b, in_place);
-                       return Outputs{{"out", out}, {"in_place", in_place}};
-                     },
-                     0});
-    cases.push_back({"scale_" + dims,
-                     [n](Device dev) {
-                       std::mt19937 rng(2);
-                       Tensor x = random_tensor({n}, rng).to(dev);
-                       ops::scale(x, -0.37f);
-                       return Outputs{{"x", x}};
-                     },
-                     0});
-    cases.push_back({"gelu_" + dims,
-                     [n](Device dev) {
-                       std::mt19937 rng(3);
-                       const Tensor x = random_tensor({n}, rng, -6.f, 6.f).to(dev);
-                       const Tensor dy = random_tensor({n}, rng).to(dev);
-                       Tensor y = nan_tensor({n}).to(dev), dx = nan_tensor({n}).to(dev);
-                       ops::gelu_forward(x, y);
-                       ops::gelu_backward(x, dy, dx);
-                       Tensor y_in_place = x.clone(), dx_in_place = dy.clone();  // y aliasing x, dx aliasing dy
-                       ops::gelu_forward(y_in_place, y_in_place);
-                       ops::gelu_backward(x, dx_in_place, dx_in_place);
-                       return Outputs{{"y", y}, {"dx", dx}, {"y_in_place", y_in_place}, {"dx_in_place", dx_in_place}};
-                     },
-                     // tanhf differs by an ulp or two between glibc and CUDA,
-                     // and nvcc may fuse multiply-adds.
-                     2e-6});
-  }
+  for (DType dt : kComputeDtypes)
+    for (std::int64_t n : {0, 1, 1000, 300007}) {
+      const std::string dims = std::to_string(n) + dtype_suffix(dt);
+      cases.push_back({"add_" + dims,
+                       [n, dt](Device dev) {
+                         std::mt19937 rng(1);
+                         const Tensor a = random_of({n}, rng, dt).to(dev), b = random_of({n}, rng, dt).to(dev);
+                         Tensor out = nan_of({n}, dt).to(dev);
+                         ops::add(a, b, out);
+                         Tensor in_place = a.clone();  // out aliasing a
+                         ops::add(in_place, b, in_place);
+                         return Outputs{{"out", out}, {"in_place", in_place}};
+                       },
+                       0});
+      cases.push_back({"scale_" + dims,
+                       [n, dt](Device dev) {
+                         std::mt19937 rng(2);
+                         Tensor x = random_of({n}, rng, dt).to(dev);
+                         ops::scale(x, -0.37f);
+                         return Outputs{{"x", x}};
+                       },
+                       0});
+      cases.push_back({"gelu_" + dims,
+                       [n, dt](Device dev) {
+                         std::mt19937 rng(3);
+                         const Tensor x = random_of({n}, rng, dt, -6.f, 6.f).to(dev);
+                         const Tensor dy = random_of({n}, rng, dt).to(dev);
+                         Tensor y = nan_of({n}, dt).to(dev), dx = nan_of({n}, dt).to(dev);
+                         ops::gelu_forward(x, y);
+                         ops::gelu_backward(x, dy, dx);
+                         Tensor y_in_place = x.clone(), dx_in_place = dy.clone();  // y aliasing x, dx aliasing dy
+                         ops::gelu_forward(y_in_place, y_in_place);
+                         ops::gelu_backward(x, dx_in_place, dx_in_place);
+                         return Outputs{
+                             {"y", y}, {"dx", dx}, {"y_in_place", y_in_place}, {"dx_in_place", dx_in_place}};
+                       },
+                       // tanhf differs by an ulp or two between glibc and CUDA,
+                       // and nvcc may fuse multiply-adds.
+                       rtol_for(dt, 2e-6)});
+    }
   struct Size {
     std::int64_t rows, c;
   };
-  for (Size s : {Size{0, 5}, Size{1, 1}, Size{37, 33}, Size{1000, 769}, Size{3, 100}}) {
-    const std::string dims = dims_name({s.rows, s.c});
-    cases.push_back({"bias_add_" + dims,
-                     [s](Device dev) {
-                       std::mt19937 rng(4);
-                       // y as (2, rows, c) on a batched view: bias broadcasts over all leading dims.
-                       Tensor y = random_tensor({2, s.rows, s.c}, rng).to(dev);
-                       const Tensor bias = random_tensor({s.c}, rng).to(dev);
-                       ops::bias_add(y, bias);
-                       return Outputs{{"y", y}};
-                     },
-                     0});
-    cases.push_back({"bias_grad_" + dims,
-                     [s](Device dev) {
-                       std::mt19937 rng(5);
-                       const Tensor dy = random_tensor({s.rows, s.c}, rng).to(dev);
-                       Tensor dbias = random_tensor({s.c}, rng).to(dev);  // accumulates
-                       ops::bias_grad(dy, dbias);
-                       return Outputs{{"dbias", dbias}};
-                     },
-                     1e-6});
-  }
+  for (DType dt : kComputeDtypes)
+    for (Size s : {Size{0, 5}, Size{1, 1}, Size{37, 33}, Size{1000, 769}, Size{3, 100}}) {
+      const std::string dims = dims_name({s.rows, s.c}) + dtype_suffix(dt);
+      cases.push_back({"bias_add_" + dims,
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(4);
+                         // y as (2, rows, c) on a batched view: bias broadcasts over all leading dims.
+                         Tensor y = random_of({2, s.rows, s.c}, rng, dt).to(dev);
+                         const Tensor bias = random_of({s.c}, rng, dt).to(dev);
+                         ops::bias_add(y, bias);
+                         return Outputs{{"y", y}};
+                       },
+                       0});
+      cases.push_back({"bias_grad_" + dims,
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(5);
+                         const Tensor dy = random_of({s.rows, s.c}, rng, dt).to(dev);
+                         Tensor dbias = random_of({s.c}, rng, dt).to(dev);  // accumulates
+                         ops::bias_grad(dy, dbias);
+                         return Outputs{{"dbias", dbias}};
+                       },
+                       rtol_for(dt, 1e-6)});
+    }
 }
 
 void add_layernorm_cases(std::vector<Case>& cases) {
   struct Size {
     std::int64_t n, c;
   };
-  for (Size s : {Size{0, 8}, Size{1, 1}, Size{1, 31}, Size{37, 33}, Size{300, 768}, Size{5, 1000}}) {
-    cases.push_back({"layernorm_" + dims_name({s.n, s.c}),
-                     [s](Device dev) {
-                       std::mt19937 rng(6);
-                       const Tensor x = random_tensor({s.n, s.c}, rng, -2.f, 3.f).to(dev);
-                       const Tensor w = random_tensor({s.c}, rng).to(dev), b = random_tensor({s.c}, rng).to(dev);
-                       const Tensor dy = random_tensor({s.n, s.c}, rng).to(dev);
-                       Tensor y = nan_tensor({s.n, s.c}).to(dev), mean = nan_tensor({s.n}).to(dev),
-                              rstd = nan_tensor({s.n}).to(dev);
-                       ops::layernorm_forward(x, w, b, y, mean, rstd);
-                       Tensor dx = nan_tensor({s.n, s.c}).to(dev);
-                       Tensor dw = random_tensor({s.c}, rng).to(dev), db = random_tensor({s.c}, rng).to(dev);
-                       ops::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
-                       Tensor dx_in_place = dy.clone();  // dx aliasing dy
-                       Tensor dw2 = Tensor::zeros({s.c}, DType::kF32, dev), db2 = Tensor::zeros({s.c}, DType::kF32, dev);
-                       ops::layernorm_backward(dx_in_place, x, w, mean, rstd, dx_in_place, dw2, db2);
-                       return Outputs{{"y", y},   {"mean", mean}, {"rstd", rstd},           {"dx", dx},
-                                      {"dw", dw}, {"db", db},     {"dx_in_place", dx_in_place}, {"dw_in_place", dw2}};
-                     },
-                     1e-5});
-  }
+  for (DType dt : kComputeDtypes)
+    for (Size s : {Size{0, 8}, Size{1, 1}, Size{1, 31}, Size{37, 33}, Size{300, 768}, Size{5, 1000}}) {
+      cases.push_back({"layernorm_" + dims_name({s.n, s.c}) + dtype_suffix(dt),
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(6);
+                         const Tensor x = random_of({s.n, s.c}, rng, dt, -2.f, 3.f).to(dev);
+                         const Tensor w = random_of({s.c}, rng, dt).to(dev), b = random_of({s.c}, rng, dt).to(dev);
+                         const Tensor dy = random_of({s.n, s.c}, rng, dt).to(dev);
+                         Tensor y = nan_of({s.n, s.c}, dt).to(dev), mean = nan_of({s.n}, DType::kF32).to(dev),
+                                rstd = nan_of({s.n}, DType::kF32).to(dev);
+                         ops::layernorm_forward(x, w, b, y, mean, rstd);
+                         Tensor dx = nan_of({s.n, s.c}, dt).to(dev);
+                         Tensor dw = random_of({s.c}, rng, dt).to(dev), db = random_of({s.c}, rng, dt).to(dev);
+                         ops::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db);
+                         Tensor dx_in_place = dy.clone();  // dx aliasing dy
+                         Tensor dw2 = Tensor::zeros({s.c}, dt, dev), db2 = Tensor::zeros({s.c}, dt, dev);
+                         ops::layernorm_backward(dx_in_place, x, w, mean, rstd, dx_in_place, dw2, db2);
+                         return Outputs{{"y", y},   {"mean", mean}, {"rstd", rstd},           {"dx", dx},
+                                        {"dw", dw}, {"db", db},     {"dx_in_place", dx_in_place}, {"dw_in_place", dw2}};
+                       },
+                       rtol_for(dt, 1e-5)});
+    }
 }
 
 void add_attention_cases(std::vector<Case>& cases) {
@@ -279,74 +297,78 @@ void add_attention_cases(std::vector<Case>& cases) {
     std::int64_t b, t, c;
     int h;
   };
-  for (Size s : {Size{1, 1, 8, 2}, Size{2, 7, 12, 3}, Size{3, 33, 64, 4}, Size{1, 65, 48, 2}, Size{2, 40, 8, 1},
-                 Size{0, 5, 8, 2}, Size{2, 0, 8, 2}}) {
-    cases.push_back({"attention_" + dims_name({s.b, s.t, s.c, s.h}),
-                     [s](Device dev) {
-                       std::mt19937 rng(7);
-                       const Tensor qkv = random_tensor({s.b, s.t, 3 * s.c}, rng, -2.f, 2.f).to(dev);
-                       const Tensor dout = random_tensor({s.b, s.t, s.c}, rng).to(dev);
-                       Tensor out = nan_tensor({s.b, s.t, s.c}).to(dev);
-                       Tensor probs = nan_tensor({s.b, s.h, s.t, s.t}).to(dev);  // zeros above the diagonal must be written
-                       ops::attention_forward(qkv, s.h, out, probs);
-                       Tensor dqkv = nan_tensor({s.b, s.t, 3 * s.c}).to(dev);
-                       ops::attention_backward(dout, qkv, probs, s.h, dqkv);
-                       return Outputs{{"out", out}, {"probs", probs}, {"dqkv", dqkv}};
-                     },
-                     1e-5});
-  }
+  for (DType dt : kComputeDtypes)
+    for (Size s : {Size{1, 1, 8, 2}, Size{2, 7, 12, 3}, Size{3, 33, 64, 4}, Size{1, 65, 48, 2}, Size{2, 40, 8, 1},
+                   Size{0, 5, 8, 2}, Size{2, 0, 8, 2}}) {
+      cases.push_back({"attention_" + dims_name({s.b, s.t, s.c, s.h}) + dtype_suffix(dt),
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(7);
+                         const Tensor qkv = random_of({s.b, s.t, 3 * s.c}, rng, dt, -2.f, 2.f).to(dev);
+                         const Tensor dout = random_of({s.b, s.t, s.c}, rng, dt).to(dev);
+                         Tensor out = nan_of({s.b, s.t, s.c}, dt).to(dev);
+                         // Zeros above the diagonal must be written.
+                         Tensor probs = nan_of({s.b, s.h, s.t, s.t}, dt).to(dev);
+                         ops::attention_forward(qkv, s.h, out, probs);
+                         Tensor dqkv = nan_of({s.b, s.t, 3 * s.c}, dt).to(dev);
+                         ops::attention_backward(dout, qkv, probs, s.h, dqkv);
+                         return Outputs{{"out", out}, {"probs", probs}, {"dqkv", dqkv}};
+                       },
+                       rtol_for(dt, 1e-5)});
+    }
 }
 
 void add_embedding_cases(std::vector<Case>& cases) {
   struct Size {
     std::int64_t b, t, c, vocab, t_max;  // t_max 0: no position table
   };
-  for (Size s : {Size{2, 5, 33, 7, 9}, Size{1, 1, 1, 3, 1}, Size{3, 17, 100, 50, 17}, Size{4, 64, 40, 5, 0},
-                 Size{0, 4, 8, 5, 4}, Size{2, 3, 0, 5, 3}}) {
-    cases.push_back({"embedding_" + dims_name({s.b, s.t, s.c, s.vocab, s.t_max}),
-                     [s](Device dev) {
-                       std::mt19937 rng(8);
-                       // A small vocabulary: most ids repeat, which is what the
-                       // deterministic scatter must get right.
-                       const Tensor tokens = ids_tensor({s.b, s.t}, s.vocab, rng).to(dev);
-                       const Tensor wte = random_tensor({s.vocab, s.c}, rng).to(dev);
-                       const Tensor wpe = s.t_max ? random_tensor({s.t_max, s.c}, rng).to(dev) : Tensor();
-                       Tensor out = nan_tensor({s.b, s.t, s.c}).to(dev);
-                       ops::embedding_forward(tokens, wte, wpe, out);
-                       const Tensor dout = random_tensor({s.b, s.t, s.c}, rng).to(dev);
-                       Tensor dwte = random_tensor({s.vocab, s.c}, rng).to(dev);  // accumulates
-                       Tensor dwpe = s.t_max ? random_tensor({s.t_max, s.c}, rng).to(dev) : Tensor();
-                       ops::embedding_backward(dout, tokens, dwte, dwpe);
-                       Outputs o{{"out", out}, {"dwte", dwte}};
-                       if (s.t_max) o.emplace_back("dwpe", dwpe);
-                       return o;
-                     },
-                     // Both drivers add the same values in position order.
-                     0});
-  }
+  for (DType dt : kComputeDtypes)
+    for (Size s : {Size{2, 5, 33, 7, 9}, Size{1, 1, 1, 3, 1}, Size{3, 17, 100, 50, 17}, Size{4, 64, 40, 5, 0},
+                   Size{0, 4, 8, 5, 4}, Size{2, 3, 0, 5, 3}}) {
+      cases.push_back({"embedding_" + dims_name({s.b, s.t, s.c, s.vocab, s.t_max}) + dtype_suffix(dt),
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(8);
+                         // A small vocabulary: most ids repeat, which is what the
+                         // deterministic scatter must get right.
+                         const Tensor tokens = ids_tensor({s.b, s.t}, s.vocab, rng).to(dev);
+                         const Tensor wte = random_of({s.vocab, s.c}, rng, dt).to(dev);
+                         const Tensor wpe = s.t_max ? random_of({s.t_max, s.c}, rng, dt).to(dev) : Tensor();
+                         Tensor out = nan_of({s.b, s.t, s.c}, dt).to(dev);
+                         ops::embedding_forward(tokens, wte, wpe, out);
+                         const Tensor dout = random_of({s.b, s.t, s.c}, rng, dt).to(dev);
+                         Tensor dwte = random_of({s.vocab, s.c}, rng, dt).to(dev);  // accumulates
+                         Tensor dwpe = s.t_max ? random_of({s.t_max, s.c}, rng, dt).to(dev) : Tensor();
+                         ops::embedding_backward(dout, tokens, dwte, dwpe);
+                         Outputs o{{"out", out}, {"dwte", dwte}};
+                         if (s.t_max) o.emplace_back("dwpe", dwpe);
+                         return o;
+                       },
+                       // Both drivers add the same values in position order.
+                       0});
+    }
 }
 
 void add_cross_entropy_cases(std::vector<Case>& cases) {
   struct Size {
     std::int64_t n, v;
   };
-  for (Size s : {Size{0, 10}, Size{1, 1}, Size{7, 33}, Size{37, 1000}, Size{3, 50257}}) {
-    cases.push_back({"cross_entropy_" + dims_name({s.n, s.v}),
-                     [s](Device dev) {
-                       std::mt19937 rng(9);
-                       const Tensor logits = random_tensor({s.n, s.v}, rng, -8.f, 8.f).to(dev);
-                       const Tensor targets = ids_tensor({s.n}, s.v, rng).to(dev);
-                       Tensor losses = nan_tensor({s.n}).to(dev), lse = nan_tensor({s.n}).to(dev);
-                       ops::cross_entropy_forward(logits, targets, losses, lse);
-                       const float dloss = s.n ? 1.f / float(s.n) : 1.f;
-                       Tensor dlogits = nan_tensor({s.n, s.v}).to(dev);
-                       ops::cross_entropy_backward(logits, targets, lse, dloss, dlogits);
-                       Tensor in_place = logits.clone();  // dlogits aliasing logits
-                       ops::cross_entropy_backward(in_place, targets, lse, dloss, in_place);
-                       return Outputs{{"losses", losses}, {"lse", lse}, {"dlogits", dlogits}, {"in_place", in_place}};
-                     },
-                     1e-5});
-  }
+  for (DType dt : kComputeDtypes)
+    for (Size s : {Size{0, 10}, Size{1, 1}, Size{7, 33}, Size{37, 1000}, Size{3, 50257}}) {
+      cases.push_back({"cross_entropy_" + dims_name({s.n, s.v}) + dtype_suffix(dt),
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(9);
+                         const Tensor logits = random_of({s.n, s.v}, rng, dt, -8.f, 8.f).to(dev);
+                         const Tensor targets = ids_tensor({s.n}, s.v, rng).to(dev);
+                         Tensor losses = nan_of({s.n}, DType::kF32).to(dev), lse = nan_of({s.n}, DType::kF32).to(dev);
+                         ops::cross_entropy_forward(logits, targets, losses, lse);
+                         const float dloss = s.n ? 1.f / float(s.n) : 1.f;
+                         Tensor dlogits = nan_of({s.n, s.v}, dt).to(dev);
+                         ops::cross_entropy_backward(logits, targets, lse, dloss, dlogits);
+                         Tensor in_place = logits.clone();  // dlogits aliasing logits
+                         ops::cross_entropy_backward(in_place, targets, lse, dloss, in_place);
+                         return Outputs{{"losses", losses}, {"lse", lse}, {"dlogits", dlogits}, {"in_place", in_place}};
+                       },
+                       rtol_for(dt, 1e-5)});
+    }
 }
 
 // Vocabulary-parallel pieces: one shard of an embedding table and of the
@@ -356,54 +378,59 @@ void add_vocab_shard_cases(std::vector<Case>& cases) {
   struct EmbSize {
     std::int64_t b, t, c, vocab, t_max, start, rows;  // t_max 0: no position table
   };
-  for (EmbSize s : {EmbSize{2, 5, 33, 7, 9, 4, 3}, EmbSize{3, 17, 100, 50, 17, 17, 17}, EmbSize{4, 64, 40, 5, 0, 0, 3},
-                    EmbSize{2, 9, 65, 1000, 0, 667, 333}, EmbSize{2, 4, 8, 6, 4, 6, 0}}) {
-    cases.push_back({"embedding_shard_" + dims_name({s.b, s.t, s.c, s.vocab, s.t_max, s.start, s.rows}),
-                     [s](Device dev) {
-                       std::mt19937 rng(10);
-                       const ops::VocabShard shard{s.start, s.vocab};
-                       const Tensor tokens = ids_tensor({s.b, s.t}, s.vocab, rng).to(dev);
-                       const Tensor wte = random_tensor({s.rows, s.c}, rng).to(dev);
-                       const Tensor wpe = s.t_max ? random_tensor({s.t_max, s.c}, rng).to(dev) : Tensor();
-                       Tensor out = nan_tensor({s.b, s.t, s.c}).to(dev);
-                       ops::embedding_forward(tokens, wte, wpe, out, shard);
-                       const Tensor dout = random_tensor({s.b, s.t, s.c}, rng).to(dev);
-                       Tensor dwte = random_tensor({s.rows, s.c}, rng).to(dev);  // accumulates
-                       Tensor dwpe = s.t_max ? random_tensor({s.t_max, s.c}, rng).to(dev) : Tensor();
-                       ops::embedding_backward(dout, tokens, dwte, dwpe, shard);
-                       Outputs o{{"out", out}, {"dwte", dwte}};
-                       if (s.t_max) o.emplace_back("dwpe", dwpe);
-                       return o;
-                     },
-                     0});
-  }
+  for (DType dt : kComputeDtypes)
+    for (EmbSize s : {EmbSize{2, 5, 33, 7, 9, 4, 3}, EmbSize{3, 17, 100, 50, 17, 17, 17},
+                      EmbSize{4, 64, 40, 5, 0, 0, 3},
+                      EmbSize{2, 9, 65, 1000, 0, 667, 333}, EmbSize{2, 4, 8, 6, 4, 6, 0}}) {
+      cases.push_back({"embedding_shard_" + dims_name({s.b, s.t, s.c, s.vocab, s.t_max, s.start, s.rows}) +
+                           dtype_suffix(dt),
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(10);
+                         const ops::VocabShard shard{s.start, s.vocab};
+                         const Tensor tokens = ids_tensor({s.b, s.t}, s.vocab, rng).to(dev);
+                         const Tensor wte = random_of({s.rows, s.c}, rng, dt).to(dev);
+                         const Tensor wpe = s.t_max ? random_of({s.t_max, s.c}, rng, dt).to(dev) : Tensor();
+                         Tensor out = nan_of({s.b, s.t, s.c}, dt).to(dev);
+                         ops::embedding_forward(tokens, wte, wpe, out, shard);
+                         const Tensor dout = random_of({s.b, s.t, s.c}, rng, dt).to(dev);
+                         Tensor dwte = random_of({s.rows, s.c}, rng, dt).to(dev);  // accumulates
+                         Tensor dwpe = s.t_max ? random_of({s.t_max, s.c}, rng, dt).to(dev) : Tensor();
+                         ops::embedding_backward(dout, tokens, dwte, dwpe, shard);
+                         Outputs o{{"out", out}, {"dwte", dwte}};
+                         if (s.t_max) o.emplace_back("dwpe", dwpe);
+                         return o;
+                       },
+                       0});
+    }
   struct CeSize {
     std::int64_t n, vocab, start, cols;
   };
-  for (CeSize s : {CeSize{0, 10, 5, 5}, CeSize{1, 2, 1, 1}, CeSize{7, 33, 0, 17}, CeSize{7, 33, 17, 16},
-                   CeSize{37, 1000, 334, 333}, CeSize{3, 50257, 25129, 25128}}) {
-    cases.push_back({"cross_entropy_shard_" + dims_name({s.n, s.vocab, s.start, s.cols}),
-                     [s](Device dev) {
-                       std::mt19937 rng(11);
-                       const ops::VocabShard shard{s.start, s.vocab};
-                       const Tensor logits = random_tensor({s.n, s.cols}, rng, -8.f, 8.f).to(dev);
-                       const Tensor targets = ids_tensor({s.n}, s.vocab, rng).to(dev);
-                       Tensor lse = nan_tensor({s.n}).to(dev), target_logit = nan_tensor({s.n}).to(dev);
-                       ops::cross_entropy_shard_forward(logits, targets, shard, lse, target_logit);
-                       // The backward takes the global lse, above any one shard's.
-                       const Tensor global_lse = random_tensor({s.n}, rng, 9.f, 11.f).to(dev);
-                       const float dloss = s.n ? 1.f / float(s.n) : 1.f;
-                       Tensor dlogits = nan_tensor({s.n, s.cols}).to(dev);
-                       ops::cross_entropy_backward(logits, targets, global_lse, dloss, dlogits, shard);
-                       Tensor in_place = logits.clone();
-                       ops::cross_entropy_backward(in_place, targets, global_lse, dloss, in_place, shard);
-                       return Outputs{{"lse", lse},
-                                      {"target_logit", target_logit},
-                                      {"dlogits", dlogits},
-                                      {"in_place", in_place}};
-                     },
-                     1e-5});
-  }
+  for (DType dt : kComputeDtypes)
+    for (CeSize s : {CeSize{0, 10, 5, 5}, CeSize{1, 2, 1, 1}, CeSize{7, 33, 0, 17}, CeSize{7, 33, 17, 16},
+                     CeSize{37, 1000, 334, 333}, CeSize{3, 50257, 25129, 25128}}) {
+      cases.push_back({"cross_entropy_shard_" + dims_name({s.n, s.vocab, s.start, s.cols}) + dtype_suffix(dt),
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(11);
+                         const ops::VocabShard shard{s.start, s.vocab};
+                         const Tensor logits = random_of({s.n, s.cols}, rng, dt, -8.f, 8.f).to(dev);
+                         const Tensor targets = ids_tensor({s.n}, s.vocab, rng).to(dev);
+                         Tensor lse = nan_of({s.n}, DType::kF32).to(dev);
+                         Tensor target_logit = nan_of({s.n}, DType::kF32).to(dev);
+                         ops::cross_entropy_shard_forward(logits, targets, shard, lse, target_logit);
+                         // The backward takes the global lse, above any one shard's.
+                         const Tensor global_lse = random_of({s.n}, rng, DType::kF32, 9.f, 11.f).to(dev);
+                         const float dloss = s.n ? 1.f / float(s.n) : 1.f;
+                         Tensor dlogits = nan_of({s.n, s.cols}, dt).to(dev);
+                         ops::cross_entropy_backward(logits, targets, global_lse, dloss, dlogits, shard);
+                         Tensor in_place = logits.clone();
+                         ops::cross_entropy_backward(in_place, targets, global_lse, dloss, in_place, shard);
+                         return Outputs{{"lse", lse},
+                                        {"target_logit", target_logit},
+                                        {"dlogits", dlogits},
+                                        {"in_place", in_place}};
+                       },
+                       rtol_for(dt, 1e-5)});
+    }
 }
 
 void add_precision_cases(std::vector<Case>& cases) {

@@ -25,14 +25,20 @@ namespace ht::ops {
 //   round once.
 // - f32 calls are unaffected by all of this: the same code, bits and speed.
 //
-// Cost. On CUDA, matmul passes 16-bit operands to cuBLAS with f32 compute
-// (tensor cores). Every other 16-bit call, and every 16-bit call on the CPU
-// (which has no 16-bit arithmetic), runs the op's f32 driver on f32 copies of
-// its 16-bit tensors and rounds the outputs back: temporary f32 buffers of
+// Cost. The CPU has no 16-bit arithmetic and CUDA kernels other than cuBLAS
+// are f32, so most 16-bit calls run the op's f32 driver on f32 copies of the
+// call's 16-bit tensors and round the outputs back: temporary f32 buffers of
 // those tensors' sizes for the length of the call, and two conversions per
-// element (F16C instructions on CPUs that have them). So 16-bit calls there are
-// slower than f32 ones; what 16-bit saves is the memory of tensors held
-// between calls (activations saved for backward, parameters, gradients).
+// element (F16C instructions on CPUs that have them). That is every op on
+// CUDA except matmul, whose 16-bit operands go to cuBLAS as they are (f32
+// compute, tensor cores), and on the CPU matmul (sgemm), bias_add, bias_grad,
+// LayerNorm, attention and embedding. The CPU's add, scale, GELU and
+// cross-entropy convert block by block or row by row themselves, with no
+// tensor-sized temporaries. 16-bit calls on the CPU are therefore slower than
+// f32 ones (one core: matmul 1.0-1.15x the f32 time, GELU 1.2-1.3x,
+// LayerNorm 1.3-1.5x; docs/design.md); what 16-bit saves is the memory of
+// tensors kept between calls (activations saved for backward, parameters,
+// gradients).
 
 /// Whether `dtype` can be the compute dtype of a compute op: f32, f16 or bf16.
 constexpr bool is_compute_dtype(DType dtype) { return is_floating(dtype); }

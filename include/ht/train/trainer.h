@@ -160,7 +160,8 @@ class Trainer {
   std::int64_t steps_done_ = 0;
   std::int64_t resumed_from_ = 0;
   int nonfinite_run_ = 0;  // consecutive steps with a non-finite loss
-  double last_step_ms_ = 0;
+  double last_step_ms_ = 0;  // the last step's time without injected delays
+  double injected_ms_ = 0;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;
   data::BatchSampler train_sampler_;
   data::BatchSampler val_sampler_;

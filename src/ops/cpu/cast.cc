@@ -11,6 +11,7 @@
 
 #include "cast.cuh"
 #include "ops/backend_ops.h"
+#include "ops/cpu/convert.h"
 #include "ops/cpu/vec_math.h"
 
 namespace ht::ops::cpu {
@@ -111,6 +112,10 @@ Convert converter(DType from, DType to) {
 }
 
 }  // namespace
+
+void widen(DType dtype, const void* src, float* dst, std::int64_t n) { converter(dtype, DType::kF32)(src, dst, n); }
+
+void narrow(const float* src, DType dtype, void* dst, std::int64_t n) { converter(DType::kF32, dtype)(src, dst, n); }
 
 void cast(const Tensor& src, Tensor& dst) {
   const Convert convert = converter(src.dtype(), dst.dtype());

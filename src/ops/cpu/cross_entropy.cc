@@ -6,9 +6,16 @@
 // vocabulary shard the logits are columns [start, start + v) of the full
 // vocabulary: targets are checked against the full size and mapped to a
 // local column (target - start) when this shard holds them.
+//
+// f16 and bf16 logits are widened one row at a time into a buffer per thread
+// and dlogits rows rounded once from it, so a 16-bit call allocates one row
+// per thread rather than f32 copies of (N, V) logits and dlogits: with the
+// GPT-2 vocabulary those are the largest activations of a step.
 #include <cmath>
+#include <vector>
 
 #include "ops/backend_ops.h"
+#include "ops/cpu/convert.h"
 #include "ops/cpu/vec_math.h"
 
 namespace ht::ops::cpu {
@@ -37,21 +44,46 @@ HT_CPU_MULTIVERSION void row_softmax_scaled(const float* row, float lse, float d
   for (std::int64_t j = 0; j < v; ++j) out[j] = vexp(row[j] - lse) * dloss;
 }
 
+/// Row i of logits (n, v) as floats: a pointer into the tensor when it is
+/// f32, else the row widened into `buf` (one buffer per thread).
+class Rows {
+ public:
+  explicit Rows(const Tensor& logits)
+      : base_(static_cast<const char*>(logits.data_ptr())), dtype_(logits.dtype()), v_(logits.size(1)) {}
+  bool f32() const { return dtype_ == DType::kF32; }
+  const float* row(std::int64_t i, std::vector<float>& buf) const {
+    const char* p = base_ + i * v_ * std::int64_t(dtype_size(dtype_));
+    if (f32()) return reinterpret_cast<const float*>(p);
+    buf.resize(std::size_t(v_));
+    widen(dtype_, p, buf.data(), v_);
+    return buf.data();
+  }
+
+ private:
+  const char* base_;
+  DType dtype_;
+  std::int64_t v_;
+};
+
 }  // namespace
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse) {
   const std::int64_t n = logits.size(0), v = logits.size(1);
   const std::int32_t* tg = targets.data<std::int32_t>();
   check_targets(tg, n, v);
-  const float* pl = logits.data<float>();
+  const Rows rows(logits);
   float* ploss = losses.data<float>();
   float* plse = lse.data<float>();
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* row = pl + i * v;
-    const float l = row_lse(row, v);
-    plse[i] = l;
-    ploss[i] = l - row[tg[i]];
+#pragma omp parallel
+  {
+    std::vector<float> buf;  // 16-bit logits only
+#pragma omp for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float* row = rows.row(i, buf);
+      const float l = row_lse(row, v);
+      plse[i] = l;
+      ploss[i] = l - row[tg[i]];
+    }
   }
 }
 
@@ -60,15 +92,19 @@ void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, Vo
   const std::int64_t n = logits.size(0), v = logits.size(1);
   const std::int32_t* tg = targets.data<std::int32_t>();
   check_targets(tg, n, shard.size);
-  const float* pl = logits.data<float>();
+  const Rows rows(logits);
   float* plse = lse.data<float>();
   float* ptl = target_logit.data<float>();
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* row = pl + i * v;
-    const std::int64_t col = std::int64_t(tg[i]) - shard.start;  // the target's local column
-    plse[i] = row_lse(row, v);  // v == 0: -inf, the identity of the caller's log-sum-exp over shards
-    ptl[i] = col >= 0 && col < v ? row[col] : 0.f;
+#pragma omp parallel
+  {
+    std::vector<float> buf;  // 16-bit logits only
+#pragma omp for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float* row = rows.row(i, buf);
+      const std::int64_t col = std::int64_t(tg[i]) - shard.start;  // the target's local column
+      plse[i] = row_lse(row, v);  // v == 0: -inf, the identity of the caller's log-sum-exp over shards
+      ptl[i] = col >= 0 && col < v ? row[col] : 0.f;
+    }
   }
 }
 
@@ -77,22 +113,30 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   const std::int64_t n = logits.size(0), v = logits.size(1);
   const std::int32_t* tg = targets.data<std::int32_t>();
   check_targets(tg, n, shard.size);
-  const float* pl = logits.data<float>();
+  const Rows rows(logits);
   const float* plse = lse.data<float>();
-  float* pd = dlogits.data<float>();
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) {
-    // kern::cross_entropy_grad with vexp; the target's logit is read first,
-    // since out may alias row, and its one-hot term applied after the loop
-    // (only when this shard holds the target's column).
-    const float* row = pl + i * v;
-    float* out = pd + i * v;
-    const float l = plse[i];
-    const std::int64_t col = std::int64_t(tg[i]) - shard.start;
-    const bool has_target = col >= 0 && col < v;
-    const float target_logit = has_target ? row[col] : 0.f;
-    row_softmax_scaled(row, l, dloss, out, v);
-    if (has_target) out[col] = (vexp(target_logit - l) - 1.f) * dloss;
+  const DType dt = dlogits.dtype();
+  char* pd = static_cast<char*>(dlogits.data_ptr());
+  const std::int64_t row_bytes = v * std::int64_t(dtype_size(dt));
+#pragma omp parallel
+  {
+    std::vector<float> buf;  // 16-bit logits only
+#pragma omp for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) {
+      // kern::cross_entropy_grad with vexp; the target's logit is read first,
+      // since out may alias row, and its one-hot term applied after the loop
+      // (only when this shard holds the target's column). 16-bit: row and
+      // out are both the widened row in buf, rounded into dlogits at the end.
+      const float* row = rows.row(i, buf);
+      float* out = rows.f32() ? reinterpret_cast<float*>(pd + i * row_bytes) : buf.data();
+      const float l = plse[i];
+      const std::int64_t col = std::int64_t(tg[i]) - shard.start;
+      const bool has_target = col >= 0 && col < v;
+      const float target_logit = has_target ? row[col] : 0.f;
+      row_softmax_scaled(row, l, dloss, out, v);
+      if (has_target) out[col] = (vexp(target_logit - l) - 1.f) * dloss;
+      if (!rows.f32()) narrow(out, dt, pd + i * row_bytes, v);
+    }
   }
 }
 

@@ -1,15 +1,62 @@
 // Host element-wise ops: OpenMP loops over the shared bodies in kernels/,
-// except GELU (see gelu_forward).
+// except GELU (see gelu_forward). add, scale and GELU also take f16 and bf16
+// tensors directly (see map_half); bias_add and bias_grad get f32 copies from
+// the public op (src/ops/f32_staging.h).
 #include <algorithm>
+#include <array>
 
 #include "gelu.cuh"
 #include "ops/backend_ops.h"
 #include "ops/cpu/column_blocks.h"
+#include "ops/cpu/convert.h"
 #include "ops/cpu/vec_math.h"
 
 namespace ht::ops::cpu {
+namespace {
+
+// f16 and bf16 element-wise ops run block by block: each thread widens a
+// block of every input into f32 buffers on its stack, runs the f32 body on
+// them and rounds the output block once into the 16-bit tensor. Nothing of
+// a tensor's size is allocated. F32 copies of whole tensors (the public
+// ops' staging) made the 16-bit GELU 3.2x slower than f32 on one core, most
+// of it page faults of the fresh 6 MB buffers that glibc returns to the
+// system after every call; by blocks it is 1.3x (docs/design.md).
+constexpr std::int64_t kHalfBlock = 2048;  // 8 KiB of f32 per buffer: the buffers of one block stay in L1
+
+using HalfBody = void (*)(const float* const* in, float* out, std::int64_t n, float arg);
+
+/// out = body(in...) element-wise; every tensor is f16 or bf16 (all the same)
+/// with out's element count. out may be one of the inputs: each block reads
+/// all its inputs before it writes.
+template <std::size_t N>
+void map_half(const std::array<const Tensor*, N>& in, Tensor& out, HalfBody body, float arg = 0.f) {
+  const DType dt = out.dtype();
+  const std::int64_t n = out.numel(), blocks = (n + kHalfBlock - 1) / kHalfBlock;
+  const std::int64_t bytes = std::int64_t(dtype_size(dt));
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    float buf[N + 1][kHalfBlock];
+    const float* ins[N];
+    const std::int64_t begin = b * kHalfBlock, len = std::min(kHalfBlock, n - begin);
+    for (std::size_t k = 0; k < N; ++k) {
+      widen(dt, static_cast<const char*>(in[k]->data_ptr()) + begin * bytes, buf[k], len);
+      ins[k] = buf[k];
+    }
+    body(ins, buf[N], len, arg);
+    narrow(buf[N], dt, static_cast<char*>(out.data_ptr()) + begin * bytes, len);
+  }
+}
+
+}  // namespace
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
+  if (out.dtype() != DType::kF32) {
+    map_half<2>({&a, &b}, out, [](const float* const* in, float* o, std::int64_t n, float) {
+#pragma omp simd
+      for (std::int64_t i = 0; i < n; ++i) o[i] = in[0][i] + in[1][i];
+    });
+    return;
+  }
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
   float* po = out.data<float>();
@@ -19,6 +66,13 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void scale(Tensor& x, float s) {
+  if (x.dtype() != DType::kF32) {
+    map_half<1>({&x}, x, [](const float* const* in, float* o, std::int64_t n, float f) {
+#pragma omp simd
+      for (std::int64_t i = 0; i < n; ++i) o[i] = in[0][i] * f;
+    }, s);
+    return;
+  }
   float* p = x.data<float>();
   const std::int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static)
@@ -84,6 +138,12 @@ HT_CPU_MULTIVERSION void gelu_backward_block(const float* x, const float* dy, fl
 }  // namespace
 
 void gelu_forward(const Tensor& x, Tensor& y) {
+  if (y.dtype() != DType::kF32) {
+    map_half<1>({&x}, y, [](const float* const* in, float* o, std::int64_t n, float) {
+      gelu_forward_block(in[0], o, n);
+    });
+    return;
+  }
   const float* px = x.data<float>();
   float* py = y.data<float>();
   const std::int64_t n = x.numel(), blocks = (n + kGeluBlock - 1) / kGeluBlock;
@@ -95,6 +155,12 @@ void gelu_forward(const Tensor& x, Tensor& y) {
 }
 
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  if (dx.dtype() != DType::kF32) {
+    map_half<2>({&x, &dy}, dx, [](const float* const* in, float* o, std::int64_t n, float) {
+      gelu_backward_block(in[0], in[1], o, n);
+    });
+    return;
+  }
   const float* px = x.data<float>();
   const float* pdy = dy.data<float>();
   float* pdx = dx.data<float>();

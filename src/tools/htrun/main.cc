@@ -67,6 +67,7 @@ struct Options {
 
 struct Heartbeat {
   int rank = -1;
+  int pid = 0;
   std::int64_t step = 0;
   std::string phase;
   double time_s = 0, progress_s = 0;
@@ -80,7 +81,8 @@ std::map<int, Heartbeat> read_heartbeats(const std::string& run_dir) {
     try {
       std::ifstream in(e.path());
       const json j = json::parse(in);
-      Heartbeat h{j.at("rank").get<int>(), j.at("step").get<std::int64_t>(), j.at("phase").get<std::string>(),
+      Heartbeat h{j.at("rank").get<int>(),           j.at("pid").get<int>(),
+                  j.at("step").get<std::int64_t>(),  j.at("phase").get<std::string>(),
                   j.at("time_ms").get<double>() / 1000, j.at("progress_ms").get<double>() / 1000};
       out[h.rank] = h;
     } catch (...) {
@@ -209,13 +211,22 @@ int main(int argc, char** argv) {
       }
       if (g_stop_signal) {
         kind = "preemption";
-        // Pass the preemption on (TERM): ranks save a checkpoint and exit.
-        job.stop(std::max(o.grace_s, 60.0));
+        // Pass the preemption on to the ranks themselves (SIGUSR1; mpirun
+        // would kill them on TERM): they finish the step, save a checkpoint
+        // and exit; then the job ends.
+        for (const auto& [rank, h] : beats)
+          if (h.pid > 0) ::kill(h.pid, SIGUSR1);
+        const double deadline = now_s() + std::max(o.grace_s, 60.0);
+        while (!job.poll() && now_s() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        job.stop(o.grace_s);
         detected_at = failed_at = now_s();
         break;
       }
+      // A hang: progress stalled for the timeout. Peers blocked on the hung
+      // rank stall a little later, so the rank that stopped first is named.
       for (const auto& [rank, h] : beats)
-        if (h.phase != "start" && now_s() - h.progress_s > o.hang_timeout_s) {
+        if (h.phase != "start" && now_s() - h.progress_s > o.hang_timeout_s &&
+            (failed_rank < 0 || h.progress_s < failed_at)) {
           kind = "hang";
           failed_rank = rank;
           failed_at = h.progress_s;

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# End-to-end resilience: gpt_train under htrun on 2 simulated nodes, one
+# scenario per invocation. Each run must finish by itself; where the layout
+# is kept, the final checkpoint must hold the same bits as a fault-free run
+# (every piece's checksum in its manifest equal).
+#   htrun_scenarios.sh HTRUN GPT_TRAIN WORK SCENARIO
+set -euo pipefail
+htrun="$1"; gpt="$2"; work="$3"; scenario="$4"
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail() { echo "FAIL ($scenario): $*"; exit 1; }
+mkdir -p "$work"
+text="$work/text.txt"
+[ -f "$text" ] || for i in $(seq 300); do echo "pack my box with five dozen liquor jugs $i"; done > "$text"
+steps=24
+train=(--text "$text" --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --eval-every 0
+       --eval-batches 1 --sample-tokens 0 --heartbeat 0.1 --steps "$steps" --ckpt-every 4)
+
+run() {  # run NAME [htrun flags] -- [extra gpt_train flags]; output in $work/NAME.log
+  local name="$1"; shift
+  local hflags=() extra=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do hflags+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  extra=("$@")
+  rm -rf "$work/$name"
+  set +e
+  "$htrun" --nodes 2 --slots 1 --run-dir "$work/$name" --backoff 0.2 --hang-timeout 4 --grace 2 "${hflags[@]}" \
+    -- "$gpt" "${train[@]}" "${extra[@]}" > "$work/$name.log" 2>&1
+  echo $? > "$work/$name.rc"
+  set -e
+}
+checksums() {  # the final checkpoint's pieces and checksums
+  python3 - "$1/checkpoints/step_$(printf %08d "$steps")/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+for p in sorted(m["pieces"], key=lambda p: p["dataset"]):
+    print(p["dataset"], p["checksum"])
+PY
+}
+same_as_fault_free() {
+  [ -d "$work/clean" ] || { HT_FAULTS= run clean; [ "$(cat "$work/clean.rc")" = 0 ] || fail "the fault-free run failed"; }
+  diff <(checksums "$work/clean") <(checksums "$work/$1") > /dev/null || fail "final weights differ from the fault-free run"
+}
+expect() {  # expect NAME PATTERN: the log holds PATTERN
+  grep -q -- "$2" "$work/$1.log" || { tail -30 "$work/$1.log"; fail "no '$2' in the log"; }
+}
+finished() {
+  [ "$(cat "$work/$1.rc")" = 0 ] || { tail -30 "$work/$1.log"; fail "htrun exited $(cat "$work/$1.rc")"; }
+  expect "$1" "htrun report: the job finished"
+  [ -f "$work/$1/htrun_report.json" ] || fail "no htrun_report.json"
+}
+
+case "$scenario" in
+  crash)
+    HT_FAULTS="crash:rank=1:step=10" run crash
+    finished crash; expect crash "crash of rank 1 (node 1) detected"; expect crash "resuming after step 8"
+    same_as_fault_free crash ;;
+  hang)
+    HT_FAULTS="hang:rank=0:step=10" run hang
+    finished hang; expect hang "hang of rank 0 (node 0) detected"; same_as_fault_free hang ;;
+  spare)
+    HT_FAULTS="crash:rank=1:step=10,node-unhealthy:node=1" run spare --spares 1
+    finished spare; expect spare "node 1 failed its health check: cordoned, spare node 2 brought in"
+    expect spare "launch 2: 2 node(s) \[0,2\]"; same_as_fault_free spare ;;
+  corrupt)
+    HT_FAULTS="ckpt-corrupt:step=8,crash:rank=0:step=10" run corrupt
+    finished corrupt; expect corrupt "checkpoint .*step_00000008 is corrupt or incomplete; falling back to step 4"
+    same_as_fault_free corrupt ;;
+  divergence)
+    HT_FAULTS="nan:step=10" run divergence -- --divergence-steps 2
+    finished divergence; expect divergence "divergence of rank"; same_as_fault_free divergence ;;
+  bitflip)
+    HT_FAULTS="bitflip:rank=1:step=9" run bitflip -- --sdc-every 1
+    finished bitflip; expect bitflip "silent data corruption after step 9"; expect bitflip "corruption of rank"
+    same_as_fault_free bitflip ;;
+  shrink)
+    HT_FAULTS="crash:rank=1:step=10,node-unhealthy:node=1" run shrink --allow-shrink
+    finished shrink; expect shrink "no spare, continuing on 1 node"; expect shrink "launch 2: 1 node(s) \[0\]" ;;
+  preempt)
+    rm -rf "$work/preempt"
+    set +e
+    HT_FAULTS="slow:rank=0:factor=40" "$htrun" --nodes 2 --slots 1 --run-dir "$work/preempt" --grace 2 \
+      -- "$gpt" "${train[@]}" > "$work/preempt.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do grep -q "^step 5/" "$work/preempt.log" 2>/dev/null && break; sleep 0.1; done
+    kill -TERM "$pid"; wait "$pid"; echo $? > "$work/preempt.rc"
+    set -e
+    [ "$(cat "$work/preempt.rc")" = 77 ] || { tail -20 "$work/preempt.log"; fail "htrun exited $(cat "$work/preempt.rc"), not 77"; }
+    expect preempt "# preempted at step"; expect preempt "preempted: checkpoint saved"
+    # The same command again, without the fault, finishes from that checkpoint.
+    HT_FAULTS= "$htrun" --nodes 2 --slots 1 --run-dir "$work/preempt" -- "$gpt" "${train[@]}" > "$work/preempt2.log" 2>&1 \
+      || fail "the rerun after preemption failed"
+    grep -q "# resumed from step" "$work/preempt2.log" || fail "the rerun did not resume"
+    same_as_fault_free preempt ;;
+  *) fail "unknown scenario" ;;
+esac
+echo "htrun scenario $scenario: passed"
