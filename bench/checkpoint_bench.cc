@@ -11,8 +11,8 @@
 //   async save     the stall of an asynchronous save (copy to host only)
 //   stall ratio    async / sync (target <= 0.10)
 //   write          background write throughput, and raw sequential write
-//                  throughput of the same bytes to the same directory (fwrite +
-//                  fsync), and their ratio (target >= 0.70)
+//                  throughput of the same bytes (the rank file itself) to the
+//                  same directory (fwrite + fsync), and their ratio (target >= 0.70)
 //   load           resume time, same layout; resharded load time when asked
 // and with --json a JSON object per run instead. Rank 0 reports its own
 // rank's figures (every rank writes its own file in parallel).
@@ -49,19 +49,22 @@ data::TokenSplits random_tokens(std::int64_t vocab) {
   return s;
 }
 
-// Writes `bytes` to a fresh file under `dir` in 8 MiB blocks and syncs it: the
-// disk's sequential write rate as the checkpoint writer would see it.
-double raw_write_ms(const std::string& dir, std::int64_t bytes) {
+// Writes the bytes of `source` (the checkpoint's own rank file, read first,
+// untimed) to a fresh file in the same directory with write + fsync: the
+// disk's sequential write rate for the same data, side by side.
+double raw_write_ms(const std::string& source, const std::string& dir) {
+  std::vector<char> bytes(fs::file_size(source));
+  {
+    std::FILE* in = std::fopen(source.c_str(), "rb");
+    HT_CHECK(in && std::fread(bytes.data(), 1, bytes.size(), in) == bytes.size(), ErrorKind::kIo, "cannot read '{}'",
+             source);
+    std::fclose(in);
+  }
   const std::string path = (fs::path(dir) / "raw_write.bin").string();
-  std::vector<char> block(std::size_t(8) << 20, 1);
   const double t0 = now_ms();
   std::FILE* f = std::fopen(path.c_str(), "wb");
   HT_CHECK(f, ErrorKind::kIo, "cannot write '{}'", path);
-  for (std::int64_t done = 0; done < bytes;) {
-    const std::size_t n = std::size_t(std::min<std::int64_t>(bytes - done, std::int64_t(block.size())));
-    HT_CHECK(std::fwrite(block.data(), 1, n, f) == n, ErrorKind::kIo, "short write to '{}'", path);
-    done += std::int64_t(n);
-  }
+  HT_CHECK(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size(), ErrorKind::kIo, "short write to '{}'", path);
   std::fflush(f);
   ::fsync(fileno(f));
   std::fclose(f);
@@ -92,9 +95,10 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", vocab);
   app.add_flag("--json", json);
   CLI11_PARSE(app, argc, argv);
+  std::unique_ptr<comm::MpiRuntime> mpi;  // outlives the try: a failure exits before MPI_Finalize
   try {
-    comm::MpiRuntime mpi(&argc, &argv);
-    const bool rank0 = mpi.world_rank() == 0;
+    mpi = std::make_unique<comm::MpiRuntime>(&argc, &argv);
+    const bool rank0 = mpi->world_rank() == 0;
     train::TrainerOptions o;
     o.model = {.vocab_size = vocab, .context = 64, .n_layer = layers, .n_head = heads, .n_embd = embd};
     o.seq_len = 32;
@@ -123,7 +127,9 @@ int main(int argc, char** argv) {
       const ckpt::SaveStats async = t.checkpointer()->last_save();
       HT_CHECK(t.wait_for_checkpoint().empty(), ErrorKind::kIo, "the asynchronous save failed");
       const ckpt::SaveStats written = t.checkpointer()->last_save();
-      const double raw_ms = raw_write_ms(dir, written.bytes);
+      mesh.world().barrier()->wait();  // rank 0 has committed: every rank file is in place
+      const double raw_ms = raw_write_ms(
+          (fs::path(dir) / "step_00000002" / fmt::format("rank_{:05d}.h5", mesh.rank())).string(), dir);
       out["sync_save_ms"] = sync_ms;
       out["async_stall_ms"] = async.stall_ms;
       out["stall_ratio"] = async.stall_ms / sync_ms;
@@ -175,7 +181,9 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
+    // Exit at once: MPI_Finalize would wait for ranks still in a collective.
     std::fprintf(stderr, "checkpoint_bench: %s\n", e.what());
-    return 2;
+    std::fflush(stderr);
+    std::_Exit(2);
   }
 }

@@ -106,8 +106,12 @@ data::TokenSplits load_on_rank0_first(const Args& a, const std::string& path, co
   return world->rank() == 0 ? splits : data::read_token_file(path);
 }
 
-// The rank's guard: set once the run directory is known, so a failure can
-// leave its exit record.
+// The process's MPI, mesh and guard live outside run(): when run() throws,
+// main() reports and exits before they are torn down, so one rank's failure
+// ends the job at once (MPI_Finalize would wait for ranks still in a
+// collective) and leaves its exit record for the supervisor.
+std::unique_ptr<comm::MpiRuntime> mpi;
+std::unique_ptr<comm::DeviceMesh> mesh;
 std::unique_ptr<resilience::RankGuard> guard;
 
 int run(Args& a) {
@@ -124,8 +128,6 @@ int run(Args& a) {
   if (a.train.ckpt_every > 0 || a.train.resume || !a.ckpt_dir.empty())
     a.train.ckpt_dir = a.ckpt_dir.empty() ? (fs::path(a.run_dir) / "checkpoints").string() : a.ckpt_dir;
   a.train.validate();
-  std::unique_ptr<comm::MpiRuntime> mpi;
-  std::unique_ptr<comm::DeviceMesh> mesh;
   if (launched_by_mpi() || a.tp * a.pp > 1) {
     mpi = std::make_unique<comm::MpiRuntime>();
     comm::CommOptions comm_options;
@@ -252,6 +254,7 @@ int run(Args& a) {
     }
   }
   if (mesh) mesh->finalize(std::chrono::seconds(60));
+  mesh.reset();
   return 0;
 }
 
@@ -324,6 +327,7 @@ int main(int argc, char** argv) {
     const int code = resilience::exit_code_for(e);
     if (guard) guard->exit(code, e.what());
     std::fprintf(stderr, "gpt_train: %s\n", e.what());
-    return code;
+    std::fflush(stderr);
+    std::_Exit(code);
   }
 }

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "core/h5_check.h"
 #include "ht/ckpt/checkpoint.h"
@@ -59,48 +60,56 @@ void sync_path(const std::string& path) {
 // the process in HDF5's exit handler, HDFGroup/hdf5#2257), so here HDF5
 // never touches the disk and a full disk is an ordinary IoError.
 std::int64_t write_rank_file(const std::string& path, std::vector<Piece>& pieces) {
-  std::vector<char> image;
-  {
-    H5Plist fapl(HT_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), path));
-    HT_H5_CHECK(H5Pset_fapl_core(fapl.get(), 1 << 20, false), path);
-    H5File file(HT_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), path));
-    for (Piece& p : pieces) {
-      PieceInfo& i = p.info;
-      i.dataset = dataset_name(i);
-      i.checksum = checksum64(p.data.data_ptr(), p.data.nbytes());
-      const hsize_t dims[1] = {hsize_t(p.data.numel())};
-      H5Dataspace space(HT_H5_CHECK(H5Screate_simple(1, dims, nullptr), path));
-      H5Dataset ds(HT_H5_CHECK(
-          H5Dcreate2(file.get(), i.dataset.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-          path));
-      if (p.data.numel() > 0)
-        HT_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data.data_ptr()), path);
-      write_i64s(ds.get(), "global_shape", std::vector<std::int64_t>(i.global_shape.begin(), i.global_shape.end()),
-                 path);
-      write_i64s(ds.get(), "tensor_parallel",
-                 {i.layout.tp_split_dim, i.layout.tp_parts, i.layout.tp_rank, i.layout.tp_size}, path);
-      write_i64s(ds.get(), "range", {i.begin, i.end}, path);
-      write_i64s(ds.get(), "checksum", {std::int64_t(i.checksum)}, path);
-    }
-    HT_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), path);
-    image.resize(std::size_t(HT_H5_CHECK(H5Fget_file_image(file.get(), nullptr, 0), path)));
-    HT_H5_CHECK(H5Fget_file_image(file.get(), image.data(), image.size()), path);
+  // One allocation for the whole image: growing the core driver's buffer in
+  // small steps copies it over and over.
+  std::size_t estimate = std::size_t(1) << 20;
+  for (const Piece& p : pieces) estimate += p.data.nbytes() + 4096;
+  H5Plist fapl(HT_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), path));
+  HT_H5_CHECK(H5Pset_fapl_core(fapl.get(), estimate, false), path);
+  H5File file(HT_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), path));
+  for (Piece& p : pieces) {
+    PieceInfo& i = p.info;
+    i.dataset = dataset_name(i);
+    i.checksum = checksum64(p.data.data_ptr(), p.data.nbytes());
+    const hsize_t dims[1] = {hsize_t(p.data.numel())};
+    H5Dataspace space(HT_H5_CHECK(H5Screate_simple(1, dims, nullptr), path));
+    H5Dataset ds(HT_H5_CHECK(
+        H5Dcreate2(file.get(), i.dataset.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+        path));
+    if (p.data.numel() > 0)
+      HT_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data.data_ptr()), path);
+    write_i64s(ds.get(), "global_shape", std::vector<std::int64_t>(i.global_shape.begin(), i.global_shape.end()),
+               path);
+    write_i64s(ds.get(), "tensor_parallel",
+               {i.layout.tp_split_dim, i.layout.tp_parts, i.layout.tp_rank, i.layout.tp_size}, path);
+    write_i64s(ds.get(), "range", {i.begin, i.end}, path);
+    write_i64s(ds.get(), "checksum", {std::int64_t(i.checksum)}, path);
   }
+  // The flushed image is a complete file; the core driver's buffer is written
+  // out as it is (H5Fget_file_image would copy it, slowly).
+  HT_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), path);
+  // The image is the buffer's first EOA bytes (the buffer itself is larger:
+  // it was allocated for an estimate).
+  const ssize_t size = HT_H5_CHECK(H5Fget_file_image(file.get(), nullptr, 0), path);
+  void* handle = nullptr;
+  HT_H5_CHECK(H5Fget_vfd_handle(file.get(), H5P_DEFAULT, &handle), path);
+  const char* image = *static_cast<char**>(handle);
+  const std::size_t image_bytes = std::size_t(size);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   HT_CHECK(fd >= 0, ErrorKind::kIo, "cannot create checkpoint file '{}': {}", path, std::strerror(errno));
-  for (std::size_t done = 0; done < image.size();) {
-    const ssize_t n = ::write(fd, image.data() + done, image.size() - done);
+  for (std::size_t done = 0; done < image_bytes;) {
+    const ssize_t n = ::write(fd, image + done, image_bytes - done);
     if (n < 0 && errno == EINTR) continue;
     const int err = errno;
     if (n <= 0) ::close(fd);
     HT_CHECK(n > 0, ErrorKind::kIo, "cannot write checkpoint file '{}' ({} of {} bytes written): {}", path, done,
-             image.size(), std::strerror(err));
+             image_bytes, std::strerror(err));
     done += std::size_t(n);
   }
   const int rc = ::fsync(fd), err = errno;
   HT_CHECK(::close(fd) == 0 && rc == 0, ErrorKind::kIo, "cannot sync checkpoint file '{}' to disk: {}", path,
            std::strerror(rc != 0 ? err : errno));
-  return std::int64_t(image.size());
+  return std::int64_t(image_bytes);
 }
 
 std::vector<PieceInfo> read_piece_index(const std::string& path, const std::string& file_name) {

@@ -8,6 +8,7 @@ set -euo pipefail
 htrun="$1"; gpt="$2"; work="$3"; scenario="$4"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fail() { echo "FAIL ($scenario): $*"; exit 1; }
+rm -rf "$work"  # never compare with a run of another build
 mkdir -p "$work"
 text="$work/text.txt"
 [ -f "$text" ] || for i in $(seq 300); do echo "pack my box with five dozen liquor jugs $i"; done > "$text"

@@ -115,8 +115,9 @@ class Checkpointer {
 /// The committed checkpoints under `dir` (step directories with a manifest), oldest first.
 std::vector<std::string> committed_checkpoints(const std::string& dir);
 
-/// 64-bit checksum of a byte range: FNV-1a over 8-byte little-endian words
-/// (the tail zero-padded), seeded with the length.
+/// 64-bit checksum of a byte range: four FNV-1a lanes over interleaved
+/// 8-byte little-endian words, seeded with the length and folded, then the
+/// tail (zero-padded words).
 std::uint64_t checksum64(const void* data, std::size_t bytes);
 
 }  // namespace ht::ckpt
