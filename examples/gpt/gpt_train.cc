@@ -209,6 +209,7 @@ int run(Args& a) {
       metrics->write_step(s);
     }
     if (!s.checkpoint_error.empty()) std::fprintf(stderr, "warning: %s; training goes on\n", s.checkpoint_error.c_str());
+    if (rank0 && !s.stragglers.empty()) std::fprintf(stderr, "straggler at step %lld: %s\n", (long long)s.step, s.stragglers.c_str());
     if (s.stop_requested) {
       // Preemption (SIGTERM/SIGUSR1 on any rank): finish here with a checkpoint.
       std::string error = trainer.checkpointer() ? trainer.save_checkpoint() : "";
@@ -302,6 +303,9 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat", a.heartbeat_s, "seconds between heartbeats (<run-dir>/heartbeat)");
   app.add_option("--watchdog", a.watchdog_s, "seconds without progress before the rank exits as hung (0: off)");
   app.add_option("--divergence-steps", t.divergence_steps, "consecutive non-finite losses that end the run");
+  app.add_option("--straggler-window", t.straggler_window, "steps per straggler window (0: no detection)");
+  app.add_option("--straggler-threshold", t.straggler_threshold, "a straggler's work per step over the median");
+  app.add_option("--straggler-windows", t.straggler_windows, "slow windows in a row before a straggler is reported");
   app.add_option("--sdc-every", t.sdc_every, "steps between replica parameter checksum comparisons (0: never)");
   app.add_option("--precision", a.precision, "compute precision: fp32, fp16 (dynamic loss scaling) or bf16");
   app.add_option("--grad-reduce-dtype", a.grad_reduce, "dtype of the gradient reduction: fp32, fp16 or bf16");

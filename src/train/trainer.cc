@@ -1,6 +1,7 @@
 // ht::train::Trainer: the training loop on one rank of a mesh.
 #include "ht/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -170,6 +171,26 @@ void Trainer::check_replicas(std::int64_t step) {
            step, fmt::join(culprits, ","), dp.name());
 }
 
+std::string Trainer::check_stragglers() {
+  comm::Communicator& world = mesh_->world();
+  const float mine = float(window_work_ms_ / double(options_.straggler_window));
+  window_work_ms_ = 0;
+  Tensor all = Tensor::empty({world.size()}, DType::kF32);
+  world.all_gather(Tensor::from_vector(std::vector<float>{mine}, {1}), all)->wait();
+  std::vector<float> v = all.to_vector<float>(), sorted = v;
+  std::sort(sorted.begin(), sorted.end());
+  const float median = sorted[(sorted.size() - 1) / 2];  // the lower median: with two ranks, the faster
+  slow_windows_.resize(v.size(), 0);
+  std::vector<std::string> report;
+  for (std::size_t r = 0; r < v.size(); ++r) {
+    slow_windows_[r] = v[r] > float(options_.straggler_threshold) * median ? slow_windows_[r] + 1 : 0;
+    if (slow_windows_[r] >= options_.straggler_windows)
+      report.push_back(fmt::format("rank {} ({:.1f} ms/step, {:.2f}x the median, {} windows)", r, v[r],
+                                   median > 0 ? v[r] / median : 0.f, slow_windows_[r]));
+  }
+  return report.empty() ? "" : fmt::format("{}", fmt::join(report, "; "));
+}
+
 void Trainer::corrupt_checkpoint(std::int64_t step) {
   // Damages one byte in the middle of rank 0's file of the committed checkpoint.
   wait_for_checkpoint();
@@ -204,6 +225,9 @@ StepStats Trainer::step() {
   progress("forward-backward");
   const double loss_sum = pipeline_->train_step(batches, s.loss_scale / float(options_.grad_accum),
                                                 [&](bool final) { dp_->set_final_micro_batch(final); });
+  // The rank's own work this step (slow ranks show here; waiting for peers
+  // mostly comes later, in the reduction).
+  window_work_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   progress("gradient-reduction");
   dp_->finish_gradients();
   if (options_.after_gradients) options_.after_gradients(*this, s.step);
@@ -266,6 +290,7 @@ StepStats Trainer::step() {
       corrupt_checkpoint(s.step);
     }
   }
+  if (options_.straggler_window > 0 && s.step % options_.straggler_window == 0) s.stragglers = check_stragglers();
   progress("step-done");
   s.tokens = global_batch() * options_.seq_len;
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -92,6 +92,9 @@ case "$scenario" in
       || fail "the rerun after preemption failed"
     grep -q "# resumed from step" "$work/preempt2.log" || fail "the rerun did not resume"
     same_as_fault_free preempt ;;
+  straggler)
+    HT_FAULTS="slow:rank=1:factor=4" run straggler -- --straggler-window 2 --straggler-windows 2
+    finished straggler; expect straggler "straggler at step 4: rank 1" ;;
   *) fail "unknown scenario" ;;
 esac
 echo "htrun scenario $scenario: passed"

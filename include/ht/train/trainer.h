@@ -73,6 +73,13 @@ struct TrainerOptions {
   resilience::FaultPlan faults;
   int divergence_steps = 3;
   std::int64_t sdc_every = 0;
+  /// Straggler detection: every `straggler_window` steps (0: off) the ranks
+  /// compare their mean work per step (time before the gradient reduction);
+  /// a rank above `straggler_threshold` x the median for
+  /// `straggler_windows` windows in a row is reported.
+  std::int64_t straggler_window = 0;
+  double straggler_threshold = 1.5;
+  int straggler_windows = 3;
   /// Called on every rank once a step's gradients are reduced, before they
   /// are unscaled and checked (fault injection and tests); the optimizer's
   /// slots hold the gradients this rank owns.
@@ -92,6 +99,7 @@ struct StepStats {
   std::int64_t skipped_steps = 0;  // so far
   bool checkpointed = false;       // a save of this step started
   bool stop_requested = false;     // some rank got SIGTERM/SIGUSR1 (the same on every rank)
+  std::string stragglers;          // a straggler report made at this step (the same on every rank)
   std::string checkpoint_error;    // a previous save's failure, reported once
   double ms = 0.0;
   std::int64_t tokens = 0;
@@ -160,7 +168,11 @@ class Trainer {
   std::int64_t steps_done_ = 0;
   std::int64_t resumed_from_ = 0;
   int nonfinite_run_ = 0;  // consecutive steps with a non-finite loss
+  /// Straggler detection at the end of a window; returns the report, if any.
+  std::string check_stragglers();
   double last_step_ms_ = 0;  // the last step's time without injected delays
+  double window_work_ms_ = 0;
+  std::vector<int> slow_windows_;  // per world rank: consecutive slow windows
   double injected_ms_ = 0;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;
   data::BatchSampler train_sampler_;
