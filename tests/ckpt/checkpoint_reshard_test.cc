@@ -17,6 +17,7 @@
 
 #include "ht/comm/mpi_communicator.h"
 #include "ht/train/trainer.h"
+#include "mpi_test_util.h"
 #include "test_util.h"
 
 namespace ht::train {
@@ -27,17 +28,6 @@ using namespace std::chrono_literals;
 
 constexpr int kSavedSteps = 3;      // N: steps before the save
 constexpr int kContinuedSteps = 3;  // K: steps after it
-
-data::TokenSplits synthetic_text(std::int64_t vocab) {
-  data::TokenSplits s;
-  s.vocab_size = vocab;
-  const std::string phrase = "pack my box with five dozen liquor jugs; sphinx of black quartz, judge my vow. ";
-  for (int i = 0; i < 200; ++i)
-    for (char c : phrase) s.train.push_back(std::int32_t(c) % std::int32_t(vocab));
-  for (int i = 0; i < 10; ++i)
-    for (char c : phrase) s.val.push_back(std::int32_t(c) % std::int32_t(vocab));
-  return s;
-}
 
 // One side of a case: the processes it runs on and how they split the model.
 // The micro-batch is per data-parallel rank; both sides of a case keep the
@@ -73,12 +63,6 @@ TrainerOptions options_for(const Case& c, const Side& s) {
   o.eval_batches = 2;
   o.data_parallel = {.zero_stage = s.zero, .bucket_bytes = 16 << 10};
   return o;
-}
-
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
 }
 
 // A directory shared by all ranks (rank 0 clears it, everyone uses it); one
@@ -138,9 +122,9 @@ class Reshard : public ::testing::TestWithParam<Case> {};
 TEST_P(Reshard, LoadsIntoAnotherLayout) {
   const Case c = GetParam();
   const int needed = std::max(c.a.np, c.b.np);
-  if (world_size() < needed) GTEST_SKIP() << c.name << " needs " << needed << " processes";
+  if (test::world_size() < needed) GTEST_SKIP() << c.name << " needs " << needed << " processes";
   ASSERT_EQ(c.a.micro_batch * c.a.dp(), c.b.micro_batch * c.b.dp()) << "the case must keep the global batch";
-  const data::TokenSplits data = synthetic_text(c.odd_model ? 61 : 64);
+  const data::TokenSplits data = test::pangram_text(c.odd_model ? 61 : 64);
   comm::CommOptions comm_options;
   comm_options.timeout = 120s;
   std::unique_ptr<comm::Communicator> world = comm::make_mpi_world(comm_options);

@@ -11,23 +11,13 @@
 
 #include "ht/comm/mpi_communicator.h"
 #include "ht/train/trainer.h"
+#include "mpi_test_util.h"
 #include "test_util.h"
 
 namespace ht::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-data::TokenSplits synthetic_text() {
-  data::TokenSplits s;
-  s.vocab_size = 64;
-  const std::string phrase = "pack my box with five dozen liquor jugs; sphinx of black quartz, judge my vow. ";
-  for (int i = 0; i < 200; ++i)
-    for (char c : phrase) s.train.push_back(std::int32_t(c) % 64);
-  for (int i = 0; i < 10; ++i)
-    for (char c : phrase) s.val.push_back(std::int32_t(c) % 64);
-  return s;
-}
 
 TrainerOptions small() {
   TrainerOptions o;
@@ -40,12 +30,6 @@ TrainerOptions small() {
   o.lr = 3e-3f;
   o.eval_batches = 2;
   return o;
-}
-
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
 }
 
 // A directory shared by all ranks (rank 0 picks it, everyone uses it).
@@ -62,7 +46,7 @@ struct Layout {
 };
 
 void bit_exact_resume(const Layout& l, const std::string& name) {
-  const data::TokenSplits data = synthetic_text();
+  const data::TokenSplits data = test::pangram_text(64);
   comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp);
   TrainerOptions o = small();
   o.data_parallel.zero_stage = l.zero;
@@ -95,17 +79,17 @@ void bit_exact_resume(const Layout& l, const std::string& name) {
 }
 
 TEST(Checkpoint, OneProcessResumesBitExact) {
-  if (world_size() != 1) GTEST_SKIP() << "runs with 1 process";
+  if (test::world_size() != 1) GTEST_SKIP() << "runs with 1 process";
   bit_exact_resume({}, "one");
 }
 
 TEST(Checkpoint, Zero2Dp2ResumesBitExact) {
-  if (world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
   bit_exact_resume({.zero = 2}, "zero2");
 }
 
 TEST(Checkpoint, Dp2Tp2Pp2F16ResumesBitExact) {
-  if (world_size() != 8) GTEST_SKIP() << "runs with 8 processes";
+  if (test::world_size() != 8) GTEST_SKIP() << "runs with 8 processes";
   bit_exact_resume({.tp = 2, .pp = 2, .zero = 1, .precision = "fp16"}, "3d_f16");
 }
 

@@ -13,6 +13,7 @@
 
 #include "ht/comm/mpi_communicator.h"
 #include "ht/train/trainer.h"
+#include "mpi_test_util.h"
 #include "test_util.h"
 
 namespace ht::train {
@@ -30,17 +31,6 @@ struct Layout {
 void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
 
 std::string layout_name(const ::testing::TestParamInfo<Layout>& info) { return info.param.name; }
-
-data::TokenSplits synthetic_text() {
-  data::TokenSplits s;
-  s.vocab_size = 61;
-  const std::string phrase = "pack my box with five dozen liquor jugs; sphinx of black quartz, judge my vow. ";
-  for (int i = 0; i < 200; ++i)
-    for (char c : phrase) s.train.push_back(std::int32_t(c) % 61);
-  for (int i = 0; i < 10; ++i)
-    for (char c : phrase) s.val.push_back(std::int32_t(c) % 61);
-  return s;
-}
 
 TrainerOptions options_for(const Layout& l) {
   TrainerOptions o;
@@ -107,18 +97,12 @@ Distance distance(const Tensor& got, const Tensor& want, const std::string& name
   return {diff, norm};
 }
 
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
 class Equivalence : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(Equivalence, MatchesOneProcess) {
   const Layout l = GetParam();
-  if (world_size() != l.np) GTEST_SKIP() << l.name << " runs with " << l.np << " processes";
-  const data::TokenSplits data = synthetic_text();
+  if (test::world_size() != l.np) GTEST_SKIP() << l.name << " runs with " << l.np << " processes";
+  const data::TokenSplits data = test::pangram_text(61);
   const TrainerOptions options = options_for(l);
   comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp);
   const int dp = mesh.layout().dp();
@@ -183,8 +167,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Layouts that cannot split the model are refused before any training, on every rank.
 TEST(UnevenSplits, HeadsNotDivisibleByTpFailClearly) {
-  if (world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
-  const data::TokenSplits data = synthetic_text();
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  const data::TokenSplits data = test::pangram_text(61);
   TrainerOptions o = options_for(Layout{"odd", 2, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, true});
   o.model.vocab_size = 62;  // the vocabulary would split; the 3 heads do not
   comm::DeviceMesh mesh(comm::make_mpi_world(), 2, 1);
@@ -192,16 +176,16 @@ TEST(UnevenSplits, HeadsNotDivisibleByTpFailClearly) {
 }
 
 TEST(UnevenSplits, MoreStagesThanLayersFailClearly) {
-  if (world_size() != 4) GTEST_SKIP() << "runs with 4 processes";
-  const data::TokenSplits data = synthetic_text();
+  if (test::world_size() != 4) GTEST_SKIP() << "runs with 4 processes";
+  const data::TokenSplits data = test::pangram_text(61);
   TrainerOptions o = options_for(Layout{"odd", 4, 1, 4, 0, 0, parallel::Schedule::k1F1B, 1, true});  // 3 layers
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 4);
   EXPECT_TRUE(test::throws_error([&] { Trainer t(o, data, &mesh); }, ErrorKind::kConfig, {"3 layers cannot fill 4 pipeline stages"}));
 }
 
 TEST(UnevenSplits, ShardGroupMustDivideDp) {
-  if (world_size() != 4) GTEST_SKIP() << "runs with 4 processes";
-  const data::TokenSplits data = synthetic_text();
+  if (test::world_size() != 4) GTEST_SKIP() << "runs with 4 processes";
+  const data::TokenSplits data = test::pangram_text(61);
   TrainerOptions o = options_for(Layout{"odd", 4, 1, 1, 3, 3, parallel::Schedule::k1F1B, 1, true});
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 1);
   EXPECT_TRUE(test::throws_error([&] { Trainer t(o, data, &mesh); }, ErrorKind::kConfig, {"--zero-shard-group 3 must divide the data-parallel size 4"}));

@@ -10,21 +10,11 @@
 
 #include "ht/comm/mpi_communicator.h"
 #include "ht/train/trainer.h"
+#include "mpi_test_util.h"
 #include "test_util.h"
 
 namespace ht::train {
 namespace {
-
-data::TokenSplits synthetic_text() {
-  data::TokenSplits s;
-  s.vocab_size = 64;
-  const std::string phrase = "pack my box with five dozen liquor jugs; sphinx of black quartz, judge my vow. ";
-  for (int i = 0; i < 200; ++i)
-    for (char c : phrase) s.train.push_back(std::int32_t(c) % 64);
-  for (int i = 0; i < 10; ++i)
-    for (char c : phrase) s.val.push_back(std::int32_t(c) % 64);
-  return s;
-}
 
 TrainerOptions small(const std::string& precision) {
   TrainerOptions o;
@@ -40,21 +30,9 @@ TrainerOptions small(const std::string& precision) {
   return o;
 }
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
 TEST(MixedPrecision, OverflowOnOneRankSkipsTheSameStepEverywhere) {
-  if (world_size() != 8) GTEST_SKIP() << "runs with 8 processes (dp2 x tp2 x pp2)";
-  const data::TokenSplits data = synthetic_text();
+  if (test::world_size() != 8) GTEST_SKIP() << "runs with 8 processes (dp2 x tp2 x pp2)";
+  const data::TokenSplits data = test::pangram_text(64);
   TrainerOptions o = small("fp16");
   o.steps = 6;
   o.grad_accum = 2;
@@ -62,7 +40,7 @@ TEST(MixedPrecision, OverflowOnOneRankSkipsTheSameStepEverywhere) {
   o.loss_scaler.hysteresis = 1;
   const int culprit = 5, bad_step = 3;
   o.after_gradients = [&](Trainer& t, std::int64_t step) {
-    if (world_rank() != culprit || step != bad_step) return;
+    if (test::world_rank() != culprit || step != bad_step) return;
     ASSERT_FALSE(t.optimizer().slots().empty());
     Tensor g = t.optimizer().slots().back().grad;
     g.slice(0, 1).fill_(INFINITY);  // one element of one gradient this rank owns
@@ -95,8 +73,8 @@ TEST(MixedPrecision, OverflowOnOneRankSkipsTheSameStepEverywhere) {
 // The small GPT in f16 (with dynamic loss scaling) and in bf16 ends within
 // 3% of the f32 run's final training and validation loss.
 TEST(MixedPrecision, SixteenBitTrainingTracksF32) {
-  if (world_size() != 2) GTEST_SKIP() << "runs with 2 processes (dp2)";
-  const data::TokenSplits data = synthetic_text();
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes (dp2)";
+  const data::TokenSplits data = test::pangram_text(64);
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 1);
   struct Result {
     float loss = 0, val = 0;
