@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
       const ckpt::SaveStats written = t.checkpointer()->last_save();
       mesh.world().barrier()->wait();  // rank 0 has committed: every rank file is in place
       const double raw_ms = raw_write_ms(
-          (fs::path(dir) / "step_00000002" / fmt::format("rank_{:05d}.h5", mesh.rank())).string(), dir);
+          (fs::path(ckpt::checkpoint_dir(dir, 2)) / ckpt::rank_file_name(mesh.rank())).string(), dir);
       out["sync_save_ms"] = sync_ms;
       out["async_stall_ms"] = async.stall_ms;
       out["stall_ratio"] = async.stall_ms / sync_ms;

@@ -70,17 +70,16 @@ std::uint64_t checksum64(const void* data, std::size_t bytes) {
   return h;
 }
 
-std::vector<std::string> committed_checkpoints(const std::string& dir) {
-  std::vector<std::pair<std::int64_t, std::string>> found;
+std::vector<CommittedCheckpoint> committed_checkpoints(const std::string& dir) {
+  std::vector<CommittedCheckpoint> found;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::int64_t step = detail::step_of(e.path().filename().string());
-    if (step >= 0 && e.is_directory() && fs::exists(e.path() / detail::kManifestName)) found.emplace_back(step, e.path().string());
+    const std::int64_t step = checkpoint_step(e.path().filename().string());
+    if (step >= 0 && e.is_directory() && fs::exists(e.path() / detail::kManifestName))
+      found.push_back({step, e.path().string()});
   }
-  std::sort(found.begin(), found.end());
-  std::vector<std::string> out;
-  for (auto& [step, path] : found) out.push_back(path);
-  return out;
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return found;
 }
 
 // ---------------------------------------------------------------------------
@@ -132,12 +131,12 @@ struct Checkpointer::Impl {
   // manifest and commits. Returns what went wrong ("" if committed).
   std::string write_and_commit(Job& j) {
     const int rank = comm->rank();
-    const std::string tmp = detail::step_dir(options.dir, j.step) + ".tmp";
+    const std::string tmp = checkpoint_dir(options.dir, j.step) + ".tmp";
     std::string error;
     const double t0 = now_ms();
     try {
       fs::create_directories(tmp);
-      stats->bytes = detail::write_rank_file((fs::path(tmp) / detail::rank_file_name(rank)).string(), j.pieces);
+      stats->bytes = detail::write_rank_file((fs::path(tmp) / rank_file_name(rank)).string(), j.pieces);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -173,19 +172,19 @@ struct Checkpointer::Impl {
     m.layout = layout;
     m.world = comm->size();
     for (int r = 0; r < m.world; ++r) {
-      const std::string name = detail::rank_file_name(r), path = (fs::path(tmp) / name).string();
+      const std::string name = rank_file_name(r), path = (fs::path(tmp) / name).string();
       for (PieceInfo& p : detail::read_piece_index(path, name)) m.pieces.push_back(std::move(p));
       m.files.push_back({r, name, std::int64_t(fs::file_size(path))});
     }
     detail::write_manifest(tmp, m);
     detail::sync_path(tmp);
-    const std::string final_dir = detail::step_dir(options.dir, j.step);
+    const std::string final_dir = checkpoint_dir(options.dir, j.step);
     if (fs::exists(final_dir)) fs::remove_all(final_dir);
     fs::rename(tmp, final_dir);
     detail::sync_path(options.dir);
     // Retention: the newest `keep` committed checkpoints stay.
-    const std::vector<std::string> all = committed_checkpoints(options.dir);
-    for (std::size_t i = 0; i + std::size_t(options.keep) < all.size(); ++i) fs::remove_all(all[i]);
+    const std::vector<CommittedCheckpoint> all = committed_checkpoints(options.dir);
+    for (std::size_t i = 0; i + std::size_t(options.keep) < all.size(); ++i) fs::remove_all(all[i].dir);
   }
 };
 
@@ -340,8 +339,8 @@ std::optional<RunState> Checkpointer::load_latest(const std::string& expected_mo
   // Rank 0's listing decides which checkpoints are tried, newest first.
   std::vector<std::int32_t> steps;
   if (world.rank() == 0)
-    for (const std::string& path : committed_checkpoints(options_.dir))
-      steps.insert(steps.begin(), std::int32_t(detail::step_of(fs::path(path).filename().string())));
+    for (const CommittedCheckpoint& c : committed_checkpoints(options_.dir))
+      steps.insert(steps.begin(), std::int32_t(c.step));
   Tensor count = Tensor::from_vector(std::vector<std::int32_t>{std::int32_t(steps.size())}, {1});
   world.broadcast(count, 0)->wait();
   steps.resize(std::size_t(count.data<std::int32_t>()[0]));
@@ -352,7 +351,7 @@ std::optional<RunState> Checkpointer::load_latest(const std::string& expected_mo
 
   enum Status { kWrongModel = 0, kUnusable = 1, kLoaded = 2 };
   for (std::size_t k = 0; k < steps.size(); ++k) {
-    const std::string dir = detail::step_dir(options_.dir, steps[k]);
+    const std::string dir = checkpoint_dir(options_.dir, steps[k]);
     int status = kLoaded;
     std::string message;
     RunState run;

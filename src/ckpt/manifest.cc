@@ -11,22 +11,6 @@ namespace ht::ckpt::detail {
 
 using nlohmann::json;
 
-std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.h5", rank); }
-
-std::string step_dir(const std::string& dir, std::int64_t step) {
-  return (std::filesystem::path(dir) / fmt::format("step_{:08d}", step)).string();
-}
-
-std::int64_t step_of(const std::string& name) {
-  if (name.size() != 13 || name.rfind("step_", 0) != 0) return -1;
-  std::int64_t v = 0;
-  for (std::size_t i = 5; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return -1;
-    v = v * 10 + (name[i] - '0');
-  }
-  return v;
-}
-
 void write_manifest(const std::string& step_dir, const Manifest& m) {
   json pieces = json::array();
   for (const PieceInfo& p : m.pieces)
@@ -130,3 +114,23 @@ Manifest read_manifest(const std::string& step_dir) {
 }
 
 }  // namespace ht::ckpt::detail
+
+namespace ht::ckpt {
+
+std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.h5", rank); }
+
+std::string checkpoint_dir(const std::string& dir, std::int64_t step) {
+  return (std::filesystem::path(dir) / fmt::format("step_{:08d}", step)).string();
+}
+
+std::int64_t checkpoint_step(const std::string& name) {
+  if (name.size() != 13 || name.rfind("step_", 0) != 0) return -1;
+  std::int64_t v = 0;
+  for (std::size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
+}  // namespace ht::ckpt

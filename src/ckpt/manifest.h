@@ -34,11 +34,5 @@ void write_manifest(const std::string& step_dir, const Manifest& m);
 /// Reads and checks a step directory's manifest; IoError naming what is wrong.
 Manifest read_manifest(const std::string& step_dir);
 
-/// "rank_00003.h5"
-std::string rank_file_name(int rank);
-/// "<dir>/step_00000100"
-std::string step_dir(const std::string& dir, std::int64_t step);
-/// The step of a "step_NNNNNNNN" directory name, or -1.
-std::int64_t step_of(const std::string& name);
 
 }  // namespace ht::ckpt::detail

@@ -3,6 +3,7 @@
 #include "ht/parallel/data_parallel.h"
 
 #include <chrono>
+#include <unordered_map>
 
 #include "ht/ops/cast.h"
 #include "ht/optim/clip.h"
@@ -73,21 +74,22 @@ DataParallel::DataParallel(nn::GPT& model, comm::DeviceMesh& mesh, const DataPar
 
 DataParallel::~DataParallel() = default;
 
+bool DataParallel::tied_across_stages(const nn::Parameter* p) const {
+  if (p->layout().pp_tied_copy) return true;
+  return model_.stage().size > 1 && model_.first_stage() && p == &model_.embedding().token_weight();
+}
+
 void DataParallel::build_groups() {
-  const bool pipelined = model_.stage().size > 1;
-  nn::Parameter* first_stage_wte = pipelined && model_.first_stage() ? &model_.embedding().token_weight() : nullptr;
-  auto tied = [&](nn::Parameter* p) { return p->layout().pp_tied_copy || p == first_stage_wte; };
+  auto tied = [&](const nn::Parameter* p) { return tied_across_stages(p); };
   std::vector<std::vector<nn::Parameter*>> members;
   std::vector<bool> deferred;
   if (options_.zero_stage == 3) {
     // One unit per top-level module; a module whose parameters all belong to
     // an earlier unit (the head tied to the embedding) reuses that unit.
-    std::vector<nn::Parameter*> assigned;
-    auto unit_holding = [&](nn::Parameter* p) -> std::size_t {
-      for (std::size_t u = 0; u < members.size(); ++u)
-        for (nn::Parameter* q : members[u])
-          if (q == p) return u;
-      return members.size();
+    std::unordered_map<const nn::Parameter*, std::size_t> unit_of_param;
+    auto unit_holding = [&](nn::Parameter* p) {
+      const auto it = unit_of_param.find(p);
+      return it == unit_of_param.end() ? members.size() : it->second;
     };
     for (nn::Module* m : model_.children()) {
       const std::vector<nn::Parameter*> ps = m->parameters();
@@ -105,6 +107,7 @@ void DataParallel::build_groups() {
       bool d = false;
       for (nn::Parameter* p : fresh) d = d || tied(p);
       unit_of_.push_back(members.size());
+      for (nn::Parameter* p : fresh) unit_of_param[p] = members.size();
       members.push_back(fresh);
       deferred.push_back(d);
     }
@@ -172,6 +175,7 @@ void DataParallel::build_groups() {
     for (nn::Parameter* p : g->params) p->set_grad_ready_hook([this, index](nn::Parameter&) { on_grad_ready(index); });
     groups_.push_back(std::move(g));
   }
+  slots_ = make_slots();
 }
 
 void DataParallel::install_zero3_hooks() {
@@ -285,8 +289,7 @@ void DataParallel::finish_gradients() {
     ensure_grads(*g);
     if (g->deferred && tied_comm_)
       for (nn::Parameter* p : g->params)
-        if (p->layout().pp_tied_copy || (model_.first_stage() && p == &model_.embedding().token_weight()))
-          tied_comm_->all_reduce(p->grad(), p->grad(), comm::ReduceOp::kSum)->wait();
+        if (tied_across_stages(p)) tied_comm_->all_reduce(p->grad(), p->grad(), comm::ReduceOp::kSum)->wait();
     start_reduction(*g);
   }
   std::vector<comm::WorkPtr> works;
@@ -312,7 +315,7 @@ float DataParallel::unscale_and_norm(float loss_scale) {
     for (const auto& g : groups_) ops::scale_and_check_finite(g->shard_grads, 1.f / loss_scale, found);
   // Each gradient element is counted on exactly one rank (Slot::primary).
   std::vector<Tensor> counted;
-  for (const optim::Slot& s : slots())
+  for (const optim::Slot& s : slots_)
     if (s.primary) counted.push_back(s.grad);
   // A rank that found a non-finite gradient adds +Inf to its part of the
   // sum of squares: the one world all-reduce then gives every rank a
@@ -325,7 +328,8 @@ float DataParallel::unscale_and_norm(float loss_scale) {
   });
 }
 
-std::vector<optim::Slot> DataParallel::slots() const {
+std::vector<optim::Slot> DataParallel::make_slots() const {
+  // The slots are views into buffers that live as long as this object.
   std::vector<optim::Slot> out;
   for (const auto& g : groups_) {
     const std::int64_t lo = g->shard_begin(), hi = lo + g->shard_numel();

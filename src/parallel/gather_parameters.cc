@@ -19,13 +19,13 @@ struct Piece {
   Tensor data;  // host, local shape
 };
 
-Tensor header_of(const nn::Parameter& p) {
-  const Shape& s = p.shape();
-  HT_CHECK(s.size() <= 2, ErrorKind::kInternal, "gather_full_parameters: parameter {} has {} dimensions", p.name(),
-           s.size());
-  const nn::ParamLayout& l = p.layout();
-  std::vector<std::int32_t> h = {std::int32_t(p.name().size()), l.tp_split_dim, l.tp_parts, l.tp_size,
-                                 l.pp_tied_copy ? 1 : 0,        std::int32_t(s.size()),
+Tensor header_of(const Piece& piece) {
+  const Shape& s = piece.data.shape();
+  HT_CHECK(s.size() <= 2, ErrorKind::kInternal, "gather_full_parameters: parameter {} has {} dimensions",
+           piece.name, s.size());
+  const nn::ParamLayout& l = piece.layout;
+  std::vector<std::int32_t> h = {std::int32_t(piece.name.size()), l.tp_split_dim, l.tp_parts, l.tp_size,
+                                 l.pp_tied_copy ? 1 : 0,            std::int32_t(s.size()),
                                  s.size() > 0 ? std::int32_t(s[0]) : 0, s.size() > 1 ? std::int32_t(s[1]) : 0};
   return Tensor::from_vector(h, {kHeader});
 }
@@ -43,9 +43,7 @@ std::vector<Piece> local_pieces(nn::GPT& model) {
 void send_pieces(comm::Communicator& world, const std::vector<Piece>& pieces, int dst) {
   world.send(Tensor::from_vector(std::vector<std::int32_t>{std::int32_t(pieces.size())}, {1}), dst)->wait();
   for (const Piece& piece : pieces) {
-    nn::Parameter stand_in(piece.name, piece.data.shape(), piece.data, false);
-    stand_in.layout() = piece.layout;
-    world.send(header_of(stand_in), dst)->wait();
+    world.send(header_of(piece), dst)->wait();
     std::vector<std::int32_t> chars(piece.name.begin(), piece.name.end());
     world.send(Tensor::from_vector(chars, {std::int64_t(chars.size())}), dst)->wait();
     world.send(piece.data, dst)->wait();

@@ -2,6 +2,9 @@
 #include "ht/resilience/faults.h"
 
 #include <fcntl.h>
+#include <csignal>
+#include <cstdio>
+#include <thread>
 #include <unistd.h>
 
 #include <algorithm>
@@ -122,6 +125,43 @@ void record_fired(const std::string& run_dir, const Fault& f) {
   [[maybe_unused]] const ssize_t n = ::write(fd, line.data(), line.size());
   ::fsync(fd);
   ::close(fd);
+}
+
+void rehearse_crash(const std::string& run_dir, const Fault& f, int rank) {
+  record_fired(run_dir, f);
+  std::fprintf(stderr, "[rank %d] fault injected: crash (%s)\n", rank, f.text.c_str());
+  std::fflush(stderr);
+  std::raise(SIGKILL);
+  std::_Exit(137);  // not reached
+}
+
+void rehearse_hang(const std::string& run_dir, const Fault& f, int rank) {
+  record_fired(run_dir, f);
+  std::fprintf(stderr, "[rank %d] fault injected: hang (%s)\n", rank, f.text.c_str());
+  std::fflush(stderr);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+void rehearse_bitflip(const std::string& run_dir, const Fault& f, int rank, Tensor& t, const std::string& what) {
+  record_fired(run_dir, f);
+  Tensor host = t.to(Device::cpu());
+  static_cast<std::uint8_t*>(host.data_ptr())[1] ^= 0x10;
+  t.copy_from(host.to(t.device()));
+  std::fprintf(stderr, "[rank %d] fault injected: bit flip in %s (%s)\n", rank, what.c_str(), f.text.c_str());
+}
+
+void rehearse_file_damage(const std::string& run_dir, const Fault& f, const std::string& path) {
+  record_fired(run_dir, f);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size < 2) return;
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(std::streamoff(size * 3 / 4));
+  char c = 0;
+  file.get(c);
+  file.seekp(std::streamoff(size * 3 / 4));
+  file.put(char(c ^ 0x5a));
+  std::fprintf(stderr, "fault injected: damaged %s (%s)\n", path.c_str(), f.text.c_str());
 }
 
 }  // namespace ht::resilience

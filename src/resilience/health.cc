@@ -2,6 +2,8 @@
 // JSON and as a table.
 #include "ht/resilience/health.h"
 
+#include "ht/resilience/faults.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -45,31 +47,10 @@ std::string host_name() {
   return buf;
 }
 
-// Whether `spec` (HT_FAULTS syntax: comma-separated "kind:key=value:...")
-// marks `node` unhealthy. Only node-unhealthy entries are read; the others
-// belong to the training run. This is the one place to swap for
-// ht::resilience::FaultPlan::parse(spec).node_unhealthy(node).
+// Whether HT_FAULTS (as passed in the options) marks `node` unhealthy; the
+// plan's other faults belong to the training run.
 bool node_marked_unhealthy(const std::string& spec, int node) {
-  std::istringstream entries(spec);
-  for (std::string entry; std::getline(entries, entry, ',');) {
-    std::istringstream parts(entry);
-    std::string kind;
-    std::getline(parts, kind, ':');
-    if (kind != "node-unhealthy") continue;
-    int named = -1;
-    for (std::string kv; std::getline(parts, kv, ':');) {
-      if (kv.rfind("node=", 0) != 0) continue;
-      const std::string value = kv.substr(5);
-      HT_CHECK(!value.empty() && value.find_first_not_of("0123456789") == std::string::npos, ErrorKind::kConfig,
-               "HT_FAULTS entry '{}': node '{}' is not a node number; the form is node-unhealthy:node=N", entry,
-               value);
-      named = std::stoi(value);
-    }
-    HT_CHECK(named >= 0, ErrorKind::kConfig, "HT_FAULTS entry '{}' names no node; the form is node-unhealthy:node=N",
-             entry);
-    if (named == node) return true;
-  }
-  return false;
+  return !spec.empty() && FaultPlan::parse(spec).node_unhealthy(node);
 }
 
 // Deterministic inputs: small values in [-1, 1] from a 64-bit LCG.

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "ht/core/error.h"
 
@@ -33,19 +34,6 @@ void write_atomically(const fs::path& path, const std::string& text) {
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out.push_back(c);
-  }
-  return out;
 }
 
 }  // namespace
@@ -103,11 +91,10 @@ void RankGuard::progress(std::int64_t step, const char* phase) {
 bool RankGuard::preempt_requested() const { return g_preempt != 0; }
 
 void RankGuard::write_heartbeat() {
-  write_atomically(fs::path(options_.run_dir) / "heartbeat" / fmt::format("rank_{}.json", rank_),
-                   fmt::format("{{\"rank\": {}, \"host\": \"{}\", \"pid\": {}, \"step\": {}, \"phase\": \"{}\", "
-                               "\"time_ms\": {}, \"progress_ms\": {}}}\n",
-                               rank_, json_escape(host_), ::getpid(), step_.load(), phase_.load(), now_ms(),
-                               last_change_ms_.load()));
+  const nlohmann::json beat{{"rank", rank_},        {"host", host_},         {"pid", ::getpid()},
+                            {"step", step_.load()}, {"phase", phase_.load()}, {"time_ms", now_ms()},
+                            {"progress_ms", last_change_ms_.load()}};
+  write_atomically(fs::path(options_.run_dir) / "heartbeat" / fmt::format("rank_{}.json", rank_), beat.dump() + "\n");
 }
 
 void RankGuard::heartbeat_loop() {
@@ -127,11 +114,10 @@ void RankGuard::heartbeat_loop() {
 
 void RankGuard::exit(int code, const std::string& message) {
   std::fprintf(stderr, "[rank %d] %s: %s\n", rank_, exit_kind(code).c_str(), message.c_str());
-  write_atomically(fs::path(options_.run_dir) / "exit" / fmt::format("rank_{}.json", rank_),
-                   fmt::format("{{\"rank\": {}, \"code\": {}, \"kind\": \"{}\", \"step\": {}, \"phase\": \"{}\", "
-                               "\"time_ms\": {}, \"message\": \"{}\"}}\n",
-                               rank_, code, exit_kind(code), step_.load(), phase_.load(), now_ms(),
-                               json_escape(message)));
+  const nlohmann::json record{{"rank", rank_},   {"code", code},           {"kind", exit_kind(code)},
+                              {"step", step_.load()}, {"phase", phase_.load()}, {"time_ms", now_ms()},
+                              {"message", message}};
+  write_atomically(fs::path(options_.run_dir) / "exit" / fmt::format("rank_{}.json", rank_), record.dump() + "\n");
   std::fflush(stdout);
   std::fflush(stderr);
   std::_Exit(code);

@@ -4,9 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "ht/comm/self_communicator.h"
@@ -119,18 +117,10 @@ void Trainer::inject_step_faults(std::int64_t step) {
   const int rank = mesh_->rank();
   const auto& plan = options_.faults;
   if (plan.empty()) return;
-  if (auto f = plan.find(resilience::FaultKind::kCrash, rank, step)) {
-    resilience::record_fired(run_dir_of(options_), *f);
-    std::fprintf(stderr, "[rank %d] fault injected: crash at step %lld\n", rank, (long long)step);
-    std::fflush(stderr);
-    std::raise(SIGKILL);
-  }
-  if (auto f = plan.find(resilience::FaultKind::kHang, rank, step)) {
-    resilience::record_fired(run_dir_of(options_), *f);
-    std::fprintf(stderr, "[rank %d] fault injected: hang at step %lld\n", rank, (long long)step);
-    std::fflush(stderr);
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
+  if (auto f = plan.find(resilience::FaultKind::kCrash, rank, step))
+    resilience::rehearse_crash(run_dir_of(options_), *f, rank);
+  if (auto f = plan.find(resilience::FaultKind::kHang, rank, step))
+    resilience::rehearse_hang(run_dir_of(options_), *f, rank);
   if (auto f = plan.find(resilience::FaultKind::kSlow, rank, step)) {
     // factor x the step's own work: the injected delay of the last step is not part of it.
     injected_ms_ = (f->factor - 1.0) * last_step_ms_;
@@ -157,14 +147,13 @@ void Trainer::check_replicas(std::int64_t step) {
     for (int b = 0; b < dp.size(); ++b)
       if (v[std::size_t(2 * a)] == v[std::size_t(2 * b)] && v[std::size_t(2 * a + 1)] == v[std::size_t(2 * b + 1)])
         ++agree[std::size_t(a)];
-  std::vector<int> odd;
   const int most = *std::max_element(agree.begin(), agree.end());
-  for (int a = 0; a < dp.size(); ++a)
-    if (agree[std::size_t(a)] < dp.size()) odd.push_back(mesh_->group(comm::MeshAxis::kDp)[std::size_t(a)]);
-  if (odd.empty()) return;
+  if (most == dp.size()) return;  // every replica agrees with every other
+  // The odd ones out; with no majority (two replicas) every rank is suspect.
+  const std::vector<int> ranks = mesh_->group(comm::MeshAxis::kDp);
   std::vector<int> culprits;
   for (int a = 0; a < dp.size(); ++a)
-    if (agree[std::size_t(a)] < most || most * 2 <= dp.size()) culprits.push_back(mesh_->group(comm::MeshAxis::kDp)[std::size_t(a)]);
+    if (agree[std::size_t(a)] < most || most * 2 <= dp.size()) culprits.push_back(ranks[std::size_t(a)]);
   HT_CHECK(false, ErrorKind::kCorruption,
            "silent data corruption after step {}: the parameters of world rank(s) {} differ from their data-parallel "
            "replicas' (group {}); treat their node(s) as faulty",
@@ -191,23 +180,6 @@ std::string Trainer::check_stragglers() {
   return report.empty() ? "" : fmt::format("{}", fmt::join(report, "; "));
 }
 
-void Trainer::corrupt_checkpoint(std::int64_t step) {
-  // Damages one byte in the middle of rank 0's file of the committed checkpoint.
-  wait_for_checkpoint();
-  if (mesh_->rank() != 0) return;
-  namespace fs = std::filesystem;
-  const fs::path file = fs::path(options_.ckpt_dir) / fmt::format("step_{:08d}", step) / "rank_00000.h5";
-  std::error_code ec;
-  const auto size = fs::file_size(file, ec);
-  if (ec || size < 2) return;
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(std::streamoff(size * 3 / 4));
-  char c = 0;
-  f.get(c);
-  f.seekp(std::streamoff(size * 3 / 4));
-  f.put(char(c ^ 0x5a));
-  std::fprintf(stderr, "[rank 0] fault injected: corrupted %s\n", file.c_str());
-}
 
 StepStats Trainer::step() {
   const auto start = std::chrono::steady_clock::now();
@@ -253,13 +225,8 @@ StepStats Trainer::step() {
     dp_->after_step();
   }
   if (auto f = options_.faults.find(resilience::FaultKind::kBitflip, mesh_->rank(), s.step)) {
-    resilience::record_fired(run_dir_of(options_), *f);
-    Tensor first = model_->parameters().front()->data();
-    Tensor host = first.to(Device::cpu());
-    static_cast<std::uint8_t*>(host.data_ptr())[1] ^= 0x10;  // one bit of the first value
-    first.copy_from(host.to(first.device()));
-    std::fprintf(stderr, "[rank %d] fault injected: bit flip in %s after step %lld\n", mesh_->rank(),
-                 model_->parameters().front()->name().c_str(), (long long)s.step);
+    nn::Parameter& first = *model_->parameters().front();
+    resilience::rehearse_bitflip(run_dir_of(options_), *f, mesh_->rank(), first.data(), first.name());
   }
   if (options_.sdc_every > 0 && s.step % options_.sdc_every == 0) {
     progress("replica-check");
@@ -286,8 +253,11 @@ StepStats Trainer::step() {
     s.checkpointed = true;
     if (auto f = options_.faults.find(resilience::FaultKind::kCkptCorrupt, mesh_->rank(), s.step);
         f && f->step == s.step) {
-      resilience::record_fired(run_dir_of(options_), *f);
-      corrupt_checkpoint(s.step);
+      wait_for_checkpoint();  // damage it once it is committed
+      if (mesh_->rank() == 0)
+        resilience::rehearse_file_damage(
+            run_dir_of(options_), *f,
+            (std::filesystem::path(ckpt::checkpoint_dir(options_.ckpt_dir, s.step)) / ckpt::rank_file_name(0)).string());
     }
   }
   if (options_.straggler_window > 0 && s.step % options_.straggler_window == 0) s.stragglers = check_stragglers();

@@ -67,24 +67,8 @@ corrupt)
     { show "$work/first.out" "$work/first.err"; fail "the first run failed"; }
   [ "$(committed "$ck")" = "step_00000004 step_00000008 step_00000010 " ] ||
     fail "expected checkpoints of steps 4, 8 and 10, found: $(committed "$ck")"
-  "$python" - "$ck/step_00000010/rank_00000.h5" << 'EOF' || fail "could not flip a byte (does $python have h5py? see scripts/setup.sh)"
-import sys
-import h5py
-
-path = sys.argv[1]
-with h5py.File(path, "r") as f:
-    names = []
-    f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and o.size > 1 else None)
-    name = sorted(n for n in names if "|master|" in n)[0]
-    offset, nbytes = f[name].id.get_offset(), f[name].id.get_storage_size()
-at = offset + nbytes // 2
-with open(path, "r+b") as fh:
-    fh.seek(at)
-    byte = fh.read(1)[0]
-    fh.seek(at)
-    fh.write(bytes([byte ^ 0x5A]))
-print(f"# flipped the byte at {at} (dataset '{name}', bytes [{offset}, {offset + nbytes})) of {path}")
-EOF
+  "$python" "$(dirname "$0")/flip_dataset_byte.py" "$ck/step_00000010/rank_00000.h5" ||
+    fail "could not flip a byte (does $python have h5py? see scripts/setup.sh)"
   train corrupt --layers 2 --ckpt-dir "$ck" --resume auto --steps 12 > "$work/resume.out" 2> "$work/resume.err" ||
     { show "$work/resume.out" "$work/resume.err"; fail "the resumed run failed"; }
   grep -q "checkpoint .*step_00000010 is corrupt" "$work/resume.err" ||

@@ -96,20 +96,8 @@ corrupt)
   cp -r "$single/step_00000006" "$work/corrupt/"
   bad="$work/corrupt/step_00000006"
   # One flipped byte in the middle of wte's master values (found through HDF5).
-  "$python" - "$bad/rank_00000.h5" << 'EOF' || fail "could not flip a byte (does $python have h5py?)"
-import sys
-import h5py
-
-path, name = sys.argv[1], "wte|master|0|0"
-with h5py.File(path, "r") as f:
-    offset, nbytes = f[name].id.get_offset(), f[name].id.get_storage_size()
-at = offset + nbytes // 2
-with open(path, "r+b") as fh:
-    fh.seek(at)
-    byte = fh.read(1)[0]
-    fh.seek(at)
-    fh.write(bytes([byte ^ 0x5A]))
-EOF
+  "$python" "$(dirname "$0")/flip_dataset_byte.py" "$bad/rank_00000.h5" "wte|master|0|0" ||
+    fail "could not flip a byte (does $python have h5py?)"
   run 1 "$work/corrupt.out" verify "$bad"
   cat "$work/corrupt.out"
   expect "$work/corrupt.out" "^CORRUPT .*step_00000006: 1 problem"

@@ -167,9 +167,11 @@ TEST_F(HealthTest, FaultInjectionFailsTheNamedNodeOnly) {
   EXPECT_TRUE(run_health_checks(o, nullptr).ok);
 
   o.faults = "node-unhealthy:node=two";
-  EXPECT_TRUE(throws_error([&] { run_health_checks(o, nullptr); }, ErrorKind::kConfig, {"node=N", "'two'"}));
+  EXPECT_TRUE(throws_error([&] { run_health_checks(o, nullptr); }, ErrorKind::kConfig,
+                           {"node-unhealthy:node=two", "'two' is not a number"}));
   o.faults = "node-unhealthy";
-  EXPECT_TRUE(throws_error([&] { run_health_checks(o, nullptr); }, ErrorKind::kConfig, {"names no node"}));
+  EXPECT_TRUE(
+      throws_error([&] { run_health_checks(o, nullptr); }, ErrorKind::kConfig, {"node-unhealthy needs node=N"}));
 }
 
 TEST_F(HealthTest, JsonHasTheFieldsAndRoundTrips) {

@@ -112,8 +112,18 @@ class Checkpointer {
   SaveStats stats_;
 };
 
+struct CommittedCheckpoint {
+  std::int64_t step = 0;
+  std::string dir;  // <dir>/step_NNNNNNNN
+};
 /// The committed checkpoints under `dir` (step directories with a manifest), oldest first.
-std::vector<std::string> committed_checkpoints(const std::string& dir);
+std::vector<CommittedCheckpoint> committed_checkpoints(const std::string& dir);
+/// "<dir>/step_00000100": where the checkpoint of `step` lives.
+std::string checkpoint_dir(const std::string& dir, std::int64_t step);
+/// The step of a "step_NNNNNNNN" directory name, or -1.
+std::int64_t checkpoint_step(const std::string& name);
+/// "rank_00003.h5": a rank's file in a step directory.
+std::string rank_file_name(int rank);
 
 /// 64-bit checksum of a byte range: four FNV-1a lanes over interleaved
 /// 8-byte little-endian words, seeded with the length and folded, then the

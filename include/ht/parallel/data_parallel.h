@@ -99,7 +99,7 @@ class DataParallel {
   float unscale_and_norm(float loss_scale = 1.f);
   /// What the optimizer updates: this rank's shard of every group, one slot
   /// per parameter piece (named "<param>" or "<param>[a:b]" for a piece).
-  std::vector<optim::Slot> slots() const;
+  const std::vector<optim::Slot>& slots() const { return slots_; }
   /// After the optimizer step: refreshes the working copies from the master
   /// shards (converted; all-gathered at stages 1-2). Not after a skipped step.
   void after_step();
@@ -116,6 +116,9 @@ class DataParallel {
 
  private:
   void build_groups();
+  std::vector<optim::Slot> make_slots() const;
+  /// The first stage's wte or the last stage's copy of it, when pp > 1.
+  bool tied_across_stages(const nn::Parameter* p) const;
   void install_zero3_hooks();
   void on_grad_ready(std::size_t group);
   void start_reduction(detail::FlatGroup& g);
@@ -132,6 +135,7 @@ class DataParallel {
   int shards_ = 1, shard_rank_ = 0, replicas_ = 1, replica_rank_ = 0;
   std::unique_ptr<comm::Communicator> shard_comm_, replica_comm_, tied_comm_;
   std::vector<std::unique_ptr<detail::FlatGroup>> groups_;
+  std::vector<optim::Slot> slots_;
   // Stage 3: the unit of each top-level module, in execution order.
   std::vector<nn::Module*> sequence_;
   std::vector<std::size_t> unit_of_;

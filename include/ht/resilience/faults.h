@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "ht/core/tensor.h"
+
 namespace ht::resilience {
 
 enum class FaultKind { kCrash, kHang, kNan, kSlow, kBitflip, kCkptCorrupt, kNodeUnhealthy };
@@ -55,5 +57,15 @@ class FaultPlan {
 /// Appends a fired fault to `<run_dir>/faults_fired.txt` (synced), so a
 /// relaunched job does not rehearse it again.
 void record_fired(const std::string& run_dir, const Fault& f);
+
+// The rehearsals. Each records the fault as fired and says on stderr what it does.
+/// Dies at once (SIGKILL), as a crashed process would.
+[[noreturn]] void rehearse_crash(const std::string& run_dir, const Fault& f, int rank);
+/// Stops making progress, for ever.
+[[noreturn]] void rehearse_hang(const std::string& run_dir, const Fault& f, int rank);
+/// Flips one bit of the first value of `t` (any device).
+void rehearse_bitflip(const std::string& run_dir, const Fault& f, int rank, Tensor& t, const std::string& what);
+/// Flips one byte three quarters into `path` (a committed checkpoint file).
+void rehearse_file_damage(const std::string& run_dir, const Fault& f, const std::string& path);
 
 }  // namespace ht::resilience

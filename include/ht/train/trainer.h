@@ -150,8 +150,7 @@ class Trainer {
   void inject_step_faults(std::int64_t step);
   /// Silent-data-corruption check: replicas compare parameter checksums.
   void check_replicas(std::int64_t step);
-  /// Rehearsed damage to the checkpoint of `step` once it is committed.
-  void corrupt_checkpoint(std::int64_t step);
+
   /// The sum over the world of `v` (one value per rank).
   std::vector<float> world_sum(std::vector<float> v);
 

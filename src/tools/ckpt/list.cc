@@ -17,7 +17,7 @@ int list_checkpoints(const std::string& dir, std::FILE* out) {
   if (fs::exists(fs::path(dir) / detail::kManifestName, ec))
     throw UsageError(fmt::format("'{}' is a step directory: list its parent, or use inspect / verify on it", dir));
 
-  const std::vector<std::string> committed = committed_checkpoints(dir);
+  const std::vector<CommittedCheckpoint> committed = committed_checkpoints(dir);
   std::vector<std::string> leftovers;
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.path().extension() == ".tmp") leftovers.push_back(e.path().filename().string());
@@ -27,8 +27,7 @@ int list_checkpoints(const std::string& dir, std::FILE* out) {
   int unreadable = 0;
   if (!committed.empty()) {
     fmt::print(out, "{:>10}  {:<20} {:>5} {:>5} {:>12}  {}\n", "step", "layout", "world", "files", "bytes", "model");
-    for (const std::string& path : committed) {
-      const std::int64_t step = detail::step_of(fs::path(path).filename().string());
+    for (const auto& [step, path] : committed) {
       try {
         const detail::Manifest m = detail::read_manifest(path);
         std::int64_t bytes = 0;

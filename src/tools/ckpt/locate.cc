@@ -25,8 +25,8 @@ std::string resolve_step_dir(const std::string& path, std::int64_t step) {
   if (p.filename().empty()) p = p.parent_path();  // "dir/" names "dir"
   const std::string name = p.filename().string();
   const bool tmp = name.size() > 4 && name.ends_with(".tmp");
-  if (fs::exists(p / detail::kManifestName, ec) || detail::step_of(name) >= 0 ||
-      (tmp && detail::step_of(name.substr(0, name.size() - 4)) >= 0)) {
+  if (fs::exists(p / detail::kManifestName, ec) || checkpoint_step(name) >= 0 ||
+      (tmp && checkpoint_step(name.substr(0, name.size() - 4)) >= 0)) {
     if (step >= 0)
       throw UsageError(
           fmt::format("--step {} applies to a checkpoint directory, and '{}' is a step directory: pass "
@@ -34,15 +34,15 @@ std::string resolve_step_dir(const std::string& path, std::int64_t step) {
                       step, path));
     return path;
   }
-  const std::vector<std::string> committed = committed_checkpoints(path);
+  const std::vector<CommittedCheckpoint> committed = committed_checkpoints(path);
   if (committed.empty())
     throw UsageError(
         fmt::format("'{}' holds no committed checkpoint (no step_N directory with a {})", path, detail::kManifestName));
-  if (step < 0) return committed.back();
+  if (step < 0) return committed.back().dir;
   std::vector<std::int64_t> steps;
-  for (const std::string& c : committed) {
-    steps.push_back(detail::step_of(fs::path(c).filename().string()));
-    if (steps.back() == step) return c;
+  for (const CommittedCheckpoint& c : committed) {
+    if (c.step == step) return c.dir;
+    steps.push_back(c.step);
   }
   throw UsageError(fmt::format("'{}' holds no committed checkpoint of step {}; it holds steps {}", path, step,
                                fmt::join(steps, ", ")));

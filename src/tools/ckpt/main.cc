@@ -94,9 +94,9 @@ int main(int argc, char** argv) {
       if (tool::resolve_step_dir(path, -1) == path)
         throw tool::UsageError(
             fmt::format("--all verifies a checkpoint directory, and '{}' is a step directory: drop --all", path));
-      const std::vector<std::string> committed = ht::ckpt::committed_checkpoints(path);
+      const auto committed = ht::ckpt::committed_checkpoints(path);
       int bad = 0;
-      for (const std::string& c : committed) bad += verify_one(c) ? 0 : 1;
+      for (const auto& c : committed) bad += verify_one(c.dir) ? 0 : 1;
       fmt::print("# {} of {} committed checkpoint(s) good\n", int(committed.size()) - bad, committed.size());
       return bad == 0 ? kOk : kCorrupt;
     }

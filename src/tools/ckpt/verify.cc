@@ -52,7 +52,7 @@ VerifyReport verify_checkpoint(const std::string& step_dir) {
   report.step = m.run.step;
   report.files = int(m.files.size());
   report.pieces = m.pieces.size();
-  const std::int64_t named_step = detail::step_of(fs::path(step_dir).lexically_normal().filename().string());
+  const std::int64_t named_step = checkpoint_step(fs::path(step_dir).lexically_normal().filename().string());
   if (named_step >= 0 && named_step != m.run.step)
     problems.push_back(fmt::format("{}: the manifest is of step {}, the directory of step {}", detail::kManifestName,
                                    m.run.step, named_step));

@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "ht/ckpt/checkpoint.h"
 #include "htrun/job.h"
 
 namespace fs = std::filesystem;
@@ -107,14 +108,8 @@ std::vector<json> read_exit_records(const std::string& run_dir) {
 }
 
 std::int64_t latest_checkpoint_step(const std::string& run_dir) {
-  std::int64_t best = 0;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step_", 0) == 0 && name.size() == 13 && fs::exists(e.path() / "manifest.json"))
-      best = std::max<std::int64_t>(best, std::stoll(name.substr(5)));
-  }
-  return best;
+  const auto committed = ht::ckpt::committed_checkpoints((fs::path(run_dir) / "checkpoints").string());
+  return committed.empty() ? 0 : committed.back().step;
 }
 
 bool node_healthy(const Options& o, int node) {

@@ -1,0 +1,57 @@
+// HT_FAULTS plans: parsing, which faults match a rank and step, bad entries
+// refused clearly, and fired faults not repeated after a relaunch.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "ht/resilience/faults.h"
+#include "test_util.h"
+
+namespace ht::resilience {
+namespace {
+
+TEST(FaultPlan, ParsesEveryKindAndMatchesRankAndStep) {
+  const FaultPlan p = FaultPlan::parse(
+      "crash:rank=2:step=37,hang:rank=1:step=80,nan:step=50,slow:rank=3:factor=3,bitflip:rank=1:step=60,"
+      "ckpt-corrupt:step=100,node-unhealthy:node=2");
+  ASSERT_EQ(p.faults().size(), 7u);
+  EXPECT_TRUE(p.find(FaultKind::kCrash, 2, 37));
+  EXPECT_FALSE(p.find(FaultKind::kCrash, 2, 36));
+  EXPECT_FALSE(p.find(FaultKind::kCrash, 1, 37)) << "another rank";
+  EXPECT_TRUE(p.find(FaultKind::kNan, 5, 50)) << "no rank: every rank";
+  EXPECT_TRUE(p.find(FaultKind::kNan, 0, 53)) << "nan persists after its step";
+  EXPECT_FALSE(p.find(FaultKind::kNan, 0, 49));
+  EXPECT_FALSE(p.find(FaultKind::kHang, 1, 81)) << "a hang does not persist (it never returns)";
+  const auto slow = p.find(FaultKind::kSlow, 3, 7);
+  ASSERT_TRUE(slow);
+  EXPECT_EQ(slow->factor, 3.0);
+  EXPECT_TRUE(p.node_unhealthy(2));
+  EXPECT_FALSE(p.node_unhealthy(1));
+  EXPECT_TRUE(FaultPlan::parse("").empty());
+}
+
+TEST(FaultPlan, BadEntriesFailClearly) {
+  EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("explode:rank=1"); }, ErrorKind::kConfig,
+                                 {"unknown fault 'explode'", "crash:rank=R:step=S"}));
+  EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("crash:rank"); }, ErrorKind::kConfig, {"'rank' is not key=value"}));
+  EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("crash:rank=x"); }, ErrorKind::kConfig, {"'x' is not a number"}));
+  EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("crash:when=3"); }, ErrorKind::kConfig, {"unknown key 'when'"}));
+  EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("node-unhealthy"); }, ErrorKind::kConfig, {"needs node=N"}));
+  EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("slow:rank=1:factor=0.5"); }, ErrorKind::kConfig,
+                                 {"factor >= 1"}));
+}
+
+TEST(FaultPlan, FiredFaultsAreNotRepeated) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "ht_faults_test").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  FaultPlan p = FaultPlan::parse("crash:rank=1:step=5,hang:rank=0:step=9");
+  record_fired(dir, p.faults().front());
+  p.drop_fired(dir);
+  ASSERT_EQ(p.faults().size(), 1u);
+  EXPECT_EQ(p.faults().front().kind, FaultKind::kHang);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ht::resilience
