@@ -42,6 +42,8 @@ struct Args {
   std::string ckpt_dir;  // default <run-dir>/checkpoints
   int ckpt_commit_delay_ms = 0;
   double heartbeat_s = 2, watchdog_s = 300;
+  std::string straggler_action = "report";  // or "exit"
+
   double bucket_mb = 25;
   std::string run_dir = "runs/gpt";
   std::string data;                 // token file; default <run_dir>/tokens.h5
@@ -114,6 +116,15 @@ std::unique_ptr<comm::MpiRuntime> mpi;
 std::unique_ptr<comm::DeviceMesh> mesh;
 std::unique_ptr<resilience::RankGuard> guard;
 
+/// Saves the last step unless a save of it is already under way or it was
+/// resumed from, and waits for every save. Returns "" or what went wrong.
+std::string checkpoint_now(train::Trainer& trainer) {
+  std::string error;
+  const std::int64_t step = trainer.steps_done();
+  if (step > trainer.checkpointer()->last_save().step && step > trainer.resumed_from()) error = trainer.save_checkpoint();
+  return error.empty() ? trainer.wait_for_checkpoint() : error;
+}
+
 int run(Args& a) {
   a.train.device = parse_device(a.device);
   a.train.schedule = parallel::parse_schedule(a.schedule);
@@ -125,7 +136,11 @@ int run(Args& a) {
            a.resume);
   a.train.resume = a.resume == "auto";
   a.train.ckpt_commit_delay = std::chrono::milliseconds(a.ckpt_commit_delay_ms);
-  if (a.train.ckpt_every > 0 || a.train.resume || !a.ckpt_dir.empty())
+  HT_CHECK(a.straggler_action == "report" || a.straggler_action == "exit", ErrorKind::kConfig,
+           "--straggler-action '{}': use report (print it and go on) or exit (checkpoint, then exit so that htrun "
+           "replaces the straggler's node)",
+           a.straggler_action);
+  if (a.train.ckpt_every > 0 || a.train.ckpt_every_s > 0 || a.train.resume || !a.ckpt_dir.empty())
     a.train.ckpt_dir = a.ckpt_dir.empty() ? (fs::path(a.run_dir) / "checkpoints").string() : a.ckpt_dir;
   a.train.validate();
   if (launched_by_mpi() || a.tp * a.pp > 1) {
@@ -185,8 +200,10 @@ int run(Args& a) {
   if (rank0 && trainer.resumed_from() > 0)
     std::printf("# resumed from step %lld (%s)\n", (long long)trainer.resumed_from(), o.ckpt_dir.c_str());
   if (rank0 && trainer.checkpointer())
-    std::printf("# checkpoints every %lld steps in %s (keeping %d)\n", (long long)o.ckpt_every, o.ckpt_dir.c_str(),
-                o.ckpt_keep);
+    std::printf("# checkpoints every %s in %s (keeping %d)\n",
+                o.ckpt_every_s > 0 ? fmt::format("{:g} s", o.ckpt_every_s).c_str()
+                                   : fmt::format("{} steps", o.ckpt_every).c_str(),
+                o.ckpt_dir.c_str(), o.ckpt_keep);
   const std::int64_t first = trainer.steps_done();
   const float val0 = trainer.evaluate();
   if (rank0) {
@@ -210,15 +227,25 @@ int run(Args& a) {
     }
     if (!s.checkpoint_error.empty()) std::fprintf(stderr, "warning: %s; training goes on\n", s.checkpoint_error.c_str());
     if (rank0 && !s.stragglers.empty()) std::fprintf(stderr, "straggler at step %lld: %s\n", (long long)s.step, s.stragglers.c_str());
-    if (s.stop_requested) {
-      // Preemption (SIGTERM/SIGUSR1 on any rank): finish here with a checkpoint.
-      std::string error = trainer.checkpointer() ? trainer.save_checkpoint() : "";
-      if (error.empty()) error = trainer.wait_for_checkpoint();
-      if (rank0) std::printf("# preempted at step %lld: %s\n", (long long)s.step,
-                             trainer.checkpointer() ? (error.empty() ? "checkpoint committed" : error.c_str())
-                                                    : "no checkpoint directory, nothing saved");
+    const bool straggler_exit = a.straggler_action == "exit" && !s.straggler_ranks.empty();
+    if (s.stop_requested || straggler_exit) {
+      // Preemption (SIGTERM/SIGUSR1 on any rank), or a straggler the run
+      // must not keep: finish here with a checkpoint.
+      if (straggler_exit && rank0)
+        for (int r : s.straggler_ranks)  // a rehearsed slowness belongs to the node htrun now replaces
+          if (const auto slow = o.faults.find(resilience::FaultKind::kSlow, r, -1))
+            resilience::record_fired(a.run_dir, *slow);
+      std::string saved = "no checkpoint directory, nothing saved";
+      if (trainer.checkpointer()) {
+        const std::string error = checkpoint_now(trainer);
+        saved = error.empty() ? "checkpoint committed" : error;
+      }
+      if (rank0) std::printf("# %s at step %lld: %s\n", straggler_exit ? "straggler" : "preempted", (long long)s.step,
+                             saved.c_str());
       std::fflush(stdout);
-      guard->exit(resilience::kExitPreempted, fmt::format("preempted at step {}", s.step));
+      if (s.stop_requested) guard->exit(resilience::kExitPreempted, fmt::format("preempted at step {}", s.step));
+      guard->exit(resilience::kExitStraggler, fmt::format("straggler at step {}: {}", s.step, s.stragglers),
+                  s.straggler_ranks);
     }
     if ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == o.steps) {
       const float val = trainer.evaluate();
@@ -231,10 +258,7 @@ int run(Args& a) {
 
   // At exit the last step is saved too, and every save is waited for.
   if (trainer.checkpointer()) {
-    std::string error;
-    if (trainer.steps_done() > trainer.checkpointer()->last_save().step && trainer.steps_done() > trainer.resumed_from())
-      error = trainer.save_checkpoint();
-    if (error.empty()) error = trainer.wait_for_checkpoint();
+    const std::string error = checkpoint_now(trainer);
     if (!error.empty()) std::fprintf(stderr, "warning: %s\n", error.c_str());
     else if (rank0) std::printf("# checkpoint of step %lld committed\n", (long long)trainer.steps_done());
   }
@@ -294,6 +318,8 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", a.schedule, "pipeline schedule: gpipe or 1f1b");
   app.add_option("--ckpt-every", t.ckpt_every, "save a checkpoint every N steps (0: only at the end, if --ckpt-dir)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--ckpt-every-s", t.ckpt_every_s, "save a checkpoint every S seconds (0: by steps only)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--ckpt-dir", a.ckpt_dir, "checkpoint directory (default <run-dir>/checkpoints)");
   app.add_option("--ckpt-keep", t.ckpt_keep, "committed checkpoints kept")->check(CLI::PositiveNumber);
   app.add_option("--ckpt-commit-delay-ms", a.ckpt_commit_delay_ms,
@@ -306,6 +332,8 @@ int main(int argc, char** argv) {
   app.add_option("--straggler-window", t.straggler_window, "steps per straggler window (0: no detection)");
   app.add_option("--straggler-threshold", t.straggler_threshold, "a straggler's work per step over the median");
   app.add_option("--straggler-windows", t.straggler_windows, "slow windows in a row before a straggler is reported");
+  app.add_option("--straggler-action", a.straggler_action,
+                 "report: print a straggler and go on; exit: checkpoint and exit so htrun replaces its node");
   app.add_option("--sdc-every", t.sdc_every, "steps between replica parameter checksum comparisons (0: never)");
   app.add_option("--precision", a.precision, "compute precision: fp32, fp16 (dynamic loss scaling) or bf16");
   app.add_option("--grad-reduce-dtype", a.grad_reduce, "dtype of the gradient reduction: fp32, fp16 or bf16");

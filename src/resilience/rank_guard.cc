@@ -47,6 +47,7 @@ std::string exit_kind(int code) {
     case kExitDivergence: return "divergence";
     case kExitPreempted: return "preempted";
     case kExitCorruption: return "corruption";
+    case kExitStraggler: return "straggler";
     default: return code > 128 ? "crash" : "error";
   }
 }
@@ -112,11 +113,11 @@ void RankGuard::heartbeat_loop() {
   }
 }
 
-void RankGuard::exit(int code, const std::string& message) {
+void RankGuard::exit(int code, const std::string& message, const std::vector<int>& blamed) {
   std::fprintf(stderr, "[rank %d] %s: %s\n", rank_, exit_kind(code).c_str(), message.c_str());
   const nlohmann::json record{{"rank", rank_},   {"code", code},           {"kind", exit_kind(code)},
                               {"step", step_.load()}, {"phase", phase_.load()}, {"time_ms", now_ms()},
-                              {"message", message}};
+                              {"message", message},     {"blamed_ranks", blamed}};
   write_atomically(fs::path(options_.run_dir) / "exit" / fmt::format("rank_{}.json", rank_), record.dump() + "\n");
   std::fflush(stdout);
   std::fflush(stderr);

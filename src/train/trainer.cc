@@ -25,6 +25,8 @@ void TrainerOptions::validate() const {
   HT_CHECK(warmup_steps >= 0 && eval_every >= 0 && eval_batches > 0, ErrorKind::kConfig,
            "--warmup ({}) and --eval-every ({}) must be >= 0, --eval-batches ({}) positive", warmup_steps, eval_every,
            eval_batches);
+  HT_CHECK(ckpt_every >= 0 && ckpt_every_s >= 0, ErrorKind::kConfig,
+           "--ckpt-every ({}) and --ckpt-every-s ({}) must be >= 0", ckpt_every, ckpt_every_s);
 }
 
 namespace {
@@ -90,6 +92,7 @@ std::string Trainer::save_checkpoint() {
                            .sampler_position = train_sampler_.position(),
                            .scaler = scaler_.state(),
                            .model = options_.model.str()};
+  last_checkpoint_time_ = std::chrono::steady_clock::now();
   return checkpointer_->save(run, optimizer_->slots(), *optimizer_);
 }
 
@@ -160,7 +163,7 @@ void Trainer::check_replicas(std::int64_t step) {
            step, fmt::join(culprits, ","), dp.name());
 }
 
-std::string Trainer::check_stragglers() {
+void Trainer::check_stragglers(StepStats& s) {
   comm::Communicator& world = mesh_->world();
   const float mine = float(window_work_ms_ / double(options_.straggler_window));
   window_work_ms_ = 0;
@@ -173,11 +176,19 @@ std::string Trainer::check_stragglers() {
   std::vector<std::string> report;
   for (std::size_t r = 0; r < v.size(); ++r) {
     slow_windows_[r] = v[r] > float(options_.straggler_threshold) * median ? slow_windows_[r] + 1 : 0;
-    if (slow_windows_[r] >= options_.straggler_windows)
+    if (slow_windows_[r] >= options_.straggler_windows) {
       report.push_back(fmt::format("rank {} ({:.1f} ms/step, {:.2f}x the median, {} windows)", r, v[r],
                                    median > 0 ? v[r] / median : 0.f, slow_windows_[r]));
+      s.straggler_ranks.push_back(int(r));
+    }
   }
-  return report.empty() ? "" : fmt::format("{}", fmt::join(report, "; "));
+  s.stragglers = fmt::format("{}", fmt::join(report, "; "));
+}
+
+bool Trainer::checkpoint_due_by_time() const {
+  return checkpointer_ && options_.ckpt_every_s > 0 && mesh_->rank() == 0 &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint_time_).count() >=
+             options_.ckpt_every_s;
 }
 
 
@@ -234,11 +245,15 @@ StepStats Trainer::step() {
   }
   // The loss is known on the last stage; one tp rank of each dp replica reports it.
   const bool reports = model_->last_stage() && mesh_->coord().tp == 0;
-  // One world all-reduce carries the loss and whether any rank was asked to stop.
+  // One world all-reduce carries the loss, whether any rank was asked to
+  // stop and whether rank 0's clock says a checkpoint is due.
   const bool stop_here = options_.guard && options_.guard->preempt_requested();
-  const std::vector<float> sums = world_sum({reports ? float(loss_sum) : 0.f, stop_here ? 1.f : 0.f});
+  const std::vector<float> sums = world_sum(
+      {reports ? float(loss_sum) : 0.f, stop_here ? 1.f : 0.f, checkpoint_due_by_time() ? 1.f : 0.f});
   s.loss = float(double(sums[0]) / double(options_.grad_accum * mesh_->layout().dp()));
   s.stop_requested = sums[1] > 0.f;
+  const bool checkpoint_due =
+      checkpointer_ && ((options_.ckpt_every > 0 && s.step % options_.ckpt_every == 0) || sums[2] > 0.f);
   if (nan_fault) s.loss = NAN;
   // Divergence: the loss non-finite for too many steps in a row (an overflow
   // that loss scaling handles does not count: its loss is finite).
@@ -247,7 +262,7 @@ StepStats Trainer::step() {
            "the loss has been non-finite for {} steps in a row (step {}): training diverged; resume from an earlier "
            "checkpoint with a lower learning rate",
            nonfinite_run_, s.step);
-  if (checkpointer_ && options_.ckpt_every > 0 && s.step % options_.ckpt_every == 0) {
+  if (checkpoint_due) {
     progress("checkpoint");
     s.checkpoint_error = save_checkpoint();
     s.checkpointed = true;
@@ -260,7 +275,7 @@ StepStats Trainer::step() {
             (std::filesystem::path(ckpt::checkpoint_dir(options_.ckpt_dir, s.step)) / ckpt::rank_file_name(0)).string());
     }
   }
-  if (options_.straggler_window > 0 && s.step % options_.straggler_window == 0) s.stragglers = check_stragglers();
+  if (options_.straggler_window > 0 && s.step % options_.straggler_window == 0) check_stragglers(s);
   progress("step-done");
   s.tokens = global_batch() * options_.seq_len;
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

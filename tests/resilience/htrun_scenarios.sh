@@ -95,6 +95,15 @@ case "$scenario" in
   straggler)
     HT_FAULTS="slow:rank=1:factor=4" run straggler -- --straggler-window 2 --straggler-windows 2
     finished straggler; expect straggler "straggler at step 4: rank 1" ;;
+  straggler-replaced)
+    # Treated as unhealthy: the ranks checkpoint and exit, htrun cordons the
+    # straggler's node whatever its health check says and brings in a spare.
+    HT_FAULTS="slow:rank=1:factor=4" run straggler-replaced --spares 1 -- --straggler-window 2 --straggler-windows 2 --straggler-threshold 3 \
+      --straggler-action exit
+    finished straggler-replaced; expect straggler-replaced "# straggler at step 4: checkpoint committed"
+    expect straggler-replaced "straggler of rank 1 (node 1) detected"
+    expect straggler-replaced "node 1 a persistent straggler: cordoned, spare node 2 brought in"
+    expect straggler-replaced "launch 2: 2 node(s) \[0,2\]"; same_as_fault_free straggler-replaced ;;
   *) fail "unknown scenario" ;;
 esac
 echo "htrun scenario $scenario: passed"

@@ -9,7 +9,7 @@
 // Preemption: SIGTERM or SIGUSR1 sets a flag; the training loop finishes the
 // step, saves a checkpoint and exits with kPreempted.
 // Every deliberate exit writes <run_dir>/exit/rank_R.json (code, kind,
-// step, message) first, so the supervisor can classify the failure.
+// step, message, blamed ranks) first, so the supervisor can classify the failure.
 #pragma once
 
 #include <atomic>
@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ht/resilience/faults.h"
 
@@ -33,6 +34,7 @@ enum ExitCode : int {
   kExitDivergence = 76,  // non-finite loss for too many steps
   kExitPreempted = 77,   // SIGTERM/SIGUSR1: checkpoint saved, clean exit
   kExitCorruption = 78,  // silent data corruption: replicas disagree
+  kExitStraggler = 79,   // a persistent straggler (named in the record), checkpoint saved
 };
 std::string exit_kind(int code);
 /// The exit code for an error that ends a rank: kExitCommFailure for
@@ -59,8 +61,10 @@ class RankGuard {
   void progress(std::int64_t step, const char* phase);
   /// Whether SIGTERM or SIGUSR1 arrived.
   bool preempt_requested() const;
-  /// Writes the exit record and ends the process with `code` (flushing stdio).
-  [[noreturn]] void exit(int code, const std::string& message);
+  /// Writes the exit record and ends the process with `code` (flushing
+  /// stdio). `blamed`: world ranks the record names as the cause, when it is
+  /// not this rank (a straggler).
+  [[noreturn]] void exit(int code, const std::string& message, const std::vector<int>& blamed = {});
 
   int rank() const { return rank_; }
   const std::string& run_dir() const { return options_.run_dir; }

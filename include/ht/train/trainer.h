@@ -56,11 +56,13 @@ struct TrainerOptions {
   /// the loss dynamically (bf16 and f32 do not, unless forced).
   precision::LossScalerOptions loss_scaler;
   bool force_loss_scaling = false;
-  /// Checkpoints: saved every ckpt_every steps (0: only when asked) under
-  /// ckpt_dir (empty: none), the newest ckpt_keep kept; resume loads the
-  /// newest good one at construction.
+  /// Checkpoints: saved every ckpt_every steps and/or every ckpt_every_s
+  /// seconds (0: only when asked; the time is rank 0's and every rank saves
+  /// at the same step) under ckpt_dir (empty: none), the newest ckpt_keep
+  /// kept; resume loads the newest good one at construction.
   std::string ckpt_dir;
   std::int64_t ckpt_every = 0;
+  double ckpt_every_s = 0;
   int ckpt_keep = 3;
   bool resume = false;
   std::chrono::milliseconds ckpt_commit_delay{0};  // see ckpt::CheckpointOptions
@@ -100,6 +102,7 @@ struct StepStats {
   bool checkpointed = false;       // a save of this step started
   bool stop_requested = false;     // some rank got SIGTERM/SIGUSR1 (the same on every rank)
   std::string stragglers;          // a straggler report made at this step (the same on every rank)
+  std::vector<int> straggler_ranks;  // the world ranks it names
   std::string checkpoint_error;    // a previous save's failure, reported once
   double ms = 0.0;
   std::int64_t tokens = 0;
@@ -167,13 +170,17 @@ class Trainer {
   std::int64_t steps_done_ = 0;
   std::int64_t resumed_from_ = 0;
   int nonfinite_run_ = 0;  // consecutive steps with a non-finite loss
-  /// Straggler detection at the end of a window; returns the report, if any.
-  std::string check_stragglers();
+  /// Straggler detection at the end of a window: fills s.stragglers and
+  /// s.straggler_ranks.
+  void check_stragglers(StepStats& s);
+  /// Whether a time-based checkpoint is due (rank 0's clock decides).
+  bool checkpoint_due_by_time() const;
   double last_step_ms_ = 0;  // the last step's time without injected delays
   double window_work_ms_ = 0;
   std::vector<int> slow_windows_;  // per world rank: consecutive slow windows
   double injected_ms_ = 0;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;
+  std::chrono::steady_clock::time_point last_checkpoint_time_ = std::chrono::steady_clock::now();
   data::BatchSampler train_sampler_;
   data::BatchSampler val_sampler_;
 };

@@ -10,13 +10,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <regex>
 #include <stdexcept>
 
 namespace htrun {
 
-Job::Job(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log_path)
-    : log_path_(log_path) {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Job::Job(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log_path,
+         bool echo, DeadRankParser dead_rank_parser)
+    : echo_(echo), parser_(std::move(dead_rank_parser)), log_path_(log_path) {
+  if (argv.empty()) throw std::invalid_argument("htrun: an empty command");
   int fds[2];
   if (::pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   pid_ = ::fork();
@@ -27,7 +32,7 @@ Job::Job(const std::vector<std::string>& argv, const std::vector<std::string>& e
     ::dup2(fds[1], 2);
     ::close(fds[0]);
     ::close(fds[1]);
-    for (const std::string& e : env) ::putenv(const_cast<char*>(strdup(e.c_str())));
+    for (const std::string& e : env) ::putenv(::strdup(e.c_str()));
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -47,15 +52,15 @@ Job::~Job() {
 
 void Job::pump(int fd) {
   std::ofstream log(log_path_, std::ios::app);
-  // Open MPI: "mpirun noticed that process rank 2 with PID 123 on node vm exited on signal 9 (Killed)."
-  const std::regex dead(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal)");
   std::string line;
   char buf[4096];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n <= 0) break;
-    std::fwrite(buf, 1, std::size_t(n), stdout);
-    std::fflush(stdout);
+    if (echo_) {
+      std::fwrite(buf, 1, std::size_t(n), stdout);
+      std::fflush(stdout);
+    }
     log.write(buf, n);
     log.flush();
     for (ssize_t i = 0; i < n; ++i) {
@@ -63,10 +68,12 @@ void Job::pump(int fd) {
         line.push_back(buf[i]);
         continue;
       }
-      std::smatch m;
-      if (dead_rank_ < 0 && std::regex_search(line, m, dead)) {
-        dead_rank_ = std::atoi(m[1].str().c_str());
-        dead_time_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      if (parser_ && dead_rank_ < 0) {
+        const int rank = parser_(line);
+        if (rank >= 0) {
+          dead_time_ = now_s();
+          dead_rank_ = rank;
+        }
       }
       line.clear();
     }
@@ -81,17 +88,29 @@ bool Job::poll() {
   return done_;
 }
 
+int Job::wait(double timeout_s, double grace_s) {
+  const double deadline = now_s() + timeout_s;
+  while (!poll() && now_s() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  stop(grace_s);
+  if (reader_.joinable()) reader_.join();
+  return exit_code();
+}
+
 int Job::exit_code() const {
   if (WIFEXITED(status_)) return WEXITSTATUS(status_);
   if (WIFSIGNALED(status_)) return 128 + WTERMSIG(status_);
   return -1;
 }
 
+void Job::signal(int sig) {
+  if (!done_) ::kill(pid_, sig);
+}
+
 void Job::stop(double grace_s) {
   if (done_) return;
   ::kill(-pid_, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
-  while (std::chrono::steady_clock::now() < deadline) {
+  const double deadline = now_s() + grace_s;
+  while (now_s() < deadline) {
     if (poll()) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

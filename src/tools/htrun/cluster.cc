@@ -1,0 +1,189 @@
+// htrun's node sources and launchers: local, hostfile, Slurm.
+#include "htrun/cluster.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+
+namespace htrun {
+namespace {
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+/// Runs a shell command and returns its stdout; throws if it fails.
+std::string capture(const std::string& command) {
+  FILE* p = ::popen(command.c_str(), "r");
+  if (!p) throw std::runtime_error(fmt::format("htrun: cannot run '{}'", command));
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  const int rc = ::pclose(p);
+  if (rc != 0) throw std::runtime_error(fmt::format("htrun: '{}' failed (status {})", command, rc));
+  return out;
+}
+
+std::vector<std::string> hosts_of(const std::vector<Node>& nodes) {
+  std::vector<std::string> out;
+  for (const Node& n : nodes) out.push_back(n.host);
+  return out;
+}
+
+}  // namespace
+
+Cluster Cluster::local(int nodes) {
+  Cluster c;
+  c.kind_ = ClusterKind::kLocal;
+  for (int i = 0; i < nodes; ++i) c.nodes_.push_back({i, ""});
+  return c;
+}
+
+Cluster Cluster::from_hostfile(const std::string& path, int* slots) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(fmt::format("htrun: cannot read the hostfile {}", path));
+  Cluster c;
+  c.kind_ = ClusterKind::kHostfile;
+  const std::regex slots_re(R"(^slots=(\d+)$)");
+  int common_slots = -1;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    std::istringstream words(line);
+    std::string host, word;
+    if (!(words >> host)) continue;
+    int host_slots = 1;
+    while (words >> word) {
+      std::smatch m;
+      if (std::regex_match(word, m, slots_re)) host_slots = std::stoi(m[1]);
+      else if (word.rfind("max_slots=", 0) != 0)
+        throw std::runtime_error(fmt::format("htrun: {}:{}: '{}' is not 'slots=N' or 'max_slots=N'", path, number, word));
+    }
+    if (common_slots >= 0 && host_slots != common_slots)
+      throw std::runtime_error(fmt::format(
+          "htrun: {}:{}: {} has {} slots where earlier hosts have {}; htrun needs the same slots on every node "
+          "(a node is replaced by a spare of the same size)",
+          path, number, host, host_slots, common_slots));
+    common_slots = host_slots;
+    c.nodes_.push_back({int(c.nodes_.size()), host});
+  }
+  if (c.nodes_.empty()) throw std::runtime_error(fmt::format("htrun: the hostfile {} names no host", path));
+  *slots = common_slots;
+  return c;
+}
+
+Cluster Cluster::from_slurm(int* slots) {
+  const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
+  if (!nodelist || !*nodelist)
+    throw std::runtime_error("htrun: SLURM_JOB_ID is set but SLURM_JOB_NODELIST is not: run htrun inside the "
+                             "allocation (sbatch or salloc), or pass --local to ignore Slurm");
+  Cluster c;
+  c.kind_ = ClusterKind::kSlurm;
+  std::istringstream hosts(capture("scontrol show hostnames " + shell_quote(nodelist)));
+  for (std::string host; hosts >> host;) c.nodes_.push_back({int(c.nodes_.size()), host});
+  if (c.nodes_.empty()) throw std::runtime_error(fmt::format("htrun: the allocation's node list '{}' is empty", nodelist));
+  // "2" or "2(x3)": the same count on every node is all htrun supports.
+  if (const char* per_node = std::getenv("SLURM_NTASKS_PER_NODE"); per_node && *per_node)
+    *slots = std::atoi(per_node);
+  return c;
+}
+
+std::string Cluster::name(const Node& node) const {
+  return node.host.empty() ? fmt::format("node {}", node.id) : fmt::format("node {} ({})", node.id, node.host);
+}
+
+std::string Cluster::describe() const {
+  switch (kind_) {
+    case ClusterKind::kLocal: return fmt::format("{} simulated node(s) on this machine", nodes_.size());
+    case ClusterKind::kHostfile: return fmt::format("hostfile: {}", fmt::join(hosts_of(nodes_), ","));
+    case ClusterKind::kSlurm:
+      return fmt::format("Slurm job {}: {}", std::getenv("SLURM_JOB_ID") ? std::getenv("SLURM_JOB_ID") : "?",
+                         fmt::join(hosts_of(nodes_), ","));
+  }
+  return "";
+}
+
+std::vector<std::string> Cluster::job_command(const std::vector<Node>& active, int slots,
+                                              const std::vector<std::string>& program,
+                                              const std::vector<std::string>& launcher_args) const {
+  const std::string ranks = std::to_string(int(active.size()) * slots);
+  std::vector<std::string> cmd;
+  switch (kind_) {
+    case ClusterKind::kLocal:
+      cmd = {mpirun_, "-np", ranks, "--oversubscribe", "--bind-to", "none"};
+      break;
+    case ClusterKind::kHostfile: {
+      std::vector<std::string> hosts;
+      for (const Node& n : active) hosts.push_back(fmt::format("{}:{}", n.host, slots));
+      // By slot: a node's ranks are consecutive, in the order of --host.
+      cmd = {mpirun_, "-np", ranks, "--host", fmt::format("{}", fmt::join(hosts, ",")), "--map-by", "slot"};
+      break;
+    }
+    case ClusterKind::kSlurm:
+      // Block distribution over the nodes in Slurm's order (htrun keeps
+      // `active` in that order); a rank killed by a signal ends the step.
+      cmd = {"srun",
+             fmt::format("--nodes={}", active.size()),
+             fmt::format("--ntasks={}", ranks),
+             fmt::format("--ntasks-per-node={}", slots),
+             fmt::format("--nodelist={}", fmt::join(hosts_of(active), ",")),
+             "--distribution=block",
+             "--kill-on-bad-exit=1",
+             "--mpi=pmix"};
+      break;
+  }
+  cmd.insert(cmd.end(), launcher_args.begin(), launcher_args.end());
+  cmd.insert(cmd.end(), program.begin(), program.end());
+  return cmd;
+}
+
+std::vector<std::string> Cluster::job_env() const {
+  if (kind_ == ClusterKind::kLocal) return {"OMPI_MCA_rmaps_base_oversubscribe=1"};
+  return {};
+}
+
+std::vector<std::string> Cluster::on_node(const Node& node, const std::vector<std::string>& command) const {
+  std::vector<std::string> cmd;
+  switch (kind_) {
+    case ClusterKind::kLocal: return command;
+    case ClusterKind::kHostfile: cmd = {mpirun_, "-np", "1", "--host", node.host + ":1"}; break;
+    case ClusterKind::kSlurm:
+      cmd = {"srun", "--nodes=1", "--ntasks=1", "--nodelist=" + node.host, "--overlap"};
+      break;
+  }
+  cmd.insert(cmd.end(), command.begin(), command.end());
+  return cmd;
+}
+
+std::string Cluster::cordon(const Node& node, const std::string& reason) const {
+  if (kind_ != ClusterKind::kSlurm) return "";
+  const std::string cmd = fmt::format("scontrol update NodeName={} State=DRAIN Reason={} 2>&1", shell_quote(node.host),
+                                      shell_quote("htrun: " + reason));
+  try {
+    capture(cmd);
+    return "";
+  } catch (const std::exception& e) {
+    return fmt::format("could not drain {} in Slurm ({}); htrun will not use it again either way", node.host,
+                       e.what());
+  }
+}
+
+int Cluster::dead_rank(const std::string& line) const {
+  // Open MPI: "mpirun noticed that process rank 2 with PID 123 on node vm exited on signal 9 (Killed)."
+  static const std::regex mpirun_dead(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal)");
+  // srun: "srun: error: n1: task 2: Killed"
+  static const std::regex srun_dead(R"(srun: error: \S+: tasks? (\d+)(-\d+)?: (Killed|Segmentation fault|Aborted|Bus error|Terminated))");
+  std::smatch m;
+  if (std::regex_search(line, m, kind_ == ClusterKind::kSlurm ? srun_dead : mpirun_dead)) return std::stoi(m[1]);
+  return -1;
+}
+
+}  // namespace htrun

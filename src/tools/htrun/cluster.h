@@ -1,0 +1,65 @@
+// The nodes htrun may run a job on, and how to reach them. Three sources:
+//  - local:    N simulated nodes on this machine (a node is a group of
+//              ranks the supervisor can declare bad); launched with mpirun;
+//  - hostfile: machines from an Open MPI hostfile ("host slots=N"), in
+//              file order; launched with mpirun --host;
+//  - Slurm:    the nodes of the allocation (SLURM_JOB_ID set), in Slurm's
+//              order; launched with srun, bad nodes drained with scontrol.
+// Spares are the last nodes of the list. A node's id is its position in
+// the list: the label HT_FAULTS (node-unhealthy:node=N) and ht-health
+// --node use. Ranks fill the nodes in order, `slots` per node.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace htrun {
+
+enum class ClusterKind { kLocal, kHostfile, kSlurm };
+
+struct Node {
+  int id = 0;
+  std::string host;  // empty for a simulated local node
+};
+
+class Cluster {
+ public:
+  static Cluster local(int nodes);
+  /// Reads an Open MPI hostfile; `slots` receives the slots per host (the
+  /// same for every host, or the file is refused).
+  static Cluster from_hostfile(const std::string& path, int* slots);
+  /// The current Slurm allocation; `slots` receives SLURM_NTASKS_PER_NODE
+  /// when Slurm sets it (else it is left as it is).
+  static Cluster from_slurm(int* slots);
+
+  ClusterKind kind() const { return kind_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  std::string name(const Node& node) const;
+  std::string describe() const;
+
+  /// The launcher command that runs `program` with `slots` ranks on each of
+  /// `active` (in order: rank r is on active[r / slots]), with
+  /// `launcher_args` passed to mpirun/srun.
+  std::vector<std::string> job_command(const std::vector<Node>& active, int slots,
+                                       const std::vector<std::string>& program,
+                                       const std::vector<std::string>& launcher_args) const;
+  /// Environment the job needs ("NAME=value").
+  std::vector<std::string> job_env() const;
+  /// `command` run once on `node` (health checks).
+  std::vector<std::string> on_node(const Node& node, const std::vector<std::string>& command) const;
+  /// Takes `node` out of the cluster's own scheduling (Slurm: drain it).
+  /// Returns "" or what went wrong (a warning: htrun stops using the node
+  /// either way).
+  std::string cordon(const Node& node, const std::string& reason) const;
+  /// The rank a line of the launcher's output reports killed by a signal, or -1.
+  int dead_rank(const std::string& line) const;
+
+  void set_mpirun(std::string mpirun) { mpirun_ = std::move(mpirun); }
+
+ private:
+  ClusterKind kind_ = ClusterKind::kLocal;
+  std::vector<Node> nodes_;
+  std::string mpirun_ = "mpirun";
+};
+
+}  // namespace htrun

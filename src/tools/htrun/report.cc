@@ -1,0 +1,49 @@
+// htrun's report as JSON and as text.
+#include "htrun/report.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace htrun {
+
+nlohmann::json Report::to_json() const {
+  nlohmann::json incidents_json = nlohmann::json::array();
+  for (const Incident& i : incidents) {
+    nlohmann::json j{{"kind", i.kind},
+                     {"rank", i.rank},
+                     {"node", i.node},
+                     {"host", i.host},
+                     {"exit_code", i.exit_code},
+                     {"message", i.message},
+                     {"time", i.time_s},
+                     {"detection_latency_s", i.detection_latency_s},
+                     {"step_reached", i.step_reached},
+                     {"steps_lost", i.steps_lost},
+                     {"health", i.health}};
+    if (i.recovery_s) j["recovery_s"] = *i.recovery_s;
+    incidents_json.push_back(std::move(j));
+  }
+  return {{"verdict", verdict},
+          {"exit_code", exit_code},
+          {"wall_s", wall_s},
+          {"productive_s", productive_s},
+          {"goodput", goodput()},
+          {"restarts", restarts},
+          {"incidents", incidents_json},
+          {"cordoned_nodes", cordoned},
+          {"active_nodes", active},
+          {"spares_left", spares_left}};
+}
+
+std::string Report::text() const {
+  std::string out = fmt::format(
+      "htrun report: {}; {} restart(s), {} incident(s), cordoned [{}], goodput {:.1f}% ({:.1f} s of {:.1f} s)\n",
+      verdict, restarts, incidents.size(), fmt::join(cordoned, ","), 100 * goodput(), productive_s, wall_s);
+  for (const Incident& i : incidents)
+    out += fmt::format("  {:<11} rank {} node {}: detected in {:.2f} s, recovered in {}, {} step(s) lost\n", i.kind,
+                       i.rank, i.node, i.detection_latency_s,
+                       i.recovery_s ? fmt::format("{:.1f} s", *i.recovery_s) : std::string("-"), i.steps_lost);
+  return out;
+}
+
+}  // namespace htrun

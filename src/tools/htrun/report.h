@@ -1,0 +1,45 @@
+// htrun's report: every incident (kind, rank and node, detection latency,
+// recovery time to the first resumed step, steps lost), the cordoned nodes,
+// restarts and goodput = productive training time / wall time; printed and
+// written as JSON to <run-dir>/htrun_report.json.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace htrun {
+
+struct Incident {
+  std::string kind;  // crash, hang, divergence, corruption, straggler, preemption, error, ...
+  int rank = -1;     // the rank at fault, -1 when unknown
+  int node = -1;     // its node id
+  std::string host;
+  int exit_code = 0;
+  std::string message;  // what the rank said, if it said anything
+  double time_s = 0;    // since htrun started
+  double detected_at = 0;
+  double detection_latency_s = 0;
+  std::optional<double> recovery_s;  // failure detected -> first resumed step
+  std::int64_t step_reached = 0;
+  std::int64_t steps_lost = 0;  // steps done since the checkpoint resumed from
+  nlohmann::json health = nlohmann::json::array();
+};
+
+struct Report {
+  std::string verdict;
+  int exit_code = 1;
+  double wall_s = 0, productive_s = 0;
+  int restarts = 0;
+  std::vector<Incident> incidents;
+  std::vector<int> cordoned, active, spares_left;
+
+  double goodput() const { return wall_s > 0 ? productive_s / wall_s : 0.0; }
+  nlohmann::json to_json() const;
+  /// The summary htrun prints at the end.
+  std::string text() const;
+};
+
+}  // namespace htrun

@@ -1,0 +1,79 @@
+// htrun: reading heartbeats, exit records and checkpoints from the run directory.
+#include "htrun/run_files.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ht/ckpt/checkpoint.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace htrun {
+namespace {
+
+/// Every parsable <dir>/*.json; a file being replaced is skipped (the next
+/// poll reads it).
+std::vector<json> read_json_files(const fs::path& dir) {
+  std::vector<json> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".json") continue;
+    try {
+      std::ifstream in(e.path());
+      out.push_back(json::parse(in));
+    } catch (...) {
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<int, Heartbeat> read_heartbeats(const std::string& run_dir) {
+  std::map<int, Heartbeat> out;
+  for (const json& j : read_json_files(fs::path(run_dir) / "heartbeat")) {
+    try {
+      Heartbeat h{j.at("rank").get<int>(),
+                  j.at("pid").get<int>(),
+                  j.value("host", ""),
+                  j.at("step").get<std::int64_t>(),
+                  j.at("phase").get<std::string>(),
+                  j.at("time_ms").get<double>() / 1000,
+                  j.at("progress_ms").get<double>() / 1000};
+      out[h.rank] = h;
+    } catch (...) {
+    }
+  }
+  return out;
+}
+
+std::vector<ExitRecord> read_exit_records(const std::string& run_dir) {
+  std::vector<ExitRecord> out;
+  for (const json& j : read_json_files(fs::path(run_dir) / "exit")) {
+    ExitRecord r;
+    r.rank = j.value("rank", -1);
+    r.code = j.value("code", 0);
+    r.kind = j.value("kind", "");
+    r.step = j.value("step", std::int64_t(0));
+    r.time_s = j.value("time_ms", 0.0) / 1000;
+    r.message = j.value("message", "");
+    r.blamed = j.value("blamed_ranks", std::vector<int>{});
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void clear_rank_files(const std::string& run_dir) {
+  std::error_code ec;
+  fs::remove_all(fs::path(run_dir) / "heartbeat", ec);
+  fs::remove_all(fs::path(run_dir) / "exit", ec);
+}
+
+std::int64_t latest_checkpoint_step(const std::string& run_dir) {
+  const auto committed = ht::ckpt::committed_checkpoints((fs::path(run_dir) / "checkpoints").string());
+  return committed.empty() ? 0 : committed.back().step;
+}
+
+}  // namespace htrun

@@ -1,0 +1,290 @@
+// htrun's supervisor loop.
+#include "htrun/supervisor.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <thread>
+
+#include "htrun/job.h"
+#include "htrun/run_files.h"
+
+namespace fs = std::filesystem;
+
+namespace htrun {
+namespace {
+
+volatile sig_atomic_t g_stop_signal = 0;
+void on_signal(int s) { g_stop_signal = s; }
+
+void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+}  // namespace
+
+struct Supervisor::Watch {
+  std::string kind;  // "hang" or "preemption" when the watch itself ended the job
+  int failed_rank = -1;
+  double failed_at = 0, detected_at = 0;
+  int exit_code = 0;
+  int dead_rank = -1;  // the launcher's report of a rank killed by a signal
+  double dead_time = 0;
+  std::int64_t resume_step = 0, reached = 0, first_step = -1;
+  double first_progress_s = 0, last_progress_s = 0;  // when this launch completed its first and last step
+};
+
+Supervisor::Supervisor(SupervisorOptions options, Cluster cluster)
+    : options_(std::move(options)), cluster_(std::move(cluster)) {
+  const auto& nodes = cluster_.nodes();
+  if (options_.spares >= int(nodes.size()))
+    throw std::runtime_error(fmt::format("htrun: {} spare(s) leave no node to run on ({} in all)", options_.spares,
+                                         nodes.size()));
+  const std::size_t used = nodes.size() - std::size_t(options_.spares);
+  active_.assign(nodes.begin(), nodes.begin() + std::ptrdiff_t(used));
+  spares_.assign(nodes.begin() + std::ptrdiff_t(used), nodes.end());
+}
+
+std::string Supervisor::node_name(int id) const {
+  for (const Node& n : cluster_.nodes())
+    if (n.id == id) return cluster_.name(n);
+  return fmt::format("node {}", id);
+}
+
+std::vector<std::string> Supervisor::job_command() const {
+  std::vector<std::string> program = options_.program;
+  program.insert(program.end(), {"--run-dir", options_.run_dir, "--resume", "auto"});
+  return cluster_.job_command(active_, options_.slots, program, options_.launcher_args);
+}
+
+std::string Supervisor::plan() const {
+  std::string out = fmt::format("nodes: {}; {} active, {} spare, {} slot(s) per node\njob: {}\n", cluster_.describe(),
+                                active_.size(), spares_.size(), options_.slots, fmt::join(job_command(), " "));
+  for (const Node& n : cluster_.nodes())
+    out += fmt::format("health of {}: {}\n", cluster_.name(n),
+                       fmt::join(cluster_.on_node(n, {options_.health_tool, "--node", std::to_string(n.id), "..."}), " "));
+  return out;
+}
+
+Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
+  clear_rank_files(options_.run_dir);  // an earlier launch's would mislead
+  std::vector<int> ids;
+  for (const Node& n : active_) ids.push_back(n.id);
+  std::fprintf(stderr, "htrun: launch %d: %zu node(s) [%s] x %d slot(s), resuming after step %lld\n", launch,
+               active_.size(), fmt::format("{}", fmt::join(ids, ",")).c_str(), options_.slots, (long long)resume_step);
+  Job job(job_command(), cluster_.job_env(), (fs::path(options_.run_dir) / "htrun_job.log").string(), /*echo=*/true,
+          [this](const std::string& line) { return cluster_.dead_rank(line); });
+
+  Watch w;
+  w.resume_step = w.reached = resume_step;
+  for (;;) {
+    sleep_s(0.1);
+    const auto beats = read_heartbeats(options_.run_dir);
+    for (const auto& [rank, h] : beats) {
+      // Steps completed: the one in progress is not, unless it reports done.
+      const std::int64_t done = h.phase == "step-done" ? h.step : h.step - 1;
+      if (done > w.reached) {
+        if (w.first_step < 0) {
+          w.first_step = done;
+          w.first_progress_s = h.progress_s;
+        }
+        w.reached = done;
+        w.last_progress_s = h.progress_s;
+      }
+    }
+    if (job.poll()) {
+      w.detected_at = now_s();
+      break;
+    }
+    if (g_stop_signal) {
+      // Pass the preemption on to the ranks themselves (SIGUSR1: a launcher
+      // would kill them on TERM): they finish the step, save a checkpoint
+      // and exit; then the job ends.
+      w.kind = "preemption";
+      for (const auto& [rank, h] : beats)
+        if (h.pid > 0 && cluster_.kind() == ClusterKind::kLocal) ::kill(h.pid, SIGUSR1);
+      if (cluster_.kind() != ClusterKind::kLocal) job.signal(SIGUSR1);
+      const double deadline = now_s() + std::max(options_.grace_s, 60.0);
+      while (!job.poll() && now_s() < deadline) sleep_s(0.05);
+      job.stop(options_.grace_s);
+      w.detected_at = w.failed_at = now_s();
+      break;
+    }
+    // A hang: progress stalled for the timeout. Peers blocked on the hung
+    // rank stall a little later, so the rank that stopped first is named.
+    for (const auto& [rank, h] : beats)
+      if (h.phase != "start" && now_s() - h.progress_s > options_.hang_timeout_s &&
+          (w.failed_rank < 0 || h.progress_s < w.failed_at)) {
+        w.kind = "hang";
+        w.failed_rank = rank;
+        w.failed_at = h.progress_s;
+      }
+    if (w.kind == "hang") {
+      w.detected_at = now_s();
+      job.stop(options_.grace_s);
+      break;
+    }
+  }
+  w.exit_code = job.exit_code();
+  w.dead_rank = job.dead_rank();
+  w.dead_time = job.dead_time();
+  return w;
+}
+
+Incident Supervisor::classify(const Watch& w) {
+  Incident i;
+  i.kind = w.kind;
+  i.rank = w.failed_rank;
+  double failed_at = w.failed_at;
+  // What the ranks said; a peer's communication failure is an effect, not the cause.
+  if (i.kind.empty())
+    for (const ExitRecord& e : read_exit_records(options_.run_dir)) {
+      if (e.kind == "comm-failure" || e.kind == "ok") continue;
+      i.kind = e.kind;
+      i.rank = e.blamed.empty() ? e.rank : e.blamed.front();
+      i.message = e.message;
+      failed_at = e.time_s;
+      break;
+    }
+  // Then the launcher's report of a rank killed by a signal.
+  if (i.kind.empty()) {
+    i.kind = "crash";
+    i.rank = w.dead_rank;
+    failed_at = w.dead_time;
+  }
+  if (failed_at == 0) failed_at = w.detected_at;
+  const std::size_t node_index = i.rank >= 0 ? std::size_t(i.rank / options_.slots) : active_.size();
+  if (node_index < active_.size()) {
+    i.node = active_[node_index].id;
+    i.host = active_[node_index].host;
+  }
+  i.exit_code = w.exit_code;
+  i.detected_at = w.detected_at;
+  i.detection_latency_s = std::max(0.0, w.detected_at - failed_at);
+  i.step_reached = w.reached;
+  i.steps_lost = std::max<std::int64_t>(0, w.reached - latest_checkpoint_step(options_.run_dir));
+  return i;
+}
+
+bool Supervisor::node_healthy(const Node& node) {
+  const std::vector<std::string> check{options_.health_tool,
+                                       "--node",
+                                       std::to_string(node.id),
+                                       "--checks",
+                                       "compute,memory,disk",
+                                       "--ckpt-dir",
+                                       (fs::path(options_.run_dir) / "checkpoints").string()};
+  Job job(cluster_.on_node(node, check), {},
+          (fs::path(options_.run_dir) / fmt::format("health_node{}.txt", node.id)).string(), /*echo=*/false);
+  return job.wait(options_.health_timeout_s, options_.grace_s) == 0;
+}
+
+bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
+  // The node involved; every node when none is known, or when replicas
+  // disagree (the corruption check names ranks, but any of them may lie).
+  std::vector<Node> suspects;
+  for (const Node& n : active_)
+    if (incident.node < 0 || incident.kind == "corruption" || n.id == incident.node) suspects.push_back(n);
+  // A straggler is cordoned whatever its health check says: the job asked for it.
+  const bool cordon_anyway = incident.kind == "straggler";
+  for (const Node& node : suspects) {
+    const bool ok = !options_.health || node_healthy(node);
+    incident.health.push_back({{"node", node.id}, {"host", node.host}, {"healthy", ok}});
+    if (ok && !cordon_anyway) continue;
+    const std::string why = ok ? "a persistent straggler" : "failed its health check";
+    cordoned_.push_back(node);
+    if (const std::string warning = cluster_.cordon(node, why); !warning.empty())
+      std::fprintf(stderr, "htrun: warning: %s\n", warning.c_str());
+    auto it = std::find_if(active_.begin(), active_.end(), [&](const Node& n) { return n.id == node.id; });
+    if (!spares_.empty()) {
+      std::fprintf(stderr, "htrun: %s %s: cordoned, spare %s brought in\n", cluster_.name(node).c_str(), why.c_str(),
+                   cluster_.name(spares_.front()).c_str());
+      *it = spares_.front();
+      spares_.erase(spares_.begin());
+    } else if (options_.allow_shrink && active_.size() > 1) {
+      std::fprintf(stderr, "htrun: %s %s: cordoned; no spare, continuing on %zu node(s)\n",
+                   cluster_.name(node).c_str(), why.c_str(), active_.size() - 1);
+      active_.erase(it);
+    } else {
+      report.verdict = fmt::format("{} {} and no spare is left (use --spares or --allow-shrink)",
+                                   cluster_.name(node), why);
+      return false;
+    }
+  }
+  // Ranks fill the nodes in the cluster's own order (Slurm places a step's
+  // tasks that way), so a brought-in spare takes its place in that order.
+  std::sort(active_.begin(), active_.end(), [](const Node& a, const Node& b) { return a.id < b.id; });
+  return true;
+}
+
+Report Supervisor::run() {
+  fs::create_directories(options_.run_dir);
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  Report report;
+  const double wall_start = now_s();
+  std::optional<Incident> pending;  // the last incident, waiting for its recovery time
+  std::int64_t best_reached = 0;
+  for (;;) {
+    const std::int64_t resume_step = latest_checkpoint_step(options_.run_dir);
+    const Watch w = launch_and_watch(report.restarts + 1, resume_step);
+    if (pending) {
+      if (w.first_step >= 0) pending->recovery_s = w.first_progress_s - pending->detected_at;
+      report.incidents.push_back(*pending);
+      pending.reset();
+    }
+    // Productive time: the steps this launch added beyond any earlier launch,
+    // at this launch's own step rate (steps redone after a failure are not).
+    if (w.first_step >= 0 && w.reached > w.first_step) {
+      const double per_step = (w.last_progress_s - w.first_progress_s) / double(w.reached - w.first_step);
+      report.productive_s += per_step * double(std::max<std::int64_t>(0, w.reached - std::max(best_reached, resume_step)));
+    }
+    best_reached = std::max(best_reached, w.reached);
+    if (w.kind.empty() && w.exit_code == 0) {
+      report.exit_code = 0;
+      report.verdict = "the job finished";
+      break;
+    }
+    Incident incident = classify(w);
+    incident.time_s = incident.detected_at - wall_start;
+    std::fprintf(stderr, "htrun: %s of rank %d (%s) detected after %.2f s; the job reached step %lld\n",
+                 incident.kind.c_str(), incident.rank, node_name(incident.node).c_str(), incident.detection_latency_s,
+                 (long long)incident.step_reached);
+    if (incident.kind == "preemption" || incident.kind == "error") {
+      report.incidents.push_back(incident);
+      report.exit_code = incident.kind == "preemption" ? 77 : 2;
+      report.verdict = incident.kind == "preemption"
+                           ? "preempted: checkpoint saved, stopped"
+                           : "the program failed on its input (exit record kind 'error'); not retried";
+      break;
+    }
+    if (!replace_bad_nodes(incident, report)) {
+      report.incidents.push_back(incident);
+      report.exit_code = 1;
+      break;
+    }
+    if (++report.restarts > options_.max_restarts) {
+      report.incidents.push_back(incident);
+      report.verdict = fmt::format("gave up after {} restarts", options_.max_restarts);
+      report.exit_code = 1;
+      break;
+    }
+    pending = incident;
+    sleep_s(std::min(30.0, options_.backoff_s * double(1 << std::min(report.restarts - 1, 5))));
+  }
+  if (pending) report.incidents.push_back(*pending);
+  report.wall_s = now_s() - wall_start;
+  for (const Node& n : cordoned_) report.cordoned.push_back(n.id);
+  for (const Node& n : active_) report.active.push_back(n.id);
+  for (const Node& n : spares_) report.spares_left.push_back(n.id);
+  std::ofstream(fs::path(options_.run_dir) / "htrun_report.json") << report.to_json().dump(1) << "\n";
+  return report;
+}
+
+}  // namespace htrun
