@@ -252,8 +252,8 @@ StepStats Trainer::step() {
       {reports ? float(loss_sum) : 0.f, stop_here ? 1.f : 0.f, checkpoint_due_by_time() ? 1.f : 0.f});
   s.loss = float(double(sums[0]) / double(options_.grad_accum * mesh_->layout().dp()));
   s.stop_requested = sums[1] > 0.f;
-  const bool checkpoint_due =
-      checkpointer_ && ((options_.ckpt_every > 0 && s.step % options_.ckpt_every == 0) || sums[2] > 0.f);
+  checkpoint_deferred_ = checkpointer_ && (checkpoint_deferred_ || sums[2] > 0.f ||
+                                           (options_.ckpt_every > 0 && s.step % options_.ckpt_every == 0));
   if (nan_fault) s.loss = NAN;
   // Divergence: the loss non-finite for too many steps in a row (an overflow
   // that loss scaling handles does not count: its loss is finite).
@@ -262,7 +262,10 @@ StepStats Trainer::step() {
            "the loss has been non-finite for {} steps in a row (step {}): training diverged; resume from an earlier "
            "checkpoint with a lower learning rate",
            nonfinite_run_, s.step);
-  if (checkpoint_due) {
+  // Not while the loss is non-finite: a state that may be diverging is not
+  // worth resuming from. The save waits for the next finite step.
+  if (checkpoint_deferred_ && nonfinite_run_ == 0) {
+    checkpoint_deferred_ = false;
     progress("checkpoint");
     s.checkpoint_error = save_checkpoint();
     s.checkpointed = true;

@@ -13,6 +13,8 @@ mkdir -p "$work"
 text="$work/text.txt"
 [ -f "$text" ] || for i in $(seq 300); do echo "pack my box with five dozen liquor jugs $i"; done > "$text"
 steps=24
+nodes=2
+[ "$scenario" = chaos ] && steps=40 && nodes=3
 train=(--text "$text" --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --eval-every 0
        --eval-batches 1 --sample-tokens 0 --heartbeat 0.1 --steps "$steps" --ckpt-every 4)
 
@@ -24,7 +26,7 @@ run() {  # run NAME [htrun flags] -- [extra gpt_train flags]; output in $work/NA
   extra=("$@")
   rm -rf "$work/$name"
   set +e
-  "$htrun" --nodes 2 --slots 1 --run-dir "$work/$name" --backoff 0.2 --hang-timeout 4 --grace 2 "${hflags[@]}" \
+  "$htrun" --nodes "$nodes" --slots 1 --run-dir "$work/$name" --backoff 0.2 --hang-timeout 4 --grace 2 "${hflags[@]}" \
     -- "$gpt" "${train[@]}" "${extra[@]}" > "$work/$name.log" 2>&1
   echo $? > "$work/$name.rc"
   set -e
@@ -92,6 +94,17 @@ case "$scenario" in
       || fail "the rerun after preemption failed"
     grep -q "# resumed from step" "$work/preempt2.log" || fail "the rerun did not resume"
     same_as_fault_free preempt ;;
+  chaos)
+    # Five random faults (the seed is printed; HT_CHAOS_SEED repeats a run)
+    # on 3 nodes with a spare: the run must finish by itself with the
+    # fault-free run's bits.
+    seed="${HT_CHAOS_SEED:-$(( $(date +%s) % 32768 ))}"
+    plan="$(bash "$(dirname "$0")/chaos_faults.sh" "$seed" 5 3 $((steps - 2)) 3 3 4)"
+    echo "chaos seed $seed: HT_FAULTS=$plan"
+    HT_FAULTS="$plan" run chaos --spares 1 -- --sdc-every 1 --divergence-steps 2
+    finished chaos
+    grep "^htrun: .* detected\|cordoned" "$work/chaos.log" || true
+    same_as_fault_free chaos ;;
   straggler)
     HT_FAULTS="slow:rank=1:factor=4" run straggler -- --straggler-window 2 --straggler-windows 2
     finished straggler; expect straggler "straggler at step 4: rank 1" ;;

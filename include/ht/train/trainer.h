@@ -181,6 +181,7 @@ class Trainer {
   double injected_ms_ = 0;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;
   std::chrono::steady_clock::time_point last_checkpoint_time_ = std::chrono::steady_clock::now();
+  bool checkpoint_deferred_ = false;  // a save is due but waits for a finite loss
   data::BatchSampler train_sampler_;
   data::BatchSampler val_sampler_;
 };

@@ -57,6 +57,7 @@ std::vector<ExitRecord> read_exit_records(const std::string& run_dir) {
     r.code = j.value("code", 0);
     r.kind = j.value("kind", "");
     r.step = j.value("step", std::int64_t(0));
+    r.phase = j.value("phase", "");
     r.time_s = j.value("time_ms", 0.0) / 1000;
     r.message = j.value("message", "");
     r.blamed = j.value("blamed_ranks", std::vector<int>{});

@@ -10,6 +10,11 @@
 
 namespace htrun {
 
+/// The last step completed by a rank in `step`, `phase`.
+inline std::int64_t completed_step(std::int64_t step, const std::string& phase) {
+  return phase == "step-done" ? step : step - 1;
+}
+
 struct Heartbeat {
   int rank = -1;
   int pid = 0;
@@ -23,7 +28,8 @@ struct ExitRecord {
   int rank = -1;
   int code = 0;
   std::string kind;        // "hang", "divergence", "corruption", "preempted", "straggler", "error", ...
-  std::int64_t step = 0;
+  std::int64_t step = 0;  // the step it was in
+  std::string phase;
   double time_s = 0;
   std::string message;
   std::vector<int> blamed;  // ranks the writer names as the cause (a straggler), if any

@@ -87,8 +87,7 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
     sleep_s(0.1);
     const auto beats = read_heartbeats(options_.run_dir);
     for (const auto& [rank, h] : beats) {
-      // Steps completed: the one in progress is not, unless it reports done.
-      const std::int64_t done = h.phase == "step-done" ? h.step : h.step - 1;
+      const std::int64_t done = completed_step(h.step, h.phase);
       if (done > w.reached) {
         if (w.first_step < 0) {
           w.first_step = done;
@@ -131,6 +130,11 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
       break;
     }
   }
+  // Heartbeats are sampled: the exit records and the checkpoints may know
+  // of later steps.
+  for (const ExitRecord& e : read_exit_records(options_.run_dir))
+    w.reached = std::max(w.reached, completed_step(e.step, e.phase));
+  w.reached = std::max(w.reached, latest_checkpoint_step(options_.run_dir));
   w.exit_code = job.exit_code();
   w.dead_rank = job.dead_rank();
   w.dead_time = job.dead_time();
