@@ -266,6 +266,12 @@ StepStats Trainer::step() {
   // worth resuming from. The save waits for the next finite step.
   if (checkpoint_deferred_ && nonfinite_run_ == 0) {
     checkpoint_deferred_ = false;
+    // Nor unchecked, when replicas are compared: a bit flipped since the
+    // last comparison would otherwise live on in every resumed run.
+    if (options_.sdc_every > 0 && s.step % options_.sdc_every != 0) {
+      progress("replica-check");
+      check_replicas(s.step);
+    }
     progress("checkpoint");
     s.checkpoint_error = save_checkpoint();
     s.checkpointed = true;

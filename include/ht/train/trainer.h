@@ -70,7 +70,8 @@ struct TrainerOptions {
   /// watchdog; may be null), failures to rehearse, how many consecutive steps
   /// with a non-finite loss (not a loss-scale overflow) end the run with a
   /// divergence error, and how often (steps; 0: never) data-parallel
-  /// replicas compare a checksum of their parameters.
+  /// replicas compare a checksum of their parameters (when on, also before
+  /// every checkpoint).
   resilience::RankGuard* guard = nullptr;
   resilience::FaultPlan faults;
   int divergence_steps = 3;
