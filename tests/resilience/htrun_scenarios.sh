@@ -15,6 +15,7 @@ text="$work/text.txt"
 steps=24
 nodes=2
 [ "$scenario" = chaos ] && steps=40 && nodes=3
+nodeset=(--nodes "$nodes" --slots 1)  # the htrun node set of run()
 train=(--text "$text" --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --eval-every 0
        --eval-batches 1 --sample-tokens 0 --heartbeat 0.1 --steps "$steps" --ckpt-every 4)
 
@@ -26,7 +27,7 @@ run() {  # run NAME [htrun flags] -- [extra gpt_train flags]; output in $work/NA
   extra=("$@")
   rm -rf "$work/$name"
   set +e
-  "$htrun" --nodes "$nodes" --slots 1 --run-dir "$work/$name" --backoff 0.2 --hang-timeout 4 --grace 2 "${hflags[@]}" \
+  "$htrun" "${nodeset[@]}" --run-dir "$work/$name" --backoff 0.2 --hang-timeout 4 --grace 2 "${hflags[@]}" \
     -- "$gpt" "${train[@]}" "${extra[@]}" > "$work/$name.log" 2>&1
   echo $? > "$work/$name.rc"
   set -e
@@ -94,6 +95,30 @@ case "$scenario" in
       || fail "the rerun after preemption failed"
     grep -q "# resumed from step" "$work/preempt2.log" || fail "the rerun did not resume"
     same_as_fault_free preempt ;;
+  hostfile)
+    # A hostfile node set on this machine: one host of 2 slots, launched
+    # with mpirun --host, its health checked through mpirun too.
+    printf '# this machine\nlocalhost slots=2\n' > "$work/localhost.hosts"
+    same_as_fault_free clean  # the fault-free run on simulated nodes first
+    nodeset=(--hostfile "$work/localhost.hosts")
+    HT_FAULTS="crash:rank=1:step=10" run hostfile
+    finished hostfile; expect hostfile "launch 1: 1 node(s) \[0\] x 2 slot(s)"
+    expect hostfile "crash of rank 1 (node 0 (localhost)) detected"
+    grep -q '"healthy": true' "$work/hostfile/htrun_report.json" || fail "no health check of localhost in the report"
+    same_as_fault_free hostfile ;;
+  hostfile-plan)
+    # Several machines (not here): the node set, the launch and health
+    # commands, spares taken from the end, and a refused uneven hostfile.
+    printf 'node-a slots=4\nnode-b slots=4 max_slots=8 # comment\n\nnode-c slots=4\n' > "$work/hosts"
+    "$htrun" --hostfile "$work/hosts" --spares 1 --dry-run -- "$gpt" --steps 3 > "$work/plan.txt"
+    grep -q "2 active, 1 spare, 4 slot(s) per node" "$work/plan.txt" || fail "wrong node set: $(cat "$work/plan.txt")"
+    grep -q "job: mpirun -np 8 --host node-a:4,node-b:4 --map-by slot $gpt --steps 3 --run-dir runs/htrun --resume auto" \
+      "$work/plan.txt" || fail "wrong job command: $(cat "$work/plan.txt")"
+    grep -q "health of node 2 (node-c): mpirun -np 1 --host node-c:1 .*ht-health --node 2" "$work/plan.txt" \
+      || fail "wrong health command: $(cat "$work/plan.txt")"
+    printf 'node-a slots=4\nnode-b slots=2\n' > "$work/uneven"
+    if "$htrun" --hostfile "$work/uneven" --dry-run -- "$gpt" > "$work/uneven.log" 2>&1; then fail "an uneven hostfile was accepted"; fi
+    grep -q "node-b has 2 slots where earlier hosts have 4" "$work/uneven.log" || fail "unclear error: $(cat "$work/uneven.log")" ;;
   chaos)
     # Five random faults (the seed is printed; HT_CHAOS_SEED repeats a run)
     # on 3 nodes with a spare: the run must finish by itself with the

@@ -19,9 +19,10 @@
 // spare (or, with --allow-shrink and no spare, continues on fewer nodes: the
 // checkpoint is resharded to the smaller data-parallel size), and relaunches,
 // resuming from the newest committed checkpoint; restarts are bounded, with
-// back-off. At the end it prints and writes (<run-dir>/htrun_report.json)
-// every incident with its detection latency, recovery time and steps lost,
-// the cordoned nodes, the restarts, and goodput = productive time / wall time.
+// a back-off that doubles while launches fail without progress. At the end
+// it prints and writes (<run-dir>/htrun_report.json) every incident with its
+// detection latency, recovery time and steps lost, the cordoned nodes, the
+// restarts, and goodput = productive time / wall time.
 // Exit status: 0 the job finished, 77 preempted (checkpoint saved), 2 the
 // program refused its input, 1 anything else that stopped the run.
 #include <CLI/CLI.hpp>
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--run-dir", o.run_dir, "run directory passed to the program (heartbeats, checkpoints, report)");
   app.add_option("--max-restarts", o.max_restarts, "relaunches before giving up");
-  app.add_option("--backoff", o.backoff_s, "seconds before the first relaunch (doubling, at most 30)");
+  app.add_option("--backoff", o.backoff_s, "seconds before a relaunch (doubling while launches fail without progress, at most 30)");
   app.add_option("--hang-timeout", o.hang_timeout_s, "seconds without progress in a rank's heartbeat that mean a hang");
   app.add_option("--grace", o.grace_s, "seconds between TERM and KILL when stopping the job");
   app.add_option("--health-timeout", o.health_timeout_s, "seconds a node's health check may take");

@@ -235,6 +235,7 @@ Report Supervisor::run() {
   const double wall_start = now_s();
   std::optional<Incident> pending;  // the last incident, waiting for its recovery time
   std::int64_t best_reached = 0;
+  int failures_in_a_row = 0;
   for (;;) {
     const std::int64_t resume_step = latest_checkpoint_step(options_.run_dir);
     const Watch w = launch_and_watch(report.restarts + 1, resume_step);
@@ -280,7 +281,10 @@ Report Supervisor::run() {
       break;
     }
     pending = incident;
-    sleep_s(std::min(30.0, options_.backoff_s * double(1 << std::min(report.restarts - 1, 5))));
+    // Back-off doubles with each failure in a row that made no progress; a
+    // launch that trained past its checkpoint starts the doubling afresh.
+    failures_in_a_row = w.reached > resume_step ? 1 : failures_in_a_row + 1;
+    sleep_s(std::min(30.0, options_.backoff_s * double(1 << std::min(failures_in_a_row - 1, 5))));
   }
   if (pending) report.incidents.push_back(*pending);
   report.wall_s = now_s() - wall_start;
