@@ -9,6 +9,7 @@ packages=(
   libhdf5-dev hdf5-tools
   libfmt-dev nlohmann-json3-dev libcli11-dev
   openmpi-bin libopenmpi-dev
+  slurm-wlm munge libpmix-dev  # tests/resilience/slurm_local.sh; libpmix.so for srun --mpi=pmix
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-h5py python3-numpy
   fortunes

@@ -106,6 +106,31 @@ case "$scenario" in
     expect hostfile "crash of rank 1 (node 0 (localhost)) detected"
     grep -q '"healthy": true' "$work/hostfile/htrun_report.json" || fail "no health check of localhost in the report"
     same_as_fault_free hostfile ;;
+  slurm)
+    # A real Slurm of 3 nodes on this machine (tests/resilience/slurm_local.sh):
+    # htrun inside an allocation launches with srun, finds node 1 unhealthy
+    # after its rank crashed, drains it in Slurm and brings in the spare n2.
+    same_as_fault_free clean  # the fault-free run on simulated nodes first
+    cluster="$work/slurm-cluster"
+    eval "$(SLURM_LOCAL_NODES=3 bash "$(dirname "$0")/slurm_local.sh" start "$cluster")"
+    trap 'bash "$(dirname "$0")/slurm_local.sh" stop "$cluster"' EXIT
+    nodeset=(--spares 1)
+    rm -rf "$work/slurm"
+    set +e
+    HT_FAULTS="crash:rank=1:step=10,node-unhealthy:node=1" timeout 240 salloc --nodes 3 --ntasks-per-node 1 \
+      "$htrun" "${nodeset[@]}" --run-dir "$work/slurm" --backoff 0.2 --hang-timeout 20 --grace 2 \
+      -- "$gpt" "${train[@]}" > "$work/slurm.log" 2>&1
+    echo $? > "$work/slurm.rc"
+    set -e
+    finished slurm
+    expect slurm "launch 1: 2 node(s) \[0,1\] x 1 slot(s)"
+    expect slurm "crash of rank 1 (node 1 (n1)) detected"
+    expect slurm "node 1 (n1) failed its health check: cordoned, spare node 2 (n2) brought in"
+    expect slurm "launch 2: 2 node(s) \[0,2\]"
+    sinfo -h -R -n n1 -o "%N %T %E" > "$work/drained.txt"  # draining while the allocation lasts, then drained
+    grep -q "^n1 drain[a-z]* htrun: failed its health check" "$work/drained.txt" \
+      || fail "n1 is not drained with htrun's reason: $(cat "$work/drained.txt")"
+    same_as_fault_free slurm ;;
   hostfile-plan)
     # Several machines (not here): the node set, the launch and health
     # commands, spares taken from the end, and a refused uneven hostfile.

@@ -179,8 +179,9 @@ std::string Cluster::cordon(const Node& node, const std::string& reason) const {
 int Cluster::dead_rank(const std::string& line) const {
   // Open MPI: "mpirun noticed that process rank 2 with PID 123 on node vm exited on signal 9 (Killed)."
   static const std::regex mpirun_dead(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal)");
-  // srun: "srun: error: n1: task 2: Killed"
-  static const std::regex srun_dead(R"(srun: error: \S+: tasks? (\d+)(-\d+)?: (Killed|Segmentation fault|Aborted|Bus error|Terminated))");
+  // srun: "srun: error: n1: task 2: Killed". With --kill-on-bad-exit the
+  // other tasks follow as "Terminated": the cause is the first line.
+  static const std::regex srun_dead(R"(srun: error: \S+: tasks? (\d+)[-,\d]*: (Killed|Segmentation fault|Aborted|Bus error))");
   std::smatch m;
   if (std::regex_search(line, m, kind_ == ClusterKind::kSlurm ? srun_dead : mpirun_dead)) return std::stoi(m[1]);
   return -1;

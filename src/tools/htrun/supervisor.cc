@@ -101,6 +101,14 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
       w.detected_at = now_s();
       break;
     }
+    // A rank killed by a signal: the launcher may take a while to end the
+    // others (srun waits KillWait for ranks stuck in a collective), so stop
+    // the job now.
+    if (job.dead_rank() >= 0) {
+      w.detected_at = now_s();
+      job.stop(options_.grace_s);
+      break;
+    }
     if (g_stop_signal) {
       // Pass the preemption on to the ranks themselves (SIGUSR1: a launcher
       // would kill them on TERM): they finish the step, save a checkpoint
