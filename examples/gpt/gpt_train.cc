@@ -143,6 +143,20 @@ int run(Args& a) {
   if (a.train.ckpt_every > 0 || a.train.ckpt_every_s > 0 || a.train.resume || !a.ckpt_dir.empty())
     a.train.ckpt_dir = a.ckpt_dir.empty() ? (fs::path(a.run_dir) / "checkpoints").string() : a.ckpt_dir;
   a.train.validate();
+  // Resilience inside the rank: heartbeats and a watchdog under the run
+  // directory, preemption signals, and the failures HT_FAULTS rehearses.
+  // The guard starts before MPI when the launcher names the rank.
+  auto start_guard = [&](int rank) {
+    guard = std::make_unique<resilience::RankGuard>(
+        resilience::GuardOptions{.run_dir = a.run_dir,
+                                 .heartbeat = std::chrono::milliseconds(std::int64_t(a.heartbeat_s * 1000)),
+                                 .watchdog = std::chrono::milliseconds(std::int64_t(a.watchdog_s * 1000))},
+        rank);
+  };
+  if (const int rank = resilience::launcher_rank(); rank >= 0) {
+    start_guard(rank);
+    guard->progress(0, "launch");
+  }
   if (launched_by_mpi() || a.tp * a.pp > 1) {
     mpi = std::make_unique<comm::MpiRuntime>();
     comm::CommOptions comm_options;
@@ -163,14 +177,12 @@ int run(Args& a) {
                 (long long)splits.vocab_size, train::unigram_entropy(splits.val, splits.vocab_size));
   if (a.prepare_only) return 0;
 
-  // Resilience inside the rank: heartbeats and a watchdog under the run
-  // directory, preemption signals, and the failures HT_FAULTS rehearses.
   const int world_rank = mesh ? mesh->rank() : 0;
-  guard = std::make_unique<resilience::RankGuard>(
-      resilience::GuardOptions{.run_dir = a.run_dir,
-                               .heartbeat = std::chrono::milliseconds(std::int64_t(a.heartbeat_s * 1000)),
-                               .watchdog = std::chrono::milliseconds(std::int64_t(a.watchdog_s * 1000))},
-      world_rank);
+  if (!guard) start_guard(world_rank);
+  HT_CHECK(guard->rank() == world_rank, ErrorKind::kInternal,
+           "the launcher named this process rank {}, MPI says {}: heartbeats would be misattributed", guard->rank(),
+           world_rank);
+  guard->progress(0, "start");
   a.train.guard = guard.get();
   if (const char* spec = std::getenv("HT_FAULTS")) {
     a.train.faults = resilience::FaultPlan::parse(spec);

@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -37,6 +38,12 @@ void write_atomically(const fs::path& path, const std::string& text) {
 }
 
 }  // namespace
+
+int launcher_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK"})
+    if (const char* value = std::getenv(v); value && *value) return std::atoi(value);
+  return -1;
+}
 
 std::string exit_kind(int code) {
   switch (code) {
@@ -103,7 +110,9 @@ void RankGuard::heartbeat_loop() {
   while (!stop_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const std::int64_t now = now_ms();
-    if (options_.watchdog.count() > 0 && now - last_change_ms_ > options_.watchdog.count())
+    // Steps only: start-up (MPI, data, model, checkpoint load) can be long,
+    // and the supervisor's start timeout covers it.
+    if (options_.watchdog.count() > 0 && step_ > 0 && now - last_change_ms_ > options_.watchdog.count())
       exit(kExitHang, fmt::format("watchdog: rank {} made no progress for {:.1f} s in step {} ({})", rank_,
                                   double(now - last_change_ms_) / 1000.0, step_.load(), phase_.load()));
     if (now >= next) {

@@ -16,6 +16,7 @@ steps=24
 nodes=2
 [ "$scenario" = chaos ] && steps=40 && nodes=3
 nodeset=(--nodes "$nodes" --slots 1)  # the htrun node set of run()
+program="$gpt"                        # the program run() launches
 train=(--text "$text" --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --eval-every 0
        --eval-batches 1 --sample-tokens 0 --heartbeat 0.1 --steps "$steps" --ckpt-every 4)
 
@@ -28,7 +29,7 @@ run() {  # run NAME [htrun flags] -- [extra gpt_train flags]; output in $work/NA
   rm -rf "$work/$name"
   set +e
   "$htrun" "${nodeset[@]}" --run-dir "$work/$name" --backoff 0.2 --hang-timeout 4 --grace 2 "${hflags[@]}" \
-    -- "$gpt" "${train[@]}" "${extra[@]}" > "$work/$name.log" 2>&1
+    -- "$program" "${train[@]}" "${extra[@]}" > "$work/$name.log" 2>&1
   echo $? > "$work/$name.rc"
   set -e
 }
@@ -95,6 +96,36 @@ case "$scenario" in
       || fail "the rerun after preemption failed"
     grep -q "# resumed from step" "$work/preempt2.log" || fail "the rerun did not resume"
     same_as_fault_free preempt ;;
+  watchdog)
+    # Inside the rank, without htrun: a hung step ends the rank with 75 and
+    # an exit record that says where it was.
+    rm -rf "$work/watchdog"
+    set +e
+    HT_FAULTS="hang:rank=0:step=3" timeout 60 "$gpt" "${train[@]}" --watchdog 1 --run-dir "$work/watchdog" \
+      > "$work/watchdog.log" 2>&1
+    rc=$?
+    set -e
+    [ "$rc" = 75 ] || { tail -20 "$work/watchdog.log"; fail "exit status $rc, not 75"; }
+    expect watchdog "watchdog: rank 0 made no progress for 1.[0-9] s in step 3"
+    grep -q '"kind":"hang"' "$work/watchdog/exit/rank_0.json" || fail "no hang exit record" ;;
+  never-starts)
+    # A rank that never arrives: in the first launch rank 1 sleeps before
+    # it starts, and its peers wait for it in MPI start-up. No heartbeat
+    # ever leaves "start", so the start timeout ends the launch.
+    same_as_fault_free clean
+    program="$work/late_rank.sh"
+    cat > "$program" <<WRAPPER
+#!/bin/sh
+if [ "\${OMPI_COMM_WORLD_RANK:-0}" = 1 ] && [ ! -e "$work/late_rank.slept" ]; then
+  touch "$work/late_rank.slept"; exec sleep 600
+fi
+exec "$gpt" "\$@"
+WRAPPER
+    chmod +x "$program"
+    run never-starts --start-timeout 5
+    finished never-starts
+    expect never-starts "hang of rank 1 (node 1) detected after .*: rank 1 did not start within the start timeout (5 s)"
+    expect never-starts "launch 2: 2 node(s) \[0,1\]"; same_as_fault_free never-starts ;;
   hostfile)
     # A hostfile node set on this machine: one host of 2 slots, launched
     # with mpirun --host, its health checked through mpirun too.

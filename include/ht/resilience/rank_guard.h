@@ -4,8 +4,10 @@
 // Heartbeat: a thread rewrites <run_dir>/heartbeat/rank_R.json (rank, host,
 // pid, step, phase, time) every heartbeat interval, atomically, so the
 // supervisor can tell a live rank from a silent one.
-// Watchdog: if the step/phase has not changed for `watchdog` seconds the rank
-// writes a diagnostic (step, phase, how long) and exits with kHang.
+// Watchdog: once training has begun (step 1 on), if the step/phase has not
+// changed for `watchdog` seconds the rank writes a diagnostic (step, phase,
+// how long) and exits with kHang. Start-up is left to the supervisor (htrun
+// --start-timeout).
 // Preemption: SIGTERM or SIGUSR1 sets a flag; the training loop finishes the
 // step, saves a checkpoint and exits with kPreempted.
 // Every deliberate exit writes <run_dir>/exit/rank_R.json (code, kind,
@@ -40,6 +42,12 @@ std::string exit_kind(int code);
 /// The exit code for an error that ends a rank: kExitCommFailure for
 /// communication, kExitDivergence, kExitCorruption, kExitError otherwise.
 int exit_code_for(const std::exception& e);
+
+/// The world rank the launcher gave this process (OMPI_COMM_WORLD_RANK,
+/// PMIX_RANK, SLURM_PROCID, PMI_RANK), or -1. Known before MPI starts, so a
+/// guard can beat while it does: a supervisor then tells a rank that never
+/// started from peers waiting for it.
+int launcher_rank();
 
 struct GuardOptions {
   std::string run_dir;

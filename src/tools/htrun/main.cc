@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-restarts", o.max_restarts, "relaunches before giving up");
   app.add_option("--backoff", o.backoff_s, "seconds before a relaunch (doubling while launches fail without progress, at most 30)");
   app.add_option("--hang-timeout", o.hang_timeout_s, "seconds without progress in a rank's heartbeat that mean a hang");
+  app.add_option("--start-timeout", o.start_timeout_s,
+                 "seconds from launch until every rank has started (heartbeat past start-up; 0: no limit)");
   app.add_option("--grace", o.grace_s, "seconds between TERM and KILL when stopping the job");
   app.add_option("--health-timeout", o.health_timeout_s, "seconds a node's health check may take");
   app.add_flag("--allow-shrink", o.allow_shrink, "with no spare left, continue on fewer nodes");

@@ -27,10 +27,15 @@ void on_signal(int s) { g_stop_signal = s; }
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
+/// Before the first step: MPI coming up ("launch"), or building the model and
+/// loading the checkpoint ("start"); the start timeout covers these.
+bool starting(const Heartbeat& h) { return h.phase == "launch" || h.phase == "start"; }
+
 }  // namespace
 
 struct Supervisor::Watch {
   std::string kind;  // "hang" or "preemption" when the watch itself ended the job
+  std::string message;
   int failed_rank = -1;
   double failed_at = 0, detected_at = 0;
   int exit_code = 0;
@@ -83,6 +88,9 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
 
   Watch w;
   w.resume_step = w.reached = resume_step;
+  const double launched_at = now_s();
+  const int ranks = int(active_.size()) * options_.slots;
+  bool all_started = false;
   for (;;) {
     sleep_s(0.1);
     const auto beats = read_heartbeats(options_.run_dir);
@@ -126,12 +134,33 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
     // A hang: progress stalled for the timeout. Peers blocked on the hung
     // rank stall a little later, so the rank that stopped first is named.
     for (const auto& [rank, h] : beats)
-      if (h.phase != "start" && now_s() - h.progress_s > options_.hang_timeout_s &&
+      if (!starting(h) && now_s() - h.progress_s > options_.hang_timeout_s &&
           (w.failed_rank < 0 || h.progress_s < w.failed_at)) {
         w.kind = "hang";
         w.failed_rank = rank;
         w.failed_at = h.progress_s;
       }
+    // A start that never ends: a rank that never arrived (no heartbeat: it
+    // is stuck before MPI is up, and so are its peers) or never got past
+    // start-up. The hang check above cannot see either.
+    if (!all_started) {
+      // The laggard: a rank with no heartbeat first, then one whose MPI is
+      // not up (both may be waiting for the first), then one still starting.
+      int laggard = -1;
+      for (int r = 0; r < ranks && laggard < 0; ++r)
+        if (!beats.count(r)) laggard = r;
+      for (const char* phase : {"launch", "start"})
+        for (int r = 0; r < ranks && laggard < 0; ++r)
+          if (beats.at(r).phase == phase) laggard = r;
+      all_started = laggard < 0;
+      if (!all_started && options_.start_timeout_s > 0 && now_s() - launched_at > options_.start_timeout_s) {
+        w.kind = "hang";
+        w.failed_rank = laggard;
+        w.failed_at = launched_at + options_.start_timeout_s;
+        w.message = fmt::format("rank {} did not {} within the start timeout ({:g} s)", laggard,
+                                beats.count(laggard) ? "finish starting" : "start", options_.start_timeout_s);
+      }
+    }
     if (w.kind == "hang") {
       w.detected_at = now_s();
       job.stop(options_.grace_s);
@@ -152,6 +181,7 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
 Incident Supervisor::classify(const Watch& w) {
   Incident i;
   i.kind = w.kind;
+  i.message = w.message;
   i.rank = w.failed_rank;
   double failed_at = w.failed_at;
   // What the ranks said; a peer's communication failure is an effect, not the cause.
@@ -266,9 +296,9 @@ Report Supervisor::run() {
     }
     Incident incident = classify(w);
     incident.time_s = incident.detected_at - wall_start;
-    std::fprintf(stderr, "htrun: %s of rank %d (%s) detected after %.2f s; the job reached step %lld\n",
+    std::fprintf(stderr, "htrun: %s of rank %d (%s) detected after %.2f s; the job reached step %lld%s\n",
                  incident.kind.c_str(), incident.rank, node_name(incident.node).c_str(), incident.detection_latency_s,
-                 (long long)incident.step_reached);
+                 (long long)incident.step_reached, incident.message.empty() ? "" : (": " + incident.message).c_str());
     if (incident.kind == "preemption" || incident.kind == "error") {
       report.incidents.push_back(incident);
       report.exit_code = incident.kind == "preemption" ? 77 : 2;

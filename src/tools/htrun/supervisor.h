@@ -16,6 +16,7 @@ struct SupervisorOptions {
   std::string run_dir = "runs/htrun";
   int max_restarts = 5;
   double backoff_s = 1, hang_timeout_s = 60, grace_s = 5, health_timeout_s = 120;
+  double start_timeout_s = 900;  // launch to every rank's first heartbeat past "start"; 0: none
   bool allow_shrink = false, health = true;
   std::string health_tool;                 // ht-health
   std::vector<std::string> launcher_args;  // passed to mpirun / srun
