@@ -161,7 +161,23 @@ WRAPPER
     sinfo -h -R -n n1 -o "%N %T %E" > "$work/drained.txt"  # draining while the allocation lasts, then drained
     grep -q "^n1 drain[a-z]* htrun: failed its health check" "$work/drained.txt" \
       || fail "n1 is not drained with htrun's reason: $(cat "$work/drained.txt")"
-    same_as_fault_free slurm ;;
+    same_as_fault_free slurm
+    # Preemption (Slurm's --signal=B:TERM to the batch script): htrun passes
+    # SIGUSR1 through srun; the ranks save and exit 77; a rerun finishes.
+    rm -rf "$work/slurm-preempt"
+    set +e
+    HT_FAULTS="slow:rank=0:factor=40" timeout 120 salloc --nodes 2 --ntasks-per-node 1 \
+      "$htrun" --run-dir "$work/slurm-preempt" --grace 2 -- "$gpt" "${train[@]}" > "$work/slurm-preempt.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do grep -q "^step 5/" "$work/slurm-preempt.log" 2>/dev/null && break; sleep 0.1; done
+    pkill -TERM -f "htrun --run-dir $work/slurm-preempt"; wait "$pid"; echo $? > "$work/slurm-preempt.rc"
+    set -e
+    [ "$(cat "$work/slurm-preempt.rc")" = 77 ] || { tail -20 "$work/slurm-preempt.log"; fail "htrun under Slurm exited $(cat "$work/slurm-preempt.rc") on TERM, not 77"; }
+    expect slurm-preempt "# preempted at step [0-9]*: checkpoint committed"
+    HT_FAULTS= timeout 120 salloc --nodes 2 --ntasks-per-node 1 "$htrun" --run-dir "$work/slurm-preempt" \
+      -- "$gpt" "${train[@]}" > "$work/slurm-preempt2.log" 2>&1 || fail "the rerun after preemption failed"
+    grep -q "# resumed from step" "$work/slurm-preempt2.log" || fail "the rerun did not resume"
+    same_as_fault_free slurm-preempt ;;
   hostfile-plan)
     # Several machines (not here): the node set, the launch and health
     # commands, spares taken from the end, and a refused uneven hostfile.
