@@ -296,9 +296,12 @@ Report Supervisor::run() {
     }
     Incident incident = classify(w);
     incident.time_s = incident.detected_at - wall_start;
-    std::fprintf(stderr, "htrun: %s of rank %d (%s) detected after %.2f s; the job reached step %lld%s\n",
-                 incident.kind.c_str(), incident.rank, node_name(incident.node).c_str(), incident.detection_latency_s,
-                 (long long)incident.step_reached, incident.message.empty() ? "" : (": " + incident.message).c_str());
+    const std::string who = incident.rank >= 0 ? fmt::format("rank {} ({})", incident.rank, node_name(incident.node))
+                            : incident.kind == "preemption" ? "every rank"
+                                                            : "an unknown rank";
+    std::fprintf(stderr, "htrun: %s of %s detected after %.2f s; the job reached step %lld%s\n", incident.kind.c_str(),
+                 who.c_str(), incident.detection_latency_s, (long long)incident.step_reached,
+                 incident.message.empty() ? "" : (": " + incident.message).c_str());
     if (incident.kind == "preemption" || incident.kind == "error") {
       report.incidents.push_back(incident);
       report.exit_code = incident.kind == "preemption" ? 77 : 2;
