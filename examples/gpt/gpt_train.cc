@@ -145,7 +145,7 @@ int run(Args& a) {
   a.train.validate();
   // Resilience inside the rank: heartbeats and a watchdog under the run
   // directory, preemption signals, and the failures HT_FAULTS rehearses.
-  // The guard starts before MPI when the launcher names the rank.
+  // The guard starts before MPI when an MPI launcher names the rank.
   auto start_guard = [&](int rank) {
     guard = std::make_unique<resilience::RankGuard>(
         resilience::GuardOptions{.run_dir = a.run_dir,
@@ -153,7 +153,7 @@ int run(Args& a) {
                                  .watchdog = std::chrono::milliseconds(std::int64_t(a.watchdog_s * 1000))},
         rank);
   };
-  if (const int rank = resilience::launcher_rank(); rank >= 0) {
+  if (const int rank = resilience::launcher_rank(); rank >= 0 && launched_by_mpi()) {
     start_guard(rank);
     guard->progress(0, "launch");
   }
@@ -260,6 +260,7 @@ int run(Args& a) {
                   s.straggler_ranks);
     }
     if ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == o.steps) {
+      guard->progress(s.step, "evaluate");
       const float val = trainer.evaluate();
       if (rank0) {
         std::printf("step %lld/%lld | val loss %.4f\n", (long long)s.step, (long long)o.steps, val);
@@ -269,6 +270,7 @@ int run(Args& a) {
   }
 
   // At exit the last step is saved too, and every save is waited for.
+  guard->progress(trainer.steps_done(), "finish");
   if (trainer.checkpointer()) {
     const std::string error = checkpoint_now(trainer);
     if (!error.empty()) std::fprintf(stderr, "warning: %s\n", error.c_str());

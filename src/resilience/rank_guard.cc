@@ -40,7 +40,9 @@ void write_atomically(const fs::path& path, const std::string& text) {
 }  // namespace
 
 int launcher_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK"})
+  // SLURM_PROCID last: an MPI launcher inside an allocation (hydra) leaves
+  // its proxy's value in every rank.
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
     if (const char* value = std::getenv(v); value && *value) return std::atoi(value);
   return -1;
 }

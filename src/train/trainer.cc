@@ -87,6 +87,17 @@ void Trainer::resume() {
 
 std::string Trainer::save_checkpoint() {
   HT_CHECK(checkpointer_, ErrorKind::kConfig, "save_checkpoint: no checkpoint directory was configured");
+  // Never a suspect state: not while the loss is non-finite (a state that
+  // may be diverging is not worth resuming from), and not unchecked when
+  // replicas are compared (a bit flipped since the last comparison would
+  // live on in every resumed run).
+  if (nonfinite_run_ > 0)
+    return fmt::format("checkpoint of step {} not saved: the loss is non-finite ({} steps in a row)", steps_done_,
+                       nonfinite_run_);
+  if (options_.sdc_every > 0 && replicas_checked_step_ != steps_done_) {
+    progress("replica-check");
+    check_replicas(steps_done_);
+  }
   const ckpt::RunState run{.step = steps_done_,
                            .optimizer_steps = optimizer_->step_count(),
                            .sampler_position = train_sampler_.position(),
@@ -132,6 +143,7 @@ void Trainer::inject_step_faults(std::int64_t step) {
 }
 
 void Trainer::check_replicas(std::int64_t step) {
+  replicas_checked_step_ = step;
   // Replicas (the same tp rank and stage in every dp group) hold identical
   // parameters after the update; one 64-bit checksum each is compared.
   if (mesh_->layout().dp() < 2 || options_.data_parallel.zero_stage == 3) return;
@@ -248,13 +260,14 @@ StepStats Trainer::step() {
   // One world all-reduce carries the loss, whether any rank was asked to
   // stop and whether rank 0's clock says a checkpoint is due.
   const bool stop_here = options_.guard && options_.guard->preempt_requested();
-  const std::vector<float> sums = world_sum(
-      {reports ? float(loss_sum) : 0.f, stop_here ? 1.f : 0.f, checkpoint_due_by_time() ? 1.f : 0.f});
+  // A rehearsed NaN travels in the sum, so every rank sees the same loss.
+  const float my_loss = nan_fault ? NAN : reports ? float(loss_sum) : 0.f;
+  const std::vector<float> sums =
+      world_sum({my_loss, stop_here ? 1.f : 0.f, checkpoint_due_by_time() ? 1.f : 0.f});
   s.loss = float(double(sums[0]) / double(options_.grad_accum * mesh_->layout().dp()));
   s.stop_requested = sums[1] > 0.f;
   checkpoint_deferred_ = checkpointer_ && (checkpoint_deferred_ || sums[2] > 0.f ||
                                            (options_.ckpt_every > 0 && s.step % options_.ckpt_every == 0));
-  if (nan_fault) s.loss = NAN;
   // Divergence: the loss non-finite for too many steps in a row (an overflow
   // that loss scaling handles does not count: its loss is finite).
   nonfinite_run_ = std::isfinite(s.loss) ? 0 : nonfinite_run_ + 1;
@@ -266,12 +279,6 @@ StepStats Trainer::step() {
   // worth resuming from. The save waits for the next finite step.
   if (checkpoint_deferred_ && nonfinite_run_ == 0) {
     checkpoint_deferred_ = false;
-    // Nor unchecked, when replicas are compared: a bit flipped since the
-    // last comparison would otherwise live on in every resumed run.
-    if (options_.sdc_every > 0 && s.step % options_.sdc_every != 0) {
-      progress("replica-check");
-      check_replicas(s.step);
-    }
     progress("checkpoint");
     s.checkpoint_error = save_checkpoint();
     s.checkpointed = true;

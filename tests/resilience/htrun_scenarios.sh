@@ -15,7 +15,7 @@ text="$work/text.txt"
 steps=24
 nodes=2
 [ "$scenario" = chaos ] && steps=40 && nodes=3
-nodeset=(--nodes "$nodes" --slots 1)  # the htrun node set of run()
+nodeset=(--local --nodes "$nodes" --slots 1)  # the htrun node set of run() (simulated even under Slurm)
 program="$gpt"                        # the program run() launches
 train=(--text "$text" --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --eval-every 0
        --eval-batches 1 --sample-tokens 0 --heartbeat 0.1 --steps "$steps" --ckpt-every 4)
@@ -83,7 +83,7 @@ case "$scenario" in
   preempt)
     rm -rf "$work/preempt"
     set +e
-    HT_FAULTS="slow:rank=0:factor=40" "$htrun" --nodes 2 --slots 1 --run-dir "$work/preempt" --grace 2 \
+    HT_FAULTS="slow:rank=0:factor=40" "$htrun" "${nodeset[@]}" --run-dir "$work/preempt" --grace 2 \
       -- "$gpt" "${train[@]}" > "$work/preempt.log" 2>&1 &
     pid=$!
     for _ in $(seq 300); do grep -q "^step 5/" "$work/preempt.log" 2>/dev/null && break; sleep 0.1; done
@@ -92,7 +92,7 @@ case "$scenario" in
     [ "$(cat "$work/preempt.rc")" = 77 ] || { tail -20 "$work/preempt.log"; fail "htrun exited $(cat "$work/preempt.rc"), not 77"; }
     expect preempt "# preempted at step"; expect preempt "preempted: checkpoint saved"
     # The same command again, without the fault, finishes from that checkpoint.
-    HT_FAULTS= "$htrun" --nodes 2 --slots 1 --run-dir "$work/preempt" -- "$gpt" "${train[@]}" > "$work/preempt2.log" 2>&1 \
+    HT_FAULTS= "$htrun" "${nodeset[@]}" --run-dir "$work/preempt" -- "$gpt" "${train[@]}" > "$work/preempt2.log" 2>&1 \
       || fail "the rerun after preemption failed"
     grep -q "# resumed from step" "$work/preempt2.log" || fail "the rerun did not resume"
     same_as_fault_free preempt ;;
@@ -192,15 +192,28 @@ WRAPPER
     if "$htrun" --hostfile "$work/uneven" --dry-run -- "$gpt" > "$work/uneven.log" 2>&1; then fail "an uneven hostfile was accepted"; fi
     grep -q "node-b has 2 slots where earlier hosts have 4" "$work/uneven.log" || fail "unclear error: $(cat "$work/uneven.log")" ;;
   chaos)
-    # Five random faults (the seed is printed; HT_CHAOS_SEED repeats a run)
-    # on 3 nodes with a spare: the run must finish by itself with the
-    # fault-free run's bits.
-    seed="${HT_CHAOS_SEED:-$(( $(date +%s) % 32768 ))}"
+    # Five random faults on 3 nodes with a spare: the run must finish by
+    # itself with the fault-free run's bits, and every fault that ends a
+    # rank must have fired, each an incident. HT_CHAOS_SEED draws another plan.
+    seed="${HT_CHAOS_SEED:-4}"
     plan="$(bash "$(dirname "$0")/chaos_faults.sh" "$seed" 5 3 $((steps - 2)) 3 3 4)"
     echo "chaos seed $seed: HT_FAULTS=$plan"
     HT_FAULTS="$plan" run chaos --spares 1 -- --sdc-every 1 --divergence-steps 2
     finished chaos
     grep "^htrun: .* detected\|cordoned" "$work/chaos.log" || true
+    ending=0
+    for fault in ${plan//,/ }; do
+      case "$fault" in crash:*|hang:*|bitflip:*|nan:*)
+        ending=$((ending + 1))
+        grep -qx "$fault" "$work/chaos/faults_fired.txt" || fail "$fault never fired" ;;
+      esac
+      case "$fault" in crash:*|hang:*)  # the rank at fault is the one named
+        kind="${fault%%:*}"; rank="${fault#*rank=}"; rank="${rank%%:*}"
+        expect chaos "^htrun: $kind of rank $rank " ;;
+      esac
+    done
+    incidents=$(grep -c "^htrun: .* detected after" "$work/chaos.log" || true)
+    [ "$incidents" -ge "$ending" ] || fail "$incidents incidents for $ending faults that end a rank"
     same_as_fault_free chaos ;;
   straggler)
     HT_FAULTS="slow:rank=1:factor=4" run straggler -- --straggler-window 2 --straggler-windows 2

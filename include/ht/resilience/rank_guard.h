@@ -44,7 +44,7 @@ std::string exit_kind(int code);
 int exit_code_for(const std::exception& e);
 
 /// The world rank the launcher gave this process (OMPI_COMM_WORLD_RANK,
-/// PMIX_RANK, SLURM_PROCID, PMI_RANK), or -1. Known before MPI starts, so a
+/// PMIX_RANK, PMI_RANK, SLURM_PROCID), or -1. Known before MPI starts, so a
 /// guard can beat while it does: a supervisor then tells a rank that never
 /// started from peers waiting for it.
 int launcher_rank();

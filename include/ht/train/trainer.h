@@ -126,7 +126,9 @@ class Trainer {
   std::map<std::string, Tensor> full_parameters();
 
   /// Starts an asynchronous checkpoint of the current state (collective;
-  /// needs ckpt_dir). Returns a previous save's failure message, if any.
+  /// needs ckpt_dir). With sdc_every, replicas are compared first (throws
+  /// kCorruption on a mismatch); while the loss is non-finite nothing is
+  /// saved. Returns why not, or a previous save's failure, if any.
   std::string save_checkpoint();
   /// Waits for the checkpoint in flight; returns its failure message, if any.
   std::string wait_for_checkpoint();
@@ -183,6 +185,7 @@ class Trainer {
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;
   std::chrono::steady_clock::time_point last_checkpoint_time_ = std::chrono::steady_clock::now();
   bool checkpoint_deferred_ = false;  // a save is due but waits for a finite loss
+  std::int64_t replicas_checked_step_ = -1;  // the step of the last replica comparison
   data::BatchSampler train_sampler_;
   data::BatchSampler val_sampler_;
 };

@@ -1,6 +1,8 @@
 // htrun's Job: fork/exec in a process group, output tee, stop.
 #include "htrun/job.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,9 +25,13 @@ Job::Job(const std::vector<std::string>& argv, const std::vector<std::string>& e
     : echo_(echo), parser_(std::move(dead_rank_parser)), log_path_(log_path) {
   if (argv.empty()) throw std::invalid_argument("htrun: an empty command");
   int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   pid_ = ::fork();
-  if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid_ < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  }
   if (pid_ == 0) {
     ::setpgid(0, 0);
     ::dup2(fds[1], 1);
@@ -47,6 +53,13 @@ Job::Job(const std::vector<std::string>& argv, const std::vector<std::string>& e
 
 Job::~Job() {
   if (!done_) stop(2.0);
+  finish();
+}
+
+void Job::finish(double drain_s) {
+  const double deadline = now_s() + drain_s;
+  while (!reader_done_ && now_s() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  stop_reading_ = true;
   if (reader_.joinable()) reader_.join();
 }
 
@@ -55,6 +68,15 @@ void Job::pump(int fd) {
   std::string line;
   char buf[4096];
   for (;;) {
+    // Poll, so that finish() can end the reading even while some process
+    // outside the job's group keeps the pipe open.
+    pollfd pfd{fd, POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, 100);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) {
+      if (stop_reading_) break;
+      continue;
+    }
     const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n <= 0) break;
     if (echo_) {
@@ -79,12 +101,17 @@ void Job::pump(int fd) {
     }
   }
   ::close(fd);
+  reader_done_ = true;
 }
 
 bool Job::poll() {
   if (done_) return true;
   const pid_t r = ::waitpid(pid_, &status_, WNOHANG);
   if (r == pid_) done_ = true;
+  if (r < 0 && errno != EINTR) {  // not our child any more (SIGCHLD ignored?): count it as failed
+    status_ = 1 << 8;
+    done_ = true;
+  }
   return done_;
 }
 
@@ -92,7 +119,7 @@ int Job::wait(double timeout_s, double grace_s) {
   const double deadline = now_s() + timeout_s;
   while (!poll() && now_s() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   stop(grace_s);
-  if (reader_.joinable()) reader_.join();
+  finish();
   return exit_code();
 }
 

@@ -32,6 +32,10 @@ class Job {
   bool poll();
   /// Waits up to `timeout_s` for the exit, then stops it; returns exit_code().
   int wait(double timeout_s, double grace_s);
+  /// After the exit: reads what is left of the output (at most `drain_s`:
+  /// a process outside the group may hold the pipe open) and stops reading,
+  /// so dead_rank() has seen every line.
+  void finish(double drain_s = 2.0);
   /// Exit code, or 128 + the signal that ended it.
   int exit_code() const;
   /// Sends `sig` to the child itself (a launcher forwards it to the ranks).
@@ -51,6 +55,7 @@ class Job {
   bool done_ = false;
   bool echo_ = false;
   DeadRankParser parser_;
+  std::atomic<bool> reader_done_{false}, stop_reading_{false};
   std::atomic<int> dead_rank_{-1};
   std::atomic<double> dead_time_{0};
   std::string log_path_;

@@ -1,6 +1,7 @@
 // htrun: reading heartbeats, exit records and checkpoints from the run directory.
 #include "htrun/run_files.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -63,6 +64,8 @@ std::vector<ExitRecord> read_exit_records(const std::string& run_dir) {
     r.blamed = j.value("blamed_ranks", std::vector<int>{});
     out.push_back(std::move(r));
   }
+  // The first to exit first: the others often exit because of it.
+  std::sort(out.begin(), out.end(), [](const ExitRecord& a, const ExitRecord& b) { return a.time_s < b.time_s; });
   return out;
 }
 

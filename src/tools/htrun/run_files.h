@@ -10,9 +10,10 @@
 
 namespace htrun {
 
-/// The last step completed by a rank in `step`, `phase`.
+/// The last step completed by a rank in `step`, `phase` (the phases after a
+/// step: "step-done", "evaluate", "finish").
 inline std::int64_t completed_step(std::int64_t step, const std::string& phase) {
-  return phase == "step-done" ? step : step - 1;
+  return phase == "step-done" || phase == "evaluate" || phase == "finish" ? step : step - 1;
 }
 
 struct Heartbeat {
@@ -36,6 +37,7 @@ struct ExitRecord {
 };
 
 std::map<int, Heartbeat> read_heartbeats(const std::string& run_dir);
+/// Oldest first.
 std::vector<ExitRecord> read_exit_records(const std::string& run_dir);
 /// Removes the heartbeats and exit records of an earlier launch.
 void clear_rank_files(const std::string& run_dir);

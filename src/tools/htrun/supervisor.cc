@@ -31,6 +31,20 @@ void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<doubl
 /// loading the checkpoint ("start"); the start timeout covers these.
 bool starting(const Heartbeat& h) { return h.phase == "launch" || h.phase == "start"; }
 
+/// Whether `a` got less far than `b`: an earlier step, an earlier phase of
+/// the step (the trainer's order), or the same place reached earlier.
+bool behind(const Heartbeat& a, const Heartbeat& b) {
+  static const std::vector<std::string> order{"data",          "forward-backward", "gradient-reduction", "optimizer",
+                                              "replica-check", "checkpoint",       "step-done",          "evaluate",
+                                              "finish"};
+  auto place = [](const Heartbeat& h) {
+    const auto it = std::find(order.begin(), order.end(), h.phase);
+    return std::make_pair(h.step, it - order.begin());
+  };
+  if (place(a) != place(b)) return place(a) < place(b);
+  return a.progress_s < b.progress_s;
+}
+
 }  // namespace
 
 struct Supervisor::Watch {
@@ -41,8 +55,11 @@ struct Supervisor::Watch {
   int exit_code = 0;
   int dead_rank = -1;  // the launcher's report of a rank killed by a signal
   double dead_time = 0;
-  std::int64_t resume_step = 0, reached = 0, first_step = -1;
-  double first_progress_s = 0, last_progress_s = 0;  // when this launch completed its first and last step
+  std::int64_t resume_step = 0, reached = 0;
+  // The first and last step a heartbeat showed completed, and when: the
+  // launch's step rate (reached may be later, from exit records).
+  std::int64_t first_step = -1, last_step = -1;
+  double first_progress_s = 0, last_progress_s = 0;
 };
 
 Supervisor::Supervisor(SupervisorOptions options, Cluster cluster)
@@ -101,21 +118,9 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
           w.first_step = done;
           w.first_progress_s = h.progress_s;
         }
-        w.reached = done;
+        w.reached = w.last_step = done;
         w.last_progress_s = h.progress_s;
       }
-    }
-    if (job.poll()) {
-      w.detected_at = now_s();
-      break;
-    }
-    // A rank killed by a signal: the launcher may take a while to end the
-    // others (srun waits KillWait for ranks stuck in a collective), so stop
-    // the job now.
-    if (job.dead_rank() >= 0) {
-      w.detected_at = now_s();
-      job.stop(options_.grace_s);
-      break;
     }
     if (g_stop_signal) {
       // Pass the preemption on to the ranks themselves (SIGUSR1: a launcher
@@ -131,15 +136,29 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
       w.detected_at = w.failed_at = now_s();
       break;
     }
-    // A hang: progress stalled for the timeout. Peers blocked on the hung
-    // rank stall a little later, so the rank that stopped first is named.
+    if (job.poll()) {
+      w.detected_at = now_s();
+      break;
+    }
+    // A rank killed by a signal: the launcher may take a while to end the
+    // others (srun waits KillWait for ranks stuck in a collective), so stop
+    // the job now.
+    if (job.dead_rank() >= 0) {
+      w.detected_at = now_s();
+      job.stop(options_.grace_s);
+      break;
+    }
+    // A hang: progress stalled for the timeout. Peers go on until they
+    // block on the hung rank, so the rank that got least far is named (then
+    // the one that stopped first).
+    const Heartbeat* hung = nullptr;
     for (const auto& [rank, h] : beats)
-      if (!starting(h) && now_s() - h.progress_s > options_.hang_timeout_s &&
-          (w.failed_rank < 0 || h.progress_s < w.failed_at)) {
-        w.kind = "hang";
-        w.failed_rank = rank;
-        w.failed_at = h.progress_s;
-      }
+      if (!starting(h) && now_s() - h.progress_s > options_.hang_timeout_s && (!hung || behind(h, *hung))) hung = &h;
+    if (hung) {
+      w.kind = "hang";
+      w.failed_rank = hung->rank;
+      w.failed_at = hung->progress_s;
+    }
     // A start that never ends: a rank that never arrived (no heartbeat: it
     // is stuck before MPI is up, and so are its peers) or never got past
     // start-up. The hang check above cannot see either.
@@ -172,6 +191,7 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
   for (const ExitRecord& e : read_exit_records(options_.run_dir))
     w.reached = std::max(w.reached, completed_step(e.step, e.phase));
   w.reached = std::max(w.reached, latest_checkpoint_step(options_.run_dir));
+  job.finish();  // every line read: the launcher's report of a dead rank may be in the last ones
   w.exit_code = job.exit_code();
   w.dead_rank = job.dead_rank();
   w.dead_time = job.dead_time();
@@ -199,6 +219,9 @@ Incident Supervisor::classify(const Watch& w) {
     i.kind = "crash";
     i.rank = w.dead_rank;
     failed_at = w.dead_time;
+    if (i.rank < 0)
+      i.message = fmt::format("the launcher exited {} and no rank said why (see {})", w.exit_code,
+                              (fs::path(options_.run_dir) / "htrun_job.log").string());
   }
   if (failed_at == 0) failed_at = w.detected_at;
   const std::size_t node_index = i.rank >= 0 ? std::size_t(i.rank / options_.slots) : active_.size();
@@ -234,7 +257,7 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
   for (const Node& n : active_)
     if (incident.node < 0 || incident.kind == "corruption" || n.id == incident.node) suspects.push_back(n);
   // A straggler is cordoned whatever its health check says: the job asked for it.
-  const bool cordon_anyway = incident.kind == "straggler";
+  const bool cordon_anyway = incident.kind == "straggler" && incident.node >= 0;
   for (const Node& node : suspects) {
     const bool ok = !options_.health || node_healthy(node);
     incident.health.push_back({{"node", node.id}, {"host", node.host}, {"healthy", ok}});
@@ -284,8 +307,8 @@ Report Supervisor::run() {
     }
     // Productive time: the steps this launch added beyond any earlier launch,
     // at this launch's own step rate (steps redone after a failure are not).
-    if (w.first_step >= 0 && w.reached > w.first_step) {
-      const double per_step = (w.last_progress_s - w.first_progress_s) / double(w.reached - w.first_step);
+    if (w.first_step >= 0 && w.last_step > w.first_step) {
+      const double per_step = (w.last_progress_s - w.first_progress_s) / double(w.last_step - w.first_step);
       report.productive_s += per_step * double(std::max<std::int64_t>(0, w.reached - std::max(best_reached, resume_step)));
     }
     best_reached = std::max(best_reached, w.reached);
@@ -302,6 +325,9 @@ Report Supervisor::run() {
     std::fprintf(stderr, "htrun: %s of %s detected after %.2f s; the job reached step %lld%s\n", incident.kind.c_str(),
                  who.c_str(), incident.detection_latency_s, (long long)incident.step_reached,
                  incident.message.empty() ? "" : (": " + incident.message).c_str());
+    // Ranks preempted by someone else (Slurm signals the tasks) saved and
+    // stopped: so does the job.
+    if (incident.kind == "preempted") incident.kind = "preemption";
     if (incident.kind == "preemption" || incident.kind == "error") {
       report.incidents.push_back(incident);
       report.exit_code = incident.kind == "preemption" ? 77 : 2;
@@ -325,7 +351,17 @@ Report Supervisor::run() {
     // Back-off doubles with each failure in a row that made no progress; a
     // launch that trained past its checkpoint starts the doubling afresh.
     failures_in_a_row = w.reached > resume_step ? 1 : failures_in_a_row + 1;
-    sleep_s(std::min(30.0, options_.backoff_s * double(1 << std::min(failures_in_a_row - 1, 5))));
+    const double relaunch_at =
+        now_s() + std::min(30.0, options_.backoff_s * double(1 << std::min(failures_in_a_row - 1, 5)));
+    while (now_s() < relaunch_at && !g_stop_signal) sleep_s(0.05);
+    if (g_stop_signal) {
+      report.incidents.push_back(*pending);
+      pending.reset();
+      report.exit_code = 77;
+      report.verdict = fmt::format("stopped by a signal before relaunching; the newest checkpoint is step {}",
+                                   latest_checkpoint_step(options_.run_dir));
+      break;
+    }
   }
   if (pending) report.incidents.push_back(*pending);
   report.wall_s = now_s() - wall_start;
