@@ -138,12 +138,15 @@ WRAPPER
     grep -q '"healthy": true' "$work/hostfile/htrun_report.json" || fail "no health check of localhost in the report"
     same_as_fault_free hostfile ;;
   slurm)
-    # A real Slurm of 3 nodes on this machine (tests/resilience/slurm_local.sh):
-    # htrun inside an allocation launches with srun, finds node 1 unhealthy
-    # after its rank crashed, drains it in Slurm and brings in the spare n2.
+    # A real Slurm of 4 nodes on this machine (tests/resilience/slurm_local.sh):
+    # htrun inside an allocation of 3 launches with srun, finds node 1
+    # unhealthy after its rank crashed, drains it in Slurm and brings in the
+    # spare n2.
     same_as_fault_free clean  # the fault-free run on simulated nodes first
     cluster="$work/slurm-cluster"
-    eval "$(SLURM_LOCAL_NODES=3 bash "$(dirname "$0")/slurm_local.sh" start "$cluster")"
+    env_lines="$(SLURM_LOCAL_NODES=4 bash "$(dirname "$0")/slurm_local.sh" start "$cluster")" \
+      || fail "the one-machine Slurm did not start"
+    eval "$env_lines"
     trap 'bash "$(dirname "$0")/slurm_local.sh" stop "$cluster"' EXIT
     nodeset=(--spares 1)
     rm -rf "$work/slurm"
@@ -177,7 +180,24 @@ WRAPPER
     HT_FAULTS= timeout 120 salloc --nodes 2 --ntasks-per-node 1 "$htrun" --run-dir "$work/slurm-preempt" \
       -- "$gpt" "${train[@]}" > "$work/slurm-preempt2.log" 2>&1 || fail "the rerun after preemption failed"
     grep -q "# resumed from step" "$work/slurm-preempt2.log" || fail "the rerun did not resume"
-    same_as_fault_free slurm-preempt ;;
+    same_as_fault_free slurm-preempt
+    # examples/slurm/train_gpt.sbatch on a small model: Slurm's TERM to the
+    # batch script reaches the ranks through htrun, they save, htrun exits
+    # 77 and the script requeues the job.
+    rm -rf "$work/sbatch"
+    job=$(RUN_DIR="$work/sbatch" GPT_TRAIN="$gpt" HANG_TIMEOUT=20 GPT_ARGS="--text $text --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --eval-every 0 --eval-batches 1 --sample-tokens 0 --steps 100000" \
+      PATH="$(dirname "$htrun"):$PATH" sbatch --parsable --nodes 3 --ntasks-per-node 1 --gpus-per-node 0 \
+      -o "$work/sbatch.log" "$(dirname "$0")/../../examples/slurm/train_gpt.sbatch")
+    for _ in $(seq 600); do grep -q "^step 5/" "$work/sbatch.log" 2>/dev/null && break; sleep 0.1; done
+    grep -q "^step 5/" "$work/sbatch.log" 2>/dev/null \
+      || { scancel "$job" || true; squeue; fail "the batch job did not train within 60 s"; }
+    scancel --signal=TERM --batch "$job"
+    for _ in $(seq 300); do [ "$(squeue -h -j "$job" -o %T)" = PENDING ] && break; sleep 0.1; done
+    state=$(squeue -h -j "$job" -o "%T %r")
+    scancel "$job" || true
+    expect sbatch "# preempted at step [0-9]*: checkpoint committed"
+    expect sbatch "htrun report: preempted: checkpoint saved"
+    case "$state" in PENDING*) ;; *) tail -20 "$work/sbatch.log"; fail "the batch job was not requeued (state '$state')" ;; esac ;;
   hostfile-plan)
     # Several machines (not here): the node set, the launch and health
     # commands, spares taken from the end, and a refused uneven hostfile.

@@ -60,6 +60,7 @@ struct Supervisor::Watch {
   // launch's step rate (reached may be later, from exit records).
   std::int64_t first_step = -1, last_step = -1;
   double first_progress_s = 0, last_progress_s = 0;
+  double launched_at = 0;
 };
 
 Supervisor::Supervisor(SupervisorOptions options, Cluster cluster)
@@ -105,7 +106,7 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
 
   Watch w;
   w.resume_step = w.reached = resume_step;
-  const double launched_at = now_s();
+  const double launched_at = w.launched_at = now_s();
   const int ranks = int(active_.size()) * options_.slots;
   bool all_started = false;
   for (;;) {
@@ -297,6 +298,7 @@ Report Supervisor::run() {
   std::optional<Incident> pending;  // the last incident, waiting for its recovery time
   std::int64_t best_reached = 0;
   int failures_in_a_row = 0;
+  int last_early_failure_code = -1;
   for (;;) {
     const std::int64_t resume_step = latest_checkpoint_step(options_.run_dir);
     const Watch w = launch_and_watch(report.restarts + 1, resume_step);
@@ -309,7 +311,10 @@ Report Supervisor::run() {
     // at this launch's own step rate (steps redone after a failure are not).
     if (w.first_step >= 0 && w.last_step > w.first_step) {
       const double per_step = (w.last_progress_s - w.first_progress_s) / double(w.last_step - w.first_step);
-      report.productive_s += per_step * double(std::max<std::int64_t>(0, w.reached - std::max(best_reached, resume_step)));
+      const double productive =
+          per_step * double(std::max<std::int64_t>(0, w.reached - std::max(best_reached, resume_step)));
+      // The rate is sampled (heartbeats): never more than the launch lasted.
+      report.productive_s += std::min(productive, w.detected_at - w.launched_at);
     }
     best_reached = std::max(best_reached, w.reached);
     if (w.kind.empty() && w.exit_code == 0) {
@@ -336,6 +341,18 @@ Report Supervisor::run() {
                            : "the program failed on its input (exit record kind 'error'); not retried";
       break;
     }
+    // The program failing the same way before any training, with nothing
+    // said (a usage error, a missing file), will fail again: stop.
+    const bool early_failure = w.first_step < 0 && w.reached == resume_step && incident.rank < 0 &&
+                               incident.message.rfind("the launcher exited", 0) == 0 && w.exit_code < 128;
+    if (early_failure && w.exit_code == last_early_failure_code) {
+      report.incidents.push_back(incident);
+      report.exit_code = 2;
+      report.verdict = fmt::format("the program failed before training twice in a row (exit {}); see {}", w.exit_code,
+                                   (fs::path(options_.run_dir) / "htrun_job.log").string());
+      break;
+    }
+    last_early_failure_code = early_failure ? w.exit_code : -1;
     if (!replace_bad_nodes(incident, report)) {
       report.incidents.push_back(incident);
       report.exit_code = 1;
