@@ -3,11 +3,13 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -20,15 +22,19 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-/// Runs a shell command and returns its stdout; throws if it fails.
+/// Runs a shell command (at most 60 s: a Slurm controller that does not
+/// answer must not stop htrun) and returns its output; throws if it fails.
 std::string capture(const std::string& command) {
-  FILE* p = ::popen(command.c_str(), "r");
+  FILE* p = ::popen(("timeout 60 " + command + " 2>&1").c_str(), "r");
   if (!p) throw std::runtime_error(fmt::format("htrun: cannot run '{}'", command));
   std::string out;
   char buf[4096];
   for (std::size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-  const int rc = ::pclose(p);
-  if (rc != 0) throw std::runtime_error(fmt::format("htrun: '{}' failed (status {})", command, rc));
+  const int status = ::pclose(p);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (code != 0)
+    throw std::runtime_error(fmt::format("htrun: '{}' failed (exit {}{}): {}", command, code,
+                                         code == 124 ? ", timed out after 60 s" : "", out));
   return out;
 }
 
@@ -90,9 +96,21 @@ Cluster Cluster::from_slurm(int* slots) {
   std::istringstream hosts(capture("scontrol show hostnames " + shell_quote(nodelist)));
   for (std::string host; hosts >> host;) c.nodes_.push_back({int(c.nodes_.size()), host});
   if (c.nodes_.empty()) throw std::runtime_error(fmt::format("htrun: the allocation's node list '{}' is empty", nodelist));
-  // "2" or "2(x3)": the same count on every node is all htrun supports.
-  if (const char* per_node = std::getenv("SLURM_NTASKS_PER_NODE"); per_node && *per_node)
-    *slots = std::atoi(per_node);
+  // Tasks per node, "2(x3)" or "2,1(x2)": htrun needs the same count on
+  // every node (a spare replaces a node of the same size).
+  if (const char* per_node = std::getenv("SLURM_TASKS_PER_NODE"); per_node && *per_node) {
+    const std::regex count(R"((\d+)(\(x\d+\))?)");
+    std::set<int> counts;
+    const std::string text = per_node;
+    for (std::sregex_iterator it(text.begin(), text.end(), count), end; it != end; ++it)
+      counts.insert(std::stoi((*it)[1]));
+    if (counts.size() > 1)
+      throw std::runtime_error(fmt::format(
+          "htrun: the allocation has different task counts per node (SLURM_TASKS_PER_NODE={}); ask for the same "
+          "number on every node (--ntasks-per-node)",
+          per_node));
+    if (counts.size() == 1) *slots = *counts.begin();
+  }
   return c;
 }
 
@@ -165,7 +183,7 @@ std::vector<std::string> Cluster::on_node(const Node& node, const std::vector<st
 
 std::string Cluster::cordon(const Node& node, const std::string& reason) const {
   if (kind_ != ClusterKind::kSlurm) return "";
-  const std::string cmd = fmt::format("scontrol update NodeName={} State=DRAIN Reason={} 2>&1", shell_quote(node.host),
+  const std::string cmd = fmt::format("scontrol update NodeName={} State=DRAIN Reason={}", shell_quote(node.host),
                                       shell_quote("htrun: " + reason));
   try {
     capture(cmd);

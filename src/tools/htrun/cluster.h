@@ -28,8 +28,8 @@ class Cluster {
   /// Reads an Open MPI hostfile; `slots` receives the slots per host (the
   /// same for every host, or the file is refused).
   static Cluster from_hostfile(const std::string& path, int* slots);
-  /// The current Slurm allocation; `slots` receives SLURM_NTASKS_PER_NODE
-  /// when Slurm sets it (else it is left as it is).
+  /// The current Slurm allocation; `slots` receives its tasks per node
+  /// (SLURM_TASKS_PER_NODE; different counts on different nodes are refused).
   static Cluster from_slurm(int* slots);
 
   ClusterKind kind() const { return kind_; }
