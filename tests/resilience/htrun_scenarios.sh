@@ -96,6 +96,13 @@ case "$scenario" in
       || fail "the rerun after preemption failed"
     grep -q "# resumed from step" "$work/preempt2.log" || fail "the rerun did not resume"
     same_as_fault_free preempt ;;
+  bad-flag)
+    # A program that fails before training, saying nothing htrun can read
+    # (a usage error): stopped after the same failure twice, not retried on.
+    run bad-flag -- --no-such-flag
+    [ "$(cat "$work/bad-flag.rc")" = 2 ] || { tail -20 "$work/bad-flag.log"; fail "htrun exited $(cat "$work/bad-flag.rc"), not 2"; }
+    expect bad-flag "failure of an unknown rank detected .*the launcher exited [0-9]* and no rank said why"
+    expect bad-flag "htrun report: the program failed before training twice in a row (exit [0-9]*); see .*htrun_job.log; 1 restart(s)" ;;
   watchdog)
     # Inside the rank, without htrun: a hung step ends the rank with 75 and
     # an exit record that says where it was.

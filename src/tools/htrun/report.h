@@ -13,7 +13,7 @@
 namespace htrun {
 
 struct Incident {
-  std::string kind;  // crash, hang, divergence, corruption, straggler, preemption, error, ...
+  std::string kind;  // crash, hang, divergence, corruption, straggler, preemption, error, failure (unexplained)
   int rank = -1;     // the rank at fault, -1 when unknown
   int node = -1;     // its node id
   std::string host;

@@ -55,6 +55,8 @@ struct Supervisor::Watch {
   int exit_code = 0;
   int dead_rank = -1;  // the launcher's report of a rank killed by a signal
   double dead_time = 0;
+  std::vector<ExitRecord> exits;  // what the ranks said, oldest first
+  std::int64_t checkpoint_step = 0;  // the newest committed checkpoint when the launch ended
   std::int64_t resume_step = 0, reached = 0;
   // The first and last step a heartbeat showed completed, and when: the
   // launch's step rate (reached may be later, from exit records).
@@ -189,9 +191,10 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
   }
   // Heartbeats are sampled: the exit records and the checkpoints may know
   // of later steps.
-  for (const ExitRecord& e : read_exit_records(options_.run_dir))
-    w.reached = std::max(w.reached, completed_step(e.step, e.phase));
-  w.reached = std::max(w.reached, latest_checkpoint_step(options_.run_dir));
+  w.exits = read_exit_records(options_.run_dir);
+  w.checkpoint_step = latest_checkpoint_step(options_.run_dir);
+  for (const ExitRecord& e : w.exits) w.reached = std::max(w.reached, completed_step(e.step, e.phase));
+  w.reached = std::max(w.reached, w.checkpoint_step);
   job.finish();  // every line read: the launcher's report of a dead rank may be in the last ones
   w.exit_code = job.exit_code();
   w.dead_rank = job.dead_rank();
@@ -207,7 +210,7 @@ Incident Supervisor::classify(const Watch& w) {
   double failed_at = w.failed_at;
   // What the ranks said; a peer's communication failure is an effect, not the cause.
   if (i.kind.empty())
-    for (const ExitRecord& e : read_exit_records(options_.run_dir)) {
+    for (const ExitRecord& e : w.exits) {
       if (e.kind == "comm-failure" || e.kind == "ok") continue;
       i.kind = e.kind;
       i.rank = e.blamed.empty() ? e.rank : e.blamed.front();
@@ -217,7 +220,7 @@ Incident Supervisor::classify(const Watch& w) {
     }
   // Then the launcher's report of a rank killed by a signal.
   if (i.kind.empty()) {
-    i.kind = "crash";
+    i.kind = w.dead_rank >= 0 ? "crash" : "failure";  // a failure: an exit nobody explained
     i.rank = w.dead_rank;
     failed_at = w.dead_time;
     if (i.rank < 0)
@@ -234,7 +237,7 @@ Incident Supervisor::classify(const Watch& w) {
   i.detected_at = w.detected_at;
   i.detection_latency_s = std::max(0.0, w.detected_at - failed_at);
   i.step_reached = w.reached;
-  i.steps_lost = std::max<std::int64_t>(0, w.reached - latest_checkpoint_step(options_.run_dir));
+  i.steps_lost = std::max<std::int64_t>(0, w.reached - w.checkpoint_step);
   return i;
 }
 
@@ -343,8 +346,8 @@ Report Supervisor::run() {
     }
     // The program failing the same way before any training, with nothing
     // said (a usage error, a missing file), will fail again: stop.
-    const bool early_failure = w.first_step < 0 && w.reached == resume_step && incident.rank < 0 &&
-                               incident.message.rfind("the launcher exited", 0) == 0 && w.exit_code < 128;
+    const bool early_failure = w.kind.empty() && w.exits.empty() && w.dead_rank < 0 && w.first_step < 0 &&
+                               w.reached == resume_step && w.exit_code < 128;
     if (early_failure && w.exit_code == last_early_failure_code) {
       report.incidents.push_back(incident);
       report.exit_code = 2;
