@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -566,6 +567,17 @@ struct Compute {
   float sink() const { return kind == "sgemm" ? c.item(0) : v[0]; }
 };
 
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 int run_overlap(Communicator& c, MPI_Comm world, const Options& o, bool print) {
   const int rank = c.rank();
   const std::int64_t count = o.overlap_bytes / std::int64_t(ht::dtype_size(o.dtype));
@@ -603,6 +615,7 @@ int run_overlap(Communicator& c, MPI_Comm world, const Options& o, bool print) {
   // previous one completes (polled between compute steps).
   MPI_Barrier(world);
   long completed = 0;
+  const double process_cpu0 = process_cpu_seconds(), caller_cpu0 = thread_cpu_seconds();
   WorkPtr w = issue(c, Op::kAllReduce, in, out, o.redop, 0);
   const auto t0 = Clock::now();
   for (long i = 0; i < steps; ++i) {
@@ -613,6 +626,11 @@ int run_overlap(Communicator& c, MPI_Comm world, const Options& o, bool print) {
     }
   }
   double with = std::chrono::duration<double>(Clock::now() - t0).count();
+  // CPU time of this process's other threads (the communication thread, and
+  // MPI's own) while the loop ran, as a share of the loop's wall time.
+  double others_cpu = (process_cpu_seconds() - process_cpu0) - (thread_cpu_seconds() - caller_cpu0);
+  double others_share = others_cpu / with;
+  MPI_Allreduce(MPI_IN_PLACE, &others_share, 1, MPI_DOUBLE, MPI_MAX, world);
   // Ranks may have issued different numbers of all-reduces: agree on the
   // largest (before waiting, which needs the peers' matching calls) and catch up.
   long issued = completed + 1, most = issued;
@@ -635,7 +653,8 @@ int run_overlap(Communicator& c, MPI_Comm world, const Options& o, bool print) {
                           {"compute_alone_ms", alone * 1e3}, {"compute_alone_first_ms", alone1 * 1e3},
                           {"compute_alone_second_ms", alone2 * 1e3}, {"compute_with_comm_ms", with * 1e3},
                           {"compute_speed_lost_pct", loss * 100}, {"all_reduces_completed", min_completed},
-                          {"all_reduce_alone_ms", comm_alone * 1e3}, {"all_reduce_during_compute_ms", comm_during * 1e3}};
+                          {"all_reduce_alone_ms", comm_alone * 1e3}, {"all_reduce_during_compute_ms", comm_during * 1e3},
+                          {"communication_cpu_share", others_share}};
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("# overlap: compute %s%s, %ld steps; all_reduce of %lld bytes (%s) kept in flight\n",
@@ -648,6 +667,8 @@ int run_overlap(Communicator& c, MPI_Comm world, const Options& o, bool print) {
       std::printf("#   compute speed lost     : %9.1f %%  (target <= 15 %%)\n", loss * 100);
       std::printf("#   all_reduce alone       : %9.2f ms; during compute about %.2f ms each\n", comm_alone * 1e3,
                   comm_during * 1e3);
+      std::printf("#   communication CPU      : %9.1f %% of a core during the loop (most of any rank)\n",
+                  others_share * 100);
     }
     std::fflush(stdout);
   }

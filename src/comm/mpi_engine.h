@@ -3,8 +3,10 @@
 // answers "where are you?" queries and diagnoses missed deadlines.
 //
 // Threads: user threads call enqueue/on_deadline/finalize/abort; the
-// communication thread makes every MPI call on the two communicators (except
-// their creation). See docs/design.md, "Communication".
+// communication thread makes every MPI call on the two communicators except
+// their creation and a small collective that finds it idle, which the caller
+// issues and polls itself before handing it over if it is not done. See
+// docs/design.md, "Communication".
 #pragma once
 
 #include <atomic>
@@ -62,8 +64,9 @@ class Engine {
   const CommOptions& options() const { return options_; }
 
   /// Numbers the operation, records it in the flight recorder, sets its
-  /// deadline and queues it. Throws CommError if the communicator has been
-  /// aborted, timed out or finalised.
+  /// deadline and queues it — or, for a small collective on an idle engine,
+  /// runs it on the caller's thread (see run_on_caller). Throws CommError if
+  /// the communicator has been aborted, timed out or finalised.
   void enqueue(std::unique_ptr<Op> op);
   /// Throws CommError unless operations can still be enqueued.
   void check_usable() const;
@@ -88,14 +91,26 @@ class Engine {
 
  private:
   enum class DiagState { kIdle, kRequested, kCollecting, kDone };
+  /// An operation issued on a caller's thread that did not complete there:
+  /// the communication thread adopts it (or fails it with `error`).
+  struct HandOff {
+    std::unique_ptr<Op> op;
+    std::exception_ptr error;
+  };
   /// A control message being sent: MPI reads `msg` until `request` completes.
   struct PendingSend {
     PeerStatus msg;
     MPI_Request request = MPI_REQUEST_NULL;
   };
 
+  // Caller's thread.
+  bool may_run_on_caller(const Op& op) const;
+  void run_on_caller(std::unique_ptr<Op> op, std::exception_ptr start_error);
+  void hand_off(std::unique_ptr<Op> op, std::exception_ptr error);
+
   // Communication thread.
   void run() noexcept;
+  void adopt_handed_off();
   void loop();
   bool poll_once();
   bool poll_until(const std::function<bool()>& done, std::size_t payload_bytes);
@@ -118,6 +133,7 @@ class Engine {
   bool broken() const { return broken_.load(); }
   std::string broken_reason() const;
   void fail_op(std::unique_ptr<Op> op, std::exception_ptr error);
+  void note_completed(std::uint64_t seq);
   /// Asks the peers of `w` where they are and returns the CommTimeout for it
   /// (`waited`: how long it was given); dumps the flight recorder.
   std::exception_ptr diagnose(const WorkState& w, std::chrono::milliseconds waited, const std::string& context);
@@ -136,6 +152,7 @@ class Engine {
   std::condition_variable cv_;          // wakes the thread: work, abort, stop, diagnosis
   std::condition_variable drained_cv_;  // wakes finalize: queue and in-flight empty
   std::deque<std::unique_ptr<Op>> queue_;
+  std::vector<HandOff> handed_off_;  // issued on a caller's thread, to be polled by the communication thread
   std::deque<std::shared_ptr<WorkState>> unsettled_;  // enqueued, oldest first; pruned of settled ones
   std::size_t in_flight_count_ = 0;
   std::uint64_t coll_seq_ = 0, p2p_seq_ = 0;
@@ -146,6 +163,7 @@ class Engine {
   std::atomic<bool> broken_{false};
   std::atomic<std::size_t> queued_{0};        // queue_.size(), for the thread's lock-free spin
   std::atomic<bool> stop_requested_{false};  // stop_, likewise
+  std::atomic<bool> has_handed_off_{false};  // !handed_off_.empty(), likewise
   std::atomic<bool> abort_handled_{false};
   std::atomic<bool> dumped_{false};        // the flight recorder has been dumped for this failure
   std::atomic<bool> diag_pending_{false};  // a diagnosis waits for its queries to be sent

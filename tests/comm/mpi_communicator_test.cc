@@ -394,6 +394,35 @@ TEST(MpiCommunicator, OverlapsWithCompute) {
   if (rank == 0) std::printf("[ info     ] 16 MiB all_reduce done before the first test(): %d\n", int(done_at_once));
 }
 
+// A small collective on an idle communicator is issued and polled on the
+// caller's thread; one whose peers are late is handed to the communication
+// thread. Both complete with the right result, and a small collective issued
+// behind a large one in flight waits its turn on the thread.
+TEST(MpiCommunicator, SmallCollectivesOnTheCallersThreadAndHandedOff) {
+  const int rank = world().rank(), size = world().size();
+  const double rank_sum = double(size * (size - 1) / 2);
+  world().barrier()->wait();
+  // Rank 0 arrives 50 ms late: the others' callers give up polling and hand off.
+  if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Tensor late = make(DType::kF32, {double(rank), 1});
+  world().all_reduce(late, late, ReduceOp::kSum)->wait();
+  EXPECT_TRUE(matches(late, {rank_sum, double(size)}));
+
+  // A ring all-reduce in flight, then small ones of every dtype queued behind it.
+  const std::int64_t n = 1 << 20;
+  Tensor big = Tensor::empty({n}, DType::kF32);
+  std::fill_n(big.data<float>(), n, float(rank + 1));
+  std::vector<WorkPtr> works{world().all_reduce(big, big, ReduceOp::kSum)};
+  std::vector<Tensor> small;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32}) {
+    small.push_back(make(t, {double(rank), 2}));
+    works.push_back(world().all_reduce(small.back(), small.back(), ReduceOp::kSum));
+  }
+  for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  EXPECT_EQ(big.data<float>()[n - 1], float(size * (size + 1) / 2));
+  for (const Tensor& s : small) EXPECT_TRUE(matches(s, {rank_sum, 2.0 * size})) << dtype_name(s.dtype());
+}
+
 // Latency of an 8-byte all-reduce through the communicator, against a raw
 // blocking MPI_Allreduce on a duplicate of MPI_COMM_WORLD in this process.
 TEST(MpiCommunicator, SmallMessageLatency) {
