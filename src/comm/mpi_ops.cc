@@ -111,19 +111,13 @@ std::string WorkState::describe() const {
   return what + ")";
 }
 
-namespace {
-bool use_ring(std::size_t bytes, std::int64_t count, int size) {
-  return size > 1 && bytes >= kRingMinBytes && count >= size;
-}
-}  // namespace
-
 // Large payloads take the ring (comm/mpi_ring.h); small ones MPI_Iallreduce.
 OpBody all_reduce_body(const Tensor& in, const Tensor& out, ReduceOp op, int rank, int size) {
   OpBody b;
   b.payload_bytes = in.nbytes();
   const std::int64_t n = in.numel();
   const bool half = is_half(in.dtype());
-  const bool ring = use_ring(std::size_t(n) * 4, n, size);
+  const bool ring = takes_ring(n, size);
   auto scratch = std::make_shared<Tensor>();
   auto steps = std::make_shared<std::unique_ptr<RingReduction>>();
   b.start = [in, out, n, op, rank, size, half, ring, scratch, steps](MPI_Comm comm, RequestSet& reqs) {
@@ -162,7 +156,7 @@ OpBody reduce_scatter_body(const Tensor& in, const Tensor& out, ReduceOp op, int
   b.payload_bytes = in.nbytes();
   const std::int64_t n = out.numel();
   const bool half = is_half(in.dtype());
-  const bool ring = use_ring(std::size_t(n) * size * 4, n, 1) && size > 1;
+  const bool ring = takes_ring(n * size, size);
   const bool aliased = !half && !ring && out.nbytes() > 0 && same_storage(in, out);
   auto wide_in = std::make_shared<Tensor>();
   auto result = std::make_shared<Tensor>();

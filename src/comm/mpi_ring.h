@@ -24,6 +24,11 @@
 namespace ht::comm::detail {
 
 inline constexpr std::size_t kRingMinBytes = std::size_t(256) << 10;
+/// Whether a reduction of `elements` 4-byte elements in all (the whole vector
+/// of an all-reduce; all `size` blocks of a reduce-scatter) goes round the ring.
+inline bool takes_ring(std::int64_t elements, int size) {
+  return size > 1 && std::size_t(elements) * 4 >= kRingMinBytes && elements >= size;
+}
 /// The tag of ring messages on the data communicator (user send/recv use another).
 inline constexpr int kRingTag = 0x52;
 

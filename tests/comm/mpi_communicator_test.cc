@@ -20,6 +20,7 @@
 #include "ht/comm/mesh_layout.h"
 #include "ht/comm/mpi_communicator.h"
 #include "ht/comm/work.h"
+#include "ht/core/memory.h"
 #include "test_util.h"
 
 namespace ht::comm {
@@ -202,6 +203,38 @@ TEST(MpiCommunicator, LargeReductionsTakeTheRing) {
         EXPECT_TRUE(matches(rs_out, reduced(op, block, size, rank * block), tolerance(t, op)));
       }
     }
+}
+
+// Which path a reduction takes shows in its scratch: the ring receives each
+// chunk into a buffer of its own (MemCategory::kCommunication), while
+// MPI_Iallreduce / MPI_Ireduce_scatter_block of f32 out of place need none.
+// (reduce_scatter once never took the ring, and every result was still right.)
+TEST(MpiCommunicator, RingScratchShowsWhichPathRan) {
+  const int rank = world().rank(), size = world().size();
+  auto scratch_peak = [](auto&& call) {
+    const std::int64_t before = memory_stats(DeviceType::kCPU, MemCategory::kCommunication).current_bytes;
+    reset_memory_peaks();
+    call();
+    return memory_stats(DeviceType::kCPU, MemCategory::kCommunication).peak_bytes - before;
+  };
+  for (const std::int64_t total : {std::int64_t(1000) * size, std::int64_t(70001) * size}) {
+    const bool ring = total * 4 >= std::int64_t(256) << 10;
+    const std::int64_t block = total / size;
+    SCOPED_TRACE(total);
+    Tensor in = make(DType::kF32, rank_values(rank, total)), out = filled(DType::kF32, total);
+    const std::int64_t ar = scratch_peak([&] { world().all_reduce(in, out, ReduceOp::kSum)->wait(); });
+    Tensor rs_out = filled(DType::kF32, block);
+    const std::int64_t rs = scratch_peak([&] { world().reduce_scatter(in, rs_out, ReduceOp::kSum)->wait(); });
+    EXPECT_TRUE(matches(out, reduced(ReduceOp::kSum, total, size)));
+    EXPECT_TRUE(matches(rs_out, reduced(ReduceOp::kSum, block, size, rank * block)));
+    if (ring) {
+      EXPECT_GE(ar, total / size * 4) << "all_reduce did not take the ring";
+      EXPECT_GE(rs, block * 4) << "reduce_scatter did not take the ring";
+    } else {
+      EXPECT_EQ(ar, 0) << "all_reduce took the ring";
+      EXPECT_EQ(rs, 0) << "reduce_scatter took the ring";
+    }
+  }
 }
 
 TEST(MpiCommunicator, AllGatherEveryDTypeAndSize) {
