@@ -195,7 +195,7 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& in, Tensor& out) {
   const void* own_block = static_cast<const char*>(out.data_ptr()) + std::size_t(rank()) * in.nbytes();
   c.overlap(out, "out", in, "in", own_block, "in = block rank() of out for in-place");
   return submit(engine_, signature(OpKind::kAllGather, in.numel(), in.dtype()),
-                detail::all_gather_body(in, out, rank()));
+                detail::all_gather_body(in, out, rank(), size()));
 }
 
 WorkPtr MpiCommunicator::broadcast(Tensor& t, int root) {

@@ -119,7 +119,7 @@ struct Op {
 // communicator. `tag` is the point-to-point tag; rank/size are the group's.
 OpBody all_reduce_body(const Tensor& in, const Tensor& out, ReduceOp op, int rank, int size);
 OpBody reduce_scatter_body(const Tensor& in, const Tensor& out, ReduceOp op, int rank, int size);
-OpBody all_gather_body(const Tensor& in, const Tensor& out, int rank);
+OpBody all_gather_body(const Tensor& in, const Tensor& out, int rank, int size);
 OpBody broadcast_body(const Tensor& t, int root);
 OpBody reduce_body(const Tensor& in, const Tensor& out, ReduceOp op, int root, int rank, int size);
 OpBody all_to_all_body(const Tensor& in, const Tensor& out, int size);

@@ -117,7 +117,7 @@ OpBody all_reduce_body(const Tensor& in, const Tensor& out, ReduceOp op, int ran
   b.payload_bytes = in.nbytes();
   const std::int64_t n = in.numel();
   const bool half = is_half(in.dtype());
-  const bool ring = takes_ring(n, size);
+  const bool ring = takes_ring(std::size_t(n) * 4, n, size);
   auto scratch = std::make_shared<Tensor>();
   auto steps = std::make_shared<std::unique_ptr<RingReduction>>();
   b.start = [in, out, n, op, rank, size, half, ring, scratch, steps](MPI_Comm comm, RequestSet& reqs) {
@@ -156,7 +156,7 @@ OpBody reduce_scatter_body(const Tensor& in, const Tensor& out, ReduceOp op, int
   b.payload_bytes = in.nbytes();
   const std::int64_t n = out.numel();
   const bool half = is_half(in.dtype());
-  const bool ring = takes_ring(n * size, size);
+  const bool ring = takes_ring(std::size_t(n) * size * 4, n * size, size);
   const bool aliased = !half && !ring && out.nbytes() > 0 && same_storage(in, out);
   auto wide_in = std::make_shared<Tensor>();
   auto result = std::make_shared<Tensor>();
@@ -199,17 +199,31 @@ OpBody reduce_scatter_body(const Tensor& in, const Tensor& out, ReduceOp op, int
   return b;
 }
 
-OpBody all_gather_body(const Tensor& in, const Tensor& out, int rank) {
+// Large payloads go round the ring (comm/mpi_ring.h), after this rank's own
+// block is copied into place; small ones take MPI_Iallgather.
+OpBody all_gather_body(const Tensor& in, const Tensor& out, int rank, int size) {
   OpBody b;
   b.payload_bytes = out.nbytes();
   const std::int64_t n = in.numel();
-  b.start = [in, out, n, rank](MPI_Comm comm, RequestSet& reqs) {
-    const auto* own_block = static_cast<const char*>(out.data_ptr()) + std::size_t(rank) * in.nbytes();
+  const bool ring = takes_ring(out.nbytes(), out.numel(), size);
+  auto steps = std::make_shared<std::unique_ptr<RingGather>>();
+  b.start = [in, out, n, rank, size, ring, steps](MPI_Comm comm, RequestSet& reqs) {
+    auto* own_block = static_cast<char*>(out.data_ptr()) + std::size_t(rank) * in.nbytes();
     const bool in_place = in.nbytes() > 0 && in.data_ptr() == own_block;
+    if (ring) {
+      *steps = std::make_unique<RingGather>(in.data_ptr(), out.data_ptr(), n, in.dtype(), rank, size);
+      (*steps)->advance(comm, reqs);
+      // The peer reads `in` itself (a single copy between processes of one
+      // host), so the copy into place overlaps the first exchange.
+      if (!in_place) std::memcpy(own_block, in.data_ptr(), in.nbytes());
+      return;
+    }
     const MPI_Datatype type = wire_type(in.dtype());
     HT_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data_ptr(), icount(n), type, out.data_ptr(), icount(n),
                                 type, comm, reqs.add()));
   };
+  if (ring) b.next = [steps](MPI_Comm comm, RequestSet& reqs) { return (*steps)->advance(comm, reqs); };
+  b.point_to_point = ring;
   return b;
 }
 

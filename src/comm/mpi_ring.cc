@@ -93,4 +93,16 @@ bool RingReduction::advance(MPI_Comm comm, RequestSet& reqs) {
   return true;
 }
 
+bool RingGather::advance(MPI_Comm comm, RequestSet& reqs) {
+  if (step_ == size_ - 1) return false;
+  reqs.clear();
+  const int j = step_++;
+  const MPI_Datatype type = wire_type(dtype_);
+  HT_MPI_CHECK(MPI_Irecv(block(rank_ - j - 1), int(n_), type, (rank_ + size_ - 1) % size_, kRingTag, comm,
+                         reqs.add()));
+  HT_MPI_CHECK(MPI_Isend(j == 0 ? own_ : block(rank_ - j), int(n_), type, (rank_ + 1) % size_, kRingTag, comm,
+                         reqs.add()));
+  return true;
+}
+
 }  // namespace ht::comm::detail

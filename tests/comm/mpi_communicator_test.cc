@@ -240,7 +240,7 @@ TEST(MpiCommunicator, RingScratchShowsWhichPathRan) {
 TEST(MpiCommunicator, AllGatherEveryDTypeAndSize) {
   const int rank = world().rank(), size = world().size();
   std::vector<std::int64_t> counts(std::begin(kCounts), std::end(kCounts));
-  counts.push_back(70001);  // large: 0.27-1.1 MiB gathered
+  counts.push_back(70001);  // 0.27-1.1 MiB gathered: the ring
   for (DType t : kDTypes)
     for (std::int64_t n : counts)
       for (bool in_place : {false, true}) {
