@@ -155,6 +155,13 @@ WRAPPER
       || fail "the one-machine Slurm did not start"
     eval "$env_lines"
     trap 'bash "$(dirname "$0")/slurm_local.sh" stop "$cluster"' EXIT
+    # An allocation with different task counts per node is refused, saying what to ask for.
+    set +e
+    timeout 60 salloc --nodes 2 --ntasks 3 "$htrun" --dry-run -- "$gpt" > "$work/slurm-uneven.log" 2>&1
+    echo $? > "$work/slurm-uneven.rc"
+    set -e
+    [ "$(cat "$work/slurm-uneven.rc")" != 0 ] || fail "an allocation of 2 + 1 tasks was accepted"
+    expect slurm-uneven "different task counts per node (SLURM_TASKS_PER_NODE=2,1); ask for the same number on every node"
     nodeset=(--spares 1)
     rm -rf "$work/slurm"
     set +e
@@ -209,11 +216,16 @@ WRAPPER
     # Several machines (not here): the node set, the launch and health
     # commands, spares taken from the end, and a refused uneven hostfile.
     printf 'node-a slots=4\nnode-b slots=4 max_slots=8 # comment\n\nnode-c slots=4\n' > "$work/hosts"
-    "$htrun" --hostfile "$work/hosts" --spares 1 --dry-run -- "$gpt" --steps 3 > "$work/plan.txt"
+    # mpirun passes hypertrain's and the threading variables to other
+    # machines only when told to (-x); the launcher arguments reach the
+    # health checks too.
+    env -i PATH="$PATH" OMP_NUM_THREADS=2 HT_COMM_TIMEOUT=30 UNRELATED=1 \
+      "$htrun" --hostfile "$work/hosts" --spares 1 --launcher-arg=--mca --launcher-arg=btl_tcp_if_include \
+      --launcher-arg=eth0 --dry-run -- "$gpt" --steps 3 > "$work/plan.txt"
     grep -q "2 active, 1 spare, 4 slot(s) per node" "$work/plan.txt" || fail "wrong node set: $(cat "$work/plan.txt")"
-    grep -q "job: mpirun -np 8 --host node-a:4,node-b:4 --map-by slot $gpt --steps 3 --run-dir runs/htrun --resume auto" \
+    grep -q "job: mpirun -np 8 --host node-a:4,node-b:4 --map-by slot -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 $gpt --steps 3 --run-dir runs/htrun --resume auto" \
       "$work/plan.txt" || fail "wrong job command: $(cat "$work/plan.txt")"
-    grep -q "health of node 2 (node-c): mpirun -np 1 --host node-c:1 .*ht-health --node 2" "$work/plan.txt" \
+    grep -q "health of node 2 (node-c): mpirun -np 1 --host node-c:1 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-health --node 2" "$work/plan.txt" \
       || fail "wrong health command: $(cat "$work/plan.txt")"
     printf 'node-a slots=4\nnode-b slots=2\n' > "$work/uneven"
     if "$htrun" --hostfile "$work/uneven" --dry-run -- "$gpt" > "$work/uneven.log" 2>&1; then fail "an uneven hostfile was accepted"; fi

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -42,6 +44,27 @@ std::vector<std::string> hosts_of(const std::vector<Node>& nodes) {
   std::vector<std::string> out;
   for (const Node& n : nodes) out.push_back(n.host);
   return out;
+}
+
+/// mpirun passes its own environment only to ranks on its own machine;
+/// these variables (hypertrain's, and the threading and device settings) go
+/// to the other machines by name, sorted.
+std::vector<std::string> exported_env_flags() {
+  static const char* const kPrefixes[] = {"HT_", "OMP_", "OPENBLAS_", "NCCL_", "CUDA_VISIBLE_DEVICES"};
+  std::vector<std::string> names;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    for (const char* prefix : kPrefixes)
+      if (name.rfind(prefix, 0) == 0) {
+        names.push_back(name);
+        break;
+      }
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> flags;
+  for (const std::string& name : names) flags.insert(flags.end(), {"-x", name});
+  return flags;
 }
 
 }  // namespace
@@ -143,6 +166,7 @@ std::vector<std::string> Cluster::job_command(const std::vector<Node>& active, i
       for (const Node& n : active) hosts.push_back(fmt::format("{}:{}", n.host, slots));
       // By slot: a node's ranks are consecutive, in the order of --host.
       cmd = {mpirun_, "-np", ranks, "--host", fmt::format("{}", fmt::join(hosts, ",")), "--map-by", "slot"};
+      for (const std::string& flag : exported_env_flags()) cmd.push_back(flag);
       break;
     }
     case ClusterKind::kSlurm:
@@ -168,15 +192,20 @@ std::vector<std::string> Cluster::job_env() const {
   return {};
 }
 
-std::vector<std::string> Cluster::on_node(const Node& node, const std::vector<std::string>& command) const {
+std::vector<std::string> Cluster::on_node(const Node& node, const std::vector<std::string>& command,
+                                          const std::vector<std::string>& launcher_args) const {
   std::vector<std::string> cmd;
   switch (kind_) {
     case ClusterKind::kLocal: return command;
-    case ClusterKind::kHostfile: cmd = {mpirun_, "-np", "1", "--host", node.host + ":1"}; break;
+    case ClusterKind::kHostfile:
+      cmd = {mpirun_, "-np", "1", "--host", node.host + ":1"};
+      for (const std::string& flag : exported_env_flags()) cmd.push_back(flag);
+      break;
     case ClusterKind::kSlurm:
       cmd = {"srun", "--nodes=1", "--ntasks=1", "--nodelist=" + node.host, "--overlap"};
       break;
   }
+  cmd.insert(cmd.end(), launcher_args.begin(), launcher_args.end());
   cmd.insert(cmd.end(), command.begin(), command.end());
   return cmd;
 }

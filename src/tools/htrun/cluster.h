@@ -39,14 +39,19 @@ class Cluster {
 
   /// The launcher command that runs `program` with `slots` ranks on each of
   /// `active` (in order: rank r is on active[r / slots]), with
-  /// `launcher_args` passed to mpirun/srun.
+  /// `launcher_args` passed to mpirun/srun. With a hostfile, the HT_*,
+  /// OMP_*, OPENBLAS_*, NCCL_* and CUDA_VISIBLE_DEVICES variables set here
+  /// are exported to the ranks (mpirun -x); srun exports the whole
+  /// environment itself.
   std::vector<std::string> job_command(const std::vector<Node>& active, int slots,
                                        const std::vector<std::string>& program,
                                        const std::vector<std::string>& launcher_args) const;
   /// Environment the job needs ("NAME=value").
   std::vector<std::string> job_env() const;
-  /// `command` run once on `node` (health checks).
-  std::vector<std::string> on_node(const Node& node, const std::vector<std::string>& command) const;
+  /// `command` run once on `node` (health checks), through the same
+  /// launcher, environment and `launcher_args` as the job.
+  std::vector<std::string> on_node(const Node& node, const std::vector<std::string>& command,
+                                   const std::vector<std::string>& launcher_args) const;
   /// Takes `node` out of the cluster's own scheduling (Slurm: drain it).
   /// Returns "" or what went wrong (a warning: htrun stops using the node
   /// either way).

@@ -93,7 +93,9 @@ std::string Supervisor::plan() const {
                                 active_.size(), spares_.size(), options_.slots, fmt::join(job_command(), " "));
   for (const Node& n : cluster_.nodes())
     out += fmt::format("health of {}: {}\n", cluster_.name(n),
-                       fmt::join(cluster_.on_node(n, {options_.health_tool, "--node", std::to_string(n.id), "..."}), " "));
+                       fmt::join(cluster_.on_node(n, {options_.health_tool, "--node", std::to_string(n.id), "..."},
+                                                 options_.launcher_args),
+                                 " "));
   return out;
 }
 
@@ -249,7 +251,7 @@ bool Supervisor::node_healthy(const Node& node) {
                                        "compute,memory,disk",
                                        "--ckpt-dir",
                                        (fs::path(options_.run_dir) / "checkpoints").string()};
-  Job job(cluster_.on_node(node, check), {},
+  Job job(cluster_.on_node(node, check, options_.launcher_args), {},
           (fs::path(options_.run_dir) / fmt::format("health_node{}.txt", node.id)).string(), /*echo=*/false);
   return job.wait(options_.health_timeout_s, options_.grace_s) == 0;
 }
