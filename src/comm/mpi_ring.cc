@@ -43,7 +43,9 @@ RingReduction::RingReduction(Kind kind, const void* src, void* out, std::int64_t
   std::int64_t largest = 0;
   for (int k = 0; k < size; ++k) largest = std::max(largest, length(k));
   recv_ = Tensor::empty({largest}, dtype, Device::cpu(), MemCategory::kCommunication);
-  if (kind == Kind::kReduceScatter)
+  // Partial sums pass between steps only from 3 ranks on; at 2 the one step
+  // reduces straight into `out`.
+  if (kind == Kind::kReduceScatter && size > 2)
     partial_ = Tensor::empty({largest}, dtype, Device::cpu(), MemCategory::kCommunication);
 }
 
