@@ -556,12 +556,15 @@ void Engine::complete(std::unique_ptr<Op> op, std::exception_ptr error) {
     fail_op(std::move(op), error);
     return;
   }
-  WorkState& w = *op->work;
+  const std::shared_ptr<WorkState> work = op->work;
+  WorkState& w = *work;
   if (is_collective(OpKind(w.sig.kind))) note_completed(w.sig.seq);
+  // Its scratch buffers are freed before the waiter wakes: once wait()
+  // returns, the operation holds no memory.
+  op.reset();
   // The recorder learns of the completion before the waiter wakes, so that a
   // dump the waiter makes next (as a rank that stops there does) shows it.
   w.settle(nullptr, [&w] { FlightRecorder::global().update(w.recorder_id, OpState::kCompleted); });
-  op.reset();
   {
     std::lock_guard lock(mu_);
     --in_flight_count_;
