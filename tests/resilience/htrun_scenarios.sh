@@ -103,6 +103,13 @@ case "$scenario" in
     [ "$(cat "$work/bad-flag.rc")" = 2 ] || { tail -20 "$work/bad-flag.log"; fail "htrun exited $(cat "$work/bad-flag.rc"), not 2"; }
     expect bad-flag "failure of an unknown rank detected .*the launcher exited [0-9]* and no rank said why"
     expect bad-flag "htrun report: the program failed before training twice in a row (exit [0-9]*); see .*htrun_job.log; 1 restart(s)" ;;
+  give-up)
+    # --max-restarts bounds the relaunches: the second crash ends the run,
+    # which counts the one relaunch it made.
+    HT_FAULTS="crash:rank=1:step=10,crash:rank=0:step=14" run give-up --max-restarts 1
+    [ "$(cat "$work/give-up.rc")" = 1 ] || { tail -20 "$work/give-up.log"; fail "htrun exited $(cat "$work/give-up.rc") after too many failures, not 1"; }
+    expect give-up "crash of rank 0 (node 0) detected"
+    expect give-up "htrun report: gave up after 1 restarts; 1 restart(s), 2 incident(s)" ;;
   watchdog)
     # Inside the rank, without htrun: a hung step ends the rank with 75 and
     # an exit record that says where it was.

@@ -363,12 +363,13 @@ Report Supervisor::run() {
       report.exit_code = 1;
       break;
     }
-    if (++report.restarts > options_.max_restarts) {
+    if (report.restarts >= options_.max_restarts) {
       report.incidents.push_back(incident);
       report.verdict = fmt::format("gave up after {} restarts", options_.max_restarts);
       report.exit_code = 1;
       break;
     }
+    ++report.restarts;
     pending = incident;
     // Back-off doubles with each failure in a row that made no progress; a
     // launch that trained past its checkpoint starts the doubling afresh.
