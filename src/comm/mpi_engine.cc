@@ -333,18 +333,7 @@ void Engine::adopt_handed_off() {
     if (h.error) {
       fail_op(std::move(h.op), h.error);
     } else if (abort_handled_) {  // the abort has already settled everything else in flight
-      WorkState& w = *h.op->work;
-      if (w.settle(std::make_exception_ptr(CommError(
-              ErrorKind::kComm, fmt::format("{} was abandoned in flight: the communicator was aborted ({}); its "
-                                            "output is undefined",
-                                            w.describe(), broken_reason())))))
-        FlightRecorder::global().update(w.recorder_id, OpState::kFailed);
-      abandoned_.push_back(std::move(h.op));
-      {
-        std::lock_guard lock(mu_);
-        --in_flight_count_;
-      }
-      drained_cv_.notify_all();
+      abandon(std::move(h.op), broken_reason());
     } else {
       in_flight_.push_back(std::move(h.op));
     }
@@ -596,6 +585,23 @@ void Engine::fail_op(std::unique_ptr<Op> op, std::exception_ptr error) {
   drained_cv_.notify_all();
 }
 
+// An operation in flight when the communicator was aborted fails; MPI may
+// still write into its buffers, so it is kept until its requests complete.
+void Engine::abandon(std::unique_ptr<Op> op, const std::string& reason) {
+  WorkState& w = *op->work;
+  if (w.settle(std::make_exception_ptr(CommError(
+          ErrorKind::kComm,
+          fmt::format("{} was abandoned in flight: the communicator was aborted ({}); its output is undefined",
+                      w.describe(), reason)))))
+    FlightRecorder::global().update(w.recorder_id, OpState::kFailed);
+  abandoned_.push_back(std::move(op));
+  {
+    std::lock_guard lock(mu_);
+    --in_flight_count_;
+  }
+  drained_cv_.notify_all();
+}
+
 void Engine::handle_abort() {
   abort_handled_.store(true);
   const std::string reason = broken_reason();
@@ -612,21 +618,8 @@ void Engine::handle_abort() {
             ErrorKind::kComm, fmt::format("{} was not run: the communicator was aborted ({})", w.describe(), reason)))))
       FlightRecorder::global().update(w.recorder_id, OpState::kFailed);
   }
-  for (auto& op : in_flight_) {
-    WorkState& w = *op->work;
-    if (w.settle(std::make_exception_ptr(CommError(
-            ErrorKind::kComm,
-            fmt::format("{} was abandoned in flight: the communicator was aborted ({}); its output is undefined",
-                        w.describe(), reason)))))
-      FlightRecorder::global().update(w.recorder_id, OpState::kFailed);
-    abandoned_.push_back(std::move(op));
-  }
-  {
-    std::lock_guard lock(mu_);
-    in_flight_count_ -= in_flight_.size();  // what a caller's thread still polls is counted until it hands it off
-  }
+  for (auto& op : in_flight_) abandon(std::move(op), reason);
   in_flight_.clear();
-  drained_cv_.notify_all();
   if (unfinished && !dumped_.exchange(true)) {
     try {
       FlightRecorder::global().dump(options_.run_dir, world_rank_, "abort of group '" + name_ + "': " + reason);

@@ -121,6 +121,7 @@ class Engine {
   void run_split(Op& op);
   bool test_in_flight();
   void complete(std::unique_ptr<Op> op, std::exception_ptr error);
+  void abandon(std::unique_ptr<Op> op, const std::string& reason);
   void handle_abort();
   void service_control();
   void shutdown_thread_side() noexcept;
