@@ -292,8 +292,11 @@ std::string Checkpointer::save(const RunState& state, const std::vector<optim::S
 
 namespace {
 
-// Reads the tensors a rank's slots need from one checkpoint, one full
-// tensor at a time, assembled from every saved piece.
+// Reads the tensors a rank's slots need from one checkpoint. Where the saved
+// tensor-parallel layout of a tensor is this run's, a rank reads only the
+// pieces that overlap its own range (a dp-sharded run reads its share, not
+// the whole model); otherwise it assembles the full tensor from every piece
+// and cuts its part (one tensor at a time).
 class Restorer {
  public:
   Restorer(const std::string& step_dir, const Manifest& m)
@@ -302,26 +305,72 @@ class Restorer {
   // Elements [offset, offset + dst.numel()) of this rank's tp part of (tensor, kind) into dst.
   void fill(const nn::Parameter& p, const std::string& kind, std::int64_t offset, Tensor& dst) {
     const std::string key = p.name() + "|" + kind;
+    const std::vector<PieceInfo>& pieces = pieces_of(p, kind, key);
+    const std::int64_t end = offset + dst.numel();
+    const std::int64_t part_numel = shape_numel(nn::tp_part_shape(p.full_shape(), p.layout()));
+    HT_CHECK(end <= part_numel, ErrorKind::kIo,
+             "checkpoint '{}': {} ({}) is too small for this layout's piece [{}, {})", dir_, p.name(), kind, offset,
+             end);
+    if (const int part = saved_part(pieces.front().layout, p.layout()); part >= 0) {
+      fill_from_pieces(p, kind, pieces, part, offset, dst);
+      return;
+    }
     if (key != cached_key_) {
-      cached_ = assemble(p, kind, key);
+      cached_ = detail::assemble_tensor(dir_, pieces);
       cached_key_ = key;
     }
-    const Tensor part = nn::tp_part_of(cached_, p.layout()).view({-1});
-    HT_CHECK(offset + dst.numel() <= part.numel(), ErrorKind::kIo,
-             "checkpoint '{}': {} ({}) is too small for this layout's piece [{}, {})", dir_, p.name(), kind, offset,
-             offset + dst.numel());
-    dst.view({-1}).copy_from(part.slice(offset, offset + dst.numel()).to(dst.device()));
+    const Tensor whole = nn::tp_part_of(cached_, p.layout()).view({-1});
+    dst.view({-1}).copy_from(whole.slice(offset, end).to(dst.device()));
   }
 
  private:
-  Tensor assemble(const nn::Parameter& p, const std::string& kind, const std::string& key) {
+  const std::vector<PieceInfo>& pieces_of(const nn::Parameter& p, const std::string& kind, const std::string& key) {
     const auto it = index_.find(key);
     HT_CHECK(it != index_.end(), ErrorKind::kIo, "checkpoint '{}' lacks {} ({}): incomplete, or of another optimizer",
              dir_, p.name(), kind);
     const Shape& global = it->second.front().global_shape;
     HT_CHECK(global == p.full_shape(), ErrorKind::kIo, "checkpoint '{}': {} is {} where the model has {}", dir_,
              p.name(), shape_str(global), shape_str(p.full_shape()));
-    return detail::assemble_tensor(dir_, it->second);
+    return it->second;
+  }
+
+  // The saved tp part that is exactly this rank's part, or -1 when the
+  // layouts cut the tensor differently.
+  static int saved_part(const nn::ParamLayout& saved, const nn::ParamLayout& now) {
+    if (!saved.tp_split() && !now.tp_split()) return 0;
+    if (saved.tp_split() && now.tp_split() && saved.tp_split_dim == now.tp_split_dim &&
+        saved.tp_size == now.tp_size && saved.tp_parts == now.tp_parts)
+      return now.tp_rank;
+    return -1;
+  }
+
+  // Copies [offset, offset + dst.numel()) of saved tp part `part` from the
+  // pieces overlapping it, which must cover it without a gap.
+  void fill_from_pieces(const nn::Parameter& p, const std::string& kind, const std::vector<PieceInfo>& pieces,
+                        int part, std::int64_t offset, Tensor& dst) {
+    std::vector<const PieceInfo*> overlapping;
+    const std::int64_t end = offset + dst.numel();
+    for (const PieceInfo& q : pieces)
+      if (q.layout.tp_rank == part && q.begin < end && q.end > offset) overlapping.push_back(&q);
+    std::sort(overlapping.begin(), overlapping.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+    Tensor host = dst.device().is_cpu() ? dst.view({-1}) : Tensor::empty({dst.numel()}, DType::kF32);
+    std::int64_t covered = offset;
+    for (const PieceInfo* q : overlapping) {
+      if (q->end <= covered) continue;  // a duplicate of what is already copied
+      HT_CHECK(q->begin <= covered, ErrorKind::kIo,
+               "checkpoint '{}' lacks a shard of {} ({}): tp part {} has elements up to {}, then a piece at {}", dir_,
+               p.name(), kind, part, covered, q->begin);
+      const Tensor data = detail::read_piece((std::filesystem::path(dir_) / q->file).string(), *q);
+      const std::int64_t stop = std::min(q->end, end);
+      host.slice(covered - offset, stop - offset).copy_from(data.slice(covered - q->begin, stop - q->begin));
+      covered = stop;
+      if (covered == end) break;
+    }
+    HT_CHECK(covered == end, ErrorKind::kIo,
+             "checkpoint '{}' lacks a shard of {} ({}): tp part {} has elements up to {} of the [{}, {}) this rank "
+             "needs",
+             dir_, p.name(), kind, part, covered, offset, end);
+    if (!dst.device().is_cpu()) dst.view({-1}).copy_from(host.to(dst.device()));
   }
 
   std::string dir_;

@@ -6,8 +6,11 @@
 #include <mpi.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "ht/comm/mpi_communicator.h"
 #include "ht/train/trainer.h"
@@ -86,6 +89,50 @@ TEST(Checkpoint, OneProcessResumesBitExact) {
 TEST(Checkpoint, Zero2Dp2ResumesBitExact) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
   bit_exact_resume({.zero = 2}, "zero2");
+}
+
+// A rank reads only the pieces that overlap its own range when the layout
+// matches; a piece missing from the manifest is then found by the rank that
+// needs it, which names the shard, and no rank resumes from that checkpoint.
+TEST(Checkpoint, AMissingShardIsNamedAndNotResumedFrom) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  const data::TokenSplits data = test::pangram_text(64);
+  comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 1);
+  TrainerOptions o = small();
+  o.data_parallel.zero_stage = 2;
+  o.ckpt_dir = shared_dir(mesh.world(), "missing_shard");
+  {
+    Trainer t(o, data, &mesh);
+    t.step();
+    EXPECT_EQ(t.save_checkpoint(), "");
+    EXPECT_EQ(t.wait_for_checkpoint(), "");
+  }
+  std::string dropped;
+  if (mesh.world().rank() == 0) {
+    const fs::path manifest = fs::path(o.ckpt_dir) / "step_00000001" / "manifest.json";
+    nlohmann::json m = nlohmann::json::parse(std::ifstream(manifest));
+    auto& pieces = m.at("pieces");
+    // A tensor cut between the two shards: drop its second piece, leaving a gap.
+    const auto it = std::find_if(pieces.begin(), pieces.end(),
+                                 [](const auto& p) { return p.at("kind") == "master" && p.at("begin") > 0; });
+    ASSERT_NE(it, pieces.end()) << "no tensor is cut between the shards";
+    dropped = it->at("tensor").get<std::string>();
+    pieces.erase(it);
+    std::ofstream(manifest) << m.dump(1);
+  }
+  mesh.world().barrier()->wait();
+  o.resume = true;
+  ::testing::internal::CaptureStderr();
+  Trainer t(o, data, &mesh);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(t.resumed_from(), 0) << "resumed from a checkpoint that lacks a piece";
+  // The rank whose range held the dropped piece names it.
+  Tensor named = Tensor::from_vector(
+      std::vector<std::int32_t>{err.find("lacks a shard of ") != std::string::npos ? 1 : 0}, {1});
+  mesh.world().all_reduce(named, named, comm::ReduceOp::kMax)->wait();
+  EXPECT_EQ(named.to_vector<std::int32_t>()[0], 1) << "no rank named the missing shard; rank " << mesh.world().rank()
+                                                   << " said: " << err;
+  if (mesh.world().rank() == 0) EXPECT_NE(err.find("starting from scratch"), std::string::npos) << err;
 }
 
 TEST(Checkpoint, Dp2Tp2Pp2F16ResumesBitExact) {
