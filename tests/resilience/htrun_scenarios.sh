@@ -90,7 +90,9 @@ case "$scenario" in
     kill -TERM "$pid"; wait "$pid"; echo $? > "$work/preempt.rc"
     set -e
     [ "$(cat "$work/preempt.rc")" = 77 ] || { tail -20 "$work/preempt.log"; fail "htrun exited $(cat "$work/preempt.rc"), not 77"; }
-    expect preempt "# preempted at step"; expect preempt "preempted: checkpoint saved"
+    expect preempt "# preempted at step"
+    saved=$(sed -n 's/^# preempted at step \([0-9]*\): checkpoint committed.*/\1/p' "$work/preempt.log" | head -1)
+    expect preempt "htrun report: preempted: checkpoint of step $saved saved, stopped"
     # The same command again, without the fault, finishes from that checkpoint.
     HT_FAULTS= "$htrun" "${nodeset[@]}" --run-dir "$work/preempt" -- "$gpt" "${train[@]}" > "$work/preempt2.log" 2>&1 \
       || fail "the rerun after preemption failed"
@@ -217,7 +219,7 @@ WRAPPER
     state=$(squeue -h -j "$job" -o "%T %r")
     scancel "$job" || true
     expect sbatch "# preempted at step [0-9]*: checkpoint committed"
-    expect sbatch "htrun report: preempted: checkpoint saved"
+    expect sbatch "htrun report: preempted: checkpoint of step [0-9]* saved"
     case "$state" in PENDING*) ;; *) tail -20 "$work/sbatch.log"; fail "the batch job was not requeued (state '$state')" ;; esac ;;
   hostfile-plan)
     # Several machines (not here): the node set, the launch and health

@@ -99,6 +99,16 @@ std::string Supervisor::plan() const {
   return out;
 }
 
+// Says whether the ranks' save on preemption left a newer checkpoint than
+// the launch started from: a rerun resumes from the newest either way.
+std::string Supervisor::preemption_verdict(std::int64_t resume_step, std::int64_t reached) const {
+  const std::int64_t newest = latest_checkpoint_step(options_.run_dir);
+  if (newest > resume_step || (newest == reached && newest > 0))
+    return fmt::format("preempted: checkpoint of step {} saved, stopped", newest);
+  return fmt::format("preempted: no new checkpoint (the newest is step {}; the job had reached step {}), stopped",
+                     newest, reached);
+}
+
 Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
   clear_rank_files(options_.run_dir);  // an earlier launch's would mislead
   std::vector<int> ids;
@@ -342,7 +352,7 @@ Report Supervisor::run() {
       report.incidents.push_back(incident);
       report.exit_code = incident.kind == "preemption" ? 77 : 2;
       report.verdict = incident.kind == "preemption"
-                           ? "preempted: checkpoint saved, stopped"
+                           ? preemption_verdict(resume_step, w.reached)
                            : "the program failed on its input (exit record kind 'error'); not retried";
       break;
     }
