@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,24 @@ Job::Job(const std::vector<std::string>& argv, const std::vector<std::string>& e
          bool echo, DeadRankParser dead_rank_parser)
     : echo_(echo), parser_(std::move(dead_rank_parser)), log_path_(log_path) {
   if (argv.empty()) throw std::invalid_argument("htrun: an empty command");
+  // Everything the child needs is built before fork: the reader thread of
+  // another Job may hold the allocator's lock at that moment, and the child
+  // must not allocate until exec.
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env_entries;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('=') + 1);
+    const bool overridden =
+        std::any_of(env.begin(), env.end(), [&](const std::string& o) { return o.rfind(name, 0) == 0; });
+    if (!overridden) env_entries.push_back(entry);
+  }
+  env_entries.insert(env_entries.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (std::string& e : env_entries) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   pid_ = ::fork();
@@ -38,11 +57,7 @@ Job::Job(const std::vector<std::string>& argv, const std::vector<std::string>& e
     ::dup2(fds[1], 2);
     ::close(fds[0]);
     ::close(fds[1]);
-    for (const std::string& e : env) ::putenv(::strdup(e.c_str()));
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
+    ::execvpe(args[0], args.data(), envp.data());
     std::fprintf(stderr, "htrun: cannot start %s: %s\n", args[0], std::strerror(errno));
     std::_Exit(127);
   }
