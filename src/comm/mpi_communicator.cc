@@ -299,6 +299,8 @@ void MpiCommunicator::finalize(std::chrono::milliseconds timeout) { engine_->fin
 
 void MpiCommunicator::abort() noexcept { engine_->abort("abort() was called"); }
 
+CallerPathCounts MpiCommunicator::caller_path_counts() const { return engine_->caller_path_counts(); }
+
 std::unique_ptr<Communicator> make_mpi_world(const CommOptions& options) {
   HT_CHECK(mpi_is_initialized(), ErrorKind::kConfig,
            "make_mpi_world: MPI is not initialised; create an ht::comm::MpiRuntime at the top of main() first");

@@ -103,6 +103,7 @@ void Engine::enqueue(std::unique_ptr<Op> op) {
       // Issued under mu_: no operation enqueued after this one can be issued
       // before it, so every rank issues the group's collectives in one order.
       ++in_flight_count_;
+      ++callers_polling_;
       try {
         op->body.start(data_.get(), op->requests);
         FlightRecorder::global().update(w.recorder_id, OpState::kStarted);
@@ -156,39 +157,35 @@ void Engine::run_on_caller(std::unique_ptr<Op> op, std::exception_ptr start_erro
   } catch (...) {
     error = std::current_exception();
   }
-  if (done && !error)
+  if (done && !error) {
+    {
+      std::lock_guard lock(mu_);
+      --callers_polling_;
+      ++path_counts_.completed_on_caller;
+    }
     complete(std::move(op), nullptr);
-  else
+  } else {
     hand_off(std::move(op), error);
+  }
 }
 
+// The thread takes every hand-off: it does not finish shutting down while a
+// caller still polls an operation (see shutdown_thread_side).
 void Engine::hand_off(std::unique_ptr<Op> op, std::exception_ptr error) {
   {
     std::lock_guard lock(mu_);
-    if (!stop_) {
-      handed_off_.push_back({std::move(op), error});
-      has_handed_off_.store(true);
-    }
+    handed_off_.push_back({std::move(op), error});
+    has_handed_off_.store(true);
+    --callers_polling_;
+    ++path_counts_.handed_off;
   }
-  if (!op) {
-    cv_.notify_all();
-    return;
-  }
-  // The thread has stopped (the communicator was destroyed meanwhile): fail
-  // the operation here; MPI may still own its buffers, so they are leaked.
-  WorkState& w = *op->work;
-  if (w.settle(error ? error
-                     : std::make_exception_ptr(CommError(
-                           ErrorKind::kComm, fmt::format("{} was abandoned in flight: the communicator was shut down",
-                                                         w.describe())))))
-    FlightRecorder::global().update(w.recorder_id, OpState::kFailed);
-  add_abandoned_mpi_operations(op->requests.active_count());
-  (void)op.release();
-  {
-    std::lock_guard lock(mu_);
-    --in_flight_count_;
-  }
-  drained_cv_.notify_all();
+  cv_.notify_all();
+  callers_cv_.notify_all();
+}
+
+CallerPathCounts Engine::caller_path_counts() const {
+  std::lock_guard lock(mu_);
+  return path_counts_;
 }
 
 void Engine::abort(const std::string& reason) noexcept {
@@ -212,7 +209,12 @@ void Engine::finalize(std::chrono::milliseconds timeout) {
     if (finalized_) return;
     const bool drained = drained_cv_.wait_for(
         lock, timeout, [&] { return broken_.load() || (queue_.empty() && in_flight_count_ == 0); });
-    if (!drained) {
+    if (drained) {
+      // In the same hold as the check, so that no operation can slip in
+      // between (another thread's call is refused from here on).
+      stop_ = true;
+      stop_requested_.store(true);
+    } else {
       for (const auto& w : unsettled_)
         if (w->status.load() == WorkState::kPending) {
           stuck = w;
@@ -308,7 +310,7 @@ void Engine::loop() {
     }
     if (stop_requested_.load()) {
       std::lock_guard lock(mu_);
-      if (broken_ || (queue_.empty() && in_flight_.empty())) break;
+      if (broken_ || (queue_.empty() && in_flight_count_ == 0 && handed_off_.empty())) break;
     }
     const bool idle = in_flight_.empty();
     if (progress || idle != was_idle) {
@@ -392,7 +394,8 @@ void Engine::pause(PollBackoff& backoff, bool wake_on_queue) {
     case PollBackoff::Action::kSleep: {
       std::unique_lock lock(mu_);
       cv_.wait_for(lock, backoff.sleep(), [&] {
-        return stop_ || (wake_on_queue && !queue_.empty()) || (broken_ && !abort_handled_) || diag_pending_;
+        return stop_ || (wake_on_queue && (!queue_.empty() || !handed_off_.empty())) || (broken_ && !abort_handled_) ||
+               diag_pending_;
       });
       return;
     }
@@ -548,17 +551,18 @@ void Engine::complete(std::unique_ptr<Op> op, std::exception_ptr error) {
   const std::shared_ptr<WorkState> work = op->work;
   WorkState& w = *work;
   if (is_collective(OpKind(w.sig.kind))) note_completed(w.sig.seq);
-  // Its scratch buffers are freed before the waiter wakes: once wait()
-  // returns, the operation holds no memory.
+  // Its scratch buffers are freed, and it stops counting as in flight,
+  // before the waiter wakes: once wait() returns, the operation holds no
+  // memory and the waiter's next small collective finds the engine idle.
   op.reset();
-  // The recorder learns of the completion before the waiter wakes, so that a
-  // dump the waiter makes next (as a rank that stops there does) shows it.
-  w.settle(nullptr, [&w] { FlightRecorder::global().update(w.recorder_id, OpState::kCompleted); });
   {
     std::lock_guard lock(mu_);
     --in_flight_count_;
   }
   drained_cv_.notify_all();
+  // The recorder learns of the completion before the waiter wakes, so that a
+  // dump the waiter makes next (as a rank that stops there does) shows it.
+  w.settle(nullptr, [&w] { FlightRecorder::global().update(w.recorder_id, OpState::kCompleted); });
 }
 
 // Raises coll_completed_ to `seq`; the caller's thread and the communication
@@ -611,7 +615,11 @@ void Engine::handle_abort() {
     queued.swap(queue_);
     queued_.store(0);
   }
-  const bool unfinished = !queued.empty() || !in_flight_.empty();
+  bool unfinished = !queued.empty() || !in_flight_.empty();
+  {
+    std::lock_guard lock(mu_);
+    unfinished = unfinished || in_flight_count_ > in_flight_.size() || !handed_off_.empty();  // on callers' threads
+  }
   for (auto& op : queued) {
     WorkState& w = *op->work;
     if (w.settle(std::make_exception_ptr(CommError(
@@ -631,8 +639,18 @@ void Engine::handle_abort() {
 
 void Engine::shutdown_thread_side() noexcept {
   try {
-    adopt_handed_off();  // none can arrive later: callers hand off only while stop_ is unset
+    {
+      // A caller polls an operation for at most kCallerPoll before it
+      // completes or hands it over; wait for that (with a wide margin), so
+      // that nothing is handed to a thread that has gone. New ones cannot
+      // start: the communicator is stopped or broken by now.
+      std::unique_lock lock(mu_);
+      callers_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return callers_polling_ == 0; });
+    }
+    adopt_handed_off();
     if (broken_ && !abort_handled_) handle_abort();
+    for (auto& op : in_flight_) abandon(std::move(op), "the communication thread stopped");
+    in_flight_.clear();
   } catch (...) {
   }
   // Control messages still in flight are point-to-point sends: their requests

@@ -25,6 +25,7 @@
 #include "comm/mpi_op.h"
 #include "comm/poll_backoff.h"
 #include "ht/comm/communicator.h"
+#include "ht/comm/mpi_communicator.h"
 
 namespace ht::comm::detail {
 
@@ -70,6 +71,9 @@ class Engine {
   void enqueue(std::unique_ptr<Op> op);
   /// Throws CommError unless operations can still be enqueued.
   void check_usable() const;
+  /// How many small collectives completed on their caller's thread and how
+  /// many were handed to the communication thread.
+  CallerPathCounts caller_path_counts() const;
 
   /// Called by a waiter whose operation has missed its deadline: asks the
   /// peers where they are, dumps the flight recorder, settles the operation
@@ -120,6 +124,7 @@ class Engine {
   void check_signatures(Op& op);
   void run_split(Op& op);
   bool test_in_flight();
+  /// Also called by a caller's thread, for an operation it completed (never with an error).
   void complete(std::unique_ptr<Op> op, std::exception_ptr error);
   void abandon(std::unique_ptr<Op> op, const std::string& reason);
   void handle_abort();
@@ -133,6 +138,7 @@ class Engine {
   // Either side.
   bool broken() const { return broken_.load(); }
   std::string broken_reason() const;
+  /// Communication thread only (it may keep the operation in abandoned_).
   void fail_op(std::unique_ptr<Op> op, std::exception_ptr error);
   void note_completed(std::uint64_t seq);
   /// Asks the peers of `w` where they are and returns the CommTimeout for it
@@ -154,6 +160,9 @@ class Engine {
   std::condition_variable drained_cv_;  // wakes finalize: queue and in-flight empty
   std::deque<std::unique_ptr<Op>> queue_;
   std::vector<HandOff> handed_off_;  // issued on a caller's thread, to be polled by the communication thread
+  std::size_t callers_polling_ = 0;  // operations a caller's thread is polling now
+  std::condition_variable callers_cv_;  // wakes the stopping thread: callers_polling_ fell
+  CallerPathCounts path_counts_;
   std::deque<std::shared_ptr<WorkState>> unsettled_;  // enqueued, oldest first; pruned of settled ones
   std::size_t in_flight_count_ = 0;
   std::uint64_t coll_seq_ = 0, p2p_seq_ = 0;

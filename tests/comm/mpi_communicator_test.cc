@@ -436,12 +436,24 @@ TEST(MpiCommunicator, OverlapsWithCompute) {
 TEST(MpiCommunicator, SmallCollectivesOnTheCallersThreadAndHandedOff) {
   const int rank = world().rank(), size = world().size();
   const double rank_sum = double(size * (size - 1) / 2);
+  const auto& mpi = dynamic_cast<const MpiCommunicator&>(world());
   world().barrier()->wait();
   // Rank 0 arrives 50 ms late: the others' callers give up polling and hand off.
+  const CallerPathCounts before_late = mpi.caller_path_counts();
   if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   Tensor late = make(DType::kF32, {double(rank), 1});
   world().all_reduce(late, late, ReduceOp::kSum)->wait();
   EXPECT_TRUE(matches(late, {rank_sum, double(size)}));
+  const CallerPathCounts after_late = mpi.caller_path_counts();
+  if (rank != 0) EXPECT_EQ(after_late.handed_off, before_late.handed_off + 1) << "a late peer forces the hand-off";
+  EXPECT_EQ(after_late.completed_on_caller + after_late.handed_off,
+            before_late.completed_on_caller + before_late.handed_off + 1);
+
+  // Ranks in step: small collectives complete where they were called.
+  world().barrier()->wait();
+  const CallerPathCounts before_loop = mpi.caller_path_counts();
+  for (int i = 0; i < 20; ++i) world().all_reduce(late, late, ReduceOp::kMax)->wait();
+  EXPECT_GT(mpi.caller_path_counts().completed_on_caller, before_loop.completed_on_caller);
 
   // A ring all-reduce in flight, then small ones of every dtype queued behind it.
   const std::int64_t n = 1 << 20;

@@ -28,6 +28,7 @@
 // initialised with MPI_THREAD_MULTIPLE) for the communicator's whole life.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,15 @@ namespace ht::comm {
 namespace detail {
 class Engine;
 }
+
+/// Where the small collectives of an MpiCommunicator ran (see
+/// docs/design.md, "Small collectives run on the caller's thread"):
+/// completed on the caller's thread, or handed to the communication thread
+/// because a peer was late.
+struct CallerPathCounts {
+  std::uint64_t completed_on_caller = 0;
+  std::uint64_t handed_off = 0;
+};
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -71,6 +81,9 @@ class MpiCommunicator final : public Communicator {
 
   void finalize(std::chrono::milliseconds timeout) override;
   void abort() noexcept override;
+
+  /// Diagnostics: where this communicator's small collectives ran so far.
+  CallerPathCounts caller_path_counts() const;
 
   /// Internal: use make_mpi_world() or split().
   explicit MpiCommunicator(std::shared_ptr<detail::Engine> engine);
