@@ -287,10 +287,6 @@ void Engine::loop() {
   bool was_idle = true;
   for (;;) {
     bool progress = poll_once();
-    if (has_handed_off_.load()) {
-      adopt_handed_off();
-      progress = true;
-    }
     if (broken_ && !abort_handled_) {
       handle_abort();
       progress = true;
@@ -356,7 +352,12 @@ std::size_t Engine::largest_in_flight() const {
 
 bool Engine::poll_once() {
   service_control();
-  bool progress = test_in_flight();
+  bool progress = false;
+  if (has_handed_off_.load()) {
+    adopt_handed_off();
+    progress = true;
+  }
+  progress = test_in_flight() || progress;
   // Operations abandoned by an abort may still complete; then their buffers can go.
   for (std::size_t i = 0; i < abandoned_.size();) {
     Op& op = *abandoned_[i];
@@ -480,8 +481,13 @@ void Engine::run_split(Op& op) {
     return CommError(ErrorKind::kComm,
                      fmt::format("{}: the communicator was aborted during the split: {}", w.describe(), broken_reason()));
   };
-  // Pending nonblocking collectives on this communicator are complete before the blocking split is issued.
-  if (!poll_until([&] { return in_flight_.empty(); }, 0)) throw aborted();
+  // Pending nonblocking collectives on this communicator, including one a
+  // caller's thread still polls, are complete before the blocking split is issued.
+  auto nothing_else_in_flight = [&] {
+    std::lock_guard lock(mu_);
+    return in_flight_.empty() && handed_off_.empty() && callers_polling_ == 0;
+  };
+  if (!poll_until(nothing_else_in_flight, 0)) throw aborted();
   s.mine[0] = s.color;
   s.mine[1] = s.key;
   s.table.assign(2 * std::size_t(size_), 0);
