@@ -2,6 +2,7 @@
 // and the stage-3 gather/free hooks.
 #include "ht/parallel/data_parallel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 
@@ -69,6 +70,7 @@ DataParallel::DataParallel(nn::GPT& model, comm::DeviceMesh& mesh, const DataPar
   const int tied_color = holds_tied ? at.dp * layout.tp() + at.tp : -1;
   tied_comm_ = mesh.world().split(tied_color, at.pp, fmt::format("tied.{}", tied_color));
   build_groups();
+  if (options_.zero_stage == 2) install_zero2_hooks();
   if (options_.zero_stage == 3) install_zero3_hooks();
 }
 
@@ -178,6 +180,28 @@ void DataParallel::build_groups() {
   slots_ = make_slots();
 }
 
+// Stage 2 keeps no full gradient between steps: a bucket's is allocated
+// when the backward of the first module writing into it begins, and freed
+// once its reduce-scatter has completed (free_reduced_grads). Allocating
+// them all at the start of the step held a whole gradient plus the shard at
+// the peak (590 MiB for the 124M model at dp 4, against 118 MiB after the step).
+void DataParallel::install_zero2_hooks() {
+  std::unordered_map<const nn::Parameter*, std::size_t> group_of;
+  for (std::size_t i = 0; i < groups_.size(); ++i)
+    for (const nn::Parameter* p : groups_[i]->params) group_of[p] = i;
+  for (nn::Module* m : model_.children()) {
+    std::vector<std::size_t> written;
+    for (const nn::Parameter* p : m->parameters()) {
+      const std::size_t g = group_of.at(p);
+      if (std::find(written.begin(), written.end(), g) == written.end()) written.push_back(g);
+    }
+    m->set_pre_backward_hook([this, written](nn::Module&, nn::Context&) {
+      if (final_) free_reduced_grads();
+      for (std::size_t g : written) ensure_grads(*groups_[g]);
+    });
+  }
+}
+
 void DataParallel::install_zero3_hooks() {
   const std::size_t n = sequence_.size();
   for (std::size_t i = 0; i < n; ++i) {
@@ -237,10 +261,7 @@ void DataParallel::drop_full_grads(FlatGroup& g) {
 }
 
 void DataParallel::begin_step() {
-  for (auto& g : groups_) {
-    g->ready = 0;
-    if (options_.zero_stage == 2) ensure_grads(*g);
-  }
+  for (auto& g : groups_) g->ready = 0;
   model_.zero_grad();  // zeroes the bound gradient views and restarts the grad-ready counts
   final_ = false;
 }

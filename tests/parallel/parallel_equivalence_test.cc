@@ -160,6 +160,7 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"pp4_1f1b", 4, 1, 4, 0, 0, parallel::Schedule::k1F1B, 4, false}, Layout{"dp2_tp2", 4, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, false},
         Layout{"dp2_pp2", 4, 1, 2, 0, 0, parallel::Schedule::k1F1B, 2, false}, Layout{"tp2_pp2", 4, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false},
         Layout{"zero3_dp2_tp2", 4, 2, 1, 3, 0, parallel::Schedule::k1F1B, 1, false},
+        Layout{"zero2_dp2_pp2", 4, 1, 2, 2, 0, parallel::Schedule::k1F1B, 2, false},
         Layout{"dp2_tp2_pp2", 8, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false},
         Layout{"zero1_dp2_tp2_pp2", 8, 2, 2, 1, 0, parallel::Schedule::kGPipe, 2, false},
         Layout{"zero3_dp2_tp2_pp2", 8, 2, 2, 3, 0, parallel::Schedule::k1F1B, 2, false}),

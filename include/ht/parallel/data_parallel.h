@@ -83,7 +83,8 @@ class DataParallel {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  /// Before a step's first micro-batch: zeroes (or, sharded, allocates) gradients.
+  /// Before a step's first micro-batch: zeroes the gradients (ZeRO 2-3 hold
+  /// none between steps: each bucket's is allocated when backward first writes to it).
   void begin_step();
   /// Whether the next backward completes the step's gradients.
   void set_final_micro_batch(bool final);
@@ -119,6 +120,7 @@ class DataParallel {
   std::vector<optim::Slot> make_slots() const;
   /// The first stage's wte or the last stage's copy of it, when pp > 1.
   bool tied_across_stages(const nn::Parameter* p) const;
+  void install_zero2_hooks();
   void install_zero3_hooks();
   void on_grad_ready(std::size_t group);
   void start_reduction(detail::FlatGroup& g);
