@@ -74,28 +74,34 @@ std::string GPTConfig::str() const {
   return fmt::format("L{} H{} C{} V{} T{}", n_layer, n_head, n_embd, vocab_size, context);
 }
 
-GPT::GPT(const GPTConfig& config, Device device, TensorParallel tp, PipelineStage stage)
+GPT::GPT(const GPTConfig& config, Device device, TensorParallel tp, PipelineStage stage, bool defer_storage)
     : Module("gpt"), config_(config), device_(device), tp_(tp), stage_(stage) {
   config.validate_parallel(tp.size(), stage.size);
   HT_CHECK_ARG(stage.rank >= 0 && stage.rank < stage.size, "pipeline stage {} outside {} stages", stage.rank,
                stage.size);
   // Children named as in GPT-2 ("wte", "h.3.attn.c_attn.weight", "ln_f.weight"):
   // the embedding and head register their parameters without a prefix.
+  // Each module as built: its parameters' storage released when deferred.
+  auto built = [defer_storage](auto& module) -> auto& {
+    if (defer_storage)
+      for (Parameter* p : module.parameters()) p->release_data();
+    return module;
+  };
   if (first_stage())
-    embedding_ = &add_module(
-        std::make_unique<Embedding>("", config.vocab_size, config.context, config.n_embd, device, tp));
+    embedding_ = &built(
+        add_module(std::make_unique<Embedding>("", config.vocab_size, config.context, config.n_embd, device, tp)));
   const auto [first, last] = stage_blocks(config.n_layer, stage.rank, stage.size);
   for (int i = first; i < last; ++i)
-    blocks_.push_back(
-        &add_module(std::make_unique<Block>(fmt::format("h.{}", i), config.n_embd, config.n_head, device, tp)));
+    blocks_.push_back(&built(
+        add_module(std::make_unique<Block>(fmt::format("h.{}", i), config.n_embd, config.n_head, device, tp))));
   if (last_stage()) {
-    ln_f_ = &add_module(std::make_unique<LayerNorm>("ln_f", config.n_embd, device));
+    ln_f_ = &built(add_module(std::make_unique<LayerNorm>("ln_f", config.n_embd, device)));
     if (first_stage()) {
       // The head reuses the token embedding: two gradient contributions per backward.
       head_ = &add_module(std::make_unique<LMHead>(embedding_->token_weight(), tp));
       embedding_->token_weight().set_uses(2);
     } else {
-      head_ = &add_module(std::make_unique<LMHead>(config.vocab_size, config.n_embd, device, tp));
+      head_ = &built(add_module(std::make_unique<LMHead>(config.vocab_size, config.n_embd, device, tp)));
     }
   }
 }
@@ -116,36 +122,38 @@ LMHead& GPT::head() {
 }
 
 void GPT::init_weights(std::uint64_t seed) {
+  for (Parameter* p : parameters()) p->data().copy_from(initial_value(*p, seed));
+}
+
+Tensor GPT::initial_value(const Parameter& p, std::uint64_t seed) const {
+  const std::string& n = p.name();
   const float residual_std = 0.02f / std::sqrt(2.f * float(config_.n_layer));
-  for (Parameter* p : parameters()) {
-    const std::string& n = p->name();
-    // The full tensor is drawn and this rank's part cut from it, so the values
-    // do not depend on the tensor-parallel layout either.
-    Tensor host = Tensor::empty(p->full_shape(), DType::kF32);
-    float* v = host.data<float>();
-    const std::int64_t count = host.numel();
-    if (ends_with(n, ".bias")) {
-      std::fill(v, v + count, 0.f);
-    } else if (n.find("ln_") != std::string::npos) {
-      std::fill(v, v + count, 1.f);
-    } else {
-      const float std = ends_with(n, "c_proj.weight") ? residual_std : 0.02f;
-      // Element i is the normal draw from counters 2i+1 and 2i+2 of its
-      // tensor's stream, so blocks are drawn in parallel with the values of
-      // one sequential pass (Box-Muller made weight init the larger part of
-      // building a 124M model: 3-4 s on one thread).
-      const std::uint64_t stream = seed ^ fnv1a(n);
-      constexpr std::int64_t kBlock = std::int64_t(1) << 16;
+  // The full tensor is drawn and this rank's part cut from it, so the values
+  // do not depend on the tensor-parallel layout either.
+  Tensor host = Tensor::empty(p.full_shape(), DType::kF32);
+  float* v = host.data<float>();
+  const std::int64_t count = host.numel();
+  if (ends_with(n, ".bias")) {
+    std::fill(v, v + count, 0.f);
+  } else if (n.find("ln_") != std::string::npos) {
+    std::fill(v, v + count, 1.f);
+  } else {
+    const float std = ends_with(n, "c_proj.weight") ? residual_std : 0.02f;
+    // Element i is the normal draw from counters 2i+1 and 2i+2 of its
+    // tensor's stream, so blocks are drawn in parallel with the values of
+    // one sequential pass (Box-Muller made weight init the larger part of
+    // building a 124M model: 3-4 s on one thread).
+    const std::uint64_t stream = seed ^ fnv1a(n);
+    constexpr std::int64_t kBlock = std::int64_t(1) << 16;
 #pragma omp parallel for schedule(static) if (count > kBlock)
-      for (std::int64_t b = 0; b < count; b += kBlock) {
-        Rng rng(stream);
-        rng.set_state(stream, 2 * std::uint64_t(b));
-        const std::int64_t e = std::min(count, b + kBlock);
-        for (std::int64_t i = b; i < e; ++i) v[i] = std * rng.normal();
-      }
+    for (std::int64_t b = 0; b < count; b += kBlock) {
+      Rng rng(stream);
+      rng.set_state(stream, 2 * std::uint64_t(b));
+      const std::int64_t e = std::min(count, b + kBlock);
+      for (std::int64_t i = b; i < e; ++i) v[i] = std * rng.normal();
     }
-    p->data().copy_from(tp_part_of(host, p->layout()));
   }
+  return tp_part_of(host, p.layout());
 }
 
 Tensor GPT::forward_impl(Context& ctx, const Tensor& input) {

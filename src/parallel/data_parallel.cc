@@ -48,8 +48,9 @@ void DataParallelOptions::validate(int dp) const {
            shard_group);
 }
 
-DataParallel::DataParallel(nn::GPT& model, comm::DeviceMesh& mesh, const DataParallelOptions& options)
-    : model_(model), mesh_(mesh), options_(options) {
+DataParallel::DataParallel(nn::GPT& model, comm::DeviceMesh& mesh, const DataParallelOptions& options,
+                           InitialValues initial_values)
+    : model_(model), mesh_(mesh), options_(options), initial_values_(std::move(initial_values)) {
   const comm::MeshLayout& layout = mesh.layout();
   const comm::MeshCoord& at = mesh.coord();
   options_.validate(layout.dp());
@@ -145,7 +146,16 @@ void DataParallel::build_groups() {
   const bool mixed = options_.precision.mixed();
   for (std::size_t i = 0; i < members.size(); ++i) {
     Tensor values;  // f32, padded
-    auto g = std::make_unique<FlatGroup>(detail::make_flat_group(members[i], shards_, shard_rank_, values));
+    auto g = std::make_unique<FlatGroup>(detail::make_flat_group(
+        members[i], shards_, shard_rank_, model_.device(), [&](const nn::Parameter& p) {
+          if (p.data().defined()) return p.data();
+          HT_CHECK(initial_values_ && stage == 3, ErrorKind::kInvalidArgument,
+                   "parameter {} has no storage: a model built with deferred storage needs ZeRO-3 and its "
+                   "initial values",
+                   p.name());
+          return initial_values_(p);
+        },
+        values));
     g->deferred = deferred[i];
     g->compute = compute;
     g->reduce = options_.precision.reduce;

@@ -25,14 +25,15 @@ void FlatGroup::unbind_grads() {
   for (nn::Parameter* p : params) p->release_grad();
 }
 
-FlatGroup make_flat_group(std::vector<nn::Parameter*> params, int shards, int shard_rank, Tensor& master_full) {
+FlatGroup make_flat_group(std::vector<nn::Parameter*> params, int shards, int shard_rank, Device device,
+                          const std::function<Tensor(const nn::Parameter&)>& value_of, Tensor& master_full) {
   HT_CHECK_ARG(!params.empty() && shards > 0 && shard_rank >= 0 && shard_rank < shards,
                "flat group: {} parameters, shard {} of {}", params.size(), shard_rank, shards);
   FlatGroup g;
   g.params = std::move(params);
   g.shards = shards;
   g.shard_rank = shard_rank;
-  g.device = g.params.front()->data().device();
+  g.device = device;
   for (nn::Parameter* p : g.params) {
     g.offsets.push_back(g.numel);
     g.numel += shape_numel(p->shape());
@@ -42,7 +43,7 @@ FlatGroup make_flat_group(std::vector<nn::Parameter*> params, int shards, int sh
   master_full = Tensor::zeros({g.padded}, DType::kF32, g.device, MemCategory::kParameters);
   for (std::size_t i = 0; i < g.params.size(); ++i) {
     const nn::Parameter& p = *g.params[i];
-    master_full.slice(g.offsets[i], g.offsets[i] + shape_numel(p.shape())).copy_from(p.data().view({-1}));
+    master_full.slice(g.offsets[i], g.offsets[i] + shape_numel(p.shape())).copy_from(value_of(p).view({-1}));
   }
   return g;
 }

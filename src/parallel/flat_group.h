@@ -16,6 +16,8 @@
 //                 Stages 0-1: a view of reduce_grads; stages 2-3 its own buffer.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -56,9 +58,11 @@ struct FlatGroup {
   void unbind_grads();
 };
 
-/// Lays `params` out in a new group. Returns it with `master_full` set to
-/// their current values (f32, padded, on their device); the caller derives
-/// the buffers its ZeRO stage keeps from it.
-FlatGroup make_flat_group(std::vector<nn::Parameter*> params, int shards, int shard_rank, Tensor& master_full);
+/// Lays `params` out in a new group on `device`. Returns it with
+/// `master_full` set to their values (f32, padded): `value_of(p)` for each
+/// (any device; the current values, or initial ones for parameters without
+/// storage). The caller derives the buffers its ZeRO stage keeps from it.
+FlatGroup make_flat_group(std::vector<nn::Parameter*> params, int shards, int shard_rank, Device device,
+                          const std::function<Tensor(const nn::Parameter&)>& value_of, Tensor& master_full);
 
 }  // namespace ht::parallel::detail

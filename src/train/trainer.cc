@@ -53,10 +53,18 @@ Trainer::Trainer(const TrainerOptions& options, const data::TokenSplits& splits,
   const comm::MeshLayout& layout = mesh_->layout();
   options_.model.validate_parallel(layout.tp(), layout.pp());
   options_.data_parallel.validate(layout.dp());
+  // Under ZeRO-3 no rank holds the whole model at any time: the parameters'
+  // storage is released as each module is built, and each flat group is
+  // filled with its initial values only to be sharded at once.
+  const bool sharded_init = options_.data_parallel.zero_stage == 3;
   model_ = std::make_unique<nn::GPT>(options_.model, options_.device, nn::TensorParallel{&mesh_->tp()},
-                                     nn::PipelineStage{mesh_->coord().pp, layout.pp()});
-  model_->init_weights(options_.seed);
-  dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, options_.data_parallel);
+                                     nn::PipelineStage{mesh_->coord().pp, layout.pp()}, sharded_init);
+  parallel::DataParallel::InitialValues initial_values;
+  if (sharded_init)
+    initial_values = [this](const nn::Parameter& p) { return model_->initial_value(p, options_.seed); };
+  else
+    model_->init_weights(options_.seed);
+  dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, options_.data_parallel, std::move(initial_values));
   pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp(), options_.schedule,
                                                    options_.data_parallel.precision.compute);
   optimizer_ = std::make_unique<optim::AdamW>(dp_->slots(), options_.adamw);

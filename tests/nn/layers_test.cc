@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "ht/core/memory.h"
 #include "ht/nn/gpt.h"
 #include "test_util.h"
 
@@ -213,6 +214,25 @@ TEST(GPT, InitIsDeterministicAndIndependentOfOtherParameters) {
             a.block(1).attn().c_attn().weight().data().to_vector<float>());
   b.init_weights(43);
   EXPECT_NE(pa[0]->data().to_vector<float>(), pb[0]->data().to_vector<float>());
+}
+
+// Deferred storage: no parameter keeps its values after construction (the
+// model is never whole in memory), and initial_value() gives exactly what
+// init_weights would have written.
+TEST(GPT, DeferredStorageHoldsNoValuesAndInitialValueMatchesInit) {
+  GPT whole(tiny_config(), Device::cpu());
+  whole.init_weights(42);
+  const std::int64_t before = memory_stats(DeviceType::kCPU, MemCategory::kParameters).current_bytes;
+  GPT deferred(tiny_config(), Device::cpu(), {}, {}, /*defer_storage=*/true);
+  EXPECT_EQ(memory_stats(DeviceType::kCPU, MemCategory::kParameters).current_bytes, before);
+  auto pw = whole.parameters(), pd = deferred.parameters();
+  ASSERT_EQ(pw.size(), pd.size());
+  for (std::size_t i = 0; i < pd.size(); ++i) {
+    EXPECT_FALSE(pd[i]->data().defined()) << pd[i]->name();
+    EXPECT_EQ(pd[i]->shape(), pw[i]->shape()) << pd[i]->name();
+    EXPECT_EQ(deferred.initial_value(*pd[i], 42).to_vector<float>(), pw[i]->data().to_vector<float>())
+        << pd[i]->name();
+  }
 }
 
 TEST(Hooks, GradReadyFiresOncePerParameterAfterLastUse) {

@@ -58,7 +58,12 @@ std::pair<int, int> stage_blocks(int n_layer, int stage, int stages);
 
 class GPT : public Module {
  public:
-  GPT(const GPTConfig& config, Device device, TensorParallel tp = {}, PipelineStage stage = {});
+  /// With `defer_storage`, each module's parameters are released as soon as
+  /// it is built, so the model never holds all its values at once: whoever
+  /// shards it (ZeRO-3) fills them from initial_value(). Forward and backward
+  /// need the values bound again.
+  GPT(const GPTConfig& config, Device device, TensorParallel tp = {}, PipelineStage stage = {},
+      bool defer_storage = false);
 
   const GPTConfig& config() const { return config_; }
   Device device() const { return device_; }
@@ -68,6 +73,9 @@ class GPT : public Module {
   /// gains. Each parameter draws from its own stream seeded by (seed, name),
   /// so values do not depend on the order or placement of parameters.
   void init_weights(std::uint64_t seed);
+  /// The value init_weights gives `p` (this rank's tensor-parallel part), as
+  /// a new host f32 tensor.
+  Tensor initial_value(const Parameter& p, std::uint64_t seed) const;
 
   const PipelineStage& stage() const { return stage_; }
   bool first_stage() const { return stage_.rank == 0; }

@@ -37,6 +37,8 @@
 // stages before its data-parallel reduction, and is counted once by the norm.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -77,8 +79,14 @@ class DataParallel {
   /// Collective over the world (it splits the shard, replica and tied-weight
   /// groups). Takes over `model`'s parameters: moves their values into flat
   /// groups (keeping only this rank's shard at stage 3) and installs hooks.
-  /// The model must be initialised first and must outlive this object.
-  DataParallel(nn::GPT& model, comm::DeviceMesh& mesh, const DataParallelOptions& options);
+  /// Values each parameter starts from, for a model built with deferred
+  /// storage (nn::GPT's defer_storage; then only ZeRO-3 applies).
+  using InitialValues = std::function<Tensor(const nn::Parameter&)>;
+
+  /// The model must be initialised first — or built with deferred storage and
+  /// `initial_values` given, for ZeRO-3 — and must outlive this object.
+  DataParallel(nn::GPT& model, comm::DeviceMesh& mesh, const DataParallelOptions& options,
+               InitialValues initial_values = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -134,6 +142,7 @@ class DataParallel {
   nn::GPT& model_;
   comm::DeviceMesh& mesh_;
   DataParallelOptions options_;
+  InitialValues initial_values_;
   int shards_ = 1, shard_rank_ = 0, replicas_ = 1, replica_rank_ = 0;
   std::unique_ptr<comm::Communicator> shard_comm_, replica_comm_, tied_comm_;
   std::vector<std::unique_ptr<detail::FlatGroup>> groups_;
