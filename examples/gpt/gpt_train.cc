@@ -239,7 +239,8 @@ int run(Args& a) {
     }
     if (!s.checkpoint_error.empty()) std::fprintf(stderr, "warning: %s; training goes on\n", s.checkpoint_error.c_str());
     if (rank0 && !s.stragglers.empty()) std::fprintf(stderr, "straggler at step %lld: %s\n", (long long)s.step, s.stragglers.c_str());
-    const bool straggler_exit = a.straggler_action == "exit" && !s.straggler_ranks.empty();
+    // A preemption in the same step wins: the job stops, nothing is replaced.
+    const bool straggler_exit = a.straggler_action == "exit" && !s.straggler_ranks.empty() && !s.stop_requested;
     if (s.stop_requested || straggler_exit) {
       // Preemption (SIGTERM/SIGUSR1 on any rank), or a straggler the run
       // must not keep: finish here with a checkpoint.
@@ -255,7 +256,7 @@ int run(Args& a) {
       if (rank0) std::printf("# %s at step %lld: %s\n", straggler_exit ? "straggler" : "preempted", (long long)s.step,
                              saved.c_str());
       std::fflush(stdout);
-      if (s.stop_requested) guard->exit(resilience::kExitPreempted, fmt::format("preempted at step {}", s.step));
+      if (!straggler_exit) guard->exit(resilience::kExitPreempted, fmt::format("preempted at step {}", s.step));
       guard->exit(resilience::kExitStraggler, fmt::format("straggler at step {}: {}", s.step, s.stragglers),
                   s.straggler_ranks);
     }
