@@ -180,7 +180,7 @@ void Engine::hand_off(std::unique_ptr<Op> op, std::exception_ptr error) {
     ++path_counts_.handed_off;
   }
   cv_.notify_all();
-  callers_cv_.notify_all();
+  drained_cv_.notify_all();
 }
 
 CallerPathCounts Engine::caller_path_counts() const {
@@ -651,7 +651,7 @@ void Engine::shutdown_thread_side() noexcept {
       // that nothing is handed to a thread that has gone. New ones cannot
       // start: the communicator is stopped or broken by now.
       std::unique_lock lock(mu_);
-      callers_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return callers_polling_ == 0; });
+      drained_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return callers_polling_ == 0; });
     }
     adopt_handed_off();
     if (broken_ && !abort_handled_) handle_abort();

@@ -157,11 +157,10 @@ class Engine {
   // Queue and lifecycle, under mu_.
   mutable std::mutex mu_;
   std::condition_variable cv_;          // wakes the thread: work, abort, stop, diagnosis
-  std::condition_variable drained_cv_;  // wakes finalize: queue and in-flight empty
+  std::condition_variable drained_cv_;  // wakes finalize (queue and in-flight empty) and a stopping thread (no caller polls)
   std::deque<std::unique_ptr<Op>> queue_;
   std::vector<HandOff> handed_off_;  // issued on a caller's thread, to be polled by the communication thread
   std::size_t callers_polling_ = 0;  // operations a caller's thread is polling now
-  std::condition_variable callers_cv_;  // wakes the stopping thread: callers_polling_ fell
   CallerPathCounts path_counts_;
   std::deque<std::shared_ptr<WorkState>> unsettled_;  // enqueued, oldest first; pruned of settled ones
   std::size_t in_flight_count_ = 0;

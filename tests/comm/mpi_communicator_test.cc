@@ -565,6 +565,30 @@ TEST(MpiCommunicator, LifecycleFinalizeAbortAndDestroy) {
   EXPECT_TRUE(done->test());
 }
 
+// A small collective handed to the communication thread (its peers are
+// late) and then aborted fails with CommError; the peers, arriving later,
+// still complete theirs, and the aborted rank's abandoned request completes
+// with them, so nothing is leaked.
+TEST(MpiCommunicator, AbortWhileASmallCollectiveIsHandedOff) {
+  const int rank = world().rank(), size = world().size();
+  if (size < 2) GTEST_SKIP() << "needs two ranks";
+  auto c = world().split(0, rank, "abort_handed_off");
+  const auto& mpi = dynamic_cast<const MpiCommunicator&>(*c);
+  Tensor x = make(DType::kF32, {double(rank + 1)});
+  if (rank == 0) {
+    WorkPtr w = c->all_reduce(x, x, ReduceOp::kSum);
+    EXPECT_EQ(mpi.caller_path_counts().handed_off, 1u) << "the peers are 100 ms late";
+    c->abort();
+    EXPECT_TRUE(test::throws_error([&] { w->wait(); }, ErrorKind::kComm, {"all_reduce #1", "aborted"}));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    c->all_reduce(x, x, ReduceOp::kSum)->wait();
+    EXPECT_TRUE(matches(x, {double(size * (size + 1) / 2)}));
+  }
+  world().barrier()->wait();
+  c->finalize(5s);  // after the abort, rank 0's releases without throwing
+}
+
 TEST(MpiCommunicator, RecvOfTheWrongCountFailsThatCommunicatorOnly) {
   const int rank = world().rank(), size = world().size();
   if (size < 2) GTEST_SKIP() << "needs two ranks";

@@ -2,6 +2,8 @@
 // stage splits, and options refused with clear errors.
 #include <gtest/gtest.h>
 
+#include "ht/comm/device_mesh.h"
+#include "ht/comm/self_communicator.h"
 #include "ht/nn/gpt.h"
 #include "ht/nn/tensor_parallel.h"
 #include "ht/parallel/data_parallel.h"
@@ -63,6 +65,21 @@ TEST(ParallelOptions, BadValuesFailClearly) {
   EXPECT_TRUE(test::throws_error([&] { c.validate_parallel(1, 3); }, ErrorKind::kConfig,
                                  {"2 layers cannot fill 3 pipeline stages"}));
   EXPECT_NO_THROW(c.validate_parallel(2, 2));
+}
+
+// A model built with deferred storage holds no values: only ZeRO-3, given
+// the initial values, may take it over; anything else is refused by name.
+TEST(DataParallel, DeferredStorageNeedsZero3AndInitialValues) {
+  const nn::GPTConfig c{.vocab_size = 16, .context = 8, .n_layer = 1, .n_head = 2, .n_embd = 8};
+  comm::DeviceMesh mesh(comm::make_self_communicator(), 1, 1);
+  nn::GPT deferred(c, Device::cpu(), nn::TensorParallel{&mesh.tp()}, {}, /*defer_storage=*/true);
+  EXPECT_TRUE(test::throws_error([&] { parallel::DataParallel dp(deferred, mesh, {.zero_stage = 2}); },
+                                 ErrorKind::kInvalidArgument, {"has no storage", "needs ZeRO-3 and its initial values"}));
+  EXPECT_TRUE(test::throws_error([&] { parallel::DataParallel dp(deferred, mesh, {.zero_stage = 3}); },
+                                 ErrorKind::kInvalidArgument, {"has no storage"}));
+  parallel::DataParallel dp(deferred, mesh, {.zero_stage = 3},
+                            [&](const nn::Parameter& p) { return deferred.initial_value(p, 7); });
+  EXPECT_FALSE(dp.slots().empty());
 }
 
 }  // namespace

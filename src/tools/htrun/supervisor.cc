@@ -101,12 +101,12 @@ std::string Supervisor::plan() const {
 
 // Says whether the ranks' save on preemption left a newer checkpoint than
 // the launch started from: a rerun resumes from the newest either way.
-std::string Supervisor::preemption_verdict(std::int64_t resume_step, std::int64_t reached) const {
-  const std::int64_t newest = latest_checkpoint_step(options_.run_dir);
-  if (newest > resume_step || (newest == reached && newest > 0))
+std::string Supervisor::preemption_verdict(const Watch& w) const {
+  const std::int64_t newest = w.checkpoint_step;
+  if (newest > w.resume_step || (newest == w.reached && newest > 0))
     return fmt::format("preempted: checkpoint of step {} saved, stopped", newest);
   return fmt::format("preempted: no new checkpoint (the newest is step {}; the job had reached step {}), stopped",
-                     newest, reached);
+                     newest, w.reached);
 }
 
 Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
@@ -352,7 +352,7 @@ Report Supervisor::run() {
       report.incidents.push_back(incident);
       report.exit_code = incident.kind == "preemption" ? 77 : 2;
       report.verdict = incident.kind == "preemption"
-                           ? preemption_verdict(resume_step, w.reached)
+                           ? preemption_verdict(w)
                            : "the program failed on its input (exit record kind 'error'); not retried";
       break;
     }

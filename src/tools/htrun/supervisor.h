@@ -41,7 +41,7 @@ class Supervisor {
   bool replace_bad_nodes(Incident& incident, Report& report);
   bool node_healthy(const Node& node);
   std::string node_name(int id) const;
-  std::string preemption_verdict(std::int64_t resume_step, std::int64_t reached) const;
+  std::string preemption_verdict(const Watch& w) const;
 
   SupervisorOptions options_;
   Cluster cluster_;
