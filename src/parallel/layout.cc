@@ -170,8 +170,8 @@ std::vector<int> partition_by_count(int n_layers, int stages) {
 }
 
 std::pair<int, int> stage_layers(int n_layers, int stage, int stages) {
+  HT_CHECK_ARG(stages > 0 && stage >= 0 && stage < stages, "stage {} outside a pipeline of {}", stage, stages);
   const std::vector<int> b = partition_by_count(n_layers, stages);
-  HT_CHECK_ARG(stage >= 0 && stage < stages, "stage {} outside a pipeline of {}", stage, stages);
   return {b[std::size_t(stage)], b[std::size_t(stage) + 1]};
 }
 

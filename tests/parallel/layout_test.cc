@@ -515,6 +515,10 @@ TEST(Partition, BadSizesAreClearErrors) {
   EXPECT_TRUE(test::throws_error([] { partition_by_count(3, 0); }, ErrorKind::kConfig, {"must be positive"}));
   EXPECT_TRUE(test::throws_error([] { stage_layers(8, 4, 4); }, ErrorKind::kInvalidArgument,
                                  {"stage 4 outside a pipeline of 4"}));
+  EXPECT_TRUE(test::throws_error([] { stage_layers(8, 0, 0); }, ErrorKind::kInvalidArgument,
+                                 {"stage 0 outside a pipeline of 0"}));
+  EXPECT_TRUE(test::throws_error([] { stage_layers(3, 0, 4); }, ErrorKind::kConfig,
+                                 {"3 layers cannot fill 4 pipeline stages"}));
   const std::vector<std::int64_t> two{1, 2};
   EXPECT_TRUE(test::throws_error([&] { partition_by_cost(two, 3); }, ErrorKind::kConfig,
                                  {"2 layers cannot fill 3 pipeline stages"}));

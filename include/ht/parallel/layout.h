@@ -146,8 +146,10 @@ HybridShard hybrid_shard(int dp_size, int shard_group, int dp_rank, int zero_sta
 /// (nn::stage_blocks' rule). Throws kConfig for stages <= 0 or
 /// n_layers < stages (a stage without a layer).
 std::vector<int> partition_by_count(int n_layers, int stages);
-/// Stage `stage`'s layers [first, second) under partition_by_count. Throws
-/// as it does, and kInvalidArgument for a stage outside [0, stages).
+/// Stage `stage`'s layers [first, second) under partition_by_count (a
+/// drop-in for nn::stage_blocks). Throws kInvalidArgument for stages <= 0 or
+/// a stage outside [0, stages) (as stage_blocks does), then as
+/// partition_by_count does.
 std::pair<int, int> stage_layers(int n_layers, int stage, int stages);
 
 /// By cost: `layer_costs[i] >= 0` in any integer unit (FLOPs, bytes, µs;
