@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "ht/core/version.h"
 #include "ht/comm/mpi_communicator.h"
 #include "ht/comm/mpi_runtime.h"
 #include "ht/train/metrics.h"
@@ -108,7 +109,7 @@ int main(int argc, char** argv) {
     o.ckpt_dir = dir;
     o.ckpt_keep = 2;
     const data::TokenSplits data = random_tokens(vocab);
-    nlohmann::json out{{"type", "checkpoint_bench"}, {"model", o.model.str()}, {"build", train::build_description()}};
+    nlohmann::json out{{"type", "checkpoint_bench"}, {"model", o.model.str()}, {"build", ht::build_description()}};
     {
       comm::DeviceMesh mesh(comm::make_mpi_world(), tp, pp);
       out["layout"] = fmt::format("{}, zero {}", mesh.layout().str(), zero);

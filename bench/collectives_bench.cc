@@ -56,6 +56,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "ht/core/version.h"
 #include "ht/comm/comm_env.h"
 #include "ht/comm/communicator.h"
 #include "ht/comm/mpi_communicator.h"
@@ -768,7 +769,7 @@ int bench(int argc, char** argv, const ht::comm::MpiRuntime& runtime) {
   const double timeout_s = std::chrono::duration<double>(copts.timeout).count();
   if (print) {
     if (o.json) {
-      nlohmann::json run = {{"type", "run"}, {"build", ht::train::build_description()}, {"world_size", n},
+      nlohmann::json run = {{"type", "run"}, {"build", ht::build_description()}, {"world_size", n},
                             {"backend", o.backend}, {"op", op_name(o.op)}, {"dtype", type_name(o.dtype)},
                             {"redop", redop_str}, {"root", root_col}, {"min_bytes", o.min_bytes},
                             {"max_bytes", o.max_bytes}, {"step_factor", o.factor}, {"iters", o.iters},
@@ -777,7 +778,7 @@ int bench(int argc, char** argv, const ht::comm::MpiRuntime& runtime) {
                             {"omp_num_threads", env_or("OMP_NUM_THREADS", "")}, {"host", runtime.host()}};
       std::printf("%s\n", run.dump().c_str());
     } else {
-      std::printf("# ht-collectives-bench: %s\n", ht::train::build_description().c_str());
+      std::printf("# ht-collectives-bench: %s\n", ht::build_description().c_str());
       std::printf("# world_size %d  backend %s  op %s  dtype %s  redop %s  root %d\n", n, o.backend.c_str(),
                   op_name(o.op), type_name(o.dtype), redop_str.c_str(), root_col);
       std::printf("# minBytes %lld  maxBytes %lld  step %g (factor)  warmup iters %d  iters %d  validation %d\n",

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "ht/core/version.h"
 #include "ht/core/device.h"
 #include "ht/core/rng.h"
 #include "ht/core/tensor.h"
@@ -293,7 +294,7 @@ void register_all(Device device) {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("hypertrain", ht::train::build_description());
+  benchmark::AddCustomContext("hypertrain", ht::build_description());
   benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
   const char* omp_env = std::getenv("OMP_NUM_THREADS");
   benchmark::AddCustomContext("OMP_NUM_THREADS", omp_env ? omp_env : "(unset)");

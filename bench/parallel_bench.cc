@@ -74,6 +74,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "ht/core/version.h"
 #include "ht/comm/comm_env.h"
 #include "ht/comm/device_mesh.h"
 #include "ht/comm/mpi_communicator.h"
@@ -333,7 +334,7 @@ constexpr double kHalfTolerance = 0.10;
 
 int run_memory(const Args& a, comm::DeviceMesh& mesh, const nn::GPTConfig& model) {
   comm::Communicator& world = mesh.world();
-  const int dp = mesh.layout().dp();
+  const int dp = mesh.layout().dp_size();
   const bool print = world.rank() == 0;
   const train::TrainerOptions base = base_options(a, model);
   const data::TokenSplits splits = splits_for(base, dp);
@@ -571,7 +572,7 @@ int run_overlap(const Args& a, comm::DeviceMesh& mesh, const nn::GPTConfig& mode
   train::TrainerOptions o = base_options(a, model);
   o.data_parallel.zero_stage = 0;
   o.data_parallel.bucket_bytes = a.bucket_bytes;
-  const data::TokenSplits splits = splits_for(o, mesh.layout().dp());
+  const data::TokenSplits splits = splits_for(o, mesh.layout().dp_size());
   train::Trainer trainer(o, splits, &mesh);
   std::unique_ptr<train::Trainer> single;
   if (a.one_bucket) {
@@ -604,8 +605,8 @@ int run_overlap(const Args& a, comm::DeviceMesh& mesh, const nn::GPTConfig& mode
   for (std::int64_t i = 0; i < a.warmup + a.steps; ++i) {
     const train::StepStats s = trainer.step();
     const parallel::ReductionTimes t = trainer.data_parallel().reduction_times();
-    const double serial_ms = time_serial(mesh.dp(), flat, buckets);
-    const double single_ms = time_serial(mesh.dp(), flat, one_bucket);
+    const double serial_ms = time_serial(mesh.dp_group(), flat, buckets);
+    const double single_ms = time_serial(mesh.dp_group(), flat, one_bucket);
     double one_backward_ms = 0, one_exposed_ms = 0, one_step_ms = 0;
     if (single) {
       one_step_ms = single->step().ms;
@@ -644,7 +645,7 @@ int run_overlap(const Args& a, comm::DeviceMesh& mesh, const nn::GPTConfig& mode
   if (print && !a.json) {
     std::printf("# overlap: %s, batch %lld x %lld, dp %d, DDP buckets of >= %lld bytes: %zu buckets, %.1f MiB of "
                 "gradients\n",
-                model.str().c_str(), (long long)a.micro_batch, (long long)a.seq, mesh.layout().dp(),
+                model.str().c_str(), (long long)a.micro_batch, (long long)a.seq, mesh.layout().dp_size(),
                 (long long)a.bucket_bytes, buckets.size(), grad_bytes / kMiB);
     std::printf("# ms; exposed = finish_gradients()' wait on the rank that waited least, max wait = on the rank\n"
                 "# that waited most (skew between ranks included); serial = the same buckets all-reduced after the\n"
@@ -685,7 +686,7 @@ int run_overlap(const Args& a, comm::DeviceMesh& mesh, const nn::GPTConfig& mode
     }
     std::printf("%s\n", json{{"type", "overlap_summary"},
                              {"model", model.str()},
-                             {"dp", mesh.layout().dp()},
+                             {"dp", mesh.layout().dp_size()},
                              {"bucket_bytes", a.bucket_bytes},
                              {"buckets", buckets.size()},
                              {"grad_bytes", grad_bytes},
@@ -723,14 +724,14 @@ struct BubbleRow {
 int run_bubble(const Args& a, comm::DeviceMesh& mesh, const nn::GPTConfig& model) {
   comm::Communicator& world = mesh.world();
   const bool print = world.rank() == 0;
-  const int p = mesh.layout().pp(), ranks = world.size();
+  const int p = mesh.layout().pp_size(), ranks = world.size();
   std::vector<BubbleRow> rows;
   for (const std::string& name : a.schedules) {
     for (int m : a.micro_batches) {
       train::TrainerOptions o = base_options(a, model);
       o.schedule = parallel::parse_schedule(name);
       o.grad_accum = m;
-      const data::TokenSplits splits = splits_for(o, mesh.layout().dp());
+      const data::TokenSplits splits = splits_for(o, mesh.layout().dp_size());
       train::Trainer trainer(o, splits, &mesh);
       double compute_ms = 0, idle_ms = 0;
       std::int64_t peak = 0;
@@ -751,7 +752,7 @@ int run_bubble(const Args& a, comm::DeviceMesh& mesh, const nn::GPTConfig& model
                        s.ms, ps.compute_ms, ps.idle_ms);
       }
       const std::vector<double> all = gather_f64(
-          world, {double(mesh.coord().pp), double(mesh.coord().dp), double(mesh.coord().tp), compute_ms, idle_ms,
+          world, {double(mesh.coord().pp_rank), double(mesh.coord().dp_rank), double(mesh.coord().tp_rank), compute_ms, idle_ms,
                   double(peak), median(step_ms)});
       // The span is the longest stage; one row per stage: its dp 0, tp 0 rank.
       double span_ms = 0;
@@ -787,7 +788,7 @@ int run_bubble(const Args& a, comm::DeviceMesh& mesh, const nn::GPTConfig& model
   auto theory = [p](int m) { return double(p - 1) / double(m + p - 1); };
   if (print && !a.json) {
     std::printf("# bubble: %s, micro-batch %lld x %lld, pp %d, dp %d, %lld timed step(s) after %lld warm-up\n",
-                model.str().c_str(), (long long)a.micro_batch, (long long)a.seq, p, mesh.layout().dp(),
+                model.str().c_str(), (long long)a.micro_batch, (long long)a.seq, p, mesh.layout().dp_size(),
                 (long long)a.steps, (long long)a.warmup);
     std::printf("# ms summed over the timed steps; idle%% = idle / (idle + compute) (PipelineStats: the stage's own\n"
                 "# time inside train_step); span%% = 1 - compute / span, span = the longest compute + idle of any\n"
@@ -930,12 +931,12 @@ int bench(int argc, char** argv, const comm::MpiRuntime& runtime) {
                                {"version", HT_VERSION},
                                {"git_commit", HT_GIT_COMMIT},
                                {"build_type", HT_BUILD_TYPE},
-                               {"build", train::build_description()},
+                               {"build", ht::build_description()},
                                {"mode", a.mode},
                                {"world_size", runtime.world_size()},
-                               {"tp", layout.tp()},
-                               {"pp", layout.pp()},
-                               {"dp", layout.dp()},
+                               {"tp", layout.tp_size()},
+                               {"pp", layout.pp_size()},
+                               {"dp", layout.dp_size()},
                                {"precisions", a.precisions},
                                {"model", model.str()},
                                {"micro_batch", a.micro_batch},
@@ -951,9 +952,9 @@ int bench(int argc, char** argv, const comm::MpiRuntime& runtime) {
                               .dump()
                               .c_str());
     } else {
-      std::printf("# ht-parallel-bench %s: %s\n", a.mode.c_str(), train::build_description().c_str());
+      std::printf("# ht-parallel-bench %s: %s\n", a.mode.c_str(), ht::build_description().c_str());
       std::printf("# world %d = pp %d x dp %d x tp %d, host %s; model %s, micro-batch %lld x %lld\n",
-                  runtime.world_size(), layout.pp(), layout.dp(), layout.tp(), runtime.host().c_str(),
+                  runtime.world_size(), layout.pp_size(), layout.dp_size(), layout.tp_size(), runtime.host().c_str(),
                   model.str().c_str(), (long long)a.micro_batch, (long long)a.seq);
       if (a.mode == "memory") {
         std::string precisions;

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "ht/core/version.h"
 #include "ht/config.h"
 #include "ht/core/error.h"
 #include "ht/core/rng.h"
@@ -218,7 +219,7 @@ int run(const Args& a) {
 
   const int threads = omp_get_max_threads();
   const char* omp_env = std::getenv("OMP_NUM_THREADS");
-  std::printf("# %s\n", train::build_description().c_str());
+  std::printf("# %s\n", ht::build_description().c_str());
   const char* coretype_env = std::getenv("OPENBLAS_CORETYPE");
   std::string precisions;
   for (const std::string& p : a.precisions) precisions += (precisions.empty() ? "" : ",") + p;
@@ -267,7 +268,7 @@ int run(const Args& a) {
                        {"version", HT_VERSION},
                        {"git_commit", HT_GIT_COMMIT},
                        {"build_type", HT_BUILD_TYPE},
-                       {"build", train::build_description()},
+                       {"build", ht::build_description()},
                        {"threads", threads},
                        {"omp_num_threads_env", omp_env ? omp_env : ""},
                        {"gemm", a.gemm},

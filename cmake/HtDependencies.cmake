@@ -6,6 +6,7 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(fmt REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
+find_package(CLI11 REQUIRED)  # the shared training command line (include/ht/train/flags.h)
 find_package(HDF5 REQUIRED COMPONENTS C)
 
 # OpenBLAS, the OpenMP build: it shares libgomp's thread pool with our own

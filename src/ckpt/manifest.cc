@@ -11,6 +11,34 @@ namespace ht::ckpt::detail {
 
 using nlohmann::json;
 
+namespace {
+
+json to_json(const ClientState& state) {
+  json j = json::object();
+  for (const auto& [key, value] : state) std::visit([&](const auto& v) { j[key] = v; }, value);
+  return j;
+}
+
+// Integers stay integers, other numbers are reals, strings strings;
+// anything else (a nested object, a boolean) was not written by this library.
+ClientState from_json(const json& j, const char* what) {
+  HT_CHECK(j.is_object(), ErrorKind::kIo, "the manifest's run.{} is not a JSON object", what);
+  ClientState state;
+  for (const auto& [key, v] : j.items()) {
+    if (v.is_number_integer())
+      state[key] = v.get<std::int64_t>();
+    else if (v.is_number())
+      state[key] = v.get<double>();
+    else if (v.is_string())
+      state[key] = v.get<std::string>();
+    else
+      HT_CHECK(false, ErrorKind::kIo, "the manifest's run.{}.{} is neither a number nor a string", what, key);
+  }
+  return state;
+}
+
+}  // namespace
+
 void write_manifest(const std::string& step_dir, const Manifest& m) {
   json pieces = json::array();
   for (const PieceInfo& p : m.pieces)
@@ -37,8 +65,9 @@ void write_manifest(const std::string& step_dir, const Manifest& m) {
                {"run",
                 {{"step", r.step},
                  {"optimizer_steps", r.optimizer_steps},
-                 {"sampler_position", r.sampler_position},
                  {"model", r.model},
+                 {"data", to_json(r.data)},
+                 {"client", to_json(r.client)},
                  {"loss_scaler",
                   {{"scale", r.scaler.scale},
                    {"good_steps", r.scaler.good_steps},
@@ -77,8 +106,9 @@ Manifest read_manifest(const std::string& step_dir) {
     const json& r = j.at("run");
     m.run.step = r.at("step").get<std::int64_t>();
     m.run.optimizer_steps = r.at("optimizer_steps").get<std::int64_t>();
-    m.run.sampler_position = r.at("sampler_position").get<std::uint64_t>();
     m.run.model = r.at("model").get<std::string>();
+    m.run.data = from_json(r.at("data"), "data");
+    m.run.client = from_json(r.at("client"), "client");
     const json& s = r.at("loss_scaler");
     m.run.scaler = {.scale = s.at("scale").get<float>(),
                     .good_steps = s.at("good_steps").get<std::int64_t>(),
@@ -114,6 +144,12 @@ Manifest read_manifest(const std::string& step_dir) {
 }
 
 }  // namespace ht::ckpt::detail
+
+namespace ht::ckpt {
+
+std::string client_state_json(const ClientState& state) { return detail::to_json(state).dump(); }
+
+}  // namespace ht::ckpt
 
 namespace ht::ckpt {
 

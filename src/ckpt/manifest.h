@@ -11,7 +11,7 @@
 namespace ht::ckpt::detail {
 
 inline constexpr const char* kManifestName = "manifest.json";
-inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersion = 2;  // 2: the data position and client state as JSON objects
 
 struct RankFileEntry {
   int rank = 0;

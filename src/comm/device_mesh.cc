@@ -23,9 +23,9 @@ MeshLayout checked_layout(const Communicator* world, int tp, int pp) {
 
 int coordinate(const MeshCoord& c, MeshAxis axis) {
   switch (axis) {
-    case MeshAxis::kTp: return c.tp;
-    case MeshAxis::kDp: return c.dp;
-    case MeshAxis::kPp: return c.pp;
+    case MeshAxis::kTp: return c.tp_rank;
+    case MeshAxis::kDp: return c.dp_rank;
+    case MeshAxis::kPp: return c.pp_rank;
   }
   return 0;
 }

@@ -47,16 +47,16 @@ MeshCoord MeshLayout::coord(int rank) const {
 }
 
 int MeshLayout::rank(const MeshCoord& c) const {
-  HT_CHECK(c.tp >= 0 && c.tp < tp_ && c.dp >= 0 && c.dp < dp_ && c.pp >= 0 && c.pp < pp_, ErrorKind::kOutOfRange,
-           "mesh coordinate (tp {}, dp {}, pp {}) outside {}", c.tp, c.dp, c.pp, str());
-  return c.tp + tp_ * (c.dp + dp_ * c.pp);
+  HT_CHECK(c.tp_rank >= 0 && c.tp_rank < tp_ && c.dp_rank >= 0 && c.dp_rank < dp_ && c.pp_rank >= 0 && c.pp_rank < pp_, ErrorKind::kOutOfRange,
+           "mesh coordinate (tp {}, dp {}, pp {}) outside {}", c.tp_rank, c.dp_rank, c.pp_rank, str());
+  return c.tp_rank + tp_ * (c.dp_rank + dp_ * c.pp_rank);
 }
 
 std::vector<int> MeshLayout::group(int rank, MeshAxis axis) const {
   MeshCoord c = coord(rank);
   std::vector<int> out;
   for (int i = 0; i < size(axis); ++i) {
-    (axis == MeshAxis::kTp ? c.tp : axis == MeshAxis::kDp ? c.dp : c.pp) = i;
+    (axis == MeshAxis::kTp ? c.tp_rank : axis == MeshAxis::kDp ? c.dp_rank : c.pp_rank) = i;
     out.push_back(this->rank(c));
   }
   return out;
@@ -65,9 +65,9 @@ std::vector<int> MeshLayout::group(int rank, MeshAxis axis) const {
 int MeshLayout::group_index(int rank, MeshAxis axis) const {
   const MeshCoord c = coord(rank);
   switch (axis) {
-    case MeshAxis::kTp: return c.dp + dp_ * c.pp;
-    case MeshAxis::kDp: return c.tp + tp_ * c.pp;
-    case MeshAxis::kPp: return c.tp + tp_ * c.dp;
+    case MeshAxis::kTp: return c.dp_rank + dp_ * c.pp_rank;
+    case MeshAxis::kDp: return c.tp_rank + tp_ * c.pp_rank;
+    case MeshAxis::kPp: return c.tp_rank + tp_ * c.dp_rank;
   }
   return 0;
 }

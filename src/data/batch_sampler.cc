@@ -15,19 +15,19 @@ BatchSampler::BatchSampler(const std::vector<std::int32_t>& tokens, std::int64_t
                "use more text or a shorter --seq-len", tokens.size(), seq_len);
 }
 
-Batch BatchSampler::make(const std::vector<std::int64_t>& starts) const {
+MicroBatch BatchSampler::make(const std::vector<std::int64_t>& starts) const {
   const std::int64_t b = std::int64_t(starts.size());
-  Batch out{Tensor::empty({b, seq_len_}, DType::kI32, Device::cpu(), MemCategory::kActivations),
+  MicroBatch out{Tensor::empty({b, seq_len_}, DType::kI32, Device::cpu(), MemCategory::kActivations),
             Tensor::empty({b, seq_len_}, DType::kI32, Device::cpu(), MemCategory::kActivations)};
   for (std::int64_t i = 0; i < b; ++i) {
     const std::int32_t* src = tokens_.data() + starts[std::size_t(i)];
-    std::memcpy(out.tokens.data<std::int32_t>() + i * seq_len_, src, std::size_t(seq_len_) * sizeof(std::int32_t));
-    std::memcpy(out.targets.data<std::int32_t>() + i * seq_len_, src + 1, std::size_t(seq_len_) * sizeof(std::int32_t));
+    std::memcpy(out.input.data<std::int32_t>() + i * seq_len_, src, std::size_t(seq_len_) * sizeof(std::int32_t));
+    std::memcpy(out.target.data<std::int32_t>() + i * seq_len_, src + 1, std::size_t(seq_len_) * sizeof(std::int32_t));
   }
   return out;
 }
 
-Batch BatchSampler::next() {
+MicroBatch BatchSampler::next() {
   const std::uint64_t span = tokens_.size() - std::size_t(seq_len_);  // valid starts: [0, span)
   std::vector<std::int64_t> starts;
   for (std::int64_t row = 0; row < batch_ * world_; ++row) {
@@ -37,7 +37,7 @@ Batch BatchSampler::next() {
   return make(starts);
 }
 
-Batch BatchSampler::sequential(std::int64_t index) const {
+MicroBatch BatchSampler::sequential(std::int64_t index) const {
   const std::int64_t windows = std::int64_t((tokens_.size() - 1) / std::size_t(seq_len_));
   std::vector<std::int64_t> starts;
   for (std::int64_t i = 0; i < batch_; ++i)

@@ -2,6 +2,7 @@
 #include "ht/data/token_dataset.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -126,6 +127,18 @@ TokenSplits tokenize_bytes(const std::vector<std::string>& inputs, double val_fr
   s.train.assign(all.begin(), all.end() - n_val);
   s.val.assign(all.end() - n_val, all.end());
   return s;
+}
+
+double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t vocab_size) {
+  std::vector<double> counts(std::size_t(vocab_size), 0.0);
+  for (std::int32_t t : tokens) counts[std::size_t(t)] += 1.0;
+  double h = 0.0;
+  for (double c : counts)
+    if (c > 0) {
+      const double p = c / double(tokens.size());
+      h -= p * std::log(p);
+    }
+  return h;
 }
 
 }  // namespace ht::data

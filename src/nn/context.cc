@@ -6,22 +6,30 @@
 namespace ht::nn {
 
 void Context::save(const Module* m, std::vector<Tensor> tensors) {
-  if (saving_) saved_[m] = std::move(tensors);
+  if (saving_) saved_[m].push_back(std::move(tensors));
+}
+
+void Context::pop(const Module* m) {
+  auto it = saved_.find(m);
+  if (it == saved_.end()) return;
+  it->second.pop_back();
+  if (it->second.empty()) saved_.erase(it);
 }
 
 const std::vector<Tensor>& Context::saved(const Module* m) const {
   auto it = saved_.find(m);
-  HT_CHECK(it != saved_.end(), ErrorKind::kInvalidArgument,
+  HT_CHECK(it != saved_.end() && !it->second.empty(), ErrorKind::kInvalidArgument,
            "backward of module '{}' found nothing saved in this context: run forward with the same Context "
            "(created with save_for_backward = true) before backward",
            m->name());
-  return it->second;
+  return it->second.back();
 }
 
 std::int64_t Context::saved_bytes() const {
   std::int64_t total = 0;
-  for (const auto& [m, ts] : saved_)
-    for (const Tensor& t : ts) total += t.defined() ? std::int64_t(t.nbytes()) : 0;
+  for (const auto& [m, runs] : saved_)
+    for (const auto& ts : runs)
+      for (const Tensor& t : ts) total += t.defined() ? std::int64_t(t.nbytes()) : 0;
   return total;
 }
 

@@ -17,8 +17,10 @@ Embedding::Embedding(std::string name, std::int64_t vocab_size, std::int64_t max
            this->name(), vocab_size, tp.size());
   const ParamLayout vocab_split =
       tp.size() > 1 ? ParamLayout{.tp_split_dim = 0, .tp_rank = tp.rank(), .tp_size = tp.size()} : ParamLayout{};
-  wte_ = &add_parameter("wte", {vocab_size, dim}, /*weight_decay=*/true, device, vocab_split);
-  if (max_positions > 0) wpe_ = &add_parameter("wpe", {max_positions, dim}, /*weight_decay=*/true, device);
+  // PyTorch's nn.Embedding default: N(0, 1).
+  wte_ = &add_parameter("wte", {vocab_size, dim}, /*weight_decay=*/true, device, vocab_split, Init::normal(1.f));
+  if (max_positions > 0)
+    wpe_ = &add_parameter("wpe", {max_positions, dim}, /*weight_decay=*/true, device, {}, Init::normal(1.f));
 }
 
 ops::VocabShard Embedding::shard() const {

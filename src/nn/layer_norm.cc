@@ -7,8 +7,8 @@ namespace ht::nn {
 
 LayerNorm::LayerNorm(std::string name, std::int64_t dim, Device device, float eps)
     : Module(std::move(name)), eps_(eps) {
-  weight_ = &add_parameter("weight", {dim}, /*weight_decay=*/false, device);
-  bias_ = &add_parameter("bias", {dim}, /*weight_decay=*/false, device);
+  weight_ = &add_parameter("weight", {dim}, /*weight_decay=*/false, device, {}, Init::ones());
+  bias_ = &add_parameter("bias", {dim}, /*weight_decay=*/false, device, {}, Init::zeros());
 }
 
 Tensor LayerNorm::forward_impl(Context& ctx, const Tensor& x) {

@@ -1,6 +1,8 @@
 // ht::nn::Linear.
 #include "ht/nn/linear.h"
 
+#include <cmath>
+
 #include "ht/ops/elementwise.h"
 #include "ht/ops/matmul.h"
 
@@ -24,10 +26,13 @@ Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_feat
     tp_ = {};
   }
   const bool column = split_ == LinearSplit::kColumn, row = split_ == LinearSplit::kRow;
+  // PyTorch's nn.Linear defaults: weight and bias from U(-1/sqrt(in), 1/sqrt(in)).
+  const float bound = 1.f / std::sqrt(float(in_));
   weight_ = &add_parameter("weight", {out_, in_}, /*weight_decay=*/true, device,
-                           column ? split_layout(tp_, 0, parts) : row ? split_layout(tp_, 1, 1) : ParamLayout{});
+                           column ? split_layout(tp_, 0, parts) : row ? split_layout(tp_, 1, 1) : ParamLayout{},
+                           Init::kaiming_uniform(std::sqrt(5.f)));
   if (bias) bias_ = &add_parameter("bias", {out_}, /*weight_decay=*/false, device,
-                                   column ? split_layout(tp_, 0, parts) : ParamLayout{});
+                                   column ? split_layout(tp_, 0, parts) : ParamLayout{}, Init::uniform(-bound, bound));
 }
 
 Tensor Linear::forward_impl(Context& ctx, const Tensor& x) {

@@ -9,11 +9,13 @@ LMHead::LMHead(Parameter& wte, TensorParallel tp) : Module(""), weight_(&wte), t
   use_shared_parameter(wte);
 }
 
-LMHead::LMHead(std::int64_t vocab_size, std::int64_t dim, Device device, TensorParallel tp) : Module(""), tp_(tp) {
+LMHead::LMHead(std::string name, std::string weight_name, std::int64_t vocab_size, std::int64_t dim, Device device,
+               TensorParallel tp)
+    : Module(std::move(name)), tp_(tp) {
   ParamLayout layout;
   if (tp.size() > 1) layout = {.tp_split_dim = 0, .tp_rank = tp.rank(), .tp_size = tp.size()};
-  layout.pp_tied_copy = true;
-  weight_ = &add_parameter("wte", {vocab_size, dim}, /*weight_decay=*/true, device, layout);
+  // Initialised as Embedding's wte: the copy must start equal to the original.
+  weight_ = &add_parameter(weight_name, {vocab_size, dim}, /*weight_decay=*/true, device, layout, Init::normal(1.f));
 }
 
 Tensor LMHead::forward_impl(Context& ctx, const Tensor& h) {

@@ -17,15 +17,17 @@ Tensor Module::forward(Context& ctx, const Tensor& x) {
 Tensor Module::backward(Context& ctx, const Tensor& dy) {
   if (pre_backward_) pre_backward_(*this, ctx);
   Tensor dx = backward_impl(ctx, dy);
+  ctx.pop(this);
   if (post_backward_) post_backward_(*this, ctx);
   return dx;
 }
 
 Parameter& Module::add_parameter(const std::string& name, const Shape& shape, bool weight_decay, Device device,
-                                 const ParamLayout& layout) {
+                                 const ParamLayout& layout, const Init& init) {
   Tensor data = Tensor::empty(tp_part_shape(shape, layout), DType::kF32, device, MemCategory::kParameters);
   params_.push_back(std::make_unique<Parameter>(name, shape, std::move(data), weight_decay));
   params_.back()->layout() = layout;
+  params_.back()->set_init(init);
   return *params_.back();
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ht/ops/cast.h"
 #include "ht/optim/clip.h"
@@ -35,6 +36,17 @@ void wait_all(std::vector<comm::WorkPtr>& works) {
   works.clear();
 }
 
+// The parameters `m` holds itself, in none of its children.
+std::vector<nn::Parameter*> own_parameters(nn::Module& m) {
+  std::unordered_set<const nn::Parameter*> in_children;
+  for (nn::Module* c : m.children())
+    for (const nn::Parameter* p : c->parameters()) in_children.insert(p);
+  std::vector<nn::Parameter*> own;
+  for (nn::Parameter* p : m.parameters())
+    if (!in_children.count(p)) own.push_back(p);
+  return own;
+}
+
 }  // namespace
 
 void DataParallelOptions::validate(int dp) const {
@@ -48,28 +60,25 @@ void DataParallelOptions::validate(int dp) const {
            shard_group);
 }
 
-DataParallel::DataParallel(nn::GPT& model, comm::DeviceMesh& mesh, const DataParallelOptions& options,
+DataParallel::DataParallel(nn::Model& model, comm::DeviceMesh& mesh, const DataParallelOptions& options,
                            InitialValues initial_values)
     : model_(model), mesh_(mesh), options_(options), initial_values_(std::move(initial_values)) {
   const comm::MeshLayout& layout = mesh.layout();
   const comm::MeshCoord& at = mesh.coord();
-  options_.validate(layout.dp());
+  options_.validate(layout.dp_size());
   if (options_.zero_stage > 0) {
-    shards_ = options_.shard_group > 0 ? options_.shard_group : layout.dp();
-    shard_rank_ = at.dp % shards_;
-    replicas_ = layout.dp() / shards_;
-    replica_rank_ = at.dp / shards_;
-    const std::string& dp_name = mesh.dp().name();
-    shard_comm_ = mesh.dp().split(replica_rank_, shard_rank_, fmt::format("{}.shard{}", dp_name, replica_rank_));
-    replica_comm_ = mesh.dp().split(shard_rank_, replica_rank_, fmt::format("{}.replica{}", dp_name, shard_rank_));
+    shards_ = options_.shard_group > 0 ? options_.shard_group : layout.dp_size();
+    shard_rank_ = at.dp_rank % shards_;
+    replicas_ = layout.dp_size() / shards_;
+    replica_rank_ = at.dp_rank / shards_;
+    const std::string& dp_name = mesh.dp_group().name();
+    shard_comm_ = mesh.dp_group().split(replica_rank_, shard_rank_, fmt::format("{}.shard{}", dp_name, replica_rank_));
+    replica_comm_ = mesh.dp_group().split(shard_rank_, replica_rank_, fmt::format("{}.replica{}", dp_name, shard_rank_));
   } else {
-    replicas_ = layout.dp();
-    replica_rank_ = at.dp;
+    replicas_ = layout.dp_size();
+    replica_rank_ = at.dp_rank;
   }
-  // The tied embedding's first- and last-stage copies of one (dp, tp) position.
-  const bool holds_tied = layout.pp() > 1 && (model.first_stage() || model.last_stage());
-  const int tied_color = holds_tied ? at.dp * layout.tp() + at.tp : -1;
-  tied_comm_ = mesh.world().split(tied_color, at.pp, fmt::format("tied.{}", tied_color));
+  setup_tied_weights();
   build_groups();
   if (options_.zero_stage == 2) install_zero2_hooks();
   if (options_.zero_stage == 3) install_zero3_hooks();
@@ -77,13 +86,44 @@ DataParallel::DataParallel(nn::GPT& model, comm::DeviceMesh& mesh, const DataPar
 
 DataParallel::~DataParallel() = default;
 
-bool DataParallel::tied_across_stages(const nn::Parameter* p) const {
-  if (p->layout().pp_tied_copy) return true;
-  return model_.stage().size > 1 && model_.first_stage() && p == &model_.embedding().token_weight();
+void DataParallel::setup_tied_weights() {
+  const comm::MeshLayout& layout = mesh_.layout();
+  const comm::MeshCoord& at = mesh_.coord();
+  const int stage = model_.stage().rank;
+  std::vector<nn::Parameter*> params = model_.parameters();
+  for (const nn::TiedWeight& t : model_.tied_weights()) {
+    HT_CHECK(t.stages.size() >= 2 && std::is_sorted(t.stages.begin(), t.stages.end()) &&
+                 std::adjacent_find(t.stages.begin(), t.stages.end()) == t.stages.end() && t.stages.front() >= 0 &&
+                 t.stages.back() < model_.stage().size,
+             ErrorKind::kInvalidArgument,
+             "model '{}' declares weight '{}' tied across stages {{{}}}: a tie needs two or more distinct stages, "
+             "ascending, each below the pipeline's {}",
+             model_.describe(), t.name, fmt::join(t.stages, ","), model_.stage().size);
+    const bool holds = std::find(t.stages.begin(), t.stages.end(), stage) != t.stages.end();
+    nn::Parameter* param = nullptr;
+    if (holds) {
+      const auto it = std::find_if(params.begin(), params.end(), [&](nn::Parameter* p) { return p->name() == t.name; });
+      HT_CHECK(it != params.end(), ErrorKind::kInvalidArgument,
+               "model '{}' declares weight '{}' tied across stages {{{}}}, but stage {} holds no parameter of that "
+               "name",
+               model_.describe(), t.name, fmt::join(t.stages, ","), stage);
+      param = *it;
+      param->layout().pp_tied_copy = stage != t.stages.front();
+    }
+    // The copies of one (dp, tp) position, ordered by stage.
+    const int color = holds ? at.dp_rank * layout.tp_size() + at.tp_rank : -1;
+    tied_.emplace_back(param, mesh_.world().split(color, at.pp_rank, fmt::format("tied.{}.{}", t.name, color)));
+  }
+}
+
+comm::Communicator* DataParallel::tied_comm(const nn::Parameter* p) const {
+  for (const auto& [param, comm] : tied_)
+    if (param == p) return comm.get();
+  return nullptr;
 }
 
 void DataParallel::build_groups() {
-  auto tied = [&](const nn::Parameter* p) { return tied_across_stages(p); };
+  auto tied = [&](const nn::Parameter* p) { return tied_comm(p) != nullptr; };
   std::vector<std::vector<nn::Parameter*>> members;
   std::vector<bool> deferred;
   if (options_.zero_stage == 3) {
@@ -94,6 +134,11 @@ void DataParallel::build_groups() {
       const auto it = unit_of_param.find(p);
       return it == unit_of_param.end() ? members.size() : it->second;
     };
+    const std::vector<nn::Parameter*> own = own_parameters(model_);
+    HT_CHECK(own.empty(), ErrorKind::kInvalidArgument,
+             "ZeRO-3: model '{}' holds parameter '{}' itself, outside its child modules; ZeRO-3 gathers and frees "
+             "parameters per child module: move it into a child (a small Module holding it)",
+             model_.describe(), own.empty() ? "" : own.front()->name());
     for (nn::Module* m : model_.children()) {
       const std::vector<nn::Parameter*> ps = m->parameters();
       std::vector<nn::Parameter*> fresh;
@@ -148,12 +193,12 @@ void DataParallel::build_groups() {
     Tensor values;  // f32, padded
     auto g = std::make_unique<FlatGroup>(detail::make_flat_group(
         members[i], shards_, shard_rank_, model_.device(), [&](const nn::Parameter& p) {
-          if (p.data().defined()) return p.data();
-          HT_CHECK(initial_values_ && stage == 3, ErrorKind::kInvalidArgument,
-                   "parameter {} has no storage: a model built with deferred storage needs ZeRO-3 and its "
-                   "initial values",
+          if (initial_values_) return initial_values_(p);
+          HT_CHECK(p.data().defined(), ErrorKind::kInvalidArgument,
+                   "parameter {} has no storage: a model built with deferred storage needs its initial values "
+                   "(DataParallel's initial_values)",
                    p.name());
-          return initial_values_(p);
+          return p.data();
         },
         values));
     g->deferred = deferred[i];
@@ -199,9 +244,14 @@ void DataParallel::install_zero2_hooks() {
   std::unordered_map<const nn::Parameter*, std::size_t> group_of;
   for (std::size_t i = 0; i < groups_.size(); ++i)
     for (const nn::Parameter* p : groups_[i]->params) group_of[p] = i;
-  for (nn::Module* m : model_.children()) {
+  // Each child, and the model itself for parameters it holds directly (its
+  // backward begins before its children's).
+  std::vector<std::pair<nn::Module*, std::vector<nn::Parameter*>>> writers;
+  for (nn::Module* m : model_.children()) writers.emplace_back(m, m->parameters());
+  if (std::vector<nn::Parameter*> own = own_parameters(model_); !own.empty()) writers.emplace_back(&model_, own);
+  for (auto& [m, params] : writers) {
     std::vector<std::size_t> written;
-    for (const nn::Parameter* p : m->parameters()) {
+    for (const nn::Parameter* p : params) {
       const std::size_t g = group_of.at(p);
       if (std::find(written.begin(), written.end(), g) == written.end()) written.push_back(g);
     }
@@ -306,7 +356,7 @@ void DataParallel::start_reduction(FlatGroup& g) {
     g.reduce_grads = g.work_grads;
   }
   if (options_.zero_stage <= 1)
-    g.reduce_work = mesh_.dp().all_reduce(g.reduce_grads, g.reduce_grads, comm::ReduceOp::kAvg);
+    g.reduce_work = mesh_.dp_group().all_reduce(g.reduce_grads, g.reduce_grads, comm::ReduceOp::kAvg);
   else
     g.reduce_work = shard_comm_->reduce_scatter(g.reduce_grads, g.shard_grads, comm::ReduceOp::kAvg);
 }
@@ -318,9 +368,9 @@ void DataParallel::finish_gradients() {
     // A group not reduced yet: a tied weight (its stages' copies are summed
     // first), or parameters whose gradients never became ready this step.
     ensure_grads(*g);
-    if (g->deferred && tied_comm_)
+    if (g->deferred)
       for (nn::Parameter* p : g->params)
-        if (tied_across_stages(p)) tied_comm_->all_reduce(p->grad(), p->grad(), comm::ReduceOp::kSum)->wait();
+        if (comm::Communicator* c = tied_comm(p)) c->all_reduce(p->grad(), p->grad(), comm::ReduceOp::kSum)->wait();
     start_reduction(*g);
   }
   std::vector<comm::WorkPtr> works;
@@ -340,7 +390,7 @@ void DataParallel::finish_gradients() {
 float DataParallel::unscale_and_norm(float loss_scale) {
   // Every gradient this rank holds is divided by the loss scale, fused with a
   // check for Inf and NaN.
-  const Device device = groups_.front()->device;
+  const Device device = model_.device();
   Tensor found = Tensor::zeros({1}, DType::kF32, device, MemCategory::kOther);
   if (loss_scale != 1.f)
     for (const auto& g : groups_) ops::scale_and_check_finite(g->shard_grads, 1.f / loss_scale, found);
@@ -374,7 +424,7 @@ std::vector<optim::Slot> DataParallel::make_slots() const {
       // The primary copy: its shard's owner in the first replica, tp rank 0
       // for unsplit tensors, and never the last stage's tied copy.
       const bool primary = replica_rank_ == 0 && !p.layout().pp_tied_copy &&
-                           (p.layout().tp_split() || mesh_.coord().tp == 0);
+                           (p.layout().tp_split() || mesh_.coord().tp_rank == 0);
       out.push_back({.name = name,
                      .param = g->master.slice(a - lo, b - lo),
                      .grad = g->shard_grads.slice(a - lo, b - lo),

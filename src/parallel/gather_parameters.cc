@@ -30,7 +30,7 @@ Tensor header_of(const Piece& piece) {
   return Tensor::from_vector(h, {kHeader});
 }
 
-std::vector<Piece> local_pieces(nn::GPT& model) {
+std::vector<Piece> local_pieces(nn::Model& model) {
   std::vector<Piece> out;
   for (nn::Parameter* p : model.parameters()) {
     Tensor values = Tensor::empty(p->shape(), DType::kF32, p->data().device());
@@ -74,16 +74,16 @@ std::vector<Piece> recv_pieces(comm::Communicator& world, int src) {
 
 }  // namespace
 
-std::map<std::string, Tensor> gather_full_parameters(nn::GPT& model, DataParallel& dp, comm::DeviceMesh& mesh) {
+std::map<std::string, Tensor> gather_full_parameters(nn::Model& model, DataParallel& dp, comm::DeviceMesh& mesh) {
   const comm::MeshLayout& layout = mesh.layout();
   comm::Communicator& world = mesh.world();
   dp.gather_all();
   std::map<std::string, std::vector<Tensor>> parts;  // name -> part per tp rank
   std::map<std::string, nn::ParamLayout> layouts;
   std::map<std::string, Tensor> tied_copies;
-  for (int pp = 0; pp < layout.pp(); ++pp)
-    for (int tp = 0; tp < layout.tp(); ++tp) {
-      const int src = layout.rank({.tp = tp, .dp = 0, .pp = pp});
+  for (int pp = 0; pp < layout.pp_size(); ++pp)
+    for (int tp = 0; tp < layout.tp_size(); ++tp) {
+      const int src = layout.rank({.tp_rank = tp, .dp_rank = 0, .pp_rank = pp});
       if (world.rank() == src && src != 0) send_pieces(world, local_pieces(model), 0);
       if (world.rank() != 0) continue;
       for (Piece& piece : src == 0 ? local_pieces(model) : recv_pieces(world, src)) {
@@ -116,7 +116,7 @@ std::map<std::string, Tensor> gather_full_parameters(nn::GPT& model, DataParalle
   return full;
 }
 
-void load_full_parameters(nn::GPT& model, const std::map<std::string, Tensor>& full) {
+void load_full_parameters(nn::Model& model, const std::map<std::string, Tensor>& full) {
   for (nn::Parameter* p : model.parameters()) {
     const auto it = full.find(p->name());
     HT_CHECK_ARG(it != full.end(), "load_full_parameters: no values for parameter {}", p->name());

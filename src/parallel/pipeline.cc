@@ -27,16 +27,15 @@ double now_ms() {
 // transfers to the neighbours and the time spent computing and waiting.
 class Pipeline::Step {
  public:
-  Step(Pipeline& p, const std::vector<data::Batch>& batches, bool training)
+  Step(Pipeline& p, const std::vector<data::MicroBatch>& batches, bool training)
       : p_(p), model_(p.model_), batches_(batches), training_(training) {
-    const data::Batch& b = batches.front();
-    act_shape_ = {b.tokens.size(0), b.tokens.size(1), model_.config().n_embd};
+    if (!model_.first_stage()) in_shape_ = model_.stage_input_shape(batches.front().input.shape());
   }
 
-  /// The next micro-batch's input: its tokens, or the previous stage's activations.
+  /// The next micro-batch's input: its own, or the previous stage's activations.
   Tensor recv_forward() {
-    if (model_.first_stage()) return batches_[std::size_t(forwards_)].tokens.to(model_.device());
-    Tensor x = activation();
+    if (model_.first_stage()) return batches_[std::size_t(forwards_)].input.to(model_.device());
+    Tensor x = buffer(in_shape_);
     wait(p_.pp_.recv(x, stage() - 1));
     return x;
   }
@@ -45,31 +44,36 @@ class Pipeline::Step {
     const double t0 = now_ms();
     contexts_.emplace_back(model_.device(), training_);
     nn::Context& ctx = contexts_.back();
-    const data::Batch& b = batches_[std::size_t(forwards_++)];
+    const data::MicroBatch& b = batches_[std::size_t(forwards_++)];
     Tensor y;
     if (model_.last_stage())
-      loss_ += model_.forward_loss(ctx, x, b.targets.to(model_.device()));
+      loss_ += model_.forward_loss(ctx, x, b.target.to(model_.device()));
     else
       y = model_.forward(ctx, x);
+    out_shapes_.push_back(y.defined() ? y.shape() : Shape{});
     std::int64_t saved = 0;
     for (const nn::Context& c : contexts_) saved += c.saved_bytes();
     p_.stats_.peak_saved_bytes = std::max(p_.stats_.peak_saved_bytes, saved);
-    if (!training_) contexts_.pop_back();
+    if (!training_) {
+      contexts_.pop_back();
+      out_shapes_.pop_back();
+    }
     p_.stats_.compute_ms += now_ms() - t0;
     return y;
   }
   void send_forward(const Tensor& y) {
     if (!model_.last_stage()) wait(p_.pp_.send(y, stage() + 1));
   }
+  /// The gradient of the oldest micro-batch in flight's output.
   Tensor recv_backward() {
     if (model_.last_stage()) return Tensor();
-    Tensor dy = activation();
+    Tensor dy = buffer(out_shapes_.front());
     wait(p_.pp_.recv(dy, stage() + 1));
     return dy;
   }
   Tensor send_forward_recv_backward(const Tensor& y) {
     if (model_.last_stage()) return Tensor();
-    Tensor dy = activation();
+    Tensor dy = buffer(out_shapes_.front());
     wait(p_.pp_.send_recv(y, stage() + 1, dy, stage() + 1));
     return dy;
   }
@@ -81,6 +85,7 @@ class Pipeline::Step {
     nn::Context& ctx = contexts_.front();
     Tensor dx = model_.last_stage() ? model_.backward_loss(ctx, loss_scale) : model_.backward(ctx, dy);
     contexts_.pop_front();
+    out_shapes_.pop_front();
     p_.stats_.compute_ms += now_ms() - t0;
     return dx;
   }
@@ -88,8 +93,8 @@ class Pipeline::Step {
     if (!model_.first_stage()) wait(p_.pp_.send(dx, stage() - 1));
   }
   Tensor send_backward_recv_forward(const Tensor& dx) {
-    if (model_.first_stage()) return batches_[std::size_t(forwards_)].tokens.to(model_.device());
-    Tensor x = activation();
+    if (model_.first_stage()) return batches_[std::size_t(forwards_)].input.to(model_.device());
+    Tensor x = buffer(in_shape_);
     wait(p_.pp_.send_recv(dx, stage() - 1, x, stage() - 1));
     return x;
   }
@@ -98,8 +103,9 @@ class Pipeline::Step {
 
  private:
   int stage() const { return model_.stage().rank; }
-  Tensor activation() const {
-    return Tensor::empty(act_shape_, p_.activations_, model_.device(), MemCategory::kActivations);
+  /// A buffer for activations or their gradients arriving from a neighbour.
+  Tensor buffer(const Shape& shape) const {
+    return Tensor::empty(shape, p_.activations_, model_.device(), MemCategory::kActivations);
   }
   void wait(const comm::WorkPtr& w) {
     const double t0 = now_ms();
@@ -108,23 +114,24 @@ class Pipeline::Step {
   }
 
   Pipeline& p_;
-  nn::GPT& model_;
-  const std::vector<data::Batch>& batches_;
+  nn::Model& model_;
+  const std::vector<data::MicroBatch>& batches_;
   bool training_;
-  Shape act_shape_;
+  Shape in_shape_;  // what this stage receives (not the first stage)
   std::deque<nn::Context> contexts_;
+  std::deque<Shape> out_shapes_;  // what each micro-batch in flight sent on
   std::int64_t forwards_ = 0, backwards_ = 0;
   double loss_ = 0;
 };
 
-Pipeline::Pipeline(nn::GPT& model, comm::Communicator& pp, Schedule schedule, DType activations)
+Pipeline::Pipeline(nn::Model& model, comm::Communicator& pp, Schedule schedule, DType activations)
     : model_(model), pp_(pp), schedule_(schedule), activations_(activations) {
   HT_CHECK(pp.size() == model.stage().size && pp.rank() == model.stage().rank, ErrorKind::kInvalidArgument,
            "pipeline group '{}' is rank {} of {}, but the model is stage {} of {}", pp.name(), pp.rank(), pp.size(),
            model.stage().rank, model.stage().size);
 }
 
-double Pipeline::train_step(const std::vector<data::Batch>& batches, float loss_scale,
+double Pipeline::train_step(const std::vector<data::MicroBatch>& batches, float loss_scale,
                             const std::function<void(bool)>& before_backward) {
   HT_CHECK_ARG(!batches.empty(), "pipeline: a step needs at least one micro-batch");
   stats_ = {};
@@ -152,7 +159,7 @@ double Pipeline::train_step(const std::vector<data::Batch>& batches, float loss_
   return s.loss();
 }
 
-double Pipeline::evaluate(const std::vector<data::Batch>& batches) {
+double Pipeline::evaluate(const std::vector<data::MicroBatch>& batches) {
   if (batches.empty()) return 0;
   const PipelineStats kept = stats_;
   Step s(*this, batches, /*training=*/false);

@@ -24,17 +24,17 @@ void MetricsWriter::write_line(const std::string& line) {
     throw IoError(ErrorKind::kIo, fmt::format("writing metrics to '{}' failed: {}", path_, std::strerror(errno)));
 }
 
-void MetricsWriter::write_run(const TrainerOptions& o, std::int64_t num_parameters, const std::string& mesh) {
+void MetricsWriter::write_run(const EngineOptions& o, const std::string& model, std::int64_t num_parameters,
+                              const std::string& mesh, const ClientState& extra) {
   nlohmann::json j{{"type", "run"},
                    {"version", HT_VERSION},
                    {"git_commit", HT_GIT_COMMIT},
                    {"build_type", HT_BUILD_TYPE},
                    {"device", o.device.str()},
-                   {"model", o.model.str()},
+                   {"model", model},
                    {"num_parameters", num_parameters},
                    {"steps", o.steps},
                    {"micro_batch", o.micro_batch},
-                   {"seq_len", o.seq_len},
                    {"grad_accum", o.grad_accum},
                    {"lr", o.lr},
                    {"min_lr", o.min_lr},
@@ -48,6 +48,7 @@ void MetricsWriter::write_run(const TrainerOptions& o, std::int64_t num_paramete
                    {"precision", precision::policy_name(o.data_parallel.precision)},
                    {"grad_reduce_dtype", dtype_name(o.data_parallel.precision.reduce)},
                    {"seed", o.seed}};
+  for (const auto& [key, value] : extra) std::visit([&](const auto& v) { j[key] = v; }, value);
   write_line(j.dump());
 }
 
@@ -61,10 +62,6 @@ void MetricsWriter::write_step(const StepStats& s) {
 
 void MetricsWriter::write_eval(std::int64_t step, float val_loss) {
   write_line(nlohmann::json{{"type", "eval"}, {"step", step}, {"val_loss", val_loss}}.dump());
-}
-
-std::string build_description() {
-  return fmt::format("hypertrain {} ({}, {}, cuda={})", HT_VERSION, HT_GIT_COMMIT, HT_BUILD_TYPE, HT_HAVE_CUDA);
 }
 
 }  // namespace ht::train

@@ -64,7 +64,8 @@ inspect)
   expect "$work/inspect.out" "^# checkpoint .*step_00000006$"
   expect "$work/inspect.out" "^step  *6$"
   expect "$work/inspect.out" "^optimizer steps  *6$"
-  expect "$work/inspect.out" "^sampler position  *[0-9]"
+  expect "$work/inspect.out" '^data state  *{"position":[0-9]'
+  expect "$work/inspect.out" '^client state  *{'
   expect "$work/inspect.out" "^loss scaler  *scale 1, good steps"
   expect "$work/inspect.out" "^layout  *pp1 x dp1 x tp1"
   expect "$work/inspect.out" "^library  *hypertrain [0-9]"

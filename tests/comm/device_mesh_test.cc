@@ -47,15 +47,15 @@ void check_mesh(int tp, int pp) {
   const int rank = world().rank(), size = world().size();
   DeviceMesh mesh(world_copy("mesh_world"), tp, pp);
   const MeshLayout& layout = mesh.layout();
-  EXPECT_EQ(layout.tp(), tp);
-  EXPECT_EQ(layout.pp(), pp);
-  EXPECT_EQ(layout.dp(), size / (tp * pp));
+  EXPECT_EQ(layout.tp_size(), tp);
+  EXPECT_EQ(layout.pp_size(), pp);
+  EXPECT_EQ(layout.dp_size(), size / (tp * pp));
   EXPECT_EQ(mesh.rank(), rank);
   EXPECT_EQ(mesh.world().size(), size);
   EXPECT_EQ(mesh.coord(), layout.coord(rank));
-  EXPECT_EQ(&mesh.axis(MeshAxis::kTp), &mesh.tp());
-  EXPECT_EQ(&mesh.axis(MeshAxis::kDp), &mesh.dp());
-  EXPECT_EQ(&mesh.axis(MeshAxis::kPp), &mesh.pp());
+  EXPECT_EQ(&mesh.axis(MeshAxis::kTp), &mesh.tp_group());
+  EXPECT_EQ(&mesh.axis(MeshAxis::kDp), &mesh.dp_group());
+  EXPECT_EQ(&mesh.axis(MeshAxis::kPp), &mesh.pp_group());
 
   const MeshCoord c = layout.coord(rank);
   for (MeshAxis axis : {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp}) {
@@ -65,7 +65,7 @@ void check_mesh(int tp, int pp) {
     EXPECT_EQ(mesh.group(axis), members);
     EXPECT_EQ(group.name(), axis_name(axis) + "." + std::to_string(layout.group_index(rank, axis)));
     EXPECT_EQ(group.size(), layout.size(axis));
-    EXPECT_EQ(group.rank(), axis == MeshAxis::kTp ? c.tp : axis == MeshAxis::kDp ? c.dp : c.pp);
+    EXPECT_EQ(group.rank(), axis == MeshAxis::kTp ? c.tp_rank : axis == MeshAxis::kDp ? c.dp_rank : c.pp_rank);
 
     // Each rank contributes its world rank (and a multiple): the sums are the group's.
     Tensor x = i32_tensor({rank, 100 * rank + 1});

@@ -11,7 +11,7 @@ namespace {
 
 TEST(MeshLayout, WorkedExampleFromTheHeader) {
   const MeshLayout m(8, 2, 2);
-  EXPECT_EQ(m.dp(), 2);
+  EXPECT_EQ(m.dp_size(), 2);
   EXPECT_EQ(m.coord(5), (MeshCoord{1, 0, 1}));
   EXPECT_EQ(m.group(5, MeshAxis::kTp), (std::vector<int>{4, 5}));
   EXPECT_EQ(m.group(5, MeshAxis::kDp), (std::vector<int>{5, 7}));
@@ -25,7 +25,7 @@ TEST(MeshLayout, EveryLayoutPartitionsTheWorldAlongEachAxis) {
       for (int pp = 1; tp * pp <= world; ++pp) {
         if (world % (tp * pp) != 0) continue;
         const MeshLayout m(world, tp, pp);
-        EXPECT_EQ(m.tp() * m.dp() * m.pp(), world);
+        EXPECT_EQ(m.tp_size() * m.dp_size() * m.pp_size(), world);
         for (MeshAxis axis : {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp}) {
           std::set<int> covered;
           std::set<int> colours;

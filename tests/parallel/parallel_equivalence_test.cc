@@ -105,7 +105,7 @@ TEST_P(Equivalence, MatchesOneProcess) {
   const data::TokenSplits data = test::pangram_text(61);
   const TrainerOptions options = options_for(l);
   comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp);
-  const int dp = mesh.layout().dp();
+  const int dp = mesh.layout().dp_size();
 
   RunResult ref;
   if (mesh.rank() == 0) {

@@ -72,7 +72,7 @@ TEST(ParallelOptions, BadValuesFailClearly) {
 TEST(DataParallel, DeferredStorageNeedsZero3AndInitialValues) {
   const nn::GPTConfig c{.vocab_size = 16, .context = 8, .n_layer = 1, .n_head = 2, .n_embd = 8};
   comm::DeviceMesh mesh(comm::make_self_communicator(), 1, 1);
-  nn::GPT deferred(c, Device::cpu(), nn::TensorParallel{&mesh.tp()}, {}, /*defer_storage=*/true);
+  nn::GPT deferred(c, Device::cpu(), nn::TensorParallel{&mesh.tp_group()}, {}, /*defer_storage=*/true);
   EXPECT_TRUE(test::throws_error([&] { parallel::DataParallel dp(deferred, mesh, {.zero_stage = 2}); },
                                  ErrorKind::kInvalidArgument, {"has no storage", "needs ZeRO-3 and its initial values"}));
   EXPECT_TRUE(test::throws_error([&] { parallel::DataParallel dp(deferred, mesh, {.zero_stage = 3}); },

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "ht/comm/device_mesh.h"
+#include "ht/core/client_state.h"
 #include "ht/optim/optimizer.h"
 #include "ht/precision/loss_scaler.h"
 
@@ -48,11 +49,17 @@ namespace ht::ckpt {
 struct RunState {
   std::int64_t step = 0;             // training steps taken (skipped ones included)
   std::int64_t optimizer_steps = 0;  // updates applied (AdamW's bias correction)
-  std::uint64_t sampler_position = 0;
   precision::LossScalerState scaler;
-  /// The model configuration (GPTConfig::str()); a resume must match it.
+  /// The model (nn::Model::describe()); a resume must match it.
   std::string model;
+  /// The data source's position (data::DataSource::state()).
+  ClientState data;
+  /// The program's own state (DeepSpeed's client_state).
+  ClientState client;
 };
+
+/// `state` as a JSON object's text, e.g. {"position":12,"note":"x"}.
+std::string client_state_json(const ClientState& state);
 
 struct CheckpointOptions {
   std::string dir;

@@ -47,9 +47,9 @@ class DeviceMesh {
   std::vector<int> group(MeshAxis axis) const { return layout_.group(rank(), axis); }
 
   Communicator& world() const { return *world_; }
-  Communicator& tp() const { return *tp_; }
-  Communicator& dp() const { return *dp_; }
-  Communicator& pp() const { return *pp_; }
+  Communicator& tp_group() const { return *tp_; }
+  Communicator& dp_group() const { return *dp_; }
+  Communicator& pp_group() const { return *pp_; }
   Communicator& axis(MeshAxis axis) const;
 
   /// Finalises the axis communicators, then the world, each within `timeout`

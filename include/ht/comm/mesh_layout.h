@@ -17,7 +17,7 @@ namespace ht::comm {
 enum class MeshAxis { kTp, kDp, kPp };
 
 struct MeshCoord {
-  int tp = 0, dp = 0, pp = 0;
+  int tp_rank = 0, dp_rank = 0, pp_rank = 0;
   friend bool operator==(const MeshCoord&, const MeshCoord&) = default;
 };
 
@@ -28,9 +28,9 @@ class MeshLayout {
   MeshLayout(int world_size, int tp, int pp);
 
   int world_size() const { return world_; }
-  int tp() const { return tp_; }
-  int dp() const { return dp_; }
-  int pp() const { return pp_; }
+  int tp_size() const { return tp_; }
+  int dp_size() const { return dp_; }
+  int pp_size() const { return pp_; }
   int size(MeshAxis axis) const;
 
   MeshCoord coord(int rank) const;

@@ -11,14 +11,9 @@
 #include <vector>
 
 #include "ht/core/rng.h"
-#include "ht/core/tensor.h"
+#include "ht/data/data_source.h"
 
 namespace ht::data {
-
-struct Batch {
-  Tensor tokens;   // (batch, seq_len) i32, on the host
-  Tensor targets;  // tokens shifted by one
-};
 
 class BatchSampler {
  public:
@@ -26,16 +21,17 @@ class BatchSampler {
   BatchSampler(const std::vector<std::int32_t>& tokens, std::int64_t seq_len, std::int64_t batch, std::uint64_t seed,
                int rank = 0, int world = 1);
 
-  Batch next();
+  /// Input (batch, seq_len) i32 on the host, target the same windows shifted by one.
+  MicroBatch next();
   std::uint64_t position() const { return rng_.counter(); }
   void set_position(std::uint64_t position) { rng_.set_state(rng_.seed(), position); }
 
   /// The `index`-th of the consecutive, non-overlapping windows (for
   /// validation); wraps around the array.
-  Batch sequential(std::int64_t index) const;
+  MicroBatch sequential(std::int64_t index) const;
 
  private:
-  Batch make(const std::vector<std::int64_t>& starts) const;
+  MicroBatch make(const std::vector<std::int64_t>& starts) const;
 
   const std::vector<std::int32_t>& tokens_;
   std::int64_t seq_len_, batch_;

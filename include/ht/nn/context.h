@@ -2,7 +2,11 @@
 //
 // The caller owns one Context per micro-batch in flight, so a pipeline can
 // hold several at once, and what is saved is the module's choice (activation
-// recomputation is saving less). Not thread-safe.
+// recomputation is saving less). A module may run several times in one
+// forward (a layer shared by two places of a model): each run's tensors are
+// kept, and backward, which runs in the reverse order, takes the newest
+// first (Module::backward drops an entry once its backward is done). Not
+// thread-safe.
 #pragma once
 
 #include <unordered_map>
@@ -23,11 +27,15 @@ class Context {
   Device device() const { return device_; }
   bool saving() const { return saving_; }
 
-  /// Stores the tensors `m` needs in backward (replacing earlier ones).
+  /// Stores the tensors one forward run of `m` needs in backward (call it
+  /// once per run; each run's entry is kept).
   void save(const Module* m, std::vector<Tensor> tensors);
-  /// The tensors `m` saved; throws kInvalidArgument when there are none
-  /// (backward without a forward in this context).
+  /// The tensors of `m`'s newest run not yet backpropagated; throws
+  /// kInvalidArgument when there are none (backward without a forward in
+  /// this context).
   const std::vector<Tensor>& saved(const Module* m) const;
+  /// Drops `m`'s newest entry, if any (after its backward).
+  void pop(const Module* m);
   /// Drops everything saved (frees activations once backward is done).
   void clear() { saved_.clear(); }
   /// Bytes held by saved tensors (views of one storage counted per view).
@@ -36,7 +44,7 @@ class Context {
  private:
   Device device_;
   bool saving_;
-  std::unordered_map<const Module*, std::vector<Tensor>> saved_;
+  std::unordered_map<const Module*, std::vector<std::vector<Tensor>>> saved_;  // a stack per module
 };
 
 }  // namespace ht::nn

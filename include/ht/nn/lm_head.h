@@ -3,9 +3,10 @@
 //
 // On the stage that holds the embedding it uses the embedding's wte (two
 // gradient contributions per backward). On a pipeline's last stage, when the
-// embedding lives on the first, it holds its own copy named "wte", marked
-// pp_tied_copy: the parallel layer sums the two copies' gradients so they
-// stay equal. Under tensor parallelism the projection is vocab-parallel: each
+// embedding lives on the first, it holds its own copy named "wte" (the model
+// declares it in nn::Model::tied_weights: the parallel layer sums the two
+// copies' gradients so they stay equal). A model with an untied head (Llama)
+// uses the second form with a weight of its own name. Under tensor parallelism the projection is vocab-parallel: each
 // rank produces the logits of its vocab / tp rows, never the full
 // vocabulary, and backward sums dh over the group.
 #pragma once
@@ -19,8 +20,10 @@ class LMHead : public Module {
  public:
   /// Tied to `wte` of the same stage.
   LMHead(Parameter& wte, TensorParallel tp);
-  /// Holds its own copy of a (vocab, dim) wte.
-  LMHead(std::int64_t vocab_size, std::int64_t dim, Device device, TensorParallel tp);
+  /// Holds its own (vocab, dim) weight, named `weight_name` (drawn from
+  /// N(0, 1) like Embedding's wte unless the model sets another Init).
+  LMHead(std::string name, std::string weight_name, std::int64_t vocab_size, std::int64_t dim, Device device,
+         TensorParallel tp);
 
   Parameter& weight() { return *weight_; }
 

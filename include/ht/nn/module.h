@@ -54,10 +54,11 @@ class Module {
   virtual Tensor backward_impl(Context& ctx, const Tensor& dy) = 0;
 
   /// Creates a parameter of full shape `shape` (uninitialised data on
-  /// `device`, no gradient yet); a tensor-parallel `layout` makes its data this
-  /// rank's part (see tensor_parallel.h).
+  /// `device`, no gradient yet) whose first values `init` draws; a
+  /// tensor-parallel `layout` makes its data this rank's part (see
+  /// tensor_parallel.h).
   Parameter& add_parameter(const std::string& name, const Shape& shape, bool weight_decay, Device device,
-                           const ParamLayout& layout = {});
+                           const ParamLayout& layout = {}, const Init& init = Init::zeros());
   /// Adopts a child; its parameters' names get the prefix "<name>." (none
   /// for a child with an empty name).
   template <typename M>

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ht/core/tensor.h"
+#include "ht/nn/init.h"
 
 namespace ht::nn {
 
@@ -23,12 +24,11 @@ struct ParamLayout {
   /// split over tp on its own (3 for GPT-2's packed [Q | K | V]).
   int tp_parts = 1;
   bool tp_split() const { return tp_split_dim >= 0 && tp_size > 1; }
-  /// Whether `data` is (a view into) a buffer sharded over the data-parallel
-  /// group (ZeRO-3); then `data` may be empty between uses.
-  bool dp_sharded = false;
-  /// A copy of a weight that another pipeline stage also holds (the output
-  /// head's tied embedding on the last stage): its gradient is summed with the
-  /// other copy's before the data-parallel reduction and it is counted once.
+  /// A copy of a weight that an earlier pipeline stage also holds (the
+  /// output head's tied embedding on the last stage): its gradient is summed
+  /// with the other copies' before the data-parallel reduction and it is
+  /// counted and saved once, by the first holder. Set by the parallel layer
+  /// from the model's nn::Model::tied_weights().
   bool pp_tied_copy = false;
 };
 
@@ -52,6 +52,12 @@ class Parameter {
   bool weight_decay() const { return weight_decay_; }
   ParamLayout& layout() { return layout_; }
   const ParamLayout& layout() const { return layout_; }
+  /// How the first values are drawn (see init.h); set by the creating module.
+  const Init& init() const { return init_; }
+  void set_init(const Init& init) { init_ = init; }
+  /// The values this rank's part starts from under `seed`: init_full(init(),
+  /// full_shape(), name(), seed) cut to layout(), as a new host f32 tensor.
+  Tensor initial_value(std::uint64_t seed) const;
 
   /// Replaces the storage (e.g. by a view into a flat buffer); the element count must match shape().
   void set_data(Tensor t);
@@ -85,6 +91,7 @@ class Parameter {
   Tensor grad_;
   bool weight_decay_;
   ParamLayout layout_;
+  Init init_;
   int uses_ = 1;
   int contributions_ = 0;
   GradReadyHook hook_;

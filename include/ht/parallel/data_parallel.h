@@ -1,5 +1,5 @@
 // ht::parallel::DataParallel: data parallelism and ZeRO stages 1-3 over the
-// data-parallel axis of a DeviceMesh, for one rank's part of a GPT.
+// data-parallel axis of a DeviceMesh, for one rank's part of any nn::Model.
 //
 // Parameters are laid end to end in flat groups, padded so that every group
 // divides into equal shards:
@@ -12,8 +12,8 @@
 //                  updated shards are all-gathered.
 //   stage 2        as 1, but gradients are reduce-scattered: after the step's
 //                  backward only this rank's gradient shard is kept.
-//   stage 3        one group per unit (the model's top-level children: the
-//                  embedding, each block, the final norm, the head) holding
+//   stage 3        one group per unit (the model's direct children: for GPT
+//                  the embedding, each block, the final norm, the head) holding
 //                  only this rank's parameter shard; a unit is all-gathered
 //                  just before its forward and again before its backward,
 //                  freed after each, and the next unit is prefetched while the
@@ -32,9 +32,11 @@
 // set_final_micro_batch(true) before the last micro-batch's backward only:
 // earlier micro-batches accumulate locally and reduce nothing.
 //
-// A weight tied across pipeline stages (the embedding on the first stage and
-// the head's copy on the last) has its two gradients summed between those
-// stages before its data-parallel reduction, and is counted once by the norm.
+// A weight tied across pipeline stages (nn::Model::tied_weights: GPT's
+// embedding on the first stage and the head's copy on the last) has its
+// copies' gradients summed between those stages before its data-parallel
+// reduction, and is counted and saved once (the later copies are marked
+// ParamLayout::pp_tied_copy here).
 #pragma once
 
 #include <functional>
@@ -44,7 +46,7 @@
 #include <vector>
 
 #include "ht/comm/device_mesh.h"
-#include "ht/nn/gpt.h"
+#include "ht/nn/model.h"
 #include "ht/optim/optimizer.h"
 #include "ht/precision/policy.h"
 
@@ -79,13 +81,18 @@ class DataParallel {
   /// Collective over the world (it splits the shard, replica and tied-weight
   /// groups). Takes over `model`'s parameters: moves their values into flat
   /// groups (keeping only this rank's shard at stage 3) and installs hooks.
-  /// Values each parameter starts from, for a model built with deferred
-  /// storage (nn::GPT's defer_storage; then only ZeRO-3 applies).
+  /// Values each parameter starts from, e.g. [seed](const nn::Parameter& p)
+  /// { return p.initial_value(seed); }: needed for a model built with
+  /// deferred storage (nn::Placement::defer_storage); without it the
+  /// parameters' current values are taken.
   using InitialValues = std::function<Tensor(const nn::Parameter&)>;
 
-  /// The model must be initialised first — or built with deferred storage and
-  /// `initial_values` given, for ZeRO-3 — and must outlive this object.
-  DataParallel(nn::GPT& model, comm::DeviceMesh& mesh, const DataParallelOptions& options,
+  /// The model must be initialised first, or `initial_values` given, and
+  /// must outlive this object.
+  /// Throws kInvalidArgument naming the problem when ZeRO-3 meets a model
+  /// with parameters outside its children, or when a declared tied weight is
+  /// missing from a stage that should hold it.
+  DataParallel(nn::Model& model, comm::DeviceMesh& mesh, const DataParallelOptions& options,
                InitialValues initial_values = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
@@ -126,8 +133,12 @@ class DataParallel {
  private:
   void build_groups();
   std::vector<optim::Slot> make_slots() const;
-  /// The first stage's wte or the last stage's copy of it, when pp > 1.
-  bool tied_across_stages(const nn::Parameter* p) const;
+  /// Finds the model's tied weights on this stage, marks the copies and
+  /// splits one communicator per tied weight (collective over the world).
+  void setup_tied_weights();
+  /// The communicator summing `p`'s copies across stages, or null when `p`
+  /// is not tied across stages.
+  comm::Communicator* tied_comm(const nn::Parameter* p) const;
   void install_zero2_hooks();
   void install_zero3_hooks();
   void on_grad_ready(std::size_t group);
@@ -139,12 +150,15 @@ class DataParallel {
   void free_reduced_grads();
   void drop_full_grads(detail::FlatGroup& g);
 
-  nn::GPT& model_;
+  nn::Model& model_;
   comm::DeviceMesh& mesh_;
   DataParallelOptions options_;
   InitialValues initial_values_;
   int shards_ = 1, shard_rank_ = 0, replicas_ = 1, replica_rank_ = 0;
-  std::unique_ptr<comm::Communicator> shard_comm_, replica_comm_, tied_comm_;
+  std::unique_ptr<comm::Communicator> shard_comm_, replica_comm_;
+  // Per tied weight: this stage's copy (null if it holds none) and the
+  // communicator over the stages holding it (same dp and tp coordinates).
+  std::vector<std::pair<nn::Parameter*, std::unique_ptr<comm::Communicator>>> tied_;
   std::vector<std::unique_ptr<detail::FlatGroup>> groups_;
   std::vector<optim::Slot> slots_;
   // Stage 3: the unit of each top-level module, in execution order.

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "ht/comm/device_mesh.h"
-#include "ht/nn/gpt.h"
+#include "ht/nn/model.h"
 #include "ht/parallel/data_parallel.h"
 
 namespace ht::parallel {
@@ -19,10 +19,10 @@ namespace ht::parallel {
 /// and tp part send theirs to rank 0, which assembles the tp parts. The last
 /// stage's copy of the tied embedding is checked against the first stage's
 /// (kInternal if they differ) and not listed twice.
-std::map<std::string, Tensor> gather_full_parameters(nn::GPT& model, DataParallel& dp, comm::DeviceMesh& mesh);
+std::map<std::string, Tensor> gather_full_parameters(nn::Model& model, DataParallel& dp, comm::DeviceMesh& mesh);
 
 /// Copies full parameters (as gather_full_parameters returns) into a model
 /// of one process; throws kInvalidArgument naming a missing or misshapen one.
-void load_full_parameters(nn::GPT& model, const std::map<std::string, Tensor>& full);
+void load_full_parameters(nn::Model& model, const std::map<std::string, Tensor>& full);
 
 }  // namespace ht::parallel

@@ -1,8 +1,11 @@
 // ht::parallel::Pipeline: runs one optimizer step's micro-batches through
-// this rank's pipeline stage of a GPT, under the GPipe or 1F1B schedule.
+// this rank's pipeline stage of any nn::Model, under the GPipe or 1F1B
+// schedule.
 //
-// Stage s receives activations (B, T, C) from stage s - 1 and sends its own
-// to s + 1; gradients flow back the same way. Each micro-batch in flight
+// Stage s receives activations from stage s - 1 (of the shape the model's
+// stage_input_shape gives, in the compute dtype) and sends its own to
+// s + 1; gradients flow back the same way. The first stage reads each
+// micro-batch's input, the last its target and computes the loss. Each micro-batch in flight
 // has its own nn::Context, freed after its backward. GPipe runs every
 // forward, then every backward (m micro-batches of activations held at
 // once); 1F1B runs p - s - 1 warm-up forwards, then alternates one forward
@@ -18,8 +21,8 @@
 #include <vector>
 
 #include "ht/comm/communicator.h"
-#include "ht/data/batch_sampler.h"
-#include "ht/nn/gpt.h"
+#include "ht/data/data_source.h"
+#include "ht/nn/model.h"
 
 namespace ht::parallel {
 
@@ -38,18 +41,18 @@ class Pipeline {
  public:
   /// `pp` is the pipeline group: its rank is model.stage().rank. Activations
   /// travel between stages in `activations` (the compute dtype).
-  Pipeline(nn::GPT& model, comm::Communicator& pp, Schedule schedule, DType activations = DType::kF32);
+  Pipeline(nn::Model& model, comm::Communicator& pp, Schedule schedule, DType activations = DType::kF32);
 
   /// Forward and backward of every micro-batch (host batches, one per
-  /// micro-batch; only the first stage reads tokens, the last targets). Each
+  /// micro-batch; only the first stage reads inputs, the last targets). Each
   /// micro-batch's mean loss has gradient `loss_scale` (1/k for k micro-
   /// batches). `before_backward(final)` runs before each backward, final for
   /// the step's last. Returns the sum of the micro-batch losses on the last
   /// stage, 0 elsewhere.
-  double train_step(const std::vector<data::Batch>& batches, float loss_scale,
+  double train_step(const std::vector<data::MicroBatch>& batches, float loss_scale,
                     const std::function<void(bool final)>& before_backward);
   /// Forward only; the sum of the losses on the last stage, 0 elsewhere.
-  double evaluate(const std::vector<data::Batch>& batches);
+  double evaluate(const std::vector<data::MicroBatch>& batches);
 
   /// Timings of the last train_step.
   const PipelineStats& stats() const { return stats_; }
@@ -58,7 +61,7 @@ class Pipeline {
  private:
   class Step;
 
-  nn::GPT& model_;
+  nn::Model& model_;
   comm::Communicator& pp_;
   Schedule schedule_;
   DType activations_;

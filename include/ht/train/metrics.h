@@ -7,7 +7,8 @@
 #include <cstdio>
 #include <string>
 
-#include "ht/train/trainer.h"
+#include "ht/core/client_state.h"
+#include "ht/train/engine.h"
 
 namespace ht::train {
 
@@ -19,9 +20,10 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  /// `mesh` as MeshLayout::str() ("pp2 x dp2 x tp2").
-  void write_run(const TrainerOptions& options, std::int64_t num_parameters,
-                 const std::string& mesh = "pp1 x dp1 x tp1");
+  /// `model` as nn::Model::describe(), `mesh` as MeshLayout::str() ("pp2 x
+  /// dp2 x tp2"); `extra` fields (the program's own: "seq_len") join the line.
+  void write_run(const EngineOptions& options, const std::string& model, std::int64_t num_parameters,
+                 const std::string& mesh = "pp1 x dp1 x tp1", const ClientState& extra = {});
   void write_step(const StepStats& s);
   void write_eval(std::int64_t step, float val_loss);
 
@@ -30,9 +32,5 @@ class MetricsWriter {
   std::FILE* file_;
   std::string path_;
 };
-
-/// Version, git commit, build type and compiled-in backends, for preambles:
-/// "hypertrain 0.1.0 (abc1234, Release, cuda=0)".
-std::string build_description();
 
 }  // namespace ht::train

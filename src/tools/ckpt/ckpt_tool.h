@@ -53,8 +53,9 @@ VerifyReport verify_checkpoint(const std::string& step_dir);
 /// Writes one HDF5 file holding the full tensors of `kinds` (f32, global
 /// shape): dataset "<tensor>" for kind master, "<tensor>.<kind>" for the
 /// others, each with a string attribute `kind`; root attributes step,
-/// optimizer_steps, sampler_position (int64), model, layout,
-/// library_version, git_commit, kinds and source (strings). Written to a
+/// optimizer_steps (int64), model, layout,
+/// data_state and client_state (JSON objects' text), library_version,
+/// git_commit, kinds and source (strings). Written to a
 /// temporary file beside `out_path`, synced, then renamed over it. Throws
 /// UsageError for a kind the checkpoint lacks, ht::Error when a piece cannot
 /// be read or the file cannot be written (nothing is left at `out_path`

@@ -99,7 +99,8 @@ int export_checkpoint(const std::string& step_dir, const std::string& out_path, 
         write_tensor(file.get(), item.dataset, item.kind, detail::assemble_tensor(step_dir, *item.pieces), tmp);
       write_i64_attr(file.get(), "step", m.run.step, tmp);
       write_i64_attr(file.get(), "optimizer_steps", m.run.optimizer_steps, tmp);
-      write_i64_attr(file.get(), "sampler_position", std::int64_t(m.run.sampler_position), tmp);
+      write_str_attr(file.get(), "data_state", client_state_json(m.run.data), tmp);
+      write_str_attr(file.get(), "client_state", client_state_json(m.run.client), tmp);
       write_str_attr(file.get(), "model", m.run.model, tmp);
       write_str_attr(file.get(), "layout", m.layout, tmp);
       write_str_attr(file.get(), "library_version", m.library_version, tmp);

@@ -1,32 +1,31 @@
-// ht::train::Trainer: the training loop on one rank of a mesh.
-#include "ht/train/trainer.h"
+// ht::train::Engine: the training step on one rank of a mesh.
+#include "ht/train/engine.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
-#include <thread>
 
 #include "ht/comm/self_communicator.h"
 #include "ht/optim/clip.h"
 #include "ht/parallel/gather_parameters.h"
+#include "ht/train/job.h"
+#include "ht/train/rehearsals.h"
 
 namespace ht::train {
 
-void TrainerOptions::validate() const {
-  model.validate();
+void EngineOptions::validate() const {
   HT_CHECK(steps >= 0, ErrorKind::kConfig, "--steps must be >= 0, got {}", steps);
   HT_CHECK(micro_batch > 0, ErrorKind::kConfig, "--micro-batch must be positive, got {}", micro_batch);
-  HT_CHECK(seq_len > 0 && seq_len <= model.context, ErrorKind::kConfig,
-           "--seq-len {} must lie in [1, context={}]; raise --context or shorten --seq-len", seq_len, model.context);
   HT_CHECK(grad_accum > 0, ErrorKind::kConfig, "--grad-accum must be positive, got {}", grad_accum);
   HT_CHECK(lr > 0.f && min_lr >= 0.f && min_lr <= lr, ErrorKind::kConfig,
            "learning rates must satisfy 0 <= min_lr ({}) <= lr ({}), lr > 0", min_lr, lr);
-  HT_CHECK(warmup_steps >= 0 && eval_every >= 0 && eval_batches > 0, ErrorKind::kConfig,
-           "--warmup ({}) and --eval-every ({}) must be >= 0, --eval-batches ({}) positive", warmup_steps, eval_every,
+  HT_CHECK(warmup_steps >= 0 && eval_every >= 0 && eval_batches >= 0, ErrorKind::kConfig,
+           "--warmup ({}), --eval-every ({}) and --eval-batches ({}) must be >= 0", warmup_steps, eval_every,
            eval_batches);
   HT_CHECK(ckpt_every >= 0 && ckpt_every_s >= 0, ErrorKind::kConfig,
            "--ckpt-every ({}) and --ckpt-every-s ({}) must be >= 0", ckpt_every, ckpt_every_s);
+  HT_CHECK(!resume || !ckpt_dir.empty(), ErrorKind::kConfig,
+           "--resume needs a checkpoint directory (--ckpt-dir, or --run-dir for <run-dir>/checkpoints)");
 }
 
 namespace {
@@ -39,40 +38,59 @@ comm::DeviceMesh* mesh_or_own(comm::DeviceMesh* mesh, std::unique_ptr<comm::Devi
 
 }  // namespace
 
-Trainer::Trainer(const TrainerOptions& options, const data::TokenSplits& splits, comm::DeviceMesh* mesh)
-    : options_((options.validate(), options)),
-      splits_(splits),
-      mesh_(mesh_or_own(mesh, own_mesh_)),
-      train_sampler_(splits.train, options.seq_len, options.micro_batch, options.seed, mesh_->coord().dp,
-                     mesh_->layout().dp()),
-      val_sampler_(splits.val, options.seq_len, options.micro_batch, options.seed, mesh_->coord().dp,
-                   mesh_->layout().dp()) {
-  HT_CHECK(splits.vocab_size <= options.model.vocab_size, ErrorKind::kConfig,
-           "the dataset's vocabulary ({}) is larger than the model's vocab_size ({})", splits.vocab_size,
-           options.model.vocab_size);
+Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, data::DataSource& data,
+               comm::DeviceMesh* mesh)
+    : options_((options.validate(), options)), data_(data), mesh_(mesh_or_own(mesh, own_mesh_)) {
   const comm::MeshLayout& layout = mesh_->layout();
-  options_.model.validate_parallel(layout.tp(), layout.pp());
-  options_.data_parallel.validate(layout.dp());
-  // Under ZeRO-3 no rank holds the whole model at any time: the parameters'
-  // storage is released as each module is built, and each flat group is
-  // filled with its initial values only to be sharded at once.
-  const bool sharded_init = options_.data_parallel.zero_stage == 3;
-  model_ = std::make_unique<nn::GPT>(options_.model, options_.device, nn::TensorParallel{&mesh_->tp()},
-                                     nn::PipelineStage{mesh_->coord().pp, layout.pp()}, sharded_init);
-  parallel::DataParallel::InitialValues initial_values;
-  if (sharded_init)
-    initial_values = [this](const nn::Parameter& p) { return model_->initial_value(p, options_.seed); };
-  else
-    model_->init_weights(options_.seed);
-  dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, options_.data_parallel, std::move(initial_values));
-  pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp(), options_.schedule,
+  const comm::MeshCoord& at = mesh_->coord();
+  options_.data_parallel.validate(layout.dp_size());
+  // The model is built without storage: each flat group of the parallel
+  // layer is filled from the parameters' initial values (and, under ZeRO-3,
+  // sharded at once), so no rank holds the model twice, or whole under
+  // ZeRO-3, and every layout starts from the same values.
+  const nn::Placement placement{.device = options_.device,
+                                .tp = nn::TensorParallel{&mesh_->tp_group()},
+                                .stage = {at.pp_rank, layout.pp_size()},
+                                .defer_storage = true};
+  model_ = make_model(placement);
+  HT_CHECK(model_ != nullptr, ErrorKind::kInvalidArgument, "the model factory returned no model");
+  HT_CHECK(model_->stage().rank == at.pp_rank && model_->stage().size == layout.pp_size() &&
+               model_->tensor_parallel().size() == layout.tp_size() && model_->device() == options_.device,
+           ErrorKind::kInvalidArgument,
+           "the model factory built '{}' for stage {} of {}, tp {}, device {}; the engine asked for stage {} of {}, "
+           "tp {}, device {}: build the model with the placement it is given",
+           model_->describe(), model_->stage().rank, model_->stage().size, model_->tensor_parallel().size(),
+           model_->device().str(), at.pp_rank, layout.pp_size(), layout.tp_size(), options_.device.str());
+  description_ = model_->describe();
+  const std::uint64_t seed = options_.seed;
+  dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, options_.data_parallel,
+                                                 [seed](const nn::Parameter& p) { return p.initial_value(seed); });
+  pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp_group(), options_.schedule,
                                                    options_.data_parallel.precision.compute);
   optimizer_ = std::make_unique<optim::AdamW>(dp_->slots(), options_.adamw);
   schedule_ = {options_.lr, options_.min_lr, options_.warmup_steps, std::max<std::int64_t>(options_.steps, 1)};
   scaler_ = precision::LossScaler(
       options_.force_loss_scaling || options_.data_parallel.precision.needs_loss_scaling(), options_.loss_scaler);
-  HT_CHECK(!options_.resume || !options_.ckpt_dir.empty(), ErrorKind::kConfig,
-           "--resume needs a checkpoint directory (--ckpt-dir, or --run-dir for <run-dir>/checkpoints)");
+  // The whole model's size: each stage's parameters counted once (tp rank 0
+  // of the first replica), tied copies not again.
+  std::int64_t mine = 0;
+  if (at.dp_rank == 0 && at.tp_rank == 0)
+    for (const nn::Parameter* p : model_->parameters())
+      if (!p->layout().pp_tied_copy) mine += shape_numel(p->full_shape());
+  // Summed exactly as two 32-bit halves (a float sum rounds above 2^24).
+  comm::Communicator& world = mesh_->world();
+  Tensor counts = Tensor::empty({2 * world.size()}, DType::kI32);
+  world.all_gather(Tensor::from_vector(std::vector<std::int32_t>{std::int32_t(mine & 0x7fffffff),
+                                                                  std::int32_t(mine >> 31)},
+                                       {2}),
+                   counts)
+      ->wait();
+  const std::vector<std::int32_t> c = counts.to_vector<std::int32_t>();
+  for (std::size_t r = 0; r < c.size(); r += 2) num_parameters_ += std::int64_t(c[r]) + (std::int64_t(c[r + 1]) << 31);
+  data_.attach({.dp_rank = at.dp_rank,
+                .dp_size = layout.dp_size(),
+                .micro_batch = options_.micro_batch,
+                .seed = options_.seed});
   if (!options_.ckpt_dir.empty()) {
     checkpointer_ = std::make_unique<ckpt::Checkpointer>(
         ckpt::CheckpointOptions{
@@ -82,18 +100,26 @@ Trainer::Trainer(const TrainerOptions& options, const data::TokenSplits& splits,
   }
 }
 
-void Trainer::resume() {
+Engine::Engine(Job& job, EngineOptions options, const ModelFactory& make_model, data::DataSource& data)
+    : Engine((options.guard = &job.guard(), options), make_model, data, &job.mesh()) {
+  add_fault_rehearsals(*this, job.faults(), job.options().run_dir);
+}
+
+Engine::~Engine() = default;
+
+void Engine::resume() {
   const std::optional<ckpt::RunState> run =
-      checkpointer_->load_latest(options_.model.str(), optimizer_->slots(), *optimizer_);
+      checkpointer_->load_latest(description_, optimizer_->slots(), *optimizer_);
   if (!run) return;
   dp_->after_step();  // the working copies follow the loaded master values
   optimizer_->set_step_count(run->optimizer_steps);
   scaler_.set_state(run->scaler);
-  train_sampler_.set_position(run->sampler_position);
+  data_.restore(run->data);
+  client_state_ = run->client;
   steps_done_ = resumed_from_ = run->step;
 }
 
-std::string Trainer::save_checkpoint() {
+std::string Engine::save_checkpoint() {
   HT_CHECK(checkpointer_, ErrorKind::kConfig, "save_checkpoint: no checkpoint directory was configured");
   // Never a suspect state: not while the loss is non-finite (a state that
   // may be diverging is not worth resuming from), and not unchecked when
@@ -108,60 +134,49 @@ std::string Trainer::save_checkpoint() {
   }
   const ckpt::RunState run{.step = steps_done_,
                            .optimizer_steps = optimizer_->step_count(),
-                           .sampler_position = train_sampler_.position(),
                            .scaler = scaler_.state(),
-                           .model = options_.model.str()};
+                           .model = description_,
+                           .data = data_.state(),
+                           .client = client_state_};
   last_checkpoint_time_ = std::chrono::steady_clock::now();
   return checkpointer_->save(run, optimizer_->slots(), *optimizer_);
 }
 
-std::string Trainer::wait_for_checkpoint() { return checkpointer_ ? checkpointer_->wait() : std::string(); }
-
-Trainer::~Trainer() = default;
-
-std::int64_t Trainer::global_batch() const {
-  return options_.micro_batch * options_.grad_accum * mesh_->layout().dp();
+std::string Engine::checkpoint_now() {
+  std::string error;
+  const std::int64_t step = steps_done_;
+  if (step > checkpointer_->last_save().step && step > resumed_from_) error = save_checkpoint();
+  return error.empty() ? wait_for_checkpoint() : error;
 }
 
-std::vector<float> Trainer::world_sum(std::vector<float> v) {
+std::string Engine::wait_for_checkpoint() { return checkpointer_ ? checkpointer_->wait() : std::string(); }
+
+std::int64_t Engine::global_batch() const {
+  return options_.micro_batch * options_.grad_accum * mesh_->layout().dp_size();
+}
+
+std::vector<float> Engine::world_sum(std::vector<float> v) {
   Tensor t = Tensor::from_vector(v, {std::int64_t(v.size())});
   mesh_->world().all_reduce(t, t, comm::ReduceOp::kSum)->wait();
   return t.to_vector<float>();
 }
 
-void Trainer::progress(const char* phase) {
+void Engine::progress(const char* phase) {
   if (options_.guard) options_.guard->progress(steps_done_, phase);
 }
 
-static std::string run_dir_of(const TrainerOptions& o) { return o.guard ? o.guard->run_dir() : std::string(); }
-
-void Trainer::inject_step_faults(std::int64_t step) {
-  const int rank = mesh_->rank();
-  const auto& plan = options_.faults;
-  if (plan.empty()) return;
-  if (auto f = plan.find(resilience::FaultKind::kCrash, rank, step))
-    resilience::rehearse_crash(run_dir_of(options_), *f, rank);
-  if (auto f = plan.find(resilience::FaultKind::kHang, rank, step))
-    resilience::rehearse_hang(run_dir_of(options_), *f, rank);
-  if (auto f = plan.find(resilience::FaultKind::kSlow, rank, step)) {
-    // factor x the step's own work: the injected delay of the last step is not part of it.
-    injected_ms_ = (f->factor - 1.0) * last_step_ms_;
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(injected_ms_));
-  }
-}
-
-void Trainer::check_replicas(std::int64_t step) {
+void Engine::check_replicas(std::int64_t step) {
   replicas_checked_step_ = step;
   // Replicas (the same tp rank and stage in every dp group) hold identical
   // parameters after the update; one 64-bit checksum each is compared.
-  if (mesh_->layout().dp() < 2 || options_.data_parallel.zero_stage == 3) return;
+  if (mesh_->layout().dp_size() < 2 || options_.data_parallel.zero_stage == 3) return;
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (nn::Parameter* p : model_->parameters()) {
     const Tensor host = p->data().to(Device::cpu());
     h = (h ^ ckpt::checksum64(host.data_ptr(), host.nbytes())) * 0x100000001b3ull;
   }
   const std::vector<std::int32_t> mine{std::int32_t(h & 0xffffffffu), std::int32_t(h >> 32)};
-  comm::Communicator& dp = mesh_->dp();
+  comm::Communicator& dp = mesh_->dp_group();
   Tensor all = Tensor::empty({2 * dp.size()}, DType::kI32);
   dp.all_gather(Tensor::from_vector(mine, {2}), all)->wait();
   const std::vector<std::int32_t> v = all.to_vector<std::int32_t>();
@@ -183,7 +198,7 @@ void Trainer::check_replicas(std::int64_t step) {
            step, fmt::join(culprits, ","), dp.name());
 }
 
-void Trainer::check_stragglers(StepStats& s) {
+void Engine::check_stragglers(StepStats& s) {
   comm::Communicator& world = mesh_->world();
   const float mine = float(window_work_ms_ / double(options_.straggler_window));
   window_work_ms_ = 0;
@@ -205,23 +220,28 @@ void Trainer::check_stragglers(StepStats& s) {
   s.stragglers = fmt::format("{}", fmt::join(report, "; "));
 }
 
-bool Trainer::checkpoint_due_by_time() const {
+bool Engine::checkpoint_due_by_time() const {
   return checkpointer_ && options_.ckpt_every_s > 0 && mesh_->rank() == 0 &&
          std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint_time_).count() >=
              options_.ckpt_every_s;
 }
 
+std::vector<data::MicroBatch> Engine::draw(std::int64_t count, bool validation) {
+  std::vector<data::MicroBatch> batches;
+  for (std::int64_t i = 0; i < count; ++i) batches.push_back(validation ? data_.validation(i) : data_.next());
+  return batches;
+}
 
-StepStats Trainer::step() {
+StepStats Engine::step() {
   const auto start = std::chrono::steady_clock::now();
   StepStats s;
   s.step = ++steps_done_;
   s.loss_scale = scaler_.scale();
   progress("data");
-  inject_step_faults(s.step);
-  // Every rank draws every micro-batch, so the samplers stay in step.
-  std::vector<data::Batch> batches;
-  for (int micro = 0; micro < options_.grad_accum; ++micro) batches.push_back(train_sampler_.next());
+  for (const StepHooks& h : hooks_)
+    if (h.before_step) h.before_step(s.step);
+  // Every rank draws every micro-batch, so the data sources stay in step.
+  const std::vector<data::MicroBatch> batches = draw(options_.grad_accum, /*validation=*/false);
   dp_->begin_step();
   // Each micro-batch's mean loss weighs 1/k (the sum equals one k-times
   // batch), times the loss scale.
@@ -233,15 +253,11 @@ StepStats Trainer::step() {
   window_work_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   progress("gradient-reduction");
   dp_->finish_gradients();
-  if (options_.after_gradients) options_.after_gradients(*this, s.step);
-  const auto nan_fault = options_.faults.find(resilience::FaultKind::kNan, mesh_->rank(), s.step);
-  if (nan_fault) {
-    if (nan_fault->step == s.step || nan_fault->step < 0) resilience::record_fired(run_dir_of(options_), *nan_fault);
-    if (!optimizer_->slots().empty()) {
-      Tensor g = optimizer_->slots().front().grad;
-      g.fill_(NAN);
-    }
-  }
+  // The loss is known on the last stage; one tp rank of each dp replica reports it.
+  const bool reports = model_->last_stage() && mesh_->coord().tp_rank == 0;
+  float my_loss = reports ? float(loss_sum) : 0.f;
+  for (const StepHooks& h : hooks_)
+    if (h.after_gradients) h.after_gradients(s.step, my_loss);
   progress("optimizer");
   s.grad_norm = dp_->unscale_and_norm(s.loss_scale);
   // Every rank sees the same norm, so every rank makes the same decision: an
@@ -254,25 +270,19 @@ StepStats Trainer::step() {
   if (!s.skipped) {
     optimizer_->step(s.lr, optim::clip_coefficient(s.grad_norm, options_.grad_clip));
     dp_->after_step();
-  }
-  if (auto f = options_.faults.find(resilience::FaultKind::kBitflip, mesh_->rank(), s.step)) {
-    nn::Parameter& first = *model_->parameters().front();
-    resilience::rehearse_bitflip(run_dir_of(options_), *f, mesh_->rank(), first.data(), first.name());
+    for (const StepHooks& h : hooks_)
+      if (h.after_update) h.after_update(s.step);
   }
   if (options_.sdc_every > 0 && s.step % options_.sdc_every == 0) {
     progress("replica-check");
     check_replicas(s.step);
   }
-  // The loss is known on the last stage; one tp rank of each dp replica reports it.
-  const bool reports = model_->last_stage() && mesh_->coord().tp == 0;
   // One world all-reduce carries the loss, whether any rank was asked to
   // stop and whether rank 0's clock says a checkpoint is due.
   const bool stop_here = options_.guard && options_.guard->preempt_requested();
-  // A rehearsed NaN travels in the sum, so every rank sees the same loss.
-  const float my_loss = nan_fault ? NAN : reports ? float(loss_sum) : 0.f;
   const std::vector<float> sums =
       world_sum({my_loss, stop_here ? 1.f : 0.f, checkpoint_due_by_time() ? 1.f : 0.f});
-  s.loss = float(double(sums[0]) / double(options_.grad_accum * mesh_->layout().dp()));
+  s.loss = float(double(sums[0]) / double(options_.grad_accum * mesh_->layout().dp_size()));
   s.stop_requested = sums[1] > 0.f;
   checkpoint_deferred_ = checkpointer_ && (checkpoint_deferred_ || sums[2] > 0.f ||
                                            (options_.ckpt_every > 0 && s.step % options_.ckpt_every == 0));
@@ -290,47 +300,33 @@ StepStats Trainer::step() {
     progress("checkpoint");
     s.checkpoint_error = save_checkpoint();
     s.checkpointed = true;
-    if (auto f = options_.faults.find(resilience::FaultKind::kCkptCorrupt, mesh_->rank(), s.step);
-        f && f->step == s.step) {
-      wait_for_checkpoint();  // damage it once it is committed
-      if (mesh_->rank() == 0)
-        resilience::rehearse_file_damage(
-            run_dir_of(options_), *f,
-            (std::filesystem::path(ckpt::checkpoint_dir(options_.ckpt_dir, s.step)) / ckpt::rank_file_name(0)).string());
-    }
+    for (const StepHooks& h : hooks_)
+      if (h.after_checkpoint) h.after_checkpoint(s.step);
   }
   if (options_.straggler_window > 0 && s.step % options_.straggler_window == 0) check_stragglers(s);
   progress("step-done");
-  s.tokens = global_batch() * options_.seq_len;
+  std::int64_t targets = 0;
+  for (const data::MicroBatch& b : batches) targets += b.target.numel();
+  s.tokens = targets * mesh_->layout().dp_size();
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  last_step_ms_ = s.ms - injected_ms_;
-  injected_ms_ = 0;
+  for (const StepHooks& h : hooks_)
+    if (h.after_step) h.after_step(s);
   return s;
 }
 
-float Trainer::evaluate() {
-  std::vector<data::Batch> batches;
-  for (std::int64_t i = 0; i < options_.eval_batches; ++i) batches.push_back(val_sampler_.sequential(i));
+float Engine::evaluate() {
+  HT_CHECK(options_.eval_batches > 0 && data_.has_validation(), ErrorKind::kConfig,
+           "evaluate: {}; give the data source a validation split or turn validation off",
+           options_.eval_batches > 0 ? "the data source has no validation data" : "--eval-batches is 0");
+  const std::vector<data::MicroBatch> batches = draw(options_.eval_batches, /*validation=*/true);
   const double sum = pipeline_->evaluate(batches);
-  const bool reports = model_->last_stage() && mesh_->coord().tp == 0;
+  const bool reports = model_->last_stage() && mesh_->coord().tp_rank == 0;
   return float(double(world_sum({reports ? float(sum) : 0.f})[0]) /
-               double(options_.eval_batches * mesh_->layout().dp()));
+               double(options_.eval_batches * mesh_->layout().dp_size()));
 }
 
-std::map<std::string, Tensor> Trainer::full_parameters() {
+std::map<std::string, Tensor> Engine::full_parameters() {
   return parallel::gather_full_parameters(*model_, *dp_, *mesh_);
-}
-
-double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t vocab_size) {
-  std::vector<double> counts(std::size_t(vocab_size), 0.0);
-  for (std::int32_t t : tokens) counts[std::size_t(t)] += 1.0;
-  double h = 0.0;
-  for (double c : counts)
-    if (c > 0) {
-      const double p = c / double(tokens.size());
-      h -= p * std::log(p);
-    }
-  return h;
 }
 
 }  // namespace ht::train

@@ -1,0 +1,78 @@
+// Token data and sampling for the bundled language-model programs.
+#include "examples/common/token_data.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "ht/core/rng.h"
+#include "ht/core/version.h"
+#include "ht/parallel/gather_parameters.h"
+
+namespace ht::examples {
+
+namespace fs = std::filesystem;
+
+void TokenDataFlags::add_to(CLI::App& app) {
+  app.add_option("--data", data, "HDF5 token file (default <run-dir>/tokens.h5; created if missing)");
+  app.add_option("--text", text,
+                 "text files or directories to tokenise into --data (default: " + std::string(kDefaultCorpusDir) + ")");
+  app.add_option("--val-fraction", val_fraction, "fraction of the text kept for validation")
+      ->check(CLI::Range(0.001, 0.5));
+  app.add_flag("--prepare-only", prepare_only, "write the token file and stop");
+  app.add_option("--seq-len", seq_len, "tokens per sequence");
+}
+
+data::TokenSplits TokenDataFlags::load(train::Job& job, std::int64_t vocab_size, std::int64_t context) const {
+  HT_CHECK(seq_len > 0 && seq_len <= context, ErrorKind::kConfig,
+           "--seq-len {} must lie in [1, context={}]; raise --context or shorten --seq-len", seq_len, context);
+  const std::string path = data.empty() ? (fs::path(job.options().run_dir) / "tokens.h5").string() : data;
+  data::TokenSplits splits;
+  job.rank0_first("preparing the token file '" + path + "'", [&] {
+    if (!job.rank0()) {
+      splits = data::read_token_file(path);
+      return;
+    }
+    HT_CHECK(data.empty() || !text.empty() || fs::exists(path), ErrorKind::kIo,
+             "token file '{}' (--data) does not exist; pass --text FILES to create it, or omit --data to use "
+             "<run-dir>/tokens.h5 prepared from {}",
+             path, kDefaultCorpusDir);
+    if (!text.empty() || !fs::exists(path)) {
+      const std::vector<std::string> inputs = text.empty() ? std::vector<std::string>{kDefaultCorpusDir} : text;
+      std::printf("# preparing %s from %zu text input(s): %s%s\n", path.c_str(), inputs.size(), inputs.front().c_str(),
+                  inputs.size() > 1 ? ", ..." : "");
+      data::write_token_file(path, data::tokenize_bytes(inputs, val_fraction));
+    }
+    splits = data::read_token_file(path);
+  });
+  if (job.rank0())
+    std::printf("# %s\n# data %s: %zu train / %zu val tokens, vocab %lld, unigram entropy %.4f nats\n",
+                build_description().c_str(), path.c_str(), splits.train.size(), splits.val.size(),
+                (long long)splits.vocab_size, data::unigram_entropy(splits.val, splits.vocab_size));
+  HT_CHECK(splits.vocab_size <= vocab_size, ErrorKind::kConfig,
+           "the dataset's vocabulary ({}) is larger than the model's vocab_size ({}); raise --vocab", splits.vocab_size,
+           vocab_size);
+  return splits;
+}
+
+void SampleFlags::add_to(CLI::App& app) {
+  app.add_option("--sample-tokens", tokens, "bytes to sample at the end (0: none)");
+  app.add_option("--temperature", temperature, "sampling temperature (0: greedy)");
+  app.add_option("--prompt", prompt, "text the sample starts from");
+}
+
+void SampleFlags::print(train::Engine& engine, train::Job& job,
+                        const std::function<std::unique_ptr<models::CausalLM>()>& make_whole) const {
+  if (tokens <= 0) return;
+  const auto full = engine.full_parameters();
+  if (!job.rank0()) return;
+  std::unique_ptr<models::CausalLM> whole = make_whole();
+  parallel::load_full_parameters(*whole, full);
+  Rng rng(engine.options().seed);
+  std::vector<std::int32_t> ids;
+  for (unsigned char c : prompt) ids.push_back(std::int32_t(c));
+  std::string text = prompt;
+  for (std::int32_t t : whole->generate(ids, tokens, temperature, rng)) text.push_back(char(t));
+  std::printf("# sample (temperature %.2f):\n%s\n", temperature, text.c_str());
+}
+
+}  // namespace ht::examples

@@ -1,0 +1,52 @@
+// What the bundled language-model programs (gpt_train, llama_train) share
+// beyond the library: a byte-level token file prepared from text on rank 0
+// first, and a sample from the trained model at the end.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ht/data/token_batches.h"
+#include "ht/models/causal_lm.h"
+#include "ht/train/engine.h"
+#include "ht/train/job.h"
+
+namespace ht::examples {
+
+/// Where the examples look for a corpus by default: the `fortunes` package's text files.
+inline constexpr const char* kDefaultCorpusDir = "/usr/share/games/fortunes";
+
+struct TokenDataFlags {
+  std::string data;               // token file; default <run-dir>/tokens.h5
+  std::vector<std::string> text;  // text inputs to tokenise; default the fortunes corpus
+  double val_fraction = 0.05;
+  bool prepare_only = false;
+  std::int64_t seq_len = 128;
+
+  void add_to(CLI::App& app);
+  /// The token file (--data, or <run-dir>/tokens.h5), prepared from --text
+  /// (or the default corpus) by rank 0 first when asked or missing, read on
+  /// every rank; rank 0 prints a "# data" line. Throws kIo for a named
+  /// --data that does not exist (a typo must not train on the default
+  /// corpus), kConfig when the vocabulary exceeds `vocab_size` or --seq-len
+  /// the model's `context`.
+  data::TokenSplits load(train::Job& job, std::int64_t vocab_size, std::int64_t context) const;
+};
+
+struct SampleFlags {
+  int tokens = 200;
+  float temperature = 0.8f;
+  std::string prompt = "The ";
+
+  void add_to(CLI::App& app);
+  /// Gathers the trained model onto rank 0 (collective), loads it into
+  /// `make_whole()` (the model of one process) and prints a sample there.
+  void print(train::Engine& engine, train::Job& job,
+             const std::function<std::unique_ptr<models::CausalLM>()>& make_whole) const;
+};
+
+}  // namespace ht::examples

@@ -1,0 +1,107 @@
+// ht::nn::Model: what the parallel layer and the training engine need to
+// know of a model, beyond being a Module.
+//
+// A model is built for a Placement: the device, the tensor-parallel group its
+// layers split over and the pipeline stage it is one part of (a model that
+// does not split into stages refuses a stage count above one). Beyond
+// Module's forward(ctx, x) / backward(ctx, dy), parameters and hooks, it
+// declares:
+//   - its loss, on the last stage: forward_loss(ctx, input, target) gives
+//     the micro-batch's mean loss, backward_loss(ctx, scale) backpropagates it;
+//   - for pipelines, the shape of the activations a stage receives from the
+//     one before (stage_input_shape), sent in the compute dtype;
+//   - the weights it holds on several stages (tied_weights: GPT's token
+//     embedding, reused by the output head on the last stage), whose
+//     gradients the parallel layer sums across those stages;
+//   - what it is (describe(): checkpoints record it and a resume must
+//     match), and its matmul FLOPs per token, for MFU.
+// The first stage's forward takes the micro-batch's input; the others take
+// the previous stage's output. Initial values come from each parameter's
+// Init (see init.h); ZeRO-3 and init_weights() read them.
+//
+// The parallel layer's ZeRO-3 units are the model's direct children, so a
+// model meant for ZeRO-3 keeps its parameters in child modules.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ht/nn/module.h"
+#include "ht/nn/tensor_parallel.h"
+
+namespace ht::nn {
+
+/// One stage of a pipeline of `size` stages.
+struct PipelineStage {
+  int rank = 0;
+  int size = 1;
+  bool first() const { return rank == 0; }
+  bool last() const { return rank == size - 1; }
+};
+
+struct Placement {
+  Device device = Device::cpu();
+  TensorParallel tp;  // no group: no tensor parallelism
+  PipelineStage stage;
+  /// Parameters may be built without storage (each module's released as
+  /// soon as it is built): ZeRO-3 then fills its shards from the parameters'
+  /// initial values, and no rank ever holds the whole model. A model may
+  /// ignore it and build its storage as usual.
+  bool defer_storage = false;
+};
+
+/// A weight held by several pipeline stages under one name.
+struct TiedWeight {
+  std::string name;         // the parameter's name, the same on every stage holding it
+  std::vector<int> stages;  // the stages holding a copy, ascending; the first holds the original
+};
+
+class Model : public Module {
+ public:
+  Model(std::string name, const Placement& placement);
+
+  const Placement& placement() const { return placement_; }
+  Device device() const { return placement_.device; }
+  const TensorParallel& tensor_parallel() const { return placement_.tp; }
+  const PipelineStage& stage() const { return placement_.stage; }
+  bool first_stage() const { return placement_.stage.first(); }
+  bool last_stage() const { return placement_.stage.last(); }
+
+  /// Last stage only. The mean loss of a micro-batch: `input` as forward
+  /// takes it, `target` on the model's device. Saves what backward_loss needs.
+  virtual float forward_loss(Context& ctx, const Tensor& input, const Tensor& target) = 0;
+  /// Backward from the loss of the newest forward_loss in ctx, its gradient
+  /// multiplied by `grad_scale` (1/k for k accumulated micro-batches, times
+  /// the loss scale under fp16). Accumulates into parameter gradients and
+  /// returns the gradient of the stage's input (undefined on the first stage).
+  virtual Tensor backward_loss(Context& ctx, float grad_scale) = 0;
+
+  /// Pipelines: the shape of the activations this (non-first) stage
+  /// receives, for a micro-batch whose first-stage input has `input_shape`.
+  /// The default refuses: the model does not split into stages.
+  virtual Shape stage_input_shape(const Shape& input_shape) const;
+  /// Weights held by more than one stage; the same list on every rank,
+  /// whichever stage it holds. None by default.
+  virtual std::vector<TiedWeight> tied_weights() const { return {}; }
+
+  /// "GPT L6 H6 C384 V256 T256": the architecture and its sizes.
+  virtual std::string describe() const = 0;
+  /// Matmul FLOPs of one forward and backward per token of a micro-batch
+  /// whose input has `input_shape` (6N plus attention's), for MFU; 0 when
+  /// the model does not say.
+  virtual double flops_per_token(const Shape& /*input_shape*/) const { return 0.0; }
+
+  /// Copies each parameter's initial value (its Init under `seed`) into its storage.
+  void init_weights(std::uint64_t seed);
+
+ protected:
+  /// For a model that does not split into pipeline stages: throws kConfig
+  /// naming it when the placement asks for more than one.
+  void require_single_stage() const;
+
+ private:
+  Placement placement_;
+};
+
+}  // namespace ht::nn

@@ -1,0 +1,238 @@
+// ht::train::Engine: trains any nn::Model on one rank of a pp x dp x tp mesh
+// (a mesh of one process by default) — micro-batches from the program's
+// DataSource with gradient accumulation through the pipeline schedule, data
+// parallelism or ZeRO, mixed precision with dynamic loss scaling,
+// global-norm clipping, AdamW with warm-up + cosine schedule, validation,
+// asynchronous checkpoints that carry the program's own state, resume, and
+// what a rank does for the supervisor: progress reports (heartbeats), replica
+// checks against silent data corruption, straggler detection, divergence
+// detection and rehearsals of failures (hooks; see rehearsals.h).
+//
+// The model comes from a factory that builds this rank's part for an
+// nn::Placement (device, tensor-parallel group, pipeline stage), so the
+// program never sees the layout. Its parameters start from their Inits
+// under the run's seed, whatever the layout: every layout trains like one
+// process on the same global batch (micro_batch x grad_accum x dp), up to
+// float rounding.
+//
+// Every rank runs the same calls in the same order; step(), evaluate(),
+// save_checkpoint() and full_parameters() are collective over the mesh.
+// Not thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ht/ckpt/checkpoint.h"
+#include "ht/comm/device_mesh.h"
+#include "ht/core/client_state.h"
+#include "ht/data/data_source.h"
+#include "ht/nn/model.h"
+#include "ht/optim/adamw.h"
+#include "ht/optim/lr_schedule.h"
+#include "ht/parallel/data_parallel.h"
+#include "ht/parallel/pipeline.h"
+#include "ht/precision/loss_scaler.h"
+#include "ht/resilience/rank_guard.h"
+
+namespace ht::train {
+
+class Job;
+
+/// Builds this rank's part of the model for a placement.
+using ModelFactory = std::function<std::unique_ptr<nn::Model>(const nn::Placement&)>;
+
+struct EngineOptions {
+  Device device = Device::cpu();
+  std::int64_t steps = 100;
+  std::int64_t micro_batch = 8;  // rows per micro-batch and data-parallel rank
+  int grad_accum = 1;            // micro-batches per optimizer step
+  float lr = 1e-3f;
+  float min_lr = 1e-4f;
+  std::int64_t warmup_steps = 20;
+  float grad_clip = 1.f;  // max global norm; <= 0 disables
+  optim::AdamWOptions adamw;
+  std::uint64_t seed = 1337;  // weights and data order
+  std::int64_t eval_every = 25;  // 0: only at the end
+  std::int64_t eval_batches = 8;  // 0: no validation
+  /// Data parallelism / ZeRO (the mesh gives dp, tp and pp).
+  parallel::DataParallelOptions data_parallel;
+  parallel::Schedule schedule = parallel::Schedule::k1F1B;
+  /// Mixed precision: data_parallel.precision chooses the dtypes; f16 scales
+  /// the loss dynamically (bf16 and f32 do not, unless forced).
+  precision::LossScalerOptions loss_scaler;
+  bool force_loss_scaling = false;
+  /// Checkpoints: saved every ckpt_every steps and/or every ckpt_every_s
+  /// seconds (0: only when asked; the time is rank 0's and every rank saves
+  /// at the same step) under ckpt_dir (empty: none), the newest ckpt_keep
+  /// kept; resume loads the newest good one at construction.
+  std::string ckpt_dir;
+  std::int64_t ckpt_every = 0;
+  double ckpt_every_s = 0;
+  int ckpt_keep = 3;
+  bool resume = false;
+  std::chrono::milliseconds ckpt_commit_delay{0};  // see ckpt::CheckpointOptions
+  /// Resilience inside the rank: progress reports to a guard (heartbeat and
+  /// watchdog; may be null), how many consecutive steps with a non-finite
+  /// loss (not a loss-scale overflow) end the run with a divergence error,
+  /// and how often (steps; 0: never) data-parallel replicas compare a
+  /// checksum of their parameters (when on, also before every checkpoint).
+  resilience::RankGuard* guard = nullptr;
+  int divergence_steps = 3;
+  std::int64_t sdc_every = 0;
+  /// Straggler detection: every `straggler_window` steps (0: off) the ranks
+  /// compare their mean work per step (time before the gradient reduction);
+  /// a rank above `straggler_threshold` x the median for
+  /// `straggler_windows` windows in a row is reported.
+  std::int64_t straggler_window = 0;
+  double straggler_threshold = 1.5;
+  int straggler_windows = 3;
+
+  /// Throws kConfig naming the bad value.
+  void validate() const;
+};
+
+struct StepStats {
+  std::int64_t step = 0;  // 1-based
+  float loss = 0.f;       // mean over the step's micro-batches
+  float lr = 0.f;
+  float grad_norm = 0.f;  // of the unscaled gradients; non-finite on a skipped step
+  float loss_scale = 1.f;  // the scale this step's backward used
+  bool skipped = false;    // an overflow: no update (mixed precision)
+  std::int64_t skipped_steps = 0;  // so far
+  bool checkpointed = false;       // a save of this step started
+  bool stop_requested = false;     // some rank got SIGTERM/SIGUSR1 (the same on every rank)
+  std::string stragglers;          // a straggler report made at this step (the same on every rank)
+  std::vector<int> straggler_ranks;  // the world ranks it names
+  std::string checkpoint_error;    // a previous save's failure, reported once
+  double ms = 0.0;
+  std::int64_t tokens = 0;  // target elements of the whole global batch
+  double tokens_per_s() const { return ms > 0 ? double(tokens) * 1000.0 / ms : 0.0; }
+};
+
+/// Code that runs at fixed points of every step, out of its main path:
+/// failure rehearsals (rehearsals.h), tests, instrumentation. Each may be empty.
+struct StepHooks {
+  /// At the start of step `step` (1-based), inside its timing.
+  std::function<void(std::int64_t step)> before_step;
+  /// Once the step's gradients are reduced, before they are unscaled and
+  /// checked: the optimizer's slots hold the gradients this rank owns, and
+  /// `local_loss` is this rank's contribution to the step's loss sum
+  /// (non-zero on the last stage's tp rank 0 only), both mutable.
+  std::function<void(std::int64_t step, float& local_loss)> after_gradients;
+  /// After the step's update (not after a skipped step's).
+  std::function<void(std::int64_t step)> after_update;
+  /// After a checkpoint of `step` started (it may still be in flight).
+  std::function<void(std::int64_t step)> after_checkpoint;
+  /// At the end of the step, with its statistics.
+  std::function<void(const StepStats& stats)> after_step;
+};
+
+class Engine {
+ public:
+  /// Builds this rank's part of the model (make_model), its parallel layout
+  /// and optimizer on `mesh` (collective over it; null: a mesh of this
+  /// process alone), attaches `data` and, with options.resume, loads the
+  /// newest good checkpoint (data position and client state included).
+  /// `data` and `mesh` must outlive the engine. Throws kConfig naming what
+  /// does not fit (options, a model that does not split over the mesh).
+  Engine(const EngineOptions& options, const ModelFactory& make_model, data::DataSource& data,
+         comm::DeviceMesh* mesh = nullptr);
+  /// The same on `job`'s mesh, reporting progress to its guard and
+  /// rehearsing its HT_FAULTS (rehearsals.h): what a program run under
+  /// htrun needs. `job` must outlive the engine.
+  Engine(Job& job, EngineOptions options, const ModelFactory& make_model, data::DataSource& data);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// One optimizer step (grad_accum micro-batches).
+  StepStats step();
+  /// Mean loss over `eval_batches` validation micro-batches of the data source.
+  float evaluate();
+  /// Every parameter at full shape on world rank 0 (empty elsewhere); collective.
+  std::map<std::string, Tensor> full_parameters();
+
+  /// Starts an asynchronous checkpoint of the current state (collective;
+  /// needs ckpt_dir): parameters, optimizer and loss-scaler state, the data
+  /// source's position and client_state(). With sdc_every, replicas are
+  /// compared first (throws kCorruption on a mismatch); while the loss is
+  /// non-finite nothing is saved. Returns why not, or a previous save's
+  /// failure, if any.
+  std::string save_checkpoint();
+  /// Saves the current step unless a save of it is under way or it was
+  /// resumed from, and waits for every save; returns "" or what went wrong.
+  std::string checkpoint_now();
+  /// Waits for the checkpoint in flight; returns its failure message, if any.
+  std::string wait_for_checkpoint();
+  /// The program's own state, saved with every checkpoint and restored on
+  /// resume (DeepSpeed's client_state): set it before a save.
+  ClientState& client_state() { return client_state_; }
+  /// The step the run resumed from (0: a fresh start).
+  std::int64_t resumed_from() const { return resumed_from_; }
+  ckpt::Checkpointer* checkpointer() { return checkpointer_.get(); }
+  /// Steps taken, skipped ones included.
+  std::int64_t steps_done() const { return steps_done_; }
+  const precision::LossScaler& loss_scaler() const { return scaler_; }
+  /// Adds hooks run at fixed points of every step (see StepHooks), after any added before.
+  void add_hooks(StepHooks hooks) { hooks_.push_back(std::move(hooks)); }
+
+  /// This rank's part of the model.
+  nn::Model& model() { return *model_; }
+  comm::DeviceMesh& mesh() { return *mesh_; }
+  parallel::DataParallel& data_parallel() { return *dp_; }
+  parallel::Pipeline& pipeline() { return *pipeline_; }
+  data::DataSource& data() { return data_; }
+  optim::AdamW& optimizer() { return *optimizer_; }
+  const EngineOptions& options() const { return options_; }
+  /// Rows per optimizer step over the whole mesh (micro_batch x grad_accum x dp).
+  std::int64_t global_batch() const;
+  /// The parameter count of the whole model (every stage, full shapes, tied weights once).
+  std::int64_t num_parameters() const { return num_parameters_; }
+  /// The model's description (nn::Model::describe), the same on every rank.
+  const std::string& model_description() const { return description_; }
+
+ private:
+  void resume();
+  void progress(const char* phase);
+  /// Silent-data-corruption check: replicas compare parameter checksums.
+  void check_replicas(std::int64_t step);
+  /// Straggler detection at the end of a window: fills s.stragglers and s.straggler_ranks.
+  void check_stragglers(StepStats& s);
+  /// Whether a time-based checkpoint is due (rank 0's clock decides).
+  bool checkpoint_due_by_time() const;
+  /// The sum over the world of `v` (one value per rank).
+  std::vector<float> world_sum(std::vector<float> v);
+  std::vector<data::MicroBatch> draw(std::int64_t count, bool validation);
+
+  EngineOptions options_;
+  data::DataSource& data_;
+  std::unique_ptr<comm::DeviceMesh> own_mesh_;
+  comm::DeviceMesh* mesh_;
+  std::unique_ptr<nn::Model> model_;
+  std::unique_ptr<parallel::DataParallel> dp_;
+  std::unique_ptr<parallel::Pipeline> pipeline_;
+  std::unique_ptr<optim::AdamW> optimizer_;
+  optim::CosineSchedule schedule_;
+  precision::LossScaler scaler_;
+  std::unique_ptr<ckpt::Checkpointer> checkpointer_;
+  std::vector<StepHooks> hooks_;
+  ClientState client_state_;
+  std::string description_;
+  std::int64_t num_parameters_ = 0;
+  std::int64_t steps_done_ = 0;
+  std::int64_t resumed_from_ = 0;
+  int nonfinite_run_ = 0;  // consecutive steps with a non-finite loss
+  double window_work_ms_ = 0;
+  std::vector<int> slow_windows_;  // per world rank: consecutive slow windows
+  std::chrono::steady_clock::time_point last_checkpoint_time_ = std::chrono::steady_clock::now();
+  bool checkpoint_deferred_ = false;  // a save is due but waits for a finite loss
+  std::int64_t replicas_checked_step_ = -1;  // the step of the last replica comparison
+};
+
+}  // namespace ht::train

@@ -1,0 +1,105 @@
+// ht::train::Job: one training process's place in the job its launcher
+// started, and the contract with the supervisor (htrun) that every program
+// built on the library keeps without code of its own.
+//
+// Construction, in this order: when a launcher names the rank (mpirun, srun:
+// resilience::launcher_rank), heartbeats start at once under
+// <run_dir>/heartbeat, before MPI, so that a supervisor can tell a rank that
+// never started from peers waiting for it; MPI then joins every rank of
+// MPI_COMM_WORLD (a process started without a launcher is a job of one) and
+// the pp x dp x tp mesh is split from the world (deadlines from
+// HT_COMM_TIMEOUT, see comm_env.h); rank 0 creates the run directory; the
+// failures to rehearse are read from HT_FAULTS, less those already fired in
+// this run directory.
+//
+// run_job() runs a program's body inside a Job and turns whatever ends it
+// into what htrun reads: an exception becomes the exit record
+// <run_dir>/exit/rank_R.json and the exit code of its kind (resilience::
+// exit_code_for: 2 for bad input, 74 communication, 76 divergence, 78
+// corruption), and the process ends at once with _Exit, without waiting in
+// MPI_Finalize for ranks still inside a collective. See docs/htrun.md for
+// the whole contract (flags htrun appends, heartbeats, checkpoints, codes).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ht/comm/device_mesh.h"
+#include "ht/comm/mpi_runtime.h"
+#include "ht/core/device.h"
+#include "ht/resilience/faults.h"
+#include "ht/resilience/rank_guard.h"
+
+namespace ht::train {
+
+struct JobOptions {
+  std::string run_dir = "runs/run";  // heartbeats, exit records, fired faults, metrics
+  Device device = Device::cpu();
+  int tp = 1, pp = 1;  // tensor-parallel and pipeline sizes; dp is the rest of the world
+  double heartbeat_s = 2;   // seconds between heartbeats
+  double watchdog_s = 300;  // seconds without progress before the rank exits as hung (0: off)
+
+  /// Throws kConfig naming the bad value.
+  void validate() const;
+};
+
+/// Whether this process was started by an MPI launcher (mpirun, or srun
+/// with PMIx): then the job spans every rank of MPI_COMM_WORLD.
+bool launched_by_mpi();
+/// Heartbeats for the rank an MPI launcher names, started before MPI (phase
+/// "launch"); null when no launcher names one.
+std::unique_ptr<resilience::RankGuard> start_launch_guard(const JobOptions& options);
+
+class Job {
+ public:
+  /// Collective over the launcher's world. Throws kConfig when tp x pp does
+  /// not divide the world, kIo when the run directory cannot be created.
+  /// `guard`: one already beating for this rank (start_launch_guard), which
+  /// must outlive the job; null: the job starts its own.
+  explicit Job(const JobOptions& options, resilience::RankGuard* guard = nullptr);
+  /// Aborts the mesh's communicators unless finish() finalised them (see
+  /// DeviceMesh); never blocks on peers.
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  const JobOptions& options() const { return options_; }
+  comm::DeviceMesh& mesh() { return *mesh_; }
+  resilience::RankGuard& guard() { return *guard_; }
+  /// This process's world rank; rank 0 prints and writes the run's files.
+  int rank() const { return mesh_->rank(); }
+  bool rank0() const { return rank() == 0; }
+  /// HT_FAULTS, less the faults already fired in this run directory.
+  const resilience::FaultPlan& faults() const { return faults_; }
+
+  /// Runs `fn` on world rank 0 while the others wait for its verdict, then
+  /// on the others: so a bad input fails every rank with rank 0's message
+  /// instead of leaving them waiting for a file that will never appear
+  /// (preparing a dataset, say). Collective. Rethrows rank 0's error on rank
+  /// 0; the others throw kIo naming `what`.
+  void rank0_first(const std::string& what, const std::function<void()>& fn);
+
+  /// Finalises the mesh's communicators (collective, within 60 s).
+  void finish();
+
+ private:
+  JobOptions options_;
+  std::unique_ptr<resilience::RankGuard> own_guard_;
+  resilience::RankGuard* guard_ = nullptr;
+  std::unique_ptr<comm::MpiRuntime> mpi_;
+  std::unique_ptr<comm::DeviceMesh> mesh_;
+  resilience::FaultPlan faults_;
+};
+
+/// Runs `body` in a Job built from `options` and returns 0 when it returns.
+/// Whatever it throws (or the Job's construction throws) is printed as
+/// "<program>: <message>" and ends the process with the exit record and
+/// code htrun reads; see above. A body ends the process itself for
+/// preemption and straggler exits (Job::guard().exit).
+int run_job(const char* program, const JobOptions& options, const std::function<void(Job&)>& body);
+/// The same with options from `resolve` (parsing flags, say), called first:
+/// what it throws is a usage error (printed, exit 2, no exit record).
+int run_job(const char* program, const std::function<JobOptions()>& resolve, const std::function<void(Job&)>& body);
+
+}  // namespace ht::train

@@ -1,0 +1,50 @@
+// ht::train::fit: a whole training run on one rank, with the run policy
+// every program built on the library shares: the "#" preamble and one
+// progress line per step on rank 0,
+//   step 120/200 | loss 2.4511 | lr 6.12e-04 | norm 0.412 | 402 ms | 2.5k tok/s
+// (with "| scale S" under loss scaling and "| checkpoint (N ms stall)" when
+// one is saved), <run_dir>/metrics.jsonl (a run line, step and eval lines),
+// validation every eval_every steps and at the end, a checkpoint every
+// ckpt_every steps and at the end, and the exits htrun reads: on SIGTERM or
+// SIGUSR1 on any rank every rank finishes its step, saves and exits 77
+// ("# preempted at step N: checkpoint committed"); with straggler_action
+// "exit" a persistent straggler ends the run the same way with 79, naming
+// the slow ranks in the exit record ("# straggler at step N: ...").
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "ht/core/client_state.h"
+#include "ht/train/engine.h"
+#include "ht/train/job.h"
+
+namespace ht::train {
+
+struct FitOptions {
+  /// "report": print a straggler and go on; "exit": checkpoint, then exit
+  /// (79) so that htrun replaces the straggler's node.
+  std::string straggler_action = "report";
+  /// Extra fields of metrics.jsonl's run line (the program's own settings:
+  /// "seq_len", a dataset's name).
+  ClientState run_fields;
+  /// Rank 0's extra preamble lines, printed before training (each starts "# ").
+  std::vector<std::string> preamble;
+  /// On every rank after each step's line (and its validation, if any).
+  std::function<void(Engine&, const StepStats&)> after_step;
+  /// On every rank at the end, after the final checkpoint (sampling, export).
+  std::function<void(Engine&)> at_end;
+
+  /// Throws kConfig naming a bad value.
+  void validate() const;
+};
+
+/// Trains from where `engine` stands (step 0, or the step it resumed from)
+/// to engine.options().steps under the policy above. Collective. The
+/// engine must have been built for `job` (Engine(job, ...)).
+void fit(Job& job, Engine& engine, const FitOptions& options = {});
+
+/// "1.23M", "4.5k", "12": counts for people.
+std::string human_count(double v);
+
+}  // namespace ht::train

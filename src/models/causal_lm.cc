@@ -1,0 +1,143 @@
+// ht::models::CausalLM: the vocab-parallel next-token loss and sampling.
+#include "ht/models/causal_lm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ht/ops/cross_entropy.h"
+
+namespace ht::models {
+
+CausalLM::CausalLM(std::string name, const nn::Placement& placement, std::int64_t vocab_size, std::int64_t context,
+                   std::int64_t width)
+    : Model(std::move(name), placement), vocab_(vocab_size), context_(context), width_(width) {}
+
+Shape CausalLM::stage_input_shape(const Shape& input_shape) const {
+  HT_CHECK(input_shape.size() == 2, ErrorKind::kShapeMismatch, "{}: tokens must be (B, T), got {}", describe(),
+           shape_str(input_shape));
+  return {input_shape[0], input_shape[1], width_};
+}
+
+void CausalLM::check_input(const Tensor& input) const {
+  if (first_stage()) {
+    HT_CHECK(input.ndim() == 2 && input.dtype() == DType::kI32, ErrorKind::kShapeMismatch,
+             "{}: tokens must be (B, T) i32, got {} {}", describe(), shape_str(input.shape()),
+             dtype_name(input.dtype()));
+    HT_CHECK(input.size(1) <= context_, ErrorKind::kShapeMismatch,
+             "{}: sequence length {} exceeds the model's context {}; shorten the sequence or raise --context",
+             describe(), input.size(1), context_);
+  } else {
+    HT_CHECK(input.ndim() == 3 && input.size(2) == width_ && is_floating(input.dtype()), ErrorKind::kShapeMismatch,
+             "{} stage {}: input activations must be (B, T, {}) floats, got {} {}", describe(), stage().rank, width_,
+             shape_str(input.shape()), dtype_name(input.dtype()));
+  }
+}
+
+float CausalLM::vocab_parallel_loss(const Tensor& logits2, const Tensor& targets1, Tensor& lse) {
+  // Each rank reduces its vocabulary columns to (log-sum-exp, target logit)
+  // per row; one all-gather of those 2N numbers gives every rank the full
+  // softmax normaliser and target logit without gathering any logits.
+  const std::int64_t n = logits2.size(0);
+  const int tp = tensor_parallel().size();
+  const ops::VocabShard shard{.start = tensor_parallel().rank() * (vocab_ / tp), .size = vocab_};
+  Tensor stats = Tensor::empty({2 * n}, DType::kF32, logits2.device());
+  Tensor local_lse = stats.slice(0, n), target_logit = stats.slice(n, 2 * n);
+  ops::cross_entropy_shard_forward(logits2, targets1, shard, local_lse, target_logit);
+  Tensor all = Tensor::empty({tp * 2 * n}, DType::kF32, logits2.device());
+  tensor_parallel().group->all_gather(stats, all)->wait();
+  const std::vector<float> v = all.to_vector<float>();
+  std::vector<float> global(static_cast<std::size_t>(n));
+  double total = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    float m = -INFINITY;
+    for (int r = 0; r < tp; ++r) m = std::max(m, v[std::size_t(r * 2 * n + i)]);
+    double sum = 0.0, target = 0.0;
+    for (int r = 0; r < tp; ++r) {
+      sum += std::exp(double(v[std::size_t(r * 2 * n + i)]) - double(m));
+      target += v[std::size_t(r * 2 * n + n + i)];
+    }
+    const double row_lse = double(m) + std::log(sum);
+    global[std::size_t(i)] = float(row_lse);
+    total += row_lse - target;
+  }
+  lse = Tensor::from_vector(global, {n}).to(logits2.device());
+  return float(total / double(std::max<std::int64_t>(n, 1)));
+}
+
+float CausalLM::forward_loss(nn::Context& ctx, const Tensor& input, const Tensor& targets) {
+  HT_CHECK(last_stage(), ErrorKind::kInvalidArgument,
+           "CausalLM::forward_loss runs on the last pipeline stage; stage {} of {} ends in activations", describe(), stage().rank,
+           stage().size);
+  HT_CHECK(targets.ndim() == 2 && targets.size(0) == input.size(0) && targets.size(1) == input.size(1),
+           ErrorKind::kShapeMismatch, "{}: targets {} must be (B, T) of the input {}", describe(), shape_str(targets.shape()),
+           shape_str(input.shape()));
+  Tensor logits = forward(ctx, input);
+  const Tensor logits2 = logits.flatten_rows();
+  const Tensor targets1 = targets.view({-1});
+  Tensor lse = Tensor::empty({logits2.size(0)}, DType::kF32, input.device());
+  float loss = 0.f;
+  if (tensor_parallel().size() > 1) {
+    loss = vocab_parallel_loss(logits2, targets1, lse);
+  } else {
+    Tensor losses = Tensor::empty({logits2.size(0)}, DType::kF32, input.device());
+    ops::cross_entropy_forward(logits2, targets1, losses, lse);
+    double total = 0.0;
+    for (float l : losses.to_vector<float>()) total += l;
+    loss = float(total / double(std::max<std::int64_t>(losses.numel(), 1)));
+  }
+  if (ctx.saving()) ctx.save(this, {logits, targets1, lse});
+  return loss;
+}
+
+Tensor CausalLM::backward_loss(nn::Context& ctx, float grad_scale) {
+  const auto& s = ctx.saved(this);
+  HT_CHECK(s.size() == 3, ErrorKind::kInvalidArgument,
+           "CausalLM::backward_loss needs a forward_loss in the same context first");
+  Tensor logits = s[0];
+  const Tensor targets = s[1], lse = s[2];
+  Tensor logits2 = logits.flatten_rows();
+  const float dloss = grad_scale / float(std::max<std::int64_t>(logits2.size(0), 1));
+  ops::VocabShard shard;
+  if (tensor_parallel().size() > 1) shard = {.start = tensor_parallel().rank() * (vocab_ / tensor_parallel().size()), .size = vocab_};
+  ops::cross_entropy_backward(logits2, targets, lse, dloss, logits2, shard);  // in place: logits become dlogits
+  return backward(ctx, logits);
+}
+
+std::vector<std::int32_t> CausalLM::generate(const std::vector<std::int32_t>& prompt, int count, float temperature,
+                                        Rng& rng) {
+  HT_CHECK_ARG(!prompt.empty(), "CausalLM::generate needs a non-empty prompt");
+  HT_CHECK(tensor_parallel().size() == 1 && stage().size == 1, ErrorKind::kNotSupported,
+           "CausalLM::generate needs the whole model in one process (tp={}, pp={}); gather the parameters into a "
+           "single-process GPT first",
+           tensor_parallel().size(), stage().size);
+  std::vector<std::int32_t> seq = prompt;
+  for (int step = 0; step < count; ++step) {
+    const std::int64_t t = std::min<std::int64_t>(std::int64_t(seq.size()), context_);
+    std::vector<std::int32_t> window(seq.end() - t, seq.end());
+    nn::Context ctx(device(), /*save_for_backward=*/false);
+    Tensor tokens = Tensor::from_vector(window, {1, t}).to(device());
+    Tensor logits = forward(ctx, tokens);
+    std::vector<float> last = logits[0][t - 1].to_vector<float>();
+    std::int32_t next = 0;
+    if (temperature <= 0.f) {
+      next = std::int32_t(std::max_element(last.begin(), last.end()) - last.begin());
+    } else {
+      const float mx = *std::max_element(last.begin(), last.end());
+      double sum = 0.0;
+      for (float& l : last) sum += (l = std::exp((l - mx) / temperature));
+      double u = double(rng.uniform()) * sum;
+      next = std::int32_t(last.size() - 1);
+      for (std::size_t i = 0; i < last.size(); ++i) {
+        u -= last[i];
+        if (u <= 0.0) {
+          next = std::int32_t(i);
+          break;
+        }
+      }
+    }
+    seq.push_back(next);
+  }
+  return std::vector<std::int32_t>(seq.begin() + std::ptrdiff_t(prompt.size()), seq.end());
+}
+
+}  // namespace ht::models

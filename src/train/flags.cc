@@ -1,0 +1,89 @@
+// ht::train::TrainFlags: the shared command line.
+#include "ht/train/flags.h"
+
+#include <filesystem>
+
+#include "ht/precision/policy.h"
+
+namespace ht::train {
+
+void TrainFlags::add_to(CLI::App& app) {
+  EngineOptions& t = engine;
+  app.option_defaults()->always_capture_default();
+  app.add_option("--steps", t.steps, "optimizer steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", t.seed, "seed for weights, data order and sampling");
+  app.add_option("--run-dir", job.run_dir, "where metrics.jsonl, heartbeats and exit records go");
+  app.add_option("--device", device, "cpu, cuda or cuda:N");
+  app.add_option("--micro-batch", t.micro_batch, "rows per micro-batch and data-parallel rank");
+  app.add_option("--grad-accum", t.grad_accum, "micro-batches per optimizer step (the pipeline's micro-batches)");
+  app.add_option("--tp", job.tp, "tensor-parallel ranks")->check(CLI::PositiveNumber);
+  app.add_option("--pp", job.pp, "pipeline stages (contiguous layers each)")->check(CLI::PositiveNumber);
+  app.add_option("--zero", t.data_parallel.zero_stage, "0: data parallel (DDP); 1, 2, 3: ZeRO stage")
+      ->check(CLI::Range(0, 3));
+  app.add_option("--zero-shard-group", t.data_parallel.shard_group,
+                 "ranks per ZeRO shard group (hybrid sharding; 0: all data-parallel ranks)");
+  app.add_option("--bucket-mb", bucket_mb, "gradient bucket size in MiB (data parallelism)")->check(CLI::PositiveNumber);
+  app.add_option("--schedule", schedule, "pipeline schedule: gpipe or 1f1b");
+  app.add_option("--ckpt-every", t.ckpt_every, "save a checkpoint every N steps (0: only at the end, if --ckpt-dir)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--ckpt-every-s", t.ckpt_every_s, "save a checkpoint every S seconds (0: by steps only)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--ckpt-dir", ckpt_dir, "checkpoint directory (default <run-dir>/checkpoints)");
+  app.add_option("--ckpt-keep", t.ckpt_keep, "committed checkpoints kept")->check(CLI::PositiveNumber);
+  app.add_option("--ckpt-commit-delay-ms", ckpt_commit_delay_ms,
+                 "rehearsal: hold each save this long before its commit (to test a crash during a save)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--resume", resume, "auto: continue from the newest good checkpoint (a fresh start if none)");
+  app.add_option("--heartbeat", job.heartbeat_s, "seconds between heartbeats (<run-dir>/heartbeat)");
+  app.add_option("--watchdog", job.watchdog_s, "seconds without progress before the rank exits as hung (0: off)");
+  app.add_option("--divergence-steps", t.divergence_steps, "consecutive non-finite losses that end the run");
+  app.add_option("--straggler-window", t.straggler_window, "steps per straggler window (0: no detection)");
+  app.add_option("--straggler-threshold", t.straggler_threshold, "a straggler's work per step over the median");
+  app.add_option("--straggler-windows", t.straggler_windows, "slow windows in a row before a straggler is reported");
+  app.add_option("--straggler-action", fit.straggler_action,
+                 "report: print a straggler and go on; exit: checkpoint and exit so htrun replaces its node");
+  app.add_option("--sdc-every", t.sdc_every, "steps between replica parameter checksum comparisons (0: never)");
+  app.add_option("--precision", precision, "compute precision: fp32, fp16 (dynamic loss scaling) or bf16");
+  app.add_option("--grad-reduce-dtype", grad_reduce, "dtype of the gradient reduction: fp32, fp16 or bf16");
+  app.add_option("--loss-scale", t.loss_scaler.initial_scale, "initial dynamic loss scale (fp16)");
+  app.add_option("--loss-scale-window", t.loss_scaler.growth_interval, "finite steps before the loss scale doubles");
+  app.add_option("--loss-scale-hysteresis", t.loss_scaler.hysteresis, "overflows tolerated before the scale halves");
+  app.add_option("--min-loss-scale", t.loss_scaler.min_scale, "the loss scale never drops below this");
+  app.add_option("--lr", t.lr, "peak learning rate");
+  app.add_option("--min-lr", t.min_lr, "final learning rate of the cosine schedule");
+  app.add_option("--warmup", t.warmup_steps, "linear warm-up steps");
+  app.add_option("--clip", t.grad_clip, "max global gradient norm (0: off)");
+  app.add_option("--weight-decay", t.adamw.weight_decay, "AdamW decoupled weight decay");
+  app.add_option("--eval-every", t.eval_every, "steps between validation passes (0: only at the end)");
+  app.add_option("--eval-batches", t.eval_batches, "validation micro-batches per pass (0: no validation)");
+}
+
+void TrainFlags::resolve() {
+  engine.device = job.device = parse_device(device);
+  engine.schedule = parallel::parse_schedule(schedule);
+  engine.data_parallel.precision = precision::parse_policy(precision);
+  engine.data_parallel.precision.reduce = precision::parse_policy(grad_reduce).compute;
+  engine.data_parallel.bucket_bytes = std::int64_t(bucket_mb * double(1 << 20));
+  HT_CHECK(resume.empty() || resume == "auto", ErrorKind::kConfig,
+           "--resume '{}' is not supported: use --resume auto (the newest good checkpoint in the checkpoint directory)",
+           resume);
+  engine.resume = resume == "auto";
+  engine.ckpt_commit_delay = std::chrono::milliseconds(ckpt_commit_delay_ms);
+  if (engine.ckpt_every > 0 || engine.ckpt_every_s > 0 || engine.resume || !ckpt_dir.empty())
+    engine.ckpt_dir = ckpt_dir.empty() ? (std::filesystem::path(job.run_dir) / "checkpoints").string() : ckpt_dir;
+  job.validate();
+  engine.validate();
+  fit.validate();
+}
+
+int run_job(const char* program, TrainFlags& flags, const std::function<void(Job&)>& body) {
+  return run_job(
+      program,
+      [&] {
+        flags.resolve();
+        return flags.job;
+      },
+      body);
+}
+
+}  // namespace ht::train

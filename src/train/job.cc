@@ -1,0 +1,130 @@
+// ht::train::Job: MPI, the mesh and the guard of one training process.
+#include "ht/train/job.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+
+#include "ht/comm/comm_env.h"
+#include "ht/comm/mpi_communicator.h"
+#include "ht/comm/self_communicator.h"
+
+namespace ht::train {
+
+namespace fs = std::filesystem;
+
+void JobOptions::validate() const {
+  HT_CHECK(!run_dir.empty(), ErrorKind::kConfig, "--run-dir is empty: name a directory for the run's files");
+  HT_CHECK(tp > 0 && pp > 0, ErrorKind::kConfig, "--tp ({}) and --pp ({}) must be positive", tp, pp);
+  HT_CHECK(heartbeat_s > 0 && watchdog_s >= 0, ErrorKind::kConfig,
+           "--heartbeat ({} s) must be positive and --watchdog ({} s) non-negative", heartbeat_s, watchdog_s);
+}
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+namespace {
+
+resilience::GuardOptions guard_options(const JobOptions& o) {
+  return {.run_dir = o.run_dir,
+          .heartbeat = std::chrono::milliseconds(std::int64_t(o.heartbeat_s * 1000)),
+          .watchdog = std::chrono::milliseconds(std::int64_t(o.watchdog_s * 1000))};
+}
+
+}  // namespace
+
+std::unique_ptr<resilience::RankGuard> start_launch_guard(const JobOptions& options) {
+  const int rank = resilience::launcher_rank();
+  if (rank < 0 || !launched_by_mpi()) return nullptr;
+  auto guard = std::make_unique<resilience::RankGuard>(guard_options(options), rank);
+  guard->progress(0, "launch");
+  return guard;
+}
+
+Job::Job(const JobOptions& options, resilience::RankGuard* guard)
+    : options_((options.validate(), options)), guard_(guard) {
+  if (launched_by_mpi() || options_.tp * options_.pp > 1) {
+    mpi_ = std::make_unique<comm::MpiRuntime>();
+    comm::CommOptions comm_options;
+    comm_options.run_dir = options_.run_dir;
+    mesh_ = std::make_unique<comm::DeviceMesh>(comm::make_mpi_world(comm::comm_options_from_env(comm_options)),
+                                               options_.tp, options_.pp);
+  } else {
+    mesh_ = std::make_unique<comm::DeviceMesh>(comm::make_self_communicator("world"), 1, 1);
+  }
+  std::error_code ec;
+  if (rank0()) fs::create_directories(options_.run_dir, ec);
+  HT_CHECK(!ec && (!rank0() || fs::is_directory(options_.run_dir)), ErrorKind::kIo,
+           "cannot create run directory '{}': {}", options_.run_dir, ec ? ec.message() : "not a directory");
+  if (!guard_) {
+    own_guard_ = std::make_unique<resilience::RankGuard>(guard_options(options_), rank());
+    guard_ = own_guard_.get();
+  }
+  HT_CHECK(guard_->rank() == rank(), ErrorKind::kInternal,
+           "the launcher named this process rank {}, MPI says {}: heartbeats would be misattributed", guard_->rank(),
+           rank());
+  guard_->progress(0, "start");
+  if (const char* spec = std::getenv("HT_FAULTS")) {
+    faults_ = resilience::FaultPlan::parse(spec);
+    faults_.drop_fired(options_.run_dir);
+  }
+}
+
+Job::~Job() = default;
+
+void Job::finish() {
+  if (mesh_) mesh_->finalize(std::chrono::seconds(60));
+}
+
+void Job::rank0_first(const std::string& what, const std::function<void()>& fn) {
+  comm::Communicator& world = mesh_->world();
+  Tensor ok = Tensor::from_vector(std::vector<std::int32_t>{0}, {1});
+  std::exception_ptr failure;
+  if (rank0()) {
+    try {
+      fn();
+      ok.data<std::int32_t>()[0] = 1;
+    } catch (const Error&) {
+      failure = std::current_exception();
+    }
+  }
+  world.broadcast(ok, 0)->wait();
+  if (failure) std::rethrow_exception(failure);
+  HT_CHECK(ok.data<std::int32_t>()[0] == 1, ErrorKind::kIo, "rank 0 failed at {} (see its message)", what);
+  if (!rank0()) fn();
+}
+
+int run_job(const char* program, const JobOptions& options, const std::function<void(Job&)>& body) {
+  return run_job(program, [&] { return options; }, body);
+}
+
+int run_job(const char* program, const std::function<JobOptions()>& resolve, const std::function<void(Job&)>& body) {
+  // The job outlives a throw: the exit record is written and the process
+  // ends before MPI or the mesh are torn down (MPI_Finalize would wait for
+  // ranks still in a collective).
+  std::unique_ptr<resilience::RankGuard> launch_guard;
+  std::unique_ptr<Job> job;
+  try {
+    const JobOptions options = resolve();
+    options.validate();
+    launch_guard = start_launch_guard(options);
+    job = std::make_unique<Job>(options, launch_guard.get());
+    body(*job);
+    job->finish();
+    return resilience::kExitOk;
+  } catch (const std::exception& e) {
+    // With a job, the guard says it ("[rank r] <kind>: message") and writes the record.
+    const int code = resilience::exit_code_for(e);
+    if (resilience::RankGuard* guard = job ? &job->guard() : launch_guard.get()) guard->exit(code, e.what());
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
+}
+
+}  // namespace ht::train

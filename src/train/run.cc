@@ -1,0 +1,138 @@
+// ht::train::fit: the run loop and its policy.
+#include "ht/train/run.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "ht/train/metrics.h"
+
+namespace ht::train {
+
+namespace fs = std::filesystem;
+
+void FitOptions::validate() const {
+  HT_CHECK(straggler_action == "report" || straggler_action == "exit", ErrorKind::kConfig,
+           "--straggler-action '{}': use report (print it and go on) or exit (checkpoint, then exit so that htrun "
+           "replaces the straggler's node)",
+           straggler_action);
+}
+
+std::string human_count(double v) {
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.1f}k", v / 1e3);
+  return fmt::format("{:.0f}", v);
+}
+
+namespace {
+
+void print_preamble(Engine& engine, const FitOptions& fit) {
+  const EngineOptions& o = engine.options();
+  const comm::MeshLayout& layout = engine.mesh().layout();
+  const parallel::DataParallelOptions& dp = o.data_parallel;
+  for (const std::string& line : fit.preamble) std::printf("%s\n", line.c_str());
+  std::printf("# model %s, %s parameters, device %s, precision %s%s\n", engine.model_description().c_str(),
+              human_count(double(engine.num_parameters())).c_str(), o.device.str().c_str(),
+              precision::policy_name(dp.precision).c_str(),
+              engine.loss_scaler().enabled()
+                  ? fmt::format(" (dynamic loss scale from {:g})", engine.loss_scaler().scale()).c_str()
+                  : "");
+  std::printf("# mesh %s, zero %d%s, schedule %s; global batch %lld rows (micro-batch %lld x %d accumulation x dp %d)\n",
+              layout.str().c_str(), dp.zero_stage,
+              dp.shard_group > 0 ? fmt::format(" (shard group {})", dp.shard_group).c_str() : "",
+              parallel::schedule_name(o.schedule).c_str(), (long long)engine.global_batch(), (long long)o.micro_batch,
+              o.grad_accum, layout.dp_size());
+  if (engine.resumed_from() > 0)
+    std::printf("# resumed from step %lld (%s)\n", (long long)engine.resumed_from(), o.ckpt_dir.c_str());
+  if (engine.checkpointer())
+    std::printf("# checkpoints every %s in %s (keeping %d)\n",
+                o.ckpt_every_s > 0 ? fmt::format("{:g} s", o.ckpt_every_s).c_str()
+                                   : fmt::format("{} steps", o.ckpt_every).c_str(),
+                o.ckpt_dir.c_str(), o.ckpt_keep);
+}
+
+std::string progress_line(Engine& engine, const StepStats& s) {
+  std::string scale;
+  if (engine.loss_scaler().enabled())
+    scale = fmt::format(" | scale {:g}{}", s.loss_scale,
+                        s.skipped ? fmt::format(" | SKIPPED (overflow; {} so far)", s.skipped_steps) : "");
+  return fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f}{} | {:.0f} ms | {} tok/s{}", s.step,
+                     engine.options().steps, s.loss, s.lr, s.grad_norm, scale, s.ms, human_count(s.tokens_per_s()),
+                     s.checkpointed ? fmt::format(" | checkpoint ({:.0f} ms stall)",
+                                                  engine.checkpointer()->last_save().stall_ms)
+                                    : "");
+}
+
+}  // namespace
+
+void fit(Job& job, Engine& engine, const FitOptions& options) {
+  options.validate();
+  const EngineOptions& o = engine.options();
+  const bool rank0 = job.rank0();
+  resilience::RankGuard& guard = job.guard();
+  const bool validation = o.eval_batches > 0 && engine.data().has_validation();
+  std::unique_ptr<MetricsWriter> metrics;
+  if (rank0) {
+    print_preamble(engine, options);
+    metrics = std::make_unique<MetricsWriter>((fs::path(job.options().run_dir) / "metrics.jsonl").string());
+    metrics->write_run(o, engine.model_description(), engine.num_parameters(), engine.mesh().layout().str(),
+                       options.run_fields);
+  }
+  auto evaluate = [&](std::int64_t step) {
+    if (!validation) return;
+    guard.progress(step, "evaluate");
+    const float val = engine.evaluate();
+    if (!rank0) return;
+    std::printf("step %lld/%lld | val loss %.4f\n", (long long)step, (long long)o.steps, val);
+    std::fflush(stdout);
+    metrics->write_eval(step, val);
+  };
+  evaluate(engine.steps_done());
+  for (std::int64_t i = engine.steps_done(); i < o.steps; ++i) {
+    const StepStats s = engine.step();
+    if (rank0) {
+      std::printf("%s\n", progress_line(engine, s).c_str());
+      std::fflush(stdout);
+      metrics->write_step(s);
+    }
+    if (!s.checkpoint_error.empty()) std::fprintf(stderr, "warning: %s; training goes on\n", s.checkpoint_error.c_str());
+    if (rank0 && !s.stragglers.empty())
+      std::fprintf(stderr, "straggler at step %lld: %s\n", (long long)s.step, s.stragglers.c_str());
+    // A preemption in the same step wins: the job stops, nothing is replaced.
+    const bool straggler_exit = options.straggler_action == "exit" && !s.straggler_ranks.empty() && !s.stop_requested;
+    if (s.stop_requested || straggler_exit) {
+      // Preemption (SIGTERM/SIGUSR1 on any rank), or a straggler the run
+      // must not keep: finish here with a checkpoint.
+      if (straggler_exit && rank0)
+        for (int r : s.straggler_ranks)  // a rehearsed slowness belongs to the node htrun now replaces
+          if (const auto slow = job.faults().find(resilience::FaultKind::kSlow, r, -1))
+            resilience::record_fired(job.options().run_dir, *slow);
+      std::string saved = "no checkpoint directory, nothing saved";
+      if (engine.checkpointer()) {
+        const std::string error = engine.checkpoint_now();
+        saved = error.empty() ? "checkpoint committed" : error;
+      }
+      if (rank0)
+        std::printf("# %s at step %lld: %s\n", straggler_exit ? "straggler" : "preempted", (long long)s.step,
+                    saved.c_str());
+      std::fflush(stdout);
+      if (!straggler_exit) guard.exit(resilience::kExitPreempted, fmt::format("preempted at step {}", s.step));
+      guard.exit(resilience::kExitStraggler, fmt::format("straggler at step {}: {}", s.step, s.stragglers),
+                 s.straggler_ranks);
+    }
+    if ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == o.steps) evaluate(s.step);
+    if (options.after_step) options.after_step(engine, s);
+  }
+  // At the end the last step is saved too, and every save is waited for.
+  guard.progress(engine.steps_done(), "finish");
+  if (engine.checkpointer()) {
+    const std::string error = engine.checkpoint_now();
+    if (!error.empty())
+      std::fprintf(stderr, "warning: %s\n", error.c_str());
+    else if (rank0)
+      std::printf("# checkpoint of step %lld committed\n", (long long)engine.steps_done());
+  }
+  if (options.at_end) options.at_end(engine);
+}
+
+}  // namespace ht::train
