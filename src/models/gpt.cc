@@ -7,6 +7,7 @@
 
 #include "ht/ops/cross_entropy.h"
 #include "ht/ops/matmul.h"
+#include "ht/parallel/layout.h"
 
 namespace ht::models {
 namespace {
@@ -47,10 +48,7 @@ void GPTConfig::validate_parallel(int tp, int pp) const {
 }
 
 std::pair<int, int> stage_blocks(int n_layer, int stage, int stages) {
-  HT_CHECK_ARG(stages > 0 && stage >= 0 && stage < stages, "stage {} outside a pipeline of {}", stage, stages);
-  const int base = n_layer / stages, extra = n_layer % stages;
-  const int first = stage * base + std::min(stage, extra);
-  return {first, first + base + (stage < extra ? 1 : 0)};
+  return parallel::stage_layers(n_layer, stage, stages);
 }
 
 std::int64_t GPTConfig::num_parameters() const {

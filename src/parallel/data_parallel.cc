@@ -9,6 +9,7 @@
 
 #include "ht/ops/cast.h"
 #include "ht/optim/clip.h"
+#include "ht/parallel/layout.h"
 #include "parallel/flat_group.h"
 
 namespace ht::parallel {
@@ -50,14 +51,9 @@ std::vector<nn::Parameter*> own_parameters(nn::Module& m) {
 }  // namespace
 
 void DataParallelOptions::validate(int dp) const {
-  HT_CHECK(zero_stage >= 0 && zero_stage <= 3, ErrorKind::kConfig, "--zero {} must be 0 (DDP), 1, 2 or 3", zero_stage);
   HT_CHECK(bucket_bytes > 0, ErrorKind::kConfig, "the gradient bucket size must be positive, got {} bytes",
            bucket_bytes);
-  HT_CHECK(shard_group >= 0 && (shard_group == 0 || dp % shard_group == 0), ErrorKind::kConfig,
-           "--zero-shard-group {} must divide the data-parallel size {} (or be 0 for all of it)", shard_group, dp);
-  HT_CHECK(shard_group == 0 || zero_stage > 0, ErrorKind::kConfig,
-           "--zero-shard-group {} needs a ZeRO stage (--zero 1, 2 or 3): plain data parallelism shards nothing",
-           shard_group);
+  hybrid_shard(dp, shard_group, 0, zero_stage);  // the stage and the shard group
 }
 
 DataParallel::DataParallel(nn::Model& model, comm::DeviceMesh& mesh, const DataParallelOptions& options,
@@ -66,17 +62,15 @@ DataParallel::DataParallel(nn::Model& model, comm::DeviceMesh& mesh, const DataP
   const comm::MeshLayout& layout = mesh.layout();
   const comm::MeshCoord& at = mesh.coord();
   options_.validate(layout.dp_size());
+  const HybridShard h = hybrid_shard(layout.dp_size(), options_.shard_group, at.dp_rank, options_.zero_stage);
+  shards_ = h.shards;
+  shard_rank_ = h.shard_rank;
+  replicas_ = h.replicas;
+  replica_rank_ = h.replica_rank;
   if (options_.zero_stage > 0) {
-    shards_ = options_.shard_group > 0 ? options_.shard_group : layout.dp_size();
-    shard_rank_ = at.dp_rank % shards_;
-    replicas_ = layout.dp_size() / shards_;
-    replica_rank_ = at.dp_rank / shards_;
     const std::string& dp_name = mesh.dp_group().name();
     shard_comm_ = mesh.dp_group().split(replica_rank_, shard_rank_, fmt::format("{}.shard{}", dp_name, replica_rank_));
     replica_comm_ = mesh.dp_group().split(shard_rank_, replica_rank_, fmt::format("{}.replica{}", dp_name, shard_rank_));
-  } else {
-    replicas_ = layout.dp_size();
-    replica_rank_ = at.dp_rank;
   }
   setup_tied_weights();
   build_groups();
@@ -123,67 +117,45 @@ comm::Communicator* DataParallel::tied_comm(const nn::Parameter* p) const {
 }
 
 void DataParallel::build_groups() {
-  auto tied = [&](const nn::Parameter* p) { return tied_comm(p) != nullptr; };
-  std::vector<std::vector<nn::Parameter*>> members;
-  std::vector<bool> deferred;
+  // Which parameters share a flat group is a table (parallel/layout.h):
+  // buckets in reverse registration order at stages 0-2, one unit per child
+  // module at stage 3; weights tied across stages are reduced after backward.
+  const std::vector<nn::Parameter*> params = model_.parameters();
+  std::unordered_map<const nn::Parameter*, int> index_of;
+  std::vector<bool> isolated;
+  for (nn::Parameter* p : params) {
+    index_of[p] = int(isolated.size());
+    isolated.push_back(tied_comm(p) != nullptr);
+  }
+  std::vector<ParamGroup> table;
   if (options_.zero_stage == 3) {
-    // One unit per top-level module; a module whose parameters all belong to
-    // an earlier unit (the head tied to the embedding) reuses that unit.
-    std::unordered_map<const nn::Parameter*, std::size_t> unit_of_param;
-    auto unit_holding = [&](nn::Parameter* p) {
-      const auto it = unit_of_param.find(p);
-      return it == unit_of_param.end() ? members.size() : it->second;
-    };
     const std::vector<nn::Parameter*> own = own_parameters(model_);
     HT_CHECK(own.empty(), ErrorKind::kInvalidArgument,
              "ZeRO-3: model '{}' holds parameter '{}' itself, outside its child modules; ZeRO-3 gathers and frees "
              "parameters per child module: move it into a child (a small Module holding it)",
              model_.describe(), own.empty() ? "" : own.front()->name());
+    std::vector<std::vector<int>> module_params;
+    std::vector<std::string> names;
     for (nn::Module* m : model_.children()) {
-      const std::vector<nn::Parameter*> ps = m->parameters();
-      std::vector<nn::Parameter*> fresh;
-      for (nn::Parameter* p : ps)
-        if (unit_holding(p) == members.size()) fresh.push_back(p);
       sequence_.push_back(m);
-      if (fresh.empty()) {
-        HT_CHECK(!ps.empty(), ErrorKind::kInvalidArgument, "ZeRO-3: module '{}' has no parameters", m->name());
-        unit_of_.push_back(unit_holding(ps.front()));
-        continue;
-      }
-      HT_CHECK(fresh.size() == ps.size(), ErrorKind::kInvalidArgument,
-               "ZeRO-3: module '{}' shares only some of its parameters with an earlier unit", m->name());
-      bool d = false;
-      for (nn::Parameter* p : fresh) d = d || tied(p);
-      unit_of_.push_back(members.size());
-      for (nn::Parameter* p : fresh) unit_of_param[p] = members.size();
-      members.push_back(fresh);
-      deferred.push_back(d);
+      names.push_back(m->name());
+      module_params.emplace_back();
+      for (const nn::Parameter* p : m->parameters()) module_params.back().push_back(index_of.at(p));
     }
+    UnitAssignment units = assign_units(module_params, isolated, names);
+    unit_of_.assign(units.unit_of_module.begin(), units.unit_of_module.end());
+    table = std::move(units.units);
   } else {
-    // Buckets in reverse registration order: about the order gradients become ready.
-    std::vector<nn::Parameter*> params = model_.parameters();
-    std::vector<nn::Parameter*> bucket;
-    std::int64_t bytes = 0;
-    for (auto it = params.rbegin(); it != params.rend(); ++it) {
-      nn::Parameter* p = *it;
-      if (tied(p)) {
-        members.push_back({p});
-        deferred.push_back(true);
-        continue;
-      }
-      bucket.push_back(p);
-      bytes += shape_numel(p->shape()) * std::int64_t(sizeof(float));
-      if (bytes >= options_.bucket_bytes) {
-        members.push_back(std::move(bucket));
-        deferred.push_back(false);
-        bucket.clear();
-        bytes = 0;
-      }
-    }
-    if (!bucket.empty()) {
-      members.push_back(std::move(bucket));
-      deferred.push_back(false);
-    }
+    std::vector<std::int64_t> numels;
+    for (const nn::Parameter* p : params) numels.push_back(shape_numel(p->shape()));
+    table = assign_buckets(numels, std::int64_t(sizeof(float)), options_.bucket_bytes, isolated);
+  }
+  std::vector<std::vector<nn::Parameter*>> members;
+  std::vector<bool> deferred;
+  for (const ParamGroup& g : table) {
+    members.emplace_back();
+    for (int i : g.params) members.back().push_back(params[std::size_t(i)]);
+    deferred.push_back(g.deferred);
   }
 
   const int stage = options_.zero_stage;
@@ -218,9 +190,9 @@ void DataParallel::build_groups() {
       g->bind_params();
     }
     if (stage <= 1) {
-      g->work_grads = Tensor::zeros({g->padded}, compute, g->device, MemCategory::kGradients);
+      g->work_grads = Tensor::zeros({g->padded()}, compute, g->device, MemCategory::kGradients);
       g->reduce_grads = g->converts_grads()
-                            ? Tensor::zeros({g->padded}, g->reduce, g->device, MemCategory::kGradients)
+                            ? Tensor::zeros({g->padded()}, g->reduce, g->device, MemCategory::kGradients)
                             : g->work_grads;
       g->bind_grads();
       g->shard_grads = g->reduce_grads.slice(lo, hi);
@@ -286,7 +258,7 @@ void DataParallel::install_zero3_hooks() {
 void DataParallel::prefetch(std::size_t unit) {
   FlatGroup& g = *groups_[unit];
   if (g.work_params.defined()) return;
-  g.work_params = Tensor::empty({g.padded}, g.compute, g.device, MemCategory::kParameters);
+  g.work_params = Tensor::empty({g.padded()}, g.compute, g.device, MemCategory::kParameters);
   g.gather_work = shard_comm_->all_gather(g.work_shard, g.work_params);
 }
 
@@ -310,7 +282,7 @@ void DataParallel::release(std::size_t unit) {
 
 void DataParallel::ensure_grads(FlatGroup& g) {
   if (g.work_grads.defined()) return;
-  g.work_grads = Tensor::zeros({g.padded}, g.compute, g.device, MemCategory::kGradients);
+  g.work_grads = Tensor::zeros({g.padded()}, g.compute, g.device, MemCategory::kGradients);
   g.bind_grads();
 }
 
@@ -350,7 +322,7 @@ void DataParallel::start_reduction(FlatGroup& g) {
   if (g.converts_grads()) {
     // Compute-dtype gradients reduce in the reduction dtype (f32 under f16).
     if (!g.reduce_grads.defined())
-      g.reduce_grads = Tensor::empty({g.padded}, g.reduce, g.device, MemCategory::kGradients);
+      g.reduce_grads = Tensor::empty({g.padded()}, g.reduce, g.device, MemCategory::kGradients);
     ops::cast(g.work_grads, g.reduce_grads);
   } else {
     g.reduce_grads = g.work_grads;
@@ -410,27 +382,24 @@ float DataParallel::unscale_and_norm(float loss_scale) {
 }
 
 std::vector<optim::Slot> DataParallel::make_slots() const {
-  // The slots are views into buffers that live as long as this object.
+  // The slots are views into buffers that live as long as this object: one
+  // per piece of a parameter this rank's shard holds.
   std::vector<optim::Slot> out;
   for (const auto& g : groups_) {
-    const std::int64_t lo = g->shard_begin(), hi = lo + g->shard_numel();
-    for (std::size_t i = 0; i < g->params.size(); ++i) {
-      const nn::Parameter& p = *g->params[i];
-      const std::int64_t begin = g->offsets[i], end = begin + shape_numel(p.shape());
-      const std::int64_t a = std::max(lo, begin), b = std::min(hi, end);
-      if (a >= b) continue;
+    for (const ShardPiece& piece : shard_pieces(g->layout, shard_rank_)) {
+      const nn::Parameter& p = *g->params[std::size_t(piece.member)];
       const std::string name =
-          (a == begin && b == end) ? p.name() : fmt::format("{}[{}:{}]", p.name(), a - begin, b - begin);
+          piece.whole ? p.name() : fmt::format("{}[{}:{}]", p.name(), piece.offset, piece.offset + piece.numel());
       // The primary copy: its shard's owner in the first replica, tp rank 0
-      // for unsplit tensors, and never the last stage's tied copy.
+      // for unsplit tensors, and never a later stage's tied copy.
       const bool primary = replica_rank_ == 0 && !p.layout().pp_tied_copy &&
                            (p.layout().tp_split() || mesh_.coord().tp_rank == 0);
       out.push_back({.name = name,
-                     .param = g->master.slice(a - lo, b - lo),
-                     .grad = g->shard_grads.slice(a - lo, b - lo),
+                     .param = g->master.slice(piece.begin, piece.end),
+                     .grad = g->shard_grads.slice(piece.begin, piece.end),
                      .weight_decay = p.weight_decay(),
                      .source = &p,
-                     .offset = a - begin,
+                     .offset = piece.offset,
                      .primary = primary});
     }
   }

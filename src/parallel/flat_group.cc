@@ -6,14 +6,14 @@ namespace ht::parallel::detail {
 void FlatGroup::bind_params() {
   for (std::size_t i = 0; i < params.size(); ++i) {
     nn::Parameter& p = *params[i];
-    p.set_data(work_params.slice(offsets[i], offsets[i] + shape_numel(p.shape())).view(p.shape()));
+    p.set_data(work_params.slice(layout.offsets[i], layout.offsets[i] + layout.numels[i]).view(p.shape()));
   }
 }
 
 void FlatGroup::bind_grads() {
   for (std::size_t i = 0; i < params.size(); ++i) {
     nn::Parameter& p = *params[i];
-    p.set_grad(work_grads.slice(offsets[i], offsets[i] + shape_numel(p.shape())).view(p.shape()));
+    p.set_grad(work_grads.slice(layout.offsets[i], layout.offsets[i] + layout.numels[i]).view(p.shape()));
   }
 }
 
@@ -31,20 +31,16 @@ FlatGroup make_flat_group(std::vector<nn::Parameter*> params, int shards, int sh
                "flat group: {} parameters, shard {} of {}", params.size(), shard_rank, shards);
   FlatGroup g;
   g.params = std::move(params);
-  g.shards = shards;
   g.shard_rank = shard_rank;
   g.device = device;
-  for (nn::Parameter* p : g.params) {
-    g.offsets.push_back(g.numel);
-    g.numel += shape_numel(p->shape());
-  }
-  g.padded = (g.numel + shards - 1) / shards * shards;
+  std::vector<std::int64_t> numels;
+  for (const nn::Parameter* p : g.params) numels.push_back(shape_numel(p->shape()));
+  g.layout = flat_layout(numels, shards);
   // Zeros: the padding must stay zero through reductions and updates.
-  master_full = Tensor::zeros({g.padded}, DType::kF32, g.device, MemCategory::kParameters);
-  for (std::size_t i = 0; i < g.params.size(); ++i) {
-    const nn::Parameter& p = *g.params[i];
-    master_full.slice(g.offsets[i], g.offsets[i] + shape_numel(p.shape())).copy_from(value_of(p).view({-1}));
-  }
+  master_full = Tensor::zeros({g.padded()}, DType::kF32, g.device, MemCategory::kParameters);
+  for (std::size_t i = 0; i < g.params.size(); ++i)
+    master_full.slice(g.layout.offsets[i], g.layout.offsets[i] + g.layout.numels[i])
+        .copy_from(value_of(*g.params[i]).view({-1}));
   return g;
 }
 

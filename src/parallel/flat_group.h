@@ -23,16 +23,15 @@
 #include <vector>
 
 #include "ht/comm/work.h"
+#include "ht/parallel/layout.h"
 #include "ht/nn/parameter.h"
 
 namespace ht::parallel::detail {
 
 struct FlatGroup {
   std::vector<nn::Parameter*> params;
-  std::vector<std::int64_t> offsets;  // of each parameter in the flat buffer
-  std::int64_t numel = 0;             // elements of all parameters
-  std::int64_t padded = 0;            // numel rounded up to a multiple of shards
-  int shards = 1, shard_rank = 0;
+  FlatLayout layout;  // where each parameter lies, the padding, the shards
+  int shard_rank = 0;
   DType compute = DType::kF32, reduce = DType::kF32;
   /// Holds a weight tied across pipeline stages: reduced after backward.
   bool deferred = false;
@@ -45,8 +44,10 @@ struct FlatGroup {
   int gather_refs = 0;  // stage 3: modules using the gathered values now
   comm::WorkPtr gather_work, reduce_work;
 
-  std::int64_t shard_numel() const { return padded / shards; }
-  std::int64_t shard_begin() const { return std::int64_t(shard_rank) * shard_numel(); }
+  /// Elements of the buffer (the parameters and the padding).
+  std::int64_t padded() const { return layout.padded; }
+  std::int64_t shard_numel() const { return layout.shard_numel(); }
+  std::int64_t shard_begin() const { return layout.shard_begin(shard_rank); }
   /// Whether gradients change dtype on their way to the reduction.
   bool converts_grads() const { return compute != reduce; }
 

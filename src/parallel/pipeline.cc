@@ -6,15 +6,6 @@
 
 namespace ht::parallel {
 
-Schedule parse_schedule(const std::string& name) {
-  if (name == "gpipe") return Schedule::kGPipe;
-  if (name == "1f1b") return Schedule::k1F1B;
-  HT_CHECK(false, ErrorKind::kConfig, "--schedule '{}' is not a pipeline schedule: choose gpipe or 1f1b", name);
-  return Schedule::k1F1B;
-}
-
-std::string schedule_name(Schedule s) { return s == Schedule::kGPipe ? "gpipe" : "1f1b"; }
-
 namespace {
 
 double now_ms() {
@@ -78,10 +69,9 @@ class Pipeline::Step {
     return dy;
   }
   /// Backward of the oldest micro-batch in flight; returns the gradient for the previous stage.
-  Tensor backward(const Tensor& dy, float loss_scale, const std::function<void(bool)>& before_backward) {
+  Tensor backward(const Tensor& dy, float loss_scale, const std::function<void(bool)>& before_backward, bool final) {
     const double t0 = now_ms();
-    if (before_backward) before_backward(backwards_ + 1 == std::int64_t(batches_.size()));
-    ++backwards_;
+    if (before_backward) before_backward(final);
     nn::Context& ctx = contexts_.front();
     Tensor dx = model_.last_stage() ? model_.backward_loss(ctx, loss_scale) : model_.backward(ctx, dy);
     contexts_.pop_front();
@@ -120,7 +110,7 @@ class Pipeline::Step {
   Shape in_shape_;  // what this stage receives (not the first stage)
   std::deque<nn::Context> contexts_;
   std::deque<Shape> out_shapes_;  // what each micro-batch in flight sent on
-  std::int64_t forwards_ = 0, backwards_ = 0;
+  std::int64_t forwards_ = 0;
   double loss_ = 0;
 };
 
@@ -137,25 +127,9 @@ double Pipeline::train_step(const std::vector<data::MicroBatch>& batches, float 
   stats_ = {};
   Step s(*this, batches, /*training=*/true);
   const int m = int(batches.size());
-  if (schedule_ == Schedule::kGPipe) {
-    for (int i = 0; i < m; ++i) s.send_forward(s.forward(s.recv_forward()));
-    for (int i = 0; i < m; ++i) s.send_backward(s.backward(s.recv_backward(), loss_scale, before_backward));
-    return s.loss();
-  }
-  // 1F1B: warm-up forwards, then one forward and one backward at a time, then the remaining backwards.
-  const int warmup = std::min(model_.stage().size - model_.stage().rank - 1, m);
-  const int steady = m - warmup;
-  for (int i = 0; i < warmup; ++i) s.send_forward(s.forward(s.recv_forward()));
-  Tensor x = steady > 0 ? s.recv_forward() : Tensor();
-  for (int i = 0; i < steady; ++i) {
-    const Tensor dy = s.send_forward_recv_backward(s.forward(x));
-    const Tensor dx = s.backward(dy, loss_scale, before_backward);
-    if (i + 1 == steady)
-      s.send_backward(dx);
-    else
-      x = s.send_backward_recv_forward(dx);
-  }
-  for (int i = 0; i < warmup; ++i) s.send_backward(s.backward(s.recv_backward(), loss_scale, before_backward));
+  run(s, stage_actions(schedule_, model_.stage().rank, model_.stage().size, m), [&](const Tensor& dy, int micro) {
+    return s.backward(dy, loss_scale, before_backward, micro + 1 == m);
+  });
   return s.loss();
 }
 
@@ -163,9 +137,28 @@ double Pipeline::evaluate(const std::vector<data::MicroBatch>& batches) {
   if (batches.empty()) return 0;
   const PipelineStats kept = stats_;
   Step s(*this, batches, /*training=*/false);
-  for (std::size_t i = 0; i < batches.size(); ++i) s.send_forward(s.forward(s.recv_forward()));
+  run(s, forward_only_actions(model_.stage().rank, model_.stage().size, int(batches.size())), nullptr);
   stats_ = kept;
   return s.loss();
+}
+
+void Pipeline::run(Step& s, const std::vector<Action>& table,
+                   const std::function<Tensor(const Tensor&, int)>& backward) {
+  // One tensor per slot: the input of the next forward, the output to send,
+  // the gradient arriving from the next stage and the one to send back.
+  Tensor x, y, dy, dx;
+  for (const Action& a : table) {
+    switch (a.kind) {
+      case ActionKind::kRecvForward: x = s.recv_forward(); break;
+      case ActionKind::kForward: y = s.forward(x); break;
+      case ActionKind::kSendForward: s.send_forward(y); break;
+      case ActionKind::kRecvBackward: dy = s.recv_backward(); break;
+      case ActionKind::kBackward: dx = backward(dy, a.micro_batch); break;
+      case ActionKind::kSendBackward: s.send_backward(dx); break;
+      case ActionKind::kSendForwardRecvBackward: dy = s.send_forward_recv_backward(y); break;
+      case ActionKind::kSendBackwardRecvForward: x = s.send_backward_recv_forward(dx); break;
+    }
+  }
 }
 
 }  // namespace ht::parallel

@@ -10,14 +10,14 @@
 
 namespace ht::parallel {
 
-PipelineSchedule parse_pipeline_schedule(const std::string& name) {
-  if (name == "gpipe") return PipelineSchedule::kGPipe;
-  if (name == "1f1b") return PipelineSchedule::k1F1B;
+Schedule parse_schedule(const std::string& name) {
+  if (name == "gpipe") return Schedule::kGPipe;
+  if (name == "1f1b") return Schedule::k1F1B;
   HT_CHECK(false, ErrorKind::kConfig, "--schedule '{}' is not a pipeline schedule: choose gpipe or 1f1b", name);
-  return PipelineSchedule::k1F1B;
+  return Schedule::k1F1B;
 }
 
-std::string pipeline_schedule_name(PipelineSchedule s) { return s == PipelineSchedule::kGPipe ? "gpipe" : "1f1b"; }
+std::string schedule_name(Schedule s) { return s == Schedule::kGPipe ? "gpipe" : "1f1b"; }
 
 std::string action_kind_name(ActionKind kind) {
   switch (kind) {
@@ -93,11 +93,11 @@ class Builder {
 
 }  // namespace
 
-std::vector<Action> stage_actions(PipelineSchedule schedule, int stage, int stages, int micro_batches) {
+std::vector<Action> stage_actions(Schedule schedule, int stage, int stages, int micro_batches) {
   check_shape(stage, stages, micro_batches);
   const int m = micro_batches;
   Builder t(stage, stages);
-  if (schedule == PipelineSchedule::kGPipe) {
+  if (schedule == Schedule::kGPipe) {
     for (int i = 0; i < m; ++i) {
       t.recv_forward(i);
       t.forward(i);

@@ -24,10 +24,10 @@ std::string str(const std::vector<Action>& t) {
 }
 
 TEST(Schedule, WorkedExampleFromTheHeader) {
-  EXPECT_EQ(str(stage_actions(PipelineSchedule::k1F1B, 0, 2, 3)),
+  EXPECT_EQ(str(stage_actions(Schedule::k1F1B, 0, 2, 3)),
             "R0 F0 S0 R1 F1 SFRB(1,0) b0 R2 F2 SFRB(2,1) b1 r2 b2");
-  EXPECT_EQ(str(stage_actions(PipelineSchedule::k1F1B, 1, 2, 3)), "R0 F0 b0 SBRF(0,1) F1 b1 SBRF(1,2) F2 b2 s2");
-  EXPECT_EQ(str(stage_actions(PipelineSchedule::k1F1B, 1, 4, 4)),
+  EXPECT_EQ(str(stage_actions(Schedule::k1F1B, 1, 2, 3)), "R0 F0 b0 SBRF(0,1) F1 b1 SBRF(1,2) F2 b2 s2");
+  EXPECT_EQ(str(stage_actions(Schedule::k1F1B, 1, 4, 4)),
             "R0 F0 S0 R1 F1 S1 R2 F2 SFRB(2,0) b0 SBRF(0,3) F3 SFRB(3,1) b1 s1 r2 b2 s2 r3 b3 s3");
 }
 
@@ -52,7 +52,7 @@ TEST(Schedule, OneF1BFirstOfFourStagesEightMicroBatchesByHand) {
       {K::kRecvBackward, 6}, {K::kBackward, 6},                                       //
       {K::kRecvBackward, 7}, {K::kBackward, 7},
   };
-  EXPECT_EQ(stage_actions(PipelineSchedule::k1F1B, 0, 4, 8), want);
+  EXPECT_EQ(stage_actions(Schedule::k1F1B, 0, 4, 8), want);
 }
 
 // Pipeline::train_step and evaluate at d69d5a5 (src/parallel/pipeline.cc),
@@ -102,9 +102,9 @@ class TodayStep {
   std::vector<Action> log_;
 };
 
-std::vector<Action> train_step_today(PipelineSchedule schedule, int stage, int stages, int m) {
+std::vector<Action> train_step_today(Schedule schedule, int stage, int stages, int m) {
   TodayStep s(stage, stages);
-  if (schedule == PipelineSchedule::kGPipe) {
+  if (schedule == Schedule::kGPipe) {
     for (int i = 0; i < m; ++i) s.send_forward(s.forward(s.recv_forward()));
     for (int i = 0; i < m; ++i) s.send_backward(s.backward(s.recv_backward()));
     return s.log();
@@ -131,15 +131,15 @@ std::vector<Action> evaluate_today(int stage, int stages, int m) {
   return s.log();
 }
 
-constexpr PipelineSchedule kSchedules[] = {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B};
+constexpr Schedule kSchedules[] = {Schedule::kGPipe, Schedule::k1F1B};
 
 TEST(Schedule, TablesAreTodaysOrderOfOperations) {
-  for (PipelineSchedule sched : kSchedules)
+  for (Schedule sched : kSchedules)
     for (int p = 1; p <= 8; ++p)
       for (int m = 1; m <= 16; ++m)
         for (int s = 0; s < p; ++s) {
           ASSERT_EQ(stage_actions(sched, s, p, m), train_step_today(sched, s, p, m))
-              << pipeline_schedule_name(sched) << " stage " << s << " of " << p << ", " << m << " micro-batches";
+              << schedule_name(sched) << " stage " << s << " of " << p << ", " << m << " micro-batches";
           ASSERT_EQ(forward_only_actions(s, p, m), evaluate_today(s, p, m));
         }
 }
@@ -209,10 +209,10 @@ std::vector<int> received(const std::vector<Action>& t, bool forward) {
 }
 
 TEST(Schedule, EverySweepIsConsistentAndCompletesUnderBlockingSends) {
-  for (PipelineSchedule sched : kSchedules)
+  for (Schedule sched : kSchedules)
     for (int p = 1; p <= 8; ++p)
       for (int m = 1; m <= 16; ++m) {
-        SCOPED_TRACE(pipeline_schedule_name(sched) + " p " + std::to_string(p) + " m " + std::to_string(m));
+        SCOPED_TRACE(schedule_name(sched) + " p " + std::to_string(p) + " m " + std::to_string(m));
         std::vector<std::vector<Action>> tables;
         for (int s = 0; s < p; ++s) tables.push_back(stage_actions(sched, s, p, m));
         std::vector<int> in_order(static_cast<std::size_t>(m), 0);
@@ -240,7 +240,7 @@ TEST(Schedule, EverySweepIsConsistentAndCompletesUnderBlockingSends) {
           EXPECT_EQ(received(t, true), in_order);
           // Activations held: at most p - s under 1F1B (exactly min(p - s, m)), m under GPipe.
           const int peak = peak_in_flight(t);
-          if (sched == PipelineSchedule::k1F1B) {
+          if (sched == Schedule::k1F1B) {
             EXPECT_LE(peak, p - s);
             EXPECT_EQ(peak, std::min(p - s, m));
           } else {
@@ -313,7 +313,7 @@ std::vector<Action> unpaired(const std::vector<Action>& t) {
 
 TEST(Simulator, FindsTheDeadlockThatPairedTransfersAvoid) {
   std::vector<std::vector<Action>> tables;
-  for (int s = 0; s < 2; ++s) tables.push_back(unpaired(stage_actions(PipelineSchedule::k1F1B, s, 2, 2)));
+  for (int s = 0; s < 2; ++s) tables.push_back(unpaired(stage_actions(Schedule::k1F1B, s, 2, 2)));
   const SimResult r = simulate(tables);
   EXPECT_FALSE(r.completed);
   EXPECT_NE(r.problem.find("deadlock"), std::string::npos) << r.problem;
@@ -325,7 +325,7 @@ TEST(Simulator, FindsTheDeadlockThatPairedTransfersAvoid) {
   for (int p = 2; p <= 6; ++p)
     for (int m = 2; m <= 8; ++m) {
       std::vector<std::vector<Action>> t;
-      for (int s = 0; s < p; ++s) t.push_back(unpaired(stage_actions(PipelineSchedule::k1F1B, s, p, m)));
+      for (int s = 0; s < p; ++s) t.push_back(unpaired(stage_actions(Schedule::k1F1B, s, p, m)));
       EXPECT_FALSE(simulate(t).completed) << p << " stages, " << m << " micro-batches";
     }
 }
@@ -347,14 +347,14 @@ TEST(Simulator, FindsMismatchedAndImpossibleTransfers) {
 }
 
 TEST(Schedule, NamesAndBadArguments) {
-  EXPECT_EQ(parse_pipeline_schedule("gpipe"), PipelineSchedule::kGPipe);
-  EXPECT_EQ(parse_pipeline_schedule("1f1b"), PipelineSchedule::k1F1B);
-  for (PipelineSchedule s : kSchedules) EXPECT_EQ(parse_pipeline_schedule(pipeline_schedule_name(s)), s);
-  EXPECT_TRUE(test::throws_error([] { parse_pipeline_schedule("zb"); }, ErrorKind::kConfig,
+  EXPECT_EQ(parse_schedule("gpipe"), Schedule::kGPipe);
+  EXPECT_EQ(parse_schedule("1f1b"), Schedule::k1F1B);
+  for (Schedule s : kSchedules) EXPECT_EQ(parse_schedule(schedule_name(s)), s);
+  EXPECT_TRUE(test::throws_error([] { parse_schedule("zb"); }, ErrorKind::kConfig,
                                  {"--schedule 'zb' is not a pipeline schedule: choose gpipe or 1f1b"}));
-  EXPECT_TRUE(test::throws_error([] { stage_actions(PipelineSchedule::k1F1B, 2, 2, 4); },
+  EXPECT_TRUE(test::throws_error([] { stage_actions(Schedule::k1F1B, 2, 2, 4); },
                                  ErrorKind::kInvalidArgument, {"stage 2 outside a pipeline of 2"}));
-  EXPECT_TRUE(test::throws_error([] { stage_actions(PipelineSchedule::kGPipe, 0, 2, 0); },
+  EXPECT_TRUE(test::throws_error([] { stage_actions(Schedule::kGPipe, 0, 2, 0); },
                                  ErrorKind::kInvalidArgument, {"at least one micro-batch"}));
   EXPECT_EQ(action_kind_name(K::kSendBackwardRecvForward), "send-backward-recv-forward");
 }

@@ -5,13 +5,13 @@
 // Stage s receives activations from stage s - 1 (of the shape the model's
 // stage_input_shape gives, in the compute dtype) and sends its own to
 // s + 1; gradients flow back the same way. The first stage reads each
-// micro-batch's input, the last its target and computes the loss. Each micro-batch in flight
-// has its own nn::Context, freed after its backward. GPipe runs every
-// forward, then every backward (m micro-batches of activations held at
-// once); 1F1B runs p - s - 1 warm-up forwards, then alternates one forward
-// and one backward, then drains (at most p - s held), with the same bubble.
-// Paired transfers (send an activation and receive a gradient) are one
-// send_recv, so neither schedule can deadlock on blocking sends.
+// micro-batch's input, the last its target and computes the loss. Each
+// micro-batch in flight has its own nn::Context, freed after its backward.
+// The order of forwards, backwards and transfers is the schedule's action
+// table (schedule.h: GPipe holds m micro-batches of activations, 1F1B at
+// most p - s); the pipeline executes it. Paired transfers (send an
+// activation and receive a gradient) are one send_recv, so no schedule can
+// deadlock on blocking sends.
 //
 // With one stage both schedules are plain gradient accumulation.
 #pragma once
@@ -23,13 +23,9 @@
 #include "ht/comm/communicator.h"
 #include "ht/data/data_source.h"
 #include "ht/nn/model.h"
+#include "ht/parallel/schedule.h"
 
 namespace ht::parallel {
-
-enum class Schedule { kGPipe, k1F1B };
-/// "gpipe" or "1f1b"; throws kConfig naming the choices otherwise.
-Schedule parse_schedule(const std::string& name);
-std::string schedule_name(Schedule s);
 
 struct PipelineStats {
   double compute_ms = 0;  // this stage's forward and backward work
@@ -60,6 +56,8 @@ class Pipeline {
 
  private:
   class Step;
+  /// Executes one stage's action table; `backward(dy, micro_batch)` runs a backward.
+  void run(Step& s, const std::vector<Action>& table, const std::function<Tensor(const Tensor&, int)>& backward);
 
   nn::Model& model_;
   comm::Communicator& pp_;

@@ -35,11 +35,10 @@ namespace ht::parallel {
 /// GPipe: every forward, then every backward (m micro-batches of activations
 /// held). 1F1B: p - s - 1 warm-up forwards, then one forward and one backward
 /// at a time, then the remaining backwards (at most p - s held).
-/// (The integrator will make ht::parallel::Schedule an alias of this.)
-enum class PipelineSchedule { kGPipe, k1F1B };
+enum class Schedule { kGPipe, k1F1B };
 /// "gpipe" or "1f1b"; throws kConfig naming the choices otherwise.
-PipelineSchedule parse_pipeline_schedule(const std::string& name);
-std::string pipeline_schedule_name(PipelineSchedule s);
+Schedule parse_schedule(const std::string& name);
+std::string schedule_name(Schedule s);
 
 enum class ActionKind {
   kRecvForward,              // the micro-batch's input: from s - 1, or loaded on stage 0
@@ -71,7 +70,7 @@ std::string action_str(const Action& a);
 /// `micro_batches`, in order, exactly as the executor must run them. Throws
 /// kInvalidArgument for stages <= 0, a stage outside [0, stages) or
 /// micro_batches <= 0.
-std::vector<Action> stage_actions(PipelineSchedule schedule, int stage, int stages, int micro_batches);
+std::vector<Action> stage_actions(Schedule schedule, int stage, int stages, int micro_batches);
 
 /// Evaluation (no backward): kRecvForward, kForward, kSendForward for each
 /// micro-batch in order (transfers without a peer left out as above).
