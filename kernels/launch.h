@@ -57,15 +57,19 @@ cudaError_t launch_layernorm_input_grad(const float* dy, const float* x, const f
 
 // attention.cu ------------------------------------------------------------
 
-/// In place over `rows` rows of a (rows / t, t, t) stack of score matrices:
-/// row i of each matrix becomes softmax over columns [0, i], zeros after.
-cudaError_t launch_causal_softmax(float* scores, std::int64_t rows, std::int64_t t, cudaStream_t stream);
+/// In place over `rows` rows of a (batch, n_head, t, t) stack of score
+/// matrices (rows = batch * n_head * t): row i of each matrix becomes softmax
+/// over the keys it may see, zeros elsewhere. It sees columns [0, i] when
+/// causal, else all t, minus the keys j with key_mask[b * t + j] == 0 when
+/// key_mask (batch, t) is not null; a row that sees no key becomes zeros.
+cudaError_t launch_attention_softmax(float* scores, std::int64_t rows, std::int64_t t, std::int64_t n_head,
+                                     bool causal, const std::int32_t* key_mask, cudaStream_t stream);
 /// For head `head` of probs (batch, n_head, t, t): dscores (batch, t, t) holds
-/// dP on entry and leaves with dS = softmax_grad(P, dP) * scale on and below
-/// the diagonal, zeros above.
-cudaError_t launch_causal_softmax_backward(const float* probs, float* dscores, std::int64_t batch,
-                                           std::int64_t n_head, std::int64_t head, std::int64_t t, float scale,
-                                           cudaStream_t stream);
+/// dP on entry and leaves with dS = softmax_grad(P, dP) * scale on the columns
+/// each row may see (as in the forward; masked keys have P = 0), zeros after.
+cudaError_t launch_attention_softmax_backward(const float* probs, float* dscores, std::int64_t batch,
+                                              std::int64_t n_head, std::int64_t head, std::int64_t t, bool causal,
+                                              float scale, cudaStream_t stream);
 
 // embedding.cu ------------------------------------------------------------
 

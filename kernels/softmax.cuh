@@ -1,6 +1,9 @@
 // Softmax pieces shared by attention and cross-entropy on both drivers.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+
 #include "ht/core/macros.h"
 
 namespace ht::kern {
@@ -13,5 +16,10 @@ HT_HD float softmax_grad(float p, float dp, float sum_p_dp) { return p * (dp - s
 HT_HD float cross_entropy_grad(float logit, float lse, bool is_target, float dloss) {
   return (expf(logit - lse) - (is_target ? 1.f : 0.f)) * dloss;
 }
+
+/// How many leading keys attention query row i (of t) may see: [0, i] under
+/// a causal mask, all t otherwise. A key padding mask then removes keys
+/// within them; the probabilities past this count are zeros.
+HT_HD std::int64_t attention_visible_keys(std::int64_t i, std::int64_t t, bool causal) { return causal ? i + 1 : t; }
 
 }  // namespace ht::kern

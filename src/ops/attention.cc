@@ -1,10 +1,13 @@
-// Causal self-attention: validation and dispatch; f16 and bf16 calls run the
-// f32 drivers through F32Staging (probs in the compute dtype too).
+// Self-attention, packed and general: validation and dispatch; f16 and bf16
+// calls run the f32 drivers through F32Staging (probs in the compute dtype
+// too; the key mask is i32 and passes through).
 #include "ht/ops/attention.h"
 
 #include "ops/backend_ops.h"
 #include "ops/check.h"
 #include "ops/f32_staging.h"
+
+#include <string>
 
 namespace ht::ops {
 namespace {
@@ -18,6 +21,43 @@ std::int64_t check_qkv(const char* op, const Tensor& qkv, int n_head) {
   HT_CHECK(n_head > 0 && c % n_head == 0, ErrorKind::kShapeMismatch,
            "{}: n_head={} must be positive and divide the channel count C={}", op, n_head, c);
   return c;
+}
+
+// Checks the head counts and the shapes of q, k, v (each (B, T, heads * D)
+// with D >= 1); returns D.
+std::int64_t check_qkv_separate(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const AttentionOptions& o) {
+  HT_CHECK(o.n_head > 0 && o.n_kv_head > 0, ErrorKind::kShapeMismatch,
+           "{}: n_head={} and n_kv_head={} must be positive (n_kv_head = n_head for multi-head attention, 1 for "
+           "multi-query)",
+           op, o.n_head, o.n_kv_head);
+  if (o.n_head % o.n_kv_head != 0) {
+    std::string divisors;
+    for (int d = 1; d <= o.n_head; ++d)
+      if (o.n_head % d == 0) {
+        if (!divisors.empty()) divisors += ',';
+        divisors += std::to_string(d);
+      }
+    HT_CHECK(false, ErrorKind::kShapeMismatch,
+             "{}: n_kv_head={} must divide n_head={} (each key/value head serves n_head / n_kv_head query heads): "
+             "choose n_kv_head in {{{}}}",
+             op, o.n_kv_head, o.n_head, divisors);
+  }
+  detail::check_ndim(op, "q", q, 3);
+  detail::check_ndim(op, "k", k, 3);
+  detail::check_ndim(op, "v", v, 3);
+  HT_CHECK(q.size(2) % o.n_head == 0 && q.size(2) >= o.n_head, ErrorKind::kShapeMismatch,
+           "{}: the last dimension of q {} must be n_head={} times the head dimension (>= 1)", op,
+           shape_str(q.shape()), o.n_head);
+  const std::int64_t d = q.size(2) / o.n_head;
+  const Shape kv{q.size(0), q.size(1), o.n_kv_head * d};
+  HT_CHECK(k.shape() == kv, ErrorKind::kShapeMismatch,
+           "{}: 'k' must have shape {} (batch and sequence of q {}, n_kv_head={} heads of dimension {}), got {}", op,
+           shape_str(kv), shape_str(q.shape()), o.n_kv_head, d, shape_str(k.shape()));
+  HT_CHECK(v.shape() == kv, ErrorKind::kShapeMismatch,
+           "{}: 'v' must have shape {} (batch and sequence of q {}, n_kv_head={} heads of dimension {}), got {}", op,
+           shape_str(kv), shape_str(q.shape()), o.n_kv_head, d, shape_str(v.shape()));
+  return d;
 }
 
 }  // namespace
@@ -49,6 +89,55 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& pro
   detail::F32Staging s;
   HT_DISPATCH(dev, attention_backward, s.in(dout), s.in(qkv), s.in(probs), n_head,
               s.out(dqkv, detail::Staged::kOverwrite));
+  s.commit();
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                       const Tensor* key_mask, Tensor& out, Tensor& probs) {
+  const char* op = "attention_forward";
+  const Device dev =
+      detail::check_same_device(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"probs", &probs}});
+  check_qkv_separate(op, q, k, v, options);
+  const std::int64_t b = q.size(0), t = q.size(1);
+  detail::check_compute_dtype(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"probs", &probs}});
+  detail::check_shape(op, "out", out, q.shape());
+  detail::check_shape(op, "probs", probs, {b, options.n_head, t, t});
+  static const Tensor kNoMask;
+  if (key_mask) {
+    detail::check_same_device(op, {{"q", &q}, {"key_mask", key_mask}});
+    detail::check_dtype(op, "key_mask", *key_mask, DType::kI32);
+    detail::check_shape(op, "key_mask", *key_mask, {b, t});
+  }
+  detail::F32Staging s;
+  HT_DISPATCH(dev, attention_forward, s.in(q), s.in(k), s.in(v), options, key_mask ? *key_mask : kNoMask,
+              s.out(out, detail::Staged::kOverwrite), s.out(probs, detail::Staged::kOverwrite));
+  s.commit();
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                        const AttentionOptions& options, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const char* op = "attention_backward";
+  const Device dev = detail::check_same_device(op, {{"dout", &dout},
+                                                    {"q", &q},
+                                                    {"k", &k},
+                                                    {"v", &v},
+                                                    {"probs", &probs},
+                                                    {"dq", &dq},
+                                                    {"dk", &dk},
+                                                    {"dv", &dv}});
+  check_qkv_separate(op, q, k, v, options);
+  const std::int64_t b = q.size(0), t = q.size(1);
+  detail::check_compute_dtype(
+      op, {{"dout", &dout}, {"q", &q}, {"k", &k}, {"v", &v}, {"probs", &probs}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
+  detail::check_shape(op, "dout", dout, q.shape());
+  detail::check_shape(op, "probs", probs, {b, options.n_head, t, t});
+  detail::check_shape(op, "dq", dq, q.shape());
+  detail::check_shape(op, "dk", dk, k.shape());
+  detail::check_shape(op, "dv", dv, v.shape());
+  using detail::Staged;
+  detail::F32Staging s;
+  HT_DISPATCH(dev, attention_backward, s.in(dout), s.in(q), s.in(k), s.in(v), s.in(probs), options,
+              s.out(dq, Staged::kOverwrite), s.out(dk, Staged::kOverwrite), s.out(dv, Staged::kOverwrite));
   s.commit();
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "ht/config.h"
+#include "ht/ops/attention.h"
 #include "ht/ops/optimizer_update.h"
 #include "ht/ops/matmul.h"
 #include "ht/ops/vocab_shard.h"
@@ -27,6 +28,12 @@
   void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs);                        \
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head,           \
                           Tensor& dqkv);                                                                    \
+  /* key_mask: undefined for none */                                                                        \
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,      \
+                         const Tensor& key_mask, Tensor& out, Tensor& probs);                               \
+  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,            \
+                          const Tensor& probs, const AttentionOptions& o, Tensor& dq, Tensor& dk,           \
+                          Tensor& dv);                                                                      \
   void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out,          \
                          VocabShard shard);                                                                 \
   void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, Tensor& dwpe,             \

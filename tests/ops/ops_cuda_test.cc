@@ -317,6 +317,45 @@ void add_attention_cases(std::vector<Case>& cases) {
     }
 }
 
+// The general attention: grouped-query heads, causal or not, with a key
+// padding mask whose batch entry 0 is fully masked (rows of zeros) and whose
+// other entries mask key 0 and every third key from 2.
+void add_attention_general_cases(std::vector<Case>& cases) {
+  struct Size {
+    std::int64_t b, t, h, kv, d;
+    bool causal, mask;
+  };
+  for (DType dt : kComputeDtypes)
+    for (Size s : {Size{1, 1, 2, 1, 4, true, false}, Size{2, 7, 4, 2, 3, true, true}, Size{3, 33, 6, 3, 16, false, true},
+                   Size{2, 70, 4, 1, 8, true, true}, Size{1, 65, 2, 2, 24, false, false}, Size{0, 5, 2, 1, 4, true, true},
+                   Size{2, 0, 2, 2, 4, false, false}}) {
+      cases.push_back({"attention_general_" + dims_name({s.b, s.t, s.h, s.kv, s.d}) + (s.causal ? "_causal" : "") +
+                           (s.mask ? "_mask" : "") + dtype_suffix(dt),
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(17);
+                         const Tensor q = random_of({s.b, s.t, s.h * s.d}, rng, dt, -2.f, 2.f).to(dev);
+                         const Tensor k = random_of({s.b, s.t, s.kv * s.d}, rng, dt, -2.f, 2.f).to(dev);
+                         const Tensor v = random_of({s.b, s.t, s.kv * s.d}, rng, dt).to(dev);
+                         const Tensor dout = random_of({s.b, s.t, s.h * s.d}, rng, dt).to(dev);
+                         std::vector<std::int32_t> keep(std::size_t(s.b * s.t));
+                         for (std::int64_t i = 0; i < s.b * s.t; ++i) {
+                           const std::int64_t b = i / s.t, j = i % s.t;
+                           keep[std::size_t(i)] = b > 0 && j != 0 && j % 3 != 2;
+                         }
+                         const Tensor mask = Tensor::from_vector(keep, {s.b, s.t}).to(dev);
+                         const ops::AttentionOptions o{int(s.h), int(s.kv), s.causal};
+                         Tensor out = nan_of({s.b, s.t, s.h * s.d}, dt).to(dev);
+                         Tensor probs = nan_of({s.b, s.h, s.t, s.t}, dt).to(dev);  // masked zeros must be written
+                         ops::attention_forward(q, k, v, o, s.mask ? &mask : nullptr, out, probs);
+                         Tensor dq = nan_of(q.shape(), dt).to(dev), dk = nan_of(k.shape(), dt).to(dev),
+                                dv = nan_of(v.shape(), dt).to(dev);
+                         ops::attention_backward(dout, q, k, v, probs, o, dq, dk, dv);
+                         return Outputs{{"out", out}, {"probs", probs}, {"dq", dq}, {"dk", dk}, {"dv", dv}};
+                       },
+                       rtol_for(dt, 1e-5)});
+    }
+}
+
 void add_embedding_cases(std::vector<Case>& cases) {
   struct Size {
     std::int64_t b, t, c, vocab, t_max;  // t_max 0: no position table
@@ -544,6 +583,7 @@ std::vector<Case> all_cases() {
   add_elementwise_cases(cases);
   add_layernorm_cases(cases);
   add_attention_cases(cases);
+  add_attention_general_cases(cases);
   add_embedding_cases(cases);
   add_cross_entropy_cases(cases);
   add_vocab_shard_cases(cases);
