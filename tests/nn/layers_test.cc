@@ -1,17 +1,20 @@
 // Backward of every layer and of the whole GPT against central finite
-// differences of its own forward, plus the hooks and naming contracts that
-// the parallel wrappers rely on.
+// differences of its own forward, a layer run twice in one forward (its
+// saved contexts stacked), plus the hooks and naming contracts that the
+// parallel wrappers rely on.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "ht/core/memory.h"
-#include "ht/nn/gpt.h"
+#include "ht/models/gpt.h"
 #include "test_util.h"
 
 namespace ht::nn {
 namespace {
 
+using models::GPT;
+using models::GPTConfig;
 using test::all_close;
 
 // Fills every parameter of `m` with uniform values in [-scale, scale]
@@ -133,6 +136,72 @@ TEST(LayerGrad, Embedding) {
   EXPECT_TRUE(all_close(emb.token_weight().grad().to_vector<float>(), want, 1e-6));
 }
 
+// One square Linear applied twice in one forward: y = lin(lin(x)).
+class LinearTwice : public Module {
+ public:
+  explicit LinearTwice(std::int64_t dim) : Module("twice") {
+    lin_ = &add_module(std::make_unique<Linear>("lin", dim, dim, true, Device::cpu()));
+  }
+  Linear& lin() { return *lin_; }
+
+ protected:
+  Tensor forward_impl(Context& ctx, const Tensor& x) override { return lin_->forward(ctx, lin_->forward(ctx, x)); }
+  Tensor backward_impl(Context& ctx, const Tensor& dy) override { return lin_->backward(ctx, lin_->backward(ctx, dy)); }
+
+ private:
+  Linear* lin_;
+};
+
+// A module run twice in one forward keeps both runs' saved tensors (a stack
+// per module in the Context); each backward takes the newest and pops it, so
+// the shared weights' gradients are the sum of the two uses' gradients.
+TEST(LayerGrad, ALinearUsedTwiceSumsBothUsesGradients) {
+  std::mt19937 rng(9);
+  LinearTwice twice(6);
+  randomize(twice, rng);
+  const Tensor x = test::random_tensor({2, 3, 6}, rng);
+  // Against finite differences of the composite, for the input and both parameters.
+  check_module(twice, x, true, rng);
+
+  // Against the analytic reference: two separate Linears with the same
+  // values, one per use; the shared gradient is the sum of theirs.
+  Linear first("first", 6, 6, true, Device::cpu()), second("second", 6, 6, true, Device::cpu());
+  for (Linear* l : {&first, &second}) {
+    l->weight().data().copy_from(twice.lin().weight().data());
+    l->bias()->data().copy_from(twice.lin().bias()->data());
+  }
+  Context ctx, ref;
+  const Tensor y = twice.forward(ctx, x);
+  EXPECT_EQ(ctx.saved_bytes(), std::int64_t(2 * x.nbytes())) << "both runs' inputs are kept";
+  const Tensor y_ref = second.forward(ref, first.forward(ref, x));
+  EXPECT_EQ(y.to_vector<float>(), y_ref.to_vector<float>());
+  const Tensor dy = test::random_tensor(y.shape(), rng);
+  twice.zero_grad();
+  int ready = 0;
+  twice.lin().weight().set_uses(2);
+  twice.lin().weight().set_grad_ready_hook([&](Parameter&) { ++ready; });
+  const Tensor dx = twice.backward(ctx, dy);
+  EXPECT_EQ(ctx.saved_bytes(), 0) << "each use's backward popped its own entry";
+  EXPECT_EQ(ready, 1) << "a weight used twice is ready once, after its second contribution";
+  const Tensor dx_ref = first.backward(ref, second.backward(ref, dy));
+  EXPECT_TRUE(all_close(dx.to_vector<float>(), test::to_double(dx_ref), 1e-6)) << "input gradient";
+  auto sum = [](const Tensor& a, const Tensor& b) {
+    std::vector<double> s = test::to_double(a);
+    const std::vector<double> t = test::to_double(b);
+    for (std::size_t i = 0; i < s.size(); ++i) s[i] += t[i];
+    return s;
+  };
+  EXPECT_TRUE(all_close(twice.lin().weight().grad().to_vector<float>(),
+                        sum(first.weight().grad(), second.weight().grad()), 1e-6))
+      << "weight gradient";
+  EXPECT_TRUE(all_close(twice.lin().bias()->grad().to_vector<float>(),
+                        sum(first.bias()->grad(), second.bias()->grad()), 1e-6))
+      << "bias gradient";
+  // Both entries are gone: a third backward finds nothing saved.
+  EXPECT_TRUE(test::throws_error([&] { twice.lin().backward(ctx, dy); }, ErrorKind::kInvalidArgument,
+                                 {"'lin'", "found nothing saved"}));
+}
+
 GPTConfig tiny_config() {
   GPTConfig c;
   c.vocab_size = 13;
@@ -145,7 +214,7 @@ GPTConfig tiny_config() {
 
 TEST(GPTGrad, LossGradientMatchesFiniteDifferences) {
   std::mt19937 rng(8);
-  GPT gpt(tiny_config(), Device::cpu());
+  GPT gpt(tiny_config());
   gpt.init_weights(3);
   randomize(gpt, rng, 0.3f);  // larger than GPT-2 init, so every path carries signal
   std::vector<std::int32_t> ids(2 * 6), tg(2 * 6);
@@ -181,7 +250,7 @@ TEST(GPTGrad, LossGradientMatchesFiniteDifferences) {
 }
 
 TEST(GPT, ParameterNamesFollowGpt2AndCountsMatchConfig) {
-  GPT gpt(tiny_config(), Device::cpu());
+  GPT gpt(tiny_config());
   std::vector<std::string> names;
   for (Parameter* p : gpt.parameters()) names.push_back(p->name());
   ASSERT_GE(names.size(), 4u);
@@ -198,7 +267,7 @@ TEST(GPT, ParameterNamesFollowGpt2AndCountsMatchConfig) {
 }
 
 TEST(GPT, InitIsDeterministicAndIndependentOfOtherParameters) {
-  GPT a(tiny_config(), Device::cpu()), b(tiny_config(), Device::cpu());
+  GPT a(tiny_config()), b(tiny_config());
   a.init_weights(42);
   b.init_weights(42);
   auto pa = a.parameters(), pb = b.parameters();
@@ -208,7 +277,7 @@ TEST(GPT, InitIsDeterministicAndIndependentOfOtherParameters) {
   // stream depends only on (seed, name).
   GPTConfig deeper = tiny_config();
   deeper.n_layer = 3;
-  GPT c(deeper, Device::cpu());
+  GPT c(deeper);
   c.init_weights(42);
   EXPECT_EQ(c.block(1).attn().c_attn().weight().data().to_vector<float>(),
             a.block(1).attn().c_attn().weight().data().to_vector<float>());
@@ -217,26 +286,26 @@ TEST(GPT, InitIsDeterministicAndIndependentOfOtherParameters) {
 }
 
 // Deferred storage: no parameter keeps its values after construction (the
-// model is never whole in memory), and initial_value() gives exactly what
+// model is never whole in memory), and each parameter's initial_value() gives exactly what
 // init_weights would have written.
 TEST(GPT, DeferredStorageHoldsNoValuesAndInitialValueMatchesInit) {
-  GPT whole(tiny_config(), Device::cpu());
+  GPT whole(tiny_config());
   whole.init_weights(42);
   const std::int64_t before = memory_stats(DeviceType::kCPU, MemCategory::kParameters).current_bytes;
-  GPT deferred(tiny_config(), Device::cpu(), {}, {}, /*defer_storage=*/true);
+  GPT deferred(tiny_config(), Placement{.defer_storage = true});
   EXPECT_EQ(memory_stats(DeviceType::kCPU, MemCategory::kParameters).current_bytes, before);
   auto pw = whole.parameters(), pd = deferred.parameters();
   ASSERT_EQ(pw.size(), pd.size());
   for (std::size_t i = 0; i < pd.size(); ++i) {
     EXPECT_FALSE(pd[i]->data().defined()) << pd[i]->name();
     EXPECT_EQ(pd[i]->shape(), pw[i]->shape()) << pd[i]->name();
-    EXPECT_EQ(deferred.initial_value(*pd[i], 42).to_vector<float>(), pw[i]->data().to_vector<float>())
+    EXPECT_EQ(pd[i]->initial_value(42).to_vector<float>(), pw[i]->data().to_vector<float>())
         << pd[i]->name();
   }
 }
 
 TEST(Hooks, GradReadyFiresOncePerParameterAfterLastUse) {
-  GPT gpt(tiny_config(), Device::cpu());
+  GPT gpt(tiny_config());
   gpt.init_weights(1);
   std::vector<std::string> order;
   for (Parameter* p : gpt.parameters()) p->set_grad_ready_hook([&](Parameter& q) { order.push_back(q.name()); });
@@ -262,7 +331,7 @@ TEST(Hooks, GradReadyFiresOncePerParameterAfterLastUse) {
 TEST(Errors, BadInputsSayWhatIsWrong) {
   EXPECT_TRUE(test::throws_error([] { GPTConfig c = tiny_config(); c.n_head = 3; c.validate(); },
                                  ErrorKind::kConfig, {"n_head=3", "n_embd=8", "1,2,4,8"}));
-  GPT gpt(tiny_config(), Device::cpu());
+  GPT gpt(tiny_config());
   gpt.init_weights(1);
   Context ctx;
   const Tensor bad_ids = Tensor::from_vector<std::int32_t>({1, 13}, {1, 2});
