@@ -90,7 +90,7 @@ float CausalLM::forward_loss(nn::Context& ctx, const Tensor& input, const Tensor
 }
 
 Tensor CausalLM::backward_loss(nn::Context& ctx, float grad_scale) {
-  const auto& s = ctx.saved(this);
+  const std::vector<Tensor> s = ctx.take(this);
   HT_CHECK(s.size() == 3, ErrorKind::kInvalidArgument,
            "CausalLM::backward_loss needs a forward_loss in the same context first");
   Tensor logits = s[0];

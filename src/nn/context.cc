@@ -9,6 +9,12 @@ void Context::save(const Module* m, std::vector<Tensor> tensors) {
   if (saving_) saved_[m].push_back(std::move(tensors));
 }
 
+std::vector<Tensor> Context::take(const Module* m) {
+  std::vector<Tensor> out = saved(m);
+  pop(m);
+  return out;
+}
+
 void Context::pop(const Module* m) {
   auto it = saved_.find(m);
   if (it == saved_.end()) return;

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <deque>
 
+#include "ht/ops/cast.h"
+
 namespace ht::parallel {
 
 namespace {
@@ -25,7 +27,7 @@ class Pipeline::Step {
 
   /// The next micro-batch's input: its own, or the previous stage's activations.
   Tensor recv_forward() {
-    if (model_.first_stage()) return batches_[std::size_t(forwards_)].input.to(model_.device());
+    if (model_.first_stage()) return input(forwards_);
     Tensor x = buffer(in_shape_);
     wait(p_.pp_.recv(x, stage() - 1));
     return x;
@@ -83,7 +85,7 @@ class Pipeline::Step {
     if (!model_.first_stage()) wait(p_.pp_.send(dx, stage() - 1));
   }
   Tensor send_backward_recv_forward(const Tensor& dx) {
-    if (model_.first_stage()) return batches_[std::size_t(forwards_)].input.to(model_.device());
+    if (model_.first_stage()) return input(forwards_);
     Tensor x = buffer(in_shape_);
     wait(p_.pp_.send_recv(dx, stage() - 1, x, stage() - 1));
     return x;
@@ -93,6 +95,16 @@ class Pipeline::Step {
 
  private:
   int stage() const { return model_.stage().rank; }
+  /// Micro-batch i's input on the model's device; a floating one in the
+  /// compute dtype (token ids stay integers).
+  Tensor input(std::int64_t i) const {
+    const Tensor& in = batches_[std::size_t(i)].input;
+    Tensor on_device = in.to(model_.device());
+    if (!is_floating(in.dtype()) || in.dtype() == p_.activations_) return on_device;
+    Tensor cast = Tensor::empty(in.shape(), p_.activations_, model_.device(), MemCategory::kActivations);
+    ops::cast(on_device, cast);
+    return cast;
+  }
   /// A buffer for activations or their gradients arriving from a neighbour.
   Tensor buffer(const Shape& shape) const {
     return Tensor::empty(shape, p_.activations_, model_.device(), MemCategory::kActivations);

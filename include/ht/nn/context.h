@@ -36,6 +36,9 @@ class Context {
   const std::vector<Tensor>& saved(const Module* m) const;
   /// Drops `m`'s newest entry, if any (after its backward).
   void pop(const Module* m);
+  /// saved(m), then pop(m): for a model's backward_loss, whose loss entry
+  /// must be gone before backward() reads the forward's own.
+  std::vector<Tensor> take(const Module* m);
   /// Drops everything saved (frees activations once backward is done).
   void clear() { saved_.clear(); }
   /// Bytes held by saved tensors (views of one storage counted per view).

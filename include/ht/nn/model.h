@@ -15,8 +15,9 @@
 //     gradients the parallel layer sums across those stages;
 //   - what it is (describe(): checkpoints record it and a resume must
 //     match), and its matmul FLOPs per token, for MFU.
-// The first stage's forward takes the micro-batch's input; the others take
-// the previous stage's output. Initial values come from each parameter's
+// The first stage's forward takes the micro-batch's input (floating inputs
+// cast to the compute dtype, as the activations between stages are); the
+// others take the previous stage's output. Initial values come from each parameter's
 // Init (see init.h); ZeRO-3 and init_weights() read them.
 //
 // The parallel layer's ZeRO-3 units are the model's direct children, so a
@@ -69,7 +70,9 @@ class Model : public Module {
   bool last_stage() const { return placement_.stage.last(); }
 
   /// Last stage only. The mean loss of a micro-batch: `input` as forward
-  /// takes it, `target` on the model's device. Saves what backward_loss needs.
+  /// takes it, `target` on the model's device. Saves what backward_loss
+  /// needs (ctx.save(this, ...) after the forward; backward_loss then takes
+  /// it back with ctx.take(this) before calling backward()).
   virtual float forward_loss(Context& ctx, const Tensor& input, const Tensor& target) = 0;
   /// Backward from the loss of the newest forward_loss in ctx, its gradient
   /// multiplied by `grad_scale` (1/k for k accumulated micro-batches, times
