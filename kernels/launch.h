@@ -55,6 +55,18 @@ cudaError_t launch_layernorm_input_grad(const float* dy, const float* x, const f
                                         const float* rstd, float* dx, std::int64_t n, std::int64_t c,
                                         cudaStream_t stream);
 
+// rmsnorm.cu --------------------------------------------------------------
+
+/// y, rstd from x (n, c); y may alias x.
+cudaError_t launch_rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, std::int64_t n,
+                                   std::int64_t c, float eps, cudaStream_t stream);
+/// dw += sum over rows of dy * x * rstd, in a fixed order.
+cudaError_t launch_rmsnorm_weight_grad(const float* dy, const float* x, const float* rstd, float* dw, std::int64_t n,
+                                       std::int64_t c, cudaStream_t stream);
+/// dx (n, c) overwritten; dx may alias dy.
+cudaError_t launch_rmsnorm_input_grad(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                                      std::int64_t n, std::int64_t c, cudaStream_t stream);
+
 // attention.cu ------------------------------------------------------------
 
 /// In place over `rows` rows of a (batch, n_head, t, t) stack of score

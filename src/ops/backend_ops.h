@@ -25,6 +25,9 @@
                          Tensor& rstd, float eps);                                                          \
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,           \
                           const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db);                          \
+  void rmsnorm_forward(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, float eps);               \
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,  \
+                        Tensor& dw);                                                                        \
   void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs);                        \
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head,           \
                           Tensor& dqkv);                                                                    \

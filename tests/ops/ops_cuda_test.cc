@@ -24,6 +24,7 @@
 #include "ht/ops/layernorm.h"
 #include "ht/ops/matmul.h"
 #include "ht/ops/optimizer_update.h"
+#include "ht/ops/rmsnorm.h"
 #include "test_util.h"
 
 namespace ht {
@@ -287,6 +288,35 @@ void add_layernorm_cases(std::vector<Case>& cases) {
                          ops::layernorm_backward(dx_in_place, x, w, mean, rstd, dx_in_place, dw2, db2);
                          return Outputs{{"y", y},   {"mean", mean}, {"rstd", rstd},           {"dx", dx},
                                         {"dw", dw}, {"db", db},     {"dx_in_place", dx_in_place}, {"dw_in_place", dw2}};
+                       },
+                       rtol_for(dt, 1e-5)});
+    }
+}
+
+void add_rmsnorm_cases(std::vector<Case>& cases) {
+  struct Size {
+    std::int64_t n, c;
+  };
+  // Not C = 1: dx is then zero up to rounding (g - xhat * g * xhat with xhat
+  // about +-1), and a contracted multiply-add on the device rounds it differently.
+  for (DType dt : kComputeDtypes)
+    for (Size s : {Size{0, 8}, Size{1, 2}, Size{1, 31}, Size{37, 33}, Size{300, 768}, Size{5, 1000}}) {
+      cases.push_back({"rmsnorm_" + dims_name({s.n, s.c}) + dtype_suffix(dt),
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(18);
+                         const Tensor x = random_of({s.n, s.c}, rng, dt, -2.f, 3.f).to(dev);
+                         const Tensor w = random_of({s.c}, rng, dt).to(dev);
+                         const Tensor dy = random_of({s.n, s.c}, rng, dt).to(dev);
+                         Tensor y = nan_of({s.n, s.c}, dt).to(dev), rstd = nan_of({s.n}, DType::kF32).to(dev);
+                         ops::rmsnorm_forward(x, w, y, rstd);
+                         Tensor y_in_place = x.clone(), rstd2 = nan_of({s.n}, DType::kF32).to(dev);  // y aliasing x
+                         ops::rmsnorm_forward(y_in_place, w, y_in_place, rstd2);
+                         Tensor dx = nan_of({s.n, s.c}, dt).to(dev), dw = random_of({s.c}, rng, dt).to(dev);
+                         ops::rmsnorm_backward(dy, x, w, rstd, dx, dw);
+                         Tensor dx_in_place = dy.clone(), dw2 = Tensor::zeros({s.c}, dt, dev);  // dx aliasing dy
+                         ops::rmsnorm_backward(dx_in_place, x, w, rstd, dx_in_place, dw2);
+                         return Outputs{{"y", y},   {"rstd", rstd}, {"y_in_place", y_in_place}, {"dx", dx},
+                                        {"dw", dw}, {"dx_in_place", dx_in_place}, {"dw_in_place", dw2}};
                        },
                        rtol_for(dt, 1e-5)});
     }
@@ -582,6 +612,7 @@ std::vector<Case> all_cases() {
   add_matmul_cases(cases);
   add_elementwise_cases(cases);
   add_layernorm_cases(cases);
+  add_rmsnorm_cases(cases);
   add_attention_cases(cases);
   add_attention_general_cases(cases);
   add_embedding_cases(cases);
