@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ht/comm/mpi_communicator.h"
-#include "ht/train/trainer.h"
+#include "gpt_engine.h"
 #include "mpi_test_util.h"
 #include "test_util.h"
 
@@ -50,18 +50,18 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-TrainerOptions options_for(const Case& c, const Side& s) {
-  TrainerOptions o;
-  o.model = c.odd_model ? nn::GPTConfig{.vocab_size = 61, .context = 16, .n_layer = 3, .n_head = 3, .n_embd = 30}
-                        : nn::GPTConfig{.vocab_size = 64, .context = 16, .n_layer = 5, .n_head = 4, .n_embd = 32};
+test::GPTRunOptions options_for(const Case& c, const Side& s) {
+  test::GPTRunOptions o;
+  o.model = c.odd_model ? models::GPTConfig{.vocab_size = 61, .context = 16, .n_layer = 3, .n_head = 3, .n_embd = 30}
+                        : models::GPTConfig{.vocab_size = 64, .context = 16, .n_layer = 5, .n_head = 4, .n_embd = 32};
   o.seq_len = 8;
-  o.micro_batch = s.micro_batch;
-  o.grad_accum = 2;
-  o.steps = kSavedSteps + kContinuedSteps;
-  o.warmup_steps = 2;
-  o.lr = 3e-3f;
-  o.eval_batches = 2;
-  o.data_parallel = {.zero_stage = s.zero, .bucket_bytes = 16 << 10};
+  o.engine.micro_batch = s.micro_batch;
+  o.engine.grad_accum = 2;
+  o.engine.steps = kSavedSteps + kContinuedSteps;
+  o.engine.warmup_steps = 2;
+  o.engine.lr = 3e-3f;
+  o.engine.eval_batches = 2;
+  o.engine.data_parallel = {.zero_stage = s.zero, .bucket_bytes = 16 << 10};
   return o;
 }
 
@@ -75,7 +75,7 @@ std::string shared_dir(comm::Communicator& world, const std::string& name) {
   return dir;
 }
 
-// Runs fn on the first s.np ranks of `world` (one process: a trainer of its
+// Runs fn on the first s.np ranks of `world` (one process: an engine of its
 // own, without a mesh), the others wait; collective over `world`. A failure
 // inside fn is reported as this rank's test failure and the ranks still meet
 // at the barrier.
@@ -134,28 +134,28 @@ TEST_P(Reshard, LoadsIntoAnotherLayout) {
   std::map<std::string, Tensor> saved_weights;
   std::vector<float> a_losses;
   on_side(*world, c.a, c.name + "_a", [&](comm::DeviceMesh* mesh) {
-    TrainerOptions o = options_for(c, c.a);
-    o.ckpt_dir = dir;
-    Trainer t(o, data, mesh);
-    for (int i = 0; i < kSavedSteps; ++i) t.step();
-    saved_weights = t.full_parameters();
-    EXPECT_EQ(t.save_checkpoint(), "");
-    EXPECT_EQ(t.wait_for_checkpoint(), "");
-    for (int i = 0; i < kContinuedSteps; ++i) a_losses.push_back(t.step().loss);
+    test::GPTRunOptions o = options_for(c, c.a);
+    o.engine.ckpt_dir = dir;
+    test::GPTEngine t(o, data, mesh);
+    for (int i = 0; i < kSavedSteps; ++i) t.engine.step();
+    saved_weights = t.engine.full_parameters();
+    EXPECT_EQ(t.engine.save_checkpoint(), "");
+    EXPECT_EQ(t.engine.wait_for_checkpoint(), "");
+    for (int i = 0; i < kContinuedSteps; ++i) a_losses.push_back(t.engine.step().loss);
   });
 
   // Layout B: resumes from A's checkpoint and takes the same K steps.
   std::map<std::string, Tensor> loaded_weights;
   std::vector<float> b_losses;
   on_side(*world, c.b, c.name + "_b", [&](comm::DeviceMesh* mesh) {
-    TrainerOptions o = options_for(c, c.b);
-    o.ckpt_dir = dir;
-    o.resume = true;
-    Trainer t(o, data, mesh);
-    EXPECT_EQ(t.resumed_from(), kSavedSteps) << "layout B did not load A's checkpoint";
-    EXPECT_EQ(t.steps_done(), kSavedSteps);
-    loaded_weights = t.full_parameters();
-    for (int i = 0; i < kContinuedSteps; ++i) b_losses.push_back(t.step().loss);
+    test::GPTRunOptions o = options_for(c, c.b);
+    o.engine.ckpt_dir = dir;
+    o.engine.resume = true;
+    test::GPTEngine t(o, data, mesh);
+    EXPECT_EQ(t.engine.resumed_from(), kSavedSteps) << "layout B did not load A's checkpoint";
+    EXPECT_EQ(t.engine.steps_done(), kSavedSteps);
+    loaded_weights = t.engine.full_parameters();
+    for (int i = 0; i < kContinuedSteps; ++i) b_losses.push_back(t.engine.step().loss);
   });
 
   // World rank 0 is rank 0 of both layouts: it holds both sides' results.

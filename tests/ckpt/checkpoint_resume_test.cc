@@ -1,7 +1,8 @@
-// Checkpoints: 2N steps straight equal N steps, a save, a fresh trainer that
-// resumes, and N more steps — bit for bit (losses and final weights) — for
-// one process, ZeRO-2 over dp2, and dp2 x tp2 x pp2 in f16; and a
-// checkpoint saved under one layout loads into another.
+// Checkpoints: 2N steps straight equal N steps, a save, a fresh engine that
+// resumes (weights, optimizer, data position), and N more steps — bit for bit
+// (losses and final weights) — for one process, ZeRO-2 over dp2, and
+// dp2 x tp2 x pp2 in f16; and a shard missing from the manifest is named and
+// not resumed from.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -13,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ht/comm/mpi_communicator.h"
-#include "ht/train/trainer.h"
+#include "gpt_engine.h"
 #include "mpi_test_util.h"
 #include "test_util.h"
 
@@ -22,16 +23,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TrainerOptions small() {
-  TrainerOptions o;
+test::GPTRunOptions small() {
+  test::GPTRunOptions o;
   o.model = {.vocab_size = 64, .context = 16, .n_layer = 4, .n_head = 4, .n_embd = 32};
   o.seq_len = 8;
-  o.micro_batch = 2;
-  o.grad_accum = 2;
-  o.steps = 8;
-  o.warmup_steps = 2;
-  o.lr = 3e-3f;
-  o.eval_batches = 2;
+  o.engine.micro_batch = 2;
+  o.engine.grad_accum = 2;
+  o.engine.steps = 8;
+  o.engine.warmup_steps = 2;
+  o.engine.lr = 3e-3f;
+  o.engine.eval_batches = 2;
   return o;
 }
 
@@ -51,31 +52,31 @@ struct Layout {
 void bit_exact_resume(const Layout& l, const std::string& name) {
   const data::TokenSplits data = test::pangram_text(64);
   comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp);
-  TrainerOptions o = small();
-  o.data_parallel.zero_stage = l.zero;
-  o.data_parallel.precision = precision::parse_policy(l.precision);
+  test::GPTRunOptions o = small();
+  o.engine.data_parallel.zero_stage = l.zero;
+  o.engine.data_parallel.precision = precision::parse_policy(l.precision);
   const int n = 4;
 
   std::vector<float> straight;
   std::map<std::string, Tensor> straight_weights;
   {
-    Trainer t(o, data, &mesh);
-    for (int i = 0; i < 2 * n; ++i) straight.push_back(t.step().loss);
-    straight_weights = t.full_parameters();
+    test::GPTEngine t(o, data, &mesh);
+    for (int i = 0; i < 2 * n; ++i) straight.push_back(t.engine.step().loss);
+    straight_weights = t.engine.full_parameters();
   }
-  o.ckpt_dir = shared_dir(mesh.world(), name);
+  o.engine.ckpt_dir = shared_dir(mesh.world(), name);
   std::vector<float> resumed;
   {
-    Trainer t(o, data, &mesh);
-    for (int i = 0; i < n; ++i) resumed.push_back(t.step().loss);
-    EXPECT_EQ(t.save_checkpoint(), "");
-    EXPECT_EQ(t.wait_for_checkpoint(), "");
+    test::GPTEngine t(o, data, &mesh);
+    for (int i = 0; i < n; ++i) resumed.push_back(t.engine.step().loss);
+    EXPECT_EQ(t.engine.save_checkpoint(), "");
+    EXPECT_EQ(t.engine.wait_for_checkpoint(), "");
   }
-  o.resume = true;
-  Trainer t(o, data, &mesh);
-  EXPECT_EQ(t.resumed_from(), n);
-  for (int i = 0; i < n; ++i) resumed.push_back(t.step().loss);
-  const auto weights = t.full_parameters();
+  o.engine.resume = true;
+  test::GPTEngine t(o, data, &mesh);
+  EXPECT_EQ(t.engine.resumed_from(), n);
+  for (int i = 0; i < n; ++i) resumed.push_back(t.engine.step().loss);
+  const auto weights = t.engine.full_parameters();
   EXPECT_EQ(resumed, straight) << "losses of the resumed run";
   for (const auto& [key, want] : straight_weights)
     EXPECT_EQ(weights.at(key).to_vector<float>(), want.to_vector<float>()) << "final weights of " << key;
@@ -98,18 +99,18 @@ TEST(Checkpoint, AMissingShardIsNamedAndNotResumedFrom) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
   const data::TokenSplits data = test::pangram_text(64);
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 1);
-  TrainerOptions o = small();
-  o.data_parallel.zero_stage = 2;
-  o.ckpt_dir = shared_dir(mesh.world(), "missing_shard");
+  test::GPTRunOptions o = small();
+  o.engine.data_parallel.zero_stage = 2;
+  o.engine.ckpt_dir = shared_dir(mesh.world(), "missing_shard");
   {
-    Trainer t(o, data, &mesh);
-    t.step();
-    EXPECT_EQ(t.save_checkpoint(), "");
-    EXPECT_EQ(t.wait_for_checkpoint(), "");
+    test::GPTEngine t(o, data, &mesh);
+    t.engine.step();
+    EXPECT_EQ(t.engine.save_checkpoint(), "");
+    EXPECT_EQ(t.engine.wait_for_checkpoint(), "");
   }
   std::string dropped;
   if (mesh.world().rank() == 0) {
-    const fs::path manifest = fs::path(o.ckpt_dir) / "step_00000001" / "manifest.json";
+    const fs::path manifest = fs::path(o.engine.ckpt_dir) / "step_00000001" / "manifest.json";
     nlohmann::json m = nlohmann::json::parse(std::ifstream(manifest));
     auto& pieces = m.at("pieces");
     // A tensor cut between the two shards: drop its second piece, leaving a gap.
@@ -121,11 +122,11 @@ TEST(Checkpoint, AMissingShardIsNamedAndNotResumedFrom) {
     std::ofstream(manifest) << m.dump(1);
   }
   mesh.world().barrier()->wait();
-  o.resume = true;
+  o.engine.resume = true;
   ::testing::internal::CaptureStderr();
-  Trainer t(o, data, &mesh);
+  test::GPTEngine t(o, data, &mesh);
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(t.resumed_from(), 0) << "resumed from a checkpoint that lacks a piece";
+  EXPECT_EQ(t.engine.resumed_from(), 0) << "resumed from a checkpoint that lacks a piece";
   // The rank whose range held the dropped piece names it.
   Tensor named = Tensor::from_vector(
       std::vector<std::int32_t>{err.find("lacks a shard of ") != std::string::npos ? 1 : 0}, {1});

@@ -12,7 +12,7 @@
 #include <mpi.h>
 
 #include "ht/comm/mpi_communicator.h"
-#include "ht/train/trainer.h"
+#include "gpt_engine.h"
 #include "mpi_test_util.h"
 #include "test_util.h"
 
@@ -32,24 +32,24 @@ void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
 
 std::string layout_name(const ::testing::TestParamInfo<Layout>& info) { return info.param.name; }
 
-TrainerOptions options_for(const Layout& l) {
-  TrainerOptions o;
+test::GPTRunOptions options_for(const Layout& l) {
+  test::GPTRunOptions o;
   // Odd model: parameter counts that no dp size divides (flat groups pad).
   // Otherwise heads and vocabulary split over tp 4, and 5 layers split
   // unevenly over 2 and 4 stages.
-  o.model = l.odd_model ? nn::GPTConfig{.vocab_size = 61, .context = 16, .n_layer = 3, .n_head = 3, .n_embd = 30}
-                        : nn::GPTConfig{.vocab_size = 64, .context = 16, .n_layer = 5, .n_head = 4, .n_embd = 32};
+  o.model = l.odd_model ? models::GPTConfig{.vocab_size = 61, .context = 16, .n_layer = 3, .n_head = 3, .n_embd = 30}
+                        : models::GPTConfig{.vocab_size = 64, .context = 16, .n_layer = 5, .n_head = 4, .n_embd = 32};
   o.seq_len = 8;
-  o.micro_batch = 2;
-  o.grad_accum = l.grad_accum;
-  o.steps = 20;
-  o.warmup_steps = 3;
-  o.lr = 1e-3f;
-  o.min_lr = 1e-4f;
-  o.grad_clip = 1.f;
-  o.eval_batches = 2;
-  o.data_parallel = {.zero_stage = l.zero, .shard_group = l.shard_group, .bucket_bytes = 16 << 10};
-  o.schedule = l.schedule;
+  o.engine.micro_batch = 2;
+  o.engine.grad_accum = l.grad_accum;
+  o.engine.steps = 20;
+  o.engine.warmup_steps = 3;
+  o.engine.lr = 1e-3f;
+  o.engine.min_lr = 1e-4f;
+  o.engine.grad_clip = 1.f;
+  o.engine.eval_batches = 2;
+  o.engine.data_parallel = {.zero_stage = l.zero, .shard_group = l.shard_group, .bucket_bytes = 16 << 10};
+  o.engine.schedule = l.schedule;
   return o;
 }
 
@@ -59,7 +59,7 @@ struct RunResult {
   std::map<std::string, Tensor> weights;
 };
 
-RunResult train(Trainer& t, int steps) {
+RunResult train(Engine& t, int steps) {
   RunResult r;
   for (int i = 0; i < steps; ++i) {
     const StepStats s = t.step();
@@ -103,22 +103,22 @@ TEST_P(Equivalence, MatchesOneProcess) {
   const Layout l = GetParam();
   if (test::world_size() != l.np) GTEST_SKIP() << l.name << " runs with " << l.np << " processes";
   const data::TokenSplits data = test::pangram_text(61);
-  const TrainerOptions options = options_for(l);
+  const test::GPTRunOptions options = options_for(l);
   comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp);
   const int dp = mesh.layout().dp_size();
 
   RunResult ref;
   if (mesh.rank() == 0) {
     // One process on the whole batch: dp times the micro-batch, same accumulation.
-    TrainerOptions one = options;
-    one.micro_batch *= dp;
-    one.data_parallel = {};
-    Trainer reference(one, data);
-    ref = train(reference, int(options.steps));
+    test::GPTRunOptions one = options;
+    one.engine.micro_batch *= dp;
+    one.engine.data_parallel = {};
+    test::GPTEngine reference(one, data);
+    ref = train(reference.engine, int(options.engine.steps));
   }
-  Trainer trainer(options, data, &mesh);
-  EXPECT_EQ(trainer.global_batch(), options.micro_batch * dp * options.grad_accum);
-  const RunResult got = train(trainer, int(options.steps));
+  test::GPTEngine trainer(options, data, &mesh);
+  EXPECT_EQ(trainer.engine.global_batch(), options.engine.micro_batch * dp * options.engine.grad_accum);
+  const RunResult got = train(trainer.engine, int(options.engine.steps));
 
   // Every rank reports the same loss; rank 0 compares with the reference.
   if (mesh.rank() != 0) return;
@@ -170,26 +170,26 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(UnevenSplits, HeadsNotDivisibleByTpFailClearly) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
   const data::TokenSplits data = test::pangram_text(61);
-  TrainerOptions o = options_for(Layout{"odd", 2, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, true});
+  test::GPTRunOptions o = options_for(Layout{"odd", 2, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, true});
   o.model.vocab_size = 62;  // the vocabulary would split; the 3 heads do not
   comm::DeviceMesh mesh(comm::make_mpi_world(), 2, 1);
-  EXPECT_TRUE(test::throws_error([&] { Trainer t(o, data, &mesh); }, ErrorKind::kConfig, {"n_head=3 does not split over --tp 2"}));
+  EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig, {"n_head=3 does not split over --tp 2"}));
 }
 
 TEST(UnevenSplits, MoreStagesThanLayersFailClearly) {
   if (test::world_size() != 4) GTEST_SKIP() << "runs with 4 processes";
   const data::TokenSplits data = test::pangram_text(61);
-  TrainerOptions o = options_for(Layout{"odd", 4, 1, 4, 0, 0, parallel::Schedule::k1F1B, 1, true});  // 3 layers
+  test::GPTRunOptions o = options_for(Layout{"odd", 4, 1, 4, 0, 0, parallel::Schedule::k1F1B, 1, true});  // 3 layers
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 4);
-  EXPECT_TRUE(test::throws_error([&] { Trainer t(o, data, &mesh); }, ErrorKind::kConfig, {"3 layers cannot fill 4 pipeline stages"}));
+  EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig, {"3 layers cannot fill 4 pipeline stages"}));
 }
 
 TEST(UnevenSplits, ShardGroupMustDivideDp) {
   if (test::world_size() != 4) GTEST_SKIP() << "runs with 4 processes";
   const data::TokenSplits data = test::pangram_text(61);
-  TrainerOptions o = options_for(Layout{"odd", 4, 1, 1, 3, 3, parallel::Schedule::k1F1B, 1, true});
+  test::GPTRunOptions o = options_for(Layout{"odd", 4, 1, 1, 3, 3, parallel::Schedule::k1F1B, 1, true});
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 1);
-  EXPECT_TRUE(test::throws_error([&] { Trainer t(o, data, &mesh); }, ErrorKind::kConfig, {"--zero-shard-group 3 must divide the data-parallel size 4"}));
+  EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig, {"--zero-shard-group 3 must divide the data-parallel size 4"}));
 }
 
 }  // namespace

@@ -9,44 +9,45 @@
 #include <vector>
 
 #include "ht/comm/mpi_communicator.h"
-#include "ht/train/trainer.h"
+#include "gpt_engine.h"
 #include "mpi_test_util.h"
 #include "test_util.h"
 
 namespace ht::train {
 namespace {
 
-TrainerOptions small(const std::string& precision) {
-  TrainerOptions o;
+test::GPTRunOptions small(const std::string& precision) {
+  test::GPTRunOptions o;
   o.model = {.vocab_size = 64, .context = 16, .n_layer = 2, .n_head = 2, .n_embd = 32};
   o.seq_len = 16;
-  o.micro_batch = 4;
-  o.steps = 200;
-  o.warmup_steps = 10;
-  o.lr = 3e-3f;
-  o.min_lr = 3e-4f;
-  o.eval_batches = 2;
-  o.data_parallel.precision = precision::parse_policy(precision);
+  o.engine.micro_batch = 4;
+  o.engine.steps = 200;
+  o.engine.warmup_steps = 10;
+  o.engine.lr = 3e-3f;
+  o.engine.min_lr = 3e-4f;
+  o.engine.eval_batches = 2;
+  o.engine.data_parallel.precision = precision::parse_policy(precision);
   return o;
 }
 
 TEST(MixedPrecision, OverflowOnOneRankSkipsTheSameStepEverywhere) {
   if (test::world_size() != 8) GTEST_SKIP() << "runs with 8 processes (dp2 x tp2 x pp2)";
   const data::TokenSplits data = test::pangram_text(64);
-  TrainerOptions o = small("fp16");
-  o.steps = 6;
-  o.grad_accum = 2;
-  o.loss_scaler.initial_scale = 1024.f;  // far from f16 overflow: only the injected one happens
-  o.loss_scaler.hysteresis = 1;
+  test::GPTRunOptions o = small("fp16");
+  o.engine.steps = 6;
+  o.engine.grad_accum = 2;
+  o.engine.loss_scaler.initial_scale = 1024.f;  // far from f16 overflow: only the injected one happens
+  o.engine.loss_scaler.hysteresis = 1;
   const int culprit = 5, bad_step = 3;
-  o.after_gradients = [&](Trainer& t, std::int64_t step) {
+  comm::DeviceMesh mesh(comm::make_mpi_world(), 2, 2);
+  test::GPTEngine run(o, data, &mesh);
+  Engine& t = run.engine;
+  t.add_hooks({.after_gradients = [&](std::int64_t step, float&) {
     if (test::world_rank() != culprit || step != bad_step) return;
     ASSERT_FALSE(t.optimizer().slots().empty());
     Tensor g = t.optimizer().slots().back().grad;
     g.slice(0, 1).fill_(INFINITY);  // one element of one gradient this rank owns
-  };
-  comm::DeviceMesh mesh(comm::make_mpi_world(), 2, 2);
-  Trainer t(o, data, &mesh);
+  }});
   ASSERT_TRUE(t.loss_scaler().enabled());
   std::vector<StepStats> steps;
   for (int i = 0; i < 6; ++i) steps.push_back(t.step());
@@ -81,7 +82,8 @@ TEST(MixedPrecision, SixteenBitTrainingTracksF32) {
     std::int64_t skipped = 0;
   };
   auto run = [&](const std::string& precision) {
-    Trainer t(small(precision), data, &mesh);
+    test::GPTEngine run(small(precision), data, &mesh);
+    Engine& t = run.engine;
     Result r;
     double tail = 0;
     for (int i = 0; i < 200; ++i) {

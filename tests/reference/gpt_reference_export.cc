@@ -19,7 +19,7 @@
 
 #include "core/h5_check.h"
 #include "ht/core/rng.h"
-#include "ht/nn/gpt.h"
+#include "ht/models/gpt.h"
 #include "ht/optim/adamw.h"
 
 namespace {
@@ -31,7 +31,7 @@ using ht::detail::H5Group;
 
 struct Case {
   const char* name;
-  ht::nn::GPTConfig model;
+  ht::models::GPTConfig model;
   std::int64_t batch, seq_len;
   std::uint64_t seed;
   // Moves biases off 0 and LayerNorm gains off 1 after init_weights, so that a
@@ -56,7 +56,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-void perturb_affine(ht::nn::GPT& model, std::uint64_t seed) {
+void perturb_affine(ht::models::GPT& model, std::uint64_t seed) {
   ht::Rng rng(seed ^ 0x5eedu);
   for (ht::nn::Parameter* p : model.parameters()) {
     const bool bias = ends_with(p->name(), ".bias");
@@ -113,7 +113,7 @@ class Writer {
 
 void run_case(const Case& c, const std::string& path) {
   using namespace ht;
-  nn::GPT model(c.model, Device::cpu());
+  models::GPT model(c.model);
   model.init_weights(c.seed);
   if (c.perturb_affine) perturb_affine(model, c.seed);
 
