@@ -67,6 +67,14 @@ cudaError_t launch_rmsnorm_weight_grad(const float* dy, const float* x, const fl
 cudaError_t launch_rmsnorm_input_grad(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
                                       std::int64_t n, std::int64_t c, cudaStream_t stream);
 
+// rope.cu -----------------------------------------------------------------
+
+/// y (rows, n_head, 2 * half) = x rotated pair by pair, row r at position
+/// r % t of table (positions, half, 2); inverse rotates by minus the angle.
+/// y may alias x.
+cudaError_t launch_rope(const float* x, const float* table, float* y, std::int64_t rows, std::int64_t t,
+                        std::int64_t n_head, std::int64_t half, bool inverse, cudaStream_t stream);
+
 // attention.cu ------------------------------------------------------------
 
 /// In place over `rows` rows of a (batch, n_head, t, t) stack of score

@@ -28,6 +28,8 @@
   void rmsnorm_forward(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, float eps);               \
   void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,  \
                         Tensor& dw);                                                                        \
+  /* forward, or the inverse rotation (backward) */                                                        \
+  void rope(const Tensor& x, const Tensor& table, int n_head, bool inverse, Tensor& y);                      \
   void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs);                        \
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head,           \
                           Tensor& dqkv);                                                                    \

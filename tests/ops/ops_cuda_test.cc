@@ -25,6 +25,7 @@
 #include "ht/ops/matmul.h"
 #include "ht/ops/optimizer_update.h"
 #include "ht/ops/rmsnorm.h"
+#include "ht/ops/rope.h"
 #include "test_util.h"
 
 namespace ht {
@@ -322,6 +323,31 @@ void add_rmsnorm_cases(std::vector<Case>& cases) {
     }
 }
 
+void add_rope_cases(std::vector<Case>& cases) {
+  struct Size {
+    std::int64_t b, t, h, d, t_max;
+  };
+  for (DType dt : kComputeDtypes)
+    for (Size s : {Size{1, 1, 1, 2, 1}, Size{2, 7, 3, 4, 9}, Size{3, 33, 4, 64, 33}, Size{2, 100, 6, 128, 128},
+                   Size{0, 3, 2, 4, 3}}) {
+      cases.push_back({"rope_" + dims_name({s.b, s.t, s.h, s.d, s.t_max}) + dtype_suffix(dt),
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(19);
+                         const Tensor table = ops::rope_table(s.t_max, s.d, 10000.f, dev);
+                         const Tensor x = random_of({s.b, s.t, s.h * s.d}, rng, dt, -2.f, 2.f).to(dev);
+                         const Tensor dy = random_of({s.b, s.t, s.h * s.d}, rng, dt).to(dev);
+                         Tensor y = nan_of(x.shape(), dt).to(dev), dx = nan_of(x.shape(), dt).to(dev);
+                         ops::rope_forward(x, table, int(s.h), y);
+                         ops::rope_backward(dy, table, int(s.h), dx);
+                         Tensor in_place = x.clone();  // y aliasing x
+                         ops::rope_forward(in_place, table, int(s.h), in_place);
+                         return Outputs{{"table", table}, {"y", y}, {"dx", dx}, {"y_in_place", in_place}};
+                       },
+                       // Two products and a sum per element; nvcc may contract them into a multiply-add.
+                       rtol_for(dt, 1e-6)});
+    }
+}
+
 void add_attention_cases(std::vector<Case>& cases) {
   struct Size {
     std::int64_t b, t, c;
@@ -613,6 +639,7 @@ std::vector<Case> all_cases() {
   add_elementwise_cases(cases);
   add_layernorm_cases(cases);
   add_rmsnorm_cases(cases);
+  add_rope_cases(cases);
   add_attention_cases(cases);
   add_attention_general_cases(cases);
   add_embedding_cases(cases);
