@@ -26,7 +26,7 @@
 #include "ht/core/device.h"
 #include "ht/core/rng.h"
 #include "ht/core/tensor.h"
-#include "ht/nn/gpt.h"
+#include "ht/models/gpt.h"
 #include "ht/ops/attention.h"
 #include "ht/ops/cast.h"
 #include "ht/ops/cross_entropy.h"
@@ -34,7 +34,6 @@
 #include "ht/ops/layernorm.h"
 #include "ht/ops/matmul.h"
 #include "ht/ops/optimizer_update.h"
-#include "ht/train/metrics.h"
 
 namespace {
 
@@ -282,7 +281,7 @@ void register_all(Device device) {
   reg(bench_name("cross_entropy_fwd_bwd", dev, "N512_V50257"), device, bm_cross_entropy, std::int64_t{512},
       std::int64_t{50257});
   // One small-config parameter block (4C x C) and the whole 124M model's state.
-  const std::int64_t gpt2_params = ht::nn::GPTConfig{50257, 1024, 12, 12, 768}.num_parameters();
+  const std::int64_t gpt2_params = ht::models::GPTConfig{50257, 1024, 12, 12, 768}.num_parameters();
   reg(bench_name("adamw", dev, "n589824"), device, bm_adamw, std::int64_t{589824});
   reg(bench_name("adamw", dev, "n" + std::to_string(gpt2_params)), device, bm_adamw, gpt2_params);
   // The global gradient norm's pass over the 124M model's gradients.
