@@ -1,4 +1,4 @@
-// train_throughput: end-to-end training speed of ht::train::Trainer (forward,
+// train_throughput: end-to-end training speed of ht::train::Engine (forward,
 // backward, global-norm clipping and AdamW per step) on random tokens, for the
 // gpt_train default model and a GPT-2 124M-class model, in f32 or mixed
 // precision (--precision fp32,fp16,bf16: each config runs in each, one after
@@ -30,16 +30,16 @@
 #include <string>
 #include <vector>
 
-#include "ht/core/version.h"
-#include "ht/config.h"
+#include "bench_common.h"
 #include "ht/core/error.h"
 #include "ht/core/rng.h"
+#include "ht/core/version.h"
+#include "ht/models/gpt.h"
 #include "ht/ops/matmul.h"
 #include "ht/precision/policy.h"
-#include "ht/train/metrics.h"
-#include "ht/train/trainer.h"
 
 using namespace ht;
+using bench::median;
 
 namespace {
 
@@ -60,15 +60,15 @@ struct Args {
 
 struct Spec {
   std::string name;
-  nn::GPTConfig model;
+  models::GPTConfig model;
   std::int64_t batch, seq, warmup, steps;
 };
 
 // The gpt_train default, and GPT-2 small (124M) at a batch that fits a 2-core
 // machine's patience: 512 tokens a step.
 Spec spec_of(const std::string& name) {
-  if (name == "small") return {"small", nn::GPTConfig{}, 8, 128, 3, 10};
-  if (name == "124m") return {"124m", nn::GPTConfig{50257, 1024, 12, 12, 768}, 2, 256, 2, 5};
+  if (name == "small") return {"small", models::GPTConfig{}, 8, 128, 3, 10};
+  if (name == "124m") return {"124m", models::GPTConfig{50257, 1024, 12, 12, 768}, 2, 256, 2, 5};
   throw Error(ErrorKind::kConfig, fmt::format("unknown --config '{}': choose small, 124m or both", name));
 }
 
@@ -90,12 +90,6 @@ std::string openblas_warning() {
 
 void synchronize(Device device, const Tensor& t) {
   if (device.is_cuda()) (void)t.item(0);  // a one-element copy to the host waits for the queue
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
 /// Best GFLOP/s of `runs` square sgemms of side n through ht::ops::matmul.
@@ -139,31 +133,24 @@ struct Result {
 };
 
 Result run_config(const Spec& spec, const std::string& prec, Device device) {
-  train::TrainerOptions o;
-  o.model = spec.model;
+  train::EngineOptions o;
   o.data_parallel.precision = precision::parse_policy(prec);
   o.device = device;
   o.micro_batch = spec.batch;
-  o.seq_len = spec.seq;
   o.steps = spec.warmup + spec.steps;
   o.warmup_steps = 1;
   // Random tokens: speed does not depend on the data, and no dataset is needed.
-  data::TokenSplits splits;
-  splits.vocab_size = spec.model.vocab_size;
-  Rng rng(2024);
-  const auto token = [&] { return std::int32_t(rng.below(std::uint64_t(splits.vocab_size))); };
   const std::int64_t n_train = std::max<std::int64_t>(spec.batch * (spec.seq + 1) * 64, 1 << 16);
-  for (std::int64_t i = 0; i < n_train; ++i) splits.train.push_back(token());
-  for (std::int64_t i = 0; i < 2 * (spec.seq + 1); ++i) splits.val.push_back(token());
+  const data::TokenSplits splits = bench::random_tokens(spec.model.vocab_size, n_train, 2 * (spec.seq + 1), 2024);
 
-  train::Trainer trainer(o, splits);
-  Result r{spec, precision::policy_name(o.data_parallel.precision), trainer.model().num_parameters(), {}, {},
+  bench::GptEngine engine(o, spec.model, splits, spec.seq);
+  Result r{spec, precision::policy_name(o.data_parallel.precision), engine->model().num_parameters(), {}, {},
            0.f, 0.f, 0};
-  const Tensor& probe = trainer.model().parameters().front()->data();
+  const Tensor& probe = engine->model().parameters().front()->data();
   for (std::int64_t i = 0; i < spec.warmup + spec.steps; ++i) {
     const std::clock_t c0 = std::clock();
     const auto t0 = std::chrono::steady_clock::now();
-    const train::StepStats s = trainer.step();
+    const train::StepStats s = engine->step();
     synchronize(device, probe);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double cpu_ms = 1000.0 * double(std::clock() - c0) / CLOCKS_PER_SEC;
@@ -196,14 +183,8 @@ std::string human(double v) {
   return fmt::format("{:.1f}", v);
 }
 
-int run(const Args& a) {
-  const Device device = parse_device(a.device);
-  HT_CHECK(!a.precisions.empty(), ErrorKind::kConfig, "--precision needs at least one of fp32, fp16, bf16");
-  for (const std::string& p : a.precisions) (void)precision::parse_policy(p);
-  HT_CHECK(a.gemm == "openblas" || a.gemm == "eigen", ErrorKind::kConfig,
-           "unknown --gemm '{}': choose openblas or eigen", a.gemm);
-  ops::set_cpu_gemm_backend(a.gemm == "eigen" ? ops::CpuGemmBackend::kEigen : ops::CpuGemmBackend::kOpenBlas);
-  if (a.threads > 0) omp_set_num_threads(a.threads);
+/// The configs asked for, with the command line's overrides.
+std::vector<Spec> specs_of(const Args& a) {
   std::vector<Spec> specs;
   for (const std::string& name : a.config == "both" ? std::vector<std::string>{"small", "124m"}
                                                     : std::vector<std::string>{a.config}) {
@@ -216,17 +197,17 @@ int run(const Args& a) {
              s.name, s.model.context);
     specs.push_back(s);
   }
+  return specs;
+}
 
-  const int threads = omp_get_max_threads();
-  const char* omp_env = std::getenv("OMP_NUM_THREADS");
+/// The "# " preamble, with the peak it measures between its lines; returns the peak.
+double print_preamble(const Args& a, Device device) {
   std::printf("# %s\n", ht::build_description().c_str());
-  const char* coretype_env = std::getenv("OPENBLAS_CORETYPE");
-  std::string precisions;
-  for (const std::string& p : a.precisions) precisions += (precisions.empty() ? "" : ",") + p;
-  std::printf("# threads %d (OMP_NUM_THREADS=%s), gemm %s, device %s, precision %s\n", threads,
-              omp_env ? omp_env : "unset", a.gemm.c_str(), device.str().c_str(), precisions.c_str());
+  std::printf("# threads %d (OMP_NUM_THREADS=%s), gemm %s, device %s, precision %s\n", omp_get_max_threads(),
+              bench::env_or("OMP_NUM_THREADS", "unset").c_str(), a.gemm.c_str(), device.str().c_str(),
+              bench::join(a.precisions).c_str());
   std::printf("# %s, core %s (OPENBLAS_CORETYPE=%s)\n", openblas_get_config(), openblas_get_corename(),
-              coretype_env ? coretype_env : "unset");
+              bench::env_or("OPENBLAS_CORETYPE", "unset").c_str());
   const std::string warning = openblas_warning();
   if (!warning.empty()) std::printf("# warning: %s\n", warning.c_str());
   std::fflush(stdout);
@@ -236,86 +217,101 @@ int run(const Args& a) {
   std::printf("# MFU = flops_per_token(seq) * tok/s / peak (the f32 peak in every precision); ms/step and tok/s\n"
               "# from the median timed step\n");
   std::fflush(stdout);
+  return peak;
+}
 
-  std::vector<Result> results;
-  for (const Spec& s : specs) {
-    const std::size_t first = results.size();
-    for (const std::string& prec : a.precisions) {
-      const Result r = run_config(s, prec, device);
-      std::printf("train %s | %s | %s | %s | batch %lld x %lld | %lld steps | %.1f ms/step | %s tok/s | "
-                  "%.1f GFLOP/s | MFU %.1f%%\n",
-                  s.name.c_str(), s.model.str().c_str(), device.str().c_str(), r.precision.c_str(),
-                  (long long)s.batch, (long long)s.seq, (long long)s.steps, r.ms_per_step(),
-                  human(r.tokens_per_s()).c_str(), r.achieved_gflops(), 100.0 * r.achieved_gflops() / peak);
-      std::fflush(stdout);
-      results.push_back(r);
-    }
-    // Each 16-bit precision against fp32 on the same config, run just before or after.
-    const Result* f32 = fp32_of(results, s.name);
-    if (f32 && results.size() - first > 1) {
-      std::string line;
-      for (std::size_t i = first; i < results.size(); ++i)
-        if (&results[i] != f32)
-          line += fmt::format("{}{} {:.2f}", line.empty() ? "" : ", ", results[i].precision,
-                              results[i].ms_per_step() / f32->ms_per_step());
-      std::printf("# %s ms/step over fp32: %s\n", s.name.c_str(), line.c_str());
-      std::fflush(stdout);
-    }
+/// Runs `s` in each precision, printing a line for each (and the ratios to
+/// fp32 when it ran with others); appends the results.
+void run_spec(const Args& a, const Spec& s, Device device, double peak, std::vector<Result>& results) {
+  const std::size_t first = results.size();
+  for (const std::string& prec : a.precisions) {
+    const Result r = run_config(s, prec, device);
+    std::printf("train %s | %s | %s | %s | batch %lld x %lld | %lld steps | %.1f ms/step | %s tok/s | "
+                "%.1f GFLOP/s | MFU %.1f%%\n",
+                s.name.c_str(), s.model.str().c_str(), device.str().c_str(), r.precision.c_str(), (long long)s.batch,
+                (long long)s.seq, (long long)s.steps, r.ms_per_step(), human(r.tokens_per_s()).c_str(),
+                r.achieved_gflops(), 100.0 * r.achieved_gflops() / peak);
+    std::fflush(stdout);
+    results.push_back(r);
   }
+  // Each 16-bit precision against fp32 on the same config, run just before or after.
+  const Result* f32 = fp32_of(results, s.name);
+  if (f32 && results.size() - first > 1) {
+    std::string line;
+    for (std::size_t i = first; i < results.size(); ++i)
+      if (&results[i] != f32)
+        line += fmt::format("{}{} {:.2f}", line.empty() ? "" : ", ", results[i].precision,
+                            results[i].ms_per_step() / f32->ms_per_step());
+    std::printf("# %s ms/step over fp32: %s\n", s.name.c_str(), line.c_str());
+    std::fflush(stdout);
+  }
+}
 
+nlohmann::json run_json(const Args& a, Device device, double peak) {
+  nlohmann::json run = bench::build_json();
+  run.update({{"type", "run"},
+              {"threads", omp_get_max_threads()},
+              {"omp_num_threads_env", bench::env_or("OMP_NUM_THREADS", "")},
+              {"gemm", a.gemm},
+              {"openblas", openblas_get_config()},
+              {"openblas_core", openblas_get_corename()},
+              {"openblas_coretype_env", bench::env_or("OPENBLAS_CORETYPE", "")},
+              {"device", device.str()},
+              {"precisions", a.precisions},
+              {"peak_gflops", peak},
+              {"peak_gemm_size", a.peak_size}});
+  return run;
+}
+
+nlohmann::json result_json(const Result& r, const std::vector<Result>& results, Device device, double peak) {
+  double sum_ms = 0.0;
+  for (double ms : r.step_ms) sum_ms += ms;
+  nlohmann::json j{{"type", "train_throughput"},
+                   {"config", r.spec.name},
+                   {"precision", r.precision},
+                   {"model", r.spec.model.str()},
+                   {"num_parameters", r.num_parameters},
+                   {"device", device.str()},
+                   {"threads", omp_get_max_threads()},
+                   {"batch", r.spec.batch},
+                   {"seq_len", r.spec.seq},
+                   {"warmup_steps", r.spec.warmup},
+                   {"steps", r.spec.steps},
+                   {"tokens_per_step", r.tokens_per_step()},
+                   {"ms_per_step", r.ms_per_step()},
+                   {"ms_per_step_min", *std::min_element(r.step_ms.begin(), r.step_ms.end())},
+                   {"ms_per_step_mean", sum_ms / double(r.step_ms.size())},
+                   {"step_ms", r.step_ms},
+                   {"cpu_ms_per_step", r.cpu_ms_per_step()},
+                   {"step_cpu_ms", r.step_cpu_ms},
+                   {"tokens_per_s", r.tokens_per_s()},
+                   {"flops_per_token", r.flops_per_token()},
+                   {"achieved_gflops", r.achieved_gflops()},
+                   {"peak_gflops", peak},
+                   {"mfu_pct", 100.0 * r.achieved_gflops() / peak},
+                   {"loss_first", r.loss_first},
+                   {"loss_last", r.loss_last},
+                   {"skipped_steps", r.skipped_steps}};
+  if (const Result* f32 = fp32_of(results, r.spec.name))
+    j["ms_per_step_ratio_to_fp32"] = r.ms_per_step() / f32->ms_per_step();
+  return j;
+}
+
+int run(const Args& a) {
+  const Device device = parse_device(a.device);
+  HT_CHECK(!a.precisions.empty(), ErrorKind::kConfig, "--precision needs at least one of fp32, fp16, bf16");
+  for (const std::string& p : a.precisions) (void)precision::parse_policy(p);
+  HT_CHECK(a.gemm == "openblas" || a.gemm == "eigen", ErrorKind::kConfig,
+           "unknown --gemm '{}': choose openblas or eigen", a.gemm);
+  ops::set_cpu_gemm_backend(a.gemm == "eigen" ? ops::CpuGemmBackend::kEigen : ops::CpuGemmBackend::kOpenBlas);
+  if (a.threads > 0) omp_set_num_threads(a.threads);
+  const std::vector<Spec> specs = specs_of(a);
+  const double peak = print_preamble(a, device);
+  std::vector<Result> results;
+  for (const Spec& s : specs) run_spec(a, s, device, peak, results);
   if (a.json) {
-    nlohmann::json run{{"type", "run"},
-                       {"version", HT_VERSION},
-                       {"git_commit", HT_GIT_COMMIT},
-                       {"build_type", HT_BUILD_TYPE},
-                       {"build", ht::build_description()},
-                       {"threads", threads},
-                       {"omp_num_threads_env", omp_env ? omp_env : ""},
-                       {"gemm", a.gemm},
-                       {"openblas", openblas_get_config()},
-                       {"openblas_core", openblas_get_corename()},
-                       {"openblas_coretype_env", coretype_env ? coretype_env : ""},
-                       {"device", device.str()},
-                       {"precisions", a.precisions},
-                       {"peak_gflops", peak},
-                       {"peak_gemm_size", a.peak_size}};
-    std::printf("%s\n", run.dump().c_str());
-    for (const Result& r : results) {
-      const double mean_ms = [&] {
-        double sum = 0.0;
-        for (double ms : r.step_ms) sum += ms;
-        return sum / double(r.step_ms.size());
-      }();
-      nlohmann::json j{{"type", "train_throughput"},
-                       {"config", r.spec.name},
-                       {"precision", r.precision},
-                       {"model", r.spec.model.str()},
-                       {"num_parameters", r.num_parameters},
-                       {"device", device.str()},
-                       {"threads", threads},
-                       {"batch", r.spec.batch},
-                       {"seq_len", r.spec.seq},
-                       {"warmup_steps", r.spec.warmup},
-                       {"steps", r.spec.steps},
-                       {"tokens_per_step", r.tokens_per_step()},
-                       {"ms_per_step", r.ms_per_step()},
-                       {"ms_per_step_min", *std::min_element(r.step_ms.begin(), r.step_ms.end())},
-                       {"ms_per_step_mean", mean_ms},
-                       {"step_ms", r.step_ms},
-                       {"cpu_ms_per_step", r.cpu_ms_per_step()},
-                       {"step_cpu_ms", r.step_cpu_ms},
-                       {"tokens_per_s", r.tokens_per_s()},
-                       {"flops_per_token", r.flops_per_token()},
-                       {"achieved_gflops", r.achieved_gflops()},
-                       {"peak_gflops", peak},
-                       {"mfu_pct", 100.0 * r.achieved_gflops() / peak},
-                       {"loss_first", r.loss_first},
-                       {"loss_last", r.loss_last},
-                       {"skipped_steps", r.skipped_steps}};
-      if (const Result* f32 = fp32_of(results, r.spec.name))
-        j["ms_per_step_ratio_to_fp32"] = r.ms_per_step() / f32->ms_per_step();
-      std::printf("%s\n", j.dump().c_str());
-    }
+    bench::print_json_line(run_json(a, device, peak));
+    for (const Result& r : results) bench::print_json_line(result_json(r, results, device, peak));
   }
   return 0;
 }
