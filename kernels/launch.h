@@ -42,6 +42,17 @@ cudaError_t launch_bias_grad(const float* dy, float* dbias, std::int64_t rows, s
 cudaError_t launch_gelu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream);
 cudaError_t launch_gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
 
+// silu.cu -----------------------------------------------------------------
+
+cudaError_t launch_silu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream);
+cudaError_t launch_silu_backward(const float* x, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
+/// out (rows, f) = silu(gate) * up with gate_up (rows, 2f) = [gate | up].
+cudaError_t launch_swiglu_forward(const float* gate_up, float* out, std::int64_t rows, std::int64_t f,
+                                  cudaStream_t stream);
+/// dgate_up (rows, 2f) overwritten from dout (rows, f); may alias gate_up.
+cudaError_t launch_swiglu_backward(const float* dout, const float* gate_up, float* dgate_up, std::int64_t rows,
+                                   std::int64_t f, cudaStream_t stream);
+
 // layernorm.cu ------------------------------------------------------------
 
 /// y, mean, rstd from x (n, c).

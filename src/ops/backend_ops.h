@@ -21,6 +21,10 @@
   void bias_grad(const Tensor& dy, Tensor& dbias);                                                          \
   void gelu_forward(const Tensor& x, Tensor& y);                                                            \
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);                                        \
+  void silu_forward(const Tensor& x, Tensor& y);                                                            \
+  void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);                                        \
+  void swiglu_forward(const Tensor& gate_up, Tensor& out);                                                  \
+  void swiglu_backward(const Tensor& dout, const Tensor& gate_up, Tensor& dgate_up);                        \
   void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, Tensor& mean,        \
                          Tensor& rstd, float eps);                                                          \
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,           \

@@ -26,6 +26,7 @@
 #include "ht/ops/optimizer_update.h"
 #include "ht/ops/rmsnorm.h"
 #include "ht/ops/rope.h"
+#include "ht/ops/silu.h"
 #include "test_util.h"
 
 namespace ht {
@@ -264,6 +265,46 @@ void add_elementwise_cases(std::vector<Case>& cases) {
                        },
                        rtol_for(dt, 1e-6)});
     }
+}
+
+void add_silu_cases(std::vector<Case>& cases) {
+  for (DType dt : kComputeDtypes) {
+    for (std::int64_t n : {0, 1, 1000, 300007}) {
+      cases.push_back({"silu_" + std::to_string(n) + dtype_suffix(dt),
+                       [n, dt](Device dev) {
+                         std::mt19937 rng(20);
+                         const Tensor x = random_of({n}, rng, dt, -10.f, 10.f).to(dev);
+                         const Tensor dy = random_of({n}, rng, dt).to(dev);
+                         Tensor y = nan_of({n}, dt).to(dev), dx = nan_of({n}, dt).to(dev);
+                         ops::silu_forward(x, y);
+                         ops::silu_backward(x, dy, dx);
+                         Tensor y_in_place = x.clone(), dx_in_place = dy.clone();
+                         ops::silu_forward(y_in_place, y_in_place);
+                         ops::silu_backward(x, dx_in_place, dx_in_place);
+                         return Outputs{{"y", y}, {"dx", dx}, {"y_in_place", y_in_place}, {"dx_in_place", dx_in_place}};
+                       },
+                       // expf on the device against the CPU's vexp: an ulp or two.
+                       rtol_for(dt, 2e-6)});
+    }
+    struct Size {
+      std::int64_t rows, f;
+    };
+    for (Size s : {Size{0, 4}, Size{3, 0}, Size{1, 1}, Size{37, 33}, Size{512, 1376}}) {
+      cases.push_back({"swiglu_" + dims_name({s.rows, s.f}) + dtype_suffix(dt),
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(21);
+                         const Tensor gu = random_of({s.rows, 2 * s.f}, rng, dt, -6.f, 6.f).to(dev);
+                         const Tensor dout = random_of({s.rows, s.f}, rng, dt).to(dev);
+                         Tensor out = nan_of({s.rows, s.f}, dt).to(dev), dgu = nan_of({s.rows, 2 * s.f}, dt).to(dev);
+                         ops::swiglu_forward(gu, out);
+                         ops::swiglu_backward(dout, gu, dgu);
+                         Tensor in_place = gu.clone();  // dgate_up aliasing gate_up
+                         ops::swiglu_backward(dout, in_place, in_place);
+                         return Outputs{{"out", out}, {"dgate_up", dgu}, {"dgate_up_in_place", in_place}};
+                       },
+                       rtol_for(dt, 2e-6)});
+    }
+  }
 }
 
 void add_layernorm_cases(std::vector<Case>& cases) {
@@ -637,6 +678,7 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   add_matmul_cases(cases);
   add_elementwise_cases(cases);
+  add_silu_cases(cases);
   add_layernorm_cases(cases);
   add_rmsnorm_cases(cases);
   add_rope_cases(cases);
