@@ -75,4 +75,20 @@ void SampleFlags::print(train::Engine& engine, train::Job& job,
   std::printf("# sample (temperature %.2f):\n%s\n", temperature, text.c_str());
 }
 
+int train_language_model(const char* program, train::TrainFlags& flags, const TokenDataFlags& data,
+                         const SampleFlags& sample, std::int64_t vocab_size, std::int64_t context,
+                         const std::function<void(int tp, int pp)>& check_layout,
+                         const std::function<std::unique_ptr<models::CausalLM>(const nn::Placement&)>& make_model) {
+  return train::run_job(program, flags, [&](train::Job& job) {
+    check_layout(flags.job.tp, flags.job.pp);
+    const data::TokenSplits splits = data.load(job, vocab_size, context);
+    if (data.prepare_only) return;
+    data::TokenBatches batches(splits, data.seq_len);
+    train::Engine engine(job, flags.engine, make_model, batches);
+    flags.fit.run_fields["seq_len"] = data.seq_len;
+    flags.fit.at_end = [&](train::Engine& e) { sample.print(e, job, [&] { return make_model({}); }); };
+    train::fit(job, engine, flags.fit);
+  });
+}
+
 }  // namespace ht::examples

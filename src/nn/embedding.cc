@@ -6,7 +6,7 @@
 namespace ht::nn {
 
 Embedding::Embedding(std::string name, std::int64_t vocab_size, std::int64_t max_positions, std::int64_t dim,
-                     Device device, TensorParallel tp)
+                     Device device, TensorParallel tp, const std::string& token_name, const std::string& position_name)
     : Module(std::move(name)), tp_(tp), vocab_(vocab_size) {
   HT_CHECK(vocab_size > 0 && dim > 0 && max_positions >= 0, ErrorKind::kConfig,
            "Embedding '{}': vocab_size={} and dim={} must be positive, max_positions={} non-negative", this->name(),
@@ -18,9 +18,9 @@ Embedding::Embedding(std::string name, std::int64_t vocab_size, std::int64_t max
   const ParamLayout vocab_split =
       tp.size() > 1 ? ParamLayout{.tp_split_dim = 0, .tp_rank = tp.rank(), .tp_size = tp.size()} : ParamLayout{};
   // PyTorch's nn.Embedding default: N(0, 1).
-  wte_ = &add_parameter("wte", {vocab_size, dim}, /*weight_decay=*/true, device, vocab_split, Init::normal(1.f));
+  wte_ = &add_parameter(token_name, {vocab_size, dim}, /*weight_decay=*/true, device, vocab_split, Init::normal(1.f));
   if (max_positions > 0)
-    wpe_ = &add_parameter("wpe", {max_positions, dim}, /*weight_decay=*/true, device, {}, Init::normal(1.f));
+    wpe_ = &add_parameter(position_name, {max_positions, dim}, /*weight_decay=*/true, device, {}, Init::normal(1.f));
 }
 
 ops::VocabShard Embedding::shard() const {

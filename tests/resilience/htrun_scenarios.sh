@@ -105,6 +105,23 @@ case "$scenario" in
     [ "$(cat "$work/bad-flag.rc")" = 2 ] || { tail -20 "$work/bad-flag.log"; fail "htrun exited $(cat "$work/bad-flag.rc"), not 2"; }
     expect bad-flag "failure of an unknown rank detected .*the launcher exited [0-9]* and no rank said why"
     expect bad-flag "htrun report: the program failed before training twice in a row (exit [0-9]*); see .*htrun_job.log; 1 restart(s)" ;;
+  no-heartbeat)
+    # A program that keeps no part of the contract (never writes a
+    # heartbeat): told so by name at the first start timeout, not retried.
+    program="$work/silent.sh"
+    printf '#!/bin/sh\nexec sleep 600\n' > "$program"
+    chmod +x "$program"
+    run no-heartbeat --start-timeout 3
+    [ "$(cat "$work/no-heartbeat.rc")" = 2 ] || { tail -20 "$work/no-heartbeat.log"; fail "htrun exited $(cat "$work/no-heartbeat.rc"), not 2"; }
+    expect no-heartbeat "no rank wrote a heartbeat within the start timeout (3 s): '$program' does not keep htrun's contract"
+    expect no-heartbeat "htrun report: the program wrote no heartbeat, so htrun cannot watch it"
+    [ "$(grep -c "htrun: launch " "$work/no-heartbeat.log")" = 1 ] || fail "htrun relaunched a program that never beat" ;;
+  own-run-dir)
+    # --run-dir given to the program too: refused at once, naming the flag.
+    run own-run-dir -- --run-dir "$work/elsewhere"
+    [ "$(cat "$work/own-run-dir.rc")" = 2 ] || fail "htrun exited $(cat "$work/own-run-dir.rc"), not 2"
+    expect own-run-dir "the program's arguments hold --run-dir, a flag htrun passes itself"
+    grep -q "htrun: launch " "$work/own-run-dir.log" && fail "htrun launched the program" ;;
   give-up)
     # --max-restarts bounds the relaunches: the second crash ends the run,
     # which counts the one relaunch it made.

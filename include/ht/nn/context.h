@@ -9,6 +9,7 @@
 // thread-safe.
 #pragma once
 
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -39,15 +40,28 @@ class Context {
   /// saved(m), then pop(m): for a model's backward_loss, whose loss entry
   /// must be gone before backward() reads the forward's own.
   std::vector<Tensor> take(const Module* m);
-  /// Drops everything saved (frees activations once backward is done).
-  void clear() { saved_.clear(); }
+  /// Drops everything saved and the side inputs (frees activations once backward is done).
+  void clear() {
+    saved_.clear();
+    side_.clear();
+  }
   /// Bytes held by saved tensors (views of one storage counted per view).
   std::int64_t saved_bytes() const;
+
+  /// Side inputs of the micro-batch that layers deep inside a model read
+  /// (a padding mask: "key_mask"), set by the model before its forward.
+  void set_side_input(const std::string& name, Tensor t) { side_[name] = std::move(t); }
+  /// The side input `name`, or null.
+  const Tensor* side_input(const std::string& name) const {
+    const auto it = side_.find(name);
+    return it == side_.end() ? nullptr : &it->second;
+  }
 
  private:
   Device device_;
   bool saving_;
   std::unordered_map<const Module*, std::vector<std::vector<Tensor>>> saved_;  // a stack per module
+  std::unordered_map<std::string, Tensor> side_;
 };
 
 }  // namespace ht::nn

@@ -13,8 +13,10 @@ class Embedding : public Module {
   /// With tensor parallelism wte is vocab-parallel: each rank holds vocab / tp
   /// rows, looks up the tokens in its range and the group sums the results;
   /// wpe is replicated (added by tp rank 0 before the sum).
+  /// The weights are named `token_name` and `position_name` ("wte", "wpe"
+  /// as in GPT-2; Llama's is "weight", in a module named "embed_tokens").
   Embedding(std::string name, std::int64_t vocab_size, std::int64_t max_positions, std::int64_t dim, Device device,
-            TensorParallel tp = {});
+            TensorParallel tp = {}, const std::string& token_name = "wte", const std::string& position_name = "wpe");
 
   Parameter& token_weight() { return *wte_; }
   Parameter* position_weight() { return wpe_; }

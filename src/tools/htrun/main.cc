@@ -8,9 +8,10 @@
 // (mpirun --host); or, when SLURM_JOB_ID is set, the Slurm allocation (srun;
 // bad nodes drained), whose last --spares hosts are held back. The job is
 // `<launcher> <program> [args] --run-dir <run-dir> --resume auto`; the
-// program must accept those two flags (gpt_train does) and write heartbeats
-// and exit records there (ht::resilience::RankGuard). The run directory must
-// be shared by every node.
+// program must accept those two flags and write heartbeats and exit records
+// there: every program built on ht::train::Job does (gpt_train, llama_train,
+// examples/custom_program). The whole contract is docs/htrun.md. The run
+// directory must be shared by every node.
 //
 // On a failure htrun stops every rank (TERM, then KILL), classifies it from
 // the exit records, the launcher's report of a dead rank and the heartbeats
@@ -70,6 +71,16 @@ int main(int argc, char** argv) {
   app.add_option("program", o.program, "-- program [args]")->required();
   app.allow_extras(false);
   CLI11_PARSE(app, argc, argv);
+  // The two flags htrun appends: given to the program as well, the launch
+  // would fail on a repeated flag.
+  for (const std::string& arg : o.program)
+    if (arg == "--run-dir" || arg.rfind("--run-dir=", 0) == 0 || arg == "--resume" || arg.rfind("--resume=", 0) == 0) {
+      std::fprintf(stderr,
+                   "htrun: the program's arguments hold %s, a flag htrun passes itself (--run-dir <htrun's --run-dir> "
+                   "--resume auto): give the run directory to htrun (--run-dir) and drop it from the program's\n",
+                   arg.c_str());
+      return 2;
+    }
   if (o.health_tool.empty())
     o.health_tool = (fs::canonical("/proc/self/exe").parent_path() / "ht-health").string();
   try {

@@ -48,7 +48,8 @@ bool behind(const Heartbeat& a, const Heartbeat& b) {
 }  // namespace
 
 struct Supervisor::Watch {
-  std::string kind;  // "hang" or "preemption" when the watch itself ended the job
+  // "hang", "preemption" or "no-heartbeat" when the watch itself ended the job
+  std::string kind;
   std::string message;
   int failed_rank = -1;
   double failed_at = 0, detected_at = 0;
@@ -193,9 +194,20 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
         w.failed_at = launched_at + options_.start_timeout_s;
         w.message = fmt::format("rank {} did not {} within the start timeout ({:g} s)", laggard,
                                 beats.count(laggard) ? "finish starting" : "start", options_.start_timeout_s);
+        // Not one heartbeat from any rank: the program does not keep the
+        // contract (a program on ht::train::Job beats from its first moment).
+        if (beats.empty()) {
+          w.kind = "no-heartbeat";
+          w.failed_rank = -1;
+          w.message = fmt::format(
+              "no rank wrote a heartbeat within the start timeout ({:g} s): '{}' does not keep htrun's contract "
+              "(heartbeats in {}/heartbeat/rank_R.json; programs built on ht::train::Job keep it; see docs/htrun.md)",
+              options_.start_timeout_s, options_.program.empty() ? std::string("the program") : options_.program.front(),
+              options_.run_dir);
+        }
       }
     }
-    if (w.kind == "hang") {
+    if (w.kind == "hang" || w.kind == "no-heartbeat") {
       w.detected_at = now_s();
       job.stop(options_.grace_s);
       break;
@@ -354,6 +366,13 @@ Report Supervisor::run() {
       report.verdict = incident.kind == "preemption"
                            ? preemption_verdict(w)
                            : "the program failed on its input (exit record kind 'error'); not retried";
+      break;
+    }
+    // A program that never beat cannot be watched: relaunching cannot help.
+    if (incident.kind == "no-heartbeat") {
+      report.incidents.push_back(incident);
+      report.exit_code = 2;
+      report.verdict = "the program wrote no heartbeat, so htrun cannot watch it (see docs/htrun.md); not retried";
       break;
     }
     // The program failing the same way before any training, with nothing

@@ -1,0 +1,81 @@
+// ht::models::Llama: the Llama architecture — RMSNorm before attention and
+// MLP, rotary position embeddings, grouped-query attention (n_kv_head key/
+// value heads shared by the query heads), a SwiGLU MLP, no biases, an output
+// head of its own (untied) — with configurable size.
+//
+// Built for one rank of a tp x pp layout (an nn::Placement) like GPT: with a
+// tensor-parallel group, query and key/value heads, the MLP's hidden units
+// and the vocabulary split over it (so tp must divide n_kv_head); with a
+// pipeline stage the model holds its contiguous blocks, the embedding on the
+// first stage and the final norm and head on the last. Parameter names
+// follow Hugging Face's LlamaForCausalLM ("embed_tokens.weight",
+// "layers.3.self_attn.q_proj.weight", "layers.3.input_layernorm.weight",
+// "norm.weight", "lm_head.weight"), except the MLP, whose gate and up
+// projections are packed in one matrix ("layers.3.mlp.gate_up.weight",
+// [gate | up] along the output dimension; "layers.3.mlp.down.weight").
+//
+// Initialisation as Hugging Face's: N(0, 0.02) for every matrix and the
+// embedding, ones for the norms.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ht/models/causal_lm.h"
+#include "ht/nn/embedding.h"
+#include "ht/nn/lm_head.h"
+#include "ht/nn/rms_norm.h"
+
+namespace ht::models {
+
+struct LlamaConfig {
+  std::int64_t vocab_size = 256;
+  std::int64_t context = 256;  // maximum sequence length (rotary positions)
+  int n_layer = 6;
+  int n_head = 6;
+  int n_kv_head = 2;
+  std::int64_t n_embd = 384;
+  std::int64_t ffn_hidden = 1024;  // the SwiGLU MLP's hidden size
+  float rope_theta = 10000.f;
+  float norm_eps = 1e-5f;
+
+  /// Throws kConfig naming the bad value and what would be valid.
+  void validate() const;
+  /// Also checks the split over `tp` tensor-parallel ranks (n_kv_head,
+  /// ffn_hidden and vocab_size divisible) and `pp` stages (a block each).
+  void validate_parallel(int tp, int pp) const;
+  std::int64_t num_parameters() const;
+  /// Matmul FLOPs of one forward+backward per token: 6 N (N without the
+  /// embedding, a lookup) plus attention's 12 L T C.
+  double flops_per_token(std::int64_t seq_len) const;
+  /// "L6 H6 KV2 C384 F1024 V256 T256 theta10000"
+  std::string str() const;
+  friend bool operator==(const LlamaConfig&, const LlamaConfig&) = default;
+};
+
+class Llama : public CausalLM {
+ public:
+  /// Throws kConfig when the config does not split over the placement's tp
+  /// and stages. With placement.defer_storage each module's parameters are
+  /// released as soon as it is built (ZeRO-3 fills them).
+  explicit Llama(const LlamaConfig& config, const nn::Placement& placement = {});
+
+  const LlamaConfig& config() const { return config_; }
+  /// "Llama L6 H6 KV2 C384 F1024 V256 T256 theta10000".
+  std::string describe() const override { return "Llama " + config_.str(); }
+  double flops_per_token(const Shape& input_shape) const override;
+
+ protected:
+  Tensor forward_impl(nn::Context& ctx, const Tensor& input) override;
+  Tensor backward_impl(nn::Context& ctx, const Tensor& dy) override;
+
+ private:
+  LlamaConfig config_;
+  nn::Embedding* embed_ = nullptr;
+  std::vector<nn::Module*> layers_;
+  nn::RMSNorm* norm_ = nullptr;
+  nn::LMHead* head_ = nullptr;
+};
+
+}  // namespace ht::models

@@ -1,0 +1,59 @@
+// ht::nn::SelfAttention: multi-head self-attention with separate q, k, v and
+// output projections, grouped-query heads (n_kv_head key/value heads shared
+// by n_head / n_kv_head query heads each; Llama), optional rotary position
+// embeddings on q and k, a causal mask (decoders) or none (encoders), and an
+// optional key padding mask.
+//
+// Padding: when the micro-batch's Context holds a side input "key_mask"
+// ((B, T) i32, nonzero = that key may be attended; the model sets it), keys
+// are masked; a query with no admissible key outputs zeros.
+//
+// Tensor parallelism: q, k and v are column-parallel and the output
+// projection row-parallel, so each rank computes n_head / tp query heads and
+// n_kv_head / tp key/value heads (the query heads of a group stay on the
+// rank of their key/value head).
+#pragma once
+
+#include "ht/nn/linear.h"
+
+namespace ht::nn {
+
+struct AttentionConfig {
+  std::int64_t dim = 0;  // model width: the input's and output's last dimension
+  int n_head = 1;
+  int n_kv_head = 0;  // 0: n_head (plain multi-head attention)
+  bool causal = true;
+  bool bias = false;       // biases on the four projections
+  float rope_theta = 0.f;  // > 0: rotary position embeddings with this base
+  std::int64_t max_positions = 0;  // the longest sequence (for the rotary table)
+};
+
+class SelfAttention : public Module {
+ public:
+  /// Throws kConfig naming the value when n_head does not divide dim,
+  /// n_kv_head n_head, tp n_kv_head, or rotary embeddings lack max_positions
+  /// or meet an odd head size.
+  SelfAttention(std::string name, const AttentionConfig& config, Device device, TensorParallel tp = {});
+
+  const AttentionConfig& config() const { return config_; }
+  Linear& q_proj() { return *q_; }
+  Linear& k_proj() { return *k_; }
+  Linear& v_proj() { return *v_; }
+  Linear& o_proj() { return *o_; }
+
+ protected:
+  /// x (B, T, dim) -> (B, T, dim); saves q, k, v (rotated) and the probabilities.
+  Tensor forward_impl(Context& ctx, const Tensor& x) override;
+  Tensor backward_impl(Context& ctx, const Tensor& dy) override;
+
+ private:
+  AttentionConfig config_;
+  int local_heads_, local_kv_heads_;
+  Tensor rope_table_;  // (max_positions, head_dim / 2, 2) f32 cos/sin, when rotary
+  Linear* q_;
+  Linear* k_;
+  Linear* v_;
+  Linear* o_;
+};
+
+}  // namespace ht::nn

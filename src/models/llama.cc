@@ -1,0 +1,154 @@
+// ht::models::Llama: blocks, assembly and initialisation.
+#include "ht/models/llama.h"
+
+#include "ht/nn/self_attention.h"
+#include "ht/nn/swiglu_mlp.h"
+#include "ht/ops/elementwise.h"
+#include "ht/parallel/layout.h"
+
+namespace ht::models {
+namespace {
+
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+// One pre-norm block: x = x + attn(norm(x)); x = x + mlp(norm(x)). The unit
+// ZeRO-3 gathers and frees as a whole.
+class LlamaBlock : public nn::Module {
+ public:
+  LlamaBlock(std::string name, const LlamaConfig& c, Device device, nn::TensorParallel tp) : Module(std::move(name)) {
+    attn_norm_ = &add_module(std::make_unique<nn::RMSNorm>("input_layernorm", c.n_embd, device, c.norm_eps));
+    attn_ = &add_module(std::make_unique<nn::SelfAttention>(
+        "self_attn",
+        nn::AttentionConfig{.dim = c.n_embd,
+                            .n_head = c.n_head,
+                            .n_kv_head = c.n_kv_head,
+                            .causal = true,
+                            .bias = false,
+                            .rope_theta = c.rope_theta,
+                            .max_positions = c.context},
+        device, tp));
+    mlp_norm_ = &add_module(std::make_unique<nn::RMSNorm>("post_attention_layernorm", c.n_embd, device, c.norm_eps));
+    mlp_ = &add_module(std::make_unique<nn::SwiGLUMLP>("mlp", c.n_embd, c.ffn_hidden, device, tp));
+  }
+
+ protected:
+  Tensor forward_impl(nn::Context& ctx, const Tensor& x) override {
+    Tensor a = attn_->forward(ctx, attn_norm_->forward(ctx, x));
+    ops::add(x, a, a);
+    Tensor m = mlp_->forward(ctx, mlp_norm_->forward(ctx, a));
+    ops::add(a, m, m);
+    return m;
+  }
+  Tensor backward_impl(nn::Context& ctx, const Tensor& dy) override {
+    // Each residual branch passes dy through unchanged and adds its own gradient.
+    Tensor d = mlp_norm_->backward(ctx, mlp_->backward(ctx, dy));
+    ops::add(d, dy, d);
+    Tensor d2 = attn_norm_->backward(ctx, attn_->backward(ctx, d));
+    ops::add(d2, d, d2);
+    return d2;
+  }
+
+ private:
+  nn::RMSNorm* attn_norm_;
+  nn::SelfAttention* attn_;
+  nn::RMSNorm* mlp_norm_;
+  nn::SwiGLUMLP* mlp_;
+};
+
+}  // namespace
+
+void LlamaConfig::validate() const {
+  HT_CHECK(vocab_size > 0 && context > 0 && n_layer > 0 && n_head > 0 && n_kv_head > 0 && n_embd > 0 &&
+               ffn_hidden > 0 && rope_theta > 0.f && norm_eps > 0.f,
+           ErrorKind::kConfig, "Llama config {}: every size, the rotary base and eps must be positive", str());
+  HT_CHECK(n_embd % n_head == 0, ErrorKind::kConfig,
+           "Llama config: n_head={} does not divide n_embd={}: choose n_head in {{{}}}", n_head, n_embd,
+           fmt::join(divisors(n_embd), ","));
+  HT_CHECK((n_embd / n_head) % 2 == 0, ErrorKind::kConfig,
+           "Llama config {}: the head size {} must be even for rotary embeddings", str(), n_embd / n_head);
+  HT_CHECK(n_head % n_kv_head == 0, ErrorKind::kConfig,
+           "Llama config: --kv-heads {} must divide n_head={}: choose it in {{{}}}", n_kv_head, n_head,
+           fmt::join(divisors(n_head), ","));
+}
+
+void LlamaConfig::validate_parallel(int tp, int pp) const {
+  validate();
+  HT_CHECK(tp > 0 && pp > 0, ErrorKind::kConfig, "--tp ({}) and --pp ({}) must be positive", tp, pp);
+  HT_CHECK(n_kv_head % tp == 0, ErrorKind::kConfig,
+           "Llama config {}: n_kv_head={} does not split over --tp {}: choose --tp in {{{}}} or more --kv-heads", str(),
+           n_kv_head, tp, fmt::join(divisors(n_kv_head), ","));
+  HT_CHECK(ffn_hidden % tp == 0 && vocab_size % tp == 0, ErrorKind::kConfig,
+           "Llama config {}: --ffn {} and the vocabulary {} must both split over --tp {}", str(), ffn_hidden,
+           vocab_size, tp);
+  HT_CHECK(n_layer >= pp, ErrorKind::kConfig,
+           "Llama config {}: {} layers cannot fill {} pipeline stages (one block per stage at least): lower --pp to "
+           "<= {}",
+           str(), n_layer, pp, n_layer);
+}
+
+std::int64_t LlamaConfig::num_parameters() const {
+  const std::int64_t c = n_embd, kv = c / n_head * n_kv_head;
+  const std::int64_t per_block = 2 * c + (c * c + 2 * c * kv + c * c) + 3 * c * ffn_hidden;
+  return 2 * vocab_size * c + n_layer * per_block + c;
+}
+
+double LlamaConfig::flops_per_token(std::int64_t seq_len) const {
+  const double n = double(num_parameters() - vocab_size * n_embd);  // the embedding is a lookup
+  return 6.0 * n + 12.0 * double(n_layer) * double(seq_len) * double(n_embd);
+}
+
+std::string LlamaConfig::str() const {
+  return fmt::format("L{} H{} KV{} C{} F{} V{} T{} theta{:g}", n_layer, n_head, n_kv_head, n_embd, ffn_hidden,
+                     vocab_size, context, rope_theta);
+}
+
+Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
+    : CausalLM("llama", placement, config.vocab_size, config.context, config.n_embd), config_(config) {
+  const nn::TensorParallel& tp = placement.tp;
+  const Device device = placement.device;
+  config.validate_parallel(tp.size(), stage().size);
+  auto built = [defer = placement.defer_storage](auto& module) -> auto& {
+    if (defer)
+      for (nn::Parameter* p : module.parameters()) p->release_data();
+    return module;
+  };
+  if (first_stage())
+    embed_ = &built(add_module(std::make_unique<nn::Embedding>("embed_tokens", config.vocab_size, 0, config.n_embd,
+                                                               device, tp, "weight")));
+  const auto [first, last] = parallel::stage_layers(config.n_layer, stage().rank, stage().size);
+  for (int i = first; i < last; ++i)
+    layers_.push_back(
+        &built(add_module(std::make_unique<LlamaBlock>(fmt::format("layers.{}", i), config, device, tp))));
+  if (last_stage()) {
+    norm_ = &built(add_module(std::make_unique<nn::RMSNorm>("norm", config.n_embd, device, config.norm_eps)));
+    head_ = &built(add_module(
+        std::make_unique<nn::LMHead>("lm_head", "weight", config.vocab_size, config.n_embd, device, tp)));
+  }
+  for (nn::Parameter* p : parameters())
+    p->set_init(p->full_shape().size() == 1 ? nn::Init::ones() : nn::Init::normal(0.02f));
+}
+
+double Llama::flops_per_token(const Shape& input_shape) const {
+  return config_.flops_per_token(input_shape.size() == 2 ? input_shape[1] : config_.context);
+}
+
+Tensor Llama::forward_impl(nn::Context& ctx, const Tensor& input) {
+  check_input(input);
+  Tensor x = first_stage() ? embed_->forward(ctx, input) : input;
+  for (nn::Module* layer : layers_) x = layer->forward(ctx, x);
+  if (!last_stage()) return x;
+  return head_->forward(ctx, norm_->forward(ctx, x));
+}
+
+Tensor Llama::backward_impl(nn::Context& ctx, const Tensor& dy) {
+  Tensor dx = last_stage() ? norm_->backward(ctx, head_->backward(ctx, dy)) : dy;
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) dx = (*it)->backward(ctx, dx);
+  return first_stage() ? embed_->backward(ctx, dx) : dx;
+}
+
+}  // namespace ht::models

@@ -1,0 +1,80 @@
+// ht::nn::SelfAttention.
+#include "ht/nn/self_attention.h"
+
+#include "ht/ops/attention.h"
+#include "ht/ops/elementwise.h"
+#include "ht/ops/rope.h"
+
+namespace ht::nn {
+
+SelfAttention::SelfAttention(std::string name, const AttentionConfig& config, Device device, TensorParallel tp)
+    : Module(std::move(name)), config_(config) {
+  AttentionConfig& c = config_;
+  if (c.n_kv_head == 0) c.n_kv_head = c.n_head;
+  HT_CHECK(c.n_head > 0 && c.dim > 0 && c.dim % c.n_head == 0, ErrorKind::kConfig,
+           "attention '{}': n_head={} must divide the width {}", this->name(), c.n_head, c.dim);
+  HT_CHECK(c.n_kv_head > 0 && c.n_head % c.n_kv_head == 0, ErrorKind::kConfig,
+           "attention '{}': n_kv_head={} must divide n_head={} (grouped-query attention)", this->name(), c.n_kv_head,
+           c.n_head);
+  HT_CHECK(c.n_kv_head % tp.size() == 0, ErrorKind::kConfig,
+           "attention '{}': n_kv_head={} does not split over tensor-parallel size {}; choose --tp dividing the "
+           "key/value heads",
+           this->name(), c.n_kv_head, tp.size());
+  const std::int64_t head_dim = c.dim / c.n_head;
+  local_heads_ = c.n_head / tp.size();
+  local_kv_heads_ = c.n_kv_head / tp.size();
+  const std::int64_t kv_dim = head_dim * c.n_kv_head;
+  q_ = &add_module(std::make_unique<Linear>("q_proj", c.dim, c.dim, c.bias, device, tp, LinearSplit::kColumn));
+  k_ = &add_module(std::make_unique<Linear>("k_proj", c.dim, kv_dim, c.bias, device, tp, LinearSplit::kColumn));
+  v_ = &add_module(std::make_unique<Linear>("v_proj", c.dim, kv_dim, c.bias, device, tp, LinearSplit::kColumn));
+  o_ = &add_module(std::make_unique<Linear>("o_proj", c.dim, c.dim, c.bias, device, tp, LinearSplit::kRow));
+  if (c.rope_theta > 0.f) {
+    HT_CHECK(c.max_positions > 0 && head_dim % 2 == 0, ErrorKind::kConfig,
+             "attention '{}': rotary embeddings need max_positions > 0 (got {}) and an even head size (got {})",
+             this->name(), c.max_positions, head_dim);
+    rope_table_ = ops::rope_table(c.max_positions, head_dim, c.rope_theta, device);
+  }
+}
+
+Tensor SelfAttention::forward_impl(Context& ctx, const Tensor& x) {
+  HT_CHECK(x.ndim() == 3, ErrorKind::kShapeMismatch, "attention '{}': input must be (B, T, C), got {}", name(),
+           shape_str(x.shape()));
+  const std::int64_t b = x.size(0), t = x.size(1);
+  HT_CHECK(!rope_table_.defined() || t <= config_.max_positions, ErrorKind::kShapeMismatch,
+           "attention '{}': sequence length {} exceeds the {} positions of the rotary table", name(), t,
+           config_.max_positions);
+  Tensor q = q_->forward(ctx, x), k = k_->forward(ctx, x), v = v_->forward(ctx, x);
+  if (rope_table_.defined()) {
+    ops::rope_forward(q, rope_table_, local_heads_, q);
+    ops::rope_forward(k, rope_table_, local_kv_heads_, k);
+  }
+  const ops::AttentionOptions options{.n_head = local_heads_, .n_kv_head = local_kv_heads_, .causal = config_.causal};
+  Tensor out = Tensor::empty(q.shape(), q.dtype(), x.device());
+  Tensor probs = Tensor::empty({b, local_heads_, t, t}, q.dtype(), x.device());
+  ops::attention_forward(q, k, v, options, ctx.side_input("key_mask"), out, probs);
+  ctx.save(this, {q, k, v, probs});
+  return o_->forward(ctx, out);
+}
+
+Tensor SelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
+  Tensor dout = o_->backward(ctx, dy);
+  const auto& s = ctx.saved(this);
+  const Tensor &q = s.at(0), &k = s.at(1), &v = s.at(2);
+  Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+  Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+  Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+  const ops::AttentionOptions options{.n_head = local_heads_, .n_kv_head = local_kv_heads_, .causal = config_.causal};
+  ops::attention_backward(dout, q, k, v, s.at(3), options, dq, dk, dv);
+  if (rope_table_.defined()) {
+    ops::rope_backward(dq, rope_table_, local_heads_, dq);
+    ops::rope_backward(dk, rope_table_, local_kv_heads_, dk);
+  }
+  // The input feeds all three projections: its gradient is the sum of theirs
+  // (v's, k's, then q's, in backward order).
+  Tensor dx = v_->backward(ctx, dv);
+  ops::add(dx, k_->backward(ctx, dk), dx);
+  ops::add(dx, q_->backward(ctx, dq), dx);
+  return dx;
+}
+
+}  // namespace ht::nn
