@@ -28,6 +28,8 @@ expect_error "does not exist" --data "$work/no_such_tokens.h5" --run-dir "$work/
 expect_error "does not exist" --text "$work/no_such_text.txt" --run-dir "$work/r3"
 expect_error "n_head=5 does not divide n_embd=32" --data "$work/run/tokens.h5" --run-dir "$work/r4" --embd 32 --heads 5
 expect_error "--seq-len 64" --data "$work/run/tokens.h5" --run-dir "$work/r5" --context 32 --seq-len 64
+expect_error "vocabulary (256) is larger than the model's vocab_size (100)" --data "$work/run/tokens.h5" \
+  --run-dir "$work/r7" --vocab 100
 expect_error "--steps" --steps -3
 expect_error "unknown device" --data "$work/run/tokens.h5" --run-dir "$work/r6" --device tpu
 expect_error "bogus" --bogus-flag
