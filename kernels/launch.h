@@ -142,6 +142,39 @@ cudaError_t launch_cross_entropy_backward(const float* logits, const std::int32_
                                           float dloss, float* dlogits, std::int64_t n, std::int64_t v,
                                           std::int64_t start, cudaStream_t stream);
 
+// mse.cu ------------------------------------------------------------------
+
+/// How many doubles of scratch launch_mse_forward needs for n elements.
+std::int64_t mse_scratch_count(std::int64_t n);
+/// *loss = mean of (pred - target)^2 over n elements, summed in double in a
+/// fixed order; `scratch` holds mse_scratch_count(n) doubles.
+cudaError_t launch_mse_forward(const float* pred, const float* target, std::int64_t n, double* scratch, float* loss,
+                               cudaStream_t stream);
+/// dpred = coef * (pred - target); dpred may alias pred.
+cudaError_t launch_mse_backward(const float* pred, const float* target, float coef, float* dpred, std::int64_t n,
+                                cudaStream_t stream);
+
+// reduce.cu ---------------------------------------------------------------
+
+/// out (outer, inner) = sum (or mean) over k of x (outer, size, inner), in
+/// double, in a fixed order.
+cudaError_t launch_reduce(const float* x, float* out, std::int64_t outer, std::int64_t size, std::int64_t inner,
+                          bool mean, cudaStream_t stream);
+/// dx (outer, size, inner) = dout (outer, inner) broadcast, divided by size for a mean.
+cudaError_t launch_reduce_backward(const float* dout, float* dx, std::int64_t outer, std::int64_t size,
+                                   std::int64_t inner, bool mean, cudaStream_t stream);
+
+// index_select.cu ---------------------------------------------------------
+
+/// out (outer, k, inner) = x (outer, size, inner) at index[i] along the
+/// middle dimension; indices already checked.
+cudaError_t launch_index_select(const float* x, const std::int32_t* index, float* out, std::int64_t outer,
+                                std::int64_t size, std::int64_t k, std::int64_t inner, cudaStream_t stream);
+/// dx (outer, size, inner) = 0, then dx[:, index[i], :] += dout (outer, k,
+/// inner)[:, i, :] for i in order; indices already checked.
+cudaError_t launch_index_select_backward(const float* dout, const std::int32_t* index, float* dx, std::int64_t outer,
+                                         std::int64_t size, std::int64_t k, std::int64_t inner, cudaStream_t stream);
+
 // cast.cu -----------------------------------------------------------------
 
 cudaError_t launch_cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n,

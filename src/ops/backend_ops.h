@@ -10,6 +10,7 @@
 #include "ht/config.h"
 #include "ht/ops/attention.h"
 #include "ht/ops/optimizer_update.h"
+#include "ht/ops/reduce.h"
 #include "ht/ops/matmul.h"
 #include "ht/ops/vocab_shard.h"
 
@@ -52,6 +53,13 @@
                                    Tensor& lse, Tensor& target_logit);                                      \
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,  \
                               Tensor& dlogits, VocabShard shard);                                           \
+  void mse_forward(const Tensor& pred, const Tensor& target, Tensor& loss);                                 \
+  void mse_backward(const Tensor& pred, const Tensor& target, float dloss, Tensor& dpred);                  \
+  /* dim counted from 0; reduce_backward's counts dx's dimensions */                                      \
+  void reduce(const Tensor& x, int dim, Reduction r, Tensor& out);                                          \
+  void reduce_backward(const Tensor& dout, int dim, Reduction r, Tensor& dx);                               \
+  void index_select(const Tensor& x, int dim, const Tensor& index, Tensor& out);                            \
+  void index_select_backward(const Tensor& dout, int dim, const Tensor& index, Tensor& dx);                 \
   void cast(const Tensor& src, Tensor& dst);                                                                \
   void scale_and_check_finite(Tensor& x, float scale, Tensor& found);                                       \
   void sum_squares(const Tensor& x, Tensor& acc);                                                           \

@@ -77,6 +77,21 @@ void check_scalar_f32(const char* op, const char* name, const Tensor& t) {
   check_numel(op, name, t, 1);
 }
 
+int check_dim(const char* op, const char* name, const Shape& shape, int ndim, int dim) {
+  HT_CHECK_ARG(dim >= -ndim && dim < ndim,
+               "{}: dim {} is out of range for '{}' of shape {} ({} dimensions): pass a dim in [{}, {})", op, dim,
+               name, shape_str(shape), ndim, -ndim, ndim);
+  return dim < 0 ? dim + ndim : dim;
+}
+
+void throw_bad_index(const char* op, std::int32_t value, std::int64_t position, std::int64_t bound, int dim,
+                     const char* name, const Shape& shape) {
+  throw Error(ErrorKind::kOutOfRange,
+              fmt::format("{}: index {} at position {} of 'index' is outside [0, {}), the size of dimension {} of "
+                          "'{}' {}",
+                          op, value, position, bound, dim, name, shape_str(shape)));
+}
+
 VocabShard check_vocab_shard(const char* op, const char* name, std::int64_t rows, VocabShard shard) {
   if (shard.size == -1) {
     HT_CHECK_ARG(shard.start == 0,

@@ -26,6 +26,15 @@ void check_ndim(const char* op, const char* name, const Tensor& t, int ndim);
 void check_numel(const char* op, const char* name, const Tensor& t, std::int64_t numel);
 /// A scalar flag/accumulator: one f32 element.
 void check_scalar_f32(const char* op, const char* name, const Tensor& t);
+/// Dimension `dim` of a tensor of `ndim` dimensions (shape `shape`, the
+/// argument `name`) counted from 0, with negative values counting from the
+/// end as in Tensor::size. Throws kInvalidArgument naming the valid range.
+int check_dim(const char* op, const char* name, const Shape& shape, int ndim, int dim);
+/// Throws kOutOfRange for index `value` at `position` of the index tensor,
+/// outside [0, bound) = dimension `dim` of the tensor `name` of `shape`: the
+/// one message of the gather/scatter ops' index checks on both devices.
+[[noreturn]] void throw_bad_index(const char* op, std::int32_t value, std::int64_t position, std::int64_t bound,
+                                  int dim, const char* name, const Shape& shape);
 /// The shard of a vocabulary whose local part has `rows` ids (the rows or
 /// columns of tensor `name`), resolved: size -1 becomes `rows`. Throws
 /// kInvalidArgument unless start >= 0 and start + rows <= size (and start == 0

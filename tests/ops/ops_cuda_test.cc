@@ -21,9 +21,12 @@
 #include "ht/ops/cross_entropy.h"
 #include "ht/ops/elementwise.h"
 #include "ht/ops/embedding.h"
+#include "ht/ops/index_select.h"
 #include "ht/ops/layernorm.h"
 #include "ht/ops/matmul.h"
+#include "ht/ops/mse.h"
 #include "ht/ops/optimizer_update.h"
+#include "ht/ops/reduce.h"
 #include "ht/ops/rmsnorm.h"
 #include "ht/ops/rope.h"
 #include "ht/ops/silu.h"
@@ -569,6 +572,88 @@ void add_vocab_shard_cases(std::vector<Case>& cases) {
     }
 }
 
+std::string shape_name(const Shape& shape) {
+  std::string s;
+  for (auto d : shape) s += (s.empty() ? "" : "x") + std::to_string(d);
+  return s;
+}
+
+// The modelling kit: mean-squared error, sum/mean along a dimension, index_select.
+void add_modelling_kit_cases(std::vector<Case>& cases) {
+  for (DType dt : kComputeDtypes)
+    for (const Shape& shape : {Shape{1}, Shape{3, 5}, Shape{100003}}) {
+      cases.push_back({"mse_" + std::to_string(shape_numel(shape)) + dtype_suffix(dt),
+                       [shape, dt](Device dev) {
+                         std::mt19937 rng(22);
+                         const Tensor p = random_of(shape, rng, dt, -3.f, 3.f).to(dev);
+                         const Tensor t = random_of(shape, rng, dt, -3.f, 3.f).to(dev);
+                         Tensor loss = nan_of({1}, DType::kF32).to(dev), dp = nan_of(shape, dt).to(dev);
+                         ops::mse_forward(p, t, loss);
+                         ops::mse_backward(p, t, 0.5f, dp);
+                         Tensor in_place = p.clone();  // dpred aliasing pred
+                         ops::mse_backward(in_place, t, 0.5f, in_place);
+                         return Outputs{{"loss", loss}, {"dpred", dp}, {"dpred_in_place", in_place}};
+                       },
+                       // Both sum in double (in different orders): only the final rounding can differ.
+                       rtol_for(dt, 1e-6)});
+    }
+  struct ReduceCase {
+    Shape shape;
+    int dim;
+  };
+  for (DType dt : kComputeDtypes)
+    for (const ReduceCase& c : {ReduceCase{{5, 3}, 0}, ReduceCase{{5, 3}, 1}, ReduceCase{{3, 13, 5}, 1},
+                                ReduceCase{{4, 70001}, 1}, ReduceCase{{2, 3, 300}, 1}, ReduceCase{{3, 0, 2}, 1},
+                                ReduceCase{{2, 5, 7, 3}, -1}})
+      for (ops::Reduction r : {ops::Reduction::kSum, ops::Reduction::kMean}) {
+        if (r == ops::Reduction::kMean && shape_numel(c.shape) == 0) continue;  // a mean of nothing throws
+        const int dim = c.dim < 0 ? c.dim + int(c.shape.size()) : c.dim;
+        cases.push_back({std::string(r == ops::Reduction::kMean ? "reduce_mean_" : "reduce_sum_") +
+                             shape_name(c.shape) + "_dim" + std::to_string(dim) +
+                             dtype_suffix(dt),
+                         [c, dim, r, dt](Device dev) {
+                           std::mt19937 rng(23);
+                           Shape small = c.shape;
+                           small.erase(small.begin() + dim);
+                           const Tensor x = random_of(c.shape, rng, dt, -2.f, 2.f).to(dev);
+                           const Tensor dout = random_of(small, rng, dt).to(dev);
+                           Tensor out = nan_of(small, dt).to(dev), dx = nan_of(c.shape, dt).to(dev);
+                           ops::reduce(x, c.dim, r, out);
+                           ops::reduce_backward(dout, c.dim, c.shape[std::size_t(dim)], r, dx);
+                           return Outputs{{"out", out}, {"dx", dx}};
+                         },
+                         // Sums in double: the last dimension's warp tree differs from the CPU's lanes.
+                         rtol_for(dt, 1e-6)});
+      }
+  struct IndexCase {
+    Shape shape;
+    int dim;
+    std::vector<std::int32_t> index;
+  };
+  for (DType dt : kComputeDtypes)
+    for (const IndexCase& c : {IndexCase{{4, 3}, 0, {3, 0, 3}}, IndexCase{{2, 5, 3}, 1, {0}},
+                               IndexCase{{2, 5, 3}, -1, {2, 2, 0}}, IndexCase{{3, 7}, 1, {}},
+                               IndexCase{{2, 6, 300}, 1, {5, 5, 0, 5}}, IndexCase{{700, 2}, 0, {1, 699, 1}}}) {
+      const int dim = c.dim < 0 ? c.dim + int(c.shape.size()) : c.dim;
+      cases.push_back({"index_select_" + shape_name(c.shape) + "_dim" + std::to_string(dim) +
+                           "_k" + std::to_string(c.index.size()) + dtype_suffix(dt),
+                       [c, dim, dt](Device dev) {
+                         std::mt19937 rng(24);
+                         Shape small = c.shape;
+                         small[std::size_t(dim)] = std::int64_t(c.index.size());
+                         const Tensor x = random_of(c.shape, rng, dt).to(dev);
+                         const Tensor dout = random_of(small, rng, dt).to(dev);
+                         const Tensor index = Tensor::from_vector(c.index, {std::int64_t(c.index.size())}).to(dev);
+                         Tensor out = nan_of(small, dt).to(dev), dx = nan_of(c.shape, dt).to(dev);
+                         ops::index_select(x, c.dim, index, out);
+                         ops::index_select_backward(dout, c.dim, index, dx);
+                         return Outputs{{"out", out}, {"dx", dx}};
+                       },
+                       // A gather, and a scatter-add in index order on both drivers.
+                       0});
+    }
+}
+
 void add_precision_cases(std::vector<Case>& cases) {
   const DType floats[] = {DType::kF32, DType::kF16, DType::kBF16};
   for (DType from : floats)
@@ -687,6 +772,7 @@ std::vector<Case> all_cases() {
   add_embedding_cases(cases);
   add_cross_entropy_cases(cases);
   add_vocab_shard_cases(cases);
+  add_modelling_kit_cases(cases);
   add_precision_cases(cases);
   add_optimizer_cases(cases);
   return cases;
@@ -767,6 +853,21 @@ TEST(OpsCudaErrors, VocabShardOpsCheckIdsAgainstTheFullVocabulary) {
   for (float x : dwte.to_vector<float>()) EXPECT_EQ(x, 0.f);
 }
 
+TEST(OpsCudaErrors, IndexSelectRejectsIndexOutsideTheDimension) {
+  if (ht::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Device dev = Device::cuda();
+  const Tensor x = Tensor::zeros({2, 5, 4}, DType::kF32, dev);
+  const Tensor index = Tensor::from_vector(std::vector<std::int32_t>{0, 5, -1}, {3}).to(dev);
+  Tensor out = Tensor::zeros({2, 3, 4}, DType::kF32, dev);
+  EXPECT_TRUE(test::throws_error([&] { ops::index_select(x, 1, index, out); }, ErrorKind::kOutOfRange,
+                                 {"index_select", "index 5 at position 1", "outside [0, 5)", "dimension 1 of 'x'"}));
+  Tensor dx = Tensor::zeros({2, 5, 4}, DType::kF32, dev);
+  dx.fill_(3.f);
+  EXPECT_TRUE(test::throws_error([&] { ops::index_select_backward(out, 1, index, dx); }, ErrorKind::kOutOfRange,
+                                 {"index_select_backward", "index 5 at position 1"}));
+  for (float v : dx.to_vector<float>()) EXPECT_EQ(v, 3.f);  // nothing written before the throw
+}
+
 // ---------------------------------------------------------------------------
 // Determinism: the reductions give the same bits on every run.
 
@@ -801,6 +902,36 @@ TEST(OpsCudaDeterminism, ReductionsRepeatBitForBit) {
     Tensor acc = Tensor::zeros({1}, DType::kF32, dev);
     ops::sum_squares(dy, acc);
     o.emplace_back("sum_squares", acc);
+    // The new ops' reductions: RMSNorm's weight gradient, sums along a
+    // dimension, the MSE loss, a scatter-add with repeated indices, and the
+    // grouped-query attention's dk and dv (sums over the query heads).
+    Tensor rms_rstd = Tensor::empty({rows}, DType::kF32, dev);
+    ops::rmsnorm_forward(x, w, y, rms_rstd);
+    Tensor rms_dw = Tensor::zeros({c}, DType::kF32, dev);
+    ops::rmsnorm_backward(dy, x, w, rms_rstd, dx, rms_dw);
+    o.emplace_back("rmsnorm_dw", rms_dw);
+    Tensor col_sum = Tensor::empty({c}, DType::kF32, dev), row_sum = Tensor::empty({rows}, DType::kF32, dev);
+    ops::reduce(dy, 0, ops::Reduction::kSum, col_sum);
+    ops::reduce(dy, 1, ops::Reduction::kMean, row_sum);
+    o.emplace_back("reduce_dim0", col_sum);
+    o.emplace_back("reduce_dim1", row_sum);
+    Tensor loss = Tensor::empty({1}, DType::kF32, dev);
+    ops::mse_forward(x, dy, loss);
+    o.emplace_back("mse", loss);
+    std::vector<std::int32_t> picks(static_cast<std::size_t>(rows));
+    for (std::size_t i = 0; i < picks.size(); ++i) picks[i] = std::int32_t(i % vocab);
+    const Tensor index = Tensor::from_vector(picks, {rows}).to(dev);
+    Tensor scattered = Tensor::empty({vocab, c}, DType::kF32, dev);
+    ops::index_select_backward(dy, 0, index, scattered);
+    o.emplace_back("index_select_backward", scattered);
+    const Tensor q = random_tensor({4, 64, 128}, rng).to(dev), kv = random_tensor({4, 64, 32}, rng).to(dev);
+    Tensor att = Tensor::empty({4, 64, 128}, DType::kF32, dev), probs = Tensor::empty({4, 8, 64, 64}, DType::kF32, dev);
+    ops::attention_forward(q, kv, kv, {8, 2, true}, nullptr, att, probs);
+    Tensor dq = Tensor::empty(q.shape(), DType::kF32, dev), dk = Tensor::empty(kv.shape(), DType::kF32, dev),
+           dv = Tensor::empty(kv.shape(), DType::kF32, dev);
+    ops::attention_backward(q, q, kv, kv, probs, {8, 2, true}, dq, dk, dv);
+    o.emplace_back("attention_dk", dk);
+    o.emplace_back("attention_dv", dv);
     return o;
   };
   const Outputs first = run_once();

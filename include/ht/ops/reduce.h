@@ -1,0 +1,34 @@
+// Sum or mean along any one dimension, and its backward (a broadcast): mean
+// pooling over a sequence, a sum over heads, a user's own reductions. x, out,
+// dout and dx share one compute dtype, f32, f16 or bf16 (ht/ops/
+// compute_dtype.h). Sums run in double, in a fixed order, so results do not
+// depend on the thread count. Synchronous on CPU; on CUDA enqueued on the
+// current stream.
+#pragma once
+
+#include <cstdint>
+
+#include "ht/core/tensor.h"
+#include "ht/ops/compute_dtype.h"
+
+namespace ht::ops {
+
+enum class Reduction {
+  kSum,
+  kMean,
+};
+
+/// out = the sum or mean of x (ndim >= 1) over dimension `dim` (negative:
+/// counted from the end), with out's shape x's without `dim` (a 1-d x gives
+/// a 0-d out of one element). Example: mean pooling x (B, T, C) over dim 1
+/// gives out (B, C). A sum over an empty dimension is 0; a mean over one
+/// throws kInvalidArgument. A bad `dim` throws kInvalidArgument, a wrong out
+/// shape kShapeMismatch.
+void reduce(const Tensor& x, int dim, Reduction reduction, Tensor& out);
+
+/// dx = dout broadcast back along dimension `dim` of dx, which has `size`
+/// elements there (dx's shape is dout's with `size` inserted at `dim`, which
+/// counts dx's dimensions), divided by `size` for kMean. Overwritten.
+void reduce_backward(const Tensor& dout, int dim, std::int64_t size, Reduction reduction, Tensor& dx);
+
+}  // namespace ht::ops
