@@ -18,6 +18,37 @@ Shape CausalLM::stage_input_shape(const Shape& input_shape) const {
   return {input_shape[0], input_shape[1], width_};
 }
 
+std::string divisors_list(std::int64_t n) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return fmt::format("{{{}}}", fmt::join(out, ","));
+}
+
+void CausalLM::set_stage(nn::Module* embedding, std::vector<nn::Module*> blocks, nn::Module* norm, nn::Module* head) {
+  HT_CHECK((embedding != nullptr) == first_stage() && (norm != nullptr) == last_stage() &&
+               (head != nullptr) == last_stage(),
+           ErrorKind::kInternal, "{}: stage {} of {} set its modules wrongly", describe(), stage().rank, stage().size);
+  embedding_ = embedding;
+  blocks_ = std::move(blocks);
+  norm_ = norm;
+  head_ = head;
+}
+
+Tensor CausalLM::forward_impl(nn::Context& ctx, const Tensor& input) {
+  check_input(input);
+  Tensor x = embedding_ ? embedding_->forward(ctx, input) : input;
+  for (nn::Module* b : blocks_) x = b->forward(ctx, x);
+  if (!head_) return x;
+  return head_->forward(ctx, norm_->forward(ctx, x));
+}
+
+Tensor CausalLM::backward_impl(nn::Context& ctx, const Tensor& dy) {
+  Tensor dx = head_ ? norm_->backward(ctx, head_->backward(ctx, dy)) : dy;
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(ctx, dx);
+  return embedding_ ? embedding_->backward(ctx, dx) : dx;
+}
+
 void CausalLM::check_input(const Tensor& input) const {
   if (first_stage()) {
     HT_CHECK(input.ndim() == 2 && input.dtype() == DType::kI32, ErrorKind::kShapeMismatch,

@@ -16,28 +16,21 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::vector<std::int64_t> divisors(std::int64_t n) {
-  std::vector<std::int64_t> out;
-  for (std::int64_t d = 1; d <= n; ++d)
-    if (n % d == 0) out.push_back(d);
-  return out;
-}
-
 }  // namespace
 
 void GPTConfig::validate() const {
   HT_CHECK(vocab_size > 0 && context > 0 && n_layer > 0 && n_head > 0 && n_embd > 0, ErrorKind::kConfig,
            "GPT config {}: every size must be positive", str());
-  HT_CHECK(n_embd % n_head == 0, ErrorKind::kConfig, "GPT config: n_head={} does not divide n_embd={}: choose n_head in {{{}}}",
-           n_head, n_embd, fmt::join(divisors(n_embd), ","));
+  HT_CHECK(n_embd % n_head == 0, ErrorKind::kConfig, "GPT config: n_head={} does not divide n_embd={}: choose n_head in {}", n_head,
+           n_embd, divisors_list(n_embd));
 }
 
 void GPTConfig::validate_parallel(int tp, int pp) const {
   validate();
   HT_CHECK(tp > 0 && pp > 0, ErrorKind::kConfig, "--tp ({}) and --pp ({}) must be positive", tp, pp);
   HT_CHECK(n_head % tp == 0, ErrorKind::kConfig,
-           "GPT config {}: n_head={} does not split over --tp {}: choose --tp in {{{}}} or another --n-head", str(),
-           n_head, tp, fmt::join(divisors(n_head), ","));
+           "GPT config {}: n_head={} does not split over --tp {}: choose --tp in {} or another --n-head", str(),
+           n_head, tp, divisors_list(n_head));
   HT_CHECK(vocab_size % tp == 0, ErrorKind::kConfig,
            "GPT config {}: vocab_size={} does not split over --tp {} (vocab-parallel embedding): choose a --vocab-size "
            "divisible by {}",
@@ -47,9 +40,6 @@ void GPTConfig::validate_parallel(int tp, int pp) const {
            str(), n_layer, pp, n_layer);
 }
 
-std::pair<int, int> stage_blocks(int n_layer, int stage, int stages) {
-  return parallel::stage_layers(n_layer, stage, stages);
-}
 
 std::int64_t GPTConfig::num_parameters() const {
   const std::int64_t c = n_embd;
@@ -69,34 +59,28 @@ std::string GPTConfig::str() const {
 GPT::GPT(const GPTConfig& config, const nn::Placement& placement)
     : CausalLM("gpt", placement, config.vocab_size, config.context, config.n_embd), config_(config) {
   const nn::TensorParallel& tp = placement.tp;
-  const nn::PipelineStage& stage = placement.stage;
   const Device device = placement.device;
-  config.validate_parallel(tp.size(), stage.size);
+  config.validate_parallel(tp.size(), stage().size);
   // Children named as in GPT-2 ("wte", "h.3.attn.c_attn.weight", "ln_f.weight"):
   // the embedding and head register their parameters without a prefix.
-  // Each module as built: its parameters' storage released when deferred.
-  auto built = [defer = placement.defer_storage](auto& module) -> auto& {
-    if (defer)
-      for (nn::Parameter* p : module.parameters()) p->release_data();
-    return module;
-  };
   if (first_stage())
-    embedding_ = &built(add_module(
-        std::make_unique<nn::Embedding>("", config.vocab_size, config.context, config.n_embd, device, tp)));
-  const auto [first, last] = stage_blocks(config.n_layer, stage.rank, stage.size);
+    embedding_ = &add_built(
+        std::make_unique<nn::Embedding>("", config.vocab_size, config.context, config.n_embd, device, tp));
+  const auto [first, last] = parallel::stage_layers(config.n_layer, stage().rank, stage().size);
   for (int i = first; i < last; ++i)
-    blocks_.push_back(&built(
-        add_module(std::make_unique<nn::Block>(fmt::format("h.{}", i), config.n_embd, config.n_head, device, tp))));
+    blocks_.push_back(
+        &add_built(std::make_unique<nn::Block>(fmt::format("h.{}", i), config.n_embd, config.n_head, device, tp)));
   if (last_stage()) {
-    ln_f_ = &built(add_module(std::make_unique<nn::LayerNorm>("ln_f", config.n_embd, device)));
+    ln_f_ = &add_built(std::make_unique<nn::LayerNorm>("ln_f", config.n_embd, device));
     if (first_stage()) {
       // The head reuses the token embedding: two gradient contributions per backward.
       head_ = &add_module(std::make_unique<nn::LMHead>(embedding_->token_weight(), tp));
       embedding_->token_weight().set_uses(2);
     } else {
-      head_ = &built(add_module(std::make_unique<nn::LMHead>("", "wte", config.vocab_size, config.n_embd, device, tp)));
+      head_ = &add_built(std::make_unique<nn::LMHead>("", "wte", config.vocab_size, config.n_embd, device, tp));
     }
   }
+  set_stage(embedding_, std::vector<nn::Module*>(blocks_.begin(), blocks_.end()), ln_f_, head_);
   // GPT-2's initialisation, by name.
   const float residual_std = 0.02f / std::sqrt(2.f * float(config.n_layer));
   for (nn::Parameter* p : parameters()) {
@@ -133,20 +117,6 @@ std::vector<nn::TiedWeight> GPT::tied_weights() const {
 
 double GPT::flops_per_token(const Shape& input_shape) const {
   return config_.flops_per_token(input_shape.size() == 2 ? input_shape[1] : config_.context);
-}
-
-Tensor GPT::forward_impl(nn::Context& ctx, const Tensor& input) {
-  check_input(input);
-  Tensor x = first_stage() ? embedding_->forward(ctx, input) : input;
-  for (nn::Block* b : blocks_) x = b->forward(ctx, x);
-  if (!last_stage()) return x;
-  return head_->forward(ctx, ln_f_->forward(ctx, x));
-}
-
-Tensor GPT::backward_impl(nn::Context& ctx, const Tensor& dy) {
-  Tensor dx = last_stage() ? ln_f_->backward(ctx, head_->backward(ctx, dy)) : dy;
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) dx = (*it)->backward(ctx, dx);
-  return first_stage() ? embedding_->backward(ctx, dx) : dx;
 }
 
 }  // namespace ht::models

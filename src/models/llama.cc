@@ -1,6 +1,9 @@
 // ht::models::Llama: blocks, assembly and initialisation.
 #include "ht/models/llama.h"
 
+#include "ht/nn/embedding.h"
+#include "ht/nn/lm_head.h"
+#include "ht/nn/rms_norm.h"
 #include "ht/nn/self_attention.h"
 #include "ht/nn/swiglu_mlp.h"
 #include "ht/ops/elementwise.h"
@@ -8,13 +11,6 @@
 
 namespace ht::models {
 namespace {
-
-std::vector<std::int64_t> divisors(std::int64_t n) {
-  std::vector<std::int64_t> out;
-  for (std::int64_t d = 1; d <= n; ++d)
-    if (n % d == 0) out.push_back(d);
-  return out;
-}
 
 // One pre-norm block: x = x + attn(norm(x)); x = x + mlp(norm(x)). The unit
 // ZeRO-3 gathers and frees as a whole.
@@ -67,21 +63,21 @@ void LlamaConfig::validate() const {
                ffn_hidden > 0 && rope_theta > 0.f && norm_eps > 0.f,
            ErrorKind::kConfig, "Llama config {}: every size, the rotary base and eps must be positive", str());
   HT_CHECK(n_embd % n_head == 0, ErrorKind::kConfig,
-           "Llama config: n_head={} does not divide n_embd={}: choose n_head in {{{}}}", n_head, n_embd,
-           fmt::join(divisors(n_embd), ","));
+           "Llama config: n_head={} does not divide n_embd={}: choose n_head in {}", n_head, n_embd,
+           divisors_list(n_embd));
   HT_CHECK((n_embd / n_head) % 2 == 0, ErrorKind::kConfig,
            "Llama config {}: the head size {} must be even for rotary embeddings", str(), n_embd / n_head);
   HT_CHECK(n_head % n_kv_head == 0, ErrorKind::kConfig,
-           "Llama config: --kv-heads {} must divide n_head={}: choose it in {{{}}}", n_kv_head, n_head,
-           fmt::join(divisors(n_head), ","));
+           "Llama config: --kv-heads {} must divide n_head={}: choose it in {}", n_kv_head, n_head,
+           divisors_list(n_head));
 }
 
 void LlamaConfig::validate_parallel(int tp, int pp) const {
   validate();
   HT_CHECK(tp > 0 && pp > 0, ErrorKind::kConfig, "--tp ({}) and --pp ({}) must be positive", tp, pp);
   HT_CHECK(n_kv_head % tp == 0, ErrorKind::kConfig,
-           "Llama config {}: n_kv_head={} does not split over --tp {}: choose --tp in {{{}}} or more --kv-heads", str(),
-           n_kv_head, tp, fmt::join(divisors(n_kv_head), ","));
+           "Llama config {}: n_kv_head={} does not split over --tp {}: choose --tp in {} or more --kv-heads", str(),
+           n_kv_head, tp, divisors_list(n_kv_head));
   HT_CHECK(ffn_hidden % tp == 0 && vocab_size % tp == 0, ErrorKind::kConfig,
            "Llama config {}: --ffn {} and the vocabulary {} must both split over --tp {}", str(), ffn_hidden,
            vocab_size, tp);
@@ -112,43 +108,27 @@ Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
   const nn::TensorParallel& tp = placement.tp;
   const Device device = placement.device;
   config.validate_parallel(tp.size(), stage().size);
-  auto built = [defer = placement.defer_storage](auto& module) -> auto& {
-    if (defer)
-      for (nn::Parameter* p : module.parameters()) p->release_data();
-    return module;
-  };
+  nn::Embedding* embed = nullptr;
+  std::vector<nn::Module*> layers;
+  nn::RMSNorm* norm = nullptr;
+  nn::LMHead* head = nullptr;
   if (first_stage())
-    embed_ = &built(add_module(std::make_unique<nn::Embedding>("embed_tokens", config.vocab_size, 0, config.n_embd,
-                                                               device, tp, "weight")));
+    embed = &add_built(
+        std::make_unique<nn::Embedding>("embed_tokens", config.vocab_size, 0, config.n_embd, device, tp, "weight"));
   const auto [first, last] = parallel::stage_layers(config.n_layer, stage().rank, stage().size);
   for (int i = first; i < last; ++i)
-    layers_.push_back(
-        &built(add_module(std::make_unique<LlamaBlock>(fmt::format("layers.{}", i), config, device, tp))));
+    layers.push_back(&add_built(std::make_unique<LlamaBlock>(fmt::format("layers.{}", i), config, device, tp)));
   if (last_stage()) {
-    norm_ = &built(add_module(std::make_unique<nn::RMSNorm>("norm", config.n_embd, device, config.norm_eps)));
-    head_ = &built(add_module(
-        std::make_unique<nn::LMHead>("lm_head", "weight", config.vocab_size, config.n_embd, device, tp)));
+    norm = &add_built(std::make_unique<nn::RMSNorm>("norm", config.n_embd, device, config.norm_eps));
+    head = &add_built(std::make_unique<nn::LMHead>("lm_head", "weight", config.vocab_size, config.n_embd, device, tp));
   }
+  set_stage(embed, std::move(layers), norm, head);
   for (nn::Parameter* p : parameters())
     p->set_init(p->full_shape().size() == 1 ? nn::Init::ones() : nn::Init::normal(0.02f));
 }
 
 double Llama::flops_per_token(const Shape& input_shape) const {
   return config_.flops_per_token(input_shape.size() == 2 ? input_shape[1] : config_.context);
-}
-
-Tensor Llama::forward_impl(nn::Context& ctx, const Tensor& input) {
-  check_input(input);
-  Tensor x = first_stage() ? embed_->forward(ctx, input) : input;
-  for (nn::Module* layer : layers_) x = layer->forward(ctx, x);
-  if (!last_stage()) return x;
-  return head_->forward(ctx, norm_->forward(ctx, x));
-}
-
-Tensor Llama::backward_impl(nn::Context& ctx, const Tensor& dy) {
-  Tensor dx = last_stage() ? norm_->backward(ctx, head_->backward(ctx, dy)) : dy;
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) dx = (*it)->backward(ctx, dx);
-  return first_stage() ? embed_->backward(ctx, dx) : dx;
 }
 
 }  // namespace ht::models

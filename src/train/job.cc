@@ -56,6 +56,12 @@ Job::Job(const JobOptions& options, resilience::RankGuard* guard)
   } else {
     mesh_ = std::make_unique<comm::DeviceMesh>(comm::make_self_communicator("world"), 1, 1);
   }
+  // The mesh is MPI's, which moves host tensors only; NCCL carries device
+  // tensors but is not yet the mesh's data plane in training.
+  HT_CHECK(!options_.device.is_cuda() || mesh_->world().size() == 1, ErrorKind::kNotSupported,
+           "--device {} on {} ranks: training across ranks on CUDA devices needs NCCL as the mesh's data plane, which "
+           "this version does not wire into training yet; train one process on the device, or across ranks on the CPU",
+           options_.device.str(), mesh_->world().size());
   std::error_code ec;
   if (rank0()) fs::create_directories(options_.run_dir, ec);
   HT_CHECK(!ec && (!rank0() || fs::is_directory(options_.run_dir)), ErrorKind::kIo,

@@ -11,6 +11,7 @@
 #include "ht/nn/model.h"
 #include "ht/nn/tensor_parallel.h"
 #include "ht/parallel/data_parallel.h"
+#include "ht/parallel/layout.h"
 #include "ht/parallel/pipeline.h"
 #include "test_util.h"
 
@@ -45,10 +46,10 @@ TEST(TensorParallel, PartsAssembleToTheWholeForEverySplit) {
 }
 
 TEST(PipelineStages, BlocksSplitContiguouslyFirstStagesTakeTheRest) {
-  EXPECT_EQ(models::stage_blocks(5, 0, 2), std::make_pair(0, 3));
-  EXPECT_EQ(models::stage_blocks(5, 1, 2), std::make_pair(3, 5));
-  EXPECT_EQ(models::stage_blocks(5, 3, 4), std::make_pair(4, 5));
-  EXPECT_EQ(models::stage_blocks(8, 2, 4), std::make_pair(4, 6));
+  EXPECT_EQ(parallel::stage_layers(5, 0, 2), std::make_pair(0, 3));
+  EXPECT_EQ(parallel::stage_layers(5, 1, 2), std::make_pair(3, 5));
+  EXPECT_EQ(parallel::stage_layers(5, 3, 4), std::make_pair(4, 5));
+  EXPECT_EQ(parallel::stage_layers(8, 2, 4), std::make_pair(4, 6));
 }
 
 TEST(ParallelOptions, BadValuesFailClearly) {

@@ -1,6 +1,7 @@
-// ht::models::CausalLM: what every next-token language model shares — the
-// loss, its backward, the activation shape between pipeline stages, and
-// sampling — so GPT and Llama write only their layers.
+// ht::models::CausalLM: what every next-token language model shares — a
+// stage's run through embedding, blocks, final norm and head, the loss and
+// its backward, the activation shape between pipeline stages, and sampling —
+// so GPT and Llama only build their layers.
 //
 // The last stage's forward returns logits (B, T, vocab / tp): under tensor
 // parallelism each rank holds its vocabulary rows only (a vocab-parallel
@@ -40,16 +41,29 @@ class CausalLM : public nn::Model {
                                      Rng& rng);
 
  protected:
+  /// The stage's modules, as the derived model built them: the embedding
+  /// (first stage, else null), its blocks in order, the final norm and the
+  /// head (last stage, else null). forward runs them in that order.
+  void set_stage(nn::Module* embedding, std::vector<nn::Module*> blocks, nn::Module* norm, nn::Module* head);
+  Tensor forward_impl(nn::Context& ctx, const Tensor& input) override;
+  Tensor backward_impl(nn::Context& ctx, const Tensor& dy) override;
+
+ private:
   /// Checks tokens (B, T) i32 within the context, or the previous stage's
   /// activations (B, T, width); names the model.
   void check_input(const Tensor& input) const;
-
- private:
   /// The full-vocabulary mean loss from this rank's vocabulary shard of the
   /// logits; leaves the global log-sum-exp per row in `lse`.
   float vocab_parallel_loss(const Tensor& logits2, const Tensor& targets1, Tensor& lse);
 
   std::int64_t vocab_, context_, width_;
+  nn::Module* embedding_ = nullptr;
+  std::vector<nn::Module*> blocks_;
+  nn::Module* norm_ = nullptr;
+  nn::Module* head_ = nullptr;
 };
+
+/// "{1,2,3,6}": the divisors of n, for messages that name the valid choices.
+std::string divisors_list(std::int64_t n);
 
 }  // namespace ht::models

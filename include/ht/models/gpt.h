@@ -51,10 +51,6 @@ struct GPTConfig {
   friend bool operator==(const GPTConfig&, const GPTConfig&) = default;
 };
 
-/// The blocks [first, second) of `stage` among `stages` for n_layer blocks:
-/// contiguous, the first n_layer % stages stages holding one more.
-std::pair<int, int> stage_blocks(int n_layer, int stage, int stages);
-
 class GPT : public CausalLM {
  public:
   /// With placement.defer_storage each module's parameters are released as
@@ -70,7 +66,9 @@ class GPT : public CausalLM {
   /// previous stage's activations (B, T, C) elsewhere; it returns logits
   /// (B, T, vocab / tp) on the last stage and activations (B, T, C) elsewhere.
   /// backward(ctx, d) is its inverse (undefined result on the first stage).
-  /// The loss and sampling are CausalLM's.
+  /// The stage's run, the loss and sampling are CausalLM's. The blocks are
+  /// split over the stages by parallel::stage_layers (the first n_layer % pp
+  /// stages one more).
 
   /// wte on the first and last stages, when they differ.
   std::vector<nn::TiedWeight> tied_weights() const override;
@@ -84,10 +82,6 @@ class GPT : public CausalLM {
   int num_blocks() const { return int(blocks_.size()); }
   nn::LayerNorm& ln_f();
   nn::LMHead& head();
-
- protected:
-  Tensor forward_impl(nn::Context& ctx, const Tensor& input) override;
-  Tensor backward_impl(nn::Context& ctx, const Tensor& dy) override;
 
  private:
   GPTConfig config_;

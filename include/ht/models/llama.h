@@ -23,9 +23,6 @@
 #include <vector>
 
 #include "ht/models/causal_lm.h"
-#include "ht/nn/embedding.h"
-#include "ht/nn/lm_head.h"
-#include "ht/nn/rms_norm.h"
 
 namespace ht::models {
 
@@ -66,16 +63,8 @@ class Llama : public CausalLM {
   std::string describe() const override { return "Llama " + config_.str(); }
   double flops_per_token(const Shape& input_shape) const override;
 
- protected:
-  Tensor forward_impl(nn::Context& ctx, const Tensor& input) override;
-  Tensor backward_impl(nn::Context& ctx, const Tensor& dy) override;
-
  private:
   LlamaConfig config_;
-  nn::Embedding* embed_ = nullptr;
-  std::vector<nn::Module*> layers_;
-  nn::RMSNorm* norm_ = nullptr;
-  nn::LMHead* head_ = nullptr;
 };
 
 }  // namespace ht::models

@@ -102,6 +102,16 @@ class Model : public Module {
   /// For a model that does not split into pipeline stages: throws kConfig
   /// naming it when the placement asks for more than one.
   void require_single_stage() const;
+  /// add_module, then, when the placement defers storage, the child's
+  /// parameters' storage released at once: the model never holds all its
+  /// values while it is built.
+  template <typename M>
+  M& add_built(std::unique_ptr<M> child) {
+    M& m = add_module(std::move(child));
+    if (placement_.defer_storage)
+      for (Parameter* p : m.parameters()) p->release_data();
+    return m;
+  }
 
  private:
   Placement placement_;

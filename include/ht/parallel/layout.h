@@ -142,13 +142,13 @@ HybridShard hybrid_shard(int dp_size, int shard_group, int dp_rank, int zero_sta
 /// Contiguous layers over `stages` stages as boundaries b (stages + 1 of
 /// them): stage s runs layers [b[s], b[s + 1]), b[0] = 0, b[stages] = n.
 
-/// By count: the first n_layers % stages stages hold one layer more
-/// (nn::stage_blocks' rule). Throws kConfig for stages <= 0 or
-/// n_layers < stages (a stage without a layer).
+/// By count: the first n_layers % stages stages hold one layer more.
+/// Throws kConfig for stages <= 0 or n_layers < stages (a stage without a
+/// layer).
 std::vector<int> partition_by_count(int n_layers, int stages);
-/// Stage `stage`'s layers [first, second) under partition_by_count (a
-/// drop-in for nn::stage_blocks). Throws kInvalidArgument for stages <= 0 or
-/// a stage outside [0, stages) (as stage_blocks does), then as
+/// Stage `stage`'s layers [first, second) under partition_by_count (what
+/// models::GPT and models::Llama build their stages from). Throws
+/// kInvalidArgument for stages <= 0 or a stage outside [0, stages), then as
 /// partition_by_count does.
 std::pair<int, int> stage_layers(int n_layers, int stage, int stages);
 
