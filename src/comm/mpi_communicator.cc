@@ -5,18 +5,21 @@
 #include <climits>
 #include <thread>
 
+#include "comm/collective_args.h"
 #include "comm/mpi_engine.h"
 #include "core/mpi_check.h"
 #include "ht/comm/mpi_runtime.h"
 
 namespace ht::comm {
 
+using detail::CollectiveGroup;
 using detail::Engine;
 using detail::Op;
 using detail::OpBody;
 using detail::OpKind;
 using detail::OpSignature;
 using detail::WorkState;
+using detail::throw_argument_error;
 
 namespace {
 
@@ -65,58 +68,23 @@ class MpiWork final : public Work {
   std::shared_ptr<WorkState> state_;
 };
 
-// Argument checks, each naming the operation and the group.
-class Check {
- public:
-  Check(const char* op, const Engine& e) : op_(op), e_(e) {}
+// An MPI communicator carries host tensors whose counts fit one MPI call.
+void check_host_tensor(const CollectiveGroup& g, const char* op, const Tensor& t, std::string_view arg) {
+  if (!t.device().is_cpu())
+    throw_argument_error(g, op, ErrorKind::kDeviceMismatch,
+                         fmt::format("{} is on {}, but an MPI communicator carries host tensors: use a NCCL "
+                                     "communicator for CUDA tensors, or copy it to the CPU",
+                                     arg, t.device().str()));
+  if (t.numel() > INT_MAX)
+    throw_argument_error(g, op, ErrorKind::kNotSupported,
+                         fmt::format("{} has {} elements, more than the {} one MPI call can carry: split it into chunks",
+                                     arg, t.numel(), INT_MAX));
+}
 
-  [[noreturn]] void fail(ErrorKind kind, const std::string& what) const {
-    throw Error(kind, fmt::format("{} on group '{}' (rank {} of {}): {}", op_, e_.name(), e_.rank(), e_.size(), what));
-  }
-  void tensor(const Tensor& t, const char* arg) const {
-    if (!t.defined()) fail(ErrorKind::kInvalidArgument, fmt::format("{} is an undefined tensor", arg));
-    if (!t.device().is_cpu())
-      fail(ErrorKind::kDeviceMismatch,
-           fmt::format("{} is on {}, but an MPI communicator carries host tensors: use a NCCL communicator for CUDA "
-                       "tensors, or copy it to the CPU",
-                       arg, t.device().str()));
-    if (t.numel() > INT_MAX)
-      fail(ErrorKind::kNotSupported,
-           fmt::format("{} has {} elements, more than the {} one MPI call can carry: split it into chunks", arg,
-                       t.numel(), INT_MAX));
-  }
-  void same_dtype(const Tensor& a, const char* an, const Tensor& b, const char* bn) const {
-    if (a.dtype() != b.dtype())
-      fail(ErrorKind::kDTypeMismatch,
-           fmt::format("{} is {} but {} is {}; they must match", an, dtype_name(a.dtype()), bn, dtype_name(b.dtype())));
-  }
-  void count(bool ok, const std::string& what) const {
-    if (!ok) fail(ErrorKind::kShapeMismatch, what);
-  }
-  void reduce_op(DType t, ReduceOp op) const {
-    if (t == DType::kI32 && op == ReduceOp::kAvg)
-      fail(ErrorKind::kNotSupported,
-           "avg of i32 is not supported (an integer mean would have to round): reduce with sum and divide, or "
-           "convert to f32");
-  }
-  void rank(int r, const char* what) const {
-    if (r < 0 || r >= e_.size())
-      fail(ErrorKind::kOutOfRange, fmt::format("{} {} is not a rank of this group of {}", what, r, e_.size()));
-  }
-  /// `a` and `b` must be the same bytes (when `same_ok`), `b` exactly at
-  /// `expected_b` (an in-place block), or not overlap at all.
-  void overlap(const Tensor& a, const char* an, const Tensor& b, const char* bn, const void* allowed_b,
-               const char* allowed_form) const {
-    if (a.nbytes() == 0 || b.nbytes() == 0 || !same_storage(a, b)) return;
-    if (allowed_b && b.data_ptr() == allowed_b) return;
-    fail(ErrorKind::kInvalidArgument,
-         fmt::format("{} and {} overlap; pass {}, or tensors that do not overlap", an, bn, allowed_form));
-  }
-
- private:
-  const char* op_;
-  const Engine& e_;
-};
+/// The group as the shared argument checks (comm/collective_args.h) name it.
+CollectiveGroup group_of(const Engine& e) {
+  return CollectiveGroup{"MPI", e.name(), e.rank(), e.size(), Device::cpu(), &check_host_tensor};
+}
 
 OpSignature signature(OpKind kind, std::int64_t count, DType dtype, int root = -1, int redop = -1) {
   OpSignature s;
@@ -154,87 +122,42 @@ WorkPtr submit(const std::shared_ptr<Engine>& engine, OpSignature sig, OpBody bo
 }  // namespace
 
 WorkPtr MpiCommunicator::all_reduce(const Tensor& in, Tensor& out, ReduceOp op) {
-  const Check c("all_reduce", *engine_);
   engine_->check_usable();
-  c.tensor(in, "in");
-  c.tensor(out, "out");
-  c.same_dtype(in, "in", out, "out");
-  c.count(in.numel() == out.numel(),
-          fmt::format("in has {} elements but out has {}; they must match", in.numel(), out.numel()));
-  c.reduce_op(in.dtype(), op);
-  c.overlap(in, "in", out, "out", in.data_ptr(), "the same tensor as in and out for in-place");
+  detail::check_all_reduce_args(group_of(*engine_), in, out, op);
   return submit(engine_, signature(OpKind::kAllReduce, in.numel(), in.dtype(), -1, int(op)),
                 detail::all_reduce_body(in, out, op, rank(), size()));
 }
 
 WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) {
-  const Check c("reduce_scatter", *engine_);
   engine_->check_usable();
-  c.tensor(in, "in");
-  c.tensor(out, "out");
-  c.same_dtype(in, "in", out, "out");
-  c.count(in.numel() == std::int64_t(size()) * out.numel(),
-          fmt::format("in has {} elements but must hold size() x out = {} x {} = {}", in.numel(), size(), out.numel(),
-                      std::int64_t(size()) * out.numel()));
-  c.reduce_op(in.dtype(), op);
-  const void* own_block = static_cast<const char*>(in.data_ptr()) + std::size_t(rank()) * out.nbytes();
-  c.overlap(in, "in", out, "out", own_block, "out = block rank() of in for in-place");
+  detail::check_reduce_scatter_args(group_of(*engine_), in, out, op);
   return submit(engine_, signature(OpKind::kReduceScatter, out.numel(), in.dtype(), -1, int(op)),
                 detail::reduce_scatter_body(in, out, op, rank(), size()));
 }
 
 WorkPtr MpiCommunicator::all_gather(const Tensor& in, Tensor& out) {
-  const Check c("all_gather", *engine_);
   engine_->check_usable();
-  c.tensor(in, "in");
-  c.tensor(out, "out");
-  c.same_dtype(in, "in", out, "out");
-  c.count(out.numel() == std::int64_t(size()) * in.numel(),
-          fmt::format("out has {} elements but must hold size() x in = {} x {} = {}", out.numel(), size(), in.numel(),
-                      std::int64_t(size()) * in.numel()));
-  const void* own_block = static_cast<const char*>(out.data_ptr()) + std::size_t(rank()) * in.nbytes();
-  c.overlap(out, "out", in, "in", own_block, "in = block rank() of out for in-place");
+  detail::check_all_gather_args(group_of(*engine_), in, out);
   return submit(engine_, signature(OpKind::kAllGather, in.numel(), in.dtype()),
                 detail::all_gather_body(in, out, rank(), size()));
 }
 
 WorkPtr MpiCommunicator::broadcast(Tensor& t, int root) {
-  const Check c("broadcast", *engine_);
   engine_->check_usable();
-  c.tensor(t, "t");
-  c.rank(root, "root");
+  detail::check_broadcast_args(group_of(*engine_), t, root);
   return submit(engine_, signature(OpKind::kBroadcast, t.numel(), t.dtype(), root), detail::broadcast_body(t, root));
 }
 
 WorkPtr MpiCommunicator::reduce(const Tensor& in, Tensor& out, ReduceOp op, int root) {
-  const Check c("reduce", *engine_);
   engine_->check_usable();
-  c.tensor(in, "in");
-  c.rank(root, "root");
-  c.reduce_op(in.dtype(), op);
-  if (rank() == root) {
-    c.tensor(out, "out (on the root)");
-    c.same_dtype(in, "in", out, "out");
-    c.count(in.numel() == out.numel(),
-            fmt::format("in has {} elements but out has {}; they must match", in.numel(), out.numel()));
-    c.overlap(in, "in", out, "out", in.data_ptr(), "the same tensor as in and out for in-place");
-  }
+  detail::check_reduce_args(group_of(*engine_), in, out, op, root);
   return submit(engine_, signature(OpKind::kReduce, in.numel(), in.dtype(), root, int(op)),
                 detail::reduce_body(in, out, op, root, rank(), size()));
 }
 
 WorkPtr MpiCommunicator::all_to_all(const Tensor& in, Tensor& out) {
-  const Check c("all_to_all", *engine_);
   engine_->check_usable();
-  c.tensor(in, "in");
-  c.tensor(out, "out");
-  c.same_dtype(in, "in", out, "out");
-  c.count(in.numel() == out.numel(),
-          fmt::format("in has {} elements but out has {}; they must match", in.numel(), out.numel()));
-  c.count(in.numel() % size() == 0, fmt::format("in has {} elements, not a multiple of the group size {}: it must "
-                                                "hold size() blocks of equal length",
-                                                in.numel(), size()));
-  c.overlap(in, "in", out, "out", in.data_ptr(), "the same tensor as in and out for in-place");
+  detail::check_all_to_all_args(group_of(*engine_), in, out);
   return submit(engine_, signature(OpKind::kAllToAll, in.numel(), in.dtype()),
                 detail::all_to_all_body(in, out, size()));
 }
@@ -244,28 +167,20 @@ constexpr int kP2pTag = 7;
 }
 
 WorkPtr MpiCommunicator::send(const Tensor& t, int peer) {
-  const Check c("send", *engine_);
   engine_->check_usable();
-  c.tensor(t, "t");
-  c.rank(peer, "peer");
+  detail::check_point_to_point_args(group_of(*engine_), "send", t, peer);
   return submit(engine_, signature(OpKind::kSend, t.numel(), t.dtype()), detail::send_body(t, peer, kP2pTag), peer);
 }
 
 WorkPtr MpiCommunicator::recv(Tensor& t, int peer) {
-  const Check c("recv", *engine_);
   engine_->check_usable();
-  c.tensor(t, "t");
-  c.rank(peer, "peer");
+  detail::check_point_to_point_args(group_of(*engine_), "recv", t, peer);
   return submit(engine_, signature(OpKind::kRecv, t.numel(), t.dtype()), detail::recv_body(t, peer, kP2pTag), peer);
 }
 
 WorkPtr MpiCommunicator::send_recv(const Tensor& send, int dst, Tensor& recv, int src) {
-  const Check c("send_recv", *engine_);
   engine_->check_usable();
-  c.tensor(send, "send");
-  c.tensor(recv, "recv");
-  c.rank(dst, "dst");
-  c.rank(src, "src");
+  detail::check_send_recv_args(group_of(*engine_), send, dst, recv, src);
   return submit(engine_, signature(OpKind::kSendRecv, send.numel(), send.dtype()),
                 detail::send_recv_body(send, dst, recv, src, kP2pTag), dst, src);
 }
@@ -276,9 +191,10 @@ WorkPtr MpiCommunicator::barrier() {
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
-  const Check c("split", *engine_);
   engine_->check_usable();
-  if (name.empty()) c.fail(ErrorKind::kInvalidArgument, "the new group needs a name (e.g. \"dp.0\")");
+  if (name.empty())
+    throw_argument_error(group_of(*engine_), "split", ErrorKind::kInvalidArgument,
+                         "the new group needs a name (e.g. \"dp.0\")");
   auto op = std::make_unique<Op>();
   op->work = std::make_shared<WorkState>();
   op->work->sig = signature(OpKind::kSplit, 0, DType::kF32);

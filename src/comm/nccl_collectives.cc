@@ -1,15 +1,22 @@
-// NcclCommunicator's operations: argument validation, then the NCCL calls
-// enqueued on the communicator's stream (see nccl_state.h for the machinery).
+// NcclCommunicator's operations: argument validation (comm/collective_args.h
+// and NCCL's own rules), then the NCCL calls enqueued on the communicator's
+// stream (see nccl_state.h for the machinery).
+#include <fmt/format.h>
+
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
+#include "comm/collective_args.h"
 #include "comm/nccl_state.h"
 #include "ht/ops/cast.h"
 
 namespace ht::comm {
 
+using detail::CollectiveGroup;
 using detail::OpInfo;
 using detail::PendingOp;
+using detail::throw_argument_error;
 using detail::to_nccl;
 
 namespace {
@@ -17,54 +24,49 @@ namespace {
 using Impl = NcclCommunicator::Impl;
 
 // --- Validation -----------------------------------------------------------------
+// The checks every backend shares are in comm/collective_args.h; here only
+// what is NCCL's own: where tensors live, and point-to-point with itself.
 
-void check_tensor(const Impl& c, const char* op, const char* what, const Tensor& t) {
-  HT_CHECK(t.defined(), ErrorKind::kInvalidArgument, "{} on NCCL group '{}': '{}' is undefined", op, c.name, what);
-  HT_CHECK(t.device() == Device::cuda(c.device), ErrorKind::kDeviceMismatch,
-           "{} on NCCL group '{}': '{}' is on {} but the communicator works on cuda:{}; move it there with "
-           ".to(Device::cuda({})), or use the MPI communicator for host tensors",
-           op, c.name, what, t.device().str(), c.device, c.device);
+/// A NCCL communicator works on tensors of its one CUDA device.
+void check_on_device(const CollectiveGroup& g, const char* op, const Tensor& t, std::string_view arg) {
+  if (t.device() != g.device)
+    throw_argument_error(g, op, ErrorKind::kDeviceMismatch,
+                         fmt::format("{} is on {} but the communicator works on {}; move it there with "
+                                     ".to(Device::cuda({})), or use the MPI communicator for host tensors",
+                                     arg, t.device().str(), g.device.str(), g.device.index));
 }
 
-void check_same_dtype(const Impl& c, const char* op, const Tensor& in, const Tensor& out) {
-  HT_CHECK(in.dtype() == out.dtype(), ErrorKind::kDTypeMismatch,
-           "{} on NCCL group '{}': 'in' is {} but 'out' is {}; convert with ops::cast first", op, c.name,
-           dtype_name(in.dtype()), dtype_name(out.dtype()));
+/// What NCCL cannot do in a send_recv that the MPI backend can (it buffers a
+/// message to itself and copies overlapping tensors): a transfer with itself
+/// must go both ways and match, and 'send' and 'recv' must be disjoint.
+void check_send_recv_on_nccl(const CollectiveGroup& g, const Tensor& send, int dst, const Tensor& recv, int src) {
+  const char* name = "send_recv";
+  if ((dst == g.rank) != (src == g.rank))
+    throw_argument_error(g, name, ErrorKind::kInvalidArgument,
+                         fmt::format("rank {} sends to {} and receives from {}; a transfer with itself must go both "
+                                     "ways (dst == src == rank) or it never completes",
+                                     g.rank, dst, src));
+  if (dst == g.rank && send.dtype() != recv.dtype())
+    throw_argument_error(g, name, ErrorKind::kDTypeMismatch,
+                         fmt::format("'send' is {} but 'recv' is {}, in an exchange with itself; they must match: "
+                                     "convert one with ht::ops::cast first",
+                                     dtype_name(send.dtype()), dtype_name(recv.dtype())));
+  if (dst == g.rank && send.numel() != recv.numel())
+    throw_argument_error(g, name, ErrorKind::kShapeMismatch,
+                         fmt::format("'recv' holds {} elements (shape {}) but must hold {}: the count of 'send', for "
+                                     "an exchange with itself",
+                                     recv.numel(), shape_str(recv.shape()), send.numel()));
+  if (same_storage(send, recv))
+    throw_argument_error(g, name, ErrorKind::kInvalidArgument, "'send' and 'recv' overlap; pass disjoint tensors");
 }
 
-void check_count(const Impl& c, const char* op, const char* what, const Tensor& t, std::int64_t expected,
-                 const char* rule) {
-  HT_CHECK(t.numel() == expected, ErrorKind::kShapeMismatch,
-           "{} on NCCL group '{}' (size {}): '{}' must hold {} elements ({}), got {} (shape {})", op, c.name, c.size,
-           what, expected, rule, t.numel(), shape_str(t.shape()));
-}
-
-void check_rank(const Impl& c, const char* op, const char* what, int r) {
-  HT_CHECK(r >= 0 && r < c.size, ErrorKind::kOutOfRange,
-           "{} on NCCL group '{}': {} {} is not a rank of the group (size {})", op, c.name, what, r, c.size);
-}
-
-/// Throws unless a and b are disjoint (NCCL's results are undefined for
-/// buffers that overlap other than in its in-place conventions).
-void check_disjoint(const Impl& c, const char* op, const Tensor& a, const Tensor& b, const char* in_place_rule) {
-  HT_CHECK(a.nbytes() == 0 || b.nbytes() == 0 || !same_storage(a, b), ErrorKind::kInvalidArgument,
-           "{} on NCCL group '{}': 'in' and 'out' overlap; pass disjoint tensors, or {}", op, c.name, in_place_rule);
-}
-
-const char* bytes_at(const Tensor& t, std::int64_t elements) {
-  return static_cast<const char*>(t.data_ptr()) + elements * std::int64_t(dtype_size(t.dtype()));
+/// The group as the shared argument checks name it.
+CollectiveGroup group_of(const Impl& c) {
+  return CollectiveGroup{"NCCL", c.name, c.rank, c.size, Device::cuda(c.device), &check_on_device};
 }
 
 char* bytes_at(Tensor& t, std::int64_t elements) {
   return static_cast<char*>(t.data_ptr()) + elements * std::int64_t(dtype_size(t.dtype()));
-}
-
-/// The MPI backend's rule, kept so that both backends accept the same calls.
-void check_reduce_op(const Impl& c, const char* op, DType dtype, ReduceOp reduce_op) {
-  HT_CHECK(!(dtype == DType::kI32 && reduce_op == ReduceOp::kAvg), ErrorKind::kNotSupported,
-           "{} on NCCL group '{}': avg of i32 is not supported (an integer mean would have to round): reduce with "
-           "sum and divide, or convert to f32",
-           op, c.name);
 }
 
 /// f16 and bf16 sums and averages are reduced in f32 (the contract of every
@@ -111,13 +113,8 @@ OpInfo info_of(const char* op, std::int64_t count, DType dtype, int peer = -1, c
 WorkPtr NcclCommunicator::all_reduce(const Tensor& in, Tensor& out, ReduceOp op) {
   Impl& c = *impl_;
   const char* name = "all_reduce";
-  check_tensor(c, name, "in", in);
-  check_tensor(c, name, "out", out);
-  check_same_dtype(c, name, in, out);
+  detail::check_all_reduce_args(group_of(c), in, out, op);
   const std::int64_t n = in.numel();
-  check_count(c, name, "out", out, n, "the count of 'in'");
-  check_reduce_op(c, name, in.dtype(), op);
-  if (in.data_ptr() != out.data_ptr()) check_disjoint(c, name, in, out, "the same tensor for an in-place all_reduce");
   const bool widen = reduce_in_f32(in.dtype(), op) && n > 0;
   Tensor scratch = widen ? scratch_buffer(c, n) : Tensor();
 
@@ -142,15 +139,8 @@ WorkPtr NcclCommunicator::all_reduce(const Tensor& in, Tensor& out, ReduceOp op)
 WorkPtr NcclCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) {
   Impl& c = *impl_;
   const char* name = "reduce_scatter";
-  check_tensor(c, name, "in", in);
-  check_tensor(c, name, "out", out);
-  check_same_dtype(c, name, in, out);
+  detail::check_reduce_scatter_args(group_of(c), in, out, op);
   const std::int64_t n = out.numel();
-  check_count(c, name, "in", in, std::int64_t(c.size) * n, "size() x the count of 'out'");
-  check_reduce_op(c, name, in.dtype(), op);
-  // In place, NCCL's way: out is block rank() of in.
-  const bool in_place = out.data_ptr() == bytes_at(in, std::int64_t(c.rank) * n);
-  if (!in_place) check_disjoint(c, name, in, out, "'out' as block rank() of 'in' for an in-place reduce_scatter");
   const bool widen = reduce_in_f32(in.dtype(), op) && n > 0;
   // One f32 buffer for the whole input; NCCL reduces in place into block rank().
   Tensor scratch = widen ? scratch_buffer(c, std::int64_t(c.size) * n) : Tensor();
@@ -177,14 +167,8 @@ WorkPtr NcclCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp
 WorkPtr NcclCommunicator::all_gather(const Tensor& in, Tensor& out) {
   Impl& c = *impl_;
   const char* name = "all_gather";
-  check_tensor(c, name, "in", in);
-  check_tensor(c, name, "out", out);
-  check_same_dtype(c, name, in, out);
+  detail::check_all_gather_args(group_of(c), in, out);
   const std::int64_t n = in.numel();
-  check_count(c, name, "out", out, std::int64_t(c.size) * n, "size() x the count of 'in'");
-  // In place, NCCL's way: in is block rank() of out.
-  const bool in_place = in.data_ptr() == bytes_at(out, std::int64_t(c.rank) * n);
-  if (!in_place) check_disjoint(c, name, in, out, "'in' as block rank() of 'out' for an in-place all_gather");
 
   return c.enqueue(info_of(name, n, in.dtype()), {in, out}, [&](const PendingOp& p) {
     if (n == 0) return;
@@ -197,8 +181,7 @@ WorkPtr NcclCommunicator::all_gather(const Tensor& in, Tensor& out) {
 WorkPtr NcclCommunicator::broadcast(Tensor& t, int root) {
   Impl& c = *impl_;
   const char* name = "broadcast";
-  check_tensor(c, name, "t", t);
-  check_rank(c, name, "root", root);
+  detail::check_broadcast_args(group_of(c), t, root);
   const std::int64_t n = t.numel();
 
   return c.enqueue(info_of(name, n, t.dtype(), root), {t}, [&](const PendingOp& p) {
@@ -212,17 +195,9 @@ WorkPtr NcclCommunicator::broadcast(Tensor& t, int root) {
 WorkPtr NcclCommunicator::reduce(const Tensor& in, Tensor& out, ReduceOp op, int root) {
   Impl& c = *impl_;
   const char* name = "reduce";
-  check_tensor(c, name, "in", in);
-  check_rank(c, name, "root", root);
-  check_reduce_op(c, name, in.dtype(), op);
+  detail::check_reduce_args(group_of(c), in, out, op, root);
   const std::int64_t n = in.numel();
   const bool is_root = c.rank == root;
-  if (is_root) {
-    check_tensor(c, name, "out", out);
-    check_same_dtype(c, name, in, out);
-    check_count(c, name, "out", out, n, "the count of 'in'");
-    if (in.data_ptr() != out.data_ptr()) check_disjoint(c, name, in, out, "the same tensor for an in-place reduce");
-  }
   const bool widen = reduce_in_f32(in.dtype(), op) && n > 0;
   Tensor scratch = widen ? scratch_buffer(c, n) : Tensor();
   std::vector<Tensor> keep{in, scratch};
@@ -246,17 +221,10 @@ WorkPtr NcclCommunicator::reduce(const Tensor& in, Tensor& out, ReduceOp op, int
 WorkPtr NcclCommunicator::all_to_all(const Tensor& in, Tensor& out) {
   Impl& c = *impl_;
   const char* name = "all_to_all";
-  check_tensor(c, name, "in", in);
-  check_tensor(c, name, "out", out);
-  check_same_dtype(c, name, in, out);
+  detail::check_all_to_all_args(group_of(c), in, out);
   const std::int64_t total = in.numel();
-  check_count(c, name, "out", out, total, "the count of 'in'");
-  HT_CHECK(total % c.size == 0, ErrorKind::kShapeMismatch,
-           "all_to_all on NCCL group '{}': 'in' holds {} elements, not a multiple of the group size {}", c.name, total,
-           c.size);
   const std::int64_t n = total / c.size;
   const bool in_place = in.data_ptr() == out.data_ptr();
-  if (!in_place) check_disjoint(c, name, in, out, "the same tensor for an in-place all_to_all");
   // Sends read `in` while receives write `out`: in place, send from a copy.
   Tensor source = in_place && total > 0 ? scratch_buffer(c, total, in.dtype()) : in;
 
@@ -285,12 +253,13 @@ WorkPtr NcclCommunicator::all_to_all(const Tensor& in, Tensor& out) {
 WorkPtr NcclCommunicator::send(const Tensor& t, int peer) {
   Impl& c = *impl_;
   const char* name = "send";
-  check_tensor(c, name, "t", t);
-  check_rank(c, name, "peer", peer);
-  HT_CHECK(peer != c.rank, ErrorKind::kInvalidArgument,
-           "send on NCCL group '{}': rank {} sends to itself, which never completes alone; use "
-           "send_recv(t, {}, out, {}) instead",
-           c.name, peer, peer, peer);
+  const CollectiveGroup g = group_of(c);
+  detail::check_point_to_point_args(g, name, t, peer);
+  if (peer == c.rank)
+    throw_argument_error(g, name, ErrorKind::kInvalidArgument,
+                         fmt::format("rank {} sends to itself, which never completes alone; use send_recv(t, {}, out, "
+                                     "{}) instead",
+                                     peer, peer, peer));
   const std::int64_t n = t.numel();
 
   return c.enqueue(info_of(name, n, t.dtype(), peer, "peer", -1, false), {t}, [&](const PendingOp& p) {
@@ -304,12 +273,13 @@ WorkPtr NcclCommunicator::send(const Tensor& t, int peer) {
 WorkPtr NcclCommunicator::recv(Tensor& t, int peer) {
   Impl& c = *impl_;
   const char* name = "recv";
-  check_tensor(c, name, "t", t);
-  check_rank(c, name, "peer", peer);
-  HT_CHECK(peer != c.rank, ErrorKind::kInvalidArgument,
-           "recv on NCCL group '{}': rank {} receives from itself, which never completes alone; use "
-           "send_recv(in, {}, t, {}) instead",
-           c.name, peer, peer, peer);
+  const CollectiveGroup g = group_of(c);
+  detail::check_point_to_point_args(g, name, t, peer);
+  if (peer == c.rank)
+    throw_argument_error(g, name, ErrorKind::kInvalidArgument,
+                         fmt::format("rank {} receives from itself, which never completes alone; use send_recv(in, "
+                                     "{}, t, {}) instead",
+                                     peer, peer, peer));
   const std::int64_t n = t.numel();
 
   return c.enqueue(info_of(name, n, t.dtype(), peer, "peer", -1, false), {t}, [&](const PendingOp& p) {
@@ -323,20 +293,9 @@ WorkPtr NcclCommunicator::recv(Tensor& t, int peer) {
 WorkPtr NcclCommunicator::send_recv(const Tensor& send, int dst, Tensor& recv, int src) {
   Impl& c = *impl_;
   const char* name = "send_recv";
-  check_tensor(c, name, "send", send);
-  check_tensor(c, name, "recv", recv);
-  check_rank(c, name, "dst", dst);
-  check_rank(c, name, "src", src);
-  HT_CHECK((dst == c.rank) == (src == c.rank), ErrorKind::kInvalidArgument,
-           "send_recv on NCCL group '{}': rank {} sends to {} and receives from {}; a transfer with itself must go "
-           "both ways (dst == src == rank) or it never completes",
-           c.name, c.rank, dst, src);
-  if (dst == c.rank) {
-    check_same_dtype(c, name, send, recv);
-    check_count(c, name, "recv", recv, send.numel(), "the count of 'send', for an exchange with itself");
-  }
-  HT_CHECK(!same_storage(send, recv), ErrorKind::kInvalidArgument,
-           "send_recv on NCCL group '{}': 'send' and 'recv' overlap; pass disjoint tensors", c.name);
+  const CollectiveGroup g = group_of(c);
+  detail::check_send_recv_args(g, send, dst, recv, src);
+  check_send_recv_on_nccl(g, send, dst, recv, src);
   const std::int64_t n_send = send.numel();
   const std::int64_t n_recv = recv.numel();
 
