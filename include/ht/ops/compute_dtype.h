@@ -1,6 +1,6 @@
 // The dtype rules of the compute ops (matmul, the element-wise ops, LayerNorm,
-// attention, embedding, cross-entropy): written here once, referred to by
-// every op header. The precision ops (cast.h) and optimizer updates have their
+// RMSNorm, RoPE, SiLU and SwiGLU, attention, embedding, cross-entropy, MSE,
+// reduce, index_select): written here once, referred to by every op header. The precision ops (cast.h) and optimizer updates have their
 // own rules, stated in their headers.
 #pragma once
 
@@ -17,7 +17,9 @@ namespace ht::ops {
 //   kDTypeMismatch naming two tensors that differ; i32 or another non-float
 //   dtype among them throws kDTypeMismatch too.
 // - Statistics stay f32 whatever the compute dtype: LayerNorm mean and rstd;
-//   cross-entropy losses, lse and target_logit. Token ids and targets are i32.
+//   RMSNorm rstd; cross-entropy losses, lse and target_logit; the MSE loss;
+//   the RoPE table. Token ids, targets, attention key masks and index_select
+//   indices are i32.
 // - Arithmetic is f32 inside. Each output element is rounded once to its dtype
 //   (round to nearest, ties to even). Outputs that accumulate (matmul with
 //   beta != 0, bias_add's y, bias_grad's dbias, LayerNorm dw and db, embedding
@@ -32,7 +34,8 @@ namespace ht::ops {
 // element (F16C instructions on CPUs that have them). That is every op on
 // CUDA except matmul, whose 16-bit operands go to cuBLAS as they are (f32
 // compute, tensor cores), and on the CPU matmul (sgemm), bias_add, bias_grad,
-// LayerNorm, attention and embedding. The CPU's add, scale, GELU and
+// LayerNorm, attention and embedding, and the newer ops (RMSNorm, RoPE, SiLU,
+// SwiGLU, MSE, reduce, index_select). The CPU's add, scale, GELU and
 // cross-entropy convert block by block or row by row themselves, with no
 // tensor-sized temporaries. 16-bit calls on the CPU are therefore slower than
 // f32 ones (one core: matmul 1.0-1.15x the f32 time, GELU 1.2-1.3x,

@@ -126,7 +126,10 @@ void forward(const AttentionShape& s, const QkvViews<const float>& in, const std
 
 // The backward, one task per (batch, key/value head): its query heads in
 // order, each adding its part of dK and dV (beta 1 after the first), so the
-// sums over a group have a fixed order. dQ of each query head is its own.
+// sums over a group have a fixed order without a scratch copy per head. dQ
+// of each query head is its own. For multi-head attention (the packed op,
+// KV = H) the tasks are the forward's (batch, head) pairs; with few key/value
+// heads and a small batch (B * KV below the thread count) threads idle.
 void backward(const AttentionShape& s, const float* dout, const QkvViews<const float>& in, const float* probs,
               const QkvViews<float>& grad) {
   if (s.batch * s.t * s.head_dim == 0) return;
