@@ -97,8 +97,8 @@ float CausalLM::vocab_parallel_loss(const Tensor& logits2, const Tensor& targets
 
 float CausalLM::forward_loss(nn::Context& ctx, const Tensor& input, const Tensor& targets) {
   HT_CHECK(last_stage(), ErrorKind::kInvalidArgument,
-           "CausalLM::forward_loss runs on the last pipeline stage; stage {} of {} ends in activations", describe(), stage().rank,
-           stage().size);
+           "{}: forward_loss runs on the last pipeline stage; stage {} of {} ends in activations", describe(),
+           stage().rank, stage().size);
   HT_CHECK(targets.ndim() == 2 && targets.size(0) == input.size(0) && targets.size(1) == input.size(1),
            ErrorKind::kShapeMismatch, "{}: targets {} must be (B, T) of the input {}", describe(), shape_str(targets.shape()),
            shape_str(input.shape()));

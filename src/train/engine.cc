@@ -143,6 +143,7 @@ std::string Engine::save_checkpoint() {
 }
 
 std::string Engine::checkpoint_now() {
+  HT_CHECK(checkpointer_, ErrorKind::kConfig, "checkpoint_now: no checkpoint directory was configured");
   std::string error;
   const std::int64_t step = steps_done_;
   if (step > checkpointer_->last_save().step && step > resumed_from_) error = save_checkpoint();

@@ -167,6 +167,7 @@ class Engine {
   std::string save_checkpoint();
   /// Saves the current step unless a save of it is under way or it was
   /// resumed from, and waits for every save; returns "" or what went wrong.
+  /// Throws kConfig without a checkpoint directory.
   std::string checkpoint_now();
   /// Waits for the checkpoint in flight; returns its failure message, if any.
   std::string wait_for_checkpoint();
