@@ -3,11 +3,11 @@
 // too; the key mask is i32 and passes through).
 #include "ht/ops/attention.h"
 
+#include <string>
+
 #include "ops/backend_ops.h"
 #include "ops/check.h"
 #include "ops/f32_staging.h"
-
-#include <string>
 
 namespace ht::ops {
 namespace {

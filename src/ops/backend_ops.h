@@ -31,10 +31,10 @@
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,           \
                           const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db);                          \
   void rmsnorm_forward(const Tensor& x, const Tensor& w, Tensor& y, Tensor& rstd, float eps);               \
-  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,  \
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx, \
                         Tensor& dw);                                                                        \
-  /* forward, or the inverse rotation (backward) */                                                        \
-  void rope(const Tensor& x, const Tensor& table, int n_head, bool inverse, Tensor& y);                      \
+  /* forward, or the inverse rotation (backward) */                                                         \
+  void rope(const Tensor& x, const Tensor& table, int n_head, bool inverse, Tensor& y);                     \
   void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs);                        \
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head,           \
                           Tensor& dqkv);                                                                    \
@@ -44,7 +44,7 @@
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,            \
                           const Tensor& probs, const AttentionOptions& o, Tensor& dq, Tensor& dk,           \
                           Tensor& dv);                                                                      \
-  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out,          \
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out,           \
                          VocabShard shard);                                                                 \
   void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, Tensor& dwpe,             \
                           VocabShard shard);                                                                \
@@ -55,7 +55,7 @@
                               Tensor& dlogits, VocabShard shard);                                           \
   void mse_forward(const Tensor& pred, const Tensor& target, Tensor& loss);                                 \
   void mse_backward(const Tensor& pred, const Tensor& target, float dloss, Tensor& dpred);                  \
-  /* dim counted from 0; reduce_backward's counts dx's dimensions */                                      \
+  /* dim counted from 0; reduce_backward's counts dx's dimensions */                                        \
   void reduce(const Tensor& x, int dim, Reduction r, Tensor& out);                                          \
   void reduce_backward(const Tensor& dout, int dim, Reduction r, Tensor& dx);                               \
   void index_select(const Tensor& x, int dim, const Tensor& index, Tensor& out);                            \
