@@ -61,23 +61,29 @@ data::TokenSplits random_tokens(std::int64_t vocab, std::int64_t train_count, st
 namespace {
 
 /// What train::Trainer checked and train::Engine leaves to the program.
-const data::TokenSplits& checked(const models::GPTConfig& model, const data::TokenSplits& splits,
+const data::TokenSplits& checked(std::int64_t vocab, std::int64_t context, const data::TokenSplits& splits,
                                  std::int64_t seq_len) {
-  HT_CHECK(seq_len > 0 && seq_len <= model.context, ErrorKind::kConfig,
-           "sequence length {} must lie in [1, context={}]; raise --context or shorten --seq", seq_len, model.context);
-  HT_CHECK(splits.vocab_size <= model.vocab_size, ErrorKind::kConfig,
-           "the data's vocabulary ({}) is larger than the model's vocab_size ({})", splits.vocab_size,
-           model.vocab_size);
+  HT_CHECK(seq_len > 0 && seq_len <= context, ErrorKind::kConfig,
+           "sequence length {} must lie in [1, context={}]; raise --context or shorten --seq", seq_len, context);
+  HT_CHECK(splits.vocab_size <= vocab, ErrorKind::kConfig,
+           "the data's vocabulary ({}) is larger than the model's vocab_size ({})", splits.vocab_size, vocab);
   return splits;
 }
 
 }  // namespace
 
-GptEngine::GptEngine(const train::EngineOptions& options, const models::GPTConfig& model,
-                     const data::TokenSplits& splits, std::int64_t seq_len, comm::DeviceMesh* mesh)
-    : batches_(checked(model, splits, seq_len), seq_len),
+LmEngine::LmEngine(const train::EngineOptions& options, const models::GPTConfig& model,
+                   const data::TokenSplits& splits, std::int64_t seq_len, comm::DeviceMesh* mesh)
+    : batches_(checked(model.vocab_size, model.context, splits, seq_len), seq_len),
       engine_(
           options, [model](const nn::Placement& at) { return std::make_unique<models::GPT>(model, at); }, batches_,
+          mesh) {}
+
+LmEngine::LmEngine(const train::EngineOptions& options, const models::LlamaConfig& model,
+                   const data::TokenSplits& splits, std::int64_t seq_len, comm::DeviceMesh* mesh)
+    : batches_(checked(model.vocab_size, model.context, splits, seq_len), seq_len),
+      engine_(
+          options, [model](const nn::Placement& at) { return std::make_unique<models::Llama>(model, at); }, batches_,
           mesh) {}
 
 int mpi_bench_main(int argc, char** argv, const char* program, MpiBench bench, OnConfigError on_config) {

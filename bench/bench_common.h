@@ -15,6 +15,7 @@
 #include "ht/comm/mpi_runtime.h"
 #include "ht/data/token_batches.h"
 #include "ht/models/gpt.h"
+#include "ht/models/llama.h"
 #include "ht/train/engine.h"
 
 namespace ht::bench {
@@ -51,18 +52,21 @@ double median(std::vector<double> v);
 data::TokenSplits random_tokens(std::int64_t vocab, std::int64_t train_count, std::int64_t val_count,
                                 std::uint64_t seed);
 
-/// A models::GPT trained by a train::Engine on next-token windows of
-/// `seq_len` tokens of `splits` (data::TokenBatches), on `mesh` (null: this
-/// process alone; collective over it otherwise). `splits` and `mesh` must
-/// outlive it. Throws kConfig when seq_len does not lie in [1, context] or
-/// the data's vocabulary exceeds the model's (the checks the Engine leaves to
-/// the program), then what the Engine throws.
-class GptEngine {
+/// A language model (models::GPT, models::Llama) trained by a train::Engine
+/// on next-token windows of `seq_len` tokens of `splits`
+/// (data::TokenBatches), on `mesh` (null: this process alone; collective
+/// over it otherwise). `splits` and `mesh` must outlive it. Throws kConfig
+/// when seq_len does not lie in [1, context] or the data's vocabulary exceeds
+/// the model's (the checks the Engine leaves to the program), then what the
+/// Engine throws.
+class LmEngine {
  public:
-  GptEngine(const train::EngineOptions& options, const models::GPTConfig& model, const data::TokenSplits& splits,
-            std::int64_t seq_len, comm::DeviceMesh* mesh = nullptr);
-  GptEngine(const GptEngine&) = delete;
-  GptEngine& operator=(const GptEngine&) = delete;
+  LmEngine(const train::EngineOptions& options, const models::GPTConfig& model, const data::TokenSplits& splits,
+           std::int64_t seq_len, comm::DeviceMesh* mesh = nullptr);
+  LmEngine(const train::EngineOptions& options, const models::LlamaConfig& model, const data::TokenSplits& splits,
+           std::int64_t seq_len, comm::DeviceMesh* mesh = nullptr);
+  LmEngine(const LmEngine&) = delete;
+  LmEngine& operator=(const LmEngine&) = delete;
 
   train::Engine& operator*() { return engine_; }
   train::Engine* operator->() { return &engine_; }

@@ -111,7 +111,7 @@ void measure_saves(const Args& a, const data::TokenSplits& data, nlohmann::json&
   out["layout"] = fmt::format("{}, zero {}", mesh.layout().str(), a.zero);
   if (mesh.rank() == 0) fs::remove_all(a.dir);
   mesh.world().barrier()->wait();
-  bench::GptEngine t(engine_options(a), a.model(), data, kSeqLen, &mesh);
+  bench::LmEngine t(engine_options(a), a.model(), data, kSeqLen, &mesh);
   t->step();  // AdamW state that is not zero
   // Synchronous: the save, waited for at once.
   double t0 = now_ms();
@@ -147,7 +147,7 @@ double measure_load(const Args& a, const data::TokenSplits& data, int tp, int pp
   r.data_parallel.zero_stage = zero;
   layout = fmt::format("{}, zero {}", mesh.layout().str(), zero);
   const double t0 = now_ms();
-  bench::GptEngine t(r, a.model(), data, kSeqLen, &mesh);
+  bench::LmEngine t(r, a.model(), data, kSeqLen, &mesh);
   const double ms = now_ms() - t0;
   HT_CHECK(t->resumed_from() == 2, ErrorKind::kInternal, "resumed from step {}, expected 2", t->resumed_from());
   return ms;

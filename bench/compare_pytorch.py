@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """compare_pytorch: hypertrain's training throughput against PyTorch's, same
-GPT, same batch, same thread count, measured back to back in one script.
+model, same batch, same thread count, measured back to back in one script.
 
 Runs <build>/bench/train_throughput --json for each config, then trains the same
-GPT in PyTorch (fp32, tied head, tanh GELU, causal attention written as matmul
-+ masked softmax, global-norm clipping at 1.0, AdamW with hypertrain's
-hyper-parameters) on random tokens, timing forward + backward + optimizer
-steps after warm-up. Both sides report the median timed step.
+model in PyTorch on random tokens, timing forward + backward + optimizer steps
+after warm-up; both sides report the median timed step. The GPT configs (small,
+124m): fp32, tied head, tanh GELU, causal attention written as matmul + masked
+softmax. The Llama configs (llama-small, llama-124m): RMSNorm, rotate-half
+rotary embeddings, grouped-query attention (key/value heads repeated), SwiGLU,
+untied head, the same attention. Both with global-norm clipping at 1.0 and
+AdamW with hypertrain's hyper-parameters and decay groups.
 
 Output (a contract, see docs/benchmarks.md):
   "# " preamble lines;
@@ -17,8 +20,8 @@ Output (a contract, see docs/benchmarks.md):
     config small | L6 H6 C384 V256 T256 | batch 8 x 128 | hypertrain 2012.3 tok/s
       | pytorch 1833.0 tok/s | ratio 1.098 | cpu ratio 1.094
   and last, exactly "ratio X": hypertrain tokens/s over PyTorch's for the one
-  config, or with --config both the smaller of the two ratios (the target is
-  X >= 1 for every config).
+  config, or with a group (--config both, llama, all) the smallest of the
+  configs' ratios.
 "ratio" compares wall-clock throughput (median step); "cpu ratio" compares
 process CPU time per step (all threads; PyTorch's over hypertrain's), the work
 each side spends per token, which other load on the machine disturbs less.
@@ -43,18 +46,24 @@ import time
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 
-# name: (vocab, context, layers, heads, embd, batch, seq, warmup, steps); as
-# train_throughput's --config.
+# name: (model, batch, seq, warmup, steps), as train_throughput's --config.
+# GPT: vocab, context, layers, heads, embd. Llama: also kv_heads, ffn, rope_theta.
 CONFIGS = {
-    "small": (256, 256, 6, 6, 384, 8, 128, 3, 10),
-    "124m": (50257, 1024, 12, 12, 768, 2, 256, 2, 5),
+    "small": (dict(kind="gpt", vocab=256, context=256, n_layer=6, n_head=6, n_embd=384), 8, 128, 3, 10),
+    "124m": (dict(kind="gpt", vocab=50257, context=1024, n_layer=12, n_head=12, n_embd=768), 2, 256, 2, 5),
+    "llama-small": (dict(kind="llama", vocab=256, context=256, n_layer=6, n_head=6, n_kv_head=2, n_embd=384,
+                         ffn=1024, rope_theta=10000.0), 8, 128, 3, 10),
+    "llama-124m": (dict(kind="llama", vocab=50257, context=1024, n_layer=12, n_head=12, n_kv_head=4, n_embd=768,
+                        ffn=2048, rope_theta=10000.0), 2, 256, 2, 5),
 }
+GROUPS = {"both": ["small", "124m"], "llama": ["llama-small", "llama-124m"],
+          "all": ["small", "124m", "llama-small", "llama-124m"]}
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--build", required=True, help="hypertrain build directory (holds bench/train_throughput)")
-    p.add_argument("--config", choices=["small", "124m", "both"], default="small")
+    p.add_argument("--config", choices=list(CONFIGS) + list(GROUPS), default="small")
     p.add_argument("--threads", type=int, default=2,
                    help="threads for both sides (OMP_NUM_THREADS, torch.set_num_threads)")
     p.add_argument("--steps", type=int, default=0, help="timed steps per side (0: 10 for small, 5 for 124m)")
@@ -118,7 +127,7 @@ def run_hypertrain(args, name):
     return run, result
 
 
-def build_torch_gpt(torch, vocab, context, n_layer, n_head, n_embd):
+def build_torch_gpt(torch, kind, vocab, context, n_layer, n_head, n_embd):
     nn = torch.nn
     F = torch.nn.functional
 
@@ -190,17 +199,106 @@ def build_torch_gpt(torch, vocab, context, n_layer, n_head, n_embd):
     return GPT()
 
 
+def build_torch_llama(torch, kind, vocab, context, n_layer, n_head, n_kv_head, n_embd, ffn, rope_theta):
+    """hypertrain's Llama written plainly: RMSNorm, rotate-half rotary embeddings, grouped-query attention
+    (key/value heads repeated), SwiGLU, untied head, no biases, N(0, 0.02) matrices."""
+    nn = torch.nn
+    F = torch.nn.functional
+    hs = n_embd // n_head
+    inv_freq = 1.0 / (rope_theta ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+    angles = torch.outer(torch.arange(context, dtype=torch.float32), inv_freq)
+    cos, sin = angles.cos(), angles.sin()
+
+    def rope(x):  # (b, heads, t, hs)
+        t = x.shape[2]
+        x1, x2 = x[..., : hs // 2], x[..., hs // 2:]
+        c, s_ = cos[:t], sin[:t]
+        return torch.cat([x1 * c - x2 * s_, x2 * c + x1 * s_], dim=-1)
+
+    class RMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(n_embd))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj = nn.Linear(n_embd, n_embd, bias=False)
+            self.k_proj = nn.Linear(n_embd, n_kv_head * hs, bias=False)
+            self.v_proj = nn.Linear(n_embd, n_kv_head * hs, bias=False)
+            self.o_proj = nn.Linear(n_embd, n_embd, bias=False)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q = rope(self.q_proj(x).view(b, t, n_head, hs).transpose(1, 2))
+            k = rope(self.k_proj(x).view(b, t, n_kv_head, hs).transpose(1, 2))
+            v = self.v_proj(x).view(b, t, n_kv_head, hs).transpose(1, 2)
+            k = k.repeat_interleave(n_head // n_kv_head, dim=1)
+            v = v.repeat_interleave(n_head // n_kv_head, dim=1)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+            mask = torch.ones(t, t, dtype=torch.bool).tril()
+            att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+            return self.o_proj((att @ v).transpose(1, 2).contiguous().view(b, t, c))
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_up = nn.Linear(n_embd, 2 * ffn, bias=False)
+            self.down = nn.Linear(ffn, n_embd, bias=False)
+
+        def forward(self, x):
+            gate, up = self.gate_up(x).chunk(2, dim=-1)
+            return self.down(F.silu(gate) * up)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.input_layernorm = RMSNorm()
+            self.self_attn = Attention()
+            self.post_attention_layernorm = RMSNorm()
+            self.mlp = MLP()
+
+        def forward(self, x):
+            x = x + self.self_attn(self.input_layernorm(x))
+            return x + self.mlp(self.post_attention_layernorm(x))
+
+    class Llama(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(vocab, n_embd)
+            self.layers = nn.ModuleList([Block() for _ in range(n_layer)])
+            self.norm = RMSNorm()
+            self.lm_head = nn.Linear(n_embd, vocab, bias=False)
+            for name, p in self.named_parameters():
+                if p.dim() > 1:
+                    nn.init.normal_(p, std=0.02)
+
+        def forward(self, idx, targets):
+            x = self.embed_tokens(idx)
+            for block in self.layers:
+                x = block(x)
+            logits = self.lm_head(self.norm(x))
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+    return Llama()
+
+
 def run_pytorch(torch, args, name):
-    vocab, context, n_layer, n_head, n_embd, batch, seq, warmup, steps = CONFIGS[name]
+    model_spec, batch, seq, warmup, steps = CONFIGS[name]
     batch = args.batch or batch
     seq = args.seq or seq
     warmup = warmup if args.warmup < 0 else args.warmup
     steps = args.steps or steps
+    vocab = model_spec["vocab"]
     torch.manual_seed(1337)
-    model = build_torch_gpt(torch, vocab, context, n_layer, n_head, n_embd)
-    # As hypertrain's AdamW: decay on matrices and embeddings, none on biases and norm gains.
-    decay = [p for n, p in model.named_parameters() if not n.endswith("bias") and "ln_" not in n]
-    no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "ln_" in n]
+    build = build_torch_gpt if model_spec["kind"] == "gpt" else build_torch_llama
+    model = build(torch, **model_spec)
+    # As hypertrain's AdamW: decay on matrices and embeddings, none on biases and norm gains (vectors).
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() <= 1]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
     step_ms, losses = [], []
@@ -234,7 +332,7 @@ def main():
     set_env(args)
     torch = import_torch()
     torch.set_num_threads(args.threads)
-    names = ["small", "124m"] if args.config == "both" else [args.config]
+    names = GROUPS.get(args.config, [args.config])
     print(f"# compare_pytorch: torch {torch.__version__} ({sys.executable}), threads {args.threads} on both sides, "
           f"{args.repeats} repeat(s), OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}, "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}", flush=True)

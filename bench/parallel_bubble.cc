@@ -46,7 +46,7 @@ void measure_bubble(const ParallelArgs& a, comm::DeviceMesh& mesh, const models:
   o.schedule = parallel::parse_schedule(schedule);
   o.grad_accum = m;
   const data::TokenSplits splits = splits_for(a, model, mesh.layout().dp_size());
-  GptEngine engine(o, model, splits, a.seq, &mesh);
+  LmEngine engine(o, model, splits, a.seq, &mesh);
   double compute_ms = 0, idle_ms = 0;
   std::int64_t peak = 0;
   std::vector<double> step_ms;

@@ -125,7 +125,7 @@ RankMemory step_engine(const ParallelArgs& a, comm::DeviceMesh& mesh, const mode
   reset_memory_peaks();
   RankMemory m;
   {
-    GptEngine engine(o, model, splits, a.seq, &mesh);
+    LmEngine engine(o, model, splits, a.seq, &mesh);
     num_parameters = engine->model().num_parameters();
     m.init_peak = host_bytes(true);
     reset_memory_peaks();

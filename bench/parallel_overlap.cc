@@ -91,10 +91,10 @@ class OverlapBench {
     train::EngineOptions o = base_options(a);
     o.data_parallel.zero_stage = 0;
     o.data_parallel.bucket_bytes = a.bucket_bytes;
-    engine_ = std::make_unique<GptEngine>(o, model, splits_, a.seq, &mesh);
+    engine_ = std::make_unique<LmEngine>(o, model, splits_, a.seq, &mesh);
     if (a.one_bucket) {
       o.data_parallel.bucket_bytes = std::int64_t(1) << 62;
-      single_ = std::make_unique<GptEngine>(o, model, splits_, a.seq, &mesh);
+      single_ = std::make_unique<LmEngine>(o, model, splits_, a.seq, &mesh);
     }
     buckets_ = ddp_bucket_numels((*engine_)->model(), a.bucket_bytes);
     std::int64_t total_numel = 0;
@@ -111,7 +111,7 @@ class OverlapBench {
  private:
   comm::DeviceMesh& mesh_;
   data::TokenSplits splits_;
-  std::unique_ptr<GptEngine> engine_, single_;
+  std::unique_ptr<LmEngine> engine_, single_;
   std::vector<std::int64_t> buckets_, one_bucket_;
   Tensor flat_;
 };

@@ -1,6 +1,7 @@
 // train_throughput: end-to-end training speed of ht::train::Engine (forward,
 // backward, global-norm clipping and AdamW per step) on random tokens, for the
-// gpt_train default model and a GPT-2 124M-class model, in f32 or mixed
+// gpt_train default model and a GPT-2 124M-class model (and the llama_train
+// default and a Llama of that class), in f32 or mixed
 // precision (--precision fp32,fp16,bf16: each config runs in each, one after
 // the other), with MFU measured against this machine's own f32 sgemm peak.
 //
@@ -28,6 +29,8 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <memory>
+#include <variant>
 #include <vector>
 
 #include "bench_common.h"
@@ -35,6 +38,7 @@
 #include "ht/core/rng.h"
 #include "ht/core/version.h"
 #include "ht/models/gpt.h"
+#include "ht/models/llama.h"
 #include "ht/ops/matmul.h"
 #include "ht/precision/policy.h"
 
@@ -58,18 +62,58 @@ struct Args {
   bool json = false;
 };
 
+/// A GPT or a Llama: what a config trains.
+struct ModelSpec {
+  std::variant<models::GPTConfig, models::LlamaConfig> config;
+  std::string str() const {
+    return std::visit([](const auto& c) { return c.str(); }, config);
+  }
+  std::int64_t vocab_size() const {
+    return std::visit([](const auto& c) { return c.vocab_size; }, config);
+  }
+  std::int64_t context() const {
+    return std::visit([](const auto& c) { return c.context; }, config);
+  }
+  double flops_per_token(std::int64_t seq) const {
+    return std::visit([seq](const auto& c) { return c.flops_per_token(seq); }, config);
+  }
+};
+
 struct Spec {
   std::string name;
-  models::GPTConfig model;
+  ModelSpec model;
   std::int64_t batch, seq, warmup, steps;
 };
 
 // The gpt_train default, and GPT-2 small (124M) at a batch that fits a 2-core
-// machine's patience: 512 tokens a step.
+// machine's patience: 512 tokens a step; the llama_train default (9.6M
+// parameters), and a Llama of GPT-2 small's width and depth (grouped-query
+// attention with 4 key/value heads, a 2048-wide SwiGLU, untied head: 153M
+// parameters, 77M of them the embedding and head) at the same batches.
 Spec spec_of(const std::string& name) {
-  if (name == "small") return {"small", models::GPTConfig{}, 8, 128, 3, 10};
-  if (name == "124m") return {"124m", models::GPTConfig{50257, 1024, 12, 12, 768}, 2, 256, 2, 5};
-  throw Error(ErrorKind::kConfig, fmt::format("unknown --config '{}': choose small, 124m or both", name));
+  if (name == "small") return {"small", {models::GPTConfig{}}, 8, 128, 3, 10};
+  if (name == "124m") return {"124m", {models::GPTConfig{50257, 1024, 12, 12, 768}}, 2, 256, 2, 5};
+  if (name == "llama-small") return {"llama-small", {models::LlamaConfig{}}, 8, 128, 3, 10};
+  if (name == "llama-124m")
+    return {"llama-124m",
+            {models::LlamaConfig{.vocab_size = 50257,
+                                 .context = 1024,
+                                 .n_layer = 12,
+                                 .n_head = 12,
+                                 .n_kv_head = 4,
+                                 .n_embd = 768,
+                                 .ffn_hidden = 2048}},
+            2, 256, 2, 5};
+  throw Error(ErrorKind::kConfig,
+              fmt::format("unknown --config '{}': choose small, 124m, both, llama-small, llama-124m, llama or all", name));
+}
+
+/// The configs a --config names: one, or a group.
+std::vector<std::string> config_names(const std::string& config) {
+  if (config == "both") return {"small", "124m"};
+  if (config == "llama") return {"llama-small", "llama-124m"};
+  if (config == "all") return {"small", "124m", "llama-small", "llama-124m"};
+  return {config};
 }
 
 /// OpenBLAS 0.3.21 does not know recent Xeons (family 6, model 207 here) and
@@ -141,9 +185,12 @@ Result run_config(const Spec& spec, const std::string& prec, Device device) {
   o.warmup_steps = 1;
   // Random tokens: speed does not depend on the data, and no dataset is needed.
   const std::int64_t n_train = std::max<std::int64_t>(spec.batch * (spec.seq + 1) * 64, 1 << 16);
-  const data::TokenSplits splits = bench::random_tokens(spec.model.vocab_size, n_train, 2 * (spec.seq + 1), 2024);
+  const data::TokenSplits splits = bench::random_tokens(spec.model.vocab_size(), n_train, 2 * (spec.seq + 1), 2024);
 
-  bench::GptEngine engine(o, spec.model, splits, spec.seq);
+  const std::unique_ptr<bench::LmEngine> built = std::visit(
+      [&](const auto& model) { return std::make_unique<bench::LmEngine>(o, model, splits, spec.seq); },
+      spec.model.config);
+  bench::LmEngine& engine = *built;
   Result r{spec, precision::policy_name(o.data_parallel.precision), engine->model().num_parameters(), {}, {},
            0.f, 0.f, 0};
   const Tensor& probe = engine->model().parameters().front()->data();
@@ -186,15 +233,14 @@ std::string human(double v) {
 /// The configs asked for, with the command line's overrides.
 std::vector<Spec> specs_of(const Args& a) {
   std::vector<Spec> specs;
-  for (const std::string& name : a.config == "both" ? std::vector<std::string>{"small", "124m"}
-                                                    : std::vector<std::string>{a.config}) {
+  for (const std::string& name : config_names(a.config)) {
     Spec s = spec_of(name);
     if (a.batch > 0) s.batch = a.batch;
     if (a.seq > 0) s.seq = a.seq;
     if (a.steps > 0) s.steps = a.steps;
     if (a.warmup >= 0) s.warmup = a.warmup;
-    HT_CHECK(s.seq <= s.model.context, ErrorKind::kConfig, "--seq {} exceeds the {} config's context {}", s.seq,
-             s.name, s.model.context);
+    HT_CHECK(s.seq <= s.model.context(), ErrorKind::kConfig, "--seq {} exceeds the {} config's context {}", s.seq,
+             s.name, s.model.context());
     specs.push_back(s);
   }
   return specs;
@@ -322,9 +368,11 @@ int main(int argc, char** argv) {
   Args a;
   CLI::App app{"Training throughput (tokens/s, ms/step, MFU) of hypertrain's GPT on random tokens."};
   app.option_defaults()->always_capture_default();
-  app.add_option("--config", a.config, "model: small (L6 H6 C384 V256, batch 8 x 128), 124m (GPT-2 small, "
-                                       "batch 2 x 256) or both")
-      ->check(CLI::IsMember({"small", "124m", "both"}));
+  app.add_option("--config", a.config,
+                 "model: small (GPT L6 H6 C384 V256, batch 8 x 128), 124m (GPT-2 small, batch 2 x 256), both; "
+                 "llama-small (Llama L6 H6 KV2 C384 F1024 V256), llama-124m (L12 H12 KV4 C768 F2048 V50257), llama "
+                 "(both Llamas); all")
+      ->check(CLI::IsMember({"small", "124m", "both", "llama-small", "llama-124m", "llama", "all"}));
   app.add_option("--precision", a.precisions,
                  "fp32, fp16 or bf16 (compute dtype; f32 master weights and optimizer); a comma list runs each "
                  "config in each, in order")
