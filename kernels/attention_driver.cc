@@ -17,7 +17,7 @@
 #include <cmath>
 
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #include "gemm.h"
 #include "launch.h"
 #include "ops/attention_views.h"

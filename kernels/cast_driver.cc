@@ -1,6 +1,6 @@
 // CUDA drivers of the precision ops: cast, scale_and_check_finite, sum_squares.
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #include "launch.h"
 #include "ops/backend_ops.h"
 

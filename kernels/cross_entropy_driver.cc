@@ -2,7 +2,7 @@
 // full vocabulary (one wait for the check), throws as the CPU driver does,
 // then launches the op.
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #include "index_check.h"
 #include "launch.h"
 #include "ops/backend_ops.h"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #include "index_check.h"
 #include "launch.h"
 #include "ops/backend_ops.h"

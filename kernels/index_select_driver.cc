@@ -2,7 +2,7 @@
 // gathered dimension (one wait, kernels/index_check.h), throws as the CPU
 // driver does, then launches the gather or the scatter-add.
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #include "index_check.h"
 #include "launch.h"
 #include "ops/axis.h"

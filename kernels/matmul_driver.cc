@@ -3,7 +3,7 @@
 #include <cublas_v2.h>
 
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #include "gemm.h"
 #include "launch.h"
 #include "ops/backend_ops.h"

@@ -1,7 +1,7 @@
 // CUDA mean-squared-error driver: the double scratch of the forward's
 // partial sums, and the backward's coefficient digested on the host.
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #include "launch.h"
 #include "ops/backend_ops.h"
 

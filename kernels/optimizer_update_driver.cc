@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #include "launch.h"
 #include "ops/backend_ops.h"
 #include "ops/optimizer_coeffs.h"

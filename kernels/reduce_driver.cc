@@ -1,7 +1,7 @@
 // CUDA drivers of reduce and reduce_backward: the (outer, size, inner) view
 // of the tensors, then one launch on the current stream.
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #include "launch.h"
 #include "ops/axis.h"
 #include "ops/backend_ops.h"

@@ -2,7 +2,7 @@
 // dx (dx may alias dy, so dy must be fully read for dweight first; the two
 // kernels run in that order on one stream).
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #include "launch.h"
 #include "ops/backend_ops.h"
 

@@ -1,6 +1,6 @@
 // CUDA RoPE driver: tensors to pointers, on the current stream of the tensors' device.
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #include "launch.h"
 #include "ops/backend_ops.h"
 

@@ -1,7 +1,7 @@
 // CUDA drivers of SiLU and SwiGLU: tensors to pointers, on the current stream
 // of the tensors' device.
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #include "launch.h"
 #include "ops/backend_ops.h"
 

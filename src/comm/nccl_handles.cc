@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 
 namespace ht::comm::detail {
 
@@ -47,12 +47,6 @@ CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept {
   }
   return *this;
 }
-
-CurrentStreamGuard::CurrentStreamGuard(cudaStream_t stream) : previous_(ht::cuda::current_stream()) {
-  ht::cuda::set_current_stream(stream);
-}
-
-CurrentStreamGuard::~CurrentStreamGuard() { ht::cuda::set_current_stream(previous_); }
 
 ncclDataType_t to_nccl(DType dtype) {
   switch (dtype) {

@@ -50,19 +50,6 @@ class CudaEvent {
   cudaEvent_t event_ = nullptr;
 };
 
-/// Makes `stream` the calling thread's current stream (ht::cuda) for the
-/// guard's lifetime, so that ops such as ht::ops::cast enqueue on it.
-class CurrentStreamGuard {
- public:
-  explicit CurrentStreamGuard(cudaStream_t stream);
-  ~CurrentStreamGuard();
-  CurrentStreamGuard(const CurrentStreamGuard&) = delete;
-  CurrentStreamGuard& operator=(const CurrentStreamGuard&) = delete;
-
- private:
-  cudaStream_t previous_;
-};
-
 ncclDataType_t to_nccl(DType dtype);
 ncclRedOp_t to_nccl(ReduceOp op);
 

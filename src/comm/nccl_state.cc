@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 
 namespace ht::comm {
 

@@ -24,7 +24,8 @@
 
 #include "comm/nccl_handles.h"
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
+#include "ht/core/stream.h"
 #include "ht/comm/flight_recorder.h"
 #include "ht/comm/nccl_communicator.h"
 #include "ht/comm/work.h"
@@ -244,7 +245,7 @@ WorkPtr NcclCommunicator::Impl::enqueue(const detail::OpInfo& info, std::vector<
     if (options.debug && info.collective) debug_check(*op);
     {
       // Enqueues such as ht::ops::cast inside `body` go on our stream too.
-      const detail::CurrentStreamGuard on_comm_stream(stream_.get());
+      const StreamGuard on_comm_stream(stream_.get());  // ops such as ht::ops::cast enqueue on it
       body(std::as_const(*op));
     }
     HT_CUDA_CHECK(cudaEventRecord(op->done.get(), stream_.get()));

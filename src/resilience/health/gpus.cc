@@ -15,7 +15,7 @@
 #if HT_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "cuda_context.h"
+#include "core/cuda_context.h"
 #endif
 
 namespace ht::resilience::detail {

@@ -4,7 +4,8 @@
 #include <vector>
 
 #include "core/cuda_check.h"
-#include "cuda_context.h"
+#include "core/cuda_context.h"
+#include "ht/core/stream.h"
 
 namespace ht::cuda {
 namespace {
@@ -17,7 +18,6 @@ struct DeviceSlot {
 };
 
 struct ThreadState {
-  cudaStream_t stream = nullptr;  // 0: the legacy default stream
   std::vector<DeviceSlot> devices;  // indexed by device ordinal; destroyed at thread exit
 };
 
@@ -31,9 +31,9 @@ ThreadState& thread_state() {
 
 }  // namespace
 
-void set_current_stream(cudaStream_t stream) noexcept { thread_state().stream = stream; }
+void set_current_stream(cudaStream_t stream) noexcept { ht::set_current_stream(stream); }
 
-cudaStream_t current_stream() noexcept { return thread_state().stream; }
+cudaStream_t current_stream() noexcept { return static_cast<cudaStream_t>(ht::current_stream()); }
 
 CublasHandle::CublasHandle(int device) : device_(device) {
   HT_CUDA_CHECK(cudaSetDevice(device));
@@ -79,9 +79,10 @@ cublasHandle_t cublas_handle() {
     slot.handle = CublasHandle(device);
     slot.bound_stream = nullptr;  // a new handle works on stream 0
   }
-  if (slot.bound_stream != state.stream) {
-    HT_CUBLAS_CHECK(cublasSetStream(slot.handle.get(), state.stream));
-    slot.bound_stream = state.stream;
+  const cudaStream_t stream = current_stream();
+  if (slot.bound_stream != stream) {
+    HT_CUBLAS_CHECK(cublasSetStream(slot.handle.get(), stream));
+    slot.bound_stream = stream;
   }
   return slot.handle.get();
 }

@@ -1,6 +1,7 @@
 // Private: the CUDA execution state of each host thread — the stream every op
-// is enqueued on, and one cuBLAS handle per device bound to that stream — plus
-// a guard that makes a tensor's device current for the length of an op.
+// is enqueued on (the public ht::current_stream, typed), and one cuBLAS
+// handle per device bound to that stream — plus a guard that makes a
+// tensor's device current for the length of an op.
 #pragma once
 
 #include <cublas_v2.h>
