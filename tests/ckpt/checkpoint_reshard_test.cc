@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ht/comm/mpi_communicator.h"
-#include "gpt_engine.h"
+#include "lm_engine.h"
 #include "mpi_test_util.h"
 #include "test_util.h"
 

@@ -1,7 +1,9 @@
 // Checkpoints: 2N steps straight equal N steps, a save, a fresh engine that
 // resumes (weights, optimizer, data position), and N more steps — bit for bit
-// (losses and final weights) — for one process, ZeRO-2 over dp2, and
-// dp2 x tp2 x pp2 in f16; and a shard missing from the manifest is named and
+// (losses and final weights) — for the GPT in one process, ZeRO-2 over dp2,
+// and dp2 x tp2 x pp2 in f16, and for the Llama in one process, tp2 (the
+// key/value heads and the packed gate_up cut over the ranks), pp2 in bf16 and
+// ZeRO-3 over dp2 x tp2; and a shard missing from the manifest is named and
 // not resumed from.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -14,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ht/comm/mpi_communicator.h"
-#include "gpt_engine.h"
+#include "lm_engine.h"
 #include "mpi_test_util.h"
 #include "test_util.h"
 
@@ -44,15 +46,24 @@ std::string shared_dir(comm::Communicator& world, const std::string& name) {
   return dir;
 }
 
+test::LlamaRunOptions small_llama() {
+  test::LlamaRunOptions o;
+  o.model = {.vocab_size = 64, .context = 16, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32,
+             .ffn_hidden = 48};
+  o.seq_len = 8;
+  o.engine = small().engine;
+  return o;
+}
+
 struct Layout {
   int tp = 1, pp = 1, zero = 0;
   std::string precision = "fp32";
 };
 
-void bit_exact_resume(const Layout& l, const std::string& name) {
+template <typename Engine, typename Options>
+void bit_exact_resume(const Layout& l, Options o, const std::string& name) {
   const data::TokenSplits data = test::pangram_text(64);
   comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp);
-  test::GPTRunOptions o = small();
   o.engine.data_parallel.zero_stage = l.zero;
   o.engine.data_parallel.precision = precision::parse_policy(l.precision);
   const int n = 4;
@@ -60,26 +71,40 @@ void bit_exact_resume(const Layout& l, const std::string& name) {
   std::vector<float> straight;
   std::map<std::string, Tensor> straight_weights;
   {
-    test::GPTEngine t(o, data, &mesh);
+    Engine t(o, data, &mesh);
     for (int i = 0; i < 2 * n; ++i) straight.push_back(t.engine.step().loss);
     straight_weights = t.engine.full_parameters();
   }
   o.engine.ckpt_dir = shared_dir(mesh.world(), name);
   std::vector<float> resumed;
   {
-    test::GPTEngine t(o, data, &mesh);
+    Engine t(o, data, &mesh);
     for (int i = 0; i < n; ++i) resumed.push_back(t.engine.step().loss);
     EXPECT_EQ(t.engine.save_checkpoint(), "");
     EXPECT_EQ(t.engine.wait_for_checkpoint(), "");
   }
   o.engine.resume = true;
-  test::GPTEngine t(o, data, &mesh);
+  Engine t(o, data, &mesh);
   EXPECT_EQ(t.engine.resumed_from(), n);
   for (int i = 0; i < n; ++i) resumed.push_back(t.engine.step().loss);
-  const auto weights = t.engine.full_parameters();
+  const std::map<std::string, Tensor> weights = t.engine.full_parameters();
   EXPECT_EQ(resumed, straight) << "losses of the resumed run";
-  for (const auto& [key, want] : straight_weights)
+  EXPECT_LT(straight.back(), straight.front()) << "the run should learn";
+  ASSERT_EQ(weights.size(), straight_weights.size());
+  for (const auto& entry : straight_weights) {
+    const std::string& key = entry.first;
+    const Tensor& want = entry.second;
+    ASSERT_TRUE(weights.count(key)) << key << " missing after the resume";
     EXPECT_EQ(weights.at(key).to_vector<float>(), want.to_vector<float>()) << "final weights of " << key;
+  }
+}
+
+void bit_exact_resume(const Layout& l, const std::string& name) {
+  bit_exact_resume<test::GPTEngine>(l, small(), name);
+}
+
+void llama_bit_exact_resume(const Layout& l, const std::string& name) {
+  bit_exact_resume<test::LlamaEngine>(l, small_llama(), "llama_" + name);
 }
 
 TEST(Checkpoint, OneProcessResumesBitExact) {
@@ -139,6 +164,26 @@ TEST(Checkpoint, AMissingShardIsNamedAndNotResumedFrom) {
 TEST(Checkpoint, Dp2Tp2Pp2F16ResumesBitExact) {
   if (test::world_size() != 8) GTEST_SKIP() << "runs with 8 processes";
   bit_exact_resume({.tp = 2, .pp = 2, .zero = 1, .precision = "fp16"}, "3d_f16");
+}
+
+TEST(LlamaCheckpoint, OneProcessResumesBitExact) {
+  if (test::world_size() != 1) GTEST_SKIP() << "runs with 1 process";
+  llama_bit_exact_resume({}, "one");
+}
+
+TEST(LlamaCheckpoint, Tp2ResumesBitExact) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  llama_bit_exact_resume({.tp = 2}, "tp2");
+}
+
+TEST(LlamaCheckpoint, Pp2Bf16ResumesBitExact) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  llama_bit_exact_resume({.pp = 2, .precision = "bf16"}, "pp2_bf16");
+}
+
+TEST(LlamaCheckpoint, Zero3Dp2Tp2ResumesBitExact) {
+  if (test::world_size() != 4) GTEST_SKIP() << "runs with 4 processes";
+  llama_bit_exact_resume({.tp = 2, .zero = 3}, "zero3_dp2_tp2");
 }
 
 }  // namespace

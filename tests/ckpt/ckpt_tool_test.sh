@@ -49,7 +49,7 @@ list)
   run 0 "$work/list.out" list "$single"
   cat "$work/list.out"
   expect "$work/list.out" "2 committed checkpoint"
-  [ "$(grep -cE '^ +[36] +pp1 x dp1 x tp1 +1 +1 +[0-9]+ +L2 H2 C32 V256 T32$' "$work/list.out")" = 2 ] ||
+  [ "$(grep -cE '^ +[36] +pp1 x dp1 x tp1 +1 +1 +[0-9]+ +GPT L2 H2 C32 V256 T32$' "$work/list.out")" = 2 ] ||
     fail "expected rows for steps 3 and 6 (layout, world 1, 1 file, bytes, model)"
   awk '/^ +3 /{a=NR} /^ +6 /{b=NR} END{exit !(a && b && a < b)}' "$work/list.out" || fail "step 3 is not listed before step 6"
   expect "$work/list.out" "1 interrupted save.*step_00000009.tmp"

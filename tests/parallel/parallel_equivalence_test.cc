@@ -1,18 +1,20 @@
 // Every parallel layout trains like one process: 20 AdamW steps of a small
-// GPT from the same initial weights give the same losses, gradient norms and
-// final full weights as a single process on the whole batch (fp32, within
-// 1e-5 relative). Each ctest entry runs the layouts of its process count;
-// the others skip. Layouts that cannot split the model fail at start-up with
-// a clear error on every rank.
+// GPT, or of a small Llama (grouped-query attention, SwiGLU, rotary
+// positions), from the same initial weights give the same losses, gradient
+// norms and final full weights as a single process on the whole batch (fp32,
+// within 1e-5 relative). Each ctest entry runs the layouts of its process
+// count; the others skip. Layouts that cannot split the model fail at
+// start-up with a clear error on every rank.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include <mpi.h>
 
 #include "ht/comm/mpi_communicator.h"
-#include "gpt_engine.h"
+#include "lm_engine.h"
 #include "mpi_test_util.h"
 #include "test_util.h"
 
@@ -26,6 +28,7 @@ struct Layout {
   parallel::Schedule schedule = parallel::Schedule::k1F1B;
   int grad_accum = 1;
   bool odd_model = false;  // counts divisible by nothing (dp-only layouts)
+  bool llama = false;      // the Llama instead of the GPT
 };
 
 void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
@@ -50,6 +53,19 @@ test::GPTRunOptions options_for(const Layout& l) {
   o.engine.eval_batches = 2;
   o.engine.data_parallel = {.zero_stage = l.zero, .shard_group = l.shard_group, .bucket_bytes = 16 << 10};
   o.engine.schedule = l.schedule;
+  return o;
+}
+
+// Two query heads per key/value head; the key/value heads, the MLP's hidden
+// units and the vocabulary split over tp 2; 3 layers split unevenly over 2
+// stages.
+test::LlamaRunOptions llama_options_for(const Layout& l) {
+  const test::GPTRunOptions g = options_for(l);
+  test::LlamaRunOptions o;
+  o.model = {.vocab_size = 64, .context = 16, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32,
+             .ffn_hidden = 48};
+  o.seq_len = g.seq_len;
+  o.engine = g.engine;
   return o;
 }
 
@@ -97,26 +113,23 @@ Distance distance(const Tensor& got, const Tensor& want, const std::string& name
   return {diff, norm};
 }
 
-class Equivalence : public ::testing::TestWithParam<Layout> {};
-
-TEST_P(Equivalence, MatchesOneProcess) {
-  const Layout l = GetParam();
-  if (test::world_size() != l.np) GTEST_SKIP() << l.name << " runs with " << l.np << " processes";
-  const data::TokenSplits data = test::pangram_text(61);
-  const test::GPTRunOptions options = options_for(l);
+// `data_vocab`: the pangram text's vocabulary (at most the model's).
+template <typename Engine, typename Options>
+void expect_matches_one_process(const Layout& l, const Options& options, std::int64_t data_vocab) {
+  const data::TokenSplits data = test::pangram_text(data_vocab);
   comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp);
   const int dp = mesh.layout().dp_size();
 
   RunResult ref;
   if (mesh.rank() == 0) {
     // One process on the whole batch: dp times the micro-batch, same accumulation.
-    test::GPTRunOptions one = options;
+    Options one = options;
     one.engine.micro_batch *= dp;
     one.engine.data_parallel = {};
-    test::GPTEngine reference(one, data);
+    Engine reference(one, data);
     ref = train(reference.engine, int(options.engine.steps));
   }
-  test::GPTEngine trainer(options, data, &mesh);
+  Engine trainer(options, data, &mesh);
   EXPECT_EQ(trainer.engine.global_batch(), options.engine.micro_batch * dp * options.engine.grad_accum);
   const RunResult got = train(trainer.engine, int(options.engine.steps));
 
@@ -133,14 +146,31 @@ TEST_P(Equivalence, MatchesOneProcess) {
   // different steps; a missing or doubled reduction is off by far more).
   ASSERT_EQ(got.weights.size(), ref.weights.size());
   Distance all;
+  double worst = 0;
+  std::string worst_name;
   for (const auto& [name, want] : ref.weights) {
     ASSERT_TRUE(got.weights.count(name)) << name << " missing from the parallel run";
+    EXPECT_EQ(got.weights.at(name).shape(), want.shape()) << name;
     const Distance d = distance(got.weights.at(name), want, name, options.model.n_embd);
     EXPECT_LE(d.relative(), 5e-5) << "final weights of " << name;
+    if (d.relative() >= worst) worst = d.relative(), worst_name = name;
     all.diff2 += d.diff2;
     all.norm2 += d.norm2;
   }
   EXPECT_LE(all.relative(), 1e-5) << "final weights of the whole model";
+  std::printf("%s: loss %.5f -> %.5f; final weights rel err %.2e (worst tensor %s %.2e)\n", l.name.c_str(),
+              ref.losses.front(), ref.losses.back(), all.relative(), worst_name.c_str(), worst);
+}
+
+class Equivalence : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(Equivalence, MatchesOneProcess) {
+  const Layout l = GetParam();
+  if (test::world_size() != l.np) GTEST_SKIP() << l.name << " runs with " << l.np << " processes";
+  if (l.llama)
+    expect_matches_one_process<test::LlamaEngine>(l, llama_options_for(l), 64);
+  else
+    expect_matches_one_process<test::GPTEngine>(l, options_for(l), 61);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -163,7 +193,16 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"zero2_dp2_pp2", 4, 1, 2, 2, 0, parallel::Schedule::k1F1B, 2, false},
         Layout{"dp2_tp2_pp2", 8, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false},
         Layout{"zero1_dp2_tp2_pp2", 8, 2, 2, 1, 0, parallel::Schedule::kGPipe, 2, false},
-        Layout{"zero3_dp2_tp2_pp2", 8, 2, 2, 3, 0, parallel::Schedule::k1F1B, 2, false}),
+        Layout{"zero3_dp2_tp2_pp2", 8, 2, 2, 3, 0, parallel::Schedule::k1F1B, 2, false},
+        // Llama: the key/value heads and the packed gate_up split over tp.
+        Layout{"llama_zero3_dp2", 2, 1, 1, 3, 0, parallel::Schedule::k1F1B, 2, false, true},
+        Layout{"llama_tp2", 2, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, false, true},
+        Layout{"llama_pp2_1f1b_accum3", 2, 1, 2, 0, 0, parallel::Schedule::k1F1B, 3, false, true},
+        Layout{"llama_pp2_gpipe_accum2", 2, 1, 2, 0, 0, parallel::Schedule::kGPipe, 2, false, true},
+        Layout{"llama_zero3_dp2_tp2", 4, 2, 1, 3, 0, parallel::Schedule::k1F1B, 1, false, true},
+        Layout{"llama_tp2_pp2_accum2", 4, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false, true},
+        Layout{"llama_dp2_tp2_pp2", 8, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false, true},
+        Layout{"llama_zero3_dp2_tp2_pp2", 8, 2, 2, 3, 0, parallel::Schedule::k1F1B, 2, false, true}),
     layout_name);
 
 // Layouts that cannot split the model are refused before any training, on every rank.
@@ -190,6 +229,18 @@ TEST(UnevenSplits, ShardGroupMustDivideDp) {
   test::GPTRunOptions o = options_for(Layout{"odd", 4, 1, 1, 3, 3, parallel::Schedule::k1F1B, 1, true});
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 1);
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig, {"--zero-shard-group 3 must divide the data-parallel size 4"}));
+}
+
+// A tp size that does not divide the key/value heads is refused before any
+// training, on every rank, naming the value.
+TEST(UnevenSplits, LlamaKvHeadsNotDivisibleByTpFailClearly) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  test::LlamaRunOptions o = llama_options_for(Layout{"mqa_tp2", 2, 2, 1, 0});
+  o.model.n_kv_head = 1;  // multi-query: one key/value head cannot split over 2 ranks
+  const data::TokenSplits data = test::pangram_text(o.model.vocab_size);
+  comm::DeviceMesh mesh(comm::make_mpi_world(), 2, 1);
+  EXPECT_TRUE(test::throws_error([&] { test::LlamaEngine e(o, data, &mesh); }, ErrorKind::kConfig,
+                                 {"n_kv_head=1 does not split over --tp 2"}));
 }
 
 }  // namespace

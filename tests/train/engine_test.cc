@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "gpt_engine.h"
+#include "lm_engine.h"
 #include "test_util.h"
 
 namespace ht::train {

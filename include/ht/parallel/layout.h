@@ -2,7 +2,7 @@
 // out: no tensor, no communicator, no module), so that each is tested
 // exhaustively on one core: which group a parameter joins, which elements a
 // ZeRO shard holds, how hybrid sharding splits the data-parallel ranks, and
-// which layers a pipeline stage runs. DataParallel and GPT execute these tables.
+// which layers a pipeline stage runs. DataParallel, Pipeline and the models execute these tables.
 //
 // Worked example, the buckets and shards of five parameters of 30, 50, 20, 7
 // and 3 elements (f32, bucket_bytes 200 = 50 elements), parameter 1 tied
