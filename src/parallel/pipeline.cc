@@ -54,18 +54,16 @@ class Pipeline::Step {
     p_.stats_.compute_ms += now_ms() - t0;
     return y;
   }
-  void send_forward(const Tensor& y) {
-    if (!model_.last_stage()) wait(p_.pp_.send(y, stage() + 1));
-  }
+  // The transfers below are the table's: it has none without a neighbour
+  // (a first stage's "receive" is loading its input, above).
+  void send_forward(const Tensor& y) { wait(p_.pp_.send(y, stage() + 1)); }
   /// The gradient of the oldest micro-batch in flight's output.
   Tensor recv_backward() {
-    if (model_.last_stage()) return Tensor();
     Tensor dy = buffer(out_shapes_.front());
     wait(p_.pp_.recv(dy, stage() + 1));
     return dy;
   }
   Tensor send_forward_recv_backward(const Tensor& y) {
-    if (model_.last_stage()) return Tensor();
     Tensor dy = buffer(out_shapes_.front());
     wait(p_.pp_.send_recv(y, stage() + 1, dy, stage() + 1));
     return dy;
@@ -81,11 +79,8 @@ class Pipeline::Step {
     p_.stats_.compute_ms += now_ms() - t0;
     return dx;
   }
-  void send_backward(const Tensor& dx) {
-    if (!model_.first_stage()) wait(p_.pp_.send(dx, stage() - 1));
-  }
+  void send_backward(const Tensor& dx) { wait(p_.pp_.send(dx, stage() - 1)); }
   Tensor send_backward_recv_forward(const Tensor& dx) {
-    if (model_.first_stage()) return input(forwards_);
     Tensor x = buffer(in_shape_);
     wait(p_.pp_.send_recv(dx, stage() - 1, x, stage() - 1));
     return x;

@@ -33,4 +33,11 @@ if run --data "$work/tp/tokens.h5" --run-dir "$work/bad" --tp 3 --steps 1 > "$wo
 fi
 grep -q "tp \* pp = 3 does not divide" "$work/bad.txt" || grep -q "does not divide" "$work/bad.txt" || \
   { cat "$work/bad.txt"; fail "no clear message for --tp 3 on 4 ranks"; }
+# Training on CUDA devices across ranks is refused before any device is
+# touched (NCCL is not the training data plane yet), naming why.
+if run --data "$work/tp/tokens.h5" --run-dir "$work/cuda" --device cuda --steps 1 > "$work/cuda.txt" 2>&1; then
+  fail "--device cuda on 4 ranks succeeded"
+fi
+grep -q "training across ranks on CUDA devices needs NCCL" "$work/cuda.txt" || \
+  { cat "$work/cuda.txt"; fail "no clear message for --device cuda on 4 ranks"; }
 echo "gpt_train under mpirun: all checks passed"

@@ -35,29 +35,16 @@ const Case kCases[] = {
     {"odd", {.vocab_size = 61, .context = 16, .n_layer = 2, .n_head = 4, .n_embd = 32}, 3, 7, 77, true},
 };
 
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-void perturb_affine(ht::models::GPT& model, std::uint64_t seed) {
-  ht::Rng rng(seed ^ 0x5eedu);
-  for (ht::nn::Parameter* p : model.parameters()) {
-    const bool bias = ends_with(p->name(), ".bias");
-    const bool gain = p->name().find("ln_") != std::string::npos && ends_with(p->name(), ".weight");
-    if (!bias && !gain) continue;
-    std::vector<float> v = p->data().to_vector<float>();
-    for (float& x : v) x += (bias ? 0.02f : 0.1f) * rng.normal();
-    p->data().copy_from(ht::Tensor::from_vector(v, p->data().shape()));
-  }
-}
-
-
 void run_case(const Case& c, const std::string& path) {
   using namespace ht;
   models::GPT model(c.model);
   model.init_weights(c.seed);
-  if (c.perturb_affine) perturb_affine(model, c.seed);
+  // Biases off 0, LayerNorm gains off 1.
+  if (c.perturb_affine)
+    test::perturb(model, c.seed, [](const std::string& n) {
+      if (test::ends_with(n, ".bias")) return 0.02f;
+      return n.find("ln_") != std::string::npos && test::ends_with(n, ".weight") ? 0.1f : 0.f;
+    });
 
   test::ReferenceWriter w(path);
   w.attr("vocab_size", double(c.model.vocab_size));

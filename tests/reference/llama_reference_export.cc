@@ -28,7 +28,7 @@ struct Case {
 // table rows past T unused); multi-query attention (one key/value head for
 // four query heads) on the full context with Llama 3's rotary base; and plain
 // multi-head attention (n_kv_head = n_head). The RMSNorm gains are moved off
-// their initial ones in every case (see perturb_gains).
+// their initial ones in every case (test::perturb).
 const Case kCases[] = {
     {"gqa",
      {.vocab_size = 61, .context = 16, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_embd = 32, .ffn_hidden = 48},
@@ -48,30 +48,12 @@ const Case kCases[] = {
      4, 12, 5},
 };
 
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Moves the RMSNorm gains (every 1-D parameter) off 1 after init_weights, so
-// that a gain applied on the wrong axis, or not at all, shows in the forward
-// pass and not only in the gradients.
-void perturb_gains(ht::models::Llama& model, std::uint64_t seed) {
-  ht::Rng rng(seed ^ 0x5eedu);
-  for (ht::nn::Parameter* p : model.parameters()) {
-    if (p->data().shape().size() != 1 || !ends_with(p->name(), "norm.weight")) continue;
-    std::vector<float> v = p->data().to_vector<float>();
-    for (float& x : v) x += 0.1f * rng.normal();
-    p->data().copy_from(ht::Tensor::from_vector(v, p->data().shape()));
-  }
-}
-
-
 void run_case(const Case& c, const std::string& path) {
   using namespace ht;
   models::Llama model(c.model);
   model.init_weights(c.seed);
-  perturb_gains(model, c.seed);
+  // The RMSNorm gains off 1.
+  test::perturb(model, c.seed, [](const std::string& n) { return test::ends_with(n, "norm.weight") ? 0.1f : 0.f; });
 
   test::ReferenceWriter w(path);
   w.attr("vocab_size", double(c.model.vocab_size));

@@ -71,6 +71,25 @@ class ReferenceWriter {
   detail::H5File file_;
 };
 
+/// Moves the parameters `scale_of(name)` gives a non-zero scale for off their
+/// initial values by scale x N(0, 1) draws (seeded), so that a bias or gain
+/// applied on the wrong axis, or not at all, shows in the forward pass and
+/// not only in the gradients.
+inline void perturb(nn::Model& model, std::uint64_t seed, const std::function<float(const std::string&)>& scale_of) {
+  Rng rng(seed ^ 0x5eedu);
+  for (nn::Parameter* p : model.parameters()) {
+    const float scale = scale_of(p->name());
+    if (scale == 0.f) continue;
+    std::vector<float> v = p->data().to_vector<float>();
+    for (float& x : v) x += scale * rng.normal();
+    p->data().copy_from(Tensor::from_vector(v, p->data().shape()));
+  }
+}
+
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 /// Records one batch of `model` (initialised) into `w`: the batch (tokens
 /// and targets from one random stream per row of T + 1 ids, so targets are
 /// the next tokens; a small vocabulary repeats tokens, which exercises the
