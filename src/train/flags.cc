@@ -13,7 +13,8 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--steps", t.steps, "optimizer steps")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", t.seed, "seed for weights, data order and sampling");
   app.add_option("--run-dir", job.run_dir, "where metrics.jsonl, heartbeats and exit records go");
-  app.add_option("--device", device, "cpu, cuda or cuda:N");
+  app.add_option("--device", device,
+                 "cpu, cuda or cuda:N (N counts from each rank's first GPU: cuda gives every rank of a node its own)");
   app.add_option("--micro-batch", t.micro_batch, "rows per micro-batch and data-parallel rank");
   app.add_option("--grad-accum", t.grad_accum, "micro-batches per optimizer step (the pipeline's micro-batches)");
   app.add_option("--tp", job.tp, "tensor-parallel ranks")->check(CLI::PositiveNumber);
@@ -83,7 +84,10 @@ int run_job(const char* program, TrainFlags& flags, const std::function<void(Job
         flags.resolve();
         return flags.job;
       },
-      body);
+      [&](Job& job) {
+        flags.engine.device = job.device();  // this rank's own GPU
+        body(job);
+      });
 }
 
 }  // namespace ht::train

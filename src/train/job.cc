@@ -8,6 +8,8 @@
 
 #include "ht/comm/comm_env.h"
 #include "ht/comm/mpi_communicator.h"
+#include "ht/comm/nccl_communicator.h"
+#include "ht/comm/routing_communicator.h"
 #include "ht/comm/self_communicator.h"
 
 namespace ht::train {
@@ -25,6 +27,34 @@ bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
     if (std::getenv(v)) return true;
   return false;
+}
+
+int launcher_local_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
+    if (const char* s = std::getenv(v)) {
+      char* end = nullptr;
+      const long r = std::strtol(s, &end, 10);
+      if (end != s && *end == '\0' && r >= 0 && r < (1 << 20)) return int(r);
+    }
+  return 0;
+}
+
+Device rank_device(Device requested, int local_rank, int device_count) {
+  if (!requested.is_cuda()) return requested;
+  HT_CHECK(cuda_compiled(), ErrorKind::kNotSupported,
+           "--device {}: this build of hypertrain has no CUDA backend; rebuild with the CUDA toolkit installed "
+           "(-DHT_WITH_CUDA=ON) or use --device cpu",
+           requested.str());
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  HT_CHECK(device_count > 0, ErrorKind::kNotSupported,
+           "--device {}: no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES={}); run on a machine with "
+           "a GPU or use --device cpu",
+           requested.str(), visible ? visible : "unset");
+  HT_CHECK(requested.index >= 0 && requested.index < device_count, ErrorKind::kConfig,
+           "--device {}: only {} CUDA device(s) are visible (cuda:0 to cuda:{}); indices count from each rank's first "
+           "GPU, so --device cuda gives every rank of a node its own",
+           requested.str(), device_count, device_count - 1);
+  return Device::cuda((requested.index + local_rank) % device_count);
 }
 
 namespace {
@@ -46,22 +76,30 @@ std::unique_ptr<resilience::RankGuard> start_launch_guard(const JobOptions& opti
 }
 
 Job::Job(const JobOptions& options, resilience::RankGuard* guard)
-    : options_((options.validate(), options)), guard_(guard) {
+    : options_((options.validate(), options)),
+      device_(rank_device(options_.device, launcher_local_rank(), cuda_device_count())),
+      guard_(guard) {
+  comm::CommOptions comm_options;
+  comm_options.run_dir = options_.run_dir;
+  comm_options = comm::comm_options_from_env(comm_options);
+  std::unique_ptr<comm::Communicator> world;
   if (launched_by_mpi() || options_.tp * options_.pp > 1) {
     mpi_ = std::make_unique<comm::MpiRuntime>();
-    comm::CommOptions comm_options;
-    comm_options.run_dir = options_.run_dir;
-    mesh_ = std::make_unique<comm::DeviceMesh>(comm::make_mpi_world(comm::comm_options_from_env(comm_options)),
-                                               options_.tp, options_.pp);
+    world = comm::make_mpi_world(comm_options);
   } else {
-    mesh_ = std::make_unique<comm::DeviceMesh>(comm::make_self_communicator("world"), 1, 1);
+    world = comm::make_self_communicator("world");
   }
-  // The mesh is MPI's, which moves host tensors only; NCCL carries device
-  // tensors but is not yet the mesh's data plane in training.
-  HT_CHECK(!options_.device.is_cuda() || mesh_->world().size() == 1, ErrorKind::kNotSupported,
-           "--device {} on {} ranks: training across ranks on CUDA devices needs NCCL as the mesh's data plane, which "
-           "this version does not wire into training yet; train one process on the device, or across ranks on the CPU",
-           options_.device.str(), mesh_->world().size());
+  if (device_.is_cuda()) {
+    // NCCL is the data plane on a GPU, one rank or many, so that a job of one
+    // runs the same path as a job of thousands.
+    HT_CHECK(comm::nccl_compiled(), ErrorKind::kNotSupported,
+             "--device {}: this build of hypertrain has CUDA but no NCCL, which carries device tensors between ranks; "
+             "install NCCL (libnccl-dev) and rebuild, or use --device cpu",
+             device_.str());
+    auto nccl = comm::make_nccl_world(*world, device_.index, comm_options);
+    world = comm::make_routing_communicator(std::move(world), std::move(nccl));
+  }
+  mesh_ = std::make_unique<comm::DeviceMesh>(std::move(world), options_.tp, options_.pp);
   std::error_code ec;
   if (rank0()) fs::create_directories(options_.run_dir, ec);
   HT_CHECK(!ec && (!rank0() || fs::is_directory(options_.run_dir)), ErrorKind::kIo,

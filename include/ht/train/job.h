@@ -35,6 +35,10 @@ namespace ht::train {
 
 struct JobOptions {
   std::string run_dir = "runs/run";  // heartbeats, exit records, fired faults, metrics
+  /// Where the job computes. CUDA indices count from each rank's first GPU:
+  /// the rank with local rank L on its node uses cuda:((index + L) mod the
+  /// visible devices), so "cuda" gives every rank of a node its own GPU
+  /// (as torchrun's LOCAL_RANK does). See Job::device().
   Device device = Device::cpu();
   int tp = 1, pp = 1;  // tensor-parallel and pipeline sizes; dp is the rest of the world
   double heartbeat_s = 2;   // seconds between heartbeats
@@ -47,14 +51,31 @@ struct JobOptions {
 /// Whether this process was started by an MPI launcher (mpirun, or srun
 /// with PMIx): then the job spans every rank of MPI_COMM_WORLD.
 bool launched_by_mpi();
+/// This process's rank among the job's processes on its node, from the
+/// launcher's environment (Open MPI, Slurm, MPICH/Hydra, torchrun); 0 when
+/// none says.
+int launcher_local_rank();
+/// The device a rank computes on: `requested` itself on the CPU; on CUDA,
+/// index (requested.index + local_rank) mod device_count. Throws
+/// kNotSupported when no CUDA device is visible, kConfig when the requested
+/// index is not below device_count; both name what to change.
+Device rank_device(Device requested, int local_rank, int device_count);
+
 /// Heartbeats for the rank an MPI launcher names, started before MPI (phase
 /// "launch"); null when no launcher names one.
 std::unique_ptr<resilience::RankGuard> start_launch_guard(const JobOptions& options);
 
+/// The mesh's communicators. On the CPU they are MPI's (or, for a job of one
+/// started without a launcher, the self communicator). On a CUDA device each
+/// is a routing communicator (routing_communicator.h): device tensors move
+/// over NCCL, one rank per GPU, whose unique ids MPI bootstraps, and host
+/// tensors (control: verdicts, checksums, checkpoint agreement) over MPI.
+/// Deadlines and aborts cover both planes of every group.
 class Job {
  public:
   /// Collective over the launcher's world. Throws kConfig when tp x pp does
-  /// not divide the world, kIo when the run directory cannot be created.
+  /// not divide the world, kIo when the run directory cannot be created,
+  /// kNotSupported for a CUDA device in a build without CUDA or NCCL.
   /// `guard`: one already beating for this rank (start_launch_guard), which
   /// must outlive the job; null: the job starts its own.
   explicit Job(const JobOptions& options, resilience::RankGuard* guard = nullptr);
@@ -65,6 +86,8 @@ class Job {
   Job& operator=(const Job&) = delete;
 
   const JobOptions& options() const { return options_; }
+  /// This rank's device: options().device resolved by rank_device.
+  Device device() const { return device_; }
   comm::DeviceMesh& mesh() { return *mesh_; }
   resilience::RankGuard& guard() { return *guard_; }
   /// This process's world rank; rank 0 prints and writes the run's files.
@@ -85,6 +108,7 @@ class Job {
 
  private:
   JobOptions options_;
+  Device device_;
   std::unique_ptr<resilience::RankGuard> own_guard_;
   resilience::RankGuard* guard_ = nullptr;
   std::unique_ptr<comm::MpiRuntime> mpi_;
