@@ -37,6 +37,17 @@ NcclCommunicator::Impl::~Impl() {
   // The owner aborts or finalizes first; this covers a state that never got
   // an owner (a failed bootstrap or split).
   abort_now("communicator state destroyed", false);
+  // Operations that never completed (an abort, a failure) and failed
+  // enqueues may still have kernels on our stream reading their tensors:
+  // their memory goes back to the allocator only once the stream has
+  // drained, which the abort above bounds. Not a step's path: a finalised
+  // communicator has nothing left here.
+  if (stream_.get() && (!outstanding_.empty() || !abandoned_.empty())) {
+    const ht::cuda::DeviceGuard guard(Device::cuda(device));
+    if (cudaStreamSynchronize(stream_.get()) != cudaSuccess) cudaGetLastError();
+  }
+  outstanding_.clear();
+  abandoned_.clear();
 }
 
 // --- Creation ---------------------------------------------------------------
@@ -111,7 +122,14 @@ WorkPtr NcclCommunicator::Impl::finish(std::shared_ptr<PendingOp> op) {
   return std::make_shared<detail::NcclWork>(shared_from_this(), std::move(op));
 }
 
+void NcclCommunicator::Impl::abandon(PendingOp& op) {
+  std::lock_guard lock(op.mu);
+  abandoned_.push_back(std::move(op.keep_alive));
+  op.keep_alive.clear();
+}
+
 void NcclCommunicator::Impl::fail_enqueue(PendingOp& op, const std::exception& e) {
+  abandon(op);
   FlightRecorder::global().update(op.flight_id, OpState::kFailed);
   abort_now(fmt::format("{} failed while being enqueued: {}; this rank may be out of step with its peers, so "
                         "the communicator is aborted",
@@ -161,8 +179,10 @@ void NcclCommunicator::Impl::mark_completed(PendingOp& op) {
     release.swap(op.keep_alive);
   }
   FlightRecorder::global().update(op.flight_id, OpState::kCompleted);
-  // `release` frees the tensors here, outside the lock: cudaFree may
-  // synchronise the device.
+  // `release` returns the tensors to the stream-ordered allocator here,
+  // outside the lock: the host has seen the operation's event, so the memory
+  // is free for any stream, and no cudaFree (a device-wide synchronisation)
+  // happens on this completion path.
 }
 
 void NcclCommunicator::Impl::prune_outstanding() {

@@ -171,12 +171,16 @@ struct NcclCommunicator::Impl : std::enable_shared_from_this<NcclCommunicator::I
   std::shared_ptr<PendingOp> begin(const detail::OpInfo& info);
   WorkPtr finish(std::shared_ptr<PendingOp> op);
   [[noreturn]] void fail_enqueue(PendingOp& op, const std::exception& e);
+  /// Keeps a failed enqueue's tensors until the stream has drained (kernels
+  /// enqueued before the failure may still read them): see ~Impl.
+  void abandon(PendingOp& op);
 
   std::mutex mu_;
   bool finalized_ = false;                              // guarded by mu_
   std::uint64_t seq_ = 0;                               // guarded by mu_
   std::uint64_t collective_seq_ = 0;                    // collectives checked in debug mode; guarded by mu_
   std::deque<std::shared_ptr<PendingOp>> outstanding_;  // guarded by mu_
+  std::vector<std::vector<Tensor>> abandoned_;          // failed enqueues' tensors; guarded by mu_
 
   mutable std::mutex nccl_mu_;
   ncclComm_t comm_ = nullptr;  // guarded by nccl_mu_ once shared
@@ -250,6 +254,7 @@ WorkPtr NcclCommunicator::Impl::enqueue(const detail::OpInfo& info, std::vector<
     }
     HT_CUDA_CHECK(cudaEventRecord(op->done.get(), stream_.get()));
   } catch (const CommError&) {
+    abandon(*op);
     throw;  // the communicator is already aborted
   } catch (const std::exception& e) {
     fail_enqueue(*op, e);
