@@ -23,13 +23,13 @@ void sum_squares(const Tensor& x, Tensor& acc) {
   if (n == 0) return;
   const ht::cuda::DeviceGuard guard(x.device());
   // Per-block partial sums in double. Tensors have no f64 dtype, so the
-  // scratch is an f32 tensor of twice the count; cudaMalloc's 256-byte
-  // alignment makes it a valid double array.
+  // scratch is an f32 tensor of twice the count; the device allocator's
+  // alignment (fit for any type) makes it a valid double array.
   const std::int64_t partials = ht::cuda::sum_squares_scratch_count(n);
   Tensor scratch = Tensor::empty({2 * partials}, DType::kF32, x.device(), MemCategory::kActivations);
   HT_CUDA_CHECK(ht::cuda::launch_sum_squares(x.dtype(), x.data_ptr(), n, static_cast<double*>(scratch.data_ptr()),
                                              acc.data<float>(), ht::cuda::current_stream()));
-  // `scratch` is released here; cudaFree waits for the kernels (see attention_driver.cc).
+  // `scratch` is freed here, in stream order after the kernels (ht/core/allocator.h).
 }
 
 }  // namespace ht::ops::cuda

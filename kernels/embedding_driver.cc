@@ -8,6 +8,7 @@
 
 #include "core/cuda_check.h"
 #include "core/cuda_context.h"
+#include "core/cuda_sync.h"
 #include "index_check.h"
 #include "launch.h"
 #include "ops/backend_ops.h"
@@ -95,7 +96,7 @@ void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, 
   std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
   HT_CUDA_CHECK(cudaMemcpyAsync(ids.data(), tokens.data_ptr(), std::size_t(n) * sizeof(std::int32_t),
                                 cudaMemcpyDeviceToHost, stream));
-  HT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  ht::cuda::synchronize_stream(stream);
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int32_t id = ids[std::size_t(i)];
     if (id < 0 || id >= vocab) throw_bad_token(id, i, t, vocab);
@@ -119,8 +120,7 @@ void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, 
                                                         seg.segments, c, dwte.data<float>(), stream));
   if (dwpe.defined())
     HT_CUDA_CHECK(ht::cuda::launch_embedding_backward_wpe(dout.data<float>(), dwpe.data<float>(), b, t * c, stream));
-  // `plan` is released here; cudaFree waits for the scatter to finish (see
-  // attention_driver.cc on stream-ordered allocators).
+  // `plan` is freed here, in stream order after the scatter (ht/core/allocator.h).
 }
 
 }  // namespace ht::ops::cuda

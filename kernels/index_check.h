@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "core/cuda_check.h"
+#include "core/cuda_sync.h"
 #include "ht/core/tensor.h"
 #include "launch.h"
 
@@ -26,17 +27,17 @@ struct BadIndex {
 /// covers only the check, not the op's own kernels launched after it.
 inline std::optional<BadIndex> first_out_of_range(const Tensor& ids, std::int64_t limit, cudaStream_t stream) {
   const Tensor word = Tensor::empty({2}, DType::kI32, ids.device(), MemCategory::kActivations);  // 8 bytes
-  auto* first_bad = static_cast<unsigned long long*>(word.data_ptr());  // cudaMalloc aligns to 256 bytes
+  auto* first_bad = static_cast<unsigned long long*>(word.data_ptr());  // device blocks are aligned for any type
   HT_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xff, sizeof(unsigned long long), stream));
   const std::int32_t* p = ids.data<std::int32_t>();
   HT_CUDA_CHECK(launch_find_out_of_range(p, ids.numel(), limit, first_bad, stream));
   unsigned long long position = 0;
   HT_CUDA_CHECK(cudaMemcpyAsync(&position, first_bad, sizeof position, cudaMemcpyDeviceToHost, stream));
-  HT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  ht::cuda::synchronize_stream(stream);
   if (position == std::numeric_limits<unsigned long long>::max()) return std::nullopt;
   std::int32_t value = 0;  // the error path only: fetch the offending id for the message
   HT_CUDA_CHECK(cudaMemcpyAsync(&value, p + position, sizeof value, cudaMemcpyDeviceToHost, stream));
-  HT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  ht::cuda::synchronize_stream(stream);
   return BadIndex{std::int64_t(position), value};
 }
 

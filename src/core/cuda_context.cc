@@ -38,6 +38,17 @@ cudaStream_t current_stream() noexcept { return static_cast<cudaStream_t>(ht::cu
 CublasHandle::CublasHandle(int device) : device_(device) {
   HT_CUDA_CHECK(cudaSetDevice(device));
   HT_CUBLAS_CHECK(cublasCreate(&handle_));
+  // f16 and bf16 GEMMs accumulate in f32 (CUBLAS_COMPUTE_32F), but cuBLAS may
+  // still reduce split-K partial sums in the output's 16-bit type unless
+  // told not to; keep every reduction in f32, as the CPU reference does.
+  const cublasStatus_t mode =
+      cublasSetMathMode(handle_, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  if (mode != CUBLAS_STATUS_SUCCESS) {
+    cublasDestroy(handle_);
+    handle_ = nullptr;
+    device_ = -1;
+    HT_CUBLAS_CHECK(mode);
+  }
 }
 
 CublasHandle::~CublasHandle() { reset(); }

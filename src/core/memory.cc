@@ -1,20 +1,23 @@
-// Allocators (host, pinned host, CUDA) and the per-category byte accounting.
+// The per-category byte accounting, and the dispatch of each allocation to
+// the host allocator or the CUDA pools (include/ht/core/allocator.h).
 #include "ht/core/memory.h"
 
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <string>
+#include <utility>
 
 #include "ht/config.h"
+#include "core/host_allocator.h"
 #include "ht/core/error.h"
 #if HT_HAVE_CUDA
+#include "core/cuda_allocator.h"
 #include "core/cuda_check.h"
 #endif
 
 namespace ht {
 namespace {
-
-constexpr std::size_t kHostAlignment = 64;  // one cache line; AVX-512 loads
 
 struct Counter {
   std::atomic<std::int64_t> current{0};
@@ -38,13 +41,23 @@ void record(Device device, MemCategory category, std::int64_t bytes) {
   g_totals[d].add(bytes);
 }
 
-[[noreturn]] void throw_oom(std::size_t bytes, Device device, MemCategory category) {
+[[noreturn]] void throw_oom(std::size_t bytes, Device device, MemCategory category, std::string native = {}) {
   const MemStats total = memory_stats_total(device.type);
   throw Error(ErrorKind::kOutOfMemory,
               fmt::format("cannot allocate {} bytes of {} on {} ({} bytes in use there); reduce the "
                           "micro-batch size, model size or sequence length, or shard state with ZeRO",
-                          bytes, mem_category_name(category), device.str(), total.current_bytes));
+                          bytes, mem_category_name(category), device.str(), total.current_bytes),
+              std::source_location::current(), std::move(native));
 }
+
+#if HT_HAVE_CUDA
+[[noreturn]] void throw_oom(std::size_t bytes, Device device, MemCategory category, cudaError_t err) {
+  throw_oom(bytes, device, category, fmt::format("{} ({})", cudaGetErrorName(err), int(err)));
+}
+#endif
+
+// Page-locked host memory needs a CUDA device; without one, plain memory serves.
+bool pinned(HostMemory host) { return host == HostMemory::kPinned && cuda_device_count() > 0; }
 
 }  // namespace
 
@@ -78,31 +91,30 @@ void reset_memory_peaks() {
 
 namespace detail {
 
+// Host blocks come from the host allocator (core/host_allocator.cc: the
+// caching allocator or the system's); CUDA blocks from the device's
+// stream-ordered pool (core/cuda_allocator.cc). Both count what they do for
+// allocator_stats(); this file counts the bytes requested, by category.
 void* allocate(std::size_t bytes, Device device, MemCategory category, HostMemory host) {
   void* ptr = nullptr;
   const std::size_t request = bytes == 0 ? 1 : bytes;  // a valid, unique pointer even for empty tensors
   if (device.is_cuda()) {
 #if HT_HAVE_CUDA
-    HT_CUDA_CHECK(cudaSetDevice(device.index));
-    if (cudaMalloc(&ptr, request) != cudaSuccess) {
-      cudaGetLastError();
-      throw_oom(bytes, device, category);
-    }
+    const cudaError_t err = cuda::device_allocate(&ptr, request, device.index);
+    // Only a lack of memory is an out-of-memory error; anything else (a bad
+    // device, a sticky error from an earlier kernel) keeps its CUDA name.
+    if (err == cudaErrorMemoryAllocation) throw_oom(bytes, device, category, err);
+    if (err != cudaSuccess)
+      detail::throw_cuda_error(err, fmt::format("allocating {} bytes of {} on {}", bytes, mem_category_name(category),
+                                                device.str()).c_str(),
+                               std::source_location::current());
 #else
     throw Error(ErrorKind::kNotSupported,
                 "a CUDA tensor was requested but this build of hypertrain has no CUDA backend; "
                 "rebuild with the CUDA toolkit installed (-DHT_WITH_CUDA=ON) or use device cpu");
 #endif
-  } else if (host == HostMemory::kPinned && cuda_device_count() > 0) {
-#if HT_HAVE_CUDA
-    if (cudaMallocHost(&ptr, request) != cudaSuccess) {
-      cudaGetLastError();
-      throw_oom(bytes, device, category);
-    }
-#endif
   } else {
-    const std::size_t rounded = (request + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-    ptr = std::aligned_alloc(kHostAlignment, rounded);
+    ptr = host_allocate(request, pinned(host));
     if (!ptr) throw_oom(bytes, device, category);
   }
   record(device, category, std::int64_t(bytes));
@@ -113,14 +125,10 @@ void deallocate(void* ptr, std::size_t bytes, Device device, MemCategory categor
   if (!ptr) return;
   if (device.is_cuda()) {
 #if HT_HAVE_CUDA
-    cudaFree(ptr);
-#endif
-  } else if (host == HostMemory::kPinned && cuda_device_count() > 0) {
-#if HT_HAVE_CUDA
-    cudaFreeHost(ptr);
+    cuda::device_free(ptr, device.index);
 #endif
   } else {
-    std::free(ptr);
+    host_deallocate(ptr, bytes == 0 ? 1 : bytes, pinned(host));
   }
   record(device, category, -std::int64_t(bytes));
 }

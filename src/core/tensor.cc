@@ -6,11 +6,21 @@
 #include "ht/config.h"
 #if HT_HAVE_CUDA
 #include "core/cuda_check.h"
+#include "core/cuda_context.h"
+#include "core/cuda_sync.h"
 #endif
 
 namespace ht {
 namespace {
 
+// Copies involving a device are enqueued on the current stream of the CUDA
+// side's device (the destination's when both are devices), in order with the
+// ops that wrote the source and will read the destination. The host waits
+// only when the destination is host memory, which the caller reads on
+// return. A copy from pageable host memory is staged by the runtime before
+// cudaMemcpyAsync returns, so the source may be reused at once; from pinned
+// memory the copy runs later, and the host allocator's fences keep a freed
+// pinned block from reuse until then.
 void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, std::size_t bytes) {
   if (bytes == 0) return;
   if (dst_dev.is_cpu() && src_dev.is_cpu()) {
@@ -18,7 +28,10 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, std:
     return;
   }
 #if HT_HAVE_CUDA
-  HT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  const cuda::DeviceGuard guard(dst_dev.is_cuda() ? dst_dev : src_dev);
+  const cudaStream_t stream = cuda::current_stream();
+  HT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+  if (dst_dev.is_cpu()) cuda::synchronize_stream(stream);
 #else
   (void)dst_dev;
   throw Error(ErrorKind::kNotSupported, "device copy requested in a build without CUDA");
@@ -176,7 +189,8 @@ void Tensor::zero_() {
     return;
   }
 #if HT_HAVE_CUDA
-  HT_CUDA_CHECK(cudaMemset(data_ptr(), 0, nbytes()));
+  const cuda::DeviceGuard guard(device());
+  HT_CUDA_CHECK(cudaMemsetAsync(data_ptr(), 0, nbytes(), cuda::current_stream()));
 #endif
 }
 
