@@ -11,16 +11,26 @@
 //   one line per config and precision:
 //   train small | L6 H6 C384 V256 T256 | cpu | fp32 | batch 8 x 128 | 10 steps | 512.3 ms/step | 2.00k tok/s
 //     | 136.0 GFLOP/s | MFU 45.1%
-//   (one line, wrapped here); with more than one precision, fp32 among them,
-//   a "# <config> ms/step over fp32:" line per config;
+//   (one line, wrapped here; with --host-allocator it ends in
+//   "| host caching | 0.0 sys allocs/step | 12 faults/step"); with more than one precision,
+//   fp32 among them, a "# <config> ms/step over fp32:" line per config and
+//   run; with --host-allocator system,caching, a
+//   "# <config> <precision> host allocator:" line per config and precision
+//   comparing the medians of the runs of each (see --repeats);
 //   and with --json, after them, JSON Lines: one {"type": "run", ...} object,
 //   then one {"type": "train_throughput", ...} object per config and
 //   precision, which also holds every step's wall and process CPU time (all
 //   threads), in ms.
 // Progress of each step goes to stderr.
+//
+// --host-allocator system,caching --repeats 3 measures the host caching
+// allocator (include/ht/core/allocator.h) against the C library's: each
+// config runs with each allocator in turn, the pair repeated, so that both
+// see the same load on a shared machine.
 #include <CLI/CLI.hpp>
 #include <cblas.h>
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,6 +44,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "ht/core/allocator.h"
 #include "ht/core/error.h"
 #include "ht/core/rng.h"
 #include "ht/core/version.h"
@@ -60,6 +71,8 @@ struct Args {
   std::int64_t peak_size = 2048;
   int peak_runs = 5;
   bool json = false;
+  std::vector<std::string> host_allocators;  // empty: keep the allocator HT_HOST_ALLOCATOR chose
+  int repeats = 1;
 };
 
 /// A GPT or a Llama: what a config trains.
@@ -132,6 +145,13 @@ std::string openblas_warning() {
   return {};
 }
 
+/// Minor page faults of this process so far (all threads).
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 void synchronize(Device device, const Tensor& t) {
   if (device.is_cuda()) (void)t.item(0);  // a one-element copy to the host waits for the queue
 }
@@ -167,16 +187,22 @@ struct Result {
   std::vector<double> step_cpu_ms;  // CPU time of the whole process (all threads)
   float loss_first = 0.f, loss_last = 0.f;
   std::int64_t skipped_steps = 0;  // f16 overflows among the timed steps (no optimizer step: shorter)
+  std::vector<double> step_system_allocations;  // host blocks the system gave during each step
+  std::string host_allocator;  // the host allocator this run used
+  int repeat = 0;              // which pass of --repeats
+  std::vector<double> step_minor_faults;  // page faults (no I/O) of the process during each step
 
   std::int64_t tokens_per_step() const { return spec.batch * spec.seq; }
   double ms_per_step() const { return median(step_ms); }
   double cpu_ms_per_step() const { return median(step_cpu_ms); }
+  double system_allocations_per_step() const { return median(step_system_allocations); }
+  double minor_faults_per_step() const { return median(step_minor_faults); }
   double tokens_per_s() const { return double(tokens_per_step()) * 1000.0 / ms_per_step(); }
   double flops_per_token() const { return spec.model.flops_per_token(spec.seq); }
   double achieved_gflops() const { return flops_per_token() * tokens_per_s() * 1e-9; }
 };
 
-Result run_config(const Spec& spec, const std::string& prec, Device device) {
+Result run_config(const Spec& spec, const std::string& prec, Device device, int repeat) {
   train::EngineOptions o;
   o.data_parallel.precision = precision::parse_policy(prec);
   o.device = device;
@@ -192,19 +218,25 @@ Result run_config(const Spec& spec, const std::string& prec, Device device) {
       spec.model.config);
   bench::LmEngine& engine = *built;
   Result r{spec, precision::policy_name(o.data_parallel.precision), engine->model().num_parameters(), {}, {},
-           0.f, 0.f, 0};
+           0.f, 0.f, 0, {}, std::string(host_allocator_name(host_allocator())), repeat};
   const Tensor& probe = engine->model().parameters().front()->data();
   for (std::int64_t i = 0; i < spec.warmup + spec.steps; ++i) {
+    const std::int64_t allocs0 = allocator_stats(DeviceType::kCPU).system_allocations;
+    const long faults0 = minor_faults();
     const std::clock_t c0 = std::clock();
     const auto t0 = std::chrono::steady_clock::now();
     const train::StepStats s = engine->step();
     synchronize(device, probe);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double cpu_ms = 1000.0 * double(std::clock() - c0) / CLOCKS_PER_SEC;
+    const std::int64_t allocs = allocator_stats(DeviceType::kCPU).system_allocations - allocs0;
+    const long faults = minor_faults() - faults0;
     const bool timed = i >= spec.warmup;
     if (timed) {
       r.step_ms.push_back(ms);
       r.step_cpu_ms.push_back(cpu_ms);
+      r.step_system_allocations.push_back(double(allocs));
+      r.step_minor_faults.push_back(double(faults));
       if (r.step_ms.size() == 1) r.loss_first = s.loss;
       r.loss_last = s.loss;
       if (s.skipped) ++r.skipped_steps;
@@ -217,10 +249,12 @@ Result run_config(const Spec& spec, const std::string& prec, Device device) {
   return r;
 }
 
-/// The fp32 result of config `name`, or null.
-const Result* fp32_of(const std::vector<Result>& results, const std::string& name) {
+/// The fp32 result of config `name` with the same host allocator and repeat as `like`, or null.
+const Result* fp32_of(const std::vector<Result>& results, const Result& like) {
   for (const Result& r : results)
-    if (r.spec.name == name && r.precision == "fp32") return &r;
+    if (r.spec.name == like.spec.name && r.precision == "fp32" && r.host_allocator == like.host_allocator &&
+        r.repeat == like.repeat)
+      return &r;
   return nullptr;
 }
 
@@ -254,6 +288,10 @@ double print_preamble(const Args& a, Device device) {
               bench::join(a.precisions).c_str());
   std::printf("# %s, core %s (OPENBLAS_CORETYPE=%s)\n", openblas_get_config(), openblas_get_corename(),
               bench::env_or("OPENBLAS_CORETYPE", "unset").c_str());
+  std::printf("# host allocator %s (HT_HOST_ALLOCATOR=%s, --host-allocator %s), cache limit %zu bytes\n",
+              std::string(host_allocator_name(host_allocator())).c_str(),
+              bench::env_or("HT_HOST_ALLOCATOR", "unset").c_str(),
+              a.host_allocators.empty() ? "unset" : bench::join(a.host_allocators).c_str(), host_cache_limit_bytes());
   const std::string warning = openblas_warning();
   if (!warning.empty()) std::printf("# warning: %s\n", warning.c_str());
   std::fflush(stdout);
@@ -268,20 +306,24 @@ double print_preamble(const Args& a, Device device) {
 
 /// Runs `s` in each precision, printing a line for each (and the ratios to
 /// fp32 when it ran with others); appends the results.
-void run_spec(const Args& a, const Spec& s, Device device, double peak, std::vector<Result>& results) {
+void run_spec(const Args& a, const Spec& s, Device device, double peak, int repeat, std::vector<Result>& results) {
   const std::size_t first = results.size();
   for (const std::string& prec : a.precisions) {
-    const Result r = run_config(s, prec, device);
+    const Result r = run_config(s, prec, device, repeat);
+    const std::string host = a.host_allocators.empty() ? std::string()
+                                                        : fmt::format(" | host {} | {:.1f} sys allocs/step | {:.0f} faults/step", r.host_allocator,
+                                                                      r.system_allocations_per_step(),
+                                                                      r.minor_faults_per_step());
     std::printf("train %s | %s | %s | %s | batch %lld x %lld | %lld steps | %.1f ms/step | %s tok/s | "
-                "%.1f GFLOP/s | MFU %.1f%%\n",
+                "%.1f GFLOP/s | MFU %.1f%%%s\n",
                 s.name.c_str(), s.model.str().c_str(), device.str().c_str(), r.precision.c_str(), (long long)s.batch,
                 (long long)s.seq, (long long)s.steps, r.ms_per_step(), human(r.tokens_per_s()).c_str(),
-                r.achieved_gflops(), 100.0 * r.achieved_gflops() / peak);
+                r.achieved_gflops(), 100.0 * r.achieved_gflops() / peak, host.c_str());
     std::fflush(stdout);
     results.push_back(r);
   }
   // Each 16-bit precision against fp32 on the same config, run just before or after.
-  const Result* f32 = fp32_of(results, s.name);
+  const Result* f32 = fp32_of(results, results[first]);
   if (f32 && results.size() - first > 1) {
     std::string line;
     for (std::size_t i = first; i < results.size(); ++i)
@@ -291,6 +333,29 @@ void run_spec(const Args& a, const Spec& s, Device device, double peak, std::vec
     std::printf("# %s ms/step over fp32: %s\n", s.name.c_str(), line.c_str());
     std::fflush(stdout);
   }
+}
+
+/// With both host allocators measured: per precision, the median over the
+/// repeats of each allocator's ms/step, and caching over system.
+void print_allocator_comparison(const Args& a, const Spec& s, const std::vector<Result>& results, std::size_t first) {
+  if (a.host_allocators.size() < 2) return;
+  for (const std::string& prec : a.precisions) {
+    std::string line;
+    double system_ms = 0.0, caching_ms = 0.0;
+    for (const std::string& host : a.host_allocators) {
+      std::vector<double> runs;
+      for (std::size_t i = first; i < results.size(); ++i)
+        if (results[i].precision == precision::policy_name(precision::parse_policy(prec)) &&
+            results[i].host_allocator == host)
+          runs.push_back(results[i].ms_per_step());
+      const double ms = median(runs);
+      (host == "system" ? system_ms : caching_ms) = ms;
+      line += fmt::format("{}{} {:.1f} ms/step", line.empty() ? "" : ", ", host, ms);
+    }
+    std::printf("# %s %s host allocator (median of %d runs each): %s; caching/system %.3f\n", s.name.c_str(),
+                prec.c_str(), a.repeats, line.c_str(), system_ms > 0 ? caching_ms / system_ms : 0.0);
+  }
+  std::fflush(stdout);
 }
 
 nlohmann::json run_json(const Args& a, Device device, double peak) {
@@ -304,6 +369,10 @@ nlohmann::json run_json(const Args& a, Device device, double peak) {
               {"openblas_coretype_env", bench::env_or("OPENBLAS_CORETYPE", "")},
               {"device", device.str()},
               {"precisions", a.precisions},
+              {"host_allocators", a.host_allocators},
+              {"repeats", a.repeats},
+              {"host_allocator_env", bench::env_or("HT_HOST_ALLOCATOR", "")},
+              {"host_cache_limit_bytes", host_cache_limit_bytes()},
               {"peak_gflops", peak},
               {"peak_gemm_size", a.peak_size}});
   return run;
@@ -337,8 +406,14 @@ nlohmann::json result_json(const Result& r, const std::vector<Result>& results, 
                    {"mfu_pct", 100.0 * r.achieved_gflops() / peak},
                    {"loss_first", r.loss_first},
                    {"loss_last", r.loss_last},
-                   {"skipped_steps", r.skipped_steps}};
-  if (const Result* f32 = fp32_of(results, r.spec.name))
+                   {"skipped_steps", r.skipped_steps},
+                   {"host_allocator", r.host_allocator},
+                   {"repeat", r.repeat},
+                   {"system_allocations_per_step", r.system_allocations_per_step()},
+                   {"step_system_allocations", r.step_system_allocations},
+                   {"minor_faults_per_step", r.minor_faults_per_step()},
+                   {"step_minor_faults", r.step_minor_faults}};
+  if (const Result* f32 = fp32_of(results, r))
     j["ms_per_step_ratio_to_fp32"] = r.ms_per_step() / f32->ms_per_step();
   return j;
 }
@@ -354,7 +429,21 @@ int run(const Args& a) {
   const std::vector<Spec> specs = specs_of(a);
   const double peak = print_preamble(a, device);
   std::vector<Result> results;
-  for (const Spec& s : specs) run_spec(a, s, device, peak, results);
+  for (const Spec& s : specs) {
+    const std::size_t first = results.size();
+    for (int rep = 0; rep < a.repeats; ++rep) {
+      if (a.host_allocators.empty()) {
+        run_spec(a, s, device, peak, rep, results);
+        continue;
+      }
+      for (const std::string& host : a.host_allocators) {
+        set_host_allocator(parse_host_allocator(host));
+        empty_cache(DeviceType::kCPU);  // each run starts from the same empty cache
+        run_spec(a, s, device, peak, rep, results);
+      }
+    }
+    print_allocator_comparison(a, s, results, first);
+  }
   if (a.json) {
     bench::print_json_line(run_json(a, device, peak));
     for (const Result& r : results) bench::print_json_line(result_json(r, results, device, peak));
@@ -388,6 +477,13 @@ int main(int argc, char** argv) {
   app.add_option("--peak-size", a.peak_size, "side of the square sgemm that measures the peak")
       ->check(CLI::PositiveNumber);
   app.add_option("--peak-runs", a.peak_runs, "sgemm runs for the peak (the best counts)")->check(CLI::PositiveNumber);
+  app.add_option("--host-allocator", a.host_allocators,
+                 "host allocator(s), system or caching (default: HT_HOST_ALLOCATOR, else caching); a comma list runs "
+                 "each config with each, in turn, --repeats times")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"system", "caching"}));
+  app.add_option("--repeats", a.repeats, "passes over the configs (and host allocators), alternating")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--json", a.json, "also print JSON Lines (a run object, then one object per config)");
   CLI11_PARSE(app, argc, argv);
   try {
