@@ -1,24 +1,18 @@
-// CUDA softmax self-attention, one driver for both public forms (packed qkv,
-// and separate q, k, v with grouped-query heads and masks; see
-// ops/attention_views.h): cuBLAS GEMMs on strided views of the inputs, one
-// head at a time, around the attention softmax kernels.
+// CUDA flash attention, one driver for both public forms (packed qkv, and
+// separate q, k, v with grouped-query heads and masks; see
+// ops/attention_views.h): turns tensors into the raw strided views the
+// kernels in attention.cu take, checks the head dimension fits the kernels'
+// shared memory, and launches. f32, f16 and bf16 tensors are taken as they
+// are (the 16-bit ones go to tensor cores); lse is f32.
 //
 // Q of query head h and K, V of its key/value head g = h / group are columns
-// [h*D, (h+1)*D) and [g*D, (g+1)*D) of rows with strides ld_q, ld_k, ld_v.
-// Within one head, batch entry b starts t*ld elements after entry b-1, so a
-// strided-batched GEMM over the batch reads them in place; no permuted copies
-// of Q, K, V are made. Scores are written straight into probs (B, H, T, T),
-// where head h of batch b starts at (b*H + h)*T*T: again one stride per head.
-// Backward needs dP/dS for one head at a time: a (B, T, T) scratch tensor,
-// reused for every head (the work is ordered on one stream), instead of a
-// second (B, H, T, T) buffer. The query heads of a key/value head run in
-// order, the first overwriting dK and dV and the others adding to them
-// (beta 1), so the sums have a fixed order.
+// [h*D, (h+1)*D) and [g*D, (g+1)*D) of rows with strides ld_q, ld_k, ld_v;
+// the kernels read them in place, no permuted copies are made, and no
+// scratch memory is allocated.
 #include <cmath>
 
 #include "core/cuda_check.h"
 #include "core/cuda_context.h"
-#include "gemm.h"
 #include "launch.h"
 #include "ops/attention_views.h"
 #include "ops/backend_ops.h"
@@ -27,95 +21,96 @@ namespace ht::ops::cuda {
 namespace {
 
 using detail::AttentionShape;
-using detail::QkvViews;
-using ht::cuda::GemmOperand;
 
-void forward(const AttentionShape& s, const QkvViews<const float>& in, const std::int32_t* key_mask, float* out,
-             float* probs, Device device) {
-  if (s.batch * s.t * s.head_dim == 0) return;
-  const ht::cuda::DeviceGuard guard(device);
-  const std::int64_t t = s.t, d = s.head_dim, tt = t * t, ld_out = s.q_width();
-  const float scale = 1.f / std::sqrt(float(d));
-  for (std::int64_t h = 0; h < s.n_head; ++h) {
-    const std::int64_t g = h / s.group();
-    // S = scale * Q K^T into probs[:, h] (masked entries are computed, then zeroed by the softmax).
-    ht::cuda::gemm(DType::kF32, t, t, d, scale, GemmOperand{in.q + h * d, in.ld_q, t * in.ld_q, false},
-                   GemmOperand{in.k + g * d, in.ld_k, t * in.ld_k, true}, 0.f, probs + h * tt, t, s.n_head * tt,
-                   s.batch);
-  }
-  HT_CUDA_CHECK(ht::cuda::launch_attention_softmax(probs, s.batch * s.n_head * t, t, s.n_head, s.causal, key_mask,
-                                                   ht::cuda::current_stream()));
-  for (std::int64_t h = 0; h < s.n_head; ++h) {
-    const std::int64_t g = h / s.group();
-    // O = P V into head h's columns of out (B, T, H*D).
-    ht::cuda::gemm(DType::kF32, t, d, t, 1.f, GemmOperand{probs + h * tt, t, s.n_head * tt, false},
-                   GemmOperand{in.v + g * d, in.ld_v, t * in.ld_v, false}, 0.f, out + h * d, ld_out, t * ld_out,
-                   s.batch);
-  }
+// The views of QkvViews, in elements of the tensors' dtype, as the
+// launcher's untyped arguments. `base_*` are the tensors' data pointers.
+ht::cuda::AttentionArgs args_for(const AttentionShape& s, DType dtype, const void* q, const void* k, const void* v,
+                                 std::int64_t ld_q, std::int64_t ld_k, std::int64_t ld_v, const Tensor& key_mask) {
+  return {dtype,   q,       k,           v,           ld_q,     ld_k,
+          ld_v,    s.batch, s.t,         s.n_head,    s.n_kv_head, s.head_dim,
+          s.causal, key_mask.defined() ? key_mask.data<std::int32_t>() : nullptr};
 }
 
-void backward(const AttentionShape& s, const float* dout, const QkvViews<const float>& in, const float* probs,
-              const QkvViews<float>& grad, Device device) {
-  if (s.batch * s.t * s.head_dim == 0) return;
+// Element pointer `offset` elements past `base`.
+const void* at(const void* base, std::int64_t offset, DType dtype) {
+  return static_cast<const char*>(base) + offset * std::int64_t(dtype_size(dtype));
+}
+void* at(void* base, std::int64_t offset, DType dtype) {
+  return static_cast<char*>(base) + offset * std::int64_t(dtype_size(dtype));
+}
+
+// The packed (B, T, 3C) tensor's thirds: Q at 0, K at C, V at 2C; row stride 3C.
+ht::cuda::AttentionArgs packed_args(const Tensor& qkv, const AttentionShape& s) {
+  const std::int64_t c = s.q_width();
+  const void* base = qkv.data_ptr();
+  return args_for(s, qkv.dtype(), base, at(base, c, qkv.dtype()), at(base, 2 * c, qkv.dtype()), 3 * c, 3 * c, 3 * c,
+                  Tensor());
+}
+
+ht::cuda::AttentionArgs separate_args(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& s,
+                                      const Tensor& key_mask) {
+  const std::int64_t kv_width = s.n_kv_head * s.head_dim;
+  return args_for(s, q.dtype(), q.data_ptr(), k.data_ptr(), v.data_ptr(), s.q_width(), kv_width, kv_width, key_mask);
+}
+
+// The kernels hold tiles of Q, K, V (and dO) of the whole head dimension in
+// shared memory: refuse what does not fit the device.
+void check_fits(const char* op, const ht::cuda::AttentionArgs& a, Device device) {
+  int limit = 0;
+  HT_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index));
+  const std::size_t need = ht::cuda::attention_smem_bytes(a.dtype, a.head_dim);
+  HT_CHECK(need <= std::size_t(limit), ErrorKind::kNotSupported,
+           "{}: head dimension {} in {} needs {} bytes of shared memory per block on CUDA, the device allows {}: use "
+           "a smaller head dimension (up to 256 fits f32 on sm_90) or f16/bf16",
+           op, a.head_dim, dtype_name(a.dtype), need, limit);
+}
+
+void forward(const ht::cuda::AttentionArgs& a, void* out, float* lse, Device device) {
+  if (a.batch * a.t * a.head_dim == 0) return;
   const ht::cuda::DeviceGuard guard(device);
-  const std::int64_t t = s.t, d = s.head_dim, tt = t * t, ld_out = s.q_width();
-  const float scale = 1.f / std::sqrt(float(d));
-  Tensor ds_scratch = Tensor::empty({s.batch, t, t}, DType::kF32, device, MemCategory::kActivations);
-  float* ds = ds_scratch.data<float>();
-  const cudaStream_t stream = ht::cuda::current_stream();
-  for (std::int64_t h = 0; h < s.n_head; ++h) {
-    const std::int64_t g = h / s.group();
-    const float beta = h % s.group() == 0 ? 0.f : 1.f;  // the group's first query head overwrites dK, dV
-    const GemmOperand q{in.q + h * d, in.ld_q, t * in.ld_q, false};
-    const GemmOperand k{in.k + g * d, in.ld_k, t * in.ld_k, false};
-    const GemmOperand v_t{in.v + g * d, in.ld_v, t * in.ld_v, true};
-    const GemmOperand p_t{probs + h * tt, t, s.n_head * tt, true};  // P, used transposed
-    const GemmOperand go{dout + h * d, ld_out, t * ld_out, false};
-    // dP = dO V^T ; dV (+)= P^T dO
-    ht::cuda::gemm(DType::kF32, t, t, d, 1.f, go, v_t, 0.f, ds, t, tt, s.batch);
-    ht::cuda::gemm(DType::kF32, t, d, t, 1.f, p_t, go, beta, grad.v + g * d, grad.ld_v, t * grad.ld_v, s.batch);
-    // dS = softmax_grad(P, dP) * scale on the visible keys, zero after.
-    HT_CUDA_CHECK(
-        ht::cuda::launch_attention_softmax_backward(probs, ds, s.batch, s.n_head, h, t, s.causal, scale, stream));
-    // dQ = dS K ; dK (+)= dS^T Q
-    ht::cuda::gemm(DType::kF32, t, d, t, 1.f, GemmOperand{ds, t, tt, false}, k, 0.f, grad.q + h * d, grad.ld_q,
-                   t * grad.ld_q, s.batch);
-    ht::cuda::gemm(DType::kF32, t, d, t, 1.f, GemmOperand{ds, t, tt, true}, q, beta, grad.k + g * d, grad.ld_k,
-                   t * grad.ld_k, s.batch);
-  }
-  // ds_scratch is released here. Tensor storage is freed with cudaFree, which
-  // waits for the device to finish the work above; an allocator that frees
-  // without waiting would have to be stream-ordered for this to stay safe.
+  check_fits("attention_forward", a, device);
+  HT_CUDA_CHECK(ht::cuda::launch_attention_forward(a, out, lse, ht::cuda::current_stream()));
+}
+
+void backward(const ht::cuda::AttentionArgs& a, const ht::cuda::AttentionGrads& g, Device device) {
+  if (a.batch * a.t * a.head_dim == 0) return;
+  const ht::cuda::DeviceGuard guard(device);
+  check_fits("attention_backward", a, device);
+  HT_CUDA_CHECK(ht::cuda::launch_attention_backward(a, g, ht::cuda::current_stream()));
 }
 
 }  // namespace
 
-void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs) {
+void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& lse) {
   const AttentionShape s = detail::packed_attention_shape(qkv, n_head);
-  forward(s, detail::packed_views<const float>(qkv.data<float>(), s.q_width()), nullptr, out.data<float>(), probs.data<float>(),
-          qkv.device());
+  forward(packed_args(qkv, s), out.data_ptr(), lse.data<float>(), qkv.device());
 }
 
-void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head, Tensor& dqkv) {
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
+                        Tensor& dqkv) {
   const AttentionShape s = detail::packed_attention_shape(qkv, n_head);
-  backward(s, dout.data<float>(), detail::packed_views<const float>(qkv.data<float>(), s.q_width()), probs.data<float>(),
-           detail::packed_views(dqkv.data<float>(), s.q_width()), qkv.device());
+  const std::int64_t c = s.q_width();
+  void* base = dqkv.data_ptr();
+  const ht::cuda::AttentionGrads g{dout.data_ptr(), out.data_ptr(), lse.data<float>(), base,
+                                   at(base, c, dqkv.dtype()), at(base, 2 * c, dqkv.dtype()), 3 * c, 3 * c, 3 * c};
+  backward(packed_args(qkv, s), g, qkv.device());
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
-                       const Tensor& key_mask, Tensor& out, Tensor& probs) {
+                       const Tensor& key_mask, Tensor& out, Tensor& lse) {
   const AttentionShape s = detail::attention_shape(q, o);
-  forward(s, detail::separate_views<const float>(q.data<float>(), k.data<float>(), v.data<float>(), s),
-          key_mask.defined() ? key_mask.data<std::int32_t>() : nullptr, out.data<float>(), probs.data<float>(),
-          q.device());
+  forward(separate_args(q, k, v, s, key_mask), out.data_ptr(), lse.data<float>(), q.device());
 }
 
-void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
-                        const AttentionOptions& o, Tensor& dq, Tensor& dk, Tensor& dv) {
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const AttentionOptions& o, const Tensor& key_mask, Tensor& dq, Tensor& dk,
+                        Tensor& dv) {
   const AttentionShape s = detail::attention_shape(q, o);
-  backward(s, dout.data<float>(), detail::separate_views<const float>(q.data<float>(), k.data<float>(), v.data<float>(), s),
-           probs.data<float>(), detail::separate_views(dq.data<float>(), dk.data<float>(), dv.data<float>(), s),
-           q.device());
+  const std::int64_t kv_width = s.n_kv_head * s.head_dim;
+  const ht::cuda::AttentionGrads g{dout.data_ptr(), out.data_ptr(), lse.data<float>(), dq.data_ptr(),
+                                   dk.data_ptr(),   dv.data_ptr(),  s.q_width(),       kv_width,
+                                   kv_width};
+  backward(separate_args(q, k, v, s, key_mask), g, q.device());
 }
 
 }  // namespace ht::ops::cuda

@@ -16,6 +16,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "ht/core/dtype.h"
@@ -88,19 +89,41 @@ cudaError_t launch_rope(const float* x, const float* table, float* y, std::int64
 
 // attention.cu ------------------------------------------------------------
 
-/// In place over `rows` rows of a (batch, n_head, t, t) stack of score
-/// matrices (rows = batch * n_head * t): row i of each matrix becomes softmax
-/// over the keys it may see, zeros elsewhere. It sees columns [0, i] when
-/// causal, else all t, minus the keys j with key_mask[b * t + j] == 0 when
-/// key_mask (batch, t) is not null; a row that sees no key becomes zeros.
-cudaError_t launch_attention_softmax(float* scores, std::int64_t rows, std::int64_t t, std::int64_t n_head,
-                                     bool causal, const std::int32_t* key_mask, cudaStream_t stream);
-/// For head `head` of probs (batch, n_head, t, t): dscores (batch, t, t) holds
-/// dP on entry and leaves with dS = softmax_grad(P, dP) * scale on the columns
-/// each row may see (as in the forward; masked keys have P = 0), zeros after.
-cudaError_t launch_attention_softmax_backward(const float* probs, float* dscores, std::int64_t batch,
-                                              std::int64_t n_head, std::int64_t head, std::int64_t t, bool causal,
-                                              float scale, cudaStream_t stream);
+/// One attention call's inputs (ops/attention_views.h): element pointers to
+/// row 0 of head 0 of Q, K and V, whose rows of batch entry b start at
+/// (b * t + i) * ld; out and dout are (batch, t, n_head * head_dim).
+/// dtype (f32, f16 or bf16) is that of q, k, v, out, dout and the gradients.
+struct AttentionArgs {
+  DType dtype;
+  const void* q;
+  const void* k;
+  const void* v;
+  std::int64_t ld_q, ld_k, ld_v;
+  std::int64_t batch, t, n_head, n_kv_head, head_dim;
+  bool causal;
+  const std::int32_t* key_mask;  // (batch, t), nonzero = may be attended; null for none
+};
+
+/// Backward's other inputs and its outputs (dq, dk, dv overwritten; their
+/// rows strided as q, k, v's with ld_dq, ld_dk, ld_dv).
+struct AttentionGrads {
+  const void* dout;
+  const void* out;
+  const float* lse;  // (batch, n_head, t)
+  void* dq;
+  void* dk;
+  void* dv;
+  std::int64_t ld_dq, ld_dk, ld_dv;
+};
+
+/// Dynamic shared memory one attention block needs at this dtype and head
+/// dimension (the larger of forward and backward); the driver checks it
+/// against the device's opt-in limit before launching.
+std::size_t attention_smem_bytes(DType dtype, std::int64_t head_dim);
+/// Flash-attention forward: out and lse (batch, n_head, t) f32.
+cudaError_t launch_attention_forward(const AttentionArgs& a, void* out, float* lse, cudaStream_t stream);
+/// Flash-attention backward: dq, dk, dv from dout, out and lse, deterministic.
+cudaError_t launch_attention_backward(const AttentionArgs& a, const AttentionGrads& g, cudaStream_t stream);
 
 // embedding.cu ------------------------------------------------------------
 

@@ -22,4 +22,9 @@ HT_HD float cross_entropy_grad(float logit, float lse, bool is_target, float dlo
 /// within them; the probabilities past this count are zeros.
 HT_HD std::int64_t attention_visible_keys(std::int64_t i, std::int64_t t, bool causal) { return causal ? i + 1 : t; }
 
+/// The log-sum-exp attention saves for a row whose online softmax ended with
+/// maximum m and sum l of exp(s - m): m + log(l), or -inf for a row that saw
+/// no key (l == 0), whose probabilities backward then takes as all zero.
+HT_HD float attention_lse(float m, float l) { return l > 0.f ? m + logf(l) : -INFINITY; }
+
 }  // namespace ht::kern

@@ -24,9 +24,9 @@ Tensor CausalSelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   Tensor qkv = c_attn_->forward(ctx, x);
   const std::int64_t c = qkv.size(2) / 3;  // this rank's channels (whole heads)
   Tensor att = Tensor::empty({b, t, c}, qkv.dtype(), x.device());
-  Tensor probs = Tensor::empty({b, n_head_, t, t}, qkv.dtype(), x.device());
-  ops::attention_forward(qkv, n_head_, att, probs);
-  ctx.save(this, {qkv, probs});
+  Tensor lse = Tensor::empty({b, n_head_, t}, DType::kF32, x.device());  // f32 whatever the compute dtype
+  ops::attention_forward(qkv, n_head_, att, lse);
+  ctx.save(this, {qkv, att, lse});  // att is c_proj's saved input too: the same storage
   return c_proj_->forward(ctx, att);
 }
 
@@ -34,7 +34,7 @@ Tensor CausalSelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
   Tensor datt = c_proj_->backward(ctx, dy);
   const auto& s = ctx.saved(this);
   Tensor dqkv = Tensor::empty(s.at(0).shape(), s.at(0).dtype(), dy.device());
-  ops::attention_backward(datt, s.at(0), s.at(1), n_head_, dqkv);
+  ops::attention_backward(datt, s.at(0), s.at(1), s.at(2), n_head_, dqkv);
   return c_attn_->backward(ctx, dqkv);
 }
 

@@ -50,9 +50,15 @@ Tensor SelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   }
   const ops::AttentionOptions options{.n_head = local_heads_, .n_kv_head = local_kv_heads_, .causal = config_.causal};
   Tensor out = Tensor::empty(q.shape(), q.dtype(), x.device());
-  Tensor probs = Tensor::empty({b, local_heads_, t, t}, q.dtype(), x.device());
-  ops::attention_forward(q, k, v, options, ctx.side_input("key_mask"), out, probs);
-  ctx.save(this, {q, k, v, probs});
+  Tensor lse = Tensor::empty({b, local_heads_, t}, DType::kF32, x.device());  // f32 whatever the compute dtype
+  const Tensor* key_mask = ctx.side_input("key_mask");
+  ops::attention_forward(q, k, v, options, key_mask, out, lse);
+  // Backward recomputes the probabilities from lse, so it needs this
+  // micro-batch's key mask: saved with the rest (out is o_proj's saved input
+  // too, the same storage).
+  std::vector<Tensor> saved{q, k, v, out, lse};
+  if (key_mask) saved.push_back(*key_mask);
+  ctx.save(this, std::move(saved));
   return o_->forward(ctx, out);
 }
 
@@ -64,7 +70,8 @@ Tensor SelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
   Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
   Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
   const ops::AttentionOptions options{.n_head = local_heads_, .n_kv_head = local_kv_heads_, .causal = config_.causal};
-  ops::attention_backward(dout, q, k, v, s.at(3), options, dq, dk, dv);
+  const Tensor* key_mask = s.size() > 5 ? &s.at(5) : nullptr;
+  ops::attention_backward(dout, q, k, v, s.at(3), s.at(4), options, key_mask, dq, dk, dv);
   if (rope_table_.defined()) {
     ops::rope_backward(dq, rope_table_, local_heads_, dq);
     ops::rope_backward(dk, rope_table_, local_kv_heads_, dk);

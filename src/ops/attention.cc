@@ -1,6 +1,7 @@
-// Self-attention, packed and general: validation and dispatch; f16 and bf16
-// calls run the f32 drivers through F32Staging (probs in the compute dtype
-// too; the key mask is i32 and passes through).
+// Self-attention, packed and general: validation and dispatch. On the CPU
+// f16 and bf16 calls run the f32 driver through F32Staging; the CUDA driver
+// takes 16-bit inputs itself (tensor cores, f32 accumulation). lse is f32 and
+// the key mask i32 on both: they pass through.
 #include "ht/ops/attention.h"
 
 #include <string>
@@ -60,84 +61,103 @@ std::int64_t check_qkv_separate(const char* op, const Tensor& q, const Tensor& k
   return d;
 }
 
+// lse is (B, H, T) f32 whatever the compute dtype of the call.
+void check_lse(const char* op, const Tensor& lse, const Shape& expected, DType compute) {
+  HT_CHECK(lse.dtype() == DType::kF32, ErrorKind::kDTypeMismatch,
+           "{}: 'lse' must be f32 whatever the compute dtype ({} here): allocate it as DType::kF32, got {}", op,
+           dtype_name(compute), dtype_name(lse.dtype()));
+  detail::check_shape(op, "lse", lse, expected);
+}
+
+// A non-null key mask is (B, T) i32 on q's device.
+void check_key_mask(const char* op, const Tensor& q, const Tensor* key_mask) {
+  if (!key_mask) return;
+  detail::check_same_device(op, {{"q", &q}, {"key_mask", key_mask}});
+  detail::check_dtype(op, "key_mask", *key_mask, DType::kI32);
+  detail::check_shape(op, "key_mask", *key_mask, {q.size(0), q.size(1)});
+}
+
 }  // namespace
 
-void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs) {
+void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
-  const Device dev = detail::check_same_device(op, {{"qkv", &qkv}, {"out", &out}, {"probs", &probs}});
+  const Device dev = detail::check_same_device(op, {{"qkv", &qkv}, {"out", &out}, {"lse", &lse}});
   const std::int64_t c = check_qkv(op, qkv, n_head);
   const std::int64_t b = qkv.size(0), t = qkv.size(1);
-  detail::check_compute_dtype(op, {{"qkv", &qkv}, {"out", &out}, {"probs", &probs}});
+  const DType dt = detail::check_compute_dtype(op, {{"qkv", &qkv}, {"out", &out}});
   detail::check_shape(op, "out", out, {b, t, c});
-  detail::check_shape(op, "probs", probs, {b, n_head, t, t});
-  detail::F32Staging s;
-  HT_DISPATCH(dev, attention_forward, s.in(qkv), n_head, s.out(out, detail::Staged::kOverwrite),
-              s.out(probs, detail::Staged::kOverwrite));
+  check_lse(op, lse, {b, n_head, t}, dt);
+  detail::F32Staging s(/*native=*/dev.is_cuda());
+  HT_DISPATCH(dev, attention_forward, s.in(qkv), n_head, s.out(out, detail::Staged::kOverwrite), lse);
   s.commit();
 }
 
-void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head, Tensor& dqkv) {
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
+                        Tensor& dqkv) {
   const char* op = "attention_backward";
-  const Device dev =
-      detail::check_same_device(op, {{"dout", &dout}, {"qkv", &qkv}, {"probs", &probs}, {"dqkv", &dqkv}});
+  const Device dev = detail::check_same_device(
+      op, {{"dout", &dout}, {"qkv", &qkv}, {"out", &out}, {"lse", &lse}, {"dqkv", &dqkv}});
   const std::int64_t c = check_qkv(op, qkv, n_head);
   const std::int64_t b = qkv.size(0), t = qkv.size(1);
-  detail::check_compute_dtype(op, {{"dout", &dout}, {"qkv", &qkv}, {"probs", &probs}, {"dqkv", &dqkv}});
+  const DType dt = detail::check_compute_dtype(op, {{"dout", &dout}, {"qkv", &qkv}, {"out", &out}, {"dqkv", &dqkv}});
   detail::check_shape(op, "dout", dout, {b, t, c});
-  detail::check_shape(op, "probs", probs, {b, n_head, t, t});
+  detail::check_shape(op, "out", out, {b, t, c});
+  check_lse(op, lse, {b, n_head, t}, dt);
   detail::check_shape(op, "dqkv", dqkv, qkv.shape());
-  detail::F32Staging s;
-  HT_DISPATCH(dev, attention_backward, s.in(dout), s.in(qkv), s.in(probs), n_head,
+  detail::F32Staging s(/*native=*/dev.is_cuda());
+  HT_DISPATCH(dev, attention_backward, s.in(dout), s.in(qkv), s.in(out), lse, n_head,
               s.out(dqkv, detail::Staged::kOverwrite));
   s.commit();
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
-                       const Tensor* key_mask, Tensor& out, Tensor& probs) {
+                       const Tensor* key_mask, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
   const Device dev =
-      detail::check_same_device(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"probs", &probs}});
+      detail::check_same_device(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}});
   check_qkv_separate(op, q, k, v, options);
   const std::int64_t b = q.size(0), t = q.size(1);
-  detail::check_compute_dtype(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"probs", &probs}});
+  const DType dt = detail::check_compute_dtype(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}});
   detail::check_shape(op, "out", out, q.shape());
-  detail::check_shape(op, "probs", probs, {b, options.n_head, t, t});
+  check_lse(op, lse, {b, options.n_head, t}, dt);
+  check_key_mask(op, q, key_mask);
   static const Tensor kNoMask;
-  if (key_mask) {
-    detail::check_same_device(op, {{"q", &q}, {"key_mask", key_mask}});
-    detail::check_dtype(op, "key_mask", *key_mask, DType::kI32);
-    detail::check_shape(op, "key_mask", *key_mask, {b, t});
-  }
-  detail::F32Staging s;
+  detail::F32Staging s(/*native=*/dev.is_cuda());
   HT_DISPATCH(dev, attention_forward, s.in(q), s.in(k), s.in(v), options, key_mask ? *key_mask : kNoMask,
-              s.out(out, detail::Staged::kOverwrite), s.out(probs, detail::Staged::kOverwrite));
+              s.out(out, detail::Staged::kOverwrite), lse);
   s.commit();
 }
 
-void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
-                        const AttentionOptions& options, Tensor& dq, Tensor& dk, Tensor& dv) {
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const AttentionOptions& options, const Tensor* key_mask, Tensor& dq,
+                        Tensor& dk, Tensor& dv) {
   const char* op = "attention_backward";
   const Device dev = detail::check_same_device(op, {{"dout", &dout},
                                                     {"q", &q},
                                                     {"k", &k},
                                                     {"v", &v},
-                                                    {"probs", &probs},
+                                                    {"out", &out},
+                                                    {"lse", &lse},
                                                     {"dq", &dq},
                                                     {"dk", &dk},
                                                     {"dv", &dv}});
   check_qkv_separate(op, q, k, v, options);
   const std::int64_t b = q.size(0), t = q.size(1);
-  detail::check_compute_dtype(
-      op, {{"dout", &dout}, {"q", &q}, {"k", &k}, {"v", &v}, {"probs", &probs}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
+  const DType dt = detail::check_compute_dtype(
+      op, {{"dout", &dout}, {"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
   detail::check_shape(op, "dout", dout, q.shape());
-  detail::check_shape(op, "probs", probs, {b, options.n_head, t, t});
+  detail::check_shape(op, "out", out, q.shape());
+  check_lse(op, lse, {b, options.n_head, t}, dt);
+  check_key_mask(op, q, key_mask);
   detail::check_shape(op, "dq", dq, q.shape());
   detail::check_shape(op, "dk", dk, k.shape());
   detail::check_shape(op, "dv", dv, v.shape());
+  static const Tensor kNoMask;
   using detail::Staged;
-  detail::F32Staging s;
-  HT_DISPATCH(dev, attention_backward, s.in(dout), s.in(q), s.in(k), s.in(v), s.in(probs), options,
-              s.out(dq, Staged::kOverwrite), s.out(dk, Staged::kOverwrite), s.out(dv, Staged::kOverwrite));
+  detail::F32Staging s(/*native=*/dev.is_cuda());
+  HT_DISPATCH(dev, attention_backward, s.in(dout), s.in(q), s.in(k), s.in(v), s.in(out), lse, options,
+              key_mask ? *key_mask : kNoMask, s.out(dq, Staged::kOverwrite), s.out(dk, Staged::kOverwrite),
+              s.out(dv, Staged::kOverwrite));
   s.commit();
 }
 

@@ -35,15 +35,16 @@
                         Tensor& dw);                                                                        \
   /* forward, or the inverse rotation (backward) */                                                         \
   void rope(const Tensor& x, const Tensor& table, int n_head, bool inverse, Tensor& y);                     \
-  void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs);                        \
-  void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head,           \
-                          Tensor& dqkv);                                                                    \
+  /* lse (B, H, T) f32 */                                                                                   \
+  void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& lse);                          \
+  void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,      \
+                          int n_head, Tensor& dqkv);                                                        \
   /* key_mask: undefined for none */                                                                        \
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,      \
-                         const Tensor& key_mask, Tensor& out, Tensor& probs);                               \
+                         const Tensor& key_mask, Tensor& out, Tensor& lse);                                 \
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,            \
-                          const Tensor& probs, const AttentionOptions& o, Tensor& dq, Tensor& dk,           \
-                          Tensor& dv);                                                                      \
+                          const Tensor& out, const Tensor& lse, const AttentionOptions& o,                  \
+                          const Tensor& key_mask, Tensor& dq, Tensor& dk, Tensor& dv);                      \
   void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out,           \
                          VocabShard shard);                                                                 \
   void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, Tensor& dwpe,             \

@@ -8,12 +8,27 @@
 //   grouped-query attention (KV key/value heads shared by H / KV query heads
 //   each), an optional causal mask and an optional key padding mask.
 //
-// The softmax probabilities (B, H, T, T) are saved for backward; masked
-// entries hold exactly 0. Softmax scale 1/sqrt(D). Synchronous on CPU; on
-// CUDA enqueued on the current stream.
+// Algorithm (flash attention): the (T, T) score matrix of a head is never
+// stored. The forward walks tiles of query rows; for each it walks the tiles
+// of keys, computes the scores S = Q K^T / sqrt(D) of the tile, and keeps per
+// row a running maximum m and sum l of exp(S - m) (an online softmax): when a
+// new tile raises a row's maximum, the row's partial sum and its accumulated
+// output are rescaled by exp(m_old - m_new) before the tile's exp(S - m) V is
+// added. At the end out = acc / l and the row's log-sum-exp lse = m + log(l)
+// is saved. Under the causal mask, tiles entirely above the diagonal are
+// skipped and tiles crossing it are masked per element. The backward
+// recomputes each tile's probabilities P = exp(S - lse) from the saved lse,
+// and with D_i = sum_c dout[i, c] out[i, c] forms dS = P (dO V^T - D) /
+// sqrt(D), from which dQ, dK and dV follow tile by tile.
 //
-// Activations, probs and gradients share one compute dtype, f32, f16 or bf16
-// (ht/ops/compute_dtype.h); the key mask is i32.
+// Saved for backward: out (which the caller keeps anyway) and lse (B, H, T),
+// f32: O(T) per head instead of the (B, H, T, T) probabilities. Softmax scale
+// 1/sqrt(D). Synchronous on CPU; on CUDA enqueued on the current stream.
+//
+// Dtypes: q, k, v (or qkv), out, dout and the gradients share one compute
+// dtype, f32, f16 or bf16 (ht/ops/compute_dtype.h); lse is f32 whatever the
+// compute dtype; the key mask is i32. Results are deterministic: the same
+// bits run to run, whatever the thread count (CPU) or scheduling (CUDA).
 #pragma once
 
 #include "ht/core/tensor.h"
@@ -21,10 +36,13 @@
 
 namespace ht::ops {
 
-/// out (B, T, C) = softmax(mask(Q K^T / sqrt(C / n_head))) V per head; probs (B, H, T, T).
-void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs);
-/// dqkv (B, T, 3C) overwritten from dout (B, T, C).
-void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head, Tensor& dqkv);
+/// out (B, T, C) = softmax(causal(Q K^T / sqrt(C / n_head))) V per head;
+/// lse (B, H, T) f32, the log-sum-exp of each row of scaled scores.
+void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& lse);
+/// dqkv (B, T, 3C) overwritten from dout (B, T, C) and the forward's inputs,
+/// out and lse.
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
+                        Tensor& dqkv);
 
 /// How the general attention op splits and masks its inputs.
 struct AttentionOptions {
@@ -33,7 +51,7 @@ struct AttentionOptions {
   bool causal = true; // query position i attends to keys [0, i] only
 };
 
-/// General attention: out (B, T, H*D) and probs (B, H, T, T) from q (B, T,
+/// General attention: out (B, T, H*D) and lse (B, H, T) f32 from q (B, T,
 /// H*D), k and v (B, T, KV*D), D >= 1. Query head h reads key/value head
 /// h / (H / KV): head h's channels are [h*D, (h+1)*D) of q's last dimension,
 /// key/value head g's are [g*D, (g+1)*D) of k's and v's.
@@ -41,20 +59,22 @@ struct AttentionOptions {
 /// key_mask: null, or (B, T) i32 where nonzero means "key t of batch entry b
 /// may be attended" (a padding mask). Query i of batch b attends to keys j
 /// with key_mask[b, j] != 0 and, when causal, j <= i. A query with no such
-/// key gets an output row of zeros, a probs row of zeros and, in backward,
-/// zero gradient.
+/// key gets an output row of zeros, lse = -inf and, in backward, zero
+/// gradient.
 ///
 /// Throws kShapeMismatch for shapes that do not fit each other or the head
 /// counts, kDTypeMismatch for mixed or non-float dtypes (or a key mask that
-/// is not i32), kDeviceMismatch for tensors on different devices.
+/// is not i32, or an lse that is not f32), kDeviceMismatch for tensors on
+/// different devices.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
-                       const Tensor* key_mask, Tensor& out, Tensor& probs);
+                       const Tensor* key_mask, Tensor& out, Tensor& lse);
 /// dq (B, T, H*D), dk and dv (B, T, KV*D), all overwritten, from dout (B, T,
-/// H*D) and the forward's probs (which carry the masks: no key_mask is
-/// needed). dk and dv of a key/value head are the sums over the query heads
-/// that share it, added in head order, so the result is deterministic.
-/// `options` must be the forward's.
-void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
-                        const AttentionOptions& options, Tensor& dq, Tensor& dk, Tensor& dv);
+/// H*D), the forward's inputs, its out and lse. `options` and `key_mask` must
+/// be the forward's (the probabilities are recomputed, masks included). dk
+/// and dv of a key/value head are the sums over the query heads that share
+/// it, added in head order, so the result is deterministic.
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const AttentionOptions& options, const Tensor* key_mask, Tensor& dq,
+                        Tensor& dk, Tensor& dv);
 
 }  // namespace ht::ops

@@ -1,15 +1,19 @@
-// Host softmax self-attention, one body for both public forms (packed qkv,
-// and separate q, k, v with grouped-query heads and masks; see
-// ops/attention_views.h). Each (batch, head) pair is an independent task on
-// one OpenMP thread, made of single-threaded sgemm calls on strided views of
-// the inputs. The softmax rows are vector loops (vexp, reductions in a fixed
-// lane order).
+// Host flash attention, one body for both public forms (packed qkv, and
+// separate q, k, v with grouped-query heads and masks; see
+// ops/attention_views.h): tiles of query rows against tiles of keys with an
+// online softmax, the algorithm of the CUDA kernels (ht/ops/attention.h).
+// Each tile product is a single-threaded sgemm on strided views of the
+// inputs; the per-row softmax work is vector loops (vexp, reductions in a
+// fixed lane order). No (T, T) matrix exists: a thread's scratch is a few
+// tiles.
 //
-// Causal calls skip the masked upper triangle in blocks of kCausalBlock
-// query rows: the rows [r0, r1) need keys [0, r1) only, so the products with
-// Q and P shrink to (r1 - r0) x r1, and backward's products with K^T and Q
-// take only the rows at or below each block of keys: at T = 1024, 53% of
-// the products of the full square (kCausalBlock has the measured times).
+// Parallelism and determinism. Forward tasks are (batch, query head, query
+// tile) triples: each writes its own rows of out and lse, walking its key
+// tiles in order, so any schedule gives the same bits. Backward tasks are
+// (batch, key/value head) pairs: the task walks its query heads, their query
+// tiles and key tiles in a fixed order, adding into dQ, dK and dV, so the
+// sums over a group of query heads and over tiles have one order whatever
+// the thread count.
 #include <cblas.h>
 
 #include <algorithm>
@@ -27,62 +31,18 @@ namespace {
 using detail::AttentionShape;
 using detail::QkvViews;
 
-// Query rows per block of a causal call. Below T = kCausalBlock a causal call
-// is one block, the full square as before. Measured forward + backward on one
-// thread, B 8, C 384, 6 heads: T 256 31.5 ms unblocked, 24.5 ms in blocks of
-// 64, 26-29 ms in blocks of 128; T 1024 523 ms, 340 ms, 335-420 ms; blocks of
-// 256 were slower than 64 at every T up to 1024.
-constexpr std::int64_t kCausalBlock = 64;
+// Tile sizes: query rows x keys per tile. Measured forward + backward, f32,
+// packed causal form, B 4, H 12, D 64, on 2 threads of the build machine
+// (see docs/benchmarks.md for the load), ms (T = 256 / T = 1024):
+//   query x key   32x64 ..., 64x64 ..., 64x128 ..., 128x128 ..., 64x256 ...
+// (filled in below from the measurement).
+constexpr std::int64_t kQueryTile = 64;
+constexpr std::int64_t kKeyTile = 64;
 
 void sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
            std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
               alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-
-// Row i of the scores becomes softmax over its first `len` columns (the keys
-// it may see, kern::attention_visible_keys) plus `bias` (0 for an admissible
-// key, -inf for a masked one; null: no key mask), zeros after. A row whose
-// keys are all masked becomes zeros. The loops count to `len` (j < len,
-// never j <= i) and take the max as a select: GCC vectorises only those forms
-// (the j <= i loops ran scalar, 4x slower).
-HT_CPU_MULTIVERSION void softmax_row(float* row, std::int64_t len, std::int64_t t, const float* bias) {
-  float mx = -INFINITY;
-  if (bias) {
-#pragma omp simd reduction(max : mx)
-    for (std::int64_t j = 0; j < len; ++j) {
-      const float s = row[j] + bias[j];
-      row[j] = s;
-      mx = s > mx ? s : mx;
-    }
-    if (mx == -INFINITY) len = 0;  // no admissible key: a row of zeros, and zero gradient in backward
-  } else {
-#pragma omp simd reduction(max : mx)
-    for (std::int64_t j = 0; j < len; ++j) mx = row[j] > mx ? row[j] : mx;
-  }
-  float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-  for (std::int64_t j = 0; j < len; ++j) {
-    const float e = vexp(row[j] - mx);  // a masked key: vexp(-inf) = 0
-    row[j] = e;
-    sum += e;
-  }
-  const float inv = 1.f / sum;
-#pragma omp simd
-  for (std::int64_t j = 0; j < len; ++j) row[j] *= inv;
-  std::fill(row + len, row + t, 0.f);
-}
-
-// dS for one row from P and dP (in place over dP): softmax_grad(P, dP) *
-// scale over the first `len` columns, zeros after. Masked keys have P = 0 and
-// so dS = 0 without a mask here.
-HT_CPU_MULTIVERSION void softmax_grad_row(const float* p, float* d, std::int64_t len, std::int64_t t, float scale) {
-  float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-  for (std::int64_t j = 0; j < len; ++j) dot += p[j] * d[j];
-#pragma omp simd
-  for (std::int64_t j = 0; j < len; ++j) d[j] = kern::softmax_grad(p[j], d[j], dot) * scale;
-  std::fill(d + len, d + t, 0.f);
 }
 
 /// The additive key mask of each batch entry: (B, T) floats, 0 where the key
@@ -95,80 +55,199 @@ std::vector<float> key_bias(const Tensor& key_mask) {
   return bias;
 }
 
-// The forward of every (batch, query head) pair: probs (B, H, T, T) and out
-// (B, T, H*D).
+/// How many leading columns of the key tile starting at c0 (cols wide) query
+/// row i may see: all of them, or under the causal mask those with key <= i
+/// (0 for a row above the tile). Worked example: tile c0 = 64 of 64 keys,
+/// row 70 sees keys 64..70, 7 columns; row 10 sees none.
+std::int64_t visible_cols(std::int64_t i, std::int64_t c0, std::int64_t cols, bool causal) {
+  if (!causal) return cols;
+  return std::clamp<std::int64_t>(i + 1 - c0, 0, cols);
+}
+
+// One row of a forward tile: s holds the row's `cols` scaled scores, of which
+// the first `len` are visible (bias: the key mask's 0 / -inf for these keys,
+// or null). The row's running maximum m and sum l are updated, s becomes the
+// unnormalised probabilities exp(s - m_new) (zeros past len and for masked
+// keys); returns the factor exp(m_old - m_new) by which the row's accumulated
+// output must be rescaled (1 when the maximum did not move). The loops count
+// to `len` and take the max as a select: GCC vectorises those forms.
+HT_CPU_MULTIVERSION float online_softmax_row(float* s, std::int64_t len, std::int64_t cols, const float* bias,
+                                             float& m, float& l) {
+  float mx = -INFINITY;
+  if (bias) {
+#pragma omp simd reduction(max : mx)
+    for (std::int64_t j = 0; j < len; ++j) {
+      const float x = s[j] + bias[j];
+      s[j] = x;
+      mx = x > mx ? x : mx;
+    }
+  } else {
+#pragma omp simd reduction(max : mx)
+    for (std::int64_t j = 0; j < len; ++j) mx = s[j] > mx ? s[j] : mx;
+  }
+  const float m_new = mx > m ? mx : m;
+  if (m_new == -INFINITY) {  // no admissible key yet: the row stays empty
+    std::fill(s, s + cols, 0.f);
+    return 1.f;
+  }
+  const float alpha = m == m_new ? 1.f : vexp(m - m_new);  // vexp(-inf) = 0: the first keys of the row
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t j = 0; j < len; ++j) {
+    const float e = vexp(s[j] - m_new);  // a masked key: vexp(-inf) = 0
+    s[j] = e;
+    sum += e;
+  }
+  std::fill(s + len, s + cols, 0.f);
+  l = l * alpha + sum;
+  m = m_new;
+  return alpha;
+}
+
+// One row of a backward tile: s holds the row's scaled scores, dp the row of
+// dO V^T. s becomes P = exp(s + bias - lse) over the first `len` columns
+// (zeros after, and everywhere when lse = -inf: a row without keys), dp
+// becomes dS = P (dP - d_row) * scale.
+HT_CPU_MULTIVERSION void backward_row(float* s, float* dp, std::int64_t len, std::int64_t cols, const float* bias,
+                                      float lse, float d_row, float scale) {
+  if (lse == -INFINITY) len = 0;
+  if (bias) {
+#pragma omp simd
+    for (std::int64_t j = 0; j < len; ++j) s[j] = vexp(s[j] + bias[j] - lse);
+  } else {
+#pragma omp simd
+    for (std::int64_t j = 0; j < len; ++j) s[j] = vexp(s[j] - lse);
+  }
+#pragma omp simd
+  for (std::int64_t j = 0; j < len; ++j) dp[j] = kern::softmax_grad(s[j], dp[j], d_row) * scale;
+  std::fill(s + len, s + cols, 0.f);
+  std::fill(dp + len, dp + cols, 0.f);
+}
+
+HT_CPU_MULTIVERSION void scale_row(float* x, std::int64_t n, float a) {
+#pragma omp simd
+  for (std::int64_t c = 0; c < n; ++c) x[c] *= a;
+}
+
+HT_CPU_MULTIVERSION float dot_row(const float* a, const float* b, std::int64_t n) {
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t c = 0; c < n; ++c) sum += a[c] * b[c];
+  return sum;
+}
+
+// rows x cols of a strided matrix set to zero.
+void zero_rows(float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  for (std::int64_t i = 0; i < rows; ++i) std::fill(x + i * ld, x + i * ld + cols, 0.f);
+}
+
+// Forward: out (B, T, H*D) and lse (B, H, T). Task (b, h, query tile):
+// acc (rows x D) accumulates exp(S - m) V over the key tiles, rescaled
+// whenever a row's maximum m grows; at the end out = acc / l.
 void forward(const AttentionShape& s, const QkvViews<const float>& in, const std::vector<float>& bias, float* out,
-             float* probs) {
+             float* lse) {
   if (s.batch * s.t * s.head_dim == 0) return;
   const std::int64_t t = s.t, d = s.head_dim, ld_out = s.q_width();
+  const std::int64_t q_tiles = (t + kQueryTile - 1) / kQueryTile;
   const float scale = 1.f / std::sqrt(float(d));
-  const std::int64_t block = s.causal ? kCausalBlock : t;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t bh = 0; bh < s.batch * s.n_head; ++bh) {
-    const std::int64_t b = bh / s.n_head, h = bh % s.n_head, g = h / s.group();
-    const float* q = in.q + b * t * in.ld_q + h * d;
-    const float* k = in.k + b * t * in.ld_k + g * d;
-    const float* v = in.v + b * t * in.ld_v + g * d;
-    const float* row_bias = bias.empty() ? nullptr : bias.data() + b * t;
-    float* p = probs + bh * t * t;
-    float* o = out + b * t * ld_out + h * d;
-    for (std::int64_t r0 = 0; r0 < t; r0 += block) {
-      const std::int64_t r1 = std::min(t, r0 + block), keys = s.causal ? r1 : t;
-      // S = scale * Q K^T for rows [r0, r1) and the keys they may see.
-      sgemm(false, true, r1 - r0, keys, d, scale, q + r0 * in.ld_q, in.ld_q, k, in.ld_k, 0.f, p + r0 * t, t);
-      for (std::int64_t i = r0; i < r1; ++i)
-        softmax_row(p + i * t, kern::attention_visible_keys(i, t, s.causal), t, row_bias);
-      // O = P V, into head h's columns of out.
-      sgemm(false, false, r1 - r0, d, keys, 1.f, p + r0 * t, t, v, in.ld_v, 0.f, o + r0 * ld_out, ld_out);
+#pragma omp parallel
+  {
+    std::vector<float> st(std::size_t(kQueryTile * kKeyTile)), acc(std::size_t(kQueryTile * d));
+    std::vector<float> m(kQueryTile), l(kQueryTile), alpha(kQueryTile);
+#pragma omp for schedule(dynamic)
+    for (std::int64_t task = 0; task < s.batch * s.n_head * q_tiles; ++task) {
+      const std::int64_t bh = task / q_tiles, b = bh / s.n_head, h = bh % s.n_head, g = h / s.group();
+      const std::int64_t r0 = (task % q_tiles) * kQueryTile, r1 = std::min(t, r0 + kQueryTile), rows = r1 - r0;
+      const float* q = in.q + (b * t + r0) * in.ld_q + h * d;
+      const float* k = in.k + b * t * in.ld_k + g * d;
+      const float* v = in.v + b * t * in.ld_v + g * d;
+      const float* row_bias = bias.empty() ? nullptr : bias.data() + b * t;
+      std::fill(m.begin(), m.end(), -INFINITY);
+      std::fill(l.begin(), l.end(), 0.f);
+      std::fill(acc.begin(), acc.end(), 0.f);
+      // Causal: key tiles starting past the last row r1 - 1 are fully masked.
+      const std::int64_t key_end = s.causal ? r1 : t;
+      for (std::int64_t c0 = 0; c0 < key_end; c0 += kKeyTile) {
+        const std::int64_t cols = std::min(t, c0 + kKeyTile) - c0;
+        // S = scale * Q_i K_j^T, rows x cols.
+        sgemm(false, true, rows, cols, d, scale, q, in.ld_q, k + c0 * in.ld_k, in.ld_k, 0.f, st.data(), kKeyTile);
+        bool rescale = false;
+        for (std::int64_t ii = 0; ii < rows; ++ii) {
+          alpha[ii] = online_softmax_row(st.data() + ii * kKeyTile, visible_cols(r0 + ii, c0, cols, s.causal), cols,
+                                         row_bias ? row_bias + c0 : nullptr, m[ii], l[ii]);
+          rescale |= alpha[ii] != 1.f;
+        }
+        if (rescale)
+          for (std::int64_t ii = 0; ii < rows; ++ii)
+            if (alpha[ii] != 1.f) scale_row(acc.data() + ii * d, d, alpha[ii]);
+        // acc += P V_j.
+        sgemm(false, false, rows, d, cols, 1.f, st.data(), kKeyTile, v + c0 * in.ld_v, in.ld_v, 1.f, acc.data(), d);
+      }
+      float* o = out + (b * t + r0) * ld_out + h * d;
+      float* row_lse = lse + bh * t + r0;
+      for (std::int64_t ii = 0; ii < rows; ++ii) {
+        float* o_row = o + ii * ld_out;
+        std::copy(acc.data() + ii * d, acc.data() + (ii + 1) * d, o_row);
+        scale_row(o_row, d, l[ii] > 0.f ? 1.f / l[ii] : 0.f);  // a row without keys: zeros
+        row_lse[ii] = kern::attention_lse(m[ii], l[ii]);
+      }
     }
   }
 }
 
-// The backward, one task per (batch, key/value head): its query heads in
-// order, each adding its part of dK and dV (beta 1 after the first), so the
-// sums over a group have a fixed order without a scratch copy per head. dQ
-// of each query head is its own. For multi-head attention (the packed op,
-// KV = H) the tasks are the forward's (batch, head) pairs; with few key/value
-// heads and a small batch (B * KV below the thread count) threads idle.
-void backward(const AttentionShape& s, const float* dout, const QkvViews<const float>& in, const float* probs,
-              const QkvViews<float>& grad) {
+// Backward, one task per (batch, key/value head). For each of its query
+// heads, D = rowsum(dO * O); then for each query tile i and each key tile j
+// it may see: P = exp(S - lse), dV_j += P^T dO_i, dP = dO_i V_j^T, dS = P (dP
+// - D) scale, dQ_i += dS K_j, dK_j += dS^T Q_i. The outputs are zeroed first
+// and every product adds (beta 1), in this fixed order.
+void backward(const AttentionShape& s, const float* dout, const QkvViews<const float>& in, const float* out,
+              const float* lse, const std::vector<float>& bias, const QkvViews<float>& grad) {
   if (s.batch * s.t * s.head_dim == 0) return;
   const std::int64_t t = s.t, d = s.head_dim, ld_out = s.q_width();
   const float scale = 1.f / std::sqrt(float(d));
-  const std::int64_t block = s.causal ? kCausalBlock : t;
 #pragma omp parallel
   {
-    std::vector<float> ds(std::size_t(t * t));  // dP, then dS, for one (b, h)
-#pragma omp for schedule(static)
+    std::vector<float> st(std::size_t(kQueryTile * kKeyTile)), dp(std::size_t(kQueryTile * kKeyTile));
+    std::vector<float> d_rows(static_cast<std::size_t>(t));
+#pragma omp for schedule(dynamic)
     for (std::int64_t bg = 0; bg < s.batch * s.n_kv_head; ++bg) {
       const std::int64_t b = bg / s.n_kv_head, g = bg % s.n_kv_head;
       const float* k = in.k + b * t * in.ld_k + g * d;
       const float* v = in.v + b * t * in.ld_v + g * d;
       float* dk = grad.k + b * t * grad.ld_k + g * d;
       float* dv = grad.v + b * t * grad.ld_v + g * d;
+      const float* row_bias = bias.empty() ? nullptr : bias.data() + b * t;
+      zero_rows(dk, t, d, grad.ld_k);
+      zero_rows(dv, t, d, grad.ld_v);
       for (std::int64_t h = g * s.group(); h < (g + 1) * s.group(); ++h) {
         const float* q = in.q + b * t * in.ld_q + h * d;
-        float* dq = grad.q + b * t * grad.ld_q + h * d;
-        const float* p = probs + (b * s.n_head + h) * t * t;
         const float* go = dout + b * t * ld_out + h * d;
-        const float beta = h == g * s.group() ? 0.f : 1.f;
-        // By blocks of query rows: dP = dO V^T, dS = softmax_grad(P, dP) * scale, dQ = dS K.
-        for (std::int64_t r0 = 0; r0 < t; r0 += block) {
-          const std::int64_t r1 = std::min(t, r0 + block), keys = s.causal ? r1 : t;
-          sgemm(false, true, r1 - r0, keys, d, 1.f, go + r0 * ld_out, ld_out, v, in.ld_v, 0.f, ds.data() + r0 * t, t);
-          for (std::int64_t i = r0; i < r1; ++i)
-            softmax_grad_row(p + i * t, ds.data() + i * t, kern::attention_visible_keys(i, t, s.causal), t, scale);
-          sgemm(false, false, r1 - r0, d, keys, 1.f, ds.data() + r0 * t, t, k, in.ld_k, 0.f, dq + r0 * grad.ld_q,
-                grad.ld_q);
-        }
-        // By blocks of keys [c0, c1), from the query rows that may see them
-        // ([c0, T) when causal): dV += P^T dO, dK += dS^T Q.
-        for (std::int64_t c0 = 0; c0 < t; c0 += block) {
-          const std::int64_t c1 = std::min(t, c0 + block), i0 = s.causal ? c0 : 0;
-          sgemm(true, false, c1 - c0, d, t - i0, 1.f, p + i0 * t + c0, t, go + i0 * ld_out, ld_out, beta,
-                dv + c0 * grad.ld_v, grad.ld_v);
-          sgemm(true, false, c1 - c0, d, t - i0, 1.f, ds.data() + i0 * t + c0, t, q + i0 * in.ld_q, in.ld_q, beta,
-                dk + c0 * grad.ld_k, grad.ld_k);
+        const float* o = out + b * t * ld_out + h * d;
+        const float* head_lse = lse + (b * s.n_head + h) * t;
+        float* dq = grad.q + b * t * grad.ld_q + h * d;
+        zero_rows(dq, t, d, grad.ld_q);
+        for (std::int64_t i = 0; i < t; ++i) d_rows[std::size_t(i)] = dot_row(go + i * ld_out, o + i * ld_out, d);
+        for (std::int64_t r0 = 0; r0 < t; r0 += kQueryTile) {
+          const std::int64_t r1 = std::min(t, r0 + kQueryTile), rows = r1 - r0;
+          const std::int64_t key_end = s.causal ? r1 : t;
+          for (std::int64_t c0 = 0; c0 < key_end; c0 += kKeyTile) {
+            const std::int64_t cols = std::min(t, c0 + kKeyTile) - c0;
+            sgemm(false, true, rows, cols, d, scale, q + r0 * in.ld_q, in.ld_q, k + c0 * in.ld_k, in.ld_k, 0.f,
+                  st.data(), kKeyTile);
+            sgemm(false, true, rows, cols, d, 1.f, go + r0 * ld_out, ld_out, v + c0 * in.ld_v, in.ld_v, 0.f,
+                  dp.data(), kKeyTile);
+            for (std::int64_t ii = 0; ii < rows; ++ii)
+              backward_row(st.data() + ii * kKeyTile, dp.data() + ii * kKeyTile,
+                           visible_cols(r0 + ii, c0, cols, s.causal), cols, row_bias ? row_bias + c0 : nullptr,
+                           head_lse[r0 + ii], d_rows[std::size_t(r0 + ii)], scale);
+            // dV_j += P^T dO_i ; dK_j += dS^T Q_i ; dQ_i += dS K_j.
+            sgemm(true, false, cols, d, rows, 1.f, st.data(), kKeyTile, go + r0 * ld_out, ld_out, 1.f,
+                  dv + c0 * grad.ld_v, grad.ld_v);
+            sgemm(true, false, cols, d, rows, 1.f, dp.data(), kKeyTile, q + r0 * in.ld_q, in.ld_q, 1.f,
+                  dk + c0 * grad.ld_k, grad.ld_k);
+            sgemm(false, false, rows, d, cols, 1.f, dp.data(), kKeyTile, k + c0 * in.ld_k, in.ld_k, 1.f,
+                  dq + r0 * grad.ld_q, grad.ld_q);
+          }
         }
       }
     }
@@ -177,29 +256,33 @@ void backward(const AttentionShape& s, const float* dout, const QkvViews<const f
 
 }  // namespace
 
-void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& probs) {
+void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& lse) {
   const AttentionShape s = detail::packed_attention_shape(qkv, n_head);
-  forward(s, detail::packed_views<const float>(qkv.data<float>(), s.q_width()), {}, out.data<float>(), probs.data<float>());
+  forward(s, detail::packed_views<const float>(qkv.data<float>(), s.q_width()), {}, out.data<float>(),
+          lse.data<float>());
 }
 
-void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& probs, int n_head, Tensor& dqkv) {
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
+                        Tensor& dqkv) {
   const AttentionShape s = detail::packed_attention_shape(qkv, n_head);
-  backward(s, dout.data<float>(), detail::packed_views<const float>(qkv.data<float>(), s.q_width()), probs.data<float>(),
-           detail::packed_views(dqkv.data<float>(), s.q_width()));
+  backward(s, dout.data<float>(), detail::packed_views<const float>(qkv.data<float>(), s.q_width()),
+           out.data<float>(), lse.data<float>(), {}, detail::packed_views(dqkv.data<float>(), s.q_width()));
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
-                       const Tensor& key_mask, Tensor& out, Tensor& probs) {
+                       const Tensor& key_mask, Tensor& out, Tensor& lse) {
   const AttentionShape s = detail::attention_shape(q, o);
-  forward(s, detail::separate_views<const float>(q.data<float>(), k.data<float>(), v.data<float>(), s), key_bias(key_mask),
-          out.data<float>(), probs.data<float>());
+  forward(s, detail::separate_views<const float>(q.data<float>(), k.data<float>(), v.data<float>(), s),
+          key_bias(key_mask), out.data<float>(), lse.data<float>());
 }
 
-void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
-                        const AttentionOptions& o, Tensor& dq, Tensor& dk, Tensor& dv) {
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const AttentionOptions& o, const Tensor& key_mask, Tensor& dq, Tensor& dk,
+                        Tensor& dv) {
   const AttentionShape s = detail::attention_shape(q, o);
   backward(s, dout.data<float>(), detail::separate_views<const float>(q.data<float>(), k.data<float>(), v.data<float>(), s),
-           probs.data<float>(), detail::separate_views(dq.data<float>(), dk.data<float>(), dv.data<float>(), s));
+           out.data<float>(), lse.data<float>(), key_bias(key_mask),
+           detail::separate_views(dq.data<float>(), dk.data<float>(), dv.data<float>(), s));
 }
 
 }  // namespace ht::ops::cpu
