@@ -302,9 +302,14 @@ void NcclWork::wait() {
 
 bool NcclWork::test() { return comm_->test(*op_); }
 
+void NcclWork::stream_wait() {
+  (void)comm_->test(*op_);
+  order_caller_stream();
+}
+
 void NcclWork::order_caller_stream() {
-  // The host has seen the event complete, so this costs the GPU nothing; it
-  // keeps the caller's stream ordered after the operation in CUDA's model too.
+  // After wait() the host has seen the event complete, so this costs the GPU
+  // nothing; after stream_wait() it is the whole wait, on the device.
   HT_CUDA_CHECK(cudaStreamWaitEvent(ht::cuda::current_stream(), op_->done.get(), 0));
 }
 

@@ -209,6 +209,9 @@ class NcclWork final : public Work {
   /// current stream wait for the operation's event.
   void wait() override;
   bool test() override;
+  /// One non-blocking test (which throws on a failure or a passed deadline),
+  /// then the event wait on the caller's current stream.
+  void stream_wait() override;
 
  private:
   void order_caller_stream();

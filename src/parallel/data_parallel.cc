@@ -266,7 +266,10 @@ void DataParallel::acquire(std::size_t unit) {
   FlatGroup& g = *groups_[unit];
   prefetch(unit);
   if (g.gather_work) {
-    g.gather_work->wait();
+    // Only the layer's kernels read the gathered weights: on a GPU the
+    // compute stream waits for the gather, not the host, which goes on
+    // queueing the layer (and the next unit's prefetch).
+    g.gather_work->stream_wait();
     g.gather_work.reset();
   }
   if (g.gather_refs++ == 0) g.bind_params();

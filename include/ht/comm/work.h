@@ -30,6 +30,15 @@ class Work {
   /// Non-blocking: true once done; throws like wait() if it failed or the
   /// deadline has passed.
   virtual bool test() = 0;
+  /// Orders the calling thread's current stream after the operation, for
+  /// results that only device work reads next (a ZeRO-3 gather feeding the
+  /// next layer): on a device backend (NCCL) the stream waits for the
+  /// operation's event and the host goes on at once, so it keeps queueing
+  /// kernels; a failure or deadline seen by then throws as wait() does, and
+  /// a later one is reported by the communicator's next wait, test or call
+  /// (a rank stuck there is the watchdog's: see resilience/rank_guard.h).
+  /// On host backends the same as wait().
+  virtual void stream_wait() { wait(); }
 };
 using WorkPtr = std::shared_ptr<Work>;
 
