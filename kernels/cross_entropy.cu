@@ -39,14 +39,15 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const std::int
 }
 
 // The forward over one vocabulary shard (columns [start, start + v)): the
-// shard's lse and the target's logit where the shard holds it.
+// shard's lse and the target's logit where the shard holds it. Only the
+// first `real` columns are token ids (the rest pad a padded vocabulary).
 __global__ void cross_entropy_shard_forward_kernel(const float* logits, const std::int32_t* targets, float* lse,
                                                    float* target_logit, std::int64_t n, std::int64_t v,
-                                                   std::int64_t start) {
+                                                   std::int64_t real, std::int64_t start) {
   __shared__ float smem[kWarp];
   for (std::int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const float* row = logits + i * v;
-    const float l = block_row_lse(row, v, smem);
+    const float l = block_row_lse(row, real, smem);
     if (threadIdx.x == 0) {
       const std::int64_t col = std::int64_t(targets[i]) - start;
       lse[i] = l;
@@ -58,17 +59,18 @@ __global__ void cross_entropy_shard_forward_kernel(const float* logits, const st
 // One block per row, threads across the shard's columns (the whole
 // vocabulary when start is 0). Every element is read and then written by the
 // same thread, so dlogits may alias logits. A target outside the shard maps
-// to a column no thread has, so no one-hot term is applied.
+// to a column no thread has, so no one-hot term is applied. Padding columns
+// (from `real` on) get a zero gradient.
 __global__ void cross_entropy_backward_kernel(const float* logits, const std::int32_t* targets, const float* lse,
                                               float dloss, float* dlogits, std::int64_t n, std::int64_t v,
-                                              std::int64_t start) {
+                                              std::int64_t real, std::int64_t start) {
   for (std::int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const float* row = logits + i * v;
     float* out = dlogits + i * v;
     const float l = lse[i];
     const std::int64_t target = std::int64_t(targets[i]) - start;
     for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x)
-      out[j] = kern::cross_entropy_grad(row[j], l, j == target, dloss);
+      out[j] = j < real ? kern::cross_entropy_grad(row[j], l, j == target, dloss) : 0.f;
   }
 }
 
@@ -83,19 +85,19 @@ cudaError_t launch_cross_entropy_forward(const float* logits, const std::int32_t
 
 cudaError_t launch_cross_entropy_shard_forward(const float* logits, const std::int32_t* targets, float* lse,
                                                float* target_logit, std::int64_t n, std::int64_t v,
-                                               std::int64_t start, cudaStream_t stream) {
+                                               std::int64_t real, std::int64_t start, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   cross_entropy_shard_forward_kernel<<<grid_for(n, 1), kRowBlock, 0, stream>>>(logits, targets, lse, target_logit, n,
-                                                                              v, start);
+                                                                              v, real, start);
   return cudaGetLastError();
 }
 
 cudaError_t launch_cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* lse,
                                           float dloss, float* dlogits, std::int64_t n, std::int64_t v,
-                                          std::int64_t start, cudaStream_t stream) {
+                                          std::int64_t real, std::int64_t start, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   cross_entropy_backward_kernel<<<grid_for(n, 1), kBlock, 0, stream>>>(logits, targets, lse, dloss, dlogits, n, v,
-                                                                       start);
+                                                                       real, start);
   return cudaGetLastError();
 }
 

@@ -37,7 +37,7 @@ void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, Vo
   check_targets(targets, shard.size, stream);
   HT_CUDA_CHECK(ht::cuda::launch_cross_entropy_shard_forward(logits.data<float>(), targets.data<std::int32_t>(),
                                                              lse.data<float>(), target_logit.data<float>(), n, v,
-                                                             shard.start, stream));
+                                                             shard.real_rows(v), shard.start, stream));
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,
@@ -49,7 +49,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   check_targets(targets, shard.size, stream);
   HT_CUDA_CHECK(ht::cuda::launch_cross_entropy_backward(logits.data<float>(), targets.data<std::int32_t>(),
                                                         lse.data<float>(), dloss, dlogits.data<float>(), n, v,
-                                                        shard.start, stream));
+                                                        shard.real_rows(v), shard.start, stream));
 }
 
 }  // namespace ht::ops::cuda

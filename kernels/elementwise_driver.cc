@@ -44,4 +44,19 @@ void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
                                                current_stream()));
 }
 
+// bias_fill is bias_add on a zeroed y; the fused GELU backward runs as its
+// two kernels, one after the other. Fusing pays on the CPU (a pass over an
+// activation saved, and OpenBLAS's zeroing of C); on a GPU the simple forms
+// stay until a profile says otherwise.
+void bias_fill(Tensor& y, const Tensor& bias) {
+  const DeviceGuard guard(y.device());
+  HT_CUDA_CHECK(cudaMemsetAsync(y.data_ptr(), 0, y.nbytes(), current_stream()));
+  bias_add(y, bias);
+}
+
+void gelu_backward_bias_grad(const Tensor& x, const Tensor& dy, Tensor& dx, Tensor& dbias) {
+  gelu_backward(x, dy, dx);
+  bias_grad(dx, dbias);
+}
+
 }  // namespace ht::ops::cuda

@@ -154,16 +154,19 @@ cudaError_t launch_cross_entropy_forward(const float* logits, const std::int32_t
                                          float* lse, std::int64_t n, std::int64_t v, cudaStream_t stream);
 /// lse (n) over the v columns of logits (n, v), which are vocabulary columns
 /// [start, start + v); target_logit (n) = logits[i, targets[i] - start] where
-/// that column is in range, else 0. v == 0 gives lse -inf. Targets already checked.
+/// that column is in range, else 0. Only the first `real` columns count
+/// (the rest pad a padded vocabulary); real == 0 gives lse -inf. Targets
+/// already checked.
 cudaError_t launch_cross_entropy_shard_forward(const float* logits, const std::int32_t* targets, float* lse,
                                                float* target_logit, std::int64_t n, std::int64_t v,
-                                               std::int64_t start, cudaStream_t stream);
+                                               std::int64_t real, std::int64_t start, cudaStream_t stream);
 /// dlogits (n, v), which may alias logits, whose columns are vocabulary
 /// columns [start, start + v) (start 0: the whole vocabulary); lse is each
-/// row's log-sum-exp over the whole vocabulary. Targets already checked.
+/// row's log-sum-exp over the whole vocabulary. Columns from `real` on pad
+/// a padded vocabulary: their gradient is 0. Targets already checked.
 cudaError_t launch_cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* lse,
                                           float dloss, float* dlogits, std::int64_t n, std::int64_t v,
-                                          std::int64_t start, cudaStream_t stream);
+                                          std::int64_t real, std::int64_t start, cudaStream_t stream);
 
 // mse.cu ------------------------------------------------------------------
 

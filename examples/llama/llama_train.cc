@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
   app.add_option("--rope-theta", model.rope_theta, "base of the rotary position embeddings");
   app.add_option("--context", model.context, "maximum sequence length (positions)");
   app.add_option("--vocab", model.vocab_size, "vocabulary size (256 for bytes)");
+  app.add_option("--vocab-multiple", model.vocab_multiple,
+                 "store the embedding and head with the vocabulary padded to a multiple of this (128 for GPT-2's "
+                 "50257 -> 50304; padding ids are never trained on nor sampled)");
   CLI11_PARSE(app, argc, argv);
   return examples::train_language_model(
       "llama_train", flags, data, sample, model.vocab_size, model.context,

@@ -261,6 +261,7 @@ std::string Checkpointer::save(const RunState& state, const std::vector<optim::S
       info.tensor = s.source->name();
       info.kind = kind;
       info.global_shape = s.source->full_shape();
+      if (s.source->real_rows() < info.global_shape.at(0)) info.real_rows = s.source->real_rows();
       info.layout = s.source->layout();
       info.begin = s.offset;
       info.end = s.offset + values.numel();

@@ -41,7 +41,7 @@ ClientState from_json(const json& j, const char* what) {
 
 void write_manifest(const std::string& step_dir, const Manifest& m) {
   json pieces = json::array();
-  for (const PieceInfo& p : m.pieces)
+  for (const PieceInfo& p : m.pieces) {
     pieces.push_back({{"tensor", p.tensor},
                       {"kind", p.kind},
                       {"global_shape", p.global_shape},
@@ -54,6 +54,8 @@ void write_manifest(const std::string& step_dir, const Manifest& m) {
                       {"checksum", fmt::format("{:016x}", p.checksum)},
                       {"file", p.file},
                       {"dataset", p.dataset}});
+    if (p.real_rows >= 0) pieces.back()["real_rows"] = p.real_rows;  // a padded vocabulary's real rows
+  }
   json files = json::array();
   for (const RankFileEntry& f : m.files) files.push_back({{"rank", f.rank}, {"file", f.file}, {"bytes", f.bytes}});
   const RunState& r = m.run;
@@ -123,6 +125,7 @@ Manifest read_manifest(const std::string& step_dir) {
       i.tensor = p.at("tensor").get<std::string>();
       i.kind = p.at("kind").get<std::string>();
       i.global_shape = p.at("global_shape").get<Shape>();
+      if (p.contains("real_rows")) i.real_rows = p.at("real_rows").get<std::int64_t>();
       i.layout = {.tp_split_dim = p.at("tp_split_dim").get<int>(),
                   .tp_rank = p.at("tp_rank").get<int>(),
                   .tp_size = p.at("tp_size").get<int>(),

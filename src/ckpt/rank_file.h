@@ -16,6 +16,10 @@ namespace ht::ckpt::detail {
 struct PieceInfo {
   std::string tensor, kind;
   Shape global_shape;
+  /// A padded vocabulary matrix (nn::Parameter::real_rows): rows from this
+  /// one of global_shape on are padding (stored; ht-ckpt export leaves them
+  /// out). -1: none. In the manifest only (absent before padding existed).
+  std::int64_t real_rows = -1;
   nn::ParamLayout layout;  // the tensor-parallel fields
   std::int64_t begin = 0, end = 0;
   std::uint64_t checksum = 0;

@@ -9,8 +9,20 @@
 namespace ht::models {
 
 CausalLM::CausalLM(std::string name, const nn::Placement& placement, std::int64_t vocab_size, std::int64_t context,
-                   std::int64_t width)
-    : Model(std::move(name), placement), vocab_(vocab_size), context_(context), width_(width) {}
+                   std::int64_t width, std::int64_t padded_vocab)
+    : Model(std::move(name), placement),
+      vocab_(vocab_size),
+      padded_vocab_(padded_vocab > 0 ? padded_vocab : vocab_size),
+      context_(context),
+      width_(width) {}
+
+ops::VocabShard CausalLM::logits_shard() const {
+  const int tp = tensor_parallel().size();
+  if (tp == 1 && padded_vocab_ == vocab_) return {};
+  return {.start = tensor_parallel().rank() * (padded_vocab_ / tp),
+          .size = vocab_,
+          .padded_size = padded_vocab_ != vocab_ ? padded_vocab_ : -1};
+}
 
 Shape CausalLM::stage_input_shape(const Shape& input_shape) const {
   HT_CHECK(input_shape.size() == 2, ErrorKind::kShapeMismatch, "{}: tokens must be (B, T), got {}", describe(),
@@ -68,14 +80,17 @@ float CausalLM::vocab_parallel_loss(const Tensor& logits2, const Tensor& targets
   // Each rank reduces its vocabulary columns to (log-sum-exp, target logit)
   // per row; one all-gather of those 2N numbers gives every rank the full
   // softmax normaliser and target logit without gathering any logits.
+  // (A padded vocabulary at tp 1 takes this path too, with one shard.)
   const std::int64_t n = logits2.size(0);
   const int tp = tensor_parallel().size();
-  const ops::VocabShard shard{.start = tensor_parallel().rank() * (vocab_ / tp), .size = vocab_};
   Tensor stats = Tensor::empty({2 * n}, DType::kF32, logits2.device());
   Tensor local_lse = stats.slice(0, n), target_logit = stats.slice(n, 2 * n);
-  ops::cross_entropy_shard_forward(logits2, targets1, shard, local_lse, target_logit);
-  Tensor all = Tensor::empty({tp * 2 * n}, DType::kF32, logits2.device());
-  tensor_parallel().group->all_gather(stats, all)->wait();
+  ops::cross_entropy_shard_forward(logits2, targets1, logits_shard(), local_lse, target_logit);
+  Tensor all = stats;
+  if (tp > 1) {
+    all = Tensor::empty({tp * 2 * n}, DType::kF32, logits2.device());
+    tensor_parallel().group->all_gather(stats, all)->wait();
+  }
   const std::vector<float> v = all.to_vector<float>();
   std::vector<float> global(static_cast<std::size_t>(n));
   double total = 0.0;
@@ -107,7 +122,7 @@ float CausalLM::forward_loss(nn::Context& ctx, const Tensor& input, const Tensor
   const Tensor targets1 = targets.view({-1});
   Tensor lse = Tensor::empty({logits2.size(0)}, DType::kF32, input.device());
   float loss = 0.f;
-  if (tensor_parallel().size() > 1) {
+  if (tensor_parallel().size() > 1 || padded_vocab_ != vocab_) {
     loss = vocab_parallel_loss(logits2, targets1, lse);
   } else {
     Tensor losses = Tensor::empty({logits2.size(0)}, DType::kF32, input.device());
@@ -128,9 +143,8 @@ Tensor CausalLM::backward_loss(nn::Context& ctx, float grad_scale) {
   const Tensor targets = s[1], lse = s[2];
   Tensor logits2 = logits.flatten_rows();
   const float dloss = grad_scale / float(std::max<std::int64_t>(logits2.size(0), 1));
-  ops::VocabShard shard;
-  if (tensor_parallel().size() > 1) shard = {.start = tensor_parallel().rank() * (vocab_ / tensor_parallel().size()), .size = vocab_};
-  ops::cross_entropy_backward(logits2, targets, lse, dloss, logits2, shard);  // in place: logits become dlogits
+  // In place: logits become dlogits (zero in the padding columns).
+  ops::cross_entropy_backward(logits2, targets, lse, dloss, logits2, logits_shard());
   return backward(ctx, logits);
 }
 
@@ -149,6 +163,7 @@ std::vector<std::int32_t> CausalLM::generate(const std::vector<std::int32_t>& pr
     Tensor tokens = Tensor::from_vector(window, {1, t}).to(device());
     Tensor logits = forward(ctx, tokens);
     std::vector<float> last = logits[0][t - 1].to_vector<float>();
+    last.resize(std::size_t(vocab_));  // the padding ids are not tokens
     std::int32_t next = 0;
     if (temperature <= 0.f) {
       next = std::int32_t(std::max_element(last.begin(), last.end()) - last.begin());

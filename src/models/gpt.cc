@@ -19,8 +19,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 void GPTConfig::validate() const {
-  HT_CHECK(vocab_size > 0 && context > 0 && n_layer > 0 && n_head > 0 && n_embd > 0, ErrorKind::kConfig,
-           "GPT config {}: every size must be positive", str());
+  HT_CHECK(vocab_size > 0 && context > 0 && n_layer > 0 && n_head > 0 && n_embd > 0 && vocab_multiple > 0,
+           ErrorKind::kConfig, "GPT config {}: every size (and the vocabulary multiple {}) must be positive", str(),
+           vocab_multiple);
   HT_CHECK(n_embd % n_head == 0, ErrorKind::kConfig, "GPT config: n_head={} does not divide n_embd={}: choose n_head in {}", n_head,
            n_embd, divisors_list(n_embd));
 }
@@ -31,33 +32,43 @@ void GPTConfig::validate_parallel(int tp, int pp) const {
   HT_CHECK(n_head % tp == 0, ErrorKind::kConfig,
            "GPT config {}: n_head={} does not split over --tp {}: choose --tp in {} or another --n-head", str(),
            n_head, tp, divisors_list(n_head));
-  HT_CHECK(vocab_size % tp == 0, ErrorKind::kConfig,
-           "GPT config {}: vocab_size={} does not split over --tp {} (vocab-parallel embedding): choose a --vocab-size "
-           "divisible by {}",
-           str(), vocab_size, tp, tp);
+  HT_CHECK(padded_vocab_size() % tp == 0, ErrorKind::kConfig,
+           "GPT config {}: vocab_size={}{} does not split over --tp {} (vocab-parallel embedding): choose a "
+           "--vocab-size divisible by {}, or pad it to a multiple of {} (--vocab-multiple)",
+           str(), vocab_size,
+           padded_vocab_size() != vocab_size ? fmt::format(" (padded to {})", padded_vocab_size()) : "", tp, tp,
+           tp);
   HT_CHECK(n_layer >= pp, ErrorKind::kConfig,
            "GPT config {}: {} layers cannot fill {} pipeline stages (one block per stage at least): lower --pp to <= {}",
            str(), n_layer, pp, n_layer);
 }
 
 
+std::int64_t GPTConfig::padded_vocab_size() const {
+  const std::int64_t m = std::max<std::int64_t>(vocab_multiple, 1);
+  return (vocab_size + m - 1) / m * m;
+}
+
 std::int64_t GPTConfig::num_parameters() const {
   const std::int64_t c = n_embd;
   const std::int64_t per_block = 2 * 2 * c + (3 * c * c + 3 * c) + (c * c + c) + (4 * c * c + 4 * c) + (4 * c * c + c);
-  return vocab_size * c + context * c + n_layer * per_block + 2 * c;
+  return padded_vocab_size() * c + context * c + n_layer * per_block + 2 * c;
 }
 
 double GPTConfig::flops_per_token(std::int64_t seq_len) const {
-  const double n = double(num_parameters() - context * n_embd);  // positions are a lookup, not a matmul
+  // Positions are a lookup, not a matmul; the padding rows are not counted.
+  const double n = double(num_parameters() - context * n_embd - (padded_vocab_size() - vocab_size) * n_embd);
   return 6.0 * n + 12.0 * double(n_layer) * double(seq_len) * double(n_embd);
 }
 
 std::string GPTConfig::str() const {
-  return fmt::format("L{} H{} C{} V{} T{}", n_layer, n_head, n_embd, vocab_size, context);
+  const std::string pad = padded_vocab_size() != vocab_size ? fmt::format(" Vp{}", padded_vocab_size()) : "";
+  return fmt::format("L{} H{} C{} V{}{} T{}", n_layer, n_head, n_embd, vocab_size, pad, context);
 }
 
 GPT::GPT(const GPTConfig& config, const nn::Placement& placement)
-    : CausalLM("gpt", placement, config.vocab_size, config.context, config.n_embd), config_(config) {
+    : CausalLM("gpt", placement, config.vocab_size, config.context, config.n_embd, config.padded_vocab_size()),
+      config_(config) {
   const nn::TensorParallel& tp = placement.tp;
   const Device device = placement.device;
   config.validate_parallel(tp.size(), stage().size);
@@ -65,7 +76,8 @@ GPT::GPT(const GPTConfig& config, const nn::Placement& placement)
   // the embedding and head register their parameters without a prefix.
   if (first_stage())
     embedding_ = &add_built(
-        std::make_unique<nn::Embedding>("", config.vocab_size, config.context, config.n_embd, device, tp));
+        std::make_unique<nn::Embedding>("", config.vocab_size, config.context, config.n_embd, device, tp, "wte",
+                                        "wpe", config.padded_vocab_size()));
   const auto [first, last] = parallel::stage_layers(config.n_layer, stage().rank, stage().size);
   for (int i = first; i < last; ++i)
     blocks_.push_back(
@@ -77,7 +89,8 @@ GPT::GPT(const GPTConfig& config, const nn::Placement& placement)
       head_ = &add_module(std::make_unique<nn::LMHead>(embedding_->token_weight(), tp));
       embedding_->token_weight().set_uses(2);
     } else {
-      head_ = &add_built(std::make_unique<nn::LMHead>("", "wte", config.vocab_size, config.n_embd, device, tp));
+      head_ = &add_built(std::make_unique<nn::LMHead>("", "wte", config.vocab_size, config.n_embd, device, tp,
+                                                      config.padded_vocab_size()));
     }
   }
   set_stage(embedding_, std::vector<nn::Module*>(blocks_.begin(), blocks_.end()), ln_f_, head_);

@@ -1,6 +1,8 @@
 // ht::models::Llama: blocks, assembly and initialisation.
 #include "ht/models/llama.h"
 
+#include <algorithm>
+
 #include "ht/nn/embedding.h"
 #include "ht/nn/lm_head.h"
 #include "ht/nn/rms_norm.h"
@@ -60,8 +62,10 @@ class LlamaBlock : public nn::Module {
 
 void LlamaConfig::validate() const {
   HT_CHECK(vocab_size > 0 && context > 0 && n_layer > 0 && n_head > 0 && n_kv_head > 0 && n_embd > 0 &&
-               ffn_hidden > 0 && rope_theta > 0.f && norm_eps > 0.f,
-           ErrorKind::kConfig, "Llama config {}: every size, the rotary base and eps must be positive", str());
+               ffn_hidden > 0 && rope_theta > 0.f && norm_eps > 0.f && vocab_multiple > 0,
+           ErrorKind::kConfig,
+           "Llama config {}: every size, the rotary base, eps and the vocabulary multiple ({}) must be positive",
+           str(), vocab_multiple);
   HT_CHECK(n_embd % n_head == 0, ErrorKind::kConfig,
            "Llama config: n_head={} does not divide n_embd={}: choose n_head in {}", n_head, n_embd,
            divisors_list(n_embd));
@@ -78,33 +82,42 @@ void LlamaConfig::validate_parallel(int tp, int pp) const {
   HT_CHECK(n_kv_head % tp == 0, ErrorKind::kConfig,
            "Llama config {}: n_kv_head={} does not split over --tp {}: choose --tp in {} or more --kv-heads", str(),
            n_kv_head, tp, divisors_list(n_kv_head));
-  HT_CHECK(ffn_hidden % tp == 0 && vocab_size % tp == 0, ErrorKind::kConfig,
-           "Llama config {}: --ffn {} and the vocabulary {} must both split over --tp {}", str(), ffn_hidden,
-           vocab_size, tp);
+  HT_CHECK(ffn_hidden % tp == 0 && padded_vocab_size() % tp == 0, ErrorKind::kConfig,
+           "Llama config {}: --ffn {} and the vocabulary {}{} must both split over --tp {}", str(), ffn_hidden,
+           vocab_size, padded_vocab_size() != vocab_size ? fmt::format(" (padded to {})", padded_vocab_size()) : "",
+           tp);
   HT_CHECK(n_layer >= pp, ErrorKind::kConfig,
            "Llama config {}: {} layers cannot fill {} pipeline stages (one block per stage at least): lower --pp to "
            "<= {}",
            str(), n_layer, pp, n_layer);
 }
 
+std::int64_t LlamaConfig::padded_vocab_size() const {
+  const std::int64_t m = std::max<std::int64_t>(vocab_multiple, 1);
+  return (vocab_size + m - 1) / m * m;
+}
+
 std::int64_t LlamaConfig::num_parameters() const {
   const std::int64_t c = n_embd, kv = c / n_head * n_kv_head;
   const std::int64_t per_block = 2 * c + (c * c + 2 * c * kv + c * c) + 3 * c * ffn_hidden;
-  return 2 * vocab_size * c + n_layer * per_block + c;
+  return 2 * padded_vocab_size() * c + n_layer * per_block + c;
 }
 
 double LlamaConfig::flops_per_token(std::int64_t seq_len) const {
-  const double n = double(num_parameters() - vocab_size * n_embd);  // the embedding is a lookup
+  // The embedding is a lookup; the head's padding rows are not useful work.
+  const double n = double(num_parameters() - padded_vocab_size() * n_embd - (padded_vocab_size() - vocab_size) * n_embd);
   return 6.0 * n + 12.0 * double(n_layer) * double(seq_len) * double(n_embd);
 }
 
 std::string LlamaConfig::str() const {
-  return fmt::format("L{} H{} KV{} C{} F{} V{} T{} theta{:g}", n_layer, n_head, n_kv_head, n_embd, ffn_hidden,
-                     vocab_size, context, rope_theta);
+  const std::string pad = padded_vocab_size() != vocab_size ? fmt::format(" Vp{}", padded_vocab_size()) : "";
+  return fmt::format("L{} H{} KV{} C{} F{} V{}{} T{} theta{:g}", n_layer, n_head, n_kv_head, n_embd, ffn_hidden,
+                     vocab_size, pad, context, rope_theta);
 }
 
 Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
-    : CausalLM("llama", placement, config.vocab_size, config.context, config.n_embd), config_(config) {
+    : CausalLM("llama", placement, config.vocab_size, config.context, config.n_embd, config.padded_vocab_size()),
+      config_(config) {
   const nn::TensorParallel& tp = placement.tp;
   const Device device = placement.device;
   config.validate_parallel(tp.size(), stage().size);
@@ -114,13 +127,15 @@ Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
   nn::LMHead* head = nullptr;
   if (first_stage())
     embed = &add_built(
-        std::make_unique<nn::Embedding>("embed_tokens", config.vocab_size, 0, config.n_embd, device, tp, "weight"));
+        std::make_unique<nn::Embedding>("embed_tokens", config.vocab_size, 0, config.n_embd, device, tp, "weight",
+                                        "wpe", config.padded_vocab_size()));
   const auto [first, last] = parallel::stage_layers(config.n_layer, stage().rank, stage().size);
   for (int i = first; i < last; ++i)
     layers.push_back(&add_built(std::make_unique<LlamaBlock>(fmt::format("layers.{}", i), config, device, tp)));
   if (last_stage()) {
     norm = &add_built(std::make_unique<nn::RMSNorm>("norm", config.n_embd, device, config.norm_eps));
-    head = &add_built(std::make_unique<nn::LMHead>("lm_head", "weight", config.vocab_size, config.n_embd, device, tp));
+    head = &add_built(std::make_unique<nn::LMHead>("lm_head", "weight", config.vocab_size, config.n_embd, device, tp,
+                                                   config.padded_vocab_size()));
   }
   set_stage(embed, std::move(layers), norm, head);
   for (nn::Parameter* p : parameters())

@@ -6,26 +6,32 @@
 namespace ht::nn {
 
 Embedding::Embedding(std::string name, std::int64_t vocab_size, std::int64_t max_positions, std::int64_t dim,
-                     Device device, TensorParallel tp, const std::string& token_name, const std::string& position_name)
-    : Module(std::move(name)), tp_(tp), vocab_(vocab_size) {
+                     Device device, TensorParallel tp, const std::string& token_name, const std::string& position_name,
+                     std::int64_t padded_vocab)
+    : Module(std::move(name)), tp_(tp), vocab_(vocab_size), rows_(padded_vocab > 0 ? padded_vocab : vocab_size) {
   HT_CHECK(vocab_size > 0 && dim > 0 && max_positions >= 0, ErrorKind::kConfig,
            "Embedding '{}': vocab_size={} and dim={} must be positive, max_positions={} non-negative", this->name(),
            vocab_size, dim, max_positions);
-  HT_CHECK(vocab_size % tp.size() == 0, ErrorKind::kConfig,
-           "Embedding '{}': vocab_size={} does not split over tensor-parallel size {}; choose a --vocab-size "
-           "divisible by --tp",
-           this->name(), vocab_size, tp.size());
+  HT_CHECK(rows_ >= vocab_size, ErrorKind::kConfig,
+           "Embedding '{}': the padded vocabulary {} is smaller than the vocabulary {}", this->name(), rows_,
+           vocab_size);
+  HT_CHECK(rows_ % tp.size() == 0, ErrorKind::kConfig,
+           "Embedding '{}': {} rows (vocab_size={}{}) do not split over tensor-parallel size {}; choose a --vocab-size "
+           "divisible by --tp, or pad the vocabulary to a multiple of it",
+           this->name(), rows_, vocab_size, rows_ != vocab_size ? fmt::format(", padded to {}", rows_) : "",
+           tp.size());
   const ParamLayout vocab_split =
       tp.size() > 1 ? ParamLayout{.tp_split_dim = 0, .tp_rank = tp.rank(), .tp_size = tp.size()} : ParamLayout{};
   // PyTorch's nn.Embedding default: N(0, 1).
-  wte_ = &add_parameter(token_name, {vocab_size, dim}, /*weight_decay=*/true, device, vocab_split, Init::normal(1.f));
+  wte_ = &add_parameter(token_name, {rows_, dim}, /*weight_decay=*/true, device, vocab_split, Init::normal(1.f));
+  wte_->set_real_rows(vocab_size);
   if (max_positions > 0)
     wpe_ = &add_parameter(position_name, {max_positions, dim}, /*weight_decay=*/true, device, {}, Init::normal(1.f));
 }
 
 ops::VocabShard Embedding::shard() const {
-  if (tp_.size() == 1) return {};
-  return {.start = tp_.rank() * (vocab_ / tp_.size()), .size = vocab_};
+  if (tp_.size() == 1 && rows_ == vocab_) return {};
+  return {.start = tp_.rank() * (rows_ / tp_.size()), .size = vocab_, .padded_size = rows_ != vocab_ ? rows_ : -1};
 }
 
 Tensor Embedding::forward_impl(Context& ctx, const Tensor& tokens) {

@@ -103,7 +103,15 @@ Tensor init_full(const Init& init, const Shape& full_shape, const std::string& n
 }
 
 Tensor Parameter::initial_value(std::uint64_t seed) const {
-  return tp_part_of(init_full(init_, full_shape_, name_, seed), layout_);
+  Tensor full = init_full(init_, full_shape_, name_, seed);
+  // The draws run in row-major order, so the real rows equal those of the
+  // same matrix unpadded; the padding rows after them are zero.
+  if (real_rows_ >= 0 && real_rows_ < full_shape_.at(0)) {
+    const std::int64_t row = full.numel() / full_shape_.at(0);
+    float* v = full.data<float>();
+    std::fill(v + real_rows_ * row, v + full.numel(), 0.f);
+  }
+  return tp_part_of(std::move(full), layout_);
 }
 
 }  // namespace ht::nn

@@ -35,6 +35,12 @@ Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_feat
                                    column ? split_layout(tp_, 0, parts) : ParamLayout{}, Init::uniform(-bound, bound));
 }
 
+void Linear::set_bias_grad_by_caller(bool by_caller) {
+  HT_CHECK(!by_caller || bias_, ErrorKind::kInvalidArgument,
+           "Linear '{}' has no bias whose gradient the caller could compute", name());
+  bias_grad_by_caller_ = by_caller;
+}
+
 Tensor Linear::forward_impl(Context& ctx, const Tensor& x) {
   const std::int64_t in_local = weight_->shape()[1], out_local = weight_->shape()[0];
   HT_CHECK(x.ndim() >= 1 && x.size(-1) == in_local, ErrorKind::kShapeMismatch,
@@ -43,9 +49,17 @@ Tensor Linear::forward_impl(Context& ctx, const Tensor& x) {
   out_shape.back() = out_local;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   Tensor y2 = y.flatten_rows();
-  ops::matmul(x.flatten_rows(), weight_->data(), y2, {.trans_b = true});
-  if (split_ == LinearSplit::kRow) tp_.all_reduce_sum(y);  // partial sums over the input slices
-  if (bias_) ops::bias_add(y2, bias_->data());
+  // The bias first, then y += x W^T: OpenBLAS zeroes C in a pass of its own
+  // for beta 0, so this saves that pass and bias_add's (2-3 % of a small
+  // GPT's CPU step; docs/benchmarks.md). A row-parallel layer sums partial
+  // products over the group first and adds the bias once, after.
+  const bool bias_first = bias_ && split_ != LinearSplit::kRow;
+  if (bias_first) ops::bias_fill(y2, bias_->data());
+  ops::matmul(x.flatten_rows(), weight_->data(), y2, {.trans_b = true, .beta = bias_first ? 1.f : 0.f});
+  if (split_ == LinearSplit::kRow) {
+    tp_.all_reduce_sum(y);  // partial sums over the input slices
+    if (bias_) ops::bias_add(y2, bias_->data());
+  }
   ctx.save(this, {x});
   return y;
 }
@@ -54,10 +68,10 @@ Tensor Linear::backward_impl(Context& ctx, const Tensor& dy) {
   const Tensor& x = ctx.saved(this).at(0);
   const Tensor x2 = x.flatten_rows();
   const Tensor dy2 = dy.flatten_rows();
-  weight_->allocate_grad();
-  ops::matmul(dy2, x2, weight_->grad(), {.trans_a = true, .beta = 1.f});
+  const float beta = weight_->begin_grad_write();  // 0: the step's first contribution overwrites
+  ops::matmul(dy2, x2, weight_->raw_grad(), {.trans_a = true, .beta = beta});
   weight_->mark_grad_ready();
-  if (bias_) {
+  if (bias_ && !bias_grad_by_caller_) {
     bias_->allocate_grad();
     ops::bias_grad(dy2, bias_->grad());
     bias_->mark_grad_ready();

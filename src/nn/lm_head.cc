@@ -10,12 +10,17 @@ LMHead::LMHead(Parameter& wte, TensorParallel tp) : Module(""), weight_(&wte), t
 }
 
 LMHead::LMHead(std::string name, std::string weight_name, std::int64_t vocab_size, std::int64_t dim, Device device,
-               TensorParallel tp)
+               TensorParallel tp, std::int64_t padded_vocab)
     : Module(std::move(name)), tp_(tp) {
+  const std::int64_t rows = padded_vocab > 0 ? padded_vocab : vocab_size;
+  HT_CHECK(rows >= vocab_size && rows % tp.size() == 0, ErrorKind::kConfig,
+           "LMHead '{}': {} rows (vocab_size={}) must cover the vocabulary and split over tensor-parallel size {}",
+           this->name(), rows, vocab_size, tp.size());
   ParamLayout layout;
   if (tp.size() > 1) layout = {.tp_split_dim = 0, .tp_rank = tp.rank(), .tp_size = tp.size()};
   // Initialised as Embedding's wte: the copy must start equal to the original.
-  weight_ = &add_parameter(weight_name, {vocab_size, dim}, /*weight_decay=*/true, device, layout, Init::normal(1.f));
+  weight_ = &add_parameter(weight_name, {rows, dim}, /*weight_decay=*/true, device, layout, Init::normal(1.f));
+  weight_->set_real_rows(vocab_size);
 }
 
 Tensor LMHead::forward_impl(Context& ctx, const Tensor& h) {
@@ -30,8 +35,10 @@ Tensor LMHead::forward_impl(Context& ctx, const Tensor& h) {
 Tensor LMHead::backward_impl(Context& ctx, const Tensor& dlogits) {
   const Tensor& h = ctx.saved(this).at(0);
   const Tensor dl = dlogits.flatten_rows();
-  weight_->allocate_grad();
-  ops::matmul(dl, h.flatten_rows(), weight_->grad(), {.trans_a = true, .beta = 1.f});  // dwte += dlogits^T h
+  // dwte += dlogits^T h, or = for the step's first contribution (the head's
+  // backward runs before the tied embedding's).
+  const float beta = weight_->begin_grad_write();
+  ops::matmul(dl, h.flatten_rows(), weight_->raw_grad(), {.trans_a = true, .beta = beta});
   weight_->mark_grad_ready();
   Tensor dh = Tensor::empty(h.shape(), h.dtype(), dlogits.device());
   Tensor dh2 = dh.flatten_rows();

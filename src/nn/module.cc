@@ -73,4 +73,8 @@ void Module::zero_grad() {
   for (Parameter* p : parameters()) p->zero_grad();
 }
 
+void Module::discard_grads() {
+  for (Parameter* p : parameters()) p->discard_grad();
+}
+
 }  // namespace ht::nn

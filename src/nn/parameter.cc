@@ -27,11 +27,34 @@ void Parameter::allocate_grad() {
   HT_CHECK(data_.defined(), ErrorKind::kInvalidArgument,
            "parameter {}: its values are not present (a ZeRO-3 unit used without being gathered)", name_);
   grad_ = Tensor::zeros(shape_, data_.dtype(), data_.device(), MemCategory::kGradients);
+  discarded_ = false;
 }
 
 void Parameter::zero_grad() {
   if (grad_.defined()) grad_.zero_();
+  discarded_ = false;
   contributions_ = 0;
+}
+
+void Parameter::discard_grad() {
+  discarded_ = true;
+  contributions_ = 0;
+}
+
+void Parameter::settle_grad() const {
+  if (!discarded_) return;
+  if (grad_.defined()) grad_.zero_();
+  discarded_ = false;
+}
+
+float Parameter::begin_grad_write() {
+  if (!grad_.defined()) {
+    allocate_grad();  // zeroed: adding to it is overwriting
+    return 1.f;
+  }
+  const float beta = discarded_ ? 0.f : 1.f;
+  discarded_ = false;
+  return beta;
 }
 
 void Parameter::mark_grad_ready() {

@@ -20,8 +20,11 @@
   void scale(Tensor& x, float s);                                                                           \
   void bias_add(Tensor& y, const Tensor& bias);                                                             \
   void bias_grad(const Tensor& dy, Tensor& dbias);                                                          \
+  void bias_fill(Tensor& y, const Tensor& bias);                                                            \
   void gelu_forward(const Tensor& x, Tensor& y);                                                            \
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);                                        \
+  /* f32 only (the public op splits 16-bit calls) */                                                         \
+  void gelu_backward_bias_grad(const Tensor& x, const Tensor& dy, Tensor& dx, Tensor& dbias);               \
   void silu_forward(const Tensor& x, Tensor& y);                                                            \
   void silu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);                                        \
   void swiglu_forward(const Tensor& gate_up, Tensor& out);                                                  \

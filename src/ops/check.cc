@@ -94,18 +94,29 @@ void throw_bad_index(const char* op, std::int32_t value, std::int64_t position, 
 
 VocabShard check_vocab_shard(const char* op, const char* name, std::int64_t rows, VocabShard shard) {
   if (shard.size == -1) {
-    HT_CHECK_ARG(shard.start == 0,
-                 "{}: vocabulary shard start {} with size -1 (unsharded): an unsharded '{}' holds the whole "
-                 "vocabulary from id 0; pass the full vocabulary size with a shard's start",
-                 op, shard.start, name);
-    return {0, rows};
+    HT_CHECK_ARG(shard.start == 0 && shard.padded_size == -1,
+                 "{}: vocabulary shard start {} (padded size {}) with size -1 (unsharded): an unsharded '{}' holds "
+                 "the whole vocabulary from id 0; pass the full vocabulary size with a shard's start or padding",
+                 op, shard.start, shard.padded_size, name);
+    return {0, rows, rows};
   }
   HT_CHECK_ARG(shard.size >= 0, "{}: vocabulary shard size {} must be -1 (unsharded) or the full vocabulary size",
                op, shard.size);
-  HT_CHECK_ARG(shard.start >= 0 && shard.start <= shard.size - rows,
-               "{}: vocabulary shard [{}, {}) ('{}' holds {} ids from start {}) does not lie within the vocabulary "
-               "[0, {}); the shards of tp ranks must tile [0, size)",
-               op, shard.start, shard.start + rows, name, rows, shard.start, shard.size);
+  if (shard.padded_size == -1) {
+    HT_CHECK_ARG(shard.start >= 0 && shard.start <= shard.size - rows,
+                 "{}: vocabulary shard [{}, {}) ('{}' holds {} ids from start {}) does not lie within the vocabulary "
+                 "[0, {}); the shards of tp ranks must tile [0, size)",
+                 op, shard.start, shard.start + rows, name, rows, shard.start, shard.size);
+    return {shard.start, shard.size, shard.size};
+  }
+  HT_CHECK_ARG(shard.padded_size >= shard.size,
+               "{}: padded vocabulary size {} is smaller than the vocabulary size {}: it counts the table's rows, "
+               "real ids and padding",
+               op, shard.padded_size, shard.size);
+  HT_CHECK_ARG(shard.start >= 0 && shard.start <= shard.padded_size - rows,
+               "{}: vocabulary shard [{}, {}) ('{}' holds {} rows from start {}) does not lie within the padded "
+               "vocabulary [0, {}); the shards of tp ranks must tile [0, padded_size)",
+               op, shard.start, shard.start + rows, name, rows, shard.start, shard.padded_size);
   return shard;
 }
 

@@ -36,9 +36,9 @@ int check_dim(const char* op, const char* name, const Shape& shape, int ndim, in
 [[noreturn]] void throw_bad_index(const char* op, std::int32_t value, std::int64_t position, std::int64_t bound,
                                   int dim, const char* name, const Shape& shape);
 /// The shard of a vocabulary whose local part has `rows` ids (the rows or
-/// columns of tensor `name`), resolved: size -1 becomes `rows`. Throws
-/// kInvalidArgument unless start >= 0 and start + rows <= size (and start == 0
-/// when unsharded).
+/// columns of tensor `name`), resolved: size -1 becomes `rows`, padded_size
+/// -1 becomes size. Throws kInvalidArgument unless start >= 0 and start +
+/// rows <= padded_size (and start == 0 when unsharded).
 VocabShard check_vocab_shard(const char* op, const char* name, std::int64_t rows, VocabShard shard);
 
 }  // namespace ht::ops::detail

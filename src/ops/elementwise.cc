@@ -1,6 +1,7 @@
 // Element-wise ops: validation and dispatch. f16 and bf16 calls run the f32
 // drivers through F32Staging (ht/ops/compute_dtype.h), except where the CPU
-// driver converts block by block itself (add, scale, GELU).
+// driver converts block by block itself (add, scale, GELU); the fused GELU
+// backward runs its two parts as separate ops in 16 bits.
 #include "ht/ops/elementwise.h"
 
 #include "ops/backend_ops.h"
@@ -44,6 +45,17 @@ void bias_add(Tensor& y, const Tensor& bias) {
   s.commit();
 }
 
+void bias_fill(Tensor& y, const Tensor& bias) {
+  const Device dev = check_same_device("bias_fill", {{"y", &y}, {"bias", &bias}});
+  check_compute_dtype("bias_fill", {{"y", &y}, {"bias", &bias}});
+  detail::check_ndim("bias_fill", "bias", bias, 1);
+  HT_CHECK(y.ndim() >= 1 && y.size(-1) == bias.size(0), ErrorKind::kShapeMismatch,
+           "bias_fill: last dimension of y {} must equal bias size {}", shape_str(y.shape()), bias.size(0));
+  F32Staging s;
+  HT_DISPATCH(dev, bias_fill, s.out(y, Staged::kOverwrite), s.in(bias));
+  s.commit();
+}
+
 void bias_grad(const Tensor& dy, Tensor& dbias) {
   const Device dev = check_same_device("bias_grad", {{"dy", &dy}, {"dbias", &dbias}});
   check_compute_dtype("bias_grad", {{"dy", &dy}, {"dbias", &dbias}});
@@ -62,6 +74,23 @@ void gelu_forward(const Tensor& x, Tensor& y) {
   F32Staging s(/*native=*/dev.is_cpu());
   HT_DISPATCH(dev, gelu_forward, s.in(x), s.out(y, Staged::kOverwrite));
   s.commit();
+}
+
+void gelu_backward_bias_grad(const Tensor& x, const Tensor& dy, Tensor& dx, Tensor& dbias) {
+  const char* op = "gelu_backward_bias_grad";
+  const Device dev = check_same_device(op, {{"x", &x}, {"dy", &dy}, {"dx", &dx}, {"dbias", &dbias}});
+  check_compute_dtype(op, {{"x", &x}, {"dy", &dy}, {"dx", &dx}, {"dbias", &dbias}});
+  check_numel(op, "dy", dy, x.numel());
+  check_numel(op, "dx", dx, x.numel());
+  detail::check_ndim(op, "dbias", dbias, 1);
+  HT_CHECK(x.ndim() >= 1 && x.size(-1) == dbias.size(0), ErrorKind::kShapeMismatch,
+           "{}: last dimension of x {} must equal dbias size {}", op, shape_str(x.shape()), dbias.size(0));
+  if (x.dtype() != DType::kF32) {
+    gelu_backward(x, dy, dx);
+    bias_grad(dx, dbias);
+    return;
+  }
+  HT_DISPATCH(dev, gelu_backward_bias_grad, x, dy, dx, dbias);
 }
 
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {

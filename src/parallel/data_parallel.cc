@@ -297,7 +297,11 @@ void DataParallel::drop_full_grads(FlatGroup& g) {
 
 void DataParallel::begin_step() {
   for (auto& g : groups_) g->ready = 0;
-  model_.zero_grad();  // zeroes the bound gradient views and restarts the grad-ready counts
+  // The gradients are discarded, not zeroed: the first micro-batch's
+  // backward overwrites each (GEMM beta 0) or zeroes it on first use, and
+  // finish_gradients() zeroes any that got no contribution before it is
+  // reduced. Restarts the grad-ready counts.
+  model_.discard_grads();
   final_ = false;
 }
 
@@ -341,8 +345,11 @@ void DataParallel::finish_gradients() {
   for (auto& g : groups_) {
     if (g->reduce_work) continue;
     // A group not reduced yet: a tied weight (its stages' copies are summed
-    // first), or parameters whose gradients never became ready this step.
+    // first), or parameters whose gradients never became ready this step
+    // (any that got no contribution still hold the last step's values:
+    // grad() zeroes them).
     ensure_grads(*g);
+    for (nn::Parameter* p : g->params) p->grad();
     if (g->deferred)
       for (nn::Parameter* p : g->params)
         if (comm::Communicator* c = tied_comm(p)) c->all_reduce(p->grad(), p->grad(), comm::ReduceOp::kSum)->wait();

@@ -4,6 +4,7 @@
 // parallel wrappers rely on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "ht/core/memory.h"
@@ -381,6 +382,114 @@ TEST(Hooks, GradReadyFiresOncePerParameterAfterLastUse) {
   EXPECT_LT(pos("h.1.mlp.c_proj.weight"), pos("h.0.mlp.c_proj.weight"));
   EXPECT_EQ(order.back() == "wte" || order.back() == "wpe", true);
   EXPECT_GT(pos("wte"), pos("h.0.ln_1.weight"));
+}
+
+// Gradients of `m` after one forward_loss and backward_loss on (tokens, targets).
+std::vector<std::vector<float>> loss_grads(GPT& m, const Tensor& tokens, const Tensor& targets, float* loss) {
+  Context ctx;
+  *loss = m.forward_loss(ctx, tokens, targets);
+  m.backward_loss(ctx);
+  std::vector<std::vector<float>> out;
+  for (Parameter* p : m.parameters()) out.push_back(p->grad().to_vector<float>());
+  return out;
+}
+
+TEST(Parameter, ADiscardedGradientIsOverwrittenByTheNextBackwardAndReadsAsZeroWithout) {
+  std::mt19937 rng(5);
+  GPT gpt(tiny_config());
+  gpt.init_weights(2);
+  randomize(gpt, rng, 0.3f);
+  const Tensor tokens = Tensor::from_vector<std::int32_t>({1, 2, 3, 4, 5, 6}, {2, 3});
+  const Tensor targets = Tensor::from_vector<std::int32_t>({2, 3, 4, 5, 6, 7}, {2, 3});
+  float loss = 0.f;
+  gpt.zero_grad();
+  const auto zeroed = loss_grads(gpt, tokens, targets, &loss);
+  // Discarded, not zeroed: the GEMM-written gradients (beta 0) and the tied
+  // wte (head overwrites, embedding adds) come out the same, bit for bit.
+  gpt.discard_grads();
+  const auto discarded = loss_grads(gpt, tokens, targets, &loss);
+  ASSERT_EQ(zeroed.size(), discarded.size());
+  for (std::size_t i = 0; i < zeroed.size(); ++i) EXPECT_EQ(zeroed[i], discarded[i]) << gpt.parameters()[i]->name();
+  // Without a discard the next backward adds: twice the gradient.
+  const auto twice = loss_grads(gpt, tokens, targets, &loss);
+  for (std::size_t i = 0; i < zeroed.size(); ++i)
+    for (std::size_t j = 0; j < zeroed[i].size(); ++j) ASSERT_FLOAT_EQ(twice[i][j], 2.f * zeroed[i][j]);
+  // A discarded gradient that gets no contribution reads as zero.
+  gpt.discard_grads();
+  for (Parameter* p : gpt.parameters())
+    for (float g : p->grad().to_vector<float>()) ASSERT_EQ(g, 0.f) << p->name();
+}
+
+GPTConfig padded(GPTConfig c, std::int64_t multiple) {
+  c.vocab_multiple = multiple;
+  return c;
+}
+
+TEST(GPT, APaddedVocabularyGivesTheSameLossAndGradientsAsTheUnpaddedModel) {
+  const GPTConfig plain = tiny_config();     // 13 ids
+  const GPTConfig pad = padded(plain, 8);    // stored as 16 rows
+  EXPECT_EQ(pad.padded_vocab_size(), 16);
+  EXPECT_EQ(pad.str(), "L2 H2 C8 V13 Vp16 T8");
+  EXPECT_EQ(pad.num_parameters(), plain.num_parameters() + 3 * plain.n_embd);
+  EXPECT_EQ(pad.flops_per_token(8), plain.flops_per_token(8));
+  GPT a(plain), b(pad);
+  EXPECT_EQ(b.padded_vocab_size(), 16);
+  EXPECT_EQ(b.embedding().token_weight().shape(), (Shape{16, 8}));
+  // The same seed draws the same real rows; the padding rows start at zero.
+  a.init_weights(4);
+  b.init_weights(4);
+  const auto wa = a.embedding().token_weight().data().to_vector<float>();
+  const auto wb = b.embedding().token_weight().data().to_vector<float>();
+  EXPECT_TRUE(std::equal(wa.begin(), wa.end(), wb.begin()));
+  EXPECT_TRUE(std::all_of(wb.begin() + std::ptrdiff_t(wa.size()), wb.end(), [](float v) { return v == 0.f; }));
+  // Other values on the real rows, and large ones on the padding rows: the
+  // loss must not see them.
+  std::mt19937 rng(6);
+  randomize(a, rng, 0.3f);
+  const auto pa = a.parameters(), pb = b.parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    std::vector<float> v = pa[i]->data().to_vector<float>();
+    if (pb[i]->data().numel() != pa[i]->data().numel()) v.resize(std::size_t(pb[i]->data().numel()), 3.f);
+    pb[i]->data().copy_from(Tensor::from_vector(v, pb[i]->data().shape()));
+  }
+  const Tensor tokens = Tensor::from_vector<std::int32_t>({0, 5, 12, 7, 3, 11, 2, 9}, {2, 4});
+  const Tensor targets = Tensor::from_vector<std::int32_t>({12, 1, 4, 0, 8, 12, 6, 10}, {2, 4});
+  float la = 0.f, lb = 0.f;
+  a.zero_grad();
+  b.zero_grad();
+  const auto ga = loss_grads(a, tokens, targets, &la);
+  const auto gb = loss_grads(b, tokens, targets, &lb);
+  EXPECT_NEAR(lb, la, 1e-6 * std::abs(la));
+  for (std::size_t i = 0; i < ga.size(); ++i) {
+    std::vector<double> want(ga[i].begin(), ga[i].end());
+    std::vector<float> got(gb[i].begin(), gb[i].begin() + std::ptrdiff_t(ga[i].size()));
+    EXPECT_TRUE(all_close(got, want, 1e-5, 1e-7)) << pa[i]->name();
+    // The padding rows get no gradient.
+    for (std::size_t j = ga[i].size(); j < gb[i].size(); ++j) ASSERT_EQ(gb[i][j], 0.f) << pb[i]->name();
+  }
+  // A target among the padding ids is outside the vocabulary.
+  Context ctx;
+  const Tensor pad_target = Tensor::from_vector<std::int32_t>({13}, {1, 1});
+  EXPECT_TRUE(test::throws_error(
+      [&] { b.forward_loss(ctx, Tensor::from_vector<std::int32_t>({1}, {1, 1}), pad_target); },
+      ErrorKind::kOutOfRange, {"13"}));
+}
+
+TEST(GPT, GenerateNeverSamplesAPaddingId) {
+  GPT gpt(padded(tiny_config(), 16));  // 13 ids in 16 rows
+  gpt.init_weights(7);
+  // Padding rows that would win every argmax (the head is tied to wte).
+  Tensor& wte = gpt.embedding().token_weight().data();
+  std::vector<float> v = wte.to_vector<float>();
+  for (std::size_t i = 13 * 8; i < v.size(); ++i) v[i] = 50.f;
+  wte.copy_from(Tensor::from_vector(v, wte.shape()));
+  Rng rng(11);
+  for (float temperature : {0.f, 1.f, 5.f}) {
+    const std::vector<std::int32_t> out = gpt.generate({1, 2, 3}, 24, temperature, rng);
+    ASSERT_EQ(out.size(), 24u);
+    for (std::int32_t id : out) ASSERT_TRUE(id >= 0 && id < 13) << "id " << id << " at temperature " << temperature;
+  }
 }
 
 TEST(Errors, BadInputsSayWhatIsWrong) {

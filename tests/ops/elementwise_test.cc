@@ -1,5 +1,6 @@
 // Element-wise ops: add, scale, bias_add, bias_grad, GELU forward and
-// backward, against double-precision references and finite differences.
+// backward, against double-precision references and finite differences;
+// the fused GELU ops against the ops they fuse.
 #include "ht/ops/elementwise.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <cstring>
 
 #include "half_util.h"
+#include "ht/ops/cast.h"
 #include "test_util.h"
 
 namespace ht::ops {
@@ -203,6 +205,54 @@ TEST(Elementwise, HalfBiasAddAndBiasGradAccumulate) {
       EXPECT_TRUE(half_close(db16, db32, dt));
       EXPECT_TRUE(rounded_once(db16, db32));  // this CPU driver sums in f32 and rounds at the end
     }
+}
+
+// bias_fill then a GEMM with beta 1 is what the Linear layer runs instead
+// of GEMM then bias_add; the fused GELU backward gives exactly what GELU's
+// backward then bias_grad give: same bits in f32 (the same per-element math
+// and the same column-sum order), and in 16 bits (where it is the two ops).
+TEST(BiasFill, EveryRowIsTheBias) {
+  std::mt19937 rng(13);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (const Shape& s : std::vector<Shape>{{0, 5}, {1, 1}, {3, 65}, {2, 7, 131}}) {
+      const std::int64_t c = s.back();
+      Tensor bias = Tensor::empty({c}, dt), y = Tensor::empty(s, dt);
+      cast(random_tensor({c}, rng), bias);
+      y.fill_(NAN);  // whatever y held is overwritten
+      bias_fill(y, bias);
+      const auto b = bias.to_vector<float>(), v = y.to_vector<float>();
+      for (std::size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], b[i % std::size_t(c)]) << dtype_name(dt);
+    }
+}
+
+TEST(FusedGelu, SameBitsAsGeluBackwardThenBiasGrad) {
+  std::mt19937 rng(12);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (const Shape& s : std::vector<Shape>{{0, 5}, {1, 1}, {3, 65}, {2, 7, 131}, {257, 300}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << shape_str(s));
+      const std::int64_t c = s.back();
+      auto rand = [&](const Shape& shape, float lo = -3.f, float hi = 3.f) {
+        Tensor f = random_tensor(shape, rng, lo, hi);
+        if (dt == DType::kF32) return f;
+        Tensor h = Tensor::empty(shape, dt);
+        cast(f, h);
+        return h;
+      };
+      const Tensor h_two = rand(s), dy = rand(s), db0 = rand({c});
+      Tensor dx_fused = dy.clone(), db_fused = db0.clone();  // dx aliasing dy, as the MLP calls it
+      gelu_backward_bias_grad(h_two, dx_fused, dx_fused, db_fused);
+      Tensor dx_two = Tensor::empty(s, dt), db_two = db0.clone();
+      gelu_backward(h_two, dy, dx_two);
+      bias_grad(dx_two, db_two);
+      EXPECT_EQ(dx_fused.to_vector<float>(), dx_two.to_vector<float>());
+      EXPECT_EQ(db_fused.to_vector<float>(), db_two.to_vector<float>());
+    }
+  Tensor h = Tensor::zeros({4, 6}, DType::kF32);
+  EXPECT_TRUE(throws_error([&] { bias_fill(h, Tensor::zeros({5}, DType::kF32)); }, ErrorKind::kShapeMismatch,
+                           {"bias_fill", "bias size 5"}));
+  Tensor db = Tensor::zeros({6}, DType::kF16);
+  EXPECT_TRUE(throws_error([&] { gelu_backward_bias_grad(h, h, h, db); }, ErrorKind::kDTypeMismatch,
+                           {"gelu_backward_bias_grad", "'dbias' is f16"}));
 }
 
 TEST(Elementwise, HalfDtypesMustNotMix) {

@@ -29,6 +29,7 @@ struct Layout {
   int grad_accum = 1;
   bool odd_model = false;  // counts divisible by nothing (dp-only layouts)
   bool llama = false;      // the Llama instead of the GPT
+  bool padded_vocab = false;  // 61 ids in 64 rows (a multiple of 16): split over tp only with the padding
 };
 
 void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
@@ -42,6 +43,10 @@ test::GPTRunOptions options_for(const Layout& l) {
   // unevenly over 2 and 4 stages.
   o.model = l.odd_model ? models::GPTConfig{.vocab_size = 61, .context = 16, .n_layer = 3, .n_head = 3, .n_embd = 30}
                         : models::GPTConfig{.vocab_size = 64, .context = 16, .n_layer = 5, .n_head = 4, .n_embd = 32};
+  if (l.padded_vocab) {
+    o.model.vocab_size = 61;
+    o.model.vocab_multiple = 16;
+  }
   o.seq_len = 8;
   o.engine.micro_batch = 2;
   o.engine.grad_accum = l.grad_accum;
@@ -194,6 +199,10 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"dp2_tp2_pp2", 8, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false},
         Layout{"zero1_dp2_tp2_pp2", 8, 2, 2, 1, 0, parallel::Schedule::kGPipe, 2, false},
         Layout{"zero3_dp2_tp2_pp2", 8, 2, 2, 3, 0, parallel::Schedule::k1F1B, 2, false},
+        // The padding rows' logits must stay out of the loss on every rank,
+        // and the tied wte's padding out of the gradient sum across stages.
+        Layout{"tp2_padded_vocab", 2, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, false, false, true},
+        Layout{"zero1_tp2_pp2_padded_vocab", 8, 2, 2, 1, 0, parallel::Schedule::k1F1B, 2, false, false, true},
         // Llama: the key/value heads and the packed gate_up split over tp.
         Layout{"llama_zero3_dp2", 2, 1, 1, 3, 0, parallel::Schedule::k1F1B, 2, false, true},
         Layout{"llama_tp2", 2, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, false, true},

@@ -8,6 +8,14 @@
 // head), and the loss is computed without gathering logits: each rank
 // reduces its columns to (log-sum-exp, target logit) per row and one
 // all-gather of those 2N numbers gives every rank the full softmax.
+//
+// A padded vocabulary (padded_vocab_size() > vocab_size(), e.g. GPT-2's
+// 50257 ids in 50304 rows, a multiple of 128, so that the head's GEMMs get
+// aligned leading dimensions): the embedding and head matrices have
+// padded_vocab_size() rows, the logits as many columns (per rank: padded /
+// tp, so tp must divide the padded size), and the ids from vocab_size() on
+// are padding: left out of the loss's softmax (their gradient is zero, so
+// their rows stay at their initial zero), never sampled by generate().
 #pragma once
 
 #include <cstdint>
@@ -15,16 +23,21 @@
 
 #include "ht/core/rng.h"
 #include "ht/nn/model.h"
+#include "ht/ops/vocab_shard.h"
 
 namespace ht::models {
 
 class CausalLM : public nn::Model {
  public:
-  /// `width`: the activations' last dimension between pipeline stages.
+  /// `width`: the activations' last dimension between pipeline stages;
+  /// `padded_vocab` the rows of the vocabulary matrices (0: vocab_size).
   CausalLM(std::string name, const nn::Placement& placement, std::int64_t vocab_size, std::int64_t context,
-           std::int64_t width);
+           std::int64_t width, std::int64_t padded_vocab = 0);
 
+  /// The real vocabulary: token ids [0, vocab_size()).
   std::int64_t vocab_size() const { return vocab_; }
+  /// The rows of the embedding and head matrices (vocab_size() unless padded).
+  std::int64_t padded_vocab_size() const { return padded_vocab_; }
   std::int64_t context() const { return context_; }
 
   /// Mean cross-entropy of next-token prediction over the full vocabulary:
@@ -35,8 +48,8 @@ class CausalLM : public nn::Model {
   Shape stage_input_shape(const Shape& input_shape) const override;
 
   /// Continues `prompt` (token ids) by `count` tokens sampled at `temperature`
-  /// (0: greedy), using the last `context` tokens as the window. Needs the
-  /// whole model in one process (tp 1, one stage).
+  /// (0: greedy), using the last `context` tokens as the window; padding ids
+  /// are never chosen. Needs the whole model in one process (tp 1, one stage).
   std::vector<std::int32_t> generate(const std::vector<std::int32_t>& prompt, int count, float temperature,
                                      Rng& rng);
 
@@ -55,8 +68,11 @@ class CausalLM : public nn::Model {
   /// The full-vocabulary mean loss from this rank's vocabulary shard of the
   /// logits; leaves the global log-sum-exp per row in `lse`.
   float vocab_parallel_loss(const Tensor& logits2, const Tensor& targets1, Tensor& lse);
+  /// This rank's columns of the logits as a vocabulary shard, padding
+  /// included; unsharded ({}) with tp 1 and no padding.
+  ops::VocabShard logits_shard() const;
 
-  std::int64_t vocab_, context_, width_;
+  std::int64_t vocab_, padded_vocab_, context_, width_;
   nn::Module* embedding_ = nullptr;
   std::vector<nn::Module*> blocks_;
   nn::Module* norm_ = nullptr;

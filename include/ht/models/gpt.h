@@ -35,18 +35,26 @@ struct GPTConfig {
   int n_layer = 6;
   int n_head = 6;
   std::int64_t n_embd = 384;
+  /// The token embedding (and tied head) holds vocab_size rounded up to a
+  /// multiple of this many rows (GPT-2: 128 gives 50304 for 50257); the
+  /// extra ids are padding (see CausalLM). 1: no padding.
+  std::int64_t vocab_multiple = 1;
 
   /// Throws kConfig naming the bad value and what would be valid.
   void validate() const;
   /// Also checks that the model splits over `tp` tensor-parallel ranks
-  /// (n_head and vocab_size divisible) and `pp` stages (a block per stage).
+  /// (n_head and padded_vocab_size() divisible) and `pp` stages (a block per stage).
   void validate_parallel(int tp, int pp) const;
-  /// Parameter count, tied head counted once.
+  /// vocab_size rounded up to a multiple of vocab_multiple.
+  std::int64_t padded_vocab_size() const;
+  /// Parameter count as stored (the padded vocabulary's rows included), tied head counted once.
   std::int64_t num_parameters() const;
   /// Matmul FLOPs of one forward+backward per token (6N plus attention's
-  /// 12 L T C), for MFU.
+  /// 12 L T C), for MFU; N counts the real vocabulary only (the padding's
+  /// work is not useful work).
   double flops_per_token(std::int64_t seq_len) const;
-  /// "L6 H6 C384 V256 T256"
+  /// "L6 H6 C384 V256 T256", with " Vp50304" when the vocabulary is padded
+  /// (a checkpoint of a padded model does not resume an unpadded one).
   std::string str() const;
   friend bool operator==(const GPTConfig&, const GPTConfig&) = default;
 };

@@ -36,17 +36,25 @@ struct LlamaConfig {
   std::int64_t ffn_hidden = 1024;  // the SwiGLU MLP's hidden size
   float rope_theta = 10000.f;
   float norm_eps = 1e-5f;
+  /// The embedding and head hold vocab_size rounded up to a multiple of
+  /// this many rows; the extra ids are padding (see CausalLM). 1: none.
+  std::int64_t vocab_multiple = 1;
 
   /// Throws kConfig naming the bad value and what would be valid.
   void validate() const;
   /// Also checks the split over `tp` tensor-parallel ranks (n_kv_head,
-  /// ffn_hidden and vocab_size divisible) and `pp` stages (a block each).
+  /// ffn_hidden and padded_vocab_size() divisible) and `pp` stages (a block each).
   void validate_parallel(int tp, int pp) const;
+  /// vocab_size rounded up to a multiple of vocab_multiple.
+  std::int64_t padded_vocab_size() const;
+  /// As stored: the padded vocabulary's rows included.
   std::int64_t num_parameters() const;
   /// Matmul FLOPs of one forward+backward per token: 6 N (N without the
-  /// embedding, a lookup) plus attention's 12 L T C.
+  /// embedding, a lookup, and without the head's padding rows) plus
+  /// attention's 12 L T C.
   double flops_per_token(std::int64_t seq_len) const;
-  /// "L6 H6 KV2 C384 F1024 V256 T256 theta10000"
+  /// "L6 H6 KV2 C384 F1024 V256 T256 theta10000", with " Vp<rows>" after
+  /// V when the vocabulary is padded.
   std::string str() const;
   friend bool operator==(const LlamaConfig&, const LlamaConfig&) = default;
 };

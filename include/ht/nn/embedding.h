@@ -15,8 +15,13 @@ class Embedding : public Module {
   /// wpe is replicated (added by tp rank 0 before the sum).
   /// The weights are named `token_name` and `position_name` ("wte", "wpe"
   /// as in GPT-2; Llama's is "weight", in a module named "embed_tokens").
+  /// `padded_vocab` > vocab_size stores wte as (padded_vocab, dim): rows
+  /// [vocab_size, padded_vocab) are padding (zero at the start, never looked
+  /// up, no gradient; see ops::VocabShard); tp must divide padded_vocab
+  /// instead of vocab_size. 0: no padding.
   Embedding(std::string name, std::int64_t vocab_size, std::int64_t max_positions, std::int64_t dim, Device device,
-            TensorParallel tp = {}, const std::string& token_name = "wte", const std::string& position_name = "wpe");
+            TensorParallel tp = {}, const std::string& token_name = "wte", const std::string& position_name = "wpe",
+            std::int64_t padded_vocab = 0);
 
   Parameter& token_weight() { return *wte_; }
   Parameter* position_weight() { return wpe_; }
@@ -33,7 +38,7 @@ class Embedding : public Module {
   Parameter* wte_;
   Parameter* wpe_ = nullptr;
   TensorParallel tp_;
-  std::int64_t vocab_;
+  std::int64_t vocab_, rows_;  // real ids, and wte's full row count (padding included)
 };
 
 }  // namespace ht::nn

@@ -27,11 +27,18 @@ class Linear : public Module {
   /// Full feature counts.
   std::int64_t in_features() const { return in_; }
   std::int64_t out_features() const { return out_; }
+  /// Leaves the bias gradient to the caller, who fuses it with the op
+  /// before (MLP: ops::gelu_backward_bias_grad), adds it and marks it ready
+  /// itself: backward leaves db alone.
+  void set_bias_grad_by_caller(bool by_caller);
 
  protected:
-  /// x (..., local in) -> y (..., local out); saves x.
+  /// x (..., local in) -> y (..., local out); saves x. Without tensor
+  /// parallelism and column-parallel, y starts as the bias in every row and
+  /// the GEMM adds x W^T to it (beta 1: no pass zeroing y, none adding the
+  /// bias after); row-parallel adds the bias after the sum over the group.
   Tensor forward_impl(Context& ctx, const Tensor& x) override;
-  /// dW += dy^T x, db += colsum(dy); returns dx = dy W.
+  /// dW += dy^T x (or = after Parameter::discard_grad), db += colsum(dy); returns dx = dy W.
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 
  private:
@@ -40,6 +47,7 @@ class Linear : public Module {
   LinearSplit split_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
+  bool bias_grad_by_caller_ = false;
 };
 
 }  // namespace ht::nn

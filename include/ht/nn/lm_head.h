@@ -21,14 +21,17 @@ class LMHead : public Module {
   /// Tied to `wte` of the same stage.
   LMHead(Parameter& wte, TensorParallel tp);
   /// Holds its own (vocab, dim) weight, named `weight_name` (drawn from
-  /// N(0, 1) like Embedding's wte unless the model sets another Init).
+  /// N(0, 1) like Embedding's wte unless the model sets another Init);
+  /// `padded_vocab` > vocab_size stores (padded_vocab, dim), the rows from
+  /// vocab_size on padding (zero; see Embedding). 0: no padding.
   LMHead(std::string name, std::string weight_name, std::int64_t vocab_size, std::int64_t dim, Device device,
-         TensorParallel tp);
+         TensorParallel tp, std::int64_t padded_vocab = 0);
 
   Parameter& weight() { return *weight_; }
 
  protected:
-  /// h (B, T, C) -> logits (B, T, vocab / tp); saves h.
+  /// h (B, T, C) -> logits (B, T, rows / tp), rows the weight's (padding
+  /// included: its columns are the caller's to ignore); saves h.
   Tensor forward_impl(Context& ctx, const Tensor& h) override;
   /// dwte += dlogits^T h; returns dh.
   Tensor backward_impl(Context& ctx, const Tensor& dlogits) override;

@@ -7,8 +7,9 @@
 // data parallelism starts bucketed reductions from each Parameter's
 // grad-ready hook while the rest of backward runs.
 //
-// backward() accumulates into parameter gradients (+=) and returns the
-// gradient of the input (overwritten, freshly allocated).
+// backward() accumulates into parameter gradients (+=), or overwrites a
+// gradient discarded since its last use (Parameter::discard_grad), and
+// returns the gradient of the input (overwritten, freshly allocated).
 #pragma once
 
 #include <functional>
@@ -42,7 +43,11 @@ class Module {
   std::vector<Module*> children();
   /// Total element count of all parameters (full shapes).
   std::int64_t num_parameters();
+  /// Parameter::zero_grad() of every parameter.
   void zero_grad();
+  /// Parameter::discard_grad() of every parameter: the next backward
+  /// overwrites the gradients instead of adding to zeros.
+  void discard_grads();
 
   void set_pre_forward_hook(Hook h) { pre_forward_ = std::move(h); }
   void set_post_forward_hook(Hook h) { post_forward_ = std::move(h); }

@@ -46,8 +46,16 @@ class Parameter {
   Tensor& data() { return data_; }
   const Tensor& data() const { return data_; }
   /// The gradient, same shape/device as data; allocated by allocate_grad().
-  Tensor& grad() { return grad_; }
-  const Tensor& grad() const { return grad_; }
+  /// After discard_grad() and before this step's first contribution, the
+  /// first access zeroes it: whoever reads or adds to it sees zeros.
+  Tensor& grad() {
+    settle_grad();
+    return grad_;
+  }
+  const Tensor& grad() const {
+    settle_grad();
+    return grad_;
+  }
   /// Whether AdamW applies weight decay (matrices yes; biases, norm gains no).
   bool weight_decay() const { return weight_decay_; }
   ParamLayout& layout() { return layout_; }
@@ -56,8 +64,15 @@ class Parameter {
   const Init& init() const { return init_; }
   void set_init(const Init& init) { init_ = init; }
   /// The values this rank's part starts from under `seed`: init_full(init(),
-  /// full_shape(), name(), seed) cut to layout(), as a new host f32 tensor.
+  /// full_shape(), name(), seed) with the padding rows (see real_rows) set
+  /// to zero, cut to layout(), as a new host f32 tensor.
   Tensor initial_value(std::uint64_t seed) const;
+  /// A padded vocabulary matrix (embedding, output head): only the first
+  /// real_rows() rows of the full shape are real; the rest start at zero and
+  /// get no gradient, so they stay zero (weight decay keeps a zero at zero).
+  /// Checkpoints store the full, padded shape. -1: no padding.
+  void set_real_rows(std::int64_t rows) { real_rows_ = rows; }
+  std::int64_t real_rows() const { return real_rows_ >= 0 ? real_rows_ : full_shape_.at(0); }
 
   /// Replaces the storage (e.g. by a view into a flat buffer); the element count must match shape().
   void set_data(Tensor t);
@@ -68,7 +83,28 @@ class Parameter {
   void release_grad() { grad_ = Tensor(); }
   /// Allocates a zeroed gradient like data, unless one is already set.
   void allocate_grad();
+  /// Zeroes the gradient now and restarts the contribution count.
   void zero_grad();
+  /// Starts a new step's gradient without touching its memory: the first
+  /// contribution then overwrites it (begin_grad_write() returns beta 0),
+  /// and a first access through grad() zeroes it, so a parameter that gets
+  /// no contribution reads as zero. Restarts the contribution count. This
+  /// is what the parallel layer calls before each step: zeroing a gradient
+  /// that a GEMM is about to overwrite costs a pass over it (1-2 % of a CPU
+  /// step; see docs/benchmarks.md).
+  void discard_grad();
+  /// Whether the gradient holds no contribution since discard_grad().
+  bool grad_discarded() const { return discarded_; }
+  /// Starts one backward contribution written by an op that can overwrite
+  /// (a GEMM's beta): allocates the gradient if needed and returns the beta
+  /// to write it with: 0 for the step's first contribution after
+  /// discard_grad() (the writer must then write every element), else 1
+  /// (add). Write into raw_grad(); end with mark_grad_ready(). Ops that can
+  /// only add use grad(), which zeroes a discarded gradient first.
+  float begin_grad_write();
+  /// The gradient's storage as it is, never zeroed on access: for the
+  /// writer after begin_grad_write(), and for code that knows it is settled.
+  Tensor& raw_grad() { return grad_; }
 
   /// How many backward contributions make one complete gradient per
   /// micro-batch (2 for a weight tied between embedding and output head).
@@ -84,14 +120,20 @@ class Parameter {
   void add_name_prefix(const std::string& prefix) { name_ = prefix + name_; }
 
  private:
+  // The lazy zeroing of a discarded gradient is invisible to readers (it
+  // reads as zero either way), so const access may perform it.
+  void settle_grad() const;
+
   std::string name_;
   Shape full_shape_;
   Shape shape_;
   Tensor data_;
-  Tensor grad_;
+  mutable Tensor grad_;
+  mutable bool discarded_ = false;
   bool weight_decay_;
   ParamLayout layout_;
   Init init_;
+  std::int64_t real_rows_ = -1;
   int uses_ = 1;
   int contributions_ = 0;
   GradReadyHook hook_;

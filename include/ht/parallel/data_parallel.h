@@ -98,8 +98,10 @@ class DataParallel {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  /// Before a step's first micro-batch: zeroes the gradients (ZeRO 2-3 hold
-  /// none between steps: each bucket's is allocated when backward first writes to it).
+  /// Before a step's first micro-batch: discards the gradients (the first
+  /// contribution overwrites each; see nn::Parameter::discard_grad; ZeRO 2-3
+  /// hold none between steps: each bucket's is allocated when backward first
+  /// writes to it).
   void begin_step();
   /// Whether the next backward completes the step's gradients.
   void set_final_micro_batch(bool final);

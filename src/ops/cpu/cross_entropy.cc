@@ -5,12 +5,15 @@
 // took a tenth of a 124M training step with the GPT-2 vocabulary. With a
 // vocabulary shard the logits are columns [start, start + v) of the full
 // vocabulary: targets are checked against the full size and mapped to a
-// local column (target - start) when this shard holds them.
+// local column (target - start) when this shard holds them. The columns of
+// a padded vocabulary past its last real id (VocabShard::padded_size) are
+// left out of the log-sum-exp and get a zero gradient.
 //
 // f16 and bf16 logits are widened one row at a time into a buffer per thread
 // and dlogits rows rounded once from it, so a 16-bit call allocates one row
 // per thread rather than f32 copies of (N, V) logits and dlogits: with the
 // GPT-2 vocabulary those are the largest activations of a step.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -92,6 +95,7 @@ void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, Vo
   const std::int64_t n = logits.size(0), v = logits.size(1);
   const std::int32_t* tg = targets.data<std::int32_t>();
   check_targets(tg, n, shard.size);
+  const std::int64_t real = shard.real_rows(v);  // the padding columns after them stay out of the softmax
   const Rows rows(logits);
   float* plse = lse.data<float>();
   float* ptl = target_logit.data<float>();
@@ -102,7 +106,7 @@ void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, Vo
     for (std::int64_t i = 0; i < n; ++i) {
       const float* row = rows.row(i, buf);
       const std::int64_t col = std::int64_t(tg[i]) - shard.start;  // the target's local column
-      plse[i] = row_lse(row, v);  // v == 0: -inf, the identity of the caller's log-sum-exp over shards
+      plse[i] = row_lse(row, real);  // real == 0: -inf, the identity of the caller's log-sum-exp over shards
       ptl[i] = col >= 0 && col < v ? row[col] : 0.f;
     }
   }
@@ -113,6 +117,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   const std::int64_t n = logits.size(0), v = logits.size(1);
   const std::int32_t* tg = targets.data<std::int32_t>();
   check_targets(tg, n, shard.size);
+  const std::int64_t real = shard.real_rows(v);  // padding columns after them: gradient 0
   const Rows rows(logits);
   const float* plse = lse.data<float>();
   const DType dt = dlogits.dtype();
@@ -133,7 +138,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
       const std::int64_t col = std::int64_t(tg[i]) - shard.start;
       const bool has_target = col >= 0 && col < v;
       const float target_logit = has_target ? row[col] : 0.f;
-      row_softmax_scaled(row, l, dloss, out, v);
+      row_softmax_scaled(row, l, dloss, out, real);
+      std::fill(out + real, out + v, 0.f);
       if (has_target) out[col] = (vexp(target_logit - l) - 1.f) * dloss;
       if (!rows.f32()) narrow(out, dt, pd + i * row_bytes, v);
     }

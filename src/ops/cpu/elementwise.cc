@@ -91,18 +91,29 @@ void bias_add(Tensor& y, const Tensor& bias) {
   }
 }
 
+void bias_fill(Tensor& y, const Tensor& bias) {
+  const std::int64_t c = bias.numel(), rows = c ? y.numel() / c : 0;
+  float* py = y.data<float>();
+  const float* pb = bias.data<float>();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < rows; ++r) std::copy(pb, pb + c, py + r * c);
+}
+
+namespace {
+
+// acc (c) += row (c).
+HT_CPU_MULTIVERSION void add_row(const float* row, float* acc, std::int64_t c) {
+#pragma omp simd
+  for (std::int64_t j = 0; j < c; ++j) acc[j] += row[j];
+}
+
+}  // namespace
+
 void bias_grad(const Tensor& dy, Tensor& dbias) {
   const std::int64_t c = dbias.numel(), rows = c ? dy.numel() / c : 0;
   const float* pdy = dy.data<float>();
-  float* pdb = dbias.data<float>();
-  // Each thread owns a block of columns and walks every row in order: the sum
-  // order is fixed, so the result does not depend on the thread count.
-  for_column_blocks(c, [&](std::int64_t j0, std::int64_t j1) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* row = pdy + r * c;
-      for (std::int64_t j = j0; j < j1; ++j) pdb[j] += row[j];
-    }
-  });
+  float* out[] = {dbias.data<float>()};
+  column_sums_by_row_chunks(rows, c, 1, out, [&](std::int64_t r, float* acc) { add_row(pdy + r * c, acc, c); });
 }
 
 // GELU is kern::gelu's function rearranged so that the loop vectorises:
@@ -152,6 +163,21 @@ void gelu_forward(const Tensor& x, Tensor& y) {
     const std::int64_t begin = b * kGeluBlock;
     gelu_forward_block(px + begin, py + begin, std::min(kGeluBlock, n - begin));
   }
+}
+
+// GELU's backward with the bias gradient: each row of dx is summed into the
+// chunk's partial bias gradient while it is still in L1 (see bias_grad). In
+// the small GPT's MLP (1024 x 1536) that saves a pass over 6 MB.
+void gelu_backward_bias_grad(const Tensor& x, const Tensor& dy, Tensor& dx, Tensor& dbias) {
+  const std::int64_t c = dbias.numel(), rows = c ? x.numel() / c : 0;
+  const float* px = x.data<float>();
+  const float* pdy = dy.data<float>();
+  float* pdx = dx.data<float>();
+  float* out[] = {dbias.data<float>()};
+  column_sums_by_row_chunks(rows, c, 1, out, [&](std::int64_t r, float* acc) {
+    gelu_backward_block(px + r * c, pdy + r * c, pdx + r * c, c);
+    add_row(pdx + r * c, acc, c);
+  });
 }
 
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {

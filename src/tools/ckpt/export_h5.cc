@@ -1,5 +1,6 @@
 // ht-ckpt export: one consolidated HDF5 file of full tensors from a sharded
-// checkpoint, written atomically (temporary file, sync, rename).
+// checkpoint, written atomically (temporary file, sync, rename). A padded
+// vocabulary's matrices are exported with their real rows only.
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,8 +40,14 @@ void write_str_attr(hid_t obj, const char* name, const std::string& value, const
   HT_H5_CHECK(H5Awrite(a.get(), type.get(), &s), path);
 }
 
-void write_tensor(hid_t file, const std::string& name, const std::string& kind, const Tensor& full,
-                  const std::string& path) {
+// A padded vocabulary matrix (PieceInfo::real_rows) is written without its
+// padding rows, so that the export loads into a model of the real
+// vocabulary; the dataset's "padded_rows" attribute says how many rows the
+// checkpoint stores.
+void write_tensor(hid_t file, const std::string& name, const std::string& kind, const Tensor& stored,
+                  std::int64_t real_rows, const std::string& path) {
+  const bool padded = real_rows >= 0 && stored.ndim() >= 1 && real_rows < stored.size(0);
+  const Tensor full = padded ? stored.slice(0, real_rows) : stored;
   std::vector<hsize_t> dims(full.shape().begin(), full.shape().end());
   H5Dataspace space(dims.empty() ? HT_H5_CHECK(H5Screate(H5S_SCALAR), path)
                                  : HT_H5_CHECK(H5Screate_simple(int(dims.size()), dims.data(), nullptr), path));
@@ -49,6 +56,7 @@ void write_tensor(hid_t file, const std::string& name, const std::string& kind, 
   if (full.numel() > 0)
     HT_H5_CHECK(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, full.data_ptr()), path);
   write_str_attr(ds.get(), "kind", kind, path);
+  if (padded) write_i64_attr(ds.get(), "padded_rows", stored.size(0), path);
 }
 
 }  // namespace
@@ -96,7 +104,8 @@ int export_checkpoint(const std::string& step_dir, const std::string& out_path, 
     {
       H5File file(HT_H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), tmp));
       for (const Item& item : items)
-        write_tensor(file.get(), item.dataset, item.kind, detail::assemble_tensor(step_dir, *item.pieces), tmp);
+        write_tensor(file.get(), item.dataset, item.kind, detail::assemble_tensor(step_dir, *item.pieces),
+                     item.pieces->front().real_rows, tmp);
       write_i64_attr(file.get(), "step", m.run.step, tmp);
       write_i64_attr(file.get(), "optimizer_steps", m.run.optimizer_steps, tmp);
       write_str_attr(file.get(), "data_state", client_state_json(m.run.data), tmp);
