@@ -1,5 +1,8 @@
 // ops_bench: kernel micro-benchmarks on Google Benchmark — matmul (OpenBLAS
-// and Eigen side by side, at the shapes the GPT configs use), attention,
+// and Eigen side by side, at the shapes the GPT configs use), attention (and
+// flash attention against the materialised-softmax algorithm it replaced,
+// bench/attention_materialised_reference.h, forward + backward and the bytes
+// saved for backward, at GPT-2 small's heads),
 // LayerNorm, GELU, cross-entropy, the fused AdamW update and the gradient
 // norm's sum of squares; matmul, LayerNorm and GELU also in f16 and bf16
 // (f32 arithmetic; the op name gets the dtype, e.g. matmul_bf16). CUDA
@@ -22,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "attention_materialised_reference.h"
+#include "ht/core/memory.h"
 #include "ht/core/version.h"
 #include "ht/core/device.h"
 #include "ht/core/rng.h"
@@ -119,20 +124,57 @@ double attention_flops(const AttnShape& s, bool backward) {
 void bm_attention_forward(benchmark::State& state, Device device, AttnShape s) {
   const Tensor qkv = random_tensor({s.b, s.t, 3 * s.c}, device);
   Tensor out = Tensor::empty({s.b, s.t, s.c}, DType::kF32, device);
-  Tensor probs = Tensor::empty({s.b, s.h, s.t, s.t}, DType::kF32, device);
-  run_timed(state, device, out, [&] { ht::ops::attention_forward(qkv, s.h, out, probs); });
+  Tensor lse = Tensor::empty({s.b, s.h, s.t}, DType::kF32, device);
+  run_timed(state, device, out, [&] { ht::ops::attention_forward(qkv, s.h, out, lse); });
   set_rate(state, "GFLOP/s", attention_flops(s, false) * 1e-9);
 }
 
 void bm_attention_backward(benchmark::State& state, Device device, AttnShape s) {
   const Tensor qkv = random_tensor({s.b, s.t, 3 * s.c}, device);
   Tensor out = Tensor::empty({s.b, s.t, s.c}, DType::kF32, device);
-  Tensor probs = Tensor::empty({s.b, s.h, s.t, s.t}, DType::kF32, device);
-  ht::ops::attention_forward(qkv, s.h, out, probs);
+  Tensor lse = Tensor::empty({s.b, s.h, s.t}, DType::kF32, device);
+  ht::ops::attention_forward(qkv, s.h, out, lse);
   const Tensor dout = random_tensor({s.b, s.t, s.c}, device, 1.f, 3);
   Tensor dqkv = Tensor::empty(qkv.shape(), DType::kF32, device);
-  run_timed(state, device, dqkv, [&] { ht::ops::attention_backward(dout, qkv, probs, s.h, dqkv); });
+  run_timed(state, device, dqkv, [&] { ht::ops::attention_backward(dout, qkv, out, lse, s.h, dqkv); });
   set_rate(state, "GFLOP/s", attention_flops(s, true) * 1e-9);
+}
+
+// Flash attention and the materialised-softmax reference it replaced, one
+// training step's worth each (forward, then backward from what the forward
+// saved), host f32. The tensor the forward hands to backward is allocated in
+// every iteration, as the attention layer allocates it every step, and the
+// counter saved_bytes is what the library's byte accounting saw it take
+// (activations, current bytes after the forward minus before): lse (B, H, T)
+// against probs (B, H, T, T). out is saved by both (it is the next layer's
+// input anyway) and not counted.
+enum class AttnImpl { kFlash, kMaterialisedReference };
+
+void bm_attention_step(benchmark::State& state, Device device, AttnImpl impl, AttnShape s) {
+  const Tensor qkv = random_tensor({s.b, s.t, 3 * s.c}, device);
+  const Tensor dout = random_tensor({s.b, s.t, s.c}, device, 1.f, 3);
+  Tensor out = Tensor::empty({s.b, s.t, s.c}, DType::kF32, device);
+  Tensor dqkv = Tensor::empty(qkv.shape(), DType::kF32, device);
+  const auto activation_bytes = [&] {
+    return ht::memory_stats(device.type, ht::MemCategory::kActivations).current_bytes;
+  };
+  std::int64_t saved_bytes = 0;
+  run_timed(state, device, dqkv, [&] {
+    const std::int64_t before = activation_bytes();
+    if (impl == AttnImpl::kFlash) {
+      Tensor lse = Tensor::empty({s.b, s.h, s.t}, DType::kF32, device);
+      ht::ops::attention_forward(qkv, s.h, out, lse);
+      saved_bytes = activation_bytes() - before;
+      ht::ops::attention_backward(dout, qkv, out, lse, s.h, dqkv);
+    } else {
+      Tensor probs = Tensor::empty({s.b, s.h, s.t, s.t}, DType::kF32, device);
+      ht::bench::materialised_attention_forward(qkv, s.h, out, probs);
+      saved_bytes = activation_bytes() - before;
+      ht::bench::materialised_attention_backward(dout, qkv, probs, s.h, dqkv);
+    }
+  });
+  state.counters["saved_bytes"] = double(saved_bytes);
+  set_rate(state, "GFLOP/s", attention_flops(s, false) * 3.0 * 1e-9);
 }
 
 // ---- row-wise and element-wise ops (bandwidth) ----------------------------
@@ -264,6 +306,17 @@ void register_all(Device device) {
     reg(bench_name("attention_fwd", dev, rest), device, bm_attention_forward, s);
     reg(bench_name("attention_bwd", dev, rest), device, bm_attention_backward, s);
   }
+  // GPT-2 small's attention (12 heads of 64), B 4: flash attention and the
+  // materialised reference side by side (host only: the reference has no
+  // CUDA version).
+  if (device.is_cpu())
+    for (std::int64_t t : {256, 1024}) {
+      const AttnShape s{4, t, 768, 12};
+      const std::string rest = "B4_T" + std::to_string(t) + "_C768_H12";
+      reg(bench_name("attention_fwd_bwd", "cpu_flash", rest), device, bm_attention_step, AttnImpl::kFlash, s);
+      reg(bench_name("attention_fwd_bwd", "cpu_materialised_reference", rest), device, bm_attention_step,
+          AttnImpl::kMaterialisedReference, s);
+    }
   for (DType dt : dtypes)
     for (std::int64_t c : {384, 768}) {
       const std::string rest = "N1024_C" + std::to_string(c);

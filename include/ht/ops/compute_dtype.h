@@ -11,15 +11,15 @@ namespace ht::ops {
 // Mixed precision: f16 and bf16 storage, f32 arithmetic.
 //
 // - One compute dtype per call. Activations and their gradients (x, y, qkv,
-//   out, probs, logits, dlogits, dout, dx, dqkv, ...) and parameters and their
+//   out, logits, dlogits, dout, dx, dqkv, ...) and parameters and their
 //   gradients (matmul's A, B, C; bias and dbias; LayerNorm weight, bias, dw,
 //   db; wte, wpe, dwte, dwpe) are all f32, all f16 or all bf16. A mix throws
 //   kDTypeMismatch naming two tensors that differ; i32 or another non-float
 //   dtype among them throws kDTypeMismatch too.
 // - Statistics stay f32 whatever the compute dtype: LayerNorm mean and rstd;
-//   RMSNorm rstd; cross-entropy losses, lse and target_logit; the MSE loss;
-//   the RoPE table. Token ids, targets, attention key masks and index_select
-//   indices are i32.
+//   RMSNorm rstd; attention lse; cross-entropy losses, lse and target_logit;
+//   the MSE loss; the RoPE table. Token ids, targets, attention key masks and
+//   index_select indices are i32.
 // - Arithmetic is f32 inside. Each output element is rounded once to its dtype
 //   (round to nearest, ties to even). Outputs that accumulate (matmul with
 //   beta != 0, bias_add's y, bias_grad's dbias, LayerNorm dw and db, embedding

@@ -32,10 +32,16 @@ using detail::AttentionShape;
 using detail::QkvViews;
 
 // Tile sizes: query rows x keys per tile. Measured forward + backward, f32,
-// packed causal form, B 4, H 12, D 64, on 2 threads of the build machine
-// (see docs/benchmarks.md for the load), ms (T = 256 / T = 1024):
-//   query x key   32x64 ..., 64x64 ..., 64x128 ..., 128x128 ..., 64x256 ...
-// (filled in below from the measurement).
+// packed causal form, B 4, H 12, D 64 (GPT-2 small's heads), 2 threads,
+// OPENBLAS_CORETYPE=SkylakeX, two rounds on a loaded machine (load average
+// 7.7 on 2 cores), ms at T = 256 / T = 1024:
+//   32 x 64   12.4 / 273, 12.0 / 283     128 x 64   11.8 / 225, 10.5 / 222
+//   64 x 64    9.8 / 195, 10.9 / 271     128 x 128  10.2 / 195, 10.7 / 213
+//   64 x 128  12.6 / 253, 10.5 / 215     64 x 256   14.8 / 298, 13.0 / 227
+//   32 x 128  12.7 / 267, 12.5 / 228
+// 64 x 64 and 128 x 128 lead within the noise; 64 x 64 keeps the scratch
+// (two 16 KiB tiles of scores) in L1/L2 and wastes least at the diagonal and
+// at short T. Narrower query tiles make more, smaller sgemm calls (slower).
 constexpr std::int64_t kQueryTile = 64;
 constexpr std::int64_t kKeyTile = 64;
 
