@@ -78,6 +78,8 @@ std::unique_ptr<resilience::RankGuard> start_launch_guard(const JobOptions& opti
 Job::Job(const JobOptions& options, resilience::RankGuard* guard)
     : options_((options.validate(), options)),
       device_(rank_device(options_.device, launcher_local_rank(), cuda_device_count())),
+      compute_stream_(device_),
+      on_compute_stream_(std::make_unique<StreamGuard>(compute_stream_.handle())),
       guard_(guard) {
   comm::CommOptions comm_options;
   comm_options.run_dir = options_.run_dir;

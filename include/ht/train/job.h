@@ -28,6 +28,7 @@
 #include "ht/comm/device_mesh.h"
 #include "ht/comm/mpi_runtime.h"
 #include "ht/core/device.h"
+#include "ht/core/stream.h"
 #include "ht/resilience/faults.h"
 #include "ht/resilience/rank_guard.h"
 
@@ -86,7 +87,10 @@ class Job {
   Job& operator=(const Job&) = delete;
 
   const JobOptions& options() const { return options_; }
-  /// This rank's device: options().device resolved by rank_device.
+  /// This rank's device: options().device resolved by rank_device. On a
+  /// CUDA device the job's thread computes on a stream of its own, current
+  /// from construction to destruction (ht/core/stream.h), not the legacy
+  /// default stream.
   Device device() const { return device_; }
   comm::DeviceMesh& mesh() { return *mesh_; }
   resilience::RankGuard& guard() { return *guard_; }
@@ -109,6 +113,8 @@ class Job {
  private:
   JobOptions options_;
   Device device_;
+  Stream compute_stream_;                          // none on the CPU
+  std::unique_ptr<StreamGuard> on_compute_stream_;  // destroyed before the stream
   std::unique_ptr<resilience::RankGuard> own_guard_;
   resilience::RankGuard* guard_ = nullptr;
   std::unique_ptr<comm::MpiRuntime> mpi_;
