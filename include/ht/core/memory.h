@@ -45,9 +45,16 @@ void reset_memory_peaks();
 enum class HostMemory : std::uint8_t { kPlain, kPinned };
 
 namespace detail {
-/// Allocates `bytes` on `device`, recording them under `category`. Throws
-/// ht::Error(kOutOfMemory) naming the size, category and current usage.
+/// Allocates `bytes` on `device`, recording them under `category`: host
+/// blocks from the host allocator, CUDA blocks from the device's pool in
+/// order on the current stream (ht/core/allocator.h). Throws
+/// ht::Error(kOutOfMemory) naming the size, category and current usage when
+/// memory runs out; any other CUDA failure as ht::Error(kCuda) with its CUDA
+/// name. Thread-safe.
 void* allocate(std::size_t bytes, Device device, MemCategory category, HostMemory host);
+/// Returns a block of allocate (same size, device, category and host kind),
+/// from any thread; a CUDA block in order on the current stream. Never
+/// throws: a failed CUDA free is reported once on stderr.
 void deallocate(void* ptr, std::size_t bytes, Device device, MemCategory category, HostMemory host) noexcept;
 }  // namespace detail
 
