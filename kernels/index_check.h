@@ -1,6 +1,12 @@
-// Private: the range check of device-resident indices (token ids, targets)
-// that the CUDA drivers run before using them, so that a bad index throws
-// ht::Error before any output is touched, as on the CPU.
+// Private: the range checks of device-resident indices (token ids, targets).
+//
+// - first_out_of_range: checked before use, one host wait; a bad index
+//   throws ht::Error before any output is touched, as on the CPU
+//   (cross-entropy, index-select).
+// - record_out_of_range: no host wait; the kernels skip a bad index and the
+//   first is kept in the device's IndexErrorRecord until
+//   ht::ops::raise_index_errors reads it, once per training step
+//   (embedding, so that a step's forward and backward never wait).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +21,23 @@
 #include "launch.h"
 
 namespace ht::cuda {
+
+/// Which op recorded an index error (IndexErrorRecord::op).
+enum class IndexOp : int { kEmbedding = 1 };
+
+/// The record of CUDA device `device`: allocated and cleared on first use,
+/// kept for the process's life. Thread-safe.
+IndexErrorRecord* index_error_record(int device);
+
+/// Records the lowest position of `ids` (i32, on the current device, fewer
+/// than 2^31) whose id lies outside [0, limit) in the device's record, with
+/// `row_length` positions per batch row. Enqueued on `stream`; the host does
+/// not wait.
+inline void record_out_of_range(const Tensor& ids, std::int64_t limit, std::int64_t row_length, IndexOp op,
+                                cudaStream_t stream) {
+  HT_CUDA_CHECK(launch_record_out_of_range(ids.data<std::int32_t>(), ids.numel(), limit, row_length, int(op),
+                                           index_error_record(ids.device().index), stream));
+}
 
 struct BadIndex {
   std::int64_t position;  // flat index into the ids

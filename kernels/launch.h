@@ -127,22 +127,45 @@ cudaError_t launch_attention_backward(const AttentionArgs& a, const AttentionGra
 
 // embedding.cu ------------------------------------------------------------
 
+/// The first out-of-range index CUDA ops met, kept on the device until the
+/// host reads it (ht::ops::raise_index_errors). Cleared to all ones bytes:
+/// `first` is then ~0.
+struct IndexErrorRecord {
+  unsigned long long first;  // (position << 32) | uint32(value) of the lowest bad position, by atomicMin
+  long long limit;           // the valid range [0, limit)
+  long long row_length;      // positions per batch row (t), to name row and position
+  int op;                    // ht::cuda::IndexOp
+  int pad;
+};
+
+/// Lowers record->first to the lowest position of `ids` (n < 2^31) whose id
+/// lies outside [0, limit), with its value, and stores limit, row_length and
+/// op when there is one; the host does not wait.
+cudaError_t launch_record_out_of_range(const std::int32_t* ids, std::int64_t n, std::int64_t limit,
+                                       std::int64_t row_length, int op, IndexErrorRecord* record,
+                                       cudaStream_t stream);
 /// *first_bad = min(*first_bad, i) over the positions i whose id lies outside
 /// [0, limit) (atomicMin, so the result does not depend on scheduling); the
 /// caller initialises *first_bad to all ones. Shared with cross-entropy.
 cudaError_t launch_find_out_of_range(const std::int32_t* ids, std::int64_t n, std::int64_t limit,
                                      unsigned long long* first_bad, cudaStream_t stream);
 /// out (n, c) = wte[ids - start] + wpe[i % t] (wpe may be null), where wte
-/// holds the `rows` vocabulary rows from `start`; an id outside them adds no
-/// wte row. ids already checked.
+/// holds the `rows` vocabulary rows from `start`; an id outside them (another
+/// shard's, or out of range) adds no wte row.
 cudaError_t launch_embedding_forward(const std::int32_t* ids, const float* wte, const float* wpe, float* out,
                                      std::int64_t n, std::int64_t t, std::int64_t c, std::int64_t start,
                                      std::int64_t rows, cudaStream_t stream);
-/// dwte[seg_token[s]] += dout rows order[seg_start[s] .. seg_start[s+1]) in
-/// that order, for each of `segments` segments (distinct tokens).
-cudaError_t launch_embedding_backward_wte(const float* dout, const std::int32_t* order,
-                                          const std::int32_t* seg_start, const std::int32_t* seg_token,
-                                          std::int64_t segments, std::int64_t c, float* dwte, cudaStream_t stream);
+/// Bytes of device scratch launch_embedding_backward_wte needs for n
+/// positions and a shard of `rows` rows.
+std::size_t embedding_plan_scratch_bytes(std::int64_t n, std::int64_t rows);
+/// dwte[r] += the dout rows (n, c) of the positions whose id - start == r,
+/// each row's positions added in increasing order, for r in [0, rows); other
+/// ids are skipped. Planned on the device (a stable radix sort of (row,
+/// position) pairs, then one block per run): no host wait. `scratch` holds
+/// embedding_plan_scratch_bytes(n, rows) bytes, 256-byte aligned.
+cudaError_t launch_embedding_backward_wte(const float* dout, const std::int32_t* ids, std::int64_t n,
+                                          std::int64_t start, std::int64_t rows, std::int64_t c, float* dwte,
+                                          void* scratch, cudaStream_t stream);
 /// dwpe (t * c) += sum over b of dout (batch, t * c), b in order.
 cudaError_t launch_embedding_backward_wpe(const float* dout, float* dwpe, std::int64_t batch, std::int64_t tc,
                                           cudaStream_t stream);

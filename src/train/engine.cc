@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ht/comm/self_communicator.h"
+#include "ht/ops/index_errors.h"
 #include "ht/optim/clip.h"
 #include "ht/parallel/gather_parameters.h"
 #include "ht/train/job.h"
@@ -260,6 +261,9 @@ StepStats Engine::step() {
   for (const StepHooks& h : hooks_)
     if (h.after_gradients) h.after_gradients(s.step, my_loss);
   progress("optimizer");
+  // A token id a CUDA op skipped stops the step before its gradients are
+  // applied (ops/index_errors.h); nothing to read on the CPU.
+  ops::raise_index_errors(options_.device);
   s.grad_norm = dp_->unscale_and_norm(s.loss_scale);
   // Every rank sees the same norm, so every rank makes the same decision: an
   // overflow under loss scaling is skipped; without scaling a non-finite
@@ -321,6 +325,7 @@ float Engine::evaluate() {
            options_.eval_batches > 0 ? "the data source has no validation data" : "--eval-batches is 0");
   const std::vector<data::MicroBatch> batches = draw(options_.eval_batches, /*validation=*/true);
   const double sum = pipeline_->evaluate(batches);
+  ops::raise_index_errors(options_.device);
   const bool reports = model_->last_stage() && mesh_->coord().tp_rank == 0;
   return float(double(world_sum({reports ? float(sum) : 0.f})[0]) /
                double(options_.eval_batches * mesh_->layout().dp_size()));

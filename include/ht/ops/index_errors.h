@@ -1,0 +1,25 @@
+// Index errors that CUDA ops defer to the host's next read.
+//
+// On the CPU an op that reads indices throws at once when one is out of
+// range. On a CUDA device the embedding does not make the host wait to check
+// its token ids (a training step would otherwise wait on the device twice per
+// micro-batch): an id outside the vocabulary is skipped on the device (its
+// output row holds the position term alone, its gradient is not scattered)
+// and the first one is recorded there. raise_index_errors reads the record
+// and throws; the engine calls it once per step, where it reads the loss
+// anyway, so a bad token still stops training before the optimizer step that
+// would use its gradients. (The engine also checks every batch on the host
+// when it is drawn: nn::Model::check_batch.)
+#pragma once
+
+#include "ht/core/device.h"
+
+namespace ht::ops {
+
+/// Throws ht::Error(kOutOfRange) naming the op, the index, its flattened
+/// position and the valid range if a CUDA op on `device` recorded an index
+/// error since the last call, and clears the record. A host wait on the
+/// current stream for a CUDA device; returns at once for the CPU.
+void raise_index_errors(Device device);
+
+}  // namespace ht::ops
