@@ -3,7 +3,9 @@
 // gpt_train default model and a GPT-2 124M-class model (and the llama_train
 // default and a Llama of that class), in f32 or mixed
 // precision (--precision fp32,fp16,bf16: each config runs in each, one after
-// the other), with MFU measured against this machine's own f32 sgemm peak.
+// the other), with MFU measured against this machine's own GEMM peak: on the
+// CPU the f32 sgemm peak in every precision; on a GPU the peak of each
+// precision's compute dtype (f32, or the bf16/f16 tensor-core GEMM).
 //
 // Output (a contract; docs/benchmarks.md):
 //   "# " preamble lines: build, threads, GEMM backend, device, OpenBLAS build
@@ -39,6 +41,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <map>
 #include <memory>
 #include <variant>
 #include <vector>
@@ -50,6 +53,7 @@
 #include "ht/core/version.h"
 #include "ht/models/gpt.h"
 #include "ht/models/llama.h"
+#include "ht/ops/cast.h"
 #include "ht/ops/matmul.h"
 #include "ht/precision/policy.h"
 
@@ -156,8 +160,9 @@ void synchronize(Device device, const Tensor& t) {
   if (device.is_cuda()) (void)t.item(0);  // a one-element copy to the host waits for the queue
 }
 
-/// Best GFLOP/s of `runs` square sgemms of side n through ht::ops::matmul.
-double measure_peak_gflops(Device device, std::int64_t n, int runs) {
+/// Best GFLOP/s of `runs` square GEMMs of side n in `dtype` (f32
+/// accumulation) through ht::ops::matmul.
+double measure_peak_gflops(Device device, DType dtype, std::int64_t n, int runs) {
   Tensor a = Tensor::empty({n, n}, DType::kF32), b = Tensor::empty({n, n}, DType::kF32);
   Rng rng(7);
   for (Tensor* t : {&a, &b}) {
@@ -166,7 +171,14 @@ double measure_peak_gflops(Device device, std::int64_t n, int runs) {
   }
   a = a.to(device);
   b = b.to(device);
-  Tensor c = Tensor::empty({n, n}, DType::kF32, device);
+  if (dtype != DType::kF32) {
+    Tensor a16 = Tensor::empty({n, n}, dtype, device), b16 = Tensor::empty({n, n}, dtype, device);
+    ops::cast(a, a16);
+    ops::cast(b, b16);
+    a = a16;
+    b = b16;
+  }
+  Tensor c = Tensor::empty({n, n}, dtype, device);
   ops::matmul(a, b, c);  // warm-up: thread pool, page faults, cuBLAS handle
   synchronize(device, c);
   double best_s = 1e30;
@@ -178,6 +190,9 @@ double measure_peak_gflops(Device device, std::int64_t n, int runs) {
   }
   return 2.0 * double(n) * double(n) * double(n) / best_s * 1e-9;
 }
+
+/// The GEMM peak (GFLOP/s) each precision's MFU divides by, by precision name.
+using Peaks = std::map<std::string, double>;
 
 struct Result {
   Spec spec;
@@ -280,8 +295,8 @@ std::vector<Spec> specs_of(const Args& a) {
   return specs;
 }
 
-/// The "# " preamble, with the peak it measures between its lines; returns the peak.
-double print_preamble(const Args& a, Device device) {
+/// The "# " preamble, with the peaks it measures between its lines; returns them.
+Peaks print_preamble(const Args& a, Device device) {
   std::printf("# %s\n", ht::build_description().c_str());
   std::printf("# threads %d (OMP_NUM_THREADS=%s), gemm %s, device %s, precision %s\n", omp_get_max_threads(),
               bench::env_or("OMP_NUM_THREADS", "unset").c_str(), a.gemm.c_str(), device.str().c_str(),
@@ -295,18 +310,35 @@ double print_preamble(const Args& a, Device device) {
   const std::string warning = openblas_warning();
   if (!warning.empty()) std::printf("# warning: %s\n", warning.c_str());
   std::fflush(stdout);
-  const double peak = measure_peak_gflops(device, a.peak_size, a.peak_runs);
-  std::printf("# peak %.1f GFLOP/s (sgemm %lld^3 through ht::ops::matmul, best of %d)\n", peak,
+  // On the CPU every precision's GEMMs run in f32 (16-bit operands are
+  // widened), so the f32 peak is the bound; a GPU's tensor cores run 16-bit
+  // GEMMs several times faster, so each compute dtype gets its own peak.
+  Peaks peaks;
+  const double f32_peak = measure_peak_gflops(device, DType::kF32, a.peak_size, a.peak_runs);
+  std::printf("# peak %.1f GFLOP/s (f32 GEMM %lld^3 through ht::ops::matmul, best of %d)\n", f32_peak,
               (long long)a.peak_size, a.peak_runs);
-  std::printf("# MFU = flops_per_token(seq) * tok/s / peak (the f32 peak in every precision); ms/step and tok/s\n"
-              "# from the median timed step\n");
+  for (const std::string& prec : a.precisions) {
+    const precision::Policy policy = precision::parse_policy(prec);
+    const std::string name = precision::policy_name(policy);
+    if (!device.is_cuda() || policy.compute == DType::kF32) {
+      peaks[name] = f32_peak;
+      continue;
+    }
+    peaks[name] = measure_peak_gflops(device, policy.compute, a.peak_size, a.peak_runs);
+    std::printf("# peak %s %.1f GFLOP/s (%s GEMM %lld^3, f32 accumulation, best of %d)\n", name.c_str(),
+                peaks[name], std::string(dtype_name(policy.compute)).c_str(), (long long)a.peak_size, a.peak_runs);
+  }
+  std::printf("# MFU = flops_per_token(seq) * tok/s / peak (%s); ms/step and tok/s\n"
+              "# from the median timed step\n",
+              device.is_cuda() ? "the peak of each precision's compute dtype" : "the f32 peak in every precision");
   std::fflush(stdout);
-  return peak;
+  return peaks;
 }
 
 /// Runs `s` in each precision, printing a line for each (and the ratios to
 /// fp32 when it ran with others); appends the results.
-void run_spec(const Args& a, const Spec& s, Device device, double peak, int repeat, std::vector<Result>& results) {
+void run_spec(const Args& a, const Spec& s, Device device, const Peaks& peaks, int repeat,
+              std::vector<Result>& results) {
   const std::size_t first = results.size();
   for (const std::string& prec : a.precisions) {
     const Result r = run_config(s, prec, device, repeat);
@@ -318,7 +350,7 @@ void run_spec(const Args& a, const Spec& s, Device device, double peak, int repe
                 "%.1f GFLOP/s | MFU %.1f%%%s\n",
                 s.name.c_str(), s.model.str().c_str(), device.str().c_str(), r.precision.c_str(), (long long)s.batch,
                 (long long)s.seq, (long long)s.steps, r.ms_per_step(), human(r.tokens_per_s()).c_str(),
-                r.achieved_gflops(), 100.0 * r.achieved_gflops() / peak, host.c_str());
+                r.achieved_gflops(), 100.0 * r.achieved_gflops() / peaks.at(r.precision), host.c_str());
     std::fflush(stdout);
     results.push_back(r);
   }
@@ -358,7 +390,7 @@ void print_allocator_comparison(const Args& a, const Spec& s, const std::vector<
   std::fflush(stdout);
 }
 
-nlohmann::json run_json(const Args& a, Device device, double peak) {
+nlohmann::json run_json(const Args& a, Device device, const Peaks& peaks) {
   nlohmann::json run = bench::build_json();
   run.update({{"type", "run"},
               {"threads", omp_get_max_threads()},
@@ -373,7 +405,7 @@ nlohmann::json run_json(const Args& a, Device device, double peak) {
               {"repeats", a.repeats},
               {"host_allocator_env", bench::env_or("HT_HOST_ALLOCATOR", "")},
               {"host_cache_limit_bytes", host_cache_limit_bytes()},
-              {"peak_gflops", peak},
+              {"peak_gflops", peaks},
               {"peak_gemm_size", a.peak_size}});
   return run;
 }
@@ -427,26 +459,27 @@ int run(const Args& a) {
   ops::set_cpu_gemm_backend(a.gemm == "eigen" ? ops::CpuGemmBackend::kEigen : ops::CpuGemmBackend::kOpenBlas);
   if (a.threads > 0) omp_set_num_threads(a.threads);
   const std::vector<Spec> specs = specs_of(a);
-  const double peak = print_preamble(a, device);
+  const Peaks peaks = print_preamble(a, device);
   std::vector<Result> results;
   for (const Spec& s : specs) {
     const std::size_t first = results.size();
     for (int rep = 0; rep < a.repeats; ++rep) {
       if (a.host_allocators.empty()) {
-        run_spec(a, s, device, peak, rep, results);
+        run_spec(a, s, device, peaks, rep, results);
         continue;
       }
       for (const std::string& host : a.host_allocators) {
         set_host_allocator(parse_host_allocator(host));
         empty_cache(DeviceType::kCPU);  // each run starts from the same empty cache
-        run_spec(a, s, device, peak, rep, results);
+        run_spec(a, s, device, peaks, rep, results);
       }
     }
     print_allocator_comparison(a, s, results, first);
   }
   if (a.json) {
-    bench::print_json_line(run_json(a, device, peak));
-    for (const Result& r : results) bench::print_json_line(result_json(r, results, device, peak));
+    bench::print_json_line(run_json(a, device, peaks));
+    for (const Result& r : results)
+      bench::print_json_line(result_json(r, results, device, peaks.at(r.precision)));
   }
   return 0;
 }
