@@ -84,6 +84,7 @@ std::int64_t write_rank_file(const std::string& path, std::vector<Piece>& pieces
                {i.layout.tp_split_dim, i.layout.tp_parts, i.layout.tp_rank, i.layout.tp_size}, path);
     write_i64s(ds.get(), "range", {i.begin, i.end}, path);
     write_i64s(ds.get(), "checksum", {std::int64_t(i.checksum)}, path);
+    if (i.real_rows >= 0) write_i64s(ds.get(), "real_rows", {i.real_rows}, path);  // a padded vocabulary
   }
   // The flushed image is a complete file; the core driver's buffer is written
   // out as it is (H5Fget_file_image would copy it, slowly).
@@ -145,6 +146,12 @@ std::vector<PieceInfo> read_piece_index(const std::string& path, const std::stri
     i.begin = range[0];
     i.end = range[1];
     i.checksum = std::uint64_t(sum[0]);
+    if (HT_H5_CHECK(H5Aexists(ds.get(), "real_rows"), path) > 0) {  // absent: no padding (or an older file)
+      const auto real = read_i64s(ds.get(), "real_rows", path);
+      HT_CHECK(real.size() == 1, ErrorKind::kIo, "checkpoint file '{}': dataset '{}' has a malformed real_rows",
+               path, i.dataset);
+      i.real_rows = real[0];
+    }
     out.push_back(std::move(i));
   }
   return out;

@@ -18,7 +18,8 @@ struct PieceInfo {
   Shape global_shape;
   /// A padded vocabulary matrix (nn::Parameter::real_rows): rows from this
   /// one of global_shape on are padding (stored; ht-ckpt export leaves them
-  /// out). -1: none. In the manifest only (absent before padding existed).
+  /// out). -1: none. A dataset attribute and a manifest field, written only
+  /// when padded (absent in checkpoints from before padding existed).
   std::int64_t real_rows = -1;
   nn::ParamLayout layout;  // the tensor-parallel fields
   std::int64_t begin = 0, end = 0;
