@@ -3,7 +3,7 @@
 # and 4 ranks under mpirun with tp 2 x dp 2 and ZeRO-3 (pieces sharded within
 # tensor-parallel parts). Each case is its own ctest entry; "setup" trains
 # once and the others read its checkpoints (copying them before changing
-# anything).
+# anything); "export" also trains a model with a padded vocabulary.
 #
 # Usage: ckpt_tool_test.sh HT_CKPT GPT_TRAIN MPIEXEC PYTHON WORK_DIR CASE
 #   CASE: setup | list | inspect | verify | corrupt | export | usage
@@ -208,6 +208,36 @@ n4 = compare(sharded_dir, sharded_h5, {"master", "exp_avg", "exp_avg_sq"}, exact
 print(f"export: {n1} datasets of the one-process run and {n4} of the tp2 x ZeRO-3 run match their pieces")
 EOF
     fail "the exported files do not match the checkpoints"
+  # A padded vocabulary (256 ids in 384 rows): the checkpoint stores the 384
+  # rows and records 256 as real, the export holds the 256 real rows only.
+  "$exe" --text "$work/text.txt" --run-dir "$work/padded" --ckpt-dir "$work/padded/ckpt" --vocab-multiple 384 \
+    --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --steps 2 --eval-every 0 \
+    --eval-batches 1 --sample-tokens 0 > "$work/padded.out" 2>&1 || { cat "$work/padded.out"; fail "gpt_train (padded) failed"; }
+  run 0 "$work/export_padded.out" export "$work/padded/ckpt" "$work/padded.h5"
+  run 0 "$work/list_padded.out" list "$work/padded/ckpt"
+  expect "$work/list_padded.out" "GPT L2 H2 C32 V256 Vp384 T32"
+  "$python" - "$work/padded/ckpt/step_00000002" "$work/padded.h5" << 'EOF' || fail "the padded export is wrong"
+import glob
+import json
+import sys
+
+import h5py
+import numpy as np
+
+step_dir, out = sys.argv[1:3]
+manifest = json.load(open(f"{step_dir}/manifest.json"))
+wte = [p for p in manifest["pieces"] if p["tensor"] == "wte" and p["kind"] == "master"]
+assert wte and all(p["global_shape"] == [384, 32] and p["real_rows"] == 256 for p in wte), wte
+assert all("real_rows" not in p for p in manifest["pieces"] if p["tensor"] != "wte"), "real_rows on another tensor"
+with h5py.File(glob.glob(f"{step_dir}/*.h5")[0], "r") as r:
+    stored = r["wte|master|0|0"][()].reshape(384, 32)
+with h5py.File(out, "r") as f:
+    assert f["wte"].shape == (256, 32), f["wte"].shape
+    assert f["wte"].attrs["padded_rows"] == 384
+    assert np.array_equal(f["wte"][()], stored[:256]), "the exported rows are not the stored real rows"
+assert not stored[256:].any(), "the padding rows moved off zero"
+print("export: padded wte stored as (384, 32), exported as its 256 real rows; the padding stayed zero")
+EOF
   ;;
 
 usage)
