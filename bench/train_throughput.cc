@@ -405,7 +405,8 @@ nlohmann::json run_json(const Args& a, Device device, const Peaks& peaks) {
               {"repeats", a.repeats},
               {"host_allocator_env", bench::env_or("HT_HOST_ALLOCATOR", "")},
               {"host_cache_limit_bytes", host_cache_limit_bytes()},
-              {"peak_gflops", peaks},
+              {"peak_gflops", peaks.count("fp32") ? peaks.at("fp32") : peaks.begin()->second},
+              {"peak_gflops_by_precision", peaks},
               {"peak_gemm_size", a.peak_size}});
   return run;
 }
