@@ -2,6 +2,7 @@
 #include "ht/models/causal_lm.h"
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 
 #include "ht/ops/cross_entropy.h"
@@ -184,6 +185,19 @@ std::vector<std::int32_t> CausalLM::generate(const std::vector<std::int32_t>& pr
     seq.push_back(next);
   }
   return std::vector<std::int32_t>(seq.begin() + std::ptrdiff_t(prompt.size()), seq.end());
+}
+
+void CausalLM::check_batch(const Tensor& input, const Tensor& target) const {
+  for (const auto& [what, t] : {std::pair<const char*, const Tensor*>{"input", &input}, {"targets", &target}}) {
+    if (!t->defined() || t->device().is_cuda() || t->dtype() != DType::kI32) continue;
+    const std::int32_t* ids = t->data<std::int32_t>();
+    const std::int64_t row = t->ndim() >= 2 ? t->size(t->ndim() - 1) : std::max<std::int64_t>(t->numel(), 1);
+    for (std::int64_t i = 0; i < t->numel(); ++i)
+      HT_CHECK(ids[i] >= 0 && ids[i] < vocab_, ErrorKind::kOutOfRange,
+               "{}: token id {} at batch row {}, position {} of the {} is outside the vocabulary [0, {}); check the "
+               "dataset's tokenizer against the model's vocab_size",
+               describe(), ids[i], i / row, i % row, what, vocab_);
+  }
 }
 
 }  // namespace ht::models

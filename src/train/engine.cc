@@ -230,7 +230,10 @@ bool Engine::checkpoint_due_by_time() const {
 
 std::vector<data::MicroBatch> Engine::draw(std::int64_t count, bool validation) {
   std::vector<data::MicroBatch> batches;
-  for (std::int64_t i = 0; i < count; ++i) batches.push_back(validation ? data_.validation(i) : data_.next());
+  for (std::int64_t i = 0; i < count; ++i) {
+    batches.push_back(validation ? data_.validation(i) : data_.next());
+    model_->check_batch(batches.back().input, batches.back().target);
+  }
   return batches;
 }
 

@@ -312,6 +312,22 @@ TEST(Engine, CheckpointNowSavesTheCurrentStepOnce) {
 
 // Without a checkpoint directory a save cannot happen: checkpoint_now()
 // should say so as save_checkpoint() does (kConfig), not crash.
+// A token outside the model's vocabulary fails when the batch is drawn, on
+// the host, with the batch coordinates, before any step changes a weight.
+TEST(Engine, ATokenOutsideTheVocabularyFailsWhenDrawn) {
+  data::TokenSplits text = synthetic_text();
+  text.vocab_size = 300;
+  for (std::int32_t& id : text.train) id = 299;  // every window holds it
+  test::GPTRunOptions o = small_options();
+  o.engine.eval_batches = 0;
+  test::GPTEngine run(o, text);
+  const std::vector<float> before = all_weights(run.engine);
+  EXPECT_TRUE(test::throws_error([&] { run.engine.step(); }, ErrorKind::kOutOfRange,
+                                 {"token id 299 at batch row 0, position 0 of the input",
+                                  "outside the vocabulary [0, 256)", "vocab_size"}));
+  EXPECT_EQ(all_weights(run.engine), before);
+}
+
 TEST(Engine, CheckpointNowWithoutACheckpointDirectoryIsRefused) {
   const data::TokenSplits data = synthetic_text();
   test::GPTEngine t(small_options(), data);

@@ -46,6 +46,10 @@ class CausalLM : public nn::Model {
   Tensor backward_loss(nn::Context& ctx, float grad_scale = 1.f) override;
   /// (B, T, width) for tokens (B, T).
   Shape stage_input_shape(const Shape& input_shape) const override;
+  /// Token ids of the input and the targets (i32 host tensors) must lie in
+  /// [0, vocab_size()): a padding row is never a token. Tensors elsewhere
+  /// than on the host are left to the ops.
+  void check_batch(const Tensor& input, const Tensor& target) const override;
 
   /// Continues `prompt` (token ids) by `count` tokens sampled at `temperature`
   /// (0: greedy), using the last `context` tokens as the window; padding ids

@@ -80,6 +80,13 @@ class Model : public Module {
   /// returns the gradient of the stage's input (undefined on the first stage).
   virtual Tensor backward_loss(Context& ctx, float grad_scale) = 0;
 
+  /// Checks a micro-batch on the host when the engine draws it, before any
+  /// device or peer sees it: throws ht::Error naming what is wrong (a token
+  /// id outside the vocabulary, say), so a bad batch fails at once with the
+  /// data's own coordinates instead of inside a kernel. Accepts everything
+  /// by default.
+  virtual void check_batch(const Tensor& /*input*/, const Tensor& /*target*/) const {}
+
   /// Pipelines: the shape of the activations this (non-first) stage
   /// receives, for a micro-batch whose first-stage input has `input_shape`.
   /// The default refuses: the model does not split into stages.
