@@ -33,7 +33,10 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const std::int
     const float l = block_row_lse(row, v, smem);
     if (threadIdx.x == 0) {
       lse[i] = l;
-      losses[i] = l - row[targets[i]];
+      // An out-of-range target reads nothing: the driver recorded it for
+      // ops::raise_index_errors, which stops the step.
+      const std::int32_t t = targets[i];
+      losses[i] = t >= 0 && t < v ? l - row[t] : 0.f;
     }
   }
 }

@@ -1,6 +1,7 @@
-// CUDA cross-entropy driver: checks the targets on the device against the
-// full vocabulary (one wait for the check), throws as the CPU driver does,
-// then launches the op.
+// CUDA cross-entropy driver: records a target outside the full vocabulary
+// on the device, without a host wait (kernels/index_check.h; reported by
+// ht::ops::raise_index_errors, once per training step), then launches the
+// op, whose kernels read no logit for such a target.
 #include "core/cuda_check.h"
 #include "core/cuda_context.h"
 #include "index_check.h"
@@ -10,10 +11,8 @@
 namespace ht::ops::cuda {
 namespace {
 
-void check_targets(const Tensor& targets, std::int64_t vocab, cudaStream_t stream) {
-  if (const auto bad = ht::cuda::first_out_of_range(targets, vocab, stream))
-    throw Error(ErrorKind::kOutOfRange, fmt::format("cross_entropy: target {} at row {} is outside the vocabulary [0, {})",
-                                                    bad->value, bad->position, vocab));
+void record_bad_targets(const Tensor& targets, std::int64_t vocab, cudaStream_t stream) {
+  ht::cuda::record_out_of_range(targets, vocab, /*row_length=*/1, ht::cuda::IndexOp::kCrossEntropy, stream);
 }
 
 }  // namespace
@@ -23,7 +22,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& 
   if (n == 0) return;
   const ht::cuda::DeviceGuard guard(logits.device());
   const cudaStream_t stream = ht::cuda::current_stream();
-  check_targets(targets, v, stream);
+  record_bad_targets(targets, v, stream);
   HT_CUDA_CHECK(ht::cuda::launch_cross_entropy_forward(logits.data<float>(), targets.data<std::int32_t>(),
                                                        losses.data<float>(), lse.data<float>(), n, v, stream));
 }
@@ -34,7 +33,7 @@ void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, Vo
   if (n == 0) return;
   const ht::cuda::DeviceGuard guard(logits.device());
   const cudaStream_t stream = ht::cuda::current_stream();
-  check_targets(targets, shard.size, stream);
+  record_bad_targets(targets, shard.size, stream);
   HT_CUDA_CHECK(ht::cuda::launch_cross_entropy_shard_forward(logits.data<float>(), targets.data<std::int32_t>(),
                                                              lse.data<float>(), target_logit.data<float>(), n, v,
                                                              shard.real_rows(v), shard.start, stream));
@@ -46,7 +45,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   if (n == 0) return;
   const ht::cuda::DeviceGuard guard(logits.device());
   const cudaStream_t stream = ht::cuda::current_stream();
-  check_targets(targets, shard.size, stream);
+  record_bad_targets(targets, shard.size, stream);
   HT_CUDA_CHECK(ht::cuda::launch_cross_entropy_backward(logits.data<float>(), targets.data<std::int32_t>(),
                                                         lse.data<float>(), dloss, dlogits.data<float>(), n, v,
                                                         shard.real_rows(v), shard.start, stream));

@@ -2,11 +2,12 @@
 //
 // - first_out_of_range: checked before use, one host wait; a bad index
 //   throws ht::Error before any output is touched, as on the CPU
-//   (cross-entropy, index-select).
+//   (index-select).
 // - record_out_of_range: no host wait; the kernels skip a bad index and the
 //   first is kept in the device's IndexErrorRecord until
 //   ht::ops::raise_index_errors reads it, once per training step
-//   (embedding, so that a step's forward and backward never wait).
+//   (embedding and cross-entropy, so that a step's forward and backward
+//   never wait).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,7 +24,7 @@
 namespace ht::cuda {
 
 /// Which op recorded an index error (IndexErrorRecord::op).
-enum class IndexOp : int { kEmbedding = 1 };
+enum class IndexOp : int { kEmbedding = 1, kCrossEntropy = 2 };
 
 /// The record of CUDA device `device`: allocated and cleared on first use,
 /// kept for the process's life. Thread-safe.

@@ -48,6 +48,11 @@ void raise_cuda_index_errors(Device device) {
   const std::int64_t position = std::int64_t(seen.first >> 32);
   const auto value = static_cast<std::int32_t>(static_cast<std::uint32_t>(seen.first & 0xffffffffu));
   const std::int64_t t = std::max<std::int64_t>(seen.row_length, 1);
+  if (seen.op == int(ht::cuda::IndexOp::kCrossEntropy))
+    throw Error(ErrorKind::kOutOfRange,
+                fmt::format("cross_entropy on {}: target {} at row {} is outside the vocabulary [0, {}); its loss "
+                            "and gradient were skipped. Check the dataset's targets against the model's vocab_size",
+                            device.str(), value, position, seen.limit));
   throw Error(ErrorKind::kOutOfRange,
               fmt::format("embedding on {}: token id {} at batch row {}, position {} is outside the vocabulary [0, "
                           "{}); its row was skipped. Check the dataset's tokenizer against the model's vocab_size",

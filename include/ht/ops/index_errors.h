@@ -1,11 +1,13 @@
 // Index errors that CUDA ops defer to the host's next read.
 //
 // On the CPU an op that reads indices throws at once when one is out of
-// range. On a CUDA device the embedding does not make the host wait to check
-// its token ids (a training step would otherwise wait on the device twice per
-// micro-batch): an id outside the vocabulary is skipped on the device (its
-// output row holds the position term alone, its gradient is not scattered)
-// and the first one is recorded there. raise_index_errors reads the record
+// range. On a CUDA device the embedding and cross-entropy do not make the
+// host wait to check their token ids and targets (a training step would
+// otherwise wait on the device several times per micro-batch): an id outside
+// the vocabulary is skipped on the device (an embedding row holds the
+// position term alone and scatters no gradient; a cross-entropy row's loss is
+// 0 and its target gets no -1 in the gradient) and the lowest position is
+// recorded there. raise_index_errors reads the record
 // and throws; the engine calls it once per step, where it reads the loss
 // anyway, so a bad token still stops training before the optimizer step that
 // would use its gradients. (The engine also checks every batch on the host
