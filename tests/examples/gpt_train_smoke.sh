@@ -33,4 +33,8 @@ expect_error "vocabulary (256) is larger than the model's vocab_size (100)" --da
 expect_error "--steps" --steps -3
 expect_error "unknown device" --data "$work/run/tokens.h5" --run-dir "$work/r6" --device tpu
 expect_error "bogus" --bogus-flag
+if ! nvidia-smi -L > /dev/null 2>&1; then  # without a GPU, --device cuda says so before any work
+  expect_error "no CUDA device is visible\|has no CUDA backend" --data "$work/run/tokens.h5" --run-dir "$work/r8" \
+    --device cuda
+fi
 echo "gpt_train smoke: all checks passed"
