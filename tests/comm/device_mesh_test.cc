@@ -11,6 +11,7 @@
 #include "ht/comm/device_mesh.h"
 #include "ht/comm/mpi_communicator.h"
 #include "ht/comm/work.h"
+#include "comm/mpi_world.h"
 #include "test_util.h"
 
 namespace ht::comm {
@@ -18,23 +19,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class WorldEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    CommOptions options;
-    options.timeout = 60s;
-    world = make_mpi_world(options);
-  }
-  void TearDown() override {
-    world->finalize(30s);
-    world.reset();
-  }
-  std::unique_ptr<Communicator> world;
-};
-WorldEnvironment* const g_env =
-    static_cast<WorldEnvironment*>(::testing::AddGlobalTestEnvironment(new WorldEnvironment));
-
-Communicator& world() { return *g_env->world; }
+Communicator& world() { return test::mpi_world(); }
 
 // A mesh owns its world, so each test hands it a copy of the test's world.
 std::unique_ptr<Communicator> world_copy(const std::string& name) { return world().split(0, world().rank(), name); }

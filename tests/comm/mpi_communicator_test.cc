@@ -21,6 +21,7 @@
 #include "ht/comm/mpi_communicator.h"
 #include "ht/comm/work.h"
 #include "ht/core/memory.h"
+#include "comm/mpi_world.h"
 #include "test_util.h"
 
 namespace ht::comm {
@@ -34,27 +35,7 @@ constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, Red
 constexpr std::int64_t kCounts[] = {0, 1, 2, 7, 13, 1000, 4097};
 
 // One world communicator for the whole binary, finalised after the last test.
-class WorldEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    CommOptions options;
-    options.timeout = 60s;
-    options.run_dir = run_dir.string();  // flight-recorder dumps of the failure tests
-    world = make_mpi_world(options);
-  }
-  void TearDown() override {
-    world->finalize(30s);
-    world.reset();
-    std::filesystem::remove_all(run_dir);
-  }
-  std::unique_ptr<Communicator> world;
-  const std::filesystem::path run_dir =
-      std::filesystem::temp_directory_path() / ("ht_mpi_communicator_test." + std::to_string(::getpid()));
-};
-WorldEnvironment* const g_env =
-    static_cast<WorldEnvironment*>(::testing::AddGlobalTestEnvironment(new WorldEnvironment));
-
-Communicator& world() { return *g_env->world; }
+Communicator& world() { return test::mpi_world(); }
 
 // Small integers in [-5, 5], different on every rank and element.
 double value(int rank, std::int64_t i) { return double((i * 7 + rank * 3 + 1) % 11) - 5.0; }

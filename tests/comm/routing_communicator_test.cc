@@ -13,6 +13,7 @@
 #include "ht/comm/mpi_communicator.h"
 #include "ht/comm/routing_communicator.h"
 #include "ht/comm/work.h"
+#include "comm/mpi_world.h"
 #include "test_util.h"
 
 namespace ht::comm {
@@ -20,23 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class WorldEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    CommOptions options;
-    options.timeout = 60s;
-    world = make_mpi_world(options);
-  }
-  void TearDown() override {
-    world->finalize(30s);
-    world.reset();
-  }
-  std::unique_ptr<Communicator> world;
-};
-WorldEnvironment* const g_env =
-    static_cast<WorldEnvironment*>(::testing::AddGlobalTestEnvironment(new WorldEnvironment));
-
-Communicator& world() { return *g_env->world; }
+Communicator& world() { return test::mpi_world(); }
 
 // A routing communicator over two copies of the world.
 std::unique_ptr<Communicator> routed(const std::string& name) {
