@@ -46,14 +46,13 @@ __global__ void embedding_forward_kernel(const std::int32_t* ids, const float* w
 // The lowest bad position, with its id, by one 64-bit atomicMin, so the
 // record does not depend on scheduling.
 __global__ void record_out_of_range_kernel(const std::int32_t* ids, std::int64_t n, std::int64_t limit,
-                                           std::int64_t row_length, int op, IndexErrorRecord* record) {
+                                           std::int64_t row_length, IndexErrorRecord* record) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
     const std::int32_t id = ids[i];
     if (id >= 0 && id < limit) continue;
     atomicMin(&record->first, (static_cast<unsigned long long>(i) << 32) | static_cast<std::uint32_t>(id));
     record->limit = limit;
     record->row_length = row_length;
-    record->op = op;
   }
 }
 
@@ -128,10 +127,9 @@ __global__ void embedding_backward_wpe_kernel(const float* dout, float* dwpe, st
 }  // namespace
 
 cudaError_t launch_record_out_of_range(const std::int32_t* ids, std::int64_t n, std::int64_t limit,
-                                       std::int64_t row_length, int op, IndexErrorRecord* record,
-                                       cudaStream_t stream) {
+                                       std::int64_t row_length, IndexErrorRecord* record, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  record_out_of_range_kernel<<<grid_for(n), kBlock, 0, stream>>>(ids, n, limit, row_length, op, record);
+  record_out_of_range_kernel<<<grid_for(n), kBlock, 0, stream>>>(ids, n, limit, row_length, record);
   return cudaGetLastError();
 }
 

@@ -23,12 +23,13 @@
 
 namespace ht::cuda {
 
-/// Which op recorded an index error (IndexErrorRecord::op).
-enum class IndexOp : int { kEmbedding = 1, kCrossEntropy = 2 };
+/// The ops that record index errors, each in a record of its own, so that
+/// one op's position, range and row length never mix with another's.
+enum class IndexOp : int { kEmbedding, kCrossEntropy, kCount };
 
-/// The record of CUDA device `device`: allocated and cleared on first use,
-/// kept for the process's life. Thread-safe.
-IndexErrorRecord* index_error_record(int device);
+/// The kCount records of CUDA device `device`, by IndexOp: allocated and
+/// cleared on first use, kept for the process's life. Thread-safe.
+IndexErrorRecord* index_error_records(int device);
 
 /// Records the lowest position of `ids` (i32, on the current device, fewer
 /// than 2^31) whose id lies outside [0, limit) in the device's record, with
@@ -36,8 +37,8 @@ IndexErrorRecord* index_error_record(int device);
 /// not wait.
 inline void record_out_of_range(const Tensor& ids, std::int64_t limit, std::int64_t row_length, IndexOp op,
                                 cudaStream_t stream) {
-  HT_CUDA_CHECK(launch_record_out_of_range(ids.data<std::int32_t>(), ids.numel(), limit, row_length, int(op),
-                                           index_error_record(ids.device().index), stream));
+  HT_CUDA_CHECK(launch_record_out_of_range(ids.data<std::int32_t>(), ids.numel(), limit, row_length,
+                                           index_error_records(ids.device().index) + int(op), stream));
 }
 
 struct BadIndex {

@@ -134,16 +134,13 @@ struct IndexErrorRecord {
   unsigned long long first;  // (position << 32) | uint32(value) of the lowest bad position, by atomicMin
   long long limit;           // the valid range [0, limit)
   long long row_length;      // positions per batch row (t), to name row and position
-  int op;                    // ht::cuda::IndexOp
-  int pad;
 };
 
 /// Lowers record->first to the lowest position of `ids` (n < 2^31) whose id
-/// lies outside [0, limit), with its value, and stores limit, row_length and
-/// op when there is one; the host does not wait.
+/// lies outside [0, limit), with its value, and stores limit and row_length
+/// when there is one; the host does not wait.
 cudaError_t launch_record_out_of_range(const std::int32_t* ids, std::int64_t n, std::int64_t limit,
-                                       std::int64_t row_length, int op, IndexErrorRecord* record,
-                                       cudaStream_t stream);
+                                       std::int64_t row_length, IndexErrorRecord* record, cudaStream_t stream);
 /// *first_bad = min(*first_bad, i) over the positions i whose id lies outside
 /// [0, limit) (atomicMin, so the result does not depend on scheduling); the
 /// caller initialises *first_bad to all ones. Shared with cross-entropy.

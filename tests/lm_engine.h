@@ -39,6 +39,19 @@ struct LmEngine {
 };
 
 using GPTRunOptions = LmRunOptions<models::GPTConfig>;
+
+/// The tests' tiny GPT (V256 T32 L2 H2 C32) on 16-token windows, micro-batch
+/// 4, lr 3e-3 after 2 warm-up steps, for `steps` steps.
+inline GPTRunOptions tiny_gpt_options(std::int64_t steps) {
+  GPTRunOptions o;
+  o.model = {.vocab_size = 256, .context = 32, .n_layer = 2, .n_head = 2, .n_embd = 32};
+  o.seq_len = 16;
+  o.engine.micro_batch = 4;
+  o.engine.steps = steps;
+  o.engine.warmup_steps = 2;
+  o.engine.lr = 3e-3f;
+  return o;
+}
 using GPTEngine = LmEngine<models::GPT, models::GPTConfig>;
 using LlamaRunOptions = LmRunOptions<models::LlamaConfig>;
 using LlamaEngine = LmEngine<models::Llama, models::LlamaConfig>;

@@ -50,6 +50,10 @@ TEST(RoutingCommunicator, HostTensorsTakeTheHostPlane) {
   Tensor x = i32_tensor({rank + 1});
   comm->all_reduce(x, x, ReduceOp::kSum)->wait();
   EXPECT_EQ(x.to_vector<std::int32_t>()[0], size * (size + 1) / 2);
+  // On a host plane stream_wait() is wait(): the result is there when it returns.
+  Tensor y = i32_tensor({rank + 1});
+  comm->all_reduce(y, y, ReduceOp::kMax)->stream_wait();
+  EXPECT_EQ(y.to_vector<std::int32_t>()[0], size);
 
   Tensor all = Tensor::zeros({size}, DType::kI32);
   comm->all_gather(i32_tensor({10 * rank}), all)->wait();

@@ -64,12 +64,7 @@ TEST(CudaAllocator, SteadyTrainingStepAllocatesAndWaitsForNothing) {
   data.vocab_size = 256;
   for (int i = 0; i < 4000; ++i) data.train.push_back(std::int32_t((i * 7) % 251));
   for (int i = 0; i < 400; ++i) data.val.push_back(std::int32_t((i * 7) % 251));
-  test::GPTRunOptions o;
-  o.model = {.vocab_size = 256, .context = 32, .n_layer = 2, .n_head = 2, .n_embd = 32};
-  o.seq_len = 16;
-  o.engine.micro_batch = 4;
-  o.engine.steps = 10;
-  o.engine.warmup_steps = 2;
+  test::GPTRunOptions o = test::tiny_gpt_options(/*steps=*/10);
   o.engine.device = Device::cuda(0);
   // As the training job does: the run's work on a stream of its own.
   const Stream stream(Device::cuda(0));

@@ -244,13 +244,7 @@ data::TokenSplits pattern_text() {
 // from the blocks the previous step freed.
 TEST_F(HostCacheTest, SteadyTrainingStepMakesNoSystemAllocation) {
   const data::TokenSplits data = pattern_text();
-  test::GPTRunOptions o;
-  o.model = {.vocab_size = 256, .context = 32, .n_layer = 2, .n_head = 2, .n_embd = 32};
-  o.seq_len = 16;
-  o.engine.micro_batch = 4;
-  o.engine.steps = 10;
-  o.engine.warmup_steps = 2;
-  o.engine.lr = 3e-3f;
+  const test::GPTRunOptions o = test::tiny_gpt_options(/*steps=*/10);
   test::GPTEngine run(o, data);
   for (int i = 0; i < 2; ++i) run.engine.step();  // warm-up: optimizer state, first activations
   for (int i = 0; i < 3; ++i) {

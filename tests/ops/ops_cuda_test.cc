@@ -850,6 +850,24 @@ TEST(OpsCudaErrors, EmbeddingRecordsTokenOutsideVocabulary) {
     for (std::int64_t j = 0; j < c; ++j) EXPECT_EQ(g[std::size_t(r * c + j)], r == 1 ? 8.f : 0.f) << "row " << r;
 }
 
+// Errors of two ops in one step keep their own fields: the embedding's is
+// reported with its own row and position, and the report clears both.
+TEST(OpsCudaErrors, TwoOpsRecordsDoNotMix) {
+  if (ht::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Device dev = Device::cuda();
+  const Tensor tokens = Tensor::from_vector(std::vector<std::int32_t>{1, 1, 1, 9}, {2, 2}).to(dev);
+  const Tensor wte = Tensor::zeros({7, 4}, DType::kF32, dev);
+  Tensor out = Tensor::zeros({2, 2, 4}, DType::kF32, dev);
+  const Tensor targets = Tensor::from_vector(std::vector<std::int32_t>{-2, 0, 0, 0}, {4}).to(dev);
+  const Tensor logits = Tensor::zeros({4, 3}, DType::kF32, dev);
+  Tensor losses = Tensor::zeros({4}, DType::kF32, dev), lse = Tensor::zeros({4}, DType::kF32, dev);
+  ops::cross_entropy_forward(logits, targets, losses, lse);  // a lower position (0), another op
+  ops::embedding_forward(tokens, wte, Tensor(), out);
+  EXPECT_TRUE(test::throws_error([&] { ops::raise_index_errors(dev); }, ErrorKind::kOutOfRange,
+                                 {"embedding", "token id 9 at batch row 1, position 1", "[0, 7)"}));
+  ops::raise_index_errors(dev);  // both cleared
+}
+
 TEST(OpsCudaErrors, CrossEntropyRecordsTargetOutsideVocabulary) {
   if (ht::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const Device dev = Device::cuda();

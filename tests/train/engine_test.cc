@@ -32,13 +32,7 @@ data::TokenSplits synthetic_text() {
 }
 
 test::GPTRunOptions small_options() {
-  test::GPTRunOptions o;
-  o.model = {.vocab_size = 256, .context = 32, .n_layer = 2, .n_head = 2, .n_embd = 32};
-  o.seq_len = 16;
-  o.engine.micro_batch = 4;
-  o.engine.steps = 6;
-  o.engine.warmup_steps = 2;
-  o.engine.lr = 3e-3f;
+  test::GPTRunOptions o = test::tiny_gpt_options(/*steps=*/6);
   o.engine.eval_batches = 2;
   return o;
 }

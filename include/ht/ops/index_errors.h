@@ -18,9 +18,10 @@
 
 namespace ht::ops {
 
-/// Throws ht::Error(kOutOfRange) naming the op, the index, its flattened
-/// position and the valid range if a CUDA op on `device` recorded an index
-/// error since the last call, and clears the record. A host wait on the
+/// Throws ht::Error(kOutOfRange) naming the op, the index, its position and
+/// the valid range if a CUDA op on `device` recorded an index error since the
+/// last call (the embedding's first when both ops did; each op keeps its own
+/// record), and clears every record. A host wait on the
 /// current stream for a CUDA device; returns at once for the CPU.
 void raise_index_errors(Device device);
 
