@@ -47,7 +47,7 @@ case "$case" in
     run one -- --steps 150
     grep -q "^# val loss .* -> " "$work/one.out" || fail "no validation summary"
     [ "$(grep -c '"type":"step"' "$work/one/metrics.jsonl")" = 150 ] || fail "metrics.jsonl lacks 150 step lines"
-    grep '"type":"step"' "$work/one/metrics.jsonl" | head -1 | grep -q '"loss":' || fail "step lines lack loss"
+    grep -m1 '"type":"step"' "$work/one/metrics.jsonl" | grep -q '"loss":' || fail "step lines lack loss"
     grep -q '"model":"MLP 16-64-4"' "$work/one/metrics.jsonl" || fail "the run line does not name the model" ;;
   zero3)
     run one -- --steps 40 --micro-batch 64

@@ -16,7 +16,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 grep -q "^step 12/12 | loss" "$work/out.txt" || fail "no progress line for the last step"
 grep -q "^# sample" "$work/out.txt" || fail "no sample printed"
 [ "$(grep -c '"type":"step"' "$work/run/metrics.jsonl")" = 12 ] || fail "metrics.jsonl lacks 12 step lines"
-grep '"type":"step"' "$work/run/metrics.jsonl" | head -1 | grep -q '"loss":' || fail "step lines lack loss"
+grep -m1 '"type":"step"' "$work/run/metrics.jsonl" | grep -q '"loss":' || fail "step lines lack loss"
 grep -q '"val_loss"' "$work/run/metrics.jsonl" || fail "no validation lines"
 
 expect_error() {  # expect_error PATTERN ARGS...: must exit non-zero and print PATTERN
