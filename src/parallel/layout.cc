@@ -3,6 +3,7 @@
 #include "ht/parallel/layout.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <limits>
@@ -173,6 +174,67 @@ std::pair<int, int> stage_layers(int n_layers, int stage, int stages) {
   HT_CHECK_ARG(stages > 0 && stage >= 0 && stage < stages, "stage {} outside a pipeline of {}", stage, stages);
   const std::vector<int> b = partition_by_count(n_layers, stages);
   return {b[std::size_t(stage)], b[std::size_t(stage) + 1]};
+}
+
+namespace {
+
+// "3,5,5,3": layer counts as --stage-layers takes them.
+std::string counts_str(const std::vector<int>& counts) { return fmt::format("{}", fmt::join(counts, ",")); }
+
+}  // namespace
+
+std::vector<int> stage_boundaries(const std::vector<int>& counts, int stages) {
+  if (counts.empty()) return {};
+  HT_CHECK(int(counts.size()) == stages, ErrorKind::kConfig,
+           "--stage-layers {} gives {} pipeline stages but the pipeline has {} (--pp {}): give one layer count per "
+           "stage, or none for the split by count",
+           counts_str(counts), counts.size(), stages, stages);
+  std::vector<int> b{0};
+  for (std::size_t s = 0; s < counts.size(); ++s) {
+    HT_CHECK(counts[s] >= 1, ErrorKind::kConfig,
+             "--stage-layers {}: stage {} would hold {} layers; every pipeline stage needs at least one", counts_str(counts),
+             s, counts[s]);
+    HT_CHECK(counts[s] <= std::numeric_limits<int>::max() - b.back(), ErrorKind::kConfig,
+             "--stage-layers {}: the layers add up beyond {}", counts_str(counts), std::numeric_limits<int>::max());
+    b.push_back(b.back() + counts[s]);
+  }
+  return b;
+}
+
+std::vector<int> layers_per_stage(const std::vector<int>& boundaries) {
+  std::vector<int> counts;
+  for (std::size_t s = 0; s + 1 < boundaries.size(); ++s) counts.push_back(boundaries[s + 1] - boundaries[s]);
+  return counts;
+}
+
+void validate_boundaries(const std::vector<int>& boundaries, int n_layers, int stages) {
+  // The sizes first (stages > 0, a layer per stage at least), with
+  // partition_by_count's errors; its split is the valid choice offered.
+  const std::vector<int> by_count = partition_by_count(n_layers, stages);
+  if (boundaries.empty()) return;
+  const std::string valid = fmt::format("e.g. --stage-layers {} (the split by count)", counts_str(layers_per_stage(by_count)));
+  HT_CHECK(boundaries.size() == by_count.size(), ErrorKind::kConfig,
+           "{} pipeline stage boundaries ({}) make {} stages but the pipeline has {}: give one layer count per stage "
+           "({} boundaries), {}",
+           boundaries.size(), counts_str(boundaries), int(boundaries.size()) - 1, stages, stages + 1, valid);
+  HT_CHECK(boundaries.front() == 0, ErrorKind::kConfig,
+           "pipeline stage boundaries {} start at layer {}: the first stage starts at layer 0, {}", counts_str(boundaries),
+           boundaries.front(), valid);
+  const std::vector<int> counts = layers_per_stage(boundaries);
+  for (std::size_t s = 0; s < counts.size(); ++s)
+    HT_CHECK(counts[s] >= 1, ErrorKind::kConfig,
+             "--stage-layers {}: stage {} would hold {} layers; every pipeline stage needs at least one, {}",
+             counts_str(counts), s, counts[s], valid);
+  HT_CHECK(boundaries.back() == n_layers, ErrorKind::kConfig,
+           "--stage-layers {} sums to {} layers but the model has {}: the layers per stage must sum to {}, {}",
+           counts_str(counts), boundaries.back(), n_layers, n_layers, valid);
+}
+
+std::pair<int, int> stage_layers(int n_layers, int stage, int stages, const std::vector<int>& boundaries) {
+  HT_CHECK_ARG(stages > 0 && stage >= 0 && stage < stages, "stage {} outside a pipeline of {}", stage, stages);
+  validate_boundaries(boundaries, n_layers, stages);
+  if (boundaries.empty()) return stage_layers(n_layers, stage, stages);
+  return {boundaries[std::size_t(stage)], boundaries[std::size_t(stage) + 1]};
 }
 
 namespace {

@@ -530,5 +530,124 @@ TEST(Partition, BadSizesAreClearErrors) {
                                  {"beyond int64"}));
 }
 
+// ---- chosen stage boundaries ------------------------------------------------------
+
+// Every way to cut n layers into p non-empty contiguous stages, as layer counts.
+void for_each_composition(int n, int p, const std::function<void(const std::vector<int>&)>& fn) {
+  std::vector<int> counts;
+  std::function<void(int)> rec = [&](int left) {
+    if (int(counts.size()) == p - 1) {
+      counts.push_back(left);
+      fn(counts);
+      counts.pop_back();
+      return;
+    }
+    for (int c = 1; c <= left - (p - 1 - int(counts.size())); ++c) {
+      counts.push_back(c);
+      rec(left - c);
+      counts.pop_back();
+    }
+  };
+  rec(n);
+}
+
+TEST(ChosenStages, EveryContiguousSplitRunsEachLayerOnce) {
+  int splits = 0;
+  for (int n = 1; n <= 12; ++n)
+    for (int p = 1; p <= n; ++p)
+      for_each_composition(n, p, [&](const std::vector<int>& counts) {
+        ++splits;
+        const std::vector<int> b = stage_boundaries(counts, p);
+        expect_valid_partition(b, n, p);
+        EXPECT_EQ(layers_per_stage(b), counts);
+        EXPECT_NO_THROW(validate_boundaries(b, n, p));
+        std::vector<int> stage_of(std::size_t(n), -1);
+        for (int s = 0; s < p; ++s) {
+          const auto [first, last] = stage_layers(n, s, p, b);
+          EXPECT_EQ(last - first, counts[std::size_t(s)]) << "stage " << s;
+          for (int l = first; l < last; ++l) {
+            EXPECT_EQ(stage_of[std::size_t(l)], -1) << "layer " << l << " on two stages";
+            stage_of[std::size_t(l)] = s;
+          }
+        }
+        // Each layer on exactly one stage, in stage order.
+        EXPECT_TRUE(std::is_sorted(stage_of.begin(), stage_of.end()));
+        EXPECT_EQ(std::count(stage_of.begin(), stage_of.end(), -1), 0);
+      });
+  EXPECT_EQ(splits, (1 << 12) - 1);  // sum over n of 2^(n-1) compositions
+  EXPECT_EQ(stage_boundaries({3, 5, 5, 3}, 4), (std::vector<int>{0, 3, 8, 13, 16}));
+  EXPECT_EQ(stage_layers(16, 1, 4, {0, 3, 8, 13, 16}), std::make_pair(3, 8));
+}
+
+TEST(ChosenStages, NoBoundariesIsByCount) {
+  for (int n = 1; n <= 32; ++n)
+    for (int p = 1; p <= n; ++p) {
+      EXPECT_TRUE(stage_boundaries({}, p).empty());
+      EXPECT_NO_THROW(validate_boundaries({}, n, p));
+      for (int s = 0; s < p; ++s) EXPECT_EQ(stage_layers(n, s, p, {}), stage_layers(n, s, p));
+      // The split by count given explicitly is the same split.
+      const std::vector<int> b = partition_by_count(n, p);
+      EXPECT_EQ(stage_boundaries(layers_per_stage(b), p), b);
+    }
+}
+
+// Every short vector of small values (the malformed ones included) against
+// the definition: accepted exactly when it is empty or has p + 1 entries from
+// 0 to n, strictly increasing; refused with kConfig otherwise.
+TEST(ChosenStages, ValidateAcceptsExactlyTheContiguousSplits) {
+  for (int n = 1; n <= 4; ++n)
+    for (int p = 1; p <= n; ++p)
+      for (int len = 0; len <= p + 2; ++len) {
+        std::vector<int> b(std::size_t(len), -1);
+        while (true) {
+          bool valid = b.empty();
+          if (len == p + 1) {
+            valid = b.front() == 0 && b.back() == n;
+            for (int s = 0; s < p; ++s) valid = valid && b[std::size_t(s)] < b[std::size_t(s) + 1];
+          }
+          if (valid) {
+            EXPECT_NO_THROW(validate_boundaries(b, n, p));
+          } else {
+            EXPECT_TRUE(test::throws_error([&] { validate_boundaries(b, n, p); }, ErrorKind::kConfig, {"e.g. --stage-layers"}))
+                << n << " layers, " << p << " stages, boundaries " << ::testing::PrintToString(b);
+          }
+          // Next vector of values in [-1, n + 1].
+          std::size_t i = 0;
+          while (i < b.size() && b[i] == n + 1) b[i++] = -1;
+          if (i == b.size()) break;
+          ++b[i];
+        }
+      }
+}
+
+TEST(ChosenStages, BadSplitsAreClearErrors) {
+  // What users type: the wrong count of stages, a zero, a sum other than the layer count.
+  EXPECT_TRUE(test::throws_error([] { stage_boundaries({3, 5, 5}, 4); }, ErrorKind::kConfig,
+                                 {"--stage-layers 3,5,5 gives 3 pipeline stages but the pipeline has 4 (--pp 4)",
+                                  "one layer count per stage"}));
+  EXPECT_TRUE(test::throws_error([] { stage_boundaries({3, 0, 5, 8}, 4); }, ErrorKind::kConfig,
+                                 {"--stage-layers 3,0,5,8: stage 1 would hold 0 layers", "at least one"}));
+  EXPECT_TRUE(test::throws_error([] { stage_boundaries({2, -1}, 2); }, ErrorKind::kConfig,
+                                 {"stage 1 would hold -1 layers"}));
+  EXPECT_TRUE(test::throws_error([] { stage_boundaries({std::numeric_limits<int>::max(), 1}, 2); },
+                                 ErrorKind::kConfig, {"add up beyond"}));
+  EXPECT_TRUE(test::throws_error([] { validate_boundaries({0, 3, 8, 13, 16}, 15, 4); }, ErrorKind::kConfig,
+                                 {"--stage-layers 3,5,5,3 sums to 16 layers but the model has 15",
+                                  "e.g. --stage-layers 4,4,4,3 (the split by count)"}));
+  EXPECT_TRUE(test::throws_error([] { stage_layers(4, 0, 2, {0, 1, 5}); }, ErrorKind::kConfig,
+                                 {"--stage-layers 1,4 sums to 5 layers but the model has 4", "e.g. --stage-layers 2,2"}));
+  EXPECT_TRUE(test::throws_error([] { validate_boundaries({0, 3, 3, 6}, 6, 3); }, ErrorKind::kConfig,
+                                 {"--stage-layers 3,0,3: stage 1 would hold 0 layers"}));
+  EXPECT_TRUE(test::throws_error([] { validate_boundaries({0, 3, 6}, 6, 3); }, ErrorKind::kConfig,
+                                 {"make 2 stages but the pipeline has 3", "e.g. --stage-layers 2,2,2"}));
+  EXPECT_TRUE(test::throws_error([] { validate_boundaries({1, 3, 6}, 6, 2); }, ErrorKind::kConfig,
+                                 {"start at layer 1"}));
+  // The sizes themselves, as partition_by_count refuses them.
+  EXPECT_TRUE(test::throws_error([] { validate_boundaries({0, 1, 2, 3, 4}, 3, 4); }, ErrorKind::kConfig,
+                                 {"3 layers cannot fill 4 pipeline stages"}));
+  EXPECT_TRUE(test::throws_error([] { stage_layers(4, 2, 2, {0, 1, 4}); }, ErrorKind::kInvalidArgument,
+                                 {"stage 2 outside a pipeline of 2"}));
+}
+
 }  // namespace
 }  // namespace ht::parallel

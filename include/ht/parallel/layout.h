@@ -146,11 +146,34 @@ HybridShard hybrid_shard(int dp_size, int shard_group, int dp_rank, int zero_sta
 /// Throws kConfig for stages <= 0 or n_layers < stages (a stage without a
 /// layer).
 std::vector<int> partition_by_count(int n_layers, int stages);
-/// Stage `stage`'s layers [first, second) under partition_by_count (what
-/// models::GPT and models::Llama build their stages from). Throws
+/// Stage `stage`'s layers [first, second) under partition_by_count. Throws
 /// kInvalidArgument for stages <= 0 or a stage outside [0, stages), then as
 /// partition_by_count does.
 std::pair<int, int> stage_layers(int n_layers, int stage, int stages);
+
+/// Chosen stages (Megatron's --decoder-first-pipeline-num-layers, DeepSpeed's
+/// partition_method), in the form users type them (--stage-layers): `counts[s]`
+/// layers on stage s. Returns their boundaries, the prefix sums:
+///   {3, 5, 5, 3} -> {0, 3, 8, 13, 16}.
+/// Empty in, empty out (by count). Throws kConfig naming the values when
+/// there are not `stages` counts, a count is below 1, or the total passes int.
+std::vector<int> stage_boundaries(const std::vector<int>& counts, int stages);
+/// The inverse: the layers of each stage of `boundaries` ({0, 3, 8} -> {3, 5}).
+std::vector<int> layers_per_stage(const std::vector<int>& boundaries);
+
+/// Checks chosen `boundaries` of `n_layers` layers over `stages` stages:
+/// stages + 1 entries, b[0] = 0, b[stages] = n_layers, strictly increasing
+/// (every stage holds a layer at least). Empty boundaries (by count) pass
+/// when partition_by_count accepts the sizes. Throws kConfig saying what is
+/// wrong in layers per stage ("--stage-layers 3,5,5,3 sums to 16 layers but
+/// the model has 15") with a valid choice (the split by count); for
+/// stages <= 0 or n_layers < stages as partition_by_count does.
+void validate_boundaries(const std::vector<int>& boundaries, int n_layers, int stages);
+/// Stage `stage`'s layers [first, second) under `boundaries` (empty: by
+/// count, the overload above): what models::GPT and models::Llama build
+/// their stage from (nn::PipelineStage::boundaries). Throws kInvalidArgument
+/// for a stage outside [0, stages), then as validate_boundaries does.
+std::pair<int, int> stage_layers(int n_layers, int stage, int stages, const std::vector<int>& boundaries);
 
 /// By cost: `layer_costs[i] >= 0` in any integer unit (FLOPs, bytes, µs;
 /// integers, so that ties are exact). Every stage gets at least one layer.
