@@ -26,6 +26,7 @@
 #include "ht/nn/layer_norm.h"
 #include "ht/nn/lm_head.h"
 #include "ht/models/causal_lm.h"
+#include "ht/nn/model_spec.h"
 
 namespace ht::models {
 
@@ -53,6 +54,10 @@ struct GPTConfig {
   /// 12 L T C), for MFU; N counts the real vocabulary only (the padding's
   /// work is not useful work).
   double flops_per_token(std::int64_t seq_len) const;
+  /// The model's layers for planning (nn::ModelSpec) at sequence length
+  /// `seq_len`, counted from what this library's layers keep and compute
+  /// (src/models/model_specs.cc).
+  nn::ModelSpec spec(std::int64_t seq_len) const;
   /// "L6 H6 C384 V256 T256", with " Vp50304" when the vocabulary is padded
   /// (a checkpoint of a padded model does not resume an unpadded one).
   std::string str() const;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ht/models/causal_lm.h"
+#include "ht/nn/model_spec.h"
 
 namespace ht::models {
 
@@ -53,6 +54,10 @@ struct LlamaConfig {
   /// embedding, a lookup, and without the head's padding rows) plus
   /// attention's 12 L T C.
   double flops_per_token(std::int64_t seq_len) const;
+  /// The model's layers for planning (nn::ModelSpec) at sequence length
+  /// `seq_len`, counted from what this library's layers keep and compute
+  /// (src/models/model_specs.cc).
+  nn::ModelSpec spec(std::int64_t seq_len) const;
   /// "L6 H6 KV2 C384 F1024 V256 T256 theta10000", with " Vp<rows>" after
   /// V when the vocabulary is padded.
   std::string str() const;

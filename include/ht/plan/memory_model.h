@@ -1,0 +1,70 @@
+// ht::plan memory model: the bytes one rank of each pipeline stage holds at
+// its step peak, by category, for a model spec and a layout. Computed per
+// stage (the first holds the embedding, the last the head and the logits;
+// 1F1B keeps p - s micro-batches in flight on stage s, GPipe all m), never
+// averaged over stages.
+//
+// Per category, with c the compute dtype's bytes, r the reduction dtype's,
+// P the parameter elements this rank's stage holds (its tp part; a weight
+// shared with another stage counted on each), S the ZeRO shard count:
+//   parameters   c P, or c P / S at ZeRO-3 plus the two units gathered at
+//                once (the one computing and the one prefetched);
+//   gradients    ZeRO 0-1: c P, and r P more when c != r; ZeRO 2: the
+//                compute-dtype buckets backward fills before each is
+//                reduce-scattered (c P at most) and r P / S; ZeRO 3: one
+//                unit's full gradient in each dtype and r P / S;
+//   optimizer    AdamW's two f32 moments, and f32 master weights under
+//                mixed precision: (8 + 4) P / S from ZeRO 1 (S = 1 at 0);
+//   activations  what forward keeps (nn::ModelSpec's per-mode figures)
+//                times the micro-batches in flight, plus the largest
+//                backward working set (with full recomputation, one block's
+//                whole forward again), plus the stage's received input;
+//   communication  the pipeline's send and receive buffers of one
+//                micro-batch's activations.
+// This is the allocator's accounting (ht/core/memory.h), so the bench
+// compares the two category by category (docs/benchmarks.md).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "ht/core/memory.h"
+#include "ht/nn/model_spec.h"
+#include "ht/plan/layout_choice.h"
+
+namespace ht::plan {
+
+struct StageMemory {
+  int stage = 0;
+  int first_block = 0, blocks = 0;  // block indices [first_block, first_block + blocks)
+  /// Bytes by ht::MemCategory (kParameters ... kOther).
+  std::array<double, kMemCategoryCount> bytes{};
+  int in_flight = 1;  // micro-batches whose activations the stage holds at once
+
+  double total() const;
+  double of(MemCategory c) const { return bytes[std::size_t(c)]; }
+};
+
+/// Per stage, in stage order. Throws kConfig when the layout does not fit
+/// the model (a stage without a block, tp not dividing its sizes).
+std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const LayoutChoice& layout);
+
+/// Micro-batches a stage holds at once: GPipe all m, 1F1B min(p - s, m)
+/// (parallel::peak_in_flight of the schedule's table, in closed form: the
+/// search evaluates it for thousands of stages).
+int in_flight(parallel::Schedule schedule, int stage, int stages, int micro_batches);
+
+/// The heaviest stage's total.
+double peak_bytes(const std::vector<StageMemory>& stages);
+
+/// Bytes per parameter element the model state takes (parameters,
+/// gradients, optimizer) at ZeRO stage `zero` with `shards` shards, at rest
+/// after a step: what bench/parallel_memory.cc checks the allocator against.
+struct StateBytes {
+  double params = 0, grads = 0, optim = 0;
+  double total() const { return params + grads + optim; }
+};
+StateBytes state_bytes_per_parameter(int zero, int shards, const precision::Policy& p);
+
+}  // namespace ht::plan

@@ -1,0 +1,64 @@
+// ht::plan time model: one training step's time for a model spec, a layout
+// and a machine profile.
+//
+// Compute, per micro-batch on each stage (per rank: its tp part): matmul
+// FLOPs at the profile's GEMM rate (backward twice the forward), attention's
+// core at its own rate (backward 2.5 times the forward: the fused kernel
+// recomputes the probabilities), element-wise traffic at memory bandwidth
+// (backward twice); recomputation adds the block's forward (full) or
+// attention's core (selective) to backward. Tensor-parallel all-reduces are
+// on the critical path (forward and backward). Communication uses ring
+// formulas on the link a group spans (inside a node or across nodes, in the
+// mesh's rank order: tp fastest, then dp, then pp):
+//   all-reduce      2 (g - 1) / g x bytes / bandwidth + 2 (g - 1) latency
+//   reduce-scatter  (g - 1) / g x bytes / bandwidth + (g - 1) latency (all-gather the same)
+//   p2p             bytes / bandwidth + latency
+// The pipeline: with stage times t_s (forward + backward of one
+// micro-batch, with its transfers) and m micro-batches, a step takes
+// sum_s t_s + (m - 1) max_s t_s (fill and drain through every stage, the
+// rest paced by the slowest; GPipe and 1F1B alike), and the bubble is the
+// share of that span a stage idles on average. Overlap: DDP and ZeRO-1/2
+// gradient reductions run behind the last micro-batch's backward (only the
+// part longer than it is exposed, and never less than the last bucket);
+// ZeRO-1/2's all-gather of updated weights after the optimizer is exposed;
+// ZeRO-3's gathers are prefetched behind the previous unit's compute. The
+// optimizer streams its state at memory bandwidth.
+#pragma once
+
+#include <vector>
+
+#include "ht/nn/model_spec.h"
+#include "ht/plan/layout_choice.h"
+#include "ht/plan/profile.h"
+
+namespace ht::plan {
+
+struct StageTime {
+  double forward_ms = 0;   // one micro-batch, compute and tp all-reduces
+  double backward_ms = 0;  // the same for backward (recomputation included)
+  double tp_comm_ms = 0;   // of which tensor-parallel all-reduces (both directions)
+  double p2p_ms = 0;       // pipeline transfers of one micro-batch (both directions)
+  double total_ms() const { return forward_ms + backward_ms + p2p_ms; }
+};
+
+struct TimeEstimate {
+  std::vector<StageTime> stages;
+  double pipeline_ms = 0;     // forward and backward of every micro-batch through the pipeline
+  double bubble = 0;          // idle share of pipeline_ms (0 without a pipeline)
+  double dp_comm_ms = 0;      // data-parallel / ZeRO traffic of one step, in all
+  double dp_exposed_ms = 0;   // the part not hidden behind compute
+  double optimizer_ms = 0;
+  double step_ms = 0;
+  double tokens_per_s = 0;    // the global batch's tokens over step_ms
+  double comm_share = 0;      // (exposed dp + tp + p2p time) over step_ms, on the slowest stage
+};
+
+/// Throws kConfig when the layout does not fit the model (as estimate_memory).
+TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& layout, const MachineProfile& profile);
+
+/// Ring collective times in ms over `ranks` ranks on `link` for `bytes` each.
+double all_reduce_ms(double bytes, int ranks, const Link& link);
+double reduce_scatter_ms(double bytes, int ranks, const Link& link);  // also all-gather's
+double p2p_ms(double bytes, const Link& link);
+
+}  // namespace ht::plan

@@ -1,0 +1,134 @@
+// The bundled models' nn::ModelSpec: their layers as the planner sees them.
+//
+// Counted from what this library's layers do, per token (C width, H heads,
+// F the MLP's hidden size, Vp the padded vocabulary, T the sequence):
+//   GPT block, kept for backward: ln_1's and ln_2's inputs and statistics,
+//   the inputs of c_attn and c_fc (whole on every tp rank: 4C + 4 f32), and
+//   qkv (3C), attention's output (C, also c_proj's input), the MLP's hidden
+//   h and GELU(h) (4C each) and the log-sum-exp (H f32), split over tp.
+//   Selective recomputation drops attention's output and log-sum-exp; full
+//   keeps the block's input (C) alone.
+//   Llama block: the two RMSNorms' inputs and rstd, the projections' and
+//   gate_up's inputs (4C + 2 f32), q (C), k and v (kv each), attention's
+//   output (C), gate_up's output (2F) and the SwiGLU product (F), and H f32.
+//   Last stage: the norm's input, the head's input, the logits (Vp / tp, kept
+//   until backward turns them into their gradient in place), targets and lse.
+// Attention's core is 2 T C FLOPs per token forward (Q Kᵀ and P V over the
+// causal half: masked tiles are skipped).
+#include <cmath>
+
+#include "ht/models/gpt.h"
+#include "ht/models/llama.h"
+
+namespace ht::models {
+namespace {
+
+using nn::LayerRole;
+using nn::LayerSpec;
+using nn::TokenElements;
+
+/// The same saved elements under every recomputation mode (embedding, head).
+std::array<TokenElements, nn::kRecomputeModes> same_saved(TokenElements t) { return {t, t, t}; }
+
+LayerSpec embedding_layer(std::int64_t vocab_rows, std::int64_t c, std::int64_t positions) {
+  LayerSpec l;
+  l.name = "embedding";
+  l.role = LayerRole::kFirst;
+  l.params_split = vocab_rows * c;  // vocab-parallel rows
+  l.params_replicated = positions * c;
+  l.saved = same_saved({.f32_replicated = 1});  // the token ids
+  l.traffic = {.replicated = double(2 * c)};
+  l.tp_allreduce = double(c);  // each rank's rows' part of the lookup, summed
+  return l;
+}
+
+/// Final norm (norm_params, norm_stats f32 per token), head and loss.
+LayerSpec head_layer(std::int64_t vocab_rows, std::int64_t c, std::int64_t norm_params, double norm_stats,
+                     int shares_with) {
+  LayerSpec l;
+  l.name = "head";
+  l.role = LayerRole::kLast;
+  l.params_replicated = norm_params;
+  if (shares_with >= 0) {
+    l.shares_with = shares_with;
+    l.shared_params_split = vocab_rows * c;
+  } else {
+    l.params_split = vocab_rows * c;
+  }
+  l.gemm_flops = 2.0 * double(c) * double(vocab_rows);
+  // The norm's and head's inputs; logits; targets and lse.
+  l.saved = same_saved({.split = double(vocab_rows), .replicated = double(2 * c),
+                        .f32_replicated = norm_stats + 2.0});
+  l.backward_workspace = {.replicated = double(2 * c)};
+  l.traffic = {.split = 3.0 * double(vocab_rows), .replicated = double(3 * c)};
+  l.tp_allreduce = 0.5 * double(c);  // the input gradient's sum, backward only
+  return l;
+}
+
+}  // namespace
+
+nn::ModelSpec GPTConfig::spec(std::int64_t seq_len) const {
+  validate();
+  const std::int64_t c = n_embd, vp = padded_vocab_size();
+  const double cd = double(c), t = double(seq_len);
+  nn::ModelSpec s;
+  s.description = "GPT " + str();
+  s.seq_len = seq_len;
+  s.width = c;
+  s.tp_divides = {n_head, vp};
+  s.layers.push_back(embedding_layer(vp, c, context));
+  for (int i = 0; i < n_layer; ++i) {
+    LayerSpec b;
+    b.name = fmt::format("h.{}", i);
+    b.params_split = 3 * c * c + 3 * c + c * c + 4 * c * c + 4 * c + 4 * c * c;
+    b.params_replicated = 4 * c + 2 * c;  // two LayerNorms; the row-parallel layers' biases
+    b.gemm_flops = 2.0 * 12.0 * cd * cd;
+    b.attention_flops = 2.0 * t * cd;
+    const TokenElements none{.split = 12.0 * cd, .replicated = 4.0 * cd, .f32_split = double(n_head),
+                             .f32_replicated = 4.0};
+    TokenElements selective = none;
+    selective.split -= cd;
+    selective.f32_split = 0;
+    b.saved = {none, selective, TokenElements{.replicated = cd}};
+    b.backward_workspace = {.split = 4.0 * cd, .replicated = 3.0 * cd};
+    b.traffic = {.split = 8.0 * cd, .replicated = 10.0 * cd};
+    b.tp_allreduce = 2.0 * cd;
+    s.layers.push_back(std::move(b));
+  }
+  s.layers.push_back(head_layer(vp, c, 2 * c, 2.0, /*shares_with=*/0));
+  return s;
+}
+
+nn::ModelSpec LlamaConfig::spec(std::int64_t seq_len) const {
+  validate();
+  const std::int64_t c = n_embd, vp = padded_vocab_size(), kv = n_embd / n_head * n_kv_head, f = ffn_hidden;
+  const double cd = double(c), t = double(seq_len);
+  nn::ModelSpec s;
+  s.description = "Llama " + str();
+  s.seq_len = seq_len;
+  s.width = c;
+  s.tp_divides = {n_head, n_kv_head, f, vp};
+  s.layers.push_back(embedding_layer(vp, c, 0));
+  for (int i = 0; i < n_layer; ++i) {
+    LayerSpec b;
+    b.name = fmt::format("layers.{}", i);
+    b.params_split = 2 * c * c + 2 * c * kv + 3 * c * f;
+    b.params_replicated = 2 * c;
+    b.gemm_flops = 2.0 * double(2 * c * c + 2 * c * kv + 3 * c * f);
+    b.attention_flops = 2.0 * t * cd;
+    const TokenElements none{.split = 2.0 * cd + 2.0 * double(kv) + 3.0 * double(f), .replicated = 4.0 * cd,
+                             .f32_split = double(n_head), .f32_replicated = 2.0};
+    TokenElements selective = none;
+    selective.split -= cd;
+    selective.f32_split = 0;
+    b.saved = {none, selective, TokenElements{.replicated = cd}};
+    b.backward_workspace = {.split = 3.0 * double(f), .replicated = 3.0 * cd};
+    b.traffic = {.split = 6.0 * double(f) + 4.0 * cd, .replicated = 8.0 * cd};
+    b.tp_allreduce = 2.0 * cd;
+    s.layers.push_back(std::move(b));
+  }
+  s.layers.push_back(head_layer(vp, c, c, 1.0, /*shares_with=*/-1));
+  return s;
+}
+
+}  // namespace ht::models

@@ -1,0 +1,117 @@
+// ht::plan memory model.
+#include "ht/plan/memory_model.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "ht/core/error.h"
+#include "ht/parallel/schedule.h"
+
+namespace ht::plan {
+namespace {
+
+double category_total(const std::array<double, kMemCategoryCount>& b) {
+  return std::accumulate(b.begin(), b.end(), 0.0);
+}
+
+}  // namespace
+
+double StageMemory::total() const { return category_total(bytes); }
+
+int in_flight(parallel::Schedule schedule, int stage, int stages, int micro_batches) {
+  return schedule == parallel::Schedule::kGPipe ? micro_batches : std::min(stages - stage, micro_batches);
+}
+
+double peak_bytes(const std::vector<StageMemory>& stages) {
+  double peak = 0;
+  for (const StageMemory& s : stages) peak = std::max(peak, s.total());
+  return peak;
+}
+
+StateBytes state_bytes_per_parameter(int zero, int shards, const precision::Policy& p) {
+  const double c = double(dtype_size(p.compute)), r = double(dtype_size(p.reduce));
+  const double s = double(std::max(shards, 1));
+  const double master = p.mixed() ? 4.0 : 0.0;
+  const double full_grads = c + (p.compute != p.reduce ? r : 0.0);
+  return {zero >= 3 ? c / s : c, zero >= 2 ? r / s : full_grads, (8.0 + master) / (zero >= 1 ? s : 1.0)};
+}
+
+std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const LayoutChoice& l) {
+  model.validate();
+  HT_CHECK(l.tp > 0 && l.pp > 0 && l.dp > 0 && l.micro_batch > 0 && l.grad_accum > 0, ErrorKind::kConfig,
+           "layout {}: every size must be positive", l.str());
+  HT_CHECK(model.splits_over(l.tp), ErrorKind::kConfig, "{} does not split over tp {}", model.description, l.tp);
+  const std::vector<int> blocks = blocks_per_stage(l, model.num_blocks());
+  const double c = double(dtype_size(l.precision.compute)), r = double(dtype_size(l.precision.reduce));
+  const bool converts = l.precision.compute != l.precision.reduce;
+  const double s = double(l.shards());
+  const double tokens = double(l.micro_batch) * double(model.seq_len);
+  const int mode = int(l.recompute);
+
+  std::vector<StageMemory> out;
+  int next_block = model.first_block();
+  for (int st = 0; st < l.pp; ++st) {
+    StageMemory m;
+    m.stage = st;
+    m.first_block = next_block - model.first_block();
+    m.blocks = blocks[std::size_t(st)];
+    // The layers this stage runs.
+    std::vector<int> layers;
+    if (st == 0)
+      for (int i = 0; i < model.first_block(); ++i) layers.push_back(i);
+    for (int i = 0; i < m.blocks; ++i) layers.push_back(next_block + i);
+    next_block += m.blocks;
+    if (st == l.pp - 1)
+      for (int i = model.end_block(); i < int(model.layers.size()); ++i) layers.push_back(i);
+
+    // Parameter elements of this rank, and the largest unit (ZeRO-3 gathers per layer).
+    double params = 0, largest_unit = 0;
+    for (int i : layers) {
+      const nn::LayerSpec& ls = model.layers[std::size_t(i)];
+      double n = double(ls.params(l.tp));
+      const bool shared_here = ls.shares_with >= 0 &&
+                               std::find(layers.begin(), layers.end(), ls.shares_with) != layers.end();
+      if (ls.shares_with >= 0 && !shared_here) n += double(ls.shared_params_split) / l.tp;
+      params += n;
+      largest_unit = std::max(largest_unit, n);
+    }
+    auto& b = m.bytes;
+    const auto cat = [&](MemCategory k) -> double& { return b[std::size_t(k)]; };
+    // Model state.
+    const StateBytes per = state_bytes_per_parameter(l.zero, l.shards(), l.precision);
+    cat(MemCategory::kParameters) = per.params * params + (l.zero >= 3 ? 2.0 * c * largest_unit : 0.0);
+    cat(MemCategory::kOptimizerState) = per.optim * params;
+    double grads = per.grads * params;
+    if (l.zero >= 2) {
+      // Backward writes full compute-dtype gradients before each group is
+      // reduce-scattered; with accumulation they stay for the whole step.
+      const double full = (l.zero == 2 || l.grad_accum > 1) ? params : 2.0 * largest_unit;
+      grads += full * (c + (converts ? r : 0.0));
+    }
+    cat(MemCategory::kGradients) = grads;
+
+    // Activations: kept per micro-batch in flight, the largest backward
+    // working set on top, and the stage's input.
+    m.in_flight = in_flight(l.schedule, st, l.pp, l.grad_accum);
+    double kept = 0, workspace = 0;
+    for (int i : layers) {
+      const nn::LayerSpec& ls = model.layers[std::size_t(i)];
+      const int layer_mode = ls.role == nn::LayerRole::kBlock ? mode : 0;
+      kept += ls.saved[std::size_t(layer_mode)].bytes(l.tp, c);
+      double w = ls.backward_workspace.bytes(l.tp, c);
+      if (ls.role == nn::LayerRole::kBlock && l.recompute == nn::Recompute::kFull)
+        w += ls.saved[0].bytes(l.tp, c);  // the re-run forward's activations
+      else if (ls.role == nn::LayerRole::kBlock && l.recompute == nn::Recompute::kSelective)
+        w += (ls.saved[0].bytes(l.tp, c) - ls.saved[1].bytes(l.tp, c));  // attention's output again
+      workspace = std::max(workspace, w);
+    }
+    const double width = double(model.width) * c;
+    cat(MemCategory::kActivations) = tokens * (kept * m.in_flight + workspace + (st > 0 ? width : 0.0));
+    // The pipeline's transfer buffers (one micro-batch each way).
+    cat(MemCategory::kCommunication) = l.pp > 1 ? 2.0 * tokens * width : 0.0;
+    out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace ht::plan

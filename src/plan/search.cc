@@ -1,0 +1,305 @@
+// ht::plan search.
+#include "ht/plan/search.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <tuple>
+
+#include "ht/core/error.h"
+#include "ht/parallel/layout.h"
+
+namespace ht::plan {
+namespace {
+
+constexpr double kGiB = double(1 << 30);
+
+std::vector<int> divisors(std::int64_t n) {
+  std::vector<int> d;
+  for (std::int64_t i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(int(i));
+  return d;
+}
+
+template <typename T>
+std::vector<T> or_all(const std::vector<T>& given, std::vector<T> all) {
+  return given.empty() ? all : given;
+}
+
+/// Whether plan a ranks before b: faster, then smaller, then simpler (fewer
+/// stages, lower tp, lower ZeRO stage), so ties resolve the same everywhere.
+bool better(const Plan& a, const Plan& b) {
+  const auto key = [](const Plan& p) {
+    return std::make_tuple(p.time.step_ms, p.peak_bytes, p.layout.pp, p.layout.tp, p.layout.zero,
+                           int(p.layout.recompute), p.layout.micro_batch, int(p.layout.schedule),
+                           p.layout.stage_layers);
+  };
+  return key(a) < key(b);
+}
+
+std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / kGiB); }
+
+}  // namespace
+
+void PlanRequest::validate() const {
+  model.validate();
+  profile.validate();
+  HT_CHECK(world > 0 && global_batch > 0, ErrorKind::kConfig, "plan: world ({}) and global batch ({}) must be positive",
+           world, global_batch);
+  HT_CHECK(memory_margin >= 0 && memory_margin < 1, ErrorKind::kConfig,
+           "plan: the memory margin {} must lie in [0, 1)", memory_margin);
+}
+
+std::vector<int> balanced_stage_layers(const nn::ModelSpec& model, const LayoutChoice& layout,
+                                       const MachineProfile& profile) {
+  // Each layer's modelled forward + backward time alone, in ns, as an integer cost.
+  LayoutChoice one = layout;
+  one.pp = 1, one.dp = 1, one.zero = 0, one.grad_accum = 1, one.stage_layers.clear();
+  const int first = model.first_block(), end = model.end_block();
+  std::vector<std::int64_t> costs;
+  for (int i = first; i < end; ++i) {
+    nn::ModelSpec single = model;
+    // The block alone, with the embedding folded into the first and the head into the last.
+    std::vector<nn::LayerSpec> layers;
+    if (i == first)
+      for (int j = 0; j < first; ++j) layers.push_back(model.layers[std::size_t(j)]);
+    layers.push_back(model.layers[std::size_t(i)]);
+    if (i == end - 1)
+      for (int j = end; j < int(model.layers.size()); ++j) layers.push_back(model.layers[std::size_t(j)]);
+    for (nn::LayerSpec& l : layers) l.shares_with = -1;  // sharing does not change time
+    single.layers = std::move(layers);
+    const TimeEstimate t = estimate_time(single, one, profile);
+    costs.push_back(std::int64_t(std::llround(t.stages.at(0).total_ms() * 1e6)));
+  }
+  const std::vector<int> b = parallel::partition_by_cost(costs, layout.pp);
+  std::vector<int> per;
+  for (std::size_t s = 0; s + 1 < b.size(); ++s) per.push_back(b[s + 1] - b[s]);
+  return per;
+}
+
+PlanResult search_plans(const PlanRequest& rq, int top) {
+  rq.validate();
+  const auto t0 = std::chrono::steady_clock::now();
+  const nn::ModelSpec& model = rq.model;
+  const MachineProfile& prof = rq.profile;
+  PlanResult res;
+  res.budget_bytes = prof.memory_gib * kGiB * (1.0 - rq.memory_margin);
+  const int blocks = model.num_blocks();
+
+  std::vector<Plan> fitting;
+  // The best fitting plan and the smallest need among all, per family, for the reasons.
+  struct Family {
+    const Plan* best = nullptr;
+    Plan best_copy;
+    double least_bytes = 1e300;
+    bool any = false;
+  };
+  std::map<std::string, Family> families;
+  double least_bytes = 1e300;
+  std::string least_layout;
+  const auto note = [&](const std::string& family, const Plan& p, bool fits) {
+    Family& f = families[family];
+    f.any = true;
+    f.least_bytes = std::min(f.least_bytes, p.peak_bytes);
+    if (fits && (!f.best || better(p, f.best_copy))) {
+      f.best_copy = p;
+      f.best = &f.best_copy;
+    }
+  };
+
+  std::map<std::tuple<int, int, int, std::int64_t>, std::vector<int>> balanced_cache;
+  for (int tp : or_all(rq.tp, divisors(rq.world))) {
+    if (rq.world % tp != 0 || !model.splits_over(tp)) continue;
+    for (int pp : or_all(rq.pp, divisors(rq.world / tp))) {
+      if ((rq.world / tp) % pp != 0 || pp > blocks) continue;
+      const int dp = rq.world / tp / pp;
+      if (rq.global_batch % dp != 0) continue;
+      const std::int64_t per_dp = rq.global_batch / dp;
+      std::vector<int> shard_groups{0};
+      const int node_dp = prof.ranks_per_node / tp;  // dp ranks inside one node (pp outermost)
+      if (node_dp > 1 && node_dp < dp && dp % node_dp == 0) shard_groups.push_back(node_dp);
+      for (std::int64_t mb : divisors(per_dp)) {
+        if (rq.max_micro_batch > 0 && mb > rq.max_micro_batch) continue;
+        const int accum = int(per_dp / mb);
+        for (nn::Recompute rc : or_all(rq.recompute, {nn::Recompute::kNone, nn::Recompute::kSelective,
+                                                         nn::Recompute::kFull})) {
+          std::vector<std::vector<int>> splits{{}};
+          if (pp > 1) {
+            LayoutChoice probe{.tp = tp, .pp = pp, .dp = dp, .micro_batch = mb, .recompute = rc,
+                               .precision = rq.precision};
+            auto& cached = balanced_cache[{tp, pp, int(rc), mb}];
+            if (cached.empty()) cached = balanced_stage_layers(model, probe, prof);
+            const std::vector<int> by_count = blocks_per_stage(probe, blocks);
+            if (cached != by_count) splits.push_back(cached);
+          }
+          std::vector<parallel::Schedule> schedules{parallel::Schedule::k1F1B};
+          if (pp > 1) schedules = or_all(rq.schedules, {parallel::Schedule::k1F1B, parallel::Schedule::kGPipe});
+          for (parallel::Schedule sched : schedules)
+            for (const std::vector<int>& split : splits)
+              for (int zero : or_all(rq.zero, {0, 1, 2, 3}))
+                for (int sg : shard_groups) {
+                  if (zero == 0 && sg != 0) continue;
+                  if (dp == 1 && zero > 0) continue;  // nothing to shard over
+                  LayoutChoice l{.tp = tp, .pp = pp, .dp = dp, .zero = zero, .shard_group = sg,
+                                 .micro_batch = mb, .grad_accum = accum, .schedule = sched, .recompute = rc,
+                                 .precision = rq.precision, .stage_layers = split};
+                  Plan p;
+                  p.layout = l;
+                  p.memory = estimate_memory(model, l);
+                  p.peak_bytes = peak_bytes(p.memory);
+                  ++res.considered;
+                  if (p.peak_bytes < least_bytes) least_bytes = p.peak_bytes, least_layout = l.str();
+                  const bool fits = p.peak_bytes <= res.budget_bytes;
+                  p.time = estimate_time(model, l, prof);
+                  note(fmt::format("tp{}", tp), p, fits);
+                  note(fmt::format("pp{}", pp), p, fits);
+                  note(fmt::format("zero{}", zero), p, fits);
+                  note(fmt::format("recompute {}", nn::recompute_name(rc)), p, fits);
+                  if (tp == 1 && pp == 1 && zero == 0) note("ddp", p, fits);
+                  if (!fits) continue;
+                  ++res.fitting;
+                  fitting.push_back(std::move(p));
+                }
+        }
+      }
+    }
+  }
+  HT_CHECK(!fitting.empty(), ErrorKind::kConfig,
+           "no layout of {} on {} ranks with a global batch of {} fits in {} GiB per rank ({:.0f}% kept free): the "
+           "smallest needs {} GiB ({}); give more ranks or memory, a smaller global batch, or a shorter sequence",
+           model.description, rq.world, rq.global_batch, gib(prof.memory_gib * kGiB), rq.memory_margin * 100,
+           gib(least_bytes), least_layout.empty() ? "none was possible" : least_layout);
+  std::sort(fitting.begin(), fitting.end(), better);
+  const Plan& best = fitting.front();
+
+  // Why the best wins, and what rules out the obvious others.
+  const TimeEstimate& bt = best.time;
+  res.reasons.push_back(fmt::format(
+      "{} wins: {:.1f} ms a step ({:.0f} tokens/s): pipeline {:.1f} ms (bubble {:.0f}%), exposed data-parallel "
+      "communication {:.1f} ms, optimizer {:.1f} ms; its heaviest stage needs {} of {} GiB",
+      best.layout.str(), bt.step_ms, bt.tokens_per_s, bt.pipeline_ms, bt.bubble * 100, bt.dp_exposed_ms,
+      bt.optimizer_ms, gib(best.peak_bytes), gib(res.budget_bytes)));
+  const auto compare = [&](const std::string& family, const std::string& label) {
+    const auto it = families.find(family);
+    if (it == families.end() || !it->second.any) return;
+    const Family& f = it->second;
+    if (!f.best) {
+      res.reasons.push_back(fmt::format("{}: nothing fits (the smallest needs {} GiB of {})", label,
+                                        gib(f.least_bytes), gib(res.budget_bytes)));
+    } else if (f.best->layout.str() != best.layout.str() || f.best->layout.stage_layers != best.layout.stage_layers) {
+      res.reasons.push_back(fmt::format("{}: best is {} at {:.1f} ms, {:.0f}% slower", label, f.best->layout.str(),
+                                        f.best->time.step_ms, (f.best->time.step_ms / bt.step_ms - 1) * 100));
+    }
+  };
+  compare("ddp", "plain data parallelism (tp1 pp1 zero0)");
+  for (int tp : divisors(rq.world)) {
+    std::string label = fmt::format("tp {}", tp);
+    if (tp > prof.ranks_per_node) label += fmt::format(" (crosses the node boundary: {} ranks per node)", prof.ranks_per_node);
+    if (tp != best.layout.tp) compare(fmt::format("tp{}", tp), label);
+  }
+  for (int pp : divisors(rq.world))
+    if (pp != best.layout.pp) compare(fmt::format("pp{}", pp), fmt::format("pp {}", pp));
+  for (int z = 0; z <= 3; ++z)
+    if (z != best.layout.zero) compare(fmt::format("zero{}", z), fmt::format("ZeRO {}", z));
+  for (nn::Recompute rc : {nn::Recompute::kNone, nn::Recompute::kSelective, nn::Recompute::kFull})
+    if (rc != best.layout.recompute)
+      compare(fmt::format("recompute {}", nn::recompute_name(rc)), fmt::format("recompute {}", nn::recompute_name(rc)));
+
+  if (int(fitting.size()) > top) fitting.resize(std::size_t(std::max(top, 1)));
+  res.plans = std::move(fitting);
+  res.search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+std::string format_plans(const PlanResult& r, const PlanRequest& rq) {
+  std::string s = fmt::format(
+      "# ht-plan {} | {} ranks ({} per node) | global batch {} x {} tokens | {} | {} GiB per rank, {} usable | "
+      "profile: {}\n",
+      rq.model.description, rq.world, rq.profile.ranks_per_node, rq.global_batch, rq.model.seq_len,
+      precision::policy_name(rq.precision), gib(rq.profile.memory_gib * kGiB), gib(r.budget_bytes), rq.profile.name);
+  s += fmt::format("# {} layouts considered, {} fit, searched in {:.0f} ms\n", r.considered, r.fitting, r.search_ms);
+  s += fmt::format("{:>3} {:<36} {:>9} {:>10} {:>12} {:>7} {:>6}  {}\n", "#", "layout", "step ms", "tokens/s",
+                   "peak GiB", "bubble", "comm", "memory per stage GiB (params/grads/optim/activ/comm)");
+  int i = 0;
+  for (const Plan& p : r.plans) {
+    std::string stages;
+    for (const StageMemory& m : p.memory) {
+      if (!stages.empty()) stages += " | ";
+      stages += fmt::format("s{} {}b {:.2f} ({:.2f}/{:.2f}/{:.2f}/{:.2f}/{:.2f})", m.stage, m.blocks, m.total() / kGiB,
+                            m.of(MemCategory::kParameters) / kGiB, m.of(MemCategory::kGradients) / kGiB,
+                            m.of(MemCategory::kOptimizerState) / kGiB, m.of(MemCategory::kActivations) / kGiB,
+                            m.of(MemCategory::kCommunication) / kGiB);
+    }
+    std::string name = p.layout.str();
+    if (!p.layout.stage_layers.empty()) {
+      name += " [";
+      for (std::size_t k = 0; k < p.layout.stage_layers.size(); ++k)
+        name += (k ? "," : "") + std::to_string(p.layout.stage_layers[k]);
+      name += "]";
+    }
+    s += fmt::format("{:>3} {:<36} {:>9.1f} {:>10.0f} {:>12} {:>6.1f}% {:>5.1f}%  {}\n", ++i, name, p.time.step_ms,
+                     p.time.tokens_per_s, gib(p.peak_bytes), p.time.bubble * 100, p.time.comm_share * 100, stages);
+  }
+  s += "# why:\n";
+  for (const std::string& why : r.reasons) s += "#   " + why + "\n";
+  return s;
+}
+
+std::string plans_to_json(const PlanResult& r, const PlanRequest& rq) {
+  using nlohmann::json;
+  json plans = json::array();
+  for (const Plan& p : r.plans) {
+    const LayoutChoice& l = p.layout;
+    json stages = json::array();
+    for (const StageMemory& m : p.memory) {
+      json bytes = json::object();
+      for (int c = 0; c < kMemCategoryCount; ++c)
+        bytes[std::string(mem_category_name(MemCategory(c)))] = m.bytes[std::size_t(c)];
+      const StageTime& t = p.time.stages.at(std::size_t(m.stage));
+      stages.push_back({{"stage", m.stage}, {"first_block", m.first_block}, {"blocks", m.blocks},
+                        {"in_flight", m.in_flight}, {"bytes", bytes}, {"total_bytes", m.total()},
+                        {"forward_ms", t.forward_ms}, {"backward_ms", t.backward_ms}, {"tp_comm_ms", t.tp_comm_ms},
+                        {"p2p_ms", t.p2p_ms}});
+    }
+    plans.push_back({{"layout",
+                      {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero}, {"shard_group", l.shard_group},
+                       {"micro_batch", l.micro_batch}, {"grad_accum", l.grad_accum},
+                       {"schedule", parallel::schedule_name(l.schedule)},
+                       {"recompute", nn::recompute_name(l.recompute)},
+                       {"precision", precision::policy_name(l.precision)},
+                       {"stage_layers", blocks_per_stage(l, rq.model.num_blocks())},
+                       {"name", l.str()}}},
+                     {"stages", stages},
+                     {"peak_bytes", p.peak_bytes},
+                     {"step_ms", p.time.step_ms},
+                     {"tokens_per_s", p.time.tokens_per_s},
+                     {"bubble", p.time.bubble},
+                     {"comm_share", p.time.comm_share},
+                     {"pipeline_ms", p.time.pipeline_ms},
+                     {"dp_comm_ms", p.time.dp_comm_ms},
+                     {"dp_exposed_ms", p.time.dp_exposed_ms},
+                     {"optimizer_ms", p.time.optimizer_ms}});
+  }
+  return json{{"model", rq.model.description},
+              {"parameters", rq.model.num_parameters()},
+              {"world", rq.world},
+              {"global_batch", rq.global_batch},
+              {"seq_len", rq.model.seq_len},
+              {"precision", precision::policy_name(rq.precision)},
+              {"profile", rq.profile.name},
+              {"budget_gib", r.budget_bytes / kGiB},
+              {"considered", r.considered},
+              {"fitting", r.fitting},
+              {"search_ms", r.search_ms},
+              {"plans", plans},
+              {"reasons", r.reasons}}
+      .dump(2);
+}
+
+}  // namespace ht::plan

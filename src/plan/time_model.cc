@@ -1,0 +1,136 @@
+// ht::plan time model.
+#include "ht/plan/time_model.h"
+
+#include <algorithm>
+
+#include "ht/core/error.h"
+#include "ht/plan/memory_model.h"
+
+namespace ht::plan {
+namespace {
+
+constexpr double kAttentionBackwardFactor = 2.5;
+/// Bytes AdamW streams per parameter element it steps (f32 value, gradient,
+/// two moments read and written, plus the 16-bit working copy under mixed
+/// precision).
+double optimizer_bytes_per_element(const precision::Policy& p) {
+  return 4.0 * 2 + 4.0 + 8.0 * 2 + (p.mixed() ? double(dtype_size(p.compute)) : 0.0);
+}
+
+double link_ms(double bytes, double factor, int steps, const Link& link) {
+  return factor * bytes / (link.gbps * 1e9) * 1e3 + double(steps) * link.latency_us * 1e-3;
+}
+
+}  // namespace
+
+double all_reduce_ms(double bytes, int ranks, const Link& link) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  return link_ms(bytes, 2.0 * (ranks - 1) / ranks, 2 * (ranks - 1), link);
+}
+
+double reduce_scatter_ms(double bytes, int ranks, const Link& link) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  return link_ms(bytes, double(ranks - 1) / ranks, ranks - 1, link);
+}
+
+double p2p_ms(double bytes, const Link& link) { return bytes <= 0 ? 0 : link_ms(bytes, 1.0, 1, link); }
+
+TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, const MachineProfile& profile) {
+  const std::vector<StageMemory> mem = estimate_memory(model, l);  // checks the layout, gives the stages' layers
+  const Rates& rates = profile.rates_for(l.precision.compute);
+  const double c = double(dtype_size(l.precision.compute)), r = double(dtype_size(l.precision.reduce));
+  const double tokens = double(l.micro_batch) * double(model.seq_len);
+  const double gemm_per_ms = rates.gemm_gflops * 1e6, attn_per_ms = rates.attention_gflops * 1e6;
+  const double bytes_per_ms = profile.memory_gbps * 1e6;
+  const Link& tp_link = profile.link(l.tp);
+  const Link& dp_link = profile.link(l.tp * l.dp);
+  const Link& shard_link = profile.link(l.tp * l.shards());
+  const Link& pp_link = profile.link(l.tp * l.dp * l.pp);
+  const int m = l.grad_accum;
+
+  TimeEstimate t;
+  double slowest = 0, sum = 0;
+  double dp_exposed_worst = 0, dp_comm_worst = 0, optimizer_worst = 0, comm_worst = 0;
+  for (const StageMemory& sm : mem) {
+    StageTime st;
+    std::vector<int> layers;
+    if (sm.stage == 0)
+      for (int i = 0; i < model.first_block(); ++i) layers.push_back(i);
+    for (int i = 0; i < sm.blocks; ++i) layers.push_back(model.first_block() + sm.first_block + i);
+    if (sm.stage == l.pp - 1)
+      for (int i = model.end_block(); i < int(model.layers.size()); ++i) layers.push_back(i);
+    double params = 0;  // this rank's stage, for the data-parallel traffic and the optimizer
+    double largest_unit = 0;
+    for (int i : layers) {
+      const nn::LayerSpec& ls = model.layers[std::size_t(i)];
+      const bool block = ls.role == nn::LayerRole::kBlock;
+      const double gemm = tokens * ls.gemm_flops / l.tp / gemm_per_ms;
+      const double attn = attn_per_ms > 0 ? tokens * ls.attention_flops / l.tp / attn_per_ms : 0.0;
+      const double ew = tokens * ls.traffic.bytes(l.tp, c) / bytes_per_ms;
+      const double tp_ar = all_reduce_ms(tokens * ls.tp_allreduce * c, l.tp, tp_link);
+      const double fwd = gemm + attn + ew + tp_ar;
+      double bwd = 2.0 * gemm + kAttentionBackwardFactor * attn + 2.0 * ew + tp_ar;
+      if (block && l.recompute == nn::Recompute::kFull) bwd += fwd;
+      if (block && l.recompute == nn::Recompute::kSelective) bwd += attn;
+      st.forward_ms += fwd;
+      st.backward_ms += bwd;
+      st.tp_comm_ms += 2.0 * tp_ar;
+      double n = double(ls.params(l.tp));
+      if (ls.shares_with >= 0 && (l.pp > 1)) n += double(ls.shared_params_split) / l.tp;
+      params += n;
+      largest_unit = std::max(largest_unit, n);
+    }
+    const double act_bytes = tokens * double(model.width) * c;
+    if (l.pp > 1) st.p2p_ms = (sm.stage > 0 ? 1 : 0) * p2p_ms(act_bytes, pp_link) +
+                              (sm.stage < l.pp - 1 ? 1 : 0) * p2p_ms(act_bytes, pp_link);
+    t.stages.push_back(st);
+    slowest = std::max(slowest, st.total_ms());
+    sum += st.total_ms();
+
+    // Data-parallel traffic of this stage's ranks.
+    const int shards = l.shards(), replicas = l.dp / std::max(shards, 1);
+    double comm = 0, exposed = 0;
+    const double grads = params * r;
+    if (l.dp > 1) {
+      if (l.zero == 0 || shards == 1) {
+        comm = all_reduce_ms(grads, l.dp, dp_link);
+      } else {
+        comm = reduce_scatter_ms(grads, shards, shard_link) + all_reduce_ms(grads / shards, replicas, dp_link);
+      }
+      // Behind the last micro-batch's backward; never less than one bucket's (the last one's).
+      const double bucket = std::min(grads, double(l.bucket_bytes));
+      const double last_bucket = l.zero == 0 || shards == 1 ? all_reduce_ms(bucket, l.dp, dp_link)
+                                                            : reduce_scatter_ms(bucket, shards, shard_link);
+      exposed = std::max(comm - st.backward_ms, last_bucket);
+      if (l.zero == 1 || l.zero == 2) {
+        const double gather = reduce_scatter_ms(params * c, shards, shard_link);  // all-gather of updated weights
+        comm += gather;
+        exposed += gather;
+      }
+      if (l.zero == 3) {
+        // Two gathers of every unit per micro-batch (forward, backward), prefetched behind compute.
+        const double gathers = 2.0 * m * reduce_scatter_ms(params * c, shards, shard_link);
+        comm += gathers;
+        const double first_unit = reduce_scatter_ms(largest_unit * c, shards, shard_link);
+        exposed += std::max(first_unit, gathers - m * (st.forward_ms + st.backward_ms));
+      }
+    }
+    const double optimizer = params / (l.zero >= 1 ? shards : 1) * optimizer_bytes_per_element(l.precision) /
+                             bytes_per_ms;
+    dp_comm_worst = std::max(dp_comm_worst, comm);
+    dp_exposed_worst = std::max(dp_exposed_worst, exposed);
+    optimizer_worst = std::max(optimizer_worst, optimizer);
+    comm_worst = std::max(comm_worst, exposed + m * (st.tp_comm_ms + st.p2p_ms));
+  }
+  t.pipeline_ms = sum + double(m - 1) * slowest;
+  t.bubble = l.pp > 1 ? 1.0 - double(m) * (sum / l.pp) / t.pipeline_ms : 0.0;
+  t.dp_comm_ms = dp_comm_worst;
+  t.dp_exposed_ms = dp_exposed_worst;
+  t.optimizer_ms = optimizer_worst;
+  t.step_ms = t.pipeline_ms + t.dp_exposed_ms + t.optimizer_ms;
+  t.tokens_per_s = double(l.global_batch()) * double(model.seq_len) / (t.step_ms * 1e-3);
+  t.comm_share = t.step_ms > 0 ? std::min(1.0, comm_worst / t.step_ms) : 0.0;
+  return t;
+}
+
+}  // namespace ht::plan
