@@ -48,6 +48,12 @@ void CausalLM::set_stage(nn::Module* embedding, std::vector<nn::Module*> blocks,
   head_ = head;
 }
 
+void CausalLM::set_recompute(nn::Recompute mode) {
+  for (nn::Module* c : children()) c->set_recompute(mode == nn::Recompute::kFull ? nn::Recompute::kNone : mode);
+  if (mode == nn::Recompute::kFull)
+    for (nn::Module* b : blocks_) b->set_recompute(nn::Recompute::kFull);
+}
+
 Tensor CausalLM::forward_impl(nn::Context& ctx, const Tensor& input) {
   check_input(input);
   Tensor x = embedding_ ? embedding_->forward(ctx, input) : input;

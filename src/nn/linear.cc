@@ -60,7 +60,7 @@ Tensor Linear::forward_impl(Context& ctx, const Tensor& x) {
     tp_.all_reduce_sum(y);  // partial sums over the input slices
     if (bias_) ops::bias_add(y2, bias_->data());
   }
-  ctx.save(this, {x});
+  if (!input_saved_by_caller_) ctx.save(this, {x});
   return y;
 }
 

@@ -22,6 +22,11 @@ void Model::require_single_stage() const {
            name(), stage().size, stage().size);
 }
 
+void Model::set_recompute(Recompute mode) {
+  for (Module* c : children())
+    c->set_recompute(mode == Recompute::kFull && c->children().empty() ? Recompute::kNone : mode);
+}
+
 void Model::init_weights(std::uint64_t seed) {
   for (Parameter* p : parameters())
     if (p->data().defined()) p->data().copy_from(p->initial_value(seed));

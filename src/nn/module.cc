@@ -9,17 +9,46 @@ namespace ht::nn {
 
 Tensor Module::forward(Context& ctx, const Tensor& x) {
   if (pre_forward_) pre_forward_(*this, ctx);
-  Tensor y = forward_impl(ctx, x);
+  Tensor y;
+  if (recompute_ == Recompute::kFull && ctx.saving()) {
+    // Full recomputation: the forward saves nothing (its intermediate
+    // tensors go as soon as the next op has read them); only the input is
+    // kept, marked, for backward to run the forward again from.
+    Context scratch = ctx.fresh(/*save_for_backward=*/false);
+    y = forward_impl(scratch, x);
+    ctx.save_input_for_recompute(this, x);
+  } else {
+    y = forward_impl(ctx, x);
+  }
   if (post_forward_) post_forward_(*this, ctx);
   return y;
 }
 
 Tensor Module::backward(Context& ctx, const Tensor& dy) {
   if (pre_backward_) pre_backward_(*this, ctx);
-  Tensor dx = backward_impl(ctx, dy);
+  Tensor dx;
+  if (ctx.recomputes(this)) {
+    // After the pre-backward hook (ZeRO-3 has gathered the unit): the
+    // forward again, from the kept input, saving into a context of its own
+    // that carries the micro-batch's side inputs; then backward through it.
+    // The re-run's output is not needed, only what it saved. The forward ops
+    // are deterministic, so backward_impl reads the very bits a saving
+    // forward would have kept.
+    const Tensor x = ctx.saved(this).at(0);
+    Context again = ctx.fresh(/*save_for_backward=*/true);
+    (void)forward_impl(again, x);
+    dx = backward_impl(again, dy);
+  } else {
+    dx = backward_impl(ctx, dy);
+  }
   ctx.pop(this);
   if (post_backward_) post_backward_(*this, ctx);
   return dx;
+}
+
+void Module::set_recompute(Recompute mode) {
+  recompute_ = mode;
+  for (auto& c : children_) c->set_recompute(mode == Recompute::kFull ? Recompute::kNone : mode);
 }
 
 Parameter& Module::add_parameter(const std::string& name, const Shape& shape, bool weight_decay, Device device,

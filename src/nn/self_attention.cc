@@ -36,6 +36,11 @@ SelfAttention::SelfAttention(std::string name, const AttentionConfig& config, De
   }
 }
 
+void SelfAttention::set_recompute(Recompute mode) {
+  Module::set_recompute(mode);
+  o_->set_input_saved_by_caller(mode == Recompute::kSelective);
+}
+
 Tensor SelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   HT_CHECK(x.ndim() == 3, ErrorKind::kShapeMismatch, "attention '{}': input must be (B, T, C), got {}", name(),
            shape_str(x.shape()));
@@ -55,23 +60,34 @@ Tensor SelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   ops::attention_forward(q, k, v, options, key_mask, out, lse);
   // Backward recomputes the probabilities from lse, so it needs this
   // micro-batch's key mask: saved with the rest (out is o_proj's saved input
-  // too, the same storage).
-  std::vector<Tensor> saved{q, k, v, out, lse};
+  // too, the same storage). Selective recomputation keeps neither out nor
+  // lse: backward computes them again.
+  const bool selective = recompute() == Recompute::kSelective;
+  std::vector<Tensor> saved{q, k, v, selective ? Tensor() : out, selective ? Tensor() : lse};
   if (key_mask) saved.push_back(*key_mask);
   ctx.save(this, std::move(saved));
   return o_->forward(ctx, out);
 }
 
 Tensor SelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
-  Tensor dout = o_->backward(ctx, dy);
-  const auto& s = ctx.saved(this);
+  const std::vector<Tensor> s = ctx.saved(this);
   const Tensor &q = s.at(0), &k = s.at(1), &v = s.at(2);
+  const ops::AttentionOptions options{.n_head = local_heads_, .n_kv_head = local_kv_heads_, .causal = config_.causal};
+  const Tensor* key_mask = s.size() > 5 ? &s.at(5) : nullptr;
+  Tensor out = s.at(3), lse = s.at(4);
+  if (!out.defined()) {
+    // Selective recomputation: the attention forward again (the same bits:
+    // a deterministic op), and o_proj's input saved only now.
+    out = Tensor::empty(q.shape(), q.dtype(), q.device());
+    lse = Tensor::empty({q.size(0), local_heads_, q.size(1)}, DType::kF32, q.device());
+    ops::attention_forward(q, k, v, options, key_mask, out, lse);
+    ctx.save(o_, {out});
+  }
+  Tensor dout = o_->backward(ctx, dy);
   Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
   Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
   Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-  const ops::AttentionOptions options{.n_head = local_heads_, .n_kv_head = local_kv_heads_, .causal = config_.causal};
-  const Tensor* key_mask = s.size() > 5 ? &s.at(5) : nullptr;
-  ops::attention_backward(dout, q, k, v, s.at(3), s.at(4), options, key_mask, dq, dk, dv);
+  ops::attention_backward(dout, q, k, v, out, lse, options, key_mask, dq, dk, dv);
   if (rope_table_.defined()) {
     ops::rope_backward(dq, rope_table_, local_heads_, dq);
     ops::rope_backward(dk, rope_table_, local_kv_heads_, dk);

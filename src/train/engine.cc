@@ -27,6 +27,10 @@ void EngineOptions::validate() const {
            "--ckpt-every ({}) and --ckpt-every-s ({}) must be >= 0", ckpt_every, ckpt_every_s);
   HT_CHECK(!resume || !ckpt_dir.empty(), ErrorKind::kConfig,
            "--resume needs a checkpoint directory (--ckpt-dir, or --run-dir for <run-dir>/checkpoints)");
+  HT_CHECK(recompute == nn::Recompute::kNone || recompute == nn::Recompute::kSelective ||
+               recompute == nn::Recompute::kFull,
+           ErrorKind::kConfig, "recompute {} is not an activation recomputation mode: choose none, selective or full",
+           int(recompute));
 }
 
 namespace {
@@ -63,6 +67,7 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
            model_->describe(), model_->stage().rank, model_->stage().size, model_->tensor_parallel().size(),
            model_->device().str(), at.pp_rank, layout.pp_size(), layout.tp_size(), options_.device.str());
   description_ = model_->describe();
+  model_->set_recompute(options_.recompute);
   const std::uint64_t seed = options_.seed;
   dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, options_.data_parallel,
                                                  [seed](const nn::Parameter& p) { return p.initial_value(seed); });

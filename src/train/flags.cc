@@ -25,6 +25,8 @@ void TrainFlags::add_to(CLI::App& app) {
                  "ranks per ZeRO shard group (hybrid sharding; 0: all data-parallel ranks)");
   app.add_option("--bucket-mb", bucket_mb, "gradient bucket size in MiB (data parallelism)")->check(CLI::PositiveNumber);
   app.add_option("--schedule", schedule, "pipeline schedule: gpipe or 1f1b");
+  app.add_option("--recompute", recompute,
+                 "activation recomputation: none, selective (the attention core) or full (whole blocks)");
   app.add_option("--ckpt-every", t.ckpt_every, "save a checkpoint every N steps (0: only at the end, if --ckpt-dir)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--ckpt-every-s", t.ckpt_every_s, "save a checkpoint every S seconds (0: by steps only)")
@@ -62,6 +64,7 @@ void TrainFlags::add_to(CLI::App& app) {
 void TrainFlags::resolve() {
   engine.device = job.device = parse_device(device);
   engine.schedule = parallel::parse_schedule(schedule);
+  engine.recompute = nn::parse_recompute(recompute);
   engine.data_parallel.precision = precision::parse_policy(precision);
   engine.data_parallel.precision.reduce = precision::parse_policy(grad_reduce).compute;
   engine.data_parallel.bucket_bytes = std::int64_t(bucket_mb * double(1 << 20));

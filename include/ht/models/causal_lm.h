@@ -51,6 +51,12 @@ class CausalLM : public nn::Model {
   /// than on the host are left to the ops.
   void check_batch(const Tensor& input, const Tensor& target) const override;
 
+  /// kFull recomputes each of the stage's blocks (each keeps only its
+  /// input; the embedding, final norm and head recompute nothing);
+  /// kSelective and kNone go to every module (the blocks' attention acts on
+  /// kSelective).
+  void set_recompute(nn::Recompute mode) override;
+
   /// Continues `prompt` (token ids) by `count` tokens sampled at `temperature`
   /// (0: greedy), using the last `context` tokens as the window; padding ids
   /// are never chosen. Needs the whole model in one process (tp 1, one stage).

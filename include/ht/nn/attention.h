@@ -1,5 +1,10 @@
 // ht::nn::CausalSelfAttention: GPT-2's attention (c_attn -> causal softmax
 // attention over n_head heads -> c_proj).
+//
+// Under selective recomputation (Recompute::kSelective) it keeps qkv only:
+// backward runs ops::attention_forward again for the attention's output and
+// log-sum-exp, then c_proj's backward (whose input it saves for it then:
+// c_proj keeps nothing in forward) and the attention's.
 #pragma once
 
 #include "ht/nn/linear.h"
@@ -14,9 +19,12 @@ class CausalSelfAttention : public Module {
 
   Linear& c_attn() { return *c_attn_; }
   Linear& c_proj() { return *c_proj_; }
+  /// Module's rule, and c_proj keeps its input only when not kSelective.
+  void set_recompute(Recompute mode) override;
 
  protected:
-  /// x (B, T, C) -> (B, T, C); saves qkv and the attention probabilities.
+  /// x (B, T, C) -> (B, T, C); saves qkv, the attention's output and its
+  /// log-sum-exp per row (qkv only under kSelective).
   Tensor forward_impl(Context& ctx, const Tensor& x) override;
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 

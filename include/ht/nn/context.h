@@ -5,8 +5,9 @@
 // recomputation is saving less). A module may run several times in one
 // forward (a layer shared by two places of a model): each run's tensors are
 // kept, and backward, which runs in the reverse order, takes the newest
-// first (Module::backward drops an entry once its backward is done). Not
-// thread-safe.
+// first (Module::backward drops an entry once its backward is done). A
+// module under full recomputation (module.h) keeps only its input, in an
+// entry marked so (save_input_for_recompute). Not thread-safe.
 #pragma once
 
 #include <string>
@@ -40,6 +41,21 @@ class Context {
   /// saved(m), then pop(m): for a model's backward_loss, whose loss entry
   /// must be gone before backward() reads the forward's own.
   std::vector<Tensor> take(const Module* m);
+  /// Stores `input` as the whole of one forward run of `m`, marked for
+  /// recomputation: m's backward runs its forward again from it
+  /// (Module::forward under Recompute::kFull). Nothing when not saving.
+  void save_input_for_recompute(const Module* m, Tensor input);
+  /// Whether `m`'s newest entry is one of save_input_for_recompute's
+  /// (false when there is none).
+  bool recomputes(const Module* m) const;
+  /// A new context on the same device, saving or not, carrying this one's
+  /// side inputs and nothing saved: where a full recomputation runs a
+  /// module's forward (without saving) and, in backward, again (saving).
+  Context fresh(bool save_for_backward) const {
+    Context c(device_, save_for_backward);
+    c.side_ = side_;
+    return c;
+  }
   /// Drops everything saved and the side inputs (frees activations once backward is done).
   void clear() {
     saved_.clear();
@@ -60,7 +76,11 @@ class Context {
  private:
   Device device_;
   bool saving_;
-  std::unordered_map<const Module*, std::vector<std::vector<Tensor>>> saved_;  // a stack per module
+  struct Entry {
+    std::vector<Tensor> tensors;
+    bool recompute = false;  // tensors = {input}: backward runs the forward again
+  };
+  std::unordered_map<const Module*, std::vector<Entry>> saved_;  // a stack per module
   std::unordered_map<std::string, Tensor> side_;
 };
 

@@ -31,9 +31,17 @@ class Linear : public Module {
   /// before (MLP: ops::gelu_backward_bias_grad), adds it and marks it ready
   /// itself: backward leaves db alone.
   void set_bias_grad_by_caller(bool by_caller);
+  /// Leaves the input to the caller, who can compute it again: forward
+  /// keeps nothing, and the caller saves the input under this Linear
+  /// (ctx.save(&linear, {x})) before calling its backward. For an owner
+  /// that recomputes it (an attention module's output projection under
+  /// selective recomputation), so that the projection does not keep alive
+  /// what the owner dropped.
+  void set_input_saved_by_caller(bool by_caller) { input_saved_by_caller_ = by_caller; }
 
  protected:
-  /// x (..., local in) -> y (..., local out); saves x. Without tensor
+  /// x (..., local in) -> y (..., local out); saves x (unless
+  /// set_input_saved_by_caller). Without tensor
   /// parallelism and column-parallel, y starts as the bias in every row and
   /// the GEMM adds x W^T to it (beta 1: no pass zeroing y, none adding the
   /// bias after); row-parallel adds the bias after the sum over the group.
@@ -48,6 +56,7 @@ class Linear : public Module {
   Parameter* weight_;
   Parameter* bias_ = nullptr;
   bool bias_grad_by_caller_ = false;
+  bool input_saved_by_caller_ = false;
 };
 
 }  // namespace ht::nn

@@ -105,6 +105,24 @@ class Model : public Module {
   /// Copies each parameter's initial value (its Init under `seed`) into its storage.
   void init_weights(std::uint64_t seed);
 
+  /// Activation recomputation for the model's parts (module.h); the
+  /// model itself never recomputes whole (its loss keeps the output anyway,
+  /// so a whole re-run would hold everything at once) and keeps kNone. The
+  /// engine calls it with EngineOptions::recompute once the model is built.
+  /// By default:
+  ///   kNone, kSelective  every direct child and its descendants (the
+  ///                      attention modules act on kSelective);
+  ///   kFull              each direct child that has children of its own
+  ///                      (a block: several layers whose intermediate
+  ///                      activations it then no longer keeps), kNone to
+  ///                      the direct children that are single layers (an
+  ///                      embedding, a norm, a head: they keep little
+  ///                      beyond their input, so recomputing them would
+  ///                      cost a forward and save nothing).
+  /// A model whose blocks are not its direct children, or that knows them
+  /// better, overrides it (models::CausalLM: its blocks).
+  void set_recompute(Recompute mode) override;
+
  protected:
   /// For a model that does not split into pipeline stages: throws kConfig
   /// naming it when the placement asks for more than one.

@@ -10,6 +10,30 @@
 // backward() accumulates into parameter gradients (+=), or overwrites a
 // gradient discarded since its last use (Parameter::discard_grad), and
 // returns the gradient of the input (overwritten, freshly allocated).
+//
+// Activation recomputation (nn::Recompute; Megatron's
+// --recompute-granularity, PyTorch's torch.utils.checkpoint for kFull) is a
+// property of a module, set by set_recompute:
+//   kNone       the module keeps what its backward reads.
+//   kSelective  the attention modules (CausalSelfAttention, SelfAttention)
+//               keep q, k, v (and the key mask) only; their backward runs
+//               the attention forward again for its output and log-sum-exp
+//               (what depends on the T^2 softmax), about one activation of
+//               the block's width less per layer for one attention forward
+//               more. Other modules keep what they keep under kNone.
+//   kFull       forward() keeps only the input (forward_impl runs in a
+//               non-saving Context) and backward() runs forward_impl again
+//               from it, saving, in a fresh Context that carries the same
+//               side inputs, right before backward_impl: one forward more,
+//               for the module's activations reduced to its input.
+// The re-run calls forward_impl, not forward: the module's own
+// pre-/post-forward hooks fire once per forward as before, and the re-run
+// sits between the pre-backward hook (where ZeRO-3 gathers the unit) and
+// the post-backward one (where it frees it), so the parameters are there
+// when it reads them. Any module can be recomputed so, a program's own ones
+// included; an inference Context (saving() false) changes nothing.
+// Recomputation changes no bits: the forward ops are deterministic, so a
+// backward reads the very tensors it would have kept (recompute_test).
 #pragma once
 
 #include <functional>
@@ -19,6 +43,7 @@
 
 #include "ht/nn/context.h"
 #include "ht/nn/parameter.h"
+#include "ht/nn/model_spec.h"  // nn::Recompute
 
 namespace ht::nn {
 
@@ -49,6 +74,23 @@ class Module {
   /// overwrites the gradients instead of adding to zeros.
   void discard_grads();
 
+  /// Activation recomputation for this module and its descendants; takes
+  /// effect from the next forward (a forward's backward does what that
+  /// forward prepared, whatever the mode is by then). The default:
+  ///   kFull      this module keeps only its input and recomputes; its
+  ///              descendants kNone (the re-run saves everything it needs);
+  ///   kSelective this module and its descendants kSelective (modules with a
+  ///              selective form, the attention modules, use it; others
+  ///              save as under kNone);
+  ///   kNone      this module and its descendants kNone.
+  /// A module overrides it to adapt its parts (an attention module tells
+  /// its output projection not to keep its input; nn::Model applies the
+  /// mode to its parts, never to itself: see model.h). Call it between
+  /// steps, not while a forward's backward is pending.
+  virtual void set_recompute(Recompute mode);
+  /// The mode set on this module itself (kNone by default).
+  Recompute recompute() const { return recompute_; }
+
   void set_pre_forward_hook(Hook h) { pre_forward_ = std::move(h); }
   void set_post_forward_hook(Hook h) { post_forward_ = std::move(h); }
   void set_pre_backward_hook(Hook h) { pre_backward_ = std::move(h); }
@@ -74,6 +116,8 @@ class Module {
   }
   /// Uses a parameter owned by another module (a tied weight).
   void use_shared_parameter(Parameter& p) { shared_.push_back(&p); }
+  /// Sets this module's own mode only (for set_recompute overrides).
+  void set_own_recompute(Recompute mode) { recompute_ = mode; }
 
  private:
   void adopt(std::unique_ptr<Module> child);
@@ -84,6 +128,7 @@ class Module {
   std::vector<std::unique_ptr<Parameter>> params_;
   std::vector<Parameter*> shared_;
   std::vector<std::unique_ptr<Module>> children_;
+  Recompute recompute_ = Recompute::kNone;
   Hook pre_forward_, post_forward_, pre_backward_, post_backward_;
 };
 

@@ -12,6 +12,11 @@
 // projection row-parallel, so each rank computes n_head / tp query heads and
 // n_kv_head / tp key/value heads (the query heads of a group stay on the
 // rank of their key/value head).
+//
+// Selective recomputation (Recompute::kSelective): it keeps q, k, v (rotated)
+// and the key mask only; backward runs ops::attention_forward again for the
+// output and log-sum-exp, saves the output as o_proj's input (o_proj keeps
+// nothing in forward) and backpropagates.
 #pragma once
 
 #include "ht/nn/linear.h"
@@ -40,9 +45,12 @@ class SelfAttention : public Module {
   Linear& k_proj() { return *k_; }
   Linear& v_proj() { return *v_; }
   Linear& o_proj() { return *o_; }
+  /// Module's rule, and o_proj keeps its input only when not kSelective.
+  void set_recompute(Recompute mode) override;
 
  protected:
-  /// x (B, T, dim) -> (B, T, dim); saves q, k, v (rotated) and the probabilities.
+  /// x (B, T, dim) -> (B, T, dim); saves q, k, v (rotated), the output, its
+  /// log-sum-exp per row and the key mask (no output or lse under kSelective).
   Tensor forward_impl(Context& ctx, const Tensor& x) override;
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 

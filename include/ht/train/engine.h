@@ -63,6 +63,11 @@ struct EngineOptions {
   /// Data parallelism / ZeRO (the mesh gives dp, tp and pp).
   parallel::DataParallelOptions data_parallel;
   parallel::Schedule schedule = parallel::Schedule::k1F1B;
+  /// Activation recomputation (nn/module.h), applied to the model once
+  /// it is built (nn::Model::set_recompute): kSelective recomputes the
+  /// attention core in backward, kFull each block from its input. Losses
+  /// and gradients are the same bits under every mode.
+  nn::Recompute recompute = nn::Recompute::kNone;
   /// Mixed precision: data_parallel.precision chooses the dtypes; f16 scales
   /// the loss dynamically (bf16 and f32 do not, unless forced).
   precision::LossScalerOptions loss_scaler;

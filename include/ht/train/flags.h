@@ -1,7 +1,7 @@
 // ht::train::TrainFlags: the command line every training program built on
 // the library shares (gpt_train, llama_train, a program of one's own), on
 // CLI11: steps and seed, batch and accumulation, the mesh (--tp, --pp; dp is
-// the rest) and ZeRO, precision and loss scaling, the optimizer and
+// the rest) and ZeRO, activation recomputation, precision and loss scaling, the optimizer and
 // schedule, validation, checkpoints and resume, and the resilience settings
 // htrun relies on. A program adds its own flags (model sizes, data) to the
 // same CLI::App.
@@ -31,6 +31,7 @@ struct TrainFlags {
   // Flags given as text, resolved into the options above by resolve().
   std::string device = "cpu";
   std::string schedule = "1f1b";
+  std::string recompute = "none";
   std::string precision = "fp32";
   std::string grad_reduce = "fp32";
   std::string resume;    // "" or "auto"
