@@ -92,27 +92,26 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
     double comm = 0, exposed = 0;
     const double grads = params * r;
     if (l.dp > 1) {
-      if (l.zero == 0 || shards == 1) {
-        comm = all_reduce_ms(grads, l.dp, dp_link);
-      } else {
-        comm = reduce_scatter_ms(grads, shards, shard_link) + all_reduce_ms(grads / shards, replicas, dp_link);
-      }
-      // Behind the last micro-batch's backward; never less than one bucket's (the last one's).
+      // Gradient reduction: behind the last micro-batch's backward only.
+      const double reduce = l.zero == 0 || shards == 1
+                                ? all_reduce_ms(grads, l.dp, dp_link)
+                                : reduce_scatter_ms(grads, shards, shard_link) +
+                                      all_reduce_ms(grads / shards, replicas, dp_link);
       const double bucket = std::min(grads, double(l.bucket_bytes));
       const double last_bucket = l.zero == 0 || shards == 1 ? all_reduce_ms(bucket, l.dp, dp_link)
                                                             : reduce_scatter_ms(bucket, shards, shard_link);
-      exposed = std::max(comm - st.backward_ms, last_bucket);
+      // ZeRO-3: two gathers of every unit per micro-batch (forward, backward),
+      // prefetched behind any compute; the first unit's is never hidden.
+      const double gathers = l.zero == 3 ? 2.0 * m * reduce_scatter_ms(params * c, shards, shard_link) : 0.0;
+      const double first_unit = l.zero == 3 ? reduce_scatter_ms(largest_unit * c, shards, shard_link) : 0.0;
+      comm = reduce + gathers;
+      // Both share the link: what cannot hide behind its window, or behind all compute together.
+      exposed = std::max({last_bucket + first_unit, reduce - st.backward_ms,
+                          reduce + gathers - m * (st.forward_ms + st.backward_ms)});
       if (l.zero == 1 || l.zero == 2) {
         const double gather = reduce_scatter_ms(params * c, shards, shard_link);  // all-gather of updated weights
         comm += gather;
         exposed += gather;
-      }
-      if (l.zero == 3) {
-        // Two gathers of every unit per micro-batch (forward, backward), prefetched behind compute.
-        const double gathers = 2.0 * m * reduce_scatter_ms(params * c, shards, shard_link);
-        comm += gathers;
-        const double first_unit = reduce_scatter_ms(largest_unit * c, shards, shard_link);
-        exposed += std::max(first_unit, gathers - m * (st.forward_ms + st.backward_ms));
       }
     }
     const double optimizer = params / (l.zero >= 1 ? shards : 1) * optimizer_bytes_per_element(l.precision) /

@@ -1,0 +1,291 @@
+// The plan layer: model specs against the models, the memory model against
+// the allocator's accounting of a real forward, the time model's formulas,
+// the search's constraints and speed, and the profile file's errors.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <numeric>
+
+#include "ht/core/memory.h"
+#include "ht/models/gpt.h"
+#include "ht/models/llama.h"
+#include "ht/nn/context.h"
+#include "ht/parallel/schedule.h"
+#include "ht/plan/search.h"
+#include "test_util.h"
+
+namespace ht {
+namespace {
+
+using nn::Recompute;
+
+models::GPTConfig tiny_gpt() {
+  return {.vocab_size = 64, .context = 16, .n_layer = 3, .n_head = 2, .n_embd = 32};
+}
+models::LlamaConfig tiny_llama() {
+  return {.vocab_size = 64, .context = 16, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32,
+          .ffn_hidden = 48};
+}
+
+/// A made-up cluster, as a file would give it.
+plan::MachineProfile cluster(double memory_gib = 80, int per_node = 8) {
+  plan::MachineProfile p;
+  p.name = "test cluster";
+  p.memory_gib = memory_gib;
+  p.ranks_per_node = per_node;
+  p.rates["fp32"] = {.gemm_gflops = 50000, .attention_gflops = 25000};
+  p.rates["bf16"] = {.gemm_gflops = 600000, .attention_gflops = 300000};
+  p.memory_gbps = 3000;
+  p.intra_node = {.latency_us = 3, .gbps = 300};
+  p.inter_node = {.latency_us = 10, .gbps = 40};
+  return p;
+}
+
+TEST(ModelSpec, ParameterCountsMatchTheModels) {
+  for (std::int64_t mult : {1, 128}) {
+    models::GPTConfig g = tiny_gpt();
+    g.vocab_multiple = mult;
+    EXPECT_EQ(g.spec(16).num_parameters(), g.num_parameters());
+    EXPECT_EQ(g.spec(16).num_parameters(), models::GPT(g).num_parameters());
+    models::LlamaConfig l = tiny_llama();
+    l.vocab_multiple = mult;
+    EXPECT_EQ(l.spec(16).num_parameters(), l.num_parameters());
+    EXPECT_EQ(l.spec(16).num_parameters(), models::Llama(l).num_parameters());
+  }
+  const nn::ModelSpec s = tiny_gpt().spec(16);
+  EXPECT_EQ(s.num_blocks(), 3);
+  EXPECT_EQ(s.first_block(), 1);
+  EXPECT_TRUE(s.splits_over(2));
+  EXPECT_FALSE(s.splits_over(3));  // 2 heads
+  // Forward matmul FLOPs: 2 per weight-matrix element (12 C^2 a block, the head's V C), no more.
+  double fwd = 0, attn = 0;
+  for (const nn::LayerSpec& l : s.layers) fwd += l.gemm_flops, attn += l.attention_flops;
+  EXPECT_DOUBLE_EQ(fwd, 2.0 * (3 * 12 * 32 * 32 + 64 * 32));
+  EXPECT_DOUBLE_EQ(attn, 3 * 2.0 * 16 * 32);
+}
+
+/// Activation bytes a real forward (with its loss) leaves held, as the allocator counts them.
+template <typename Model, typename Config>
+std::int64_t measured_forward_bytes(const Config& config, std::int64_t batch, std::int64_t seq, DType dtype,
+                                    Recompute mode) {
+  Model model(config);
+  model.init_weights(1);
+  model.set_recompute(mode);
+  std::vector<std::int32_t> ids(std::size_t(batch * seq));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t((i * 7 + 3) % 64);
+  const Tensor tokens = Tensor::from_vector(ids, {batch, seq});
+  const Tensor targets = Tensor::from_vector(ids, {batch, seq});
+  (void)dtype;
+  nn::Context ctx;
+  const std::int64_t before = memory_stats(DeviceType::kCPU, MemCategory::kActivations).current_bytes;
+  model.forward_loss(ctx, tokens, targets);
+  const std::int64_t after = memory_stats(DeviceType::kCPU, MemCategory::kActivations).current_bytes;
+  return after - before;
+}
+
+/// What the spec says one process keeps after a forward of `tokens` tokens
+/// (the token ids and targets are the caller's tensors, not activations).
+double spec_forward_bytes(const nn::ModelSpec& s, double tokens, Recompute mode) {
+  double kept = 0;
+  for (const nn::LayerSpec& l : s.layers)
+    kept += l.saved[std::size_t(l.role == nn::LayerRole::kBlock ? int(mode) : 0)].bytes(1, 4.0);
+  return tokens * (kept - 2 * 4.0);
+}
+
+TEST(MemoryModel, ActivationsAreWhatAForwardKeeps) {
+  for (Recompute mode : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    SCOPED_TRACE(nn::recompute_name(mode));
+    const std::int64_t b = 2, t = 16;
+    const std::int64_t gpt = measured_forward_bytes<models::GPT>(tiny_gpt(), b, t, DType::kF32, mode);
+    EXPECT_EQ(double(gpt), spec_forward_bytes(tiny_gpt().spec(t), double(b * t), mode));
+    const std::int64_t llama = measured_forward_bytes<models::Llama>(tiny_llama(), b, t, DType::kF32, mode);
+    EXPECT_EQ(double(llama), spec_forward_bytes(tiny_llama().spec(t), double(b * t), mode));
+  }
+}
+
+TEST(MemoryModel, InFlightIsTheScheduleTables) {
+  for (parallel::Schedule s : {parallel::Schedule::k1F1B, parallel::Schedule::kGPipe})
+    for (int p = 1; p <= 6; ++p)
+      for (int m = 1; m <= 9; ++m)
+        for (int st = 0; st < p; ++st)
+          EXPECT_EQ(plan::in_flight(s, st, p, m), parallel::peak_in_flight(parallel::stage_actions(s, st, p, m)))
+              << parallel::schedule_name(s) << " p" << p << " m" << m << " s" << st;
+}
+
+TEST(MemoryModel, StateBytesPerParameter) {
+  const precision::Policy f32{}, bf16{.compute = DType::kBF16, .reduce = DType::kF32};
+  EXPECT_DOUBLE_EQ(plan::state_bytes_per_parameter(0, 4, f32).total(), 16.0);
+  EXPECT_DOUBLE_EQ(plan::state_bytes_per_parameter(3, 4, f32).total(), 4.0);
+  EXPECT_DOUBLE_EQ(plan::state_bytes_per_parameter(0, 4, bf16).total(), 20.0);
+  EXPECT_DOUBLE_EQ(plan::state_bytes_per_parameter(3, 4, bf16).total(), 18.0 / 4);
+  EXPECT_DOUBLE_EQ(plan::state_bytes_per_parameter(1, 2, f32).optim, 4.0);
+}
+
+TEST(MemoryModel, PerStageNotAveraged) {
+  const nn::ModelSpec s = models::GPTConfig{.vocab_size = 50257, .context = 1024, .n_layer = 12, .n_head = 12,
+                                            .n_embd = 768, .vocab_multiple = 128}
+                              .spec(1024);
+  plan::LayoutChoice l{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 2, .grad_accum = 8};
+  const std::vector<plan::StageMemory> m = plan::estimate_memory(s, l);
+  ASSERT_EQ(m.size(), 4u);
+  // 1F1B: stage s holds p - s micro-batches; the last holds the logits and the head's wte copy.
+  EXPECT_EQ(m[0].in_flight, 4);
+  EXPECT_EQ(m[3].in_flight, 1);
+  EXPECT_GT(m[0].of(MemCategory::kActivations), 3.0 * m[2].of(MemCategory::kActivations) / 2.0 * 0.9);
+  EXPECT_GT(m[3].of(MemCategory::kParameters), m[1].of(MemCategory::kParameters));
+  EXPECT_GT(m[0].of(MemCategory::kParameters), m[1].of(MemCategory::kParameters));
+  // GPipe holds all 8 everywhere.
+  l.schedule = parallel::Schedule::kGPipe;
+  EXPECT_EQ(plan::estimate_memory(s, l)[3].in_flight, 8);
+  // Recomputation keeps less, in order; tp divides the split part.
+  l = {.tp = 1, .pp = 1, .dp = 1, .micro_batch = 4};
+  double act[3];
+  for (int r = 0; r < 3; ++r) {
+    l.recompute = Recompute(r);
+    act[r] = plan::estimate_memory(s, l)[0].of(MemCategory::kActivations);
+  }
+  EXPECT_GT(act[0], act[1]);
+  EXPECT_GT(act[1], 2 * act[2]);
+  l.recompute = Recompute::kNone;
+  l.tp = 4;
+  EXPECT_LT(plan::estimate_memory(s, l)[0].of(MemCategory::kActivations), 0.6 * act[0]);
+  // ZeRO-3 over 8 ranks holds about an eighth of the state.
+  l = {.tp = 1, .pp = 1, .dp = 8, .zero = 3, .micro_batch = 1};
+  const auto z3 = plan::estimate_memory(s, l)[0];
+  l.zero = 0;
+  const auto z0 = plan::estimate_memory(s, l)[0];
+  EXPECT_LT(z3.of(MemCategory::kOptimizerState), z0.of(MemCategory::kOptimizerState) / 7.9);
+  // Uneven splits are what they say.
+  l = {.tp = 1, .pp = 3, .dp = 1, .micro_batch = 1, .grad_accum = 3, .stage_layers = {2, 6, 4}};
+  const auto uneven = plan::estimate_memory(s, l);
+  EXPECT_EQ(uneven[0].blocks, 2);
+  EXPECT_EQ(uneven[1].first_block, 2);
+  EXPECT_EQ(uneven[2].blocks, 4);
+  l.stage_layers = {2, 6, 3};
+  EXPECT_TRUE(test::throws_error([&] { plan::estimate_memory(s, l); }, ErrorKind::kConfig, {"sum to the model's 12"}));
+}
+
+TEST(TimeModel, RingFormulas) {
+  const plan::Link link{.latency_us = 10, .gbps = 1};
+  EXPECT_DOUBLE_EQ(plan::all_reduce_ms(1e9, 1, link), 0.0);
+  // 2 (g - 1) / g x bytes / bandwidth + 2 (g - 1) latency.
+  EXPECT_NEAR(plan::all_reduce_ms(1e9, 4, link), 1.5e3 + 6 * 0.01, 1e-9);
+  EXPECT_NEAR(plan::reduce_scatter_ms(1e9, 4, link), 0.75e3 + 3 * 0.01, 1e-9);
+  EXPECT_NEAR(plan::p2p_ms(1e6, link), 1.0 + 0.01, 1e-9);
+}
+
+TEST(TimeModel, PipelineBubbleAndRecomputation) {
+  const nn::ModelSpec s = models::GPTConfig{.vocab_size = 256, .context = 256, .n_layer = 8, .n_head = 8,
+                                            .n_embd = 512}
+                              .spec(256);
+  const plan::MachineProfile prof = cluster();
+  plan::LayoutChoice l{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 1, .grad_accum = 4, .stage_layers = {2, 2, 2, 2}};
+  const plan::TimeEstimate t4 = plan::estimate_time(s, l, prof);
+  l.grad_accum = 16;
+  const plan::TimeEstimate t16 = plan::estimate_time(s, l, prof);
+  // Nearly equal stages: the bubble is about (p - 1) / (m + p - 1).
+  EXPECT_NEAR(t4.bubble, 3.0 / 7.0, 0.06);
+  EXPECT_NEAR(t16.bubble, 3.0 / 19.0, 0.04);
+  l = {.tp = 1, .pp = 1, .dp = 1, .micro_batch = 4};
+  const double none = plan::estimate_time(s, l, prof).step_ms;
+  l.recompute = Recompute::kSelective;
+  const double selective = plan::estimate_time(s, l, prof).step_ms;
+  l.recompute = Recompute::kFull;
+  const double full = plan::estimate_time(s, l, prof).step_ms;
+  EXPECT_LT(none, selective);
+  EXPECT_LT(selective, full);
+  EXPECT_NEAR(full / none, 4.0 / 3.0, 0.1);  // one more forward of three units of work
+}
+
+TEST(Search, BalancesStagesWithTheHeadCounted) {
+  // A large vocabulary makes the last stage's head heavy: the balanced split gives it fewer blocks.
+  const nn::ModelSpec s = models::GPTConfig{.vocab_size = 50257, .context = 1024, .n_layer = 16, .n_head = 12,
+                                            .n_embd = 768, .vocab_multiple = 128}
+                              .spec(1024);
+  const plan::LayoutChoice l{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 1, .grad_accum = 8};
+  const std::vector<int> split = plan::balanced_stage_layers(s, l, cluster());
+  ASSERT_EQ(split.size(), 4u);
+  EXPECT_EQ(std::accumulate(split.begin(), split.end(), 0), 16);
+  EXPECT_LT(split[3], 4);
+  plan::LayoutChoice by_count = l, balanced = l;
+  balanced.stage_layers = split;
+  EXPECT_LT(plan::estimate_time(s, balanced, cluster()).step_ms, plan::estimate_time(s, by_count, cluster()).step_ms);
+}
+
+TEST(Search, FitsTheBudgetAndExplains) {
+  plan::PlanRequest rq;
+  rq.model = models::GPTConfig{.vocab_size = 50257, .context = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768,
+                               .vocab_multiple = 128}
+                 .spec(1024);
+  rq.profile = cluster(/*memory_gib=*/4);
+  rq.world = 8;
+  rq.global_batch = 32;
+  const plan::PlanResult r = plan::search_plans(rq, 5);
+  ASSERT_FALSE(r.plans.empty());
+  EXPECT_LE(r.plans.size(), 5u);
+  for (const plan::Plan& p : r.plans) {
+    EXPECT_LE(p.peak_bytes, r.budget_bytes);
+    EXPECT_EQ(p.layout.world(), 8);
+    EXPECT_EQ(p.layout.global_batch(), 32);
+  }
+  for (std::size_t i = 1; i < r.plans.size(); ++i) EXPECT_LE(r.plans[i - 1].time.step_ms, r.plans[i].time.step_ms);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_NE(r.reasons[0].find("wins"), std::string::npos);
+  EXPECT_NE(plan::format_plans(r, rq).find("memory per stage"), std::string::npos);
+  EXPECT_NE(plan::plans_to_json(r, rq).find("\"stage_layers\""), std::string::npos);
+  // Deterministic.
+  EXPECT_EQ(plan::plans_to_json(plan::search_plans(rq, 5), rq).substr(0, 200), plan::plans_to_json(r, rq).substr(0, 200));
+  // Nothing fits: a clear error saying what the smallest layout needs.
+  rq.profile = cluster(/*memory_gib=*/0.01);
+  EXPECT_TRUE(test::throws_error([&] { plan::search_plans(rq); }, ErrorKind::kConfig, {"the smallest needs"}));
+}
+
+TEST(Search, TpAcrossNodesIsNamed) {
+  plan::PlanRequest rq;
+  rq.model = models::GPTConfig{.vocab_size = 50257, .context = 2048, .n_layer = 96, .n_head = 96, .n_embd = 12288,
+                               .vocab_multiple = 128}
+                 .spec(2048);
+  rq.profile = cluster(80, 8);
+  rq.world = 1024;
+  rq.global_batch = 512;
+  rq.precision = {.compute = DType::kBF16, .reduce = DType::kF32};
+  const plan::PlanResult r = plan::search_plans(rq, 3);
+  ASSERT_FALSE(r.plans.empty());
+  EXPECT_LE(r.plans[0].layout.tp, 8);
+  bool named = false;
+  for (const std::string& why : r.reasons) named |= why.find("tp 16 (crosses the node boundary") != std::string::npos;
+  EXPECT_TRUE(named) << plan::format_plans(r, rq);
+}
+
+TEST(Search, FastForA96LayerModelOn4096Ranks) {
+  plan::PlanRequest rq;
+  rq.model = models::GPTConfig{.vocab_size = 50257, .context = 2048, .n_layer = 96, .n_head = 96, .n_embd = 12288,
+                               .vocab_multiple = 128}
+                 .spec(2048);
+  rq.profile = cluster(80, 8);
+  rq.world = 4096;
+  rq.global_batch = 1536;
+  rq.precision = {.compute = DType::kBF16, .reduce = DType::kF32};
+  const auto t0 = std::chrono::steady_clock::now();
+  const plan::PlanResult r = plan::search_plans(rq, 3);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(r.plans.empty());
+  EXPECT_GT(r.considered, 1000);
+  // The issue's bound is 10 s; a unit test only guards against a blow-up (machines are noisy).
+  EXPECT_LT(s, 60.0) << r.considered << " layouts";
+}
+
+TEST(Profile, FileErrorsSayWhat) {
+  const std::string good = plan::to_json(cluster());
+  const plan::MachineProfile back = plan::profile_from_json(good, "good.json");
+  EXPECT_EQ(back.ranks_per_node, 8);
+  EXPECT_DOUBLE_EQ(back.rates_for(DType::kF16).gemm_gflops, 600000);  // falls back to bf16
+  EXPECT_TRUE(test::throws_error([] { plan::profile_from_json("{", "p.json"); }, ErrorKind::kConfig, {"not valid JSON"}));
+  EXPECT_TRUE(test::throws_error([] { plan::profile_from_json(R"({"memory_gib": 80})", "p.json"); },
+                                 ErrorKind::kConfig, {"'ranks_per_node' is missing"}));
+  EXPECT_TRUE(test::throws_error([] { plan::load_profile("/nonexistent/profile.json"); }, ErrorKind::kIo,
+                                 {"cannot read the machine profile"}));
+}
+
+}  // namespace
+}  // namespace ht
