@@ -9,6 +9,7 @@
 #include "ht/ops/index_errors.h"
 #include "ht/optim/clip.h"
 #include "ht/parallel/gather_parameters.h"
+#include "ht/parallel/layout.h"
 #include "ht/train/job.h"
 #include "ht/train/rehearsals.h"
 
@@ -31,7 +32,10 @@ void EngineOptions::validate() const {
                recompute == nn::Recompute::kFull,
            ErrorKind::kConfig, "recompute {} is not an activation recomputation mode: choose none, selective or full",
            int(recompute));
+  stage_boundaries(int(stage_layers.size()));  // each count >= 1; the stage count is the mesh's, checked there
 }
+
+std::vector<int> EngineOptions::stage_boundaries(int pp) const { return parallel::stage_boundaries(stage_layers, pp); }
 
 namespace {
 
@@ -53,10 +57,11 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   // layer is filled from the parameters' initial values (and, under ZeRO-3,
   // sharded at once), so no rank holds the model twice, or whole under
   // ZeRO-3, and every layout starts from the same values.
-  const nn::Placement placement{.device = options_.device,
-                                .tp = nn::TensorParallel{&mesh_->tp_group()},
-                                .stage = {at.pp_rank, layout.pp_size()},
-                                .defer_storage = true};
+  const nn::Placement placement{
+      .device = options_.device,
+      .tp = nn::TensorParallel{&mesh_->tp_group()},
+      .stage = {.rank = at.pp_rank, .size = layout.pp_size(), .boundaries = options_.stage_boundaries(layout.pp_size())},
+      .defer_storage = true};
   model_ = make_model(placement);
   HT_CHECK(model_ != nullptr, ErrorKind::kInvalidArgument, "the model factory returned no model");
   HT_CHECK(model_->stage().rank == at.pp_rank && model_->stage().size == layout.pp_size() &&
@@ -66,8 +71,16 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
            "tp {}, device {}: build the model with the placement it is given",
            model_->describe(), model_->stage().rank, model_->stage().size, model_->tensor_parallel().size(),
            model_->device().str(), at.pp_rank, layout.pp_size(), layout.tp_size(), options_.device.str());
+  HT_CHECK(model_->stage().boundaries == placement.stage.boundaries, ErrorKind::kInvalidArgument,
+           "the model factory built '{}' with pipeline stage boundaries {{{}}}; the engine asked for {{{}}} "
+           "(--stage-layers): build the model with the placement it is given",
+           model_->describe(), fmt::join(model_->stage().boundaries, ","), fmt::join(placement.stage.boundaries, ","));
   description_ = model_->describe();
   model_->set_recompute(options_.recompute);
+  if (!options_.stage_layers.empty())
+    stage_split_ = options_.stage_layers;
+  else if (model_->num_layers() >= layout.pp_size())
+    stage_split_ = parallel::layers_per_stage(parallel::partition_by_count(model_->num_layers(), layout.pp_size()));
   const std::uint64_t seed = options_.seed;
   dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, options_.data_parallel,
                                                  [seed](const nn::Parameter& p) { return p.initial_value(seed); });

@@ -19,6 +19,9 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--grad-accum", t.grad_accum, "micro-batches per optimizer step (the pipeline's micro-batches)");
   app.add_option("--tp", job.tp, "tensor-parallel ranks")->check(CLI::PositiveNumber);
   app.add_option("--pp", job.pp, "pipeline stages (contiguous layers each)")->check(CLI::PositiveNumber);
+  app.add_option("--stage-layers", t.stage_layers,
+                 "layers on each pipeline stage, one count per stage, e.g. 3,5,5,3 (default: by count)")
+      ->delimiter(',');
   app.add_option("--zero", t.data_parallel.zero_stage, "0: data parallel (DDP); 1, 2, 3: ZeRO stage")
       ->check(CLI::Range(0, 3));
   app.add_option("--zero-shard-group", t.data_parallel.shard_group,
@@ -77,6 +80,7 @@ void TrainFlags::resolve() {
     engine.ckpt_dir = ckpt_dir.empty() ? (std::filesystem::path(job.run_dir) / "checkpoints").string() : ckpt_dir;
   job.validate();
   engine.validate();
+  engine.stage_boundaries(job.pp);  // one count per stage, before any process starts
   fit.validate();
 }
 

@@ -45,6 +45,7 @@ void MetricsWriter::write_run(const EngineOptions& o, const std::string& model, 
                    {"zero_stage", o.data_parallel.zero_stage},
                    {"zero_shard_group", o.data_parallel.shard_group},
                    {"schedule", parallel::schedule_name(o.schedule)},
+                   {"stage_layers", o.stage_layers},
                    {"precision", precision::policy_name(o.data_parallel.precision)},
                    {"grad_reduce_dtype", dtype_name(o.data_parallel.precision.reduce)},
                    {"seed", o.seed}};

@@ -42,6 +42,9 @@ void print_preamble(Engine& engine, const FitOptions& fit) {
               dp.shard_group > 0 ? fmt::format(" (shard group {})", dp.shard_group).c_str() : "",
               parallel::schedule_name(o.schedule).c_str(), (long long)engine.global_batch(), (long long)o.micro_batch,
               o.grad_accum, layout.dp_size());
+  if (layout.pp_size() > 1 && !engine.stage_split().empty())
+    std::printf("# stages %s layers (%s)\n", fmt::format("{}", fmt::join(engine.stage_split(), "+")).c_str(),
+                o.stage_layers.empty() ? "by count" : "--stage-layers");
   if (engine.resumed_from() > 0)
     std::printf("# resumed from step %lld (%s)\n", (long long)engine.resumed_from(), o.ckpt_dir.c_str());
   if (engine.checkpointer())

@@ -2,18 +2,21 @@
 // GPT, or of a small Llama (grouped-query attention, SwiGLU, rotary
 // positions), from the same initial weights give the same losses, gradient
 // norms and final full weights as a single process on the whole batch (fp32,
-// within 1e-5 relative). Each ctest entry runs the layouts of its process
-// count; the others skip. Layouts that cannot split the model fail at
-// start-up with a clear error on every rank.
+// within 1e-5 relative); pipelines split the blocks by count or into stages
+// of chosen sizes (--stage-layers). Each ctest entry runs the layouts of its
+// process count; the others skip. Layouts that cannot split the model fail
+// at start-up with a clear error on every rank.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <mpi.h>
 
 #include "ht/comm/mpi_communicator.h"
+#include "ht/parallel/layout.h"
 #include "lm_engine.h"
 #include "mpi_test_util.h"
 #include "test_util.h"
@@ -30,6 +33,7 @@ struct Layout {
   bool odd_model = false;  // counts divisible by nothing (dp-only layouts)
   bool llama = false;      // the Llama instead of the GPT
   bool padded_vocab = false;  // 61 ids in 64 rows (a multiple of 16): split over tp only with the padding
+  std::vector<int> stage_layers = {};  // chosen layers per stage (empty: by count)
 };
 
 void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
@@ -58,6 +62,7 @@ test::GPTRunOptions options_for(const Layout& l) {
   o.engine.eval_batches = 2;
   o.engine.data_parallel = {.zero_stage = l.zero, .shard_group = l.shard_group, .bucket_bytes = 16 << 10};
   o.engine.schedule = l.schedule;
+  o.engine.stage_layers = l.stage_layers;
   return o;
 }
 
@@ -131,11 +136,27 @@ void expect_matches_one_process(const Layout& l, const Options& options, std::in
     Options one = options;
     one.engine.micro_batch *= dp;
     one.engine.data_parallel = {};
+    one.engine.stage_layers = {};
     Engine reference(one, data);
     ref = train(reference.engine, int(options.engine.steps));
   }
   Engine trainer(options, data, &mesh);
   EXPECT_EQ(trainer.engine.global_batch(), options.engine.micro_batch * dp * options.engine.grad_accum);
+  if (!l.stage_layers.empty()) {
+    // This rank's stage holds the blocks the split chose ("h.3..." or "layers.3..."), no others.
+    EXPECT_EQ(trainer.engine.stage_split(), l.stage_layers);
+    const std::vector<int> b = parallel::stage_boundaries(l.stage_layers, l.pp);
+    const int stage = mesh.coord().pp_rank;
+    std::set<int> blocks;
+    for (const nn::Parameter* p : trainer.engine.model().parameters()) {
+      const std::string& n = p->name();
+      const std::string prefix = l.llama ? "layers." : "h.";
+      if (n.rfind(prefix, 0) == 0) blocks.insert(std::stoi(n.substr(prefix.size())));
+    }
+    std::set<int> want;
+    for (int i = b[std::size_t(stage)]; i < b[std::size_t(stage) + 1]; ++i) want.insert(i);
+    EXPECT_EQ(blocks, want) << "the blocks of stage " << stage;
+  }
   const RunResult got = train(trainer.engine, int(options.engine.steps));
 
   // Every rank reports the same loss; rank 0 compares with the reference.
@@ -186,13 +207,20 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"zero3_dp2", 2, 1, 1, 3, 0, parallel::Schedule::k1F1B, 2, true}, Layout{"tp2", 2, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, false},
         Layout{"pp2_gpipe", 2, 1, 2, 0, 0, parallel::Schedule::kGPipe, 3, false},
         Layout{"pp2_1f1b", 2, 1, 2, 0, 0, parallel::Schedule::k1F1B, 3, false},
+        // Chosen stages (--stage-layers) of the 5 blocks: a light first
+        // stage, then a light last one (by count: 3 + 2).
+        Layout{"pp2_1f1b_layers_1_4", 2, 1, 2, 0, 0, parallel::Schedule::k1F1B, 3, false, false, false, {1, 4}},
+        Layout{"pp2_gpipe_layers_4_1", 2, 1, 2, 0, 0, parallel::Schedule::kGPipe, 2, false, false, false, {4, 1}},
         Layout{"dp4", 4, 1, 1, 0, 0, parallel::Schedule::k1F1B, 1, true}, Layout{"zero1_dp4", 4, 1, 1, 1, 0, parallel::Schedule::k1F1B, 1, true},
         Layout{"zero2_dp4", 4, 1, 1, 2, 0, parallel::Schedule::k1F1B, 1, true}, Layout{"zero3_dp4", 4, 1, 1, 3, 0, parallel::Schedule::k1F1B, 1, true},
         Layout{"zero3_dp4_shard2", 4, 1, 1, 3, 2, parallel::Schedule::k1F1B, 1, true},
         Layout{"zero2_dp4_shard2", 4, 1, 1, 2, 2, parallel::Schedule::k1F1B, 2, true},
         Layout{"tp4", 4, 4, 1, 0, 0, parallel::Schedule::k1F1B, 1, false},
         Layout{"pp4_gpipe", 4, 1, 4, 0, 0, parallel::Schedule::kGPipe, 4, false},
-        Layout{"pp4_1f1b", 4, 1, 4, 0, 0, parallel::Schedule::k1F1B, 4, false}, Layout{"dp2_tp2", 4, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, false},
+        Layout{"pp4_1f1b", 4, 1, 4, 0, 0, parallel::Schedule::k1F1B, 4, false},
+        Layout{"pp4_1f1b_layers_1_1_2_1", 4, 1, 4, 0, 0, parallel::Schedule::k1F1B, 4, false, false, false,
+               {1, 1, 2, 1}},
+        Layout{"dp2_tp2", 4, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, false},
         Layout{"dp2_pp2", 4, 1, 2, 0, 0, parallel::Schedule::k1F1B, 2, false}, Layout{"tp2_pp2", 4, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false},
         Layout{"zero3_dp2_tp2", 4, 2, 1, 3, 0, parallel::Schedule::k1F1B, 1, false},
         Layout{"zero2_dp2_pp2", 4, 1, 2, 2, 0, parallel::Schedule::k1F1B, 2, false},
@@ -208,6 +236,7 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"llama_tp2", 2, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, false, true},
         Layout{"llama_pp2_1f1b_accum3", 2, 1, 2, 0, 0, parallel::Schedule::k1F1B, 3, false, true},
         Layout{"llama_pp2_gpipe_accum2", 2, 1, 2, 0, 0, parallel::Schedule::kGPipe, 2, false, true},
+        Layout{"llama_pp2_layers_1_2", 2, 1, 2, 0, 0, parallel::Schedule::k1F1B, 2, false, true, false, {1, 2}},
         Layout{"llama_zero3_dp2_tp2", 4, 2, 1, 3, 0, parallel::Schedule::k1F1B, 1, false, true},
         Layout{"llama_tp2_pp2_accum2", 4, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false, true},
         Layout{"llama_dp2_tp2_pp2", 8, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false, true},

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ht/train/flags.h"
 #include "lm_engine.h"
 #include "test_util.h"
 
@@ -149,6 +150,54 @@ TEST(Engine, AModelBuiltForAnotherPlacementIsRefused) {
   const ModelFactory none = [](const nn::Placement&) -> std::unique_ptr<nn::Model> { return nullptr; };
   EXPECT_TRUE(test::throws_error([&] { Engine e(o.engine, none, batches); }, ErrorKind::kInvalidArgument,
                                  {"returned no model"}));
+}
+
+// --stage-layers: the wrong count of stages, a zero and a sum other than the
+// model's layer count are refused before training, each saying what is
+// wrong; a valid split is what the engine reports (by count when none is given).
+TEST(Engine, StageLayersAreChecked) {
+  const data::TokenSplits data = synthetic_text();
+  test::GPTRunOptions o = small_options();  // 2 layers, one process: pp 1
+  o.engine.stage_layers = {1, 1};
+  EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data); }, ErrorKind::kConfig,
+                                 {"--stage-layers 1,1 gives 2 pipeline stages but the pipeline has 1 (--pp 1)"}));
+  o.engine.stage_layers = {2, 0};
+  EXPECT_TRUE(test::throws_error([&] { o.engine.validate(); }, ErrorKind::kConfig,
+                                 {"--stage-layers 2,0: stage 1 would hold 0 layers"}));
+  o.engine.stage_layers = {3};
+  EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data); }, ErrorKind::kConfig,
+                                 {"--stage-layers 3 sums to 3 layers but the model has 2", "e.g. --stage-layers 2"}));
+  o.engine.stage_layers = {2};
+  EXPECT_EQ(test::GPTEngine(o, data).engine.stage_split(), std::vector<int>{2});
+  // A factory that drops the chosen split is refused like one built for another stage.
+  data::TokenBatches batches(data, o.seq_len);
+  const models::GPTConfig config = o.model;
+  const ModelFactory by_count = [config](const nn::Placement& at) {
+    nn::Placement wrong = at;
+    wrong.stage.boundaries.clear();
+    return std::make_unique<models::GPT>(config, wrong);
+  };
+  EXPECT_TRUE(test::throws_error([&] { Engine e(o.engine, by_count, batches); }, ErrorKind::kInvalidArgument,
+                                 {"with pipeline stage boundaries {}", "the engine asked for {0,2}"}));
+  o.engine.stage_layers = {};
+  EXPECT_EQ(test::GPTEngine(o, data).engine.stage_split(), std::vector<int>{2});
+
+  // The flag, as gpt_train and llama_train take it; checked against --pp before any process starts.
+  auto parse = [](std::vector<std::string> args) {
+    CLI::App app;
+    TrainFlags flags;
+    flags.add_to(app);
+    std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
+    app.parse(args);
+    flags.resolve();
+    return flags.engine.stage_layers;
+  };
+  EXPECT_EQ(parse({"--pp", "4", "--stage-layers", "3,5,5,3"}), (std::vector<int>{3, 5, 5, 3}));
+  EXPECT_TRUE(parse({"--pp", "2"}).empty());
+  EXPECT_TRUE(test::throws_error([&] { parse({"--pp", "2", "--stage-layers", "1,2,1"}); }, ErrorKind::kConfig,
+                                 {"--stage-layers 1,2,1 gives 3 pipeline stages but the pipeline has 2 (--pp 2)"}));
+  EXPECT_TRUE(test::throws_error([&] { parse({"--pp", "2", "--stage-layers", "4,0"}); }, ErrorKind::kConfig,
+                                 {"stage 1 would hold 0 layers"}));
 }
 
 // Hooks run at their points of each step, in the order they were added;

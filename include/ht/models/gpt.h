@@ -70,7 +70,8 @@ class GPT : public CausalLM {
   /// soon as it is built, so the model never holds all its values at once:
   /// whoever shards it (ZeRO-3) fills them from their initial values.
   /// Forward and backward need the values bound again. Throws kConfig when
-  /// the config does not split over the placement's tp and stages.
+  /// the config does not split over the placement's tp and stages, or the
+  /// stage boundaries do not fit n_layer.
   explicit GPT(const GPTConfig& config, const nn::Placement& placement = {});
 
   const GPTConfig& config() const { return config_; }
@@ -80,11 +81,14 @@ class GPT : public CausalLM {
   /// (B, T, vocab / tp) on the last stage and activations (B, T, C) elsewhere.
   /// backward(ctx, d) is its inverse (undefined result on the first stage).
   /// The stage's run, the loss and sampling are CausalLM's. The blocks are
-  /// split over the stages by parallel::stage_layers (the first n_layer % pp
-  /// stages one more).
+  /// split over the stages by parallel::stage_layers: at the placement's
+  /// stage boundaries (nn::PipelineStage::boundaries, from
+  /// EngineOptions::stage_layers / --stage-layers) when it has them, else by
+  /// count (the first n_layer % pp stages one more).
 
   /// wte on the first and last stages, when they differ.
   std::vector<nn::TiedWeight> tied_weights() const override;
+  int num_layers() const override { return config_.n_layer; }
   /// "GPT L6 H6 C384 V256 T256".
   std::string describe() const override { return "GPT " + config_.str(); }
   double flops_per_token(const Shape& input_shape) const override;

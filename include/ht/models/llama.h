@@ -6,8 +6,10 @@
 // Built for one rank of a tp x pp layout (an nn::Placement) like GPT: with a
 // tensor-parallel group, query and key/value heads, the MLP's hidden units
 // and the vocabulary split over it (so tp must divide n_kv_head); with a
-// pipeline stage the model holds its contiguous blocks, the embedding on the
-// first stage and the final norm and head on the last. Parameter names
+// pipeline stage the model holds its contiguous blocks (split as GPT's: by
+// parallel::stage_layers, at the placement's stage boundaries or else by
+// count), the embedding on the first stage and the final norm and head on
+// the last. Parameter names
 // follow Hugging Face's LlamaForCausalLM ("embed_tokens.weight",
 // "layers.3.self_attn.q_proj.weight", "layers.3.input_layernorm.weight",
 // "norm.weight", "lm_head.weight"), except the MLP, whose gate and up
@@ -67,13 +69,15 @@ struct LlamaConfig {
 class Llama : public CausalLM {
  public:
   /// Throws kConfig when the config does not split over the placement's tp
-  /// and stages. With placement.defer_storage each module's parameters are
-  /// released as soon as it is built (ZeRO-3 fills them).
+  /// and stages, or the stage boundaries do not fit n_layer. With
+  /// placement.defer_storage each module's parameters are released as soon
+  /// as it is built (ZeRO-3 fills them).
   explicit Llama(const LlamaConfig& config, const nn::Placement& placement = {});
 
   const LlamaConfig& config() const { return config_; }
   /// "Llama L6 H6 KV2 C384 F1024 V256 T256 theta10000".
   std::string describe() const override { return "Llama " + config_.str(); }
+  int num_layers() const override { return config_.n_layer; }
   double flops_per_token(const Shape& input_shape) const override;
 
  private:

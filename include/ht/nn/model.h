@@ -37,6 +37,14 @@ namespace ht::nn {
 struct PipelineStage {
   int rank = 0;
   int size = 1;
+  /// Which of the model's layers each stage runs: stage s runs
+  /// [boundaries[s], boundaries[s + 1]), size + 1 entries from 0 to the
+  /// model's layer count, strictly increasing (parallel::stage_boundaries
+  /// makes them from layers per stage). Empty: by count, the first
+  /// n_layers % size stages one layer more. A model that splits builds its
+  /// stage from parallel::stage_layers(n_layers, rank, size, boundaries),
+  /// which refuses boundaries that do not fit it (kConfig).
+  std::vector<int> boundaries;
   bool first() const { return rank == 0; }
   bool last() const { return rank == size - 1; }
 };
@@ -94,6 +102,10 @@ class Model : public Module {
   /// Weights held by more than one stage; the same list on every rank,
   /// whichever stage it holds. None by default.
   virtual std::vector<TiedWeight> tied_weights() const { return {}; }
+  /// The whole model's layers that pipeline stages split (what
+  /// PipelineStage::boundaries count: GPT's and Llama's blocks), for reports;
+  /// 0 (the default) when the model does not say.
+  virtual int num_layers() const { return 0; }
 
   /// "GPT L6 H6 C384 V256 T256": the architecture and its sizes.
   virtual std::string describe() const = 0;

@@ -68,6 +68,13 @@ struct EngineOptions {
   /// attention core in backward, kFull each block from its input. Losses
   /// and gradients are the same bits under every mode.
   nn::Recompute recompute = nn::Recompute::kNone;
+  /// Pipeline stages of chosen sizes: the model's layers on each stage, in
+  /// order, one count >= 1 per stage (the mesh's pp of them) summing to the
+  /// model's layer count, e.g. {3, 5, 5, 3} (--stage-layers 3,5,5,3): a
+  /// lighter first and last stage make room for the embedding and the head.
+  /// Empty: by count (the first n_layers % pp stages one layer more). The
+  /// model gets them as its placement's stage boundaries.
+  std::vector<int> stage_layers;
   /// Mixed precision: data_parallel.precision chooses the dtypes; f16 scales
   /// the loss dynamically (bf16 and f32 do not, unless forced).
   precision::LossScalerOptions loss_scaler;
@@ -100,6 +107,10 @@ struct EngineOptions {
 
   /// Throws kConfig naming the bad value.
   void validate() const;
+  /// stage_layers as the placement's stage boundaries for a pipeline of
+  /// `pp` stages (empty: by count); throws kConfig, naming the values, when
+  /// there are not `pp` counts or one is below 1.
+  std::vector<int> stage_boundaries(int pp) const;
 };
 
 struct StepStats {
@@ -202,6 +213,10 @@ class Engine {
   std::int64_t num_parameters() const { return num_parameters_; }
   /// The model's description (nn::Model::describe), the same on every rank.
   const std::string& model_description() const { return description_; }
+  /// The layers on each pipeline stage: options().stage_layers, or the
+  /// split by count of the model's nn::Model::num_layers(); empty when the
+  /// model does not say how many layers it has.
+  const std::vector<int>& stage_split() const { return stage_split_; }
 
  private:
   void resume();
@@ -230,6 +245,7 @@ class Engine {
   std::vector<StepHooks> hooks_;
   ClientState client_state_;
   std::string description_;
+  std::vector<int> stage_split_;
   std::int64_t num_parameters_ = 0;
   std::int64_t steps_done_ = 0;
   std::int64_t resumed_from_ = 0;

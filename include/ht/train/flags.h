@@ -1,7 +1,8 @@
 // ht::train::TrainFlags: the command line every training program built on
 // the library shares (gpt_train, llama_train, a program of one's own), on
 // CLI11: steps and seed, batch and accumulation, the mesh (--tp, --pp; dp is
-// the rest) and ZeRO, activation recomputation, precision and loss scaling, the optimizer and
+// the rest; --stage-layers for pipeline stages of chosen sizes) and ZeRO,
+// activation recomputation, precision and loss scaling, the optimizer and
 // schedule, validation, checkpoints and resume, and the resilience settings
 // htrun relies on. A program adds its own flags (model sizes, data) to the
 // same CLI::App.
