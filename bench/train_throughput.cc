@@ -25,6 +25,14 @@
 //   threads), in ms.
 // Progress of each step goes to stderr.
 //
+// --recompute none,selective,full measures activation recomputation
+// (nn::Recompute): each config and precision runs under each mode in turn,
+// each line then ends in "| recompute <mode> | act peak <MiB> MiB" (the
+// highest activation bytes live during a timed step, ht::memory_stats), and
+// a "# <config> <precision> recompute:" line gives each mode's wall and
+// process CPU ms/step and activation peak over none's (medians over
+// --repeats).
+//
 // --host-allocator system,caching --repeats 3 measures the host caching
 // allocator (include/ht/core/allocator.h) against the C library's: each
 // config runs with each allocator in turn, the pair repeated, so that both
@@ -48,6 +56,7 @@
 
 #include "bench_common.h"
 #include "ht/core/allocator.h"
+#include "ht/core/memory.h"
 #include "ht/core/error.h"
 #include "ht/core/rng.h"
 #include "ht/core/version.h"
@@ -77,6 +86,7 @@ struct Args {
   bool json = false;
   std::vector<std::string> host_allocators;  // empty: keep the allocator HT_HOST_ALLOCATOR chose
   int repeats = 1;
+  std::vector<std::string> recomputes{"none"};  // activation recomputation modes, each run in turn
 };
 
 /// A GPT or a Llama: what a config trains.
@@ -206,6 +216,8 @@ struct Result {
   std::string host_allocator;  // the host allocator this run used
   int repeat = 0;              // which pass of --repeats
   std::vector<double> step_minor_faults;  // page faults (no I/O) of the process during each step
+  std::string recompute = "none";          // the activation recomputation mode
+  std::int64_t activation_peak_bytes = 0;  // the highest activation bytes live during a timed step
 
   std::int64_t tokens_per_step() const { return spec.batch * spec.seq; }
   double ms_per_step() const { return median(step_ms); }
@@ -217,9 +229,10 @@ struct Result {
   double achieved_gflops() const { return flops_per_token() * tokens_per_s() * 1e-9; }
 };
 
-Result run_config(const Spec& spec, const std::string& prec, Device device, int repeat) {
+Result run_config(const Spec& spec, const std::string& prec, nn::Recompute recompute, Device device, int repeat) {
   train::EngineOptions o;
   o.data_parallel.precision = precision::parse_policy(prec);
+  o.recompute = recompute;
   o.device = device;
   o.micro_batch = spec.batch;
   o.steps = spec.warmup + spec.steps;
@@ -233,15 +246,18 @@ Result run_config(const Spec& spec, const std::string& prec, Device device, int 
       spec.model.config);
   bench::LmEngine& engine = *built;
   Result r{spec, precision::policy_name(o.data_parallel.precision), engine->model().num_parameters(), {}, {},
-           0.f, 0.f, 0, {}, std::string(host_allocator_name(host_allocator())), repeat};
+           0.f, 0.f, 0, {}, std::string(host_allocator_name(host_allocator())), repeat, {},
+           nn::recompute_name(recompute)};
   const Tensor& probe = engine->model().parameters().front()->data();
   for (std::int64_t i = 0; i < spec.warmup + spec.steps; ++i) {
     const std::int64_t allocs0 = allocator_stats(DeviceType::kCPU).system_allocations;
     const long faults0 = minor_faults();
     const std::clock_t c0 = std::clock();
+    reset_memory_peaks();
     const auto t0 = std::chrono::steady_clock::now();
     const train::StepStats s = engine->step();
     synchronize(device, probe);
+    const std::int64_t activation_peak = memory_stats(device.type, MemCategory::kActivations).peak_bytes;
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double cpu_ms = 1000.0 * double(std::clock() - c0) / CLOCKS_PER_SEC;
     const std::int64_t allocs = allocator_stats(DeviceType::kCPU).system_allocations - allocs0;
@@ -252,26 +268,38 @@ Result run_config(const Spec& spec, const std::string& prec, Device device, int 
       r.step_cpu_ms.push_back(cpu_ms);
       r.step_system_allocations.push_back(double(allocs));
       r.step_minor_faults.push_back(double(faults));
+      r.activation_peak_bytes = std::max(r.activation_peak_bytes, activation_peak);
       if (r.step_ms.size() == 1) r.loss_first = s.loss;
       r.loss_last = s.loss;
       if (s.skipped) ++r.skipped_steps;
     }
-    std::fprintf(stderr, "# %s %s %s %lld/%lld: %.1f ms, loss %.4f%s\n", spec.name.c_str(), r.precision.c_str(),
-                 timed ? "step" : "warm-up", (long long)(timed ? i - spec.warmup + 1 : i + 1),
+    std::fprintf(stderr, "# %s %s%s %s %lld/%lld: %.1f ms, loss %.4f%s\n", spec.name.c_str(), r.precision.c_str(),
+                 recompute == nn::Recompute::kNone ? "" : (" recompute " + r.recompute).c_str(), timed ? "step" : "warm-up", (long long)(timed ? i - spec.warmup + 1 : i + 1),
                  (long long)(timed ? spec.steps : spec.warmup), ms, s.loss,
                  s.skipped ? " (skipped: f16 overflow, no optimizer step)" : "");
   }
   return r;
 }
 
-/// The fp32 result of config `name` with the same host allocator and repeat as `like`, or null.
+/// The fp32 result of config `name` with the same host allocator, recomputation and repeat as `like`, or null.
 const Result* fp32_of(const std::vector<Result>& results, const Result& like) {
   for (const Result& r : results)
     if (r.spec.name == like.spec.name && r.precision == "fp32" && r.host_allocator == like.host_allocator &&
-        r.repeat == like.repeat)
+        r.recompute == like.recompute && r.repeat == like.repeat)
       return &r;
   return nullptr;
 }
+
+/// The run without recomputation of the same config, precision, host allocator and repeat as `like`, or null.
+const Result* no_recompute_of(const std::vector<Result>& results, const Result& like) {
+  for (const Result& r : results)
+    if (r.spec.name == like.spec.name && r.precision == like.precision && r.host_allocator == like.host_allocator &&
+        r.recompute == "none" && r.repeat == like.repeat)
+      return &r;
+  return nullptr;
+}
+
+double mib(std::int64_t bytes) { return double(bytes) / double(1 << 20); }
 
 std::string human(double v) {
   if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
@@ -336,31 +364,80 @@ Peaks print_preamble(const Args& a, Device device) {
   return peaks;
 }
 
-/// Runs `s` in each precision, printing a line for each (and the ratios to
-/// fp32 when it ran with others); appends the results.
+/// With several recomputation modes: per precision, each mode's median
+/// wall and CPU ms/step over the repeats (and host allocators) and its
+/// activation peak, against none's (CPU time is the steadier figure on a
+/// shared machine).
+void print_recompute_comparison(const Args& a, const Spec& s, const std::vector<Result>& results,
+                                std::size_t first) {
+  if (a.recomputes.size() < 2) return;
+  for (const std::string& prec : a.precisions) {
+    const std::string precision = precision::policy_name(precision::parse_policy(prec));
+    // Median wall and process CPU ms/step, and the activation peak, of one mode's runs.
+    struct Figures {
+      double ms = 0, cpu_ms = 0;
+      std::int64_t peak = 0;
+    };
+    const auto figures = [&](const std::string& mode) {
+      std::vector<double> ms, cpu_ms;
+      Figures f;
+      for (std::size_t i = first; i < results.size(); ++i)
+        if (results[i].precision == precision && results[i].recompute == mode) {
+          ms.push_back(results[i].ms_per_step());
+          cpu_ms.push_back(results[i].cpu_ms_per_step());
+          f.peak = std::max(f.peak, results[i].activation_peak_bytes);
+        }
+      if (!ms.empty()) f.ms = median(ms), f.cpu_ms = median(cpu_ms);
+      return f;
+    };
+    const Figures none = figures("none");
+    std::string line;
+    for (const std::string& mode : a.recomputes) {
+      const Figures f = figures(mode);
+      line += fmt::format("{}{} {:.1f} ms/step, cpu {:.1f} ms/step, act peak {:.2f} MiB", line.empty() ? "" : "; ",
+                          mode, f.ms, f.cpu_ms, mib(f.peak));
+      if (mode != "none" && none.ms > 0)
+        line += fmt::format(" ({:.2f}x time, {:.2f}x cpu, {:.2f}x act peak)", f.ms / none.ms, f.cpu_ms / none.cpu_ms,
+                            double(f.peak) / double(std::max<std::int64_t>(none.peak, 1)));
+    }
+    std::printf("# %s %s recompute (median of %d runs each): %s\n", s.name.c_str(), precision.c_str(),
+                int(a.repeats * std::max<std::size_t>(a.host_allocators.size(), 1)), line.c_str());
+  }
+  std::fflush(stdout);
+}
+
+/// Runs `s` in each precision (and each recomputation mode), printing a line
+/// for each (and the ratios to fp32 when it ran with others, to none when
+/// recomputation modes were compared); appends the results.
 void run_spec(const Args& a, const Spec& s, Device device, const Peaks& peaks, int repeat,
               std::vector<Result>& results) {
   const std::size_t first = results.size();
-  for (const std::string& prec : a.precisions) {
-    const Result r = run_config(s, prec, device, repeat);
-    const std::string host = a.host_allocators.empty() ? std::string()
-                                                        : fmt::format(" | host {} | {:.1f} sys allocs/step | {:.0f} faults/step", r.host_allocator,
-                                                                      r.system_allocations_per_step(),
-                                                                      r.minor_faults_per_step());
-    std::printf("train %s | %s | %s | %s | batch %lld x %lld | %lld steps | %.1f ms/step | %s tok/s | "
-                "%.1f GFLOP/s | MFU %.1f%%%s\n",
-                s.name.c_str(), s.model.str().c_str(), device.str().c_str(), r.precision.c_str(), (long long)s.batch,
-                (long long)s.seq, (long long)s.steps, r.ms_per_step(), human(r.tokens_per_s()).c_str(),
-                r.achieved_gflops(), 100.0 * r.achieved_gflops() / peaks.at(r.precision), host.c_str());
-    std::fflush(stdout);
-    results.push_back(r);
-  }
+  const bool show_recompute = a.recomputes.size() > 1 || a.recomputes.front() != "none";
+  for (const std::string& prec : a.precisions)
+    for (const std::string& mode : a.recomputes) {
+      const Result r = run_config(s, prec, nn::parse_recompute(mode), device, repeat);
+      const std::string host = a.host_allocators.empty() ? std::string()
+                                                          : fmt::format(" | host {} | {:.1f} sys allocs/step | {:.0f} faults/step", r.host_allocator,
+                                                                        r.system_allocations_per_step(),
+                                                                        r.minor_faults_per_step());
+      const std::string recompute =
+          show_recompute ? fmt::format(" | recompute {} | act peak {:.2f} MiB", r.recompute, mib(r.activation_peak_bytes))
+                         : std::string();
+      std::printf("train %s | %s | %s | %s | batch %lld x %lld | %lld steps | %.1f ms/step | %s tok/s | "
+                  "%.1f GFLOP/s | MFU %.1f%%%s%s\n",
+                  s.name.c_str(), s.model.str().c_str(), device.str().c_str(), r.precision.c_str(), (long long)s.batch,
+                  (long long)s.seq, (long long)s.steps, r.ms_per_step(), human(r.tokens_per_s()).c_str(),
+                  r.achieved_gflops(), 100.0 * r.achieved_gflops() / peaks.at(r.precision), host.c_str(),
+                  recompute.c_str());
+      std::fflush(stdout);
+      results.push_back(r);
+    }
   // Each 16-bit precision against fp32 on the same config, run just before or after.
   const Result* f32 = fp32_of(results, results[first]);
-  if (f32 && results.size() - first > 1) {
+  if (f32 && a.precisions.size() > 1) {
     std::string line;
     for (std::size_t i = first; i < results.size(); ++i)
-      if (&results[i] != f32)
+      if (results[i].precision != "fp32" && results[i].recompute == f32->recompute)
         line += fmt::format("{}{} {:.2f}", line.empty() ? "" : ", ", results[i].precision,
                             results[i].ms_per_step() / f32->ms_per_step());
     std::printf("# %s ms/step over fp32: %s\n", s.name.c_str(), line.c_str());
@@ -403,6 +480,7 @@ nlohmann::json run_json(const Args& a, Device device, const Peaks& peaks) {
               {"device", device.str()},
               {"precisions", a.precisions},
               {"host_allocators", a.host_allocators},
+              {"recomputes", a.recomputes},
               {"repeats", a.repeats},
               {"host_allocator_env", bench::env_or("HT_HOST_ALLOCATOR", "")},
               {"host_cache_limit_bytes", host_cache_limit_bytes()},
@@ -446,9 +524,16 @@ nlohmann::json result_json(const Result& r, const std::vector<Result>& results, 
                    {"system_allocations_per_step", r.system_allocations_per_step()},
                    {"step_system_allocations", r.step_system_allocations},
                    {"minor_faults_per_step", r.minor_faults_per_step()},
-                   {"step_minor_faults", r.step_minor_faults}};
+                   {"step_minor_faults", r.step_minor_faults},
+                   {"recompute", r.recompute},
+                   {"activation_peak_bytes", r.activation_peak_bytes}};
   if (const Result* f32 = fp32_of(results, r))
     j["ms_per_step_ratio_to_fp32"] = r.ms_per_step() / f32->ms_per_step();
+  if (const Result* none = no_recompute_of(results, r); none && none != &r) {
+    j["ms_per_step_ratio_to_none"] = r.ms_per_step() / none->ms_per_step();
+    j["activation_peak_ratio_to_none"] =
+        double(r.activation_peak_bytes) / double(std::max<std::int64_t>(none->activation_peak_bytes, 1));
+  }
   return j;
 }
 
@@ -456,6 +541,8 @@ int run(const Args& a) {
   const Device device = parse_device(a.device);
   HT_CHECK(!a.precisions.empty(), ErrorKind::kConfig, "--precision needs at least one of fp32, fp16, bf16");
   for (const std::string& p : a.precisions) (void)precision::parse_policy(p);
+  HT_CHECK(!a.recomputes.empty(), ErrorKind::kConfig, "--recompute needs at least one of none, selective, full");
+  for (const std::string& m : a.recomputes) (void)nn::parse_recompute(m);
   HT_CHECK(a.gemm == "openblas" || a.gemm == "eigen", ErrorKind::kConfig,
            "unknown --gemm '{}': choose openblas or eigen", a.gemm);
   ops::set_cpu_gemm_backend(a.gemm == "eigen" ? ops::CpuGemmBackend::kEigen : ops::CpuGemmBackend::kOpenBlas);
@@ -477,6 +564,7 @@ int run(const Args& a) {
       }
     }
     print_allocator_comparison(a, s, results, first);
+    print_recompute_comparison(a, s, results, first);
   }
   if (a.json) {
     bench::print_json_line(run_json(a, device, peaks));
@@ -519,6 +607,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"system", "caching"}));
   app.add_option("--repeats", a.repeats, "passes over the configs (and host allocators), alternating")
       ->check(CLI::PositiveNumber);
+  app.add_option("--recompute", a.recomputes,
+                 "activation recomputation: none, selective or full; a comma list runs each config and precision "
+                 "under each, in order, and compares them with none (ms/step, activation peak)")
+      ->delimiter(',');
   app.add_flag("--json", a.json, "also print JSON Lines (a run object, then one object per config)");
   CLI11_PARSE(app, argc, argv);
   try {
