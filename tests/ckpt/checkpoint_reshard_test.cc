@@ -1,6 +1,7 @@
-// Resharding: a checkpoint saved under one layout (dp, ZeRO, tp, pp) loads
-// into another — step count, weights bit for bit, and optimizer state (the
-// next K losses match those of the saving layout itself within 1e-5).
+// Resharding: a checkpoint saved under one layout (dp, ZeRO, tp, pp, the
+// blocks on each stage) loads into another — step count, weights bit for
+// bit, and optimizer state (the next K losses match those of the saving
+// layout itself within 1e-5).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -36,6 +37,7 @@ constexpr int kContinuedSteps = 3;  // K: steps after it
 struct Side {
   int np = 1, tp = 1, pp = 1, zero = 0;
   std::int64_t micro_batch = 2;
+  std::vector<int> stage_layers = {};  // chosen layers per stage (empty: by count)
   int dp() const { return np / (tp * pp); }
 };
 
@@ -62,6 +64,7 @@ test::GPTRunOptions options_for(const Case& c, const Side& s) {
   o.engine.lr = 3e-3f;
   o.engine.eval_batches = 2;
   o.engine.data_parallel = {.zero_stage = s.zero, .bucket_bytes = 16 << 10};
+  o.engine.stage_layers = s.stage_layers;
   return o;
 }
 
@@ -188,6 +191,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tp2_to_tp1", {.np = 2, .tp = 2}, {.np = 1}},
         // Two pipeline stages (3 + 2 blocks) into one.
         Case{"pp2_to_pp1", {.np = 2, .pp = 2}, {.np = 1}},
+        // Stages of chosen sizes into others: blocks 1-3 move from stage 1 to 0.
+        Case{"pp2_layers_1_4_to_4_1", {.np = 2, .pp = 2, .stage_layers = {1, 4}},
+             {.np = 2, .pp = 2, .stage_layers = {4, 1}}},
         // Every axis at once, optimizer state sharded over dp (ZeRO-1), into one process.
         Case{"zero1_dp2_tp2_pp2_to_one", {.np = 8, .tp = 2, .pp = 2, .zero = 1, .micro_batch = 2},
              {.np = 1, .micro_batch = 4}},

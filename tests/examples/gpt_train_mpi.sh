@@ -2,7 +2,8 @@
 # gpt_train under mpirun on 4 ranks: tp 2 x dp 2 with ZeRO-2 and 2 pipeline-
 # free accumulation steps trains with falling loss, only rank 0 prints, and
 # the sample is drawn from the gathered model; then pp 2 x dp 2 with ZeRO-3
-# and GPipe; a layout that does not divide the world fails clearly.
+# and GPipe (stages given by --stage-layers); a layout that does not divide
+# the world fails clearly.
 set -euo pipefail
 mpiexec="$1"
 exe="$2"
@@ -23,9 +24,10 @@ last=$(grep '^step 16/16 | loss' "$work/tp.txt" | awk '{print $5}')
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "loss did not fall: $first -> $last"
 grep -q "^# sample" "$work/tp.txt" || fail "no sample printed"
 
-run --data "$work/tp/tokens.h5" --run-dir "$work/pp" --pp 2 --zero 3 --schedule gpipe --grad-accum 4 --steps 4 \
-  --sample-tokens 0 > "$work/pp.txt"
+run --data "$work/tp/tokens.h5" --run-dir "$work/pp" --pp 2 --stage-layers 1,1 --zero 3 --schedule gpipe \
+  --grad-accum 4 --steps 4 --sample-tokens 0 > "$work/pp.txt"
 grep -q "^# mesh pp2 x dp2 x tp1, zero 3, schedule gpipe" "$work/pp.txt" || fail "no pp mesh line"
+grep -q "^# stages 1+1 layers (--stage-layers)" "$work/pp.txt" || fail "no stages line: $(head -5 "$work/pp.txt")"
 grep -q "^step 4/4 | loss" "$work/pp.txt" || fail "pp run did not finish"
 
 if run --data "$work/tp/tokens.h5" --run-dir "$work/bad" --tp 3 --steps 1 > "$work/bad.txt" 2>&1; then
