@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
                  "store the embedding and head with the vocabulary padded to a multiple of this (128 for GPT-2's "
                  "50257 -> 50304; padding ids are never trained on nor sampled)");
   CLI11_PARSE(app, argc, argv);
+  flags.model_spec = [&] { return model.spec(data.seq_len); };  // for --auto and --dry-run
   return examples::train_language_model(
       "gpt_train", flags, data, sample, model.vocab_size, model.context,
       [&](int tp, int pp) { model.validate_parallel(tp, pp); },

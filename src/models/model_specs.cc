@@ -122,7 +122,7 @@ nn::ModelSpec LlamaConfig::spec(std::int64_t seq_len) const {
     selective.split -= cd;
     selective.f32_split = 0;
     b.saved = {none, selective, TokenElements{.replicated = cd}};
-    b.backward_workspace = {.split = 3.0 * double(f), .replicated = 3.0 * cd};
+    b.backward_workspace = {.split = 3.0 * double(f), .replicated = cd};  // dy, then da and dgu
     b.traffic = {.split = 6.0 * double(f) + 4.0 * cd, .replicated = 8.0 * cd};
     b.tp_allreduce = 2.0 * cd;
     s.layers.push_back(std::move(b));

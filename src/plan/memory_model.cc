@@ -83,30 +83,44 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
     cat(MemCategory::kOptimizerState) = per.optim * params;
     double grads = per.grads * params;
     if (l.zero >= 2) {
-      // Backward writes full compute-dtype gradients before each group is
-      // reduce-scattered; with accumulation they stay for the whole step.
-      const double full = (l.zero == 2 || l.grad_accum > 1) ? params : 2.0 * largest_unit;
-      grads += full * (c + (converts ? r : 0.0));
+      // Backward writes each group's full gradients (compute dtype, and the
+      // reduction dtype's copy when they differ) before its reduce-scatter,
+      // and frees them once it has completed. An upper bound: every group's
+      // at once, as when the reductions have not completed before backward
+      // ends (MPI progresses them only inside its calls) or accumulation
+      // keeps them for the whole step.
+      grads += params * (c + (converts ? r : 0.0));
     }
     cat(MemCategory::kGradients) = grads;
 
-    // Activations: kept per micro-batch in flight, the largest backward
-    // working set on top, and the stage's input.
+    // Activations: what the micro-batches in flight keep, and the backward
+    // sweep of the newest one: before layer i's backward, everything up to i
+    // is still kept and i's working set comes on top (with full
+    // recomputation, i's whole forward again); the layers after i are freed.
     m.in_flight = in_flight(l.schedule, st, l.pp, l.grad_accum);
-    double kept = 0, workspace = 0;
+    double kept = 0, sweep_peak = 0;
+    std::vector<double> saved_of, workspace_of;
     for (int i : layers) {
       const nn::LayerSpec& ls = model.layers[std::size_t(i)];
-      const int layer_mode = ls.role == nn::LayerRole::kBlock ? mode : 0;
-      kept += ls.saved[std::size_t(layer_mode)].bytes(l.tp, c);
+      const bool block = ls.role == nn::LayerRole::kBlock;
+      const double saved = ls.saved[std::size_t(block ? mode : 0)].bytes(l.tp, c);
       double w = ls.backward_workspace.bytes(l.tp, c);
-      if (ls.role == nn::LayerRole::kBlock && l.recompute == nn::Recompute::kFull)
-        w += ls.saved[0].bytes(l.tp, c);  // the re-run forward's activations
-      else if (ls.role == nn::LayerRole::kBlock && l.recompute == nn::Recompute::kSelective)
-        w += (ls.saved[0].bytes(l.tp, c) - ls.saved[1].bytes(l.tp, c));  // attention's output again
-      workspace = std::max(workspace, w);
+      // Full recomputation: the block's forward again, less its input (kept
+      // already, and the same storage its first layer keeps). Selective
+      // recomputes attention's output only once the MLP's backward is done
+      // and its activations are freed: no higher peak.
+      if (block && l.recompute == nn::Recompute::kFull) w += ls.saved[0].bytes(l.tp, c) - saved;
+      saved_of.push_back(saved);
+      workspace_of.push_back(w);
+      kept += saved;
+    }
+    double remaining = kept;
+    for (std::size_t i = saved_of.size(); i-- > 0;) {
+      sweep_peak = std::max(sweep_peak, remaining + workspace_of[i]);
+      remaining -= saved_of[i];
     }
     const double width = double(model.width) * c;
-    cat(MemCategory::kActivations) = tokens * (kept * m.in_flight + workspace + (st > 0 ? width : 0.0));
+    cat(MemCategory::kActivations) = tokens * (kept * (m.in_flight - 1) + sweep_peak + (st > 0 ? width : 0.0));
     // The pipeline's transfer buffers (one micro-batch each way).
     cat(MemCategory::kCommunication) = l.pp > 1 ? 2.0 * tokens * width : 0.0;
     out.push_back(m);

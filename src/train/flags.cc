@@ -62,6 +62,18 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--weight-decay", t.adamw.weight_decay, "AdamW decoupled weight decay");
   app.add_option("--eval-every", t.eval_every, "steps between validation passes (0: only at the end)");
   app.add_option("--eval-batches", t.eval_batches, "validation micro-batches per pass (0: no validation)");
+  app.add_flag("--auto", auto_plan,
+               "plan the layout (tp, pp, ZeRO, micro-batch, accumulation, schedule, recomputation, stages) for the "
+               "world found, print it and train with it (ht-plan shows the alternatives)");
+  app.add_flag("--dry-run", dry_run, "print the memory estimate of every pipeline stage and exit without training");
+  app.add_option("--global-batch", global_batch,
+                 "rows per optimizer step that --auto keeps (0: --micro-batch x --grad-accum x data-parallel ranks)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--plan-profile", plan_profile,
+                 "machine profile for --auto (JSON, see examples/plan/); default: probe this machine");
+  app.add_option("--plan-memory-gib", plan_memory_gib,
+                 "memory per rank for --auto and --dry-run (default: physical memory / ranks on the node)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 void TrainFlags::resolve() {
@@ -82,6 +94,9 @@ void TrainFlags::resolve() {
   engine.validate();
   engine.stage_boundaries(job.pp);  // one count per stage, before any process starts
   fit.validate();
+  HT_CHECK(!(auto_plan || dry_run) || model_spec, ErrorKind::kConfig,
+           "--auto and --dry-run need the program to describe its model (TrainFlags::model_spec); this one does not");
+  if (auto_plan) job.choose_layout = [this](comm::Communicator& world, JobOptions& o) { apply_auto_plan(world, o); };
 }
 
 int run_job(const char* program, TrainFlags& flags, const std::function<void(Job&)>& body) {
@@ -93,6 +108,11 @@ int run_job(const char* program, TrainFlags& flags, const std::function<void(Job
       },
       [&](Job& job) {
         flags.engine.device = job.device();  // this rank's own GPU
+        if (flags.dry_run) {
+          const std::string report = flags.dry_run_report(job.mesh().world().size());
+          if (job.rank0()) std::fputs(report.c_str(), stdout);
+          return;
+        }
         body(job);
       });
 }

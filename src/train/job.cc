@@ -101,6 +101,10 @@ Job::Job(const JobOptions& options, resilience::RankGuard* guard)
     auto nccl = comm::make_nccl_world(*world, device_.index, comm_options);
     world = comm::make_routing_communicator(std::move(world), std::move(nccl));
   }
+  if (options_.choose_layout) {
+    options_.choose_layout(*world, options_);
+    options_.validate();
+  }
   mesh_ = std::make_unique<comm::DeviceMesh>(std::move(world), options_.tp, options_.pp);
   std::error_code ec;
   if (rank0()) fs::create_directories(options_.run_dir, ec);

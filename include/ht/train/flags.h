@@ -19,6 +19,7 @@
 
 #include <string>
 
+#include "ht/plan/layout_choice.h"
 #include "ht/train/engine.h"
 #include "ht/train/job.h"
 #include "ht/train/run.h"
@@ -39,6 +40,16 @@ struct TrainFlags {
   std::string ckpt_dir;  // default <run-dir>/checkpoints
   int ckpt_commit_delay_ms = 0;
   double bucket_mb = 25;
+  // Planning (ht/plan): --auto picks the layout for the world found, --dry-run
+  // prints the memory per stage and exits without training.
+  bool auto_plan = false;
+  bool dry_run = false;
+  std::int64_t global_batch = 0;  // rows per step for --auto; 0: micro-batch x accumulation x dp as given
+  std::string plan_profile;       // a machine profile file; empty: probe this machine (CPU only)
+  double plan_memory_gib = 0;     // memory per rank for the probe's budget; 0: physical / ranks on the node
+  /// The program's model as the planner sees it (nn::ModelSpec at the run's
+  /// sequence length), needed by --auto and --dry-run: set it before run_job.
+  std::function<nn::ModelSpec()> model_spec;
 
   /// Registers the flags on `app` (defaults shown in --help).
   void add_to(CLI::App& app);
@@ -46,6 +57,20 @@ struct TrainFlags {
   /// (<run-dir>/checkpoints unless --ckpt-dir) when checkpoints or a resume
   /// are asked for, and validates; throws kConfig naming a bad value.
   void resolve();
+
+  /// --auto, from JobOptions::choose_layout (collective over `world`):
+  /// plans the layout (plan::search_plans with the program's model_spec, the
+  /// world's size, the global batch, --precision and the machine profile)
+  /// and sets tp and pp in `job_options` and the engine's options from it;
+  /// rank 0 prints the chosen plan and the runners-up. Every rank computes
+  /// the same plan (the probe's figures are agreed over the world); throws
+  /// kConfig when none fits or the ranks disagree.
+  void apply_auto_plan(comm::Communicator& world, JobOptions& job_options);
+  /// The layout the flags describe on a world of `world_size` ranks, for the planner.
+  plan::LayoutChoice layout(int world_size) const;
+  /// --dry-run's report (rank 0 prints it): the memory estimate of every
+  /// stage of the layout by category, against --plan-memory-gib if given.
+  std::string dry_run_report(int world_size) const;
 };
 
 /// run_job (job.h) with `flags` resolved first: a bad value is a usage error.

@@ -44,6 +44,11 @@ struct JobOptions {
   int tp = 1, pp = 1;  // tensor-parallel and pipeline sizes; dp is the rest of the world
   double heartbeat_s = 2;   // seconds between heartbeats
   double watchdog_s = 300;  // seconds without progress before the rank exits as hung (0: off)
+  /// Called on every rank once the world exists and before the mesh is split
+  /// from it (collective over the world): may change tp and pp, e.g. to a
+  /// layout planned for the world found (TrainFlags' --auto). Whatever it
+  /// sets must be the same on every rank. None by default.
+  std::function<void(comm::Communicator& world, JobOptions& options)> choose_layout;
 
   /// Throws kConfig naming the bad value.
   void validate() const;

@@ -1,0 +1,331 @@
+// ht-plan-bench: the plan layer's memory and time models against measured
+// runs, side by side, on this machine.
+//
+//   mpirun -np 4 ht-plan-bench --model gpt --layers 4 --embd 256 --heads 4 --seq 128 --global-batch 16
+//
+// Probes the machine with every rank at once (plan::probe_profile), then for
+// each layout of the list (default: every tp x pp mesh of the world that the
+// model splits over, ZeRO 0 and 3 where dp > 1, a pipeline's accumulation
+// 2 pp, and the three recomputation modes on the first mesh; plus the plan
+// the search picks) builds an Engine on a fresh mesh, runs --warmup steps,
+// resets the allocator's peaks and runs --steps more. Per layout it prints:
+// the measured step time (median over steps, slowest rank) beside the time
+// model's, and for each memory category the step peak measured on each rank
+// beside the model's figure for that rank's stage, as the largest relative
+// error over ranks. At the end: the Spearman rank correlation of modelled
+// against measured step times, the chosen plan's measured time against the
+// fastest measured, and the largest memory errors. --json: JSON Lines.
+// Exit 0 unless a run fails (figures are reported, not enforced: the
+// machine is noisy).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "parallel_common.h"
+#include "ht/comm/comm_env.h"
+#include "ht/comm/device_mesh.h"
+#include "ht/comm/mpi_communicator.h"
+#include "ht/comm/mpi_runtime.h"
+#include "ht/core/memory.h"
+#include "ht/plan/search.h"
+
+namespace ht::bench {
+namespace {
+
+using nlohmann::json;
+
+struct Args {
+  std::string model = "gpt";
+  int layers = 4, heads = 4, kv_heads = 2;
+  std::int64_t embd = 256, vocab = 512, seq = 128, ffn = 0;
+  std::int64_t global_batch = 16;
+  std::int64_t steps = 2, warmup = 1;
+  std::string precision = "fp32";
+  std::vector<std::string> layouts;  // "tp,pp,zero,micro_batch[,recompute[,schedule]]"
+  bool json = false;
+};
+
+constexpr MemCategory kShown[] = {MemCategory::kParameters, MemCategory::kGradients, MemCategory::kOptimizerState,
+                                  MemCategory::kActivations};
+constexpr const char* kShownNames[] = {"params", "grads", "optim", "activ"};
+
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  const auto ranks = [](const std::vector<double>& v) {
+    std::vector<std::size_t> idx(v.size());
+    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::sort(idx.begin(), idx.end(), [&](std::size_t x, std::size_t y) { return v[x] < v[y]; });
+    std::vector<double> r(v.size());
+    for (std::size_t i = 0; i < idx.size();) {  // ties share their mean rank
+      std::size_t j = i;
+      while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
+      for (std::size_t k = i; k <= j; ++k) r[idx[k]] = (double(i) + double(j)) / 2.0;
+      i = j + 1;
+    }
+    return r;
+  };
+  const std::vector<double> ra = ranks(a), rb = ranks(b);
+  const double n = double(a.size());
+  const double ma = std::accumulate(ra.begin(), ra.end(), 0.0) / n, mb = std::accumulate(rb.begin(), rb.end(), 0.0) / n;
+  double sab = 0, saa = 0, sbb = 0;
+  for (std::size_t i = 0; i < ra.size(); ++i) {
+    sab += (ra[i] - ma) * (rb[i] - mb), saa += (ra[i] - ma) * (ra[i] - ma), sbb += (rb[i] - mb) * (rb[i] - mb);
+  }
+  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : 0.0;
+}
+
+plan::LayoutChoice parse_layout(const std::string& text, int world, std::int64_t global_batch,
+                                const precision::Policy& p) {
+  std::vector<std::string> f;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = text.find(',', at);
+    f.push_back(text.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  HT_CHECK(f.size() >= 4, ErrorKind::kConfig, "--layouts '{}': give tp,pp,zero,micro_batch[,recompute[,schedule]]",
+           text);
+  plan::LayoutChoice l;
+  l.tp = std::stoi(f[0]), l.pp = std::stoi(f[1]), l.zero = std::stoi(f[2]), l.micro_batch = std::stoll(f[3]);
+  HT_CHECK(l.tp > 0 && l.pp > 0 && world % (l.tp * l.pp) == 0, ErrorKind::kConfig,
+           "--layouts '{}': tp x pp must divide the world of {}", text, world);
+  l.dp = world / (l.tp * l.pp);
+  HT_CHECK(l.micro_batch > 0 && global_batch % (l.micro_batch * l.dp) == 0, ErrorKind::kConfig,
+           "--layouts '{}': micro-batch x dp must divide the global batch {}", text, global_batch);
+  l.grad_accum = int(global_batch / (l.micro_batch * l.dp));
+  if (f.size() > 4) l.recompute = nn::parse_recompute(f[4]);
+  if (f.size() > 5) l.schedule = parallel::parse_schedule(f[5]);
+  l.precision = p;
+  return l;
+}
+
+std::vector<plan::LayoutChoice> default_layouts(const nn::ModelSpec& spec, int world, std::int64_t gb,
+                                                const precision::Policy& p) {
+  std::vector<plan::LayoutChoice> out;
+  for (int tp = 1; tp <= world; ++tp) {
+    if (world % tp || !spec.splits_over(tp)) continue;
+    for (int pp = 1; pp <= world / tp; ++pp) {
+      if ((world / tp) % pp || pp > spec.num_blocks()) continue;
+      const int dp = world / tp / pp;
+      if (gb % dp) continue;
+      const int accum = pp > 1 ? 2 * pp : 1;
+      if ((gb / dp) % accum) continue;
+      for (int zero : dp > 1 ? std::vector<int>{0, 3} : std::vector<int>{0}) {
+        plan::LayoutChoice l{.tp = tp, .pp = pp, .dp = dp, .zero = zero, .micro_batch = gb / dp / accum,
+                             .grad_accum = accum, .precision = p};
+        out.push_back(l);
+        if (out.size() == 1)
+          for (nn::Recompute rc : {nn::Recompute::kSelective, nn::Recompute::kFull}) {
+            l.recompute = rc;
+            out.push_back(l);
+          }
+      }
+    }
+  }
+  return out;
+}
+
+struct Measured {
+  double step_ms = 0;                    // median over steps, slowest rank
+  std::vector<double> modelled_ms;       // per layout: the time model's step
+  std::vector<double> error;             // per shown category: largest relative error over ranks
+  std::vector<double> measured_bytes, modelled_bytes;  // per shown category: rank 0's, for the table
+  double total_error = 0;
+};
+
+Measured run_layout(const Args& a, const plan::LayoutChoice& l, const nn::ModelSpec& spec,
+                    const models::GPTConfig* gpt, const models::LlamaConfig* llama, const data::TokenSplits& splits,
+                    const comm::CommOptions& copts) {
+  comm::DeviceMesh mesh(comm::make_mpi_world(copts), l.tp, l.pp);
+  train::EngineOptions o;
+  o.micro_batch = l.micro_batch;
+  o.grad_accum = l.grad_accum;
+  o.steps = a.warmup + a.steps;
+  o.warmup_steps = 1;
+  o.eval_batches = 0;
+  o.eval_every = 0;
+  o.data_parallel.zero_stage = l.zero;
+  o.data_parallel.shard_group = l.shard_group;
+  o.data_parallel.precision = l.precision;
+  o.schedule = l.schedule;
+  o.recompute = l.recompute;
+  o.stage_layers = l.stage_layers;
+  Measured r;
+  std::vector<double> times;
+  std::vector<std::int64_t> peaks(kMemCategoryCount, 0);
+  {
+    std::unique_ptr<LmEngine> engine = gpt ? std::make_unique<LmEngine>(o, *gpt, splits, a.seq, &mesh)
+                                           : std::make_unique<LmEngine>(o, *llama, splits, a.seq, &mesh);
+    for (std::int64_t i = 0; i < a.warmup; ++i) (*engine)->step();
+    mesh.world().barrier()->wait();
+    reset_memory_peaks();
+    for (std::int64_t i = 0; i < a.steps; ++i) times.push_back((*engine)->step().ms);
+    for (int c = 0; c < kMemCategoryCount; ++c) peaks[std::size_t(c)] = memory_stats(DeviceType::kCPU, MemCategory(c)).peak_bytes;
+  }
+  const std::vector<plan::StageMemory> model = plan::estimate_memory(spec, l);
+  const plan::StageMemory& mine = model.at(std::size_t(mesh.coord().pp_rank));
+  std::vector<double> errors;
+  double measured_total = 0, modelled_total = 0;
+  for (MemCategory c : kShown) {
+    const double m = double(peaks[std::size_t(c)]), e = mine.of(c);
+    errors.push_back(m > 0 ? std::abs(e - m) / m : (e > 0 ? 1.0 : 0.0));
+    measured_total += m, modelled_total += e;
+  }
+  errors.push_back(measured_total > 0 ? std::abs(modelled_total - measured_total) / measured_total : 0.0);
+  const std::vector<double> all_errors = gather_f64(mesh.world(), errors);
+  const int ranks = mesh.world().size(), k = int(errors.size());
+  r.error.assign(std::size_t(k), 0.0);
+  for (int rank = 0; rank < ranks; ++rank)
+    for (int i = 0; i < k; ++i) r.error[std::size_t(i)] = std::max(r.error[std::size_t(i)], all_errors[std::size_t(rank * k + i)]);
+  r.total_error = r.error.back();
+  r.error.pop_back();
+  for (MemCategory c : kShown) {
+    r.measured_bytes.push_back(double(peaks[std::size_t(c)]));
+    r.modelled_bytes.push_back(mine.of(c));
+  }
+  const std::vector<double> all_ms = gather_f64(mesh.world(), {median(times)});
+  r.step_ms = *std::max_element(all_ms.begin(), all_ms.end());
+  mesh.finalize(copts.timeout);
+  return r;
+}
+
+int bench(int argc, char** argv, const comm::MpiRuntime&) {
+  CLI::App app{"The plan layer's memory and time models against measured runs of the same layouts"};
+  app.option_defaults()->always_capture_default();
+  Args a;
+  app.add_option("--model", a.model, "gpt or llama");
+  app.add_option("--layers", a.layers, "blocks");
+  app.add_option("--heads", a.heads, "attention heads");
+  app.add_option("--kv-heads", a.kv_heads, "key/value heads (llama)");
+  app.add_option("--embd", a.embd, "width");
+  app.add_option("--ffn", a.ffn, "llama's MLP hidden size (0: 8/3 x width rounded to 64)");
+  app.add_option("--vocab", a.vocab, "vocabulary");
+  app.add_option("--seq", a.seq, "tokens per row (the model's context)");
+  app.add_option("--global-batch", a.global_batch, "rows per optimizer step");
+  app.add_option("--steps", a.steps, "measured steps per layout");
+  app.add_option("--warmup", a.warmup, "steps before measuring");
+  app.add_option("--precision", a.precision, "fp32, bf16 or fp16");
+  app.add_option("--layouts", a.layouts, "tp,pp,zero,micro_batch[,recompute[,schedule]] (default: see the header)")
+      ->delimiter(';');
+  app.add_flag("--json", a.json, "JSON Lines instead of a table");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const comm::CommOptions copts = comm::comm_options_from_env();
+  auto world = comm::make_mpi_world(copts);
+  const bool print = world->rank() == 0;
+  const precision::Policy policy = precision::parse_policy(a.precision);
+
+  models::GPTConfig gpt{.vocab_size = a.vocab, .context = a.seq, .n_layer = a.layers, .n_head = a.heads,
+                        .n_embd = a.embd};
+  models::LlamaConfig llama{.vocab_size = a.vocab, .context = a.seq, .n_layer = a.layers, .n_head = a.heads,
+                            .n_kv_head = a.kv_heads, .n_embd = a.embd,
+                            .ffn_hidden = a.ffn > 0 ? a.ffn : (a.embd * 8 / 3 + 63) / 64 * 64};
+  HT_CHECK(a.model == "gpt" || a.model == "llama", ErrorKind::kConfig, "--model '{}': choose gpt or llama", a.model);
+  const bool is_gpt = a.model == "gpt";
+  const nn::ModelSpec spec = is_gpt ? gpt.spec(a.seq) : llama.spec(a.seq);
+
+  // The machine, measured by every rank at once at the model's shapes.
+  plan::ProbeOptions po;
+  po.gemm_m = std::max<std::int64_t>(a.global_batch / world->size(), 1) * a.seq;
+  po.gemm_k = a.embd, po.gemm_n = 4 * a.embd;
+  po.attn_batch = 2, po.attn_seq = a.seq, po.attn_heads = a.heads, po.attn_head_dim = a.embd / a.heads;
+  const plan::MachineProfile profile = plan::probe_profile(po, world.get(), world->size());
+
+  std::vector<plan::LayoutChoice> layouts;
+  for (const std::string& t : a.layouts) layouts.push_back(parse_layout(t, world->size(), a.global_batch, policy));
+  if (layouts.empty()) layouts = default_layouts(spec, world->size(), a.global_batch, policy);
+  // The search's choice among every layout, measured too.
+  plan::PlanRequest rq;
+  rq.model = spec;
+  rq.profile = profile;
+  rq.world = world->size();
+  rq.global_batch = a.global_batch;
+  rq.precision = policy;
+  const plan::PlanResult chosen = plan::search_plans(rq, 1);
+  const plan::LayoutChoice& best = chosen.plans.at(0).layout;
+  int chosen_index = -1;
+  for (std::size_t i = 0; i < layouts.size(); ++i)
+    if (layouts[i].str() == best.str() && layouts[i].stage_layers == best.stage_layers) chosen_index = int(i);
+  if (chosen_index < 0) {
+    layouts.push_back(best);
+    chosen_index = int(layouts.size()) - 1;
+  }
+
+  const std::int64_t window = a.seq + 1;
+  const data::TokenSplits splits =
+      random_tokens(a.vocab, std::max<std::int64_t>(window * a.global_batch * 4, 1 << 15), 2 * window, 2024);
+  if (print && !a.json) {
+    std::printf("# ht-plan-bench %s | %d ranks | global batch %lld x %lld | %s\n", spec.description.c_str(),
+                world->size(), (long long)a.global_batch, (long long)a.seq, a.precision.c_str());
+    std::printf("# profile (probed, all ranks at once): fp32 GEMM %.1f GFLOP/s, attention %.1f GFLOP/s, bandwidth %.1f "
+                "GB/s, link %.1f us %.2f GB/s\n",
+                profile.rates.at("fp32").gemm_gflops, profile.rates.at("fp32").attention_gflops, profile.memory_gbps,
+                profile.intra_node.latency_us, profile.intra_node.gbps);
+    std::printf("%-40s %9s %9s  %s\n", "layout", "meas ms", "model ms",
+                "memory MiB measured/model (largest error over ranks): params grads optim activ | total err");
+  }
+  std::vector<double> measured, modelled;
+  double worst_state = 0, worst_activ = 0, worst_total = 0;
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    const plan::LayoutChoice& l = layouts[i];
+    const Measured m = run_layout(a, l, spec, is_gpt ? &gpt : nullptr, is_gpt ? nullptr : &llama, splits, copts);
+    const double model_ms = plan::estimate_time(spec, l, profile).step_ms;
+    measured.push_back(m.step_ms);
+    modelled.push_back(model_ms);
+    worst_state = std::max({worst_state, m.error[0], m.error[1], m.error[2]});
+    worst_activ = std::max(worst_activ, m.error[3]);
+    worst_total = std::max(worst_total, m.total_error);
+    if (!print) continue;
+    std::string name = l.str() + (int(i) == chosen_index ? " *" : "");
+    if (a.json) {
+      print_json_line({{"type", "plan_layout"}, {"layout", l.str()}, {"chosen", int(i) == chosen_index},
+                       {"measured_ms", m.step_ms}, {"modelled_ms", model_ms}, {"errors", m.error},
+                       {"total_error", m.total_error}, {"measured_bytes_rank0", m.measured_bytes},
+                       {"modelled_bytes_rank0", m.modelled_bytes}});
+      continue;
+    }
+    std::string mem;
+    for (std::size_t c = 0; c < m.error.size(); ++c)
+      mem += fmt::format(" {}:{:.1f}/{:.1f} ({:.1f}%)", kShownNames[c], m.measured_bytes[c] / kMiB,
+                         m.modelled_bytes[c] / kMiB, m.error[c] * 100);
+    std::printf("%-40s %9.1f %9.1f %s | %.1f%%\n", name.c_str(), m.step_ms, model_ms, mem.c_str(), m.total_error * 100);
+    std::fflush(stdout);
+  }
+  const double rho = spearman(modelled, measured);
+  const double fastest = *std::min_element(measured.begin(), measured.end());
+  const double chosen_ratio = measured[std::size_t(chosen_index)] / fastest;
+  if (print) {
+    if (a.json) {
+      print_json_line({{"type", "plan_summary"}, {"layouts", layouts.size()}, {"spearman", rho},
+                       {"chosen", layouts[std::size_t(chosen_index)].str()}, {"chosen_over_fastest", chosen_ratio},
+                       {"worst_state_error", worst_state}, {"worst_activation_error", worst_activ},
+                       {"worst_total_error", worst_total}});
+    } else {
+      std::printf("# %zu layouts: Spearman rank correlation of modelled vs measured step time %.3f (target >= 0.8); "
+                  "chosen plan (*) %s measured %.3fx the fastest (target <= 1.10)\n",
+                  layouts.size(), rho, layouts[std::size_t(chosen_index)].str().c_str(), chosen_ratio);
+      std::printf("# largest memory error over layouts and ranks: model state %.1f%%, activations %.1f%%, total %.1f%% "
+                  "(target 5%%)\n",
+                  worst_state * 100, worst_activ * 100, worst_total * 100);
+    }
+  }
+  world->finalize(copts.timeout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ht::bench
+
+int main(int argc, char** argv) {
+  return ht::bench::mpi_bench_main(argc, argv, "ht-plan-bench", ht::bench::bench, ht::bench::OnConfigError::kExit2);
+}

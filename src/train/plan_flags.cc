@@ -1,0 +1,142 @@
+// ht::train::TrainFlags' planning: --auto and --dry-run.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "ht/comm/communicator.h"
+#include "ht/core/error.h"
+#include "ht/plan/search.h"
+#include "ht/train/flags.h"
+
+namespace ht::train {
+namespace {
+
+constexpr double kGiB = double(1 << 30);
+
+/// Ranks of the job on this node, from the launcher (Open MPI, Slurm); the
+/// world's size when none says (a job on one machine).
+int ranks_on_this_node(int world_size) {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS"})
+    if (const char* s = std::getenv(v)) {
+      const int n = std::atoi(s);
+      if (n > 0) return n;
+    }
+  return world_size;
+}
+
+/// Whether every rank of `world` holds the same `text` (compares a hash's min and max).
+bool same_everywhere(comm::Communicator& world, const std::string& text) {
+  if (world.size() == 1) return true;
+  const std::size_t h = std::hash<std::string>{}(text);
+  const auto part = [&](int shift) { return float((h >> shift) & 0xffffff); };  // exact in a float
+  Tensor in = Tensor::from_vector(std::vector<float>{part(0), part(24), part(48)}, {3});
+  Tensor lo = Tensor::empty({3}, DType::kF32, Device::cpu()), hi = Tensor::empty({3}, DType::kF32, Device::cpu());
+  world.all_reduce(in, lo, comm::ReduceOp::kMin)->wait();
+  world.all_reduce(in, hi, comm::ReduceOp::kMax)->wait();
+  return lo.to_vector<float>() == hi.to_vector<float>();
+}
+
+std::string stage_table(const std::vector<plan::StageMemory>& stages) {
+  std::string s = fmt::format("# {:>5} {:>6} {:>10} {:>10} {:>10} {:>12} {:>10} {:>10}\n", "stage", "blocks",
+                              "params", "grads", "optim", "activations", "comm", "total GiB");
+  for (const plan::StageMemory& m : stages)
+    s += fmt::format("# {:>5} {:>6} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.3f} {:>10.3f} {:>10.3f}\n", m.stage, m.blocks,
+                     m.of(MemCategory::kParameters) / kGiB, m.of(MemCategory::kGradients) / kGiB,
+                     m.of(MemCategory::kOptimizerState) / kGiB, m.of(MemCategory::kActivations) / kGiB,
+                     m.of(MemCategory::kCommunication) / kGiB, m.total() / kGiB);
+  return s;
+}
+
+}  // namespace
+
+plan::LayoutChoice TrainFlags::layout(int world_size) const {
+  plan::LayoutChoice l;
+  l.tp = job.tp, l.pp = job.pp;
+  HT_CHECK(world_size % (l.tp * l.pp) == 0, ErrorKind::kConfig, "--tp {} x --pp {} does not divide the {} ranks",
+           l.tp, l.pp, world_size);
+  l.dp = world_size / (l.tp * l.pp);
+  l.zero = engine.data_parallel.zero_stage;
+  l.shard_group = engine.data_parallel.shard_group;
+  l.micro_batch = engine.micro_batch;
+  l.grad_accum = engine.grad_accum;
+  l.schedule = engine.schedule;
+  l.recompute = engine.recompute;
+  l.precision = engine.data_parallel.precision;
+  l.stage_layers = engine.stage_layers;
+  l.bucket_bytes = engine.data_parallel.bucket_bytes;
+  return l;
+}
+
+std::string TrainFlags::dry_run_report(int world_size) const {
+  HT_CHECK(model_spec, ErrorKind::kConfig, "--dry-run: this program does not describe its model (TrainFlags::model_spec)");
+  const nn::ModelSpec spec = model_spec();
+  const plan::LayoutChoice l = layout(world_size);
+  const std::vector<plan::StageMemory> stages = plan::estimate_memory(spec, l);
+  std::string s = fmt::format("# dry run: {} on {} ranks as {} ({} x {} tokens a step): memory per rank by stage\n",
+                              spec.description, world_size, l.str(), l.global_batch(), spec.seq_len);
+  s += stage_table(stages);
+  const double peak = plan::peak_bytes(stages);
+  if (plan_memory_gib > 0)
+    s += fmt::format("# heaviest stage {:.3f} GiB of {:.3f} GiB per rank: {}\n", peak / kGiB, plan_memory_gib,
+                     peak <= plan_memory_gib * kGiB ? "fits" : "does NOT fit");
+  else
+    s += fmt::format("# heaviest stage {:.3f} GiB (give --plan-memory-gib to check it against a budget)\n", peak / kGiB);
+  s += "# nothing was trained (--dry-run)\n";
+  return s;
+}
+
+void TrainFlags::apply_auto_plan(comm::Communicator& world, JobOptions& job_options) {
+  HT_CHECK(model_spec, ErrorKind::kConfig, "--auto: this program does not describe its model (TrainFlags::model_spec)");
+  plan::PlanRequest rq;
+  rq.model = model_spec();
+  rq.world = world.size();
+  rq.precision = engine.data_parallel.precision;
+  rq.global_batch = global_batch > 0 ? global_batch : layout(world.size()).global_batch();
+  if (!plan_profile.empty()) {
+    rq.profile = plan::load_profile(plan_profile);
+  } else {
+    HT_CHECK(!job.device.is_cuda(), ErrorKind::kConfig,
+             "--auto on {}: the probe measures the host only; give the GPUs' figures with --plan-profile FILE (see "
+             "include/ht/plan/profile.h and examples/plan/)",
+             job.device.str());
+    plan::ProbeOptions po;
+    po.memory_gib = plan_memory_gib;
+    rq.profile = plan::probe_profile(po, &world, ranks_on_this_node(world.size()));
+  }
+  const plan::PlanResult result = plan::search_plans(rq, 3);
+  const plan::LayoutChoice& best = result.plans.at(0).layout;
+  HT_CHECK(same_everywhere(world, best.str() + fmt::format(" {}", fmt::join(best.stage_layers, ","))),
+           ErrorKind::kConfig,
+           "--auto: the ranks planned different layouts (their machine profiles differ); give them one with "
+           "--plan-profile FILE");
+  job_options.tp = job.tp = best.tp;
+  job_options.pp = job.pp = best.pp;
+  engine.data_parallel.zero_stage = best.zero;
+  engine.data_parallel.shard_group = best.shard_group;
+  engine.micro_batch = best.micro_batch;
+  engine.grad_accum = best.grad_accum;
+  engine.schedule = best.schedule;
+  engine.recompute = best.recompute;
+  engine.stage_layers = best.stage_layers;
+  engine.validate();
+  if (world.rank() == 0) {
+    std::string text = plan::format_plans(result, rq);
+    std::string out;
+    for (std::size_t at = 0; at < text.size();) {
+      const std::size_t nl = text.find('\n', at);
+      const std::string line = text.substr(at, nl - at);
+      out += (line.rfind("#", 0) == 0 ? "# plan" + line.substr(1) : "# plan " + line) + "\n";
+      at = nl == std::string::npos ? text.size() : nl + 1;
+    }
+    std::fputs(out.c_str(), stdout);
+    std::printf("# auto: %s%s (modelled %.1f ms a step, heaviest stage %.3f GiB)\n", best.str().c_str(),
+                best.stage_layers.empty() ? "" : fmt::format(" stages {}", fmt::join(best.stage_layers, ",")).c_str(),
+                result.plans[0].time.step_ms, result.plans[0].peak_bytes / kGiB);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace ht::train
