@@ -37,11 +37,13 @@ void print_preamble(Engine& engine, const FitOptions& fit) {
               engine.loss_scaler().enabled()
                   ? fmt::format(" (dynamic loss scale from {:g})", engine.loss_scaler().scale()).c_str()
                   : "");
-  std::printf("# mesh %s, zero %d%s, schedule %s; global batch %lld rows (micro-batch %lld x %d accumulation x dp %d)\n",
+  std::printf("# mesh %s, zero %d%s, schedule %s%s; global batch %lld rows (micro-batch %lld x %d accumulation x dp %d)\n",
               layout.str().c_str(), dp.zero_stage,
               dp.shard_group > 0 ? fmt::format(" (shard group {})", dp.shard_group).c_str() : "",
-              parallel::schedule_name(o.schedule).c_str(), (long long)engine.global_batch(), (long long)o.micro_batch,
-              o.grad_accum, layout.dp_size());
+              parallel::schedule_name(o.schedule).c_str(),
+              o.recompute != nn::Recompute::kNone ? fmt::format(", recompute {}", nn::recompute_name(o.recompute)).c_str()
+                                                  : "",
+              (long long)engine.global_batch(), (long long)o.micro_batch, o.grad_accum, layout.dp_size());
   if (layout.pp_size() > 1 && !engine.stage_split().empty())
     std::printf("# stages %s layers (%s)\n", fmt::format("{}", fmt::join(engine.stage_split(), "+")).c_str(),
                 o.stage_layers.empty() ? "by count" : "--stage-layers");

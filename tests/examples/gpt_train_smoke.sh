@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end check of gpt_train: a tiny model on a small text file trains,
-# writes metrics.jsonl with step and loss, prints a sample; bad flags and
+# writes metrics.jsonl with step and loss, prints a sample; --recompute full
+# is named in the preamble and run record; bad flags and
 # missing files fail with a clear message and a non-zero status.
 set -euo pipefail
 exe="$1"
@@ -18,6 +19,11 @@ grep -q "^# sample" "$work/out.txt" || fail "no sample printed"
 [ "$(grep -c '"type":"step"' "$work/run/metrics.jsonl")" = 12 ] || fail "metrics.jsonl lacks 12 step lines"
 grep -m1 '"type":"step"' "$work/run/metrics.jsonl" | grep -q '"loss":' || fail "step lines lack loss"
 grep -q '"val_loss"' "$work/run/metrics.jsonl" || fail "no validation lines"
+# --recompute reaches the engine: named in the preamble and the run record.
+"$exe" --data "$work/run/tokens.h5" --run-dir "$work/run_rc" --layers 1 --heads 2 --embd 32 --context 32 \
+  --seq-len 16 --micro-batch 4 --steps 2 --eval-batches 0 --sample-tokens 0 --recompute full > "$work/out_rc.txt"
+grep -q "^# mesh .*, recompute full;" "$work/out_rc.txt" || fail "the preamble does not name --recompute full"
+grep -q '"recompute":"full"' "$work/run_rc/metrics.jsonl" || fail "the run record lacks recompute full"
 
 expect_error() {  # expect_error PATTERN ARGS...: must exit non-zero and print PATTERN
   local pattern="$1"; shift
@@ -31,6 +37,7 @@ expect_error "--seq-len 64" --data "$work/run/tokens.h5" --run-dir "$work/r5" --
 expect_error "vocabulary (256) is larger than the model's vocab_size (100)" --data "$work/run/tokens.h5" \
   --run-dir "$work/r7" --vocab 100
 expect_error "--steps" --steps -3
+expect_error "recomputation 'attention' is not known" --data "$work/run/tokens.h5" --run-dir "$work/r9" --recompute attention
 expect_error "unknown device" --data "$work/run/tokens.h5" --run-dir "$work/r6" --device tpu
 expect_error "bogus" --bogus-flag
 if ! nvidia-smi -L > /dev/null 2>&1; then  # without a GPU, --device cuda says so before any work

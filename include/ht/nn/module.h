@@ -31,7 +31,9 @@
 // sits between the pre-backward hook (where ZeRO-3 gathers the unit) and
 // the post-backward one (where it frees it), so the parameters are there
 // when it reads them. Any module can be recomputed so, a program's own ones
-// included; an inference Context (saving() false) changes nothing.
+// included; an inference Context (saving() false) changes nothing. Side
+// inputs reach the re-run; one that a recomputed module sets itself stays
+// inside it (set side inputs in the model, above the recomputed modules).
 // Recomputation changes no bits: the forward ops are deterministic, so a
 // backward reads the very tensors it would have kept (recompute_test).
 #pragma once
