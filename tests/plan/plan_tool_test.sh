@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# ht-plan, and gpt_train / llama_train --dry-run and --auto, as a user runs them:
+#   table     ht-plan on a probe of this machine: a table, the reasons, JSON that parses
+#   cluster   a 70B-class Llama on 1024 GPUs of 80 GB from a profile file: memory per
+#             stage under 80 GB, and tp never crossing a node of 8
+#   errors    a bad preset, a missing or broken profile, nothing fitting: exit 2 and a message saying what
+#   dry-run   gpt_train --dry-run alone and under mpirun (pp 2): the per-stage table, no training;
+#             llama_train --dry-run
+#   auto      mpirun -np 2 gpt_train --auto: the plan printed, the mesh it chose, training runs
+#
+#   plan_tool_test.sh HT_PLAN GPT_TRAIN LLAMA_TRAIN MPIEXEC PROFILE WORK CASE
+set -euo pipefail
+plan="$1"; gpt="$2"; llama="$3"; mpiexec="$4"; profile="$5"; work="$6/$7"; case="$7"
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail() { echo "FAIL ($case): $*"; exit 1; }
+rm -rf "$work"
+mkdir -p "$work"
+trap 'rm -rf "$work"' EXIT
+np2=("$mpiexec" -np 2 --oversubscribe --bind-to none)
+
+expect_usage() {  # expect_usage PATTERN CMD...: exit 2 and PATTERN in the output
+  local pattern="$1"; shift
+  local status=0
+  "$@" > "$work/err.txt" 2>&1 || status=$?
+  cat "$work/err.txt"
+  [ "$status" = 2 ] || fail "$* exited $status, want 2"
+  grep -q -- "$pattern" "$work/err.txt" || fail "$* did not say '$pattern'"
+}
+
+case "$case" in
+  table)
+    "$plan" --preset gpt2-124m --world 4 --global-batch 16 --seq 256 --top 5 --json "$work/plans.json" > "$work/out.txt"
+    cat "$work/out.txt"
+    grep -q "^# ht-plan GPT L12 H12 C768 V50257 Vp50304" "$work/out.txt" || fail "no header"
+    grep -q "^  1 tp" "$work/out.txt" || fail "no first plan"
+    grep -q "wins:" "$work/out.txt" || fail "no reason the best plan wins"
+    python3 - "$work/plans.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["world"] == 4 and j["global_batch"] == 16, j
+plans = j["plans"]
+assert 1 <= len(plans) <= 5
+for p in plans:
+    l = p["layout"]
+    assert l["tp"] * l["pp"] * l["dp"] == 4, l
+    assert l["micro_batch"] * l["grad_accum"] * l["dp"] == 16, l
+    assert sum(l["stage_layers"]) == 12 and len(l["stage_layers"]) == l["pp"], l
+    assert p["peak_bytes"] <= j["budget_gib"] * 2**30
+    assert len(p["stages"]) == l["pp"]
+times = [p["step_ms"] for p in plans]
+assert times == sorted(times), times
+print("json ok:", plans[0]["layout"]["name"])
+PY
+    ;;
+  cluster)
+    "$plan" --preset llama2-70b --world 1024 --global-batch 1024 --precision bf16 --profile "$profile" --top 3 \
+      --json "$work/plans.json" > "$work/out.txt"
+    cat "$work/out.txt"
+    python3 - "$work/plans.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+for p in j["plans"]:
+    l = p["layout"]
+    assert l["tp"] <= 8, l  # tensor parallelism inside a node of 8
+    for s in p["stages"]:
+        assert s["total_bytes"] < 80 * 2**30 * 0.9, s
+assert j["parameters"] > 68e9, j["parameters"]
+print("cluster ok:", j["plans"][0]["layout"]["name"])
+PY
+    ;;
+  errors)
+    expect_usage "preset 'gpt5' is not known" "$plan" --preset gpt5 --world 2
+    expect_usage "cannot read the machine profile" "$plan" --preset gpt2-124m --profile "$work/none.json"
+    echo '{"name": "broken", "memory_gib": 80' > "$work/broken.json"
+    expect_usage "not valid JSON" "$plan" --preset gpt2-124m --profile "$work/broken.json"
+    echo '{"name": "no links", "memory_gib": 80, "ranks_per_node": 8, "memory_gbps": 100, "rates": {"bf16": {"gemm_gflops": 1, "attention_gflops": 1}}}' > "$work/nolinks.json"
+    expect_usage "'intra_node' is missing" "$plan" --preset gpt2-124m --profile "$work/nolinks.json"
+    expect_usage "the smallest needs" "$plan" --preset llama2-70b --world 8 --global-batch 8 --profile "$profile"
+    expect_usage "does not divide the world size 1" "$gpt" --dry-run --tp 3 --run-dir "$work/bad" ;;
+  dry-run)
+    "$gpt" --dry-run --run-dir "$work/one" --micro-batch 4 > "$work/one.txt" 2>&1
+    cat "$work/one.txt"
+    grep -q "^# dry run: GPT L6 H6 C384 V256 T256 on 1 ranks as tp1 pp1 dp1 zero0 mb4x1" "$work/one.txt" || fail "no dry-run header"
+    grep -q "nothing was trained" "$work/one.txt" || fail "no closing line"
+    grep -q "^step " "$work/one.txt" && fail "it trained"
+    [ -e "$work/one/tokens.h5" ] && fail "it prepared data"
+    "${np2[@]}" "$gpt" --dry-run --run-dir "$work/two" --pp 2 --grad-accum 4 --plan-memory-gib 2 > "$work/two.txt" 2>&1
+    cat "$work/two.txt"
+    [ "$(grep -c '^#  *[01]  *3 ' "$work/two.txt")" = 2 ] || fail "not one line per stage of 3 blocks"
+    grep -q "of 2.000 GiB per rank: fits" "$work/two.txt" || fail "no verdict against the budget"
+    "$llama" --dry-run --run-dir "$work/llama" --recompute full > "$work/llama.txt" 2>&1
+    cat "$work/llama.txt"
+    grep -q "^# dry run: Llama .* full" "$work/llama.txt" || fail "llama_train: no dry-run header" ;;
+  auto)
+    "${np2[@]}" "$gpt" --auto --run-dir "$work/auto" --layers 2 --embd 64 --heads 2 --seq-len 32 --context 32 \
+      --micro-batch 2 --grad-accum 2 --steps 2 --eval-batches 1 --sample-tokens 4 > "$work/auto.txt" 2>&1 || {
+      cat "$work/auto.txt"; fail "gpt_train --auto exited non-zero"; }
+    cat "$work/auto.txt"
+    chosen=$(sed -n 's/^# auto: \(tp[0-9]* pp[0-9]* dp[0-9]*\).*/\1/p' "$work/auto.txt")
+    [ -n "$chosen" ] || fail "no '# auto:' line"
+    grep -q "^# plan ht-plan GPT L2 H2 C64" "$work/auto.txt" || fail "no plan table"
+    grep -q "global batch 8 rows" "$work/auto.txt" || fail "the global batch (2 x 2 x 2 ranks) was not kept"
+    tp=$(echo "$chosen" | sed 's/tp\([0-9]*\).*/\1/'); pp=$(echo "$chosen" | sed 's/.*pp\([0-9]*\).*/\1/')
+    grep -q "^# mesh pp$pp x dp[0-9]* x tp$tp" "$work/auto.txt" || fail "the mesh is not the plan's ($chosen)"
+    grep -q "^step 2/2 | loss" "$work/auto.txt" || fail "did not train" ;;
+  *) fail "unknown case" ;;
+esac
+echo "PASS ($case)"
