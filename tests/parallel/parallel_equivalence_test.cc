@@ -261,6 +261,20 @@ TEST(UnevenSplits, MoreStagesThanLayersFailClearly) {
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig, {"3 layers cannot fill 4 pipeline stages"}));
 }
 
+// --stage-layers that do not fit are refused on every rank, naming the split and a valid one.
+TEST(UnevenSplits, ChosenStagesThatDoNotFitFailClearly) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  const data::TokenSplits data = test::pangram_text(61);
+  comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 2);
+  test::GPTRunOptions o = options_for(Layout{"pp2", 2, 1, 2, 0});  // 5 layers
+  o.engine.stage_layers = {1, 3};
+  EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
+                                 {"--stage-layers 1,3 sums to 4 layers but the model has 5", "e.g. --stage-layers 3,2"}));
+  o.engine.stage_layers = {1, 1, 3};
+  EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
+                                 {"--stage-layers 1,1,3 gives 3 pipeline stages but the pipeline has 2 (--pp 2)"}));
+}
+
 TEST(UnevenSplits, ShardGroupMustDivideDp) {
   if (test::world_size() != 4) GTEST_SKIP() << "runs with 4 processes";
   const data::TokenSplits data = test::pangram_text(61);
