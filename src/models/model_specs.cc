@@ -39,6 +39,8 @@ LayerSpec embedding_layer(std::int64_t vocab_rows, std::int64_t c, std::int64_t 
   l.saved = same_saved({.f32_replicated = 1});  // the token ids
   l.traffic = {.replicated = double(2 * c)};
   l.tp_allreduce = double(c);  // each rank's rows' part of the lookup, summed
+  l.tp_allreduces = 1;
+  l.ops = 2;
   return l;
 }
 
@@ -62,6 +64,8 @@ LayerSpec head_layer(std::int64_t vocab_rows, std::int64_t c, std::int64_t norm_
   l.backward_workspace = {.replicated = double(2 * c)};
   l.traffic = {.split = 3.0 * double(vocab_rows), .replicated = double(3 * c)};
   l.tp_allreduce = 0.5 * double(c);  // the input gradient's sum, backward only
+  l.tp_allreduces = 1;
+  l.ops = 5;  // norm, head GEMM, the loss's forward and backward halves
   return l;
 }
 
@@ -93,6 +97,8 @@ nn::ModelSpec GPTConfig::spec(std::int64_t seq_len) const {
     b.backward_workspace = {.split = 4.0 * cd, .replicated = 3.0 * cd};
     b.traffic = {.split = 8.0 * cd, .replicated = 10.0 * cd};
     b.tp_allreduce = 2.0 * cd;
+    b.tp_allreduces = 2;
+    b.ops = 14;  // 2 norms, 4 linears (bias and GEMM), attention, GELU, 2 residual adds
     s.layers.push_back(std::move(b));
   }
   s.layers.push_back(head_layer(vp, c, 2 * c, 2.0, /*shares_with=*/0));
@@ -125,6 +131,8 @@ nn::ModelSpec LlamaConfig::spec(std::int64_t seq_len) const {
     b.backward_workspace = {.split = 3.0 * double(f), .replicated = cd};  // dy, then da and dgu
     b.traffic = {.split = 6.0 * double(f) + 4.0 * cd, .replicated = 8.0 * cd};
     b.tp_allreduce = 2.0 * cd;
+    b.tp_allreduces = 2;
+    b.ops = 15;  // 2 norms, 5 projections, 2 rotary, attention, SwiGLU, 2 residual adds
     s.layers.push_back(std::move(b));
   }
   s.layers.push_back(head_layer(vp, c, c, 1.0, /*shares_with=*/-1));

@@ -3,10 +3,9 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <numeric>
 
 #include "ht/core/error.h"
+#include "ht/parallel/layout.h"
 
 namespace ht::plan {
 
@@ -20,19 +19,13 @@ std::string LayoutChoice::str() const {
 }
 
 std::vector<int> blocks_per_stage(const LayoutChoice& l, int num_blocks) {
+  // The engine's own rules and messages (--stage-layers), so a plan never
+  // holds a split the engine would refuse.
   if (!l.stage_layers.empty()) {
-    HT_CHECK(int(l.stage_layers.size()) == l.pp, ErrorKind::kConfig,
-             "stage layers name {} stages but the layout has pp {}", l.stage_layers.size(), l.pp);
-    HT_CHECK(std::accumulate(l.stage_layers.begin(), l.stage_layers.end(), 0) == num_blocks &&
-                 *std::min_element(l.stage_layers.begin(), l.stage_layers.end()) > 0,
-             ErrorKind::kConfig, "stage layers must be positive and sum to the model's {} blocks", num_blocks);
+    parallel::validate_boundaries(parallel::stage_boundaries(l.stage_layers, l.pp), num_blocks, l.pp);
     return l.stage_layers;
   }
-  HT_CHECK(l.pp > 0 && num_blocks >= l.pp, ErrorKind::kConfig, "{} blocks cannot fill {} pipeline stages", num_blocks,
-           l.pp);
-  std::vector<int> v(std::size_t(l.pp), num_blocks / l.pp);
-  for (int s = 0; s < num_blocks % l.pp; ++s) ++v[std::size_t(s)];
-  return v;
+  return parallel::layers_per_stage(parallel::partition_by_count(num_blocks, l.pp));
 }
 
 }  // namespace ht::plan

@@ -117,6 +117,7 @@ const Rates& MachineProfile::rates_for(DType compute) const {
 }
 
 void MachineProfile::validate() const {
+  HT_CHECK(op_overhead_us >= 0, ErrorKind::kConfig, "machine profile '{}': op_overhead_us must not be negative", name);
   HT_CHECK(memory_gib > 0 && ranks_per_node > 0 && memory_gbps > 0, ErrorKind::kConfig,
            "machine profile '{}': memory_gib ({}), ranks_per_node ({}) and memory_gbps ({}) must be positive", name,
            memory_gib, ranks_per_node, memory_gbps);
@@ -142,6 +143,7 @@ MachineProfile profile_from_json(const std::string& text, const std::string& whe
   p.memory_gib = number(j, "memory_gib", where, "");
   p.ranks_per_node = int(number(j, "ranks_per_node", where, ""));
   p.memory_gbps = number(j, "memory_gbps", where, "");
+  if (j.contains("op_overhead_us")) p.op_overhead_us = number(j, "op_overhead_us", where, "");
   HT_CHECK(j.contains("rates") && j.at("rates").is_object(), ErrorKind::kConfig,
            "{}: 'rates' is missing: give {{\"bf16\": {{\"gemm_gflops\": ..., \"attention_gflops\": ...}}}}", where);
   for (const auto& [k, v] : j.at("rates").items()) {
@@ -179,6 +181,7 @@ std::string to_json(const MachineProfile& p) {
               {"ranks_per_node", p.ranks_per_node},
               {"rates", rates},
               {"memory_gbps", p.memory_gbps},
+              {"op_overhead_us", p.op_overhead_us},
               {"intra_node", link(p.intra_node)},
               {"inter_node", link(p.inter_node)}}
       .dump(2);
@@ -199,6 +202,13 @@ MachineProfile probe_profile(const ProbeOptions& o, comm::Communicator* comm, in
   Tensor out = Tensor::empty({n}, DType::kF32, Device::cpu());
   const double add_s = best_seconds(o.repeats, comm, [&] { ops::add(a, b, out); });
   p.memory_gbps = world_min(3.0 * double(n) * 4.0 / add_s * 1e-9, comm);
+  // One op's fixed cost: a tiny add, many times over.
+  Tensor ta = filled({64}, 1.f, DType::kF32), tb = filled({64}, 2.f, DType::kF32), tout = filled({64}, 0.f, DType::kF32);
+  constexpr int kTiny = 2000;
+  const double tiny_s = best_seconds(o.repeats, comm, [&] {
+    for (int i = 0; i < kTiny; ++i) ops::add(ta, tb, tout);
+  });
+  p.op_overhead_us = -world_min(-(tiny_s / kTiny * 1e6), comm);
   if (o.memory_gib > 0) {
     p.memory_gib = o.memory_gib;
   } else {

@@ -2,6 +2,7 @@
 #include "ht/plan/time_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "ht/core/error.h"
 #include "ht/plan/memory_model.h"
@@ -67,9 +68,12 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
       const double gemm = tokens * ls.gemm_flops / l.tp / gemm_per_ms;
       const double attn = attn_per_ms > 0 ? tokens * ls.attention_flops / l.tp / attn_per_ms : 0.0;
       const double ew = tokens * ls.traffic.bytes(l.tp, c) / bytes_per_ms;
-      const double tp_ar = all_reduce_ms(tokens * ls.tp_allreduce * c, l.tp, tp_link);
-      const double fwd = gemm + attn + ew + tp_ar;
-      double bwd = 2.0 * gemm + kAttentionBackwardFactor * attn + 2.0 * ew + tp_ar;
+      // Each of the layer's all-reduces pays the latency; the bytes are split among them.
+      const int n_ar = std::max(ls.tp_allreduces, 1);
+      const double tp_ar = n_ar * all_reduce_ms(tokens * ls.tp_allreduce * c / n_ar, l.tp, tp_link);
+      const double overhead = ls.ops * profile.op_overhead_us * 1e-3;
+      const double fwd = gemm + attn + ew + tp_ar + overhead;
+      double bwd = 2.0 * (gemm + ew + overhead) + kAttentionBackwardFactor * attn + tp_ar;
       if (block && l.recompute == nn::Recompute::kFull) bwd += fwd;
       if (block && l.recompute == nn::Recompute::kSelective) bwd += attn;
       st.forward_ms += fwd;
@@ -92,17 +96,22 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
     double comm = 0, exposed = 0;
     const double grads = params * r;
     if (l.dp > 1) {
-      // Gradient reduction: behind the last micro-batch's backward only.
-      const double reduce = l.zero == 0 || shards == 1
-                                ? all_reduce_ms(grads, l.dp, dp_link)
-                                : reduce_scatter_ms(grads, shards, shard_link) +
-                                      all_reduce_ms(grads / shards, replicas, dp_link);
-      const double bucket = std::min(grads, double(l.bucket_bytes));
-      const double last_bucket = l.zero == 0 || shards == 1 ? all_reduce_ms(bucket, l.dp, dp_link)
-                                                            : reduce_scatter_ms(bucket, shards, shard_link);
+      // Gradient reduction: behind the last micro-batch's backward only, in
+      // groups (DDP and ZeRO-1/2 buckets; ZeRO-3 units), each paying the latency.
+      const double groups = l.zero == 3 ? double(layers.size())
+                                        : std::max(1.0, std::ceil(grads / double(l.bucket_bytes)));
+      const double piece = grads / groups;
+      const double one_group = l.zero == 0 || shards == 1
+                                   ? all_reduce_ms(piece, l.dp, dp_link)
+                                   : reduce_scatter_ms(piece, shards, shard_link) +
+                                         all_reduce_ms(piece / shards, replicas, dp_link);
+      const double reduce = groups * one_group;
+      const double last_bucket = one_group;
       // ZeRO-3: two gathers of every unit per micro-batch (forward, backward),
       // prefetched behind any compute; the first unit's is never hidden.
-      const double gathers = l.zero == 3 ? 2.0 * m * reduce_scatter_ms(params * c, shards, shard_link) : 0.0;
+      const double units = double(layers.size());
+      const double gathers =
+          l.zero == 3 ? 2.0 * m * units * reduce_scatter_ms(params * c / units, shards, shard_link) : 0.0;
       const double first_unit = l.zero == 3 ? reduce_scatter_ms(largest_unit * c, shards, shard_link) : 0.0;
       comm = reduce + gathers;
       // Both share the link: what cannot hide behind its window, or behind all compute together.

@@ -162,7 +162,7 @@ TEST(MemoryModel, PerStageNotAveraged) {
   EXPECT_EQ(uneven[1].first_block, 2);
   EXPECT_EQ(uneven[2].blocks, 4);
   l.stage_layers = {2, 6, 3};
-  EXPECT_TRUE(test::throws_error([&] { plan::estimate_memory(s, l); }, ErrorKind::kConfig, {"sum to the model's 12"}));
+  EXPECT_TRUE(test::throws_error([&] { plan::estimate_memory(s, l); }, ErrorKind::kConfig, {"sums to 11 layers but the model has 12"}));
 }
 
 TEST(TimeModel, RingFormulas) {

@@ -77,6 +77,8 @@ struct LayerSpec {
   TokenElements backward_workspace;  // transient during this layer's backward
   TokenElements traffic;             // element-wise memory traffic of one forward
   double tp_allreduce = 0;           // compute elements per token all-reduced over tp in forward
+  int tp_allreduces = 0;             // how many all-reduces that is (each pays the link's latency)
+  int ops = 0;                       // ops (kernels) of one forward; backward runs about twice as many
 
   std::int64_t params(int tp) const { return params_split / tp + params_replicated; }
 };

@@ -9,7 +9,7 @@
 //    "memory_gib": 80, "ranks_per_node": 8,
 //    "rates": {"fp32": {"gemm_gflops": 50000, "attention_gflops": 30000},
 //              "bf16": {"gemm_gflops": 600000, "attention_gflops": 350000}},
-//    "memory_gbps": 3000,
+//    "memory_gbps": 3000, "op_overhead_us": 5,
 //    "intra_node": {"latency_us": 3, "gbps": 360},
 //    "inter_node": {"latency_us": 10, "gbps": 45}}
 //
@@ -46,6 +46,9 @@ struct MachineProfile {
   int ranks_per_node = 1;
   std::map<std::string, Rates> rates;  // by precision: "fp32", "bf16", "fp16"
   double memory_gbps = 0;              // element-wise work
+  /// Fixed cost of one op (a kernel launch, a parallel region): what makes
+  /// many small micro-batches slower than few large ones. Optional in a file (0).
+  double op_overhead_us = 0;
   Link intra_node, inter_node;
   std::string source;  // "probe" or the file it came from
 
