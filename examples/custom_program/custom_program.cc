@@ -20,6 +20,7 @@
 #include "ht/data/data_source.h"
 #include "ht/nn/linear.h"
 #include "ht/nn/model.h"
+#include "ht/nn/model_spec.h"
 #include "ht/ops/cross_entropy.h"
 #include "ht/ops/elementwise.h"
 #include "ht/train/flags.h"
@@ -124,6 +125,34 @@ class TeacherData : public data::DataSource {
 
 }  // namespace
 
+// ---- the model as the planner sees it (--dry-run, --auto) ---------------------
+
+/// One layer (the whole MLP: it does not split into pipeline stages), per
+/// row: fc1's weight and bias and fc2's weight split over tp, fc2's bias
+/// whole; forward keeps fc1's input (whole), h and GELU(h) (split), the
+/// logits (whole: fc2's output is summed over tp) and the loss's lse.
+nn::ModelSpec mlp_spec() {
+  nn::ModelSpec s;
+  s.description = fmt::format("MLP {}-{}-{}", kIn, kHidden, kClasses);
+  s.seq_len = 1;  // a row is one "token"
+  s.width = kIn;
+  s.tp_divides = {kHidden};
+  nn::LayerSpec l;
+  l.name = "mlp";
+  l.params_split = kIn * kHidden + kHidden + kHidden * kClasses;
+  l.params_replicated = kClasses;
+  l.gemm_flops = 2.0 * double(kIn * kHidden + kHidden * kClasses);
+  const nn::TokenElements kept{.split = 2.0 * kHidden, .replicated = double(kIn + kClasses), .f32_replicated = 1};
+  l.saved = {kept, kept, kept};
+  l.backward_workspace = {.split = double(kHidden), .replicated = double(kIn)};
+  l.traffic = {.split = 4.0 * kHidden};
+  l.tp_allreduce = double(kClasses);
+  l.tp_allreduces = 1;
+  l.ops = 6;
+  s.layers.push_back(l);
+  return s;
+}
+
 // ---- the program: flags, data, model, engine ---------------------------------
 
 int main(int argc, char** argv) {
@@ -139,6 +168,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Train an MLP classifier of one's own with hypertrain's engine."};
   flags.add_to(app);
   CLI11_PARSE(app, argc, argv);
+  flags.model_spec = mlp_spec;  // for --dry-run and --auto
   return train::run_job("custom_program", flags, [&](train::Job& job) {
     TeacherData data;
     train::Engine engine(job, flags.engine, [](const nn::Placement& at) { return std::make_unique<Mlp>(at); }, data);

@@ -48,7 +48,11 @@ case "$case" in
     grep -q "^# val loss .* -> " "$work/one.out" || fail "no validation summary"
     [ "$(grep -c '"type":"step"' "$work/one/metrics.jsonl")" = 150 ] || fail "metrics.jsonl lacks 150 step lines"
     grep -m1 '"type":"step"' "$work/one/metrics.jsonl" | grep -q '"loss":' || fail "step lines lack loss"
-    grep -q '"model":"MLP 16-64-4"' "$work/one/metrics.jsonl" || fail "the run line does not name the model" ;;
+    grep -q '"model":"MLP 16-64-4"' "$work/one/metrics.jsonl" || fail "the run line does not name the model"
+    # The planner sizes the program's own model from its spec, without training.
+    run dry -- --dry-run --micro-batch 256
+    grep -q "^# dry run: MLP 16-64-4 on 1 ranks as tp1 pp1 dp1 zero0 mb256x1" "$work/dry.out" || fail "no dry-run line"
+    grep -q "^step " "$work/dry.out" && fail "--dry-run trained" ;;
   zero3)
     run one -- --steps 40 --micro-batch 64
     run two "${np2[@]}" -- --steps 40 --micro-batch 32 --zero 3
