@@ -4,7 +4,8 @@
 // 1F1B over 2 stages (several micro-batches' contexts in flight), selective
 // and full recomputation give the very bits of no recomputation: every
 // step's loss and gradient norm, and the final full weights, for the GPT and
-// the Llama.
+// the Llama; with 4 processes, ZeRO-3 and tp 2 together. Each ctest entry
+// runs the layouts of its process count; the others skip.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -23,7 +24,7 @@ using nn::Recompute;
 
 struct Layout {
   std::string name;
-  int tp, pp, zero;
+  int np, tp, pp, zero;
   int grad_accum = 1;
   bool llama = false;
 };
@@ -71,7 +72,7 @@ class RecomputeLayouts : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(RecomputeLayouts, SameBitsAsNoRecomputation) {
   const Layout l = GetParam();
-  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  if (test::world_size() != l.np) GTEST_SKIP() << l.name << " runs with " << l.np << " processes";
   test::GPTRunOptions g;
   g.model = {.vocab_size = 64, .context = 16, .n_layer = 3, .n_head = 4, .n_embd = 32};
   g.seq_len = 16;
@@ -93,10 +94,13 @@ TEST_P(RecomputeLayouts, SameBitsAsNoRecomputation) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, RecomputeLayouts,
-                         ::testing::Values(Layout{"zero3_dp2", 1, 1, 3, 2}, Layout{"tp2", 2, 1, 0},
-                                           Layout{"pp2_1f1b", 1, 2, 0, 3}, Layout{"llama_zero3_dp2", 1, 1, 3, 2, true},
-                                           Layout{"llama_tp2", 2, 1, 0, 1, true},
-                                           Layout{"llama_pp2_1f1b", 1, 2, 0, 3, true}),
+                         ::testing::Values(Layout{"zero3_dp2", 2, 1, 1, 3, 2}, Layout{"tp2", 2, 2, 1, 0},
+                                           Layout{"pp2_1f1b", 2, 1, 2, 0, 3},
+                                           Layout{"llama_zero3_dp2", 2, 1, 1, 3, 2, true},
+                                           Layout{"llama_tp2", 2, 2, 1, 0, 1, true},
+                                           Layout{"llama_pp2_1f1b", 2, 1, 2, 0, 3, true},
+                                           Layout{"zero3_dp2_tp2", 4, 2, 1, 3, 2},
+                                           Layout{"llama_zero3_dp2_tp2", 4, 2, 1, 3, 2, true}),
                          [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 }  // namespace
