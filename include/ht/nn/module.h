@@ -118,8 +118,6 @@ class Module {
   }
   /// Uses a parameter owned by another module (a tied weight).
   void use_shared_parameter(Parameter& p) { shared_.push_back(&p); }
-  /// Sets this module's own mode only (for set_recompute overrides).
-  void set_own_recompute(Recompute mode) { recompute_ = mode; }
 
  private:
   void adopt(std::unique_ptr<Module> child);
