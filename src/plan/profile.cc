@@ -55,17 +55,32 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// The best of `repeats` timings of fn (seconds), after one warm-up run; all
-/// ranks of `comm` start each run together, so shared cores are measured shared.
+/// Seconds one call of fn takes: the best of `repeats` rounds, each of
+/// enough calls to last about 20 ms, after about 50 ms of warm-up (thread
+/// pools, page faults, clocks ramping up); all ranks of `comm` start each
+/// round together, so shared cores are measured shared.
 template <typename Fn>
 double best_seconds(int repeats, comm::Communicator* comm, Fn&& fn) {
-  fn();
+  auto t0 = std::chrono::steady_clock::now();
+  int calls = 0;
+  do {
+    fn();
+    ++calls;
+  } while (seconds_since(t0) < 0.05);
+  // Every rank must run as many calls a round: agree on the slowest's count.
+  int per_round = std::max(1, int(0.02 / (seconds_since(t0) / calls)));
+  if (comm && comm->size() > 1) {
+    Tensor in = Tensor::from_vector(std::vector<float>{float(per_round)}, {1});
+    Tensor out = Tensor::empty({1}, DType::kF32, Device::cpu());
+    comm->all_reduce(in, out, comm::ReduceOp::kMin)->wait();
+    per_round = int(out.to_vector<float>()[0]);
+  }
   double best = 1e30;
   for (int i = 0; i < repeats; ++i) {
     if (comm) comm->barrier()->wait();
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(best, seconds_since(t0));
+    t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < per_round; ++k) fn();
+    best = std::min(best, seconds_since(t0) / per_round);
   }
   return best;
 }
@@ -202,13 +217,10 @@ MachineProfile probe_profile(const ProbeOptions& o, comm::Communicator* comm, in
   Tensor out = Tensor::empty({n}, DType::kF32, Device::cpu());
   const double add_s = best_seconds(o.repeats, comm, [&] { ops::add(a, b, out); });
   p.memory_gbps = world_min(3.0 * double(n) * 4.0 / add_s * 1e-9, comm);
-  // One op's fixed cost: a tiny add, many times over.
+  // One op's fixed cost: a tiny add.
   Tensor ta = filled({64}, 1.f, DType::kF32), tb = filled({64}, 2.f, DType::kF32), tout = filled({64}, 0.f, DType::kF32);
-  constexpr int kTiny = 2000;
-  const double tiny_s = best_seconds(o.repeats, comm, [&] {
-    for (int i = 0; i < kTiny; ++i) ops::add(ta, tb, tout);
-  });
-  p.op_overhead_us = -world_min(-(tiny_s / kTiny * 1e6), comm);
+  const double tiny_s = best_seconds(o.repeats, comm, [&] { ops::add(ta, tb, tout); });
+  p.op_overhead_us = -world_min(-(tiny_s * 1e6), comm);
   if (o.memory_gib > 0) {
     p.memory_gib = o.memory_gib;
   } else {
@@ -218,7 +230,7 @@ MachineProfile probe_profile(const ProbeOptions& o, comm::Communicator* comm, in
   if (comm && comm->size() > 1) {
     Tensor small = filled({std::max<std::int64_t>(o.allreduce_small_bytes / 4, 1)}, 1.f, DType::kF32);
     Tensor small_out = Tensor::empty(small.shape(), DType::kF32, Device::cpu());
-    const double lat_s = best_seconds(o.repeats * 3, comm, [&] {
+    const double lat_s = best_seconds(o.repeats, comm, [&] {
       comm->all_reduce(small, small_out, comm::ReduceOp::kSum)->wait();
     });
     const std::int64_t big_n = o.allreduce_large_mib * (std::int64_t(1) << 20) / 4;

@@ -77,7 +77,7 @@ struct ProbeOptions {
   std::int64_t stream_mib = 64;
   /// The all-reduce sizes of the link probe (small: latency; large: bandwidth).
   std::int64_t allreduce_small_bytes = 8, allreduce_large_mib = 8;
-  int repeats = 3;  // best of
+  int repeats = 5;  // rounds, the best kept
   double memory_gib = 0;  // per rank; 0: this machine's physical memory / ranks_per_node
 };
 
