@@ -44,7 +44,7 @@ using nlohmann::json;
 struct Args {
   std::string model = "gpt";
   int layers = 4, heads = 4, kv_heads = 2;
-  std::int64_t embd = 256, vocab = 512, seq = 128, ffn = 0;
+  std::int64_t embd = 256, vocab = 512, vocab_multiple = 1, seq = 128, ffn = 0;
   std::int64_t global_batch = 16;
   std::int64_t steps = 2, warmup = 1;
   std::string precision = "fp32";
@@ -207,6 +207,7 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
   app.add_option("--embd", a.embd, "width");
   app.add_option("--ffn", a.ffn, "llama's MLP hidden size (0: 8/3 x width rounded to 64)");
   app.add_option("--vocab", a.vocab, "vocabulary");
+  app.add_option("--vocab-multiple", a.vocab_multiple, "pad the vocabulary rows to a multiple of this");
   app.add_option("--seq", a.seq, "tokens per row (the model's context)");
   app.add_option("--global-batch", a.global_batch, "rows per optimizer step");
   app.add_option("--steps", a.steps, "measured steps per layout");
@@ -226,10 +227,11 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
   const precision::Policy policy = precision::parse_policy(a.precision);
 
   models::GPTConfig gpt{.vocab_size = a.vocab, .context = a.seq, .n_layer = a.layers, .n_head = a.heads,
-                        .n_embd = a.embd};
+                        .n_embd = a.embd, .vocab_multiple = a.vocab_multiple};
   models::LlamaConfig llama{.vocab_size = a.vocab, .context = a.seq, .n_layer = a.layers, .n_head = a.heads,
                             .n_kv_head = a.kv_heads, .n_embd = a.embd,
-                            .ffn_hidden = a.ffn > 0 ? a.ffn : (a.embd * 8 / 3 + 63) / 64 * 64};
+                            .ffn_hidden = a.ffn > 0 ? a.ffn : (a.embd * 8 / 3 + 63) / 64 * 64,
+                            .vocab_multiple = a.vocab_multiple};
   HT_CHECK(a.model == "gpt" || a.model == "llama", ErrorKind::kConfig, "--model '{}': choose gpt or llama", a.model);
   const bool is_gpt = a.model == "gpt";
   const nn::ModelSpec spec = is_gpt ? gpt.spec(a.seq) : llama.spec(a.seq);
@@ -242,7 +244,11 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
   const plan::MachineProfile profile = plan::probe_profile(po, world.get(), world->size());
 
   std::vector<plan::LayoutChoice> layouts;
-  for (const std::string& t : a.layouts) layouts.push_back(parse_layout(t, world->size(), a.global_batch, policy));
+  for (const std::string& t : a.layouts) {
+    layouts.push_back(parse_layout(t, world->size(), a.global_batch, policy));
+    HT_CHECK(spec.splits_over(layouts.back().tp), ErrorKind::kConfig, "--layouts '{}': {} does not split over tp {}", t,
+             spec.description, layouts.back().tp);
+  }
   if (layouts.empty()) layouts = default_layouts(spec, world->size(), a.global_batch, policy);
   // The search's choice among every layout, measured too.
   plan::PlanRequest rq;

@@ -62,6 +62,9 @@ LayerSpec head_layer(std::int64_t vocab_rows, std::int64_t c, std::int64_t norm_
   l.saved = same_saved({.split = double(vocab_rows), .replicated = double(2 * c),
                         .f32_replicated = norm_stats + 2.0});
   l.backward_workspace = {.replicated = double(2 * c)};
+  // Backward turns the logits into their gradient in place and holds it
+  // until the stage's backward returns.
+  l.held = {.split = double(vocab_rows)};
   l.traffic = {.split = 3.0 * double(vocab_rows), .replicated = double(3 * c)};
   l.tp_allreduce = 0.5 * double(c);  // the input gradient's sum, backward only
   l.tp_allreduces = 1;

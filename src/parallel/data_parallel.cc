@@ -334,10 +334,22 @@ void DataParallel::start_reduction(FlatGroup& g) {
   } else {
     g.reduce_grads = g.work_grads;
   }
-  if (options_.zero_stage <= 1)
+  if (options_.zero_stage <= 1) {
     g.reduce_work = mesh_.dp_group().all_reduce(g.reduce_grads, g.reduce_grads, comm::ReduceOp::kAvg);
-  else
-    g.reduce_work = shard_comm_->reduce_scatter(g.reduce_grads, g.shard_grads, comm::ReduceOp::kAvg);
+    return;
+  }
+  if (options_.zero_stage == 3) {
+    // At most one unit's reduction in flight: the one before finishes (and
+    // its full gradient goes) as this one starts, so a step holds two units'
+    // full gradients at most, not as many as MPI leaves unprogressed (it
+    // progresses non-blocking collectives only inside its calls).
+    for (auto& other : groups_)
+      if (other.get() != &g && other->reduce_work && other->work_grads.defined()) {
+        other->reduce_work->wait();
+        drop_full_grads(*other);
+      }
+  }
+  g.reduce_work = shard_comm_->reduce_scatter(g.reduce_grads, g.shard_grads, comm::ReduceOp::kAvg);
 }
 
 void DataParallel::finish_gradients() {

@@ -64,32 +64,59 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
     if (st == l.pp - 1)
       for (int i = model.end_block(); i < int(model.layers.size()); ++i) layers.push_back(i);
 
-    // Parameter elements of this rank, and the largest unit (ZeRO-3 gathers per layer).
-    double params = 0, largest_unit = 0;
+    // Parameter elements of this rank, and the ZeRO-3 units (one per layer,
+    // in execution order; a layer using another's weight on this stage
+    // gathers that unit again).
+    double params = 0;
+    double shared_unit = 0;  // a unit whose weight a later layer of the stage uses too (GPT's wte)
+    std::vector<double> units;         // each layer's gathered elements
+    std::vector<double> own_units;     // each layer's own, the shared unit left out
     for (int i : layers) {
       const nn::LayerSpec& ls = model.layers[std::size_t(i)];
       double n = double(ls.params(l.tp));
       const bool shared_here = ls.shares_with >= 0 &&
                                std::find(layers.begin(), layers.end(), ls.shares_with) != layers.end();
       if (ls.shares_with >= 0 && !shared_here) n += double(ls.shared_params_split) / l.tp;
+      double gathered = n;
+      if (shared_here) {
+        shared_unit = double(model.layers[std::size_t(ls.shares_with)].params(l.tp));
+        gathered += shared_unit;
+        // The shared unit's gradient is counted whole below, not as one in flight.
+        own_units[std::size_t(std::find(layers.begin(), layers.end(), ls.shares_with) - layers.begin())] = 0;
+      }
       params += n;
-      largest_unit = std::max(largest_unit, n);
+      units.push_back(gathered);
+      own_units.push_back(n);
     }
+    // The most elements two consecutive units hold (the one computing, the next prefetched or in flight).
+    const auto largest_pair = [](const std::vector<double>& u) {
+      double best = u.empty() ? 0.0 : u[0];
+      for (std::size_t k = 0; k + 1 < u.size(); ++k) best = std::max(best, u[k] + u[k + 1]);
+      return best;
+    };
     auto& b = m.bytes;
     const auto cat = [&](MemCategory k) -> double& { return b[std::size_t(k)]; };
     // Model state.
     const StateBytes per = state_bytes_per_parameter(l.zero, l.shards(), l.precision);
-    cat(MemCategory::kParameters) = per.params * params + (l.zero >= 3 ? 2.0 * c * largest_unit : 0.0);
+    cat(MemCategory::kParameters) = per.params * params + (l.zero >= 3 ? c * largest_pair(units) : 0.0);
     cat(MemCategory::kOptimizerState) = per.optim * params;
     double grads = per.grads * params;
-    if (l.zero >= 2) {
-      // Backward writes each group's full gradients (compute dtype, and the
+    if (l.zero == 2) {
+      // Backward writes each bucket's full gradients (compute dtype, and the
       // reduction dtype's copy when they differ) before its reduce-scatter,
-      // and frees them once it has completed. An upper bound: every group's
-      // at once, as when the reductions have not completed before backward
-      // ends (MPI progresses them only inside its calls) or accumulation
-      // keeps them for the whole step.
+      // and frees them once it has completed: an upper bound, every bucket's
+      // at once (one bucket holds a small model's all; accumulation keeps
+      // them for the whole step).
       grads += params * (c + (converts ? r : 0.0));
+    } else if (l.zero == 3) {
+      // One unit's full gradients while backward writes them and the one
+      // before while its reduce-scatter runs (DataParallel keeps one in
+      // flight); a unit whose weight a later layer uses too (the head's tied
+      // wte) gets its gradient from that layer first and keeps it all
+      // backward; with accumulation the compute-dtype ones stay all step.
+      const double full = c + (converts ? r : 0.0);
+      grads += l.grad_accum > 1 ? params * c + (converts ? largest_pair(own_units) * r : 0.0)
+                                : (largest_pair(own_units) + shared_unit) * full;
     }
     cat(MemCategory::kGradients) = grads;
 
@@ -99,7 +126,7 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
     // recomputation, i's whole forward again); the layers after i are freed.
     m.in_flight = in_flight(l.schedule, st, l.pp, l.grad_accum);
     double kept = 0, sweep_peak = 0;
-    std::vector<double> saved_of, workspace_of;
+    std::vector<double> saved_of, held_of, workspace_of;
     for (int i : layers) {
       const nn::LayerSpec& ls = model.layers[std::size_t(i)];
       const bool block = ls.role == nn::LayerRole::kBlock;
@@ -111,13 +138,14 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
       // and its activations are freed: no higher peak.
       if (block && l.recompute == nn::Recompute::kFull) w += ls.saved[0].bytes(l.tp, c) - saved;
       saved_of.push_back(saved);
+      held_of.push_back(ls.held.bytes(l.tp, c));
       workspace_of.push_back(w);
       kept += saved;
     }
     double remaining = kept;
     for (std::size_t i = saved_of.size(); i-- > 0;) {
       sweep_peak = std::max(sweep_peak, remaining + workspace_of[i]);
-      remaining -= saved_of[i];
+      remaining -= saved_of[i] - held_of[i];
     }
     const double width = double(model.width) * c;
     cat(MemCategory::kActivations) = tokens * (kept * (m.in_flight - 1) + sweep_peak + (st > 0 ? width : 0.0));

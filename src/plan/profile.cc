@@ -58,28 +58,34 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 /// Seconds one call of fn takes: the best of `repeats` rounds, each of
 /// enough calls to last about 20 ms, after about 50 ms of warm-up (thread
 /// pools, page faults, clocks ramping up); all ranks of `comm` start each
-/// round together, so shared cores are measured shared.
+/// round together and it ends when the last is done, so shared cores are
+/// measured shared.
 template <typename Fn>
 double best_seconds(int repeats, comm::Communicator* comm, Fn&& fn) {
-  auto t0 = std::chrono::steady_clock::now();
-  int calls = 0;
-  do {
-    fn();
-    ++calls;
-  } while (seconds_since(t0) < 0.05);
-  // Every rank must run as many calls a round: agree on the slowest's count.
-  int per_round = std::max(1, int(0.02 / (seconds_since(t0) / calls)));
-  if (comm && comm->size() > 1) {
-    Tensor in = Tensor::from_vector(std::vector<float>{float(per_round)}, {1});
+  // fn may be a collective: every rank makes the same number of calls.
+  const auto agreed = [&](double v) {
+    if (!comm || comm->size() == 1) return v;
+    Tensor in = Tensor::from_vector(std::vector<float>{float(v)}, {1});
     Tensor out = Tensor::empty({1}, DType::kF32, Device::cpu());
     comm->all_reduce(in, out, comm::ReduceOp::kMin)->wait();
-    per_round = int(out.to_vector<float>()[0]);
-  }
+    return double(out.to_vector<float>()[0]);
+  };
+  fn();
+  auto t0 = std::chrono::steady_clock::now();
+  fn();
+  const int warm = int(agreed(std::clamp(0.05 / std::max(seconds_since(t0), 1e-9), 1.0, 1e5)));
+  t0 = std::chrono::steady_clock::now();
+  for (int k = 0; k < warm; ++k) fn();
+  const double one = seconds_since(t0) / warm;
+  const int per_round = int(agreed(std::clamp(0.02 / std::max(one, 1e-9), 1.0, 1e5)));
   double best = 1e30;
   for (int i = 0; i < repeats; ++i) {
     if (comm) comm->barrier()->wait();
     t0 = std::chrono::steady_clock::now();
     for (int k = 0; k < per_round; ++k) fn();
+    // Until every rank is done: ranks sharing cores take turns, and a step
+    // waits for the slowest.
+    if (comm) comm->barrier()->wait();
     best = std::min(best, seconds_since(t0) / per_round);
   }
   return best;
@@ -101,6 +107,14 @@ Rates probe_rates(const ProbeOptions& o, DType dtype, comm::Communicator* comm) 
   Tensor c = Tensor::empty({o.gemm_m, o.gemm_n}, dtype, cpu);
   const double gemm_s = best_seconds(o.repeats, comm, [&] { ops::matmul(a, b, c, {.trans_b = true}); });
   const double gemm_flops = 2.0 * double(o.gemm_m) * double(o.gemm_k) * double(o.gemm_n);
+  // The same at few rows: rate(M) = rate x M / (M + h) through both points gives h.
+  Tensor a_small = a.slice(0, std::min(o.gemm_small_m, o.gemm_m));
+  Tensor c_small = c.slice(0, a_small.size(0));
+  const double small_s = best_seconds(o.repeats, comm, [&] { ops::matmul(a_small, b, c_small, {.trans_b = true}); });
+  const double big = world_min(gemm_flops / gemm_s * 1e-9, comm);
+  const double small = world_min(2.0 * double(a_small.size(0)) * double(o.gemm_k) * double(o.gemm_n) / small_s * 1e-9, comm);
+  const double q = small / big, sm = double(a_small.size(0)), bm = double(o.gemm_m);
+  const double half_rows = q < 1.0 && sm < q * bm ? sm * bm * (q - 1.0) / (sm - q * bm) : 0.0;
 
   const std::int64_t width = o.attn_heads * o.attn_head_dim;
   Tensor qkv = filled({o.attn_batch, o.attn_seq, 3 * width}, 0.01f, dtype);
@@ -114,8 +128,10 @@ Rates probe_rates(const ProbeOptions& o, DType dtype, comm::Communicator* comm) 
   });
   // The causal half of Q Kᵀ and P V forward (2 T C per token), backward 2.5 times that.
   const double attn_flops = 3.5 * 2.0 * double(o.attn_seq) * double(width) * double(o.attn_batch * o.attn_seq);
-  return {.gemm_gflops = world_min(gemm_flops / gemm_s * 1e-9, comm),
-          .attention_gflops = world_min(attn_flops / attn_s * 1e-9, comm)};
+  // The large shape's rate is itself below the asymptote: rate(bm) = peak x bm / (bm + h).
+  return {.gemm_gflops = big * (bm + half_rows) / bm,
+          .attention_gflops = world_min(attn_flops / attn_s * 1e-9, comm),
+          .gemm_half_rows = half_rows};
 }
 
 }  // namespace
@@ -133,6 +149,8 @@ const Rates& MachineProfile::rates_for(DType compute) const {
 
 void MachineProfile::validate() const {
   HT_CHECK(op_overhead_us >= 0, ErrorKind::kConfig, "machine profile '{}': op_overhead_us must not be negative", name);
+  HT_CHECK(comm_overlap >= 0 && comm_overlap <= 1, ErrorKind::kConfig,
+           "machine profile '{}': comm_overlap {} must lie in [0, 1]", name, comm_overlap);
   HT_CHECK(memory_gib > 0 && ranks_per_node > 0 && memory_gbps > 0, ErrorKind::kConfig,
            "machine profile '{}': memory_gib ({}), ranks_per_node ({}) and memory_gbps ({}) must be positive", name,
            memory_gib, ranks_per_node, memory_gbps);
@@ -159,6 +177,7 @@ MachineProfile profile_from_json(const std::string& text, const std::string& whe
   p.ranks_per_node = int(number(j, "ranks_per_node", where, ""));
   p.memory_gbps = number(j, "memory_gbps", where, "");
   if (j.contains("op_overhead_us")) p.op_overhead_us = number(j, "op_overhead_us", where, "");
+  if (j.contains("comm_overlap")) p.comm_overlap = number(j, "comm_overlap", where, "");
   HT_CHECK(j.contains("rates") && j.at("rates").is_object(), ErrorKind::kConfig,
            "{}: 'rates' is missing: give {{\"bf16\": {{\"gemm_gflops\": ..., \"attention_gflops\": ...}}}}", where);
   for (const auto& [k, v] : j.at("rates").items()) {
@@ -166,7 +185,8 @@ MachineProfile profile_from_json(const std::string& text, const std::string& whe
              "{}: rates.{} is not a precision: use fp32, bf16 or fp16", where, k);
     const std::string path = "rates." + k + ".";
     p.rates[k] = {.gemm_gflops = number(v, "gemm_gflops", where, path),
-                  .attention_gflops = number(v, "attention_gflops", where, path)};
+                  .attention_gflops = number(v, "attention_gflops", where, path),
+                  .gemm_half_rows = v.contains("gemm_half_rows") ? number(v, "gemm_half_rows", where, path) : 0.0};
   }
   p.intra_node = link_from(j, "intra_node", where);
   p.inter_node = link_from(j, "inter_node", where);
@@ -189,7 +209,9 @@ MachineProfile load_profile(const std::string& path) {
 
 std::string to_json(const MachineProfile& p) {
   json rates = json::object();
-  for (const auto& [k, r] : p.rates) rates[k] = {{"gemm_gflops", r.gemm_gflops}, {"attention_gflops", r.attention_gflops}};
+  for (const auto& [k, r] : p.rates)
+    rates[k] = {{"gemm_gflops", r.gemm_gflops}, {"attention_gflops", r.attention_gflops},
+                {"gemm_half_rows", r.gemm_half_rows}};
   const auto link = [](const Link& l) { return json{{"latency_us", l.latency_us}, {"gbps", l.gbps}}; };
   return json{{"name", p.name},
               {"memory_gib", p.memory_gib},
@@ -197,6 +219,7 @@ std::string to_json(const MachineProfile& p) {
               {"rates", rates},
               {"memory_gbps", p.memory_gbps},
               {"op_overhead_us", p.op_overhead_us},
+              {"comm_overlap", p.comm_overlap},
               {"intra_node", link(p.intra_node)},
               {"inter_node", link(p.inter_node)}}
       .dump(2);
@@ -239,10 +262,34 @@ MachineProfile probe_profile(const ProbeOptions& o, comm::Communicator* comm, in
       comm->all_reduce(big, big_out, comm::ReduceOp::kSum)->wait();
     });
     const int g = comm->size();
-    const double latency_us = lat_s / (2.0 * (g - 1)) * 1e6;
+    // A collective in a step follows compute, and ranks reach it apart (and,
+    // with more ranks than cores, must be scheduled first): its latency is
+    // measured so, after a matmul, beside the matmul alone.
+    Tensor la = filled({128, 128}, 0.01f, DType::kF32), lb = filled({128, 128}, 0.02f, DType::kF32);
+    Tensor lc = Tensor::empty({128, 128}, DType::kF32, Device::cpu(), MemCategory::kOther);
+    const double alone_s = best_seconds(o.repeats, comm, [&] { ops::matmul(la, lb, lc, {.trans_b = true}); });
+    const double mixed_s = best_seconds(o.repeats, comm, [&] {
+      ops::matmul(la, lb, lc, {.trans_b = true});
+      comm->all_reduce(small, small_out, comm::ReduceOp::kSum)->wait();
+    });
+    const double latency_us = std::max(lat_s, mixed_s - alone_s) / (2.0 * (g - 1)) * 1e6;
     const double bus = 2.0 * (g - 1) / g * double(big_n) * 4.0 / std::max(big_s - lat_s, 1e-9) * 1e-9;
     // Every rank must plan with the same figures: rank 0's slowest view.
     p.intra_node = {.latency_us = -world_min(-latency_us, comm), .gbps = world_min(bus, comm)};
+    // Overlap: the large all-reduce started, matmuls run for about as long,
+    // then waited for. Hidden time over the shorter of the two.
+    Tensor ga = filled({256, 256}, 0.01f, DType::kF32), gb = filled({256, 256}, 0.02f, DType::kF32);
+    Tensor gc = Tensor::empty({256, 256}, DType::kF32, Device::cpu(), MemCategory::kOther);
+    const double mm_s = best_seconds(o.repeats, comm, [&] { ops::matmul(ga, gb, gc, {.trans_b = true}); });
+    const int k = int(world_min(float(std::clamp(big_s / mm_s, 1.0, 1e5)), comm));
+    const double together_s = best_seconds(o.repeats, comm, [&] {
+      comm::WorkPtr w = comm->all_reduce(big, big_out, comm::ReduceOp::kSum);
+      for (int i = 0; i < k; ++i) ops::matmul(ga, gb, gc, {.trans_b = true});
+      w->wait();
+    });
+    const double compute_s = k * mm_s;
+    const double hidden = big_s + compute_s - together_s;
+    p.comm_overlap = world_min(std::clamp(hidden / std::min(big_s, compute_s), 0.0, 1.0), comm);
   } else {
     // One rank sees no link: shared memory's typical figures, marked in the name.
     p.intra_node = {.latency_us = 2.0, .gbps = std::max(1.0, p.memory_gbps / 4)};

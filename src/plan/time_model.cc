@@ -41,7 +41,8 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
   const Rates& rates = profile.rates_for(l.precision.compute);
   const double c = double(dtype_size(l.precision.compute)), r = double(dtype_size(l.precision.reduce));
   const double tokens = double(l.micro_batch) * double(model.seq_len);
-  const double gemm_per_ms = rates.gemm_gflops * 1e6, attn_per_ms = rates.attention_gflops * 1e6;
+  // Every GEMM of a micro-batch has its tokens as rows (tp splits the columns).
+  const double gemm_per_ms = rates.gemm_gflops_at(tokens) * 1e6, attn_per_ms = rates.attention_gflops * 1e6;
   const double bytes_per_ms = profile.memory_gbps * 1e6;
   const Link& tp_link = profile.link(l.tp);
   const Link& dp_link = profile.link(l.tp * l.dp);
@@ -115,8 +116,9 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
       const double first_unit = l.zero == 3 ? reduce_scatter_ms(largest_unit * c, shards, shard_link) : 0.0;
       comm = reduce + gathers;
       // Both share the link: what cannot hide behind its window, or behind all compute together.
-      exposed = std::max({last_bucket + first_unit, reduce - st.backward_ms,
-                          reduce + gathers - m * (st.forward_ms + st.backward_ms)});
+      const double ov = profile.comm_overlap;
+      exposed = std::max({last_bucket + first_unit, reduce - ov * st.backward_ms,
+                          reduce + gathers - ov * m * (st.forward_ms + st.backward_ms)});
       if (l.zero == 1 || l.zero == 2) {
         const double gather = reduce_scatter_ms(params * c, shards, shard_link);  // all-gather of updated weights
         comm += gather;

@@ -75,6 +75,7 @@ struct LayerSpec {
   /// Kept for backward per recomputation mode (Recompute's order).
   std::array<TokenElements, kRecomputeModes> saved;
   TokenElements backward_workspace;  // transient during this layer's backward
+  TokenElements held;                // of `saved`, what stays until the stage's backward ends (the logits' gradient)
   TokenElements traffic;             // element-wise memory traffic of one forward
   double tp_allreduce = 0;           // compute elements per token all-reduced over tp in forward
   int tp_allreduces = 0;             // how many all-reduces that is (each pays the link's latency)

@@ -9,7 +9,7 @@
 //    "memory_gib": 80, "ranks_per_node": 8,
 //    "rates": {"fp32": {"gemm_gflops": 50000, "attention_gflops": 30000},
 //              "bf16": {"gemm_gflops": 600000, "attention_gflops": 350000}},
-//    "memory_gbps": 3000, "op_overhead_us": 5,
+//    "memory_gbps": 3000, "op_overhead_us": 5, "comm_overlap": 0.9,
 //    "intra_node": {"latency_us": 3, "gbps": 360},
 //    "inter_node": {"latency_us": 10, "gbps": 45}}
 //
@@ -33,6 +33,11 @@ namespace ht::plan {
 struct Rates {
   double gemm_gflops = 0;       // large matmuls at training shapes
   double attention_gflops = 0;  // the fused attention core, forward and backward
+  /// A matmul of M rows runs at gemm_gflops x M / (M + gemm_half_rows): small
+  /// micro-batches use the units less well. Optional in a file (0: no penalty).
+  double gemm_half_rows = 0;
+  /// The GEMM rate at `rows` rows.
+  double gemm_gflops_at(double rows) const { return gemm_gflops * rows / (rows + gemm_half_rows); }
 };
 
 struct Link {
@@ -49,6 +54,11 @@ struct MachineProfile {
   /// Fixed cost of one op (a kernel launch, a parallel region): what makes
   /// many small micro-batches slower than few large ones. Optional in a file (0).
   double op_overhead_us = 0;
+  /// Share of a collective's time that runs while the rank computes (NCCL's
+  /// own kernels and copy engines: about 1; MPI on the host, which
+  /// progresses non-blocking collectives only inside its calls: near 0).
+  /// Optional in a file (1).
+  double comm_overlap = 1;
   Link intra_node, inter_node;
   std::string source;  // "probe" or the file it came from
 
@@ -72,6 +82,7 @@ std::string to_json(const MachineProfile& profile);
 struct ProbeOptions {
   /// Shapes of the probe's matmul (M x K times K x N) and attention (B, T, heads, head size).
   std::int64_t gemm_m = 1024, gemm_k = 768, gemm_n = 768;
+  std::int64_t gemm_small_m = 64;  // a second, small M: how the rate falls with fewer rows
   std::int64_t attn_batch = 2, attn_seq = 256, attn_heads = 4, attn_head_dim = 64;
   /// Bytes of the element-wise bandwidth probe.
   std::int64_t stream_mib = 64;
