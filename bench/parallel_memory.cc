@@ -26,6 +26,7 @@
 
 #include "parallel_common.h"
 #include "ht/core/memory.h"
+#include "ht/plan/memory_model.h"
 #include "ht/precision/policy.h"
 
 namespace ht::bench {
@@ -56,29 +57,13 @@ std::vector<std::int64_t> host_bytes(bool peak) {
 }
 
 /// Bytes per parameter that ZeRO stage `z` keeps after a step in each
-/// category, with `s` shards, under `p` (ht::parallel::DataParallel's
-/// buffers, src/parallel/flat_group.h):
-///   parameters  the working copy (compute dtype c), 1/s at stage 3;
-///   gradients   stages 0-1: the full compute-dtype gradient, and under mixed
-///               precision also the full reduction-dtype (r) copy the
-///               all-reduce and the optimizer read; stages 2-3: only the r
-///               shard;
-///   optimizer   AdamW's two f32 moments, and under mixed precision the f32
-///               master weights (optimizer-owned; in f32 the master is the
-///               parameter itself); 1/s from stage 1.
-/// f32: 4 + 4 + 8 = 16 bytes for DDP. f16/bf16 with f32 reduction:
-/// 2 + (2 + 4) + (8 + 4) = 20 bytes for DDP, 18/s at stage 3.
-struct StateBytes {
-  double params = 0, grads = 0, optim = 0;
-  double total() const { return params + grads + optim; }
-};
-
-StateBytes expected_state(int z, int s, const precision::Policy& p) {
-  const double c = double(dtype_size(p.compute)), r = double(dtype_size(p.reduce));
-  const double master = p.mixed() ? 4.0 : 0.0;
-  const double full_grads = c + (p.compute != p.reduce ? r : 0.0);
-  return {z >= 3 ? c / s : c, z >= 2 ? r / s : full_grads, (8.0 + master) / (z >= 1 ? s : 1)};
-}
+/// category, with `s` shards, under `p`: the plan layer's memory model
+/// (plan::state_bytes_per_parameter, ht/plan/memory_model.h, from
+/// DataParallel's buffers in src/parallel/flat_group.h). f32: 4 + 4 + 8 =
+/// 16 bytes for DDP; f16/bf16 with f32 reduction: 2 + (2 + 4) + (8 + 4) = 20
+/// bytes for DDP, 18/s at stage 3.
+using plan::StateBytes;
+StateBytes expected_state(int z, int s, const precision::Policy& p) { return plan::state_bytes_per_parameter(z, s, p); }
 
 /// What stage `z` holds in parameters + gradients + optimizer state over DDP
 /// in the same precision, with `s` shards (f32: (1 + 1 + 2) / 4 at DDP).

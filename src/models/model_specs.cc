@@ -97,7 +97,9 @@ nn::ModelSpec GPTConfig::spec(std::int64_t seq_len) const {
     selective.split -= cd;
     selective.f32_split = 0;
     b.saved = {none, selective, TokenElements{.replicated = cd}};
-    b.backward_workspace = {.split = 4.0 * cd, .replicated = 3.0 * cd};
+    // The output's gradient, then the MLP's hidden gradient (each layer's
+    // saved input goes once its backward is done).
+    b.backward_workspace = {.split = 4.0 * cd, .replicated = cd};
     b.traffic = {.split = 8.0 * cd, .replicated = 10.0 * cd};
     b.tp_allreduce = 2.0 * cd;
     b.tp_allreduces = 2;
@@ -131,7 +133,7 @@ nn::ModelSpec LlamaConfig::spec(std::int64_t seq_len) const {
     selective.split -= cd;
     selective.f32_split = 0;
     b.saved = {none, selective, TokenElements{.replicated = cd}};
-    b.backward_workspace = {.split = 3.0 * double(f), .replicated = cd};  // dy, then da and dgu
+    b.backward_workspace = {.split = 2.0 * double(f), .replicated = 2.0 * cd};  // dy and d, then dgu (down's input gone)
     b.traffic = {.split = 6.0 * double(f) + 4.0 * cd, .replicated = 8.0 * cd};
     b.tp_allreduce = 2.0 * cd;
     b.tp_allreduces = 2;
