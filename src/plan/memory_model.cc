@@ -44,7 +44,6 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
   const std::vector<int> blocks = blocks_per_stage(l, model.num_blocks());
   const double c = double(dtype_size(l.precision.compute)), r = double(dtype_size(l.precision.reduce));
   const bool converts = l.precision.compute != l.precision.reduce;
-  const double s = double(l.shards());
   const double tokens = double(l.micro_batch) * double(model.seq_len);
   const int mode = int(l.recompute);
 
