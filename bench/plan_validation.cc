@@ -5,7 +5,7 @@
 //
 // Probes the machine with every rank at once (plan::probe_profile), then for
 // each layout of the list (default: every tp x pp mesh of the world that the
-// model splits over, ZeRO 0 and 3 where dp > 1, a pipeline's accumulation
+// model splits over, ZeRO 0-3 where dp > 1, a pipeline's accumulation
 // 2 pp, and the three recomputation modes on the first mesh; plus the plan
 // the search picks) builds an Engine on a fresh mesh, runs --warmup steps,
 // resets the allocator's peaks and runs --steps more. Per layout it prints:
@@ -117,7 +117,7 @@ std::vector<plan::LayoutChoice> default_layouts(const nn::ModelSpec& spec, int w
       if (gb % dp) continue;
       const int accum = pp > 1 ? 2 * pp : 1;
       if ((gb / dp) % accum) continue;
-      for (int zero : dp > 1 ? std::vector<int>{0, 3} : std::vector<int>{0}) {
+      for (int zero : dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}) {
         plan::LayoutChoice l{.tp = tp, .pp = pp, .dp = dp, .zero = zero, .micro_batch = gb / dp / accum,
                              .grad_accum = accum, .precision = p};
         out.push_back(l);

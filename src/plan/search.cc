@@ -224,7 +224,7 @@ std::string format_plans(const PlanResult& r, const PlanRequest& rq) {
       rq.model.description, rq.world, rq.profile.ranks_per_node, rq.global_batch, rq.model.seq_len,
       precision::policy_name(rq.precision), gib(rq.profile.memory_gib * kGiB), gib(r.budget_bytes), rq.profile.name);
   s += fmt::format("# {} layouts considered, {} fit, searched in {:.0f} ms\n", r.considered, r.fitting, r.search_ms);
-  s += fmt::format("{:>3} {:<36} {:>9} {:>10} {:>12} {:>7} {:>6}  {}\n", "#", "layout", "step ms", "tokens/s",
+  s += fmt::format("{:>3} {:<46} {:>9} {:>10} {:>9} {:>7} {:>6}  {}\n", "#", "layout", "step ms", "tokens/s",
                    "peak GiB", "bubble", "comm", "memory per stage GiB (params/grads/optim/activ/comm)");
   int i = 0;
   for (const Plan& p : r.plans) {
@@ -243,7 +243,7 @@ std::string format_plans(const PlanResult& r, const PlanRequest& rq) {
         name += (k ? "," : "") + std::to_string(p.layout.stage_layers[k]);
       name += "]";
     }
-    s += fmt::format("{:>3} {:<36} {:>9.1f} {:>10.0f} {:>12} {:>6.1f}% {:>5.1f}%  {}\n", ++i, name, p.time.step_ms,
+    s += fmt::format("{:>3} {:<46} {:>9.1f} {:>10.0f} {:>9} {:>6.1f}% {:>5.1f}%  {}\n", ++i, name, p.time.step_ms,
                      p.time.tokens_per_s, gib(p.peak_bytes), p.time.bubble * 100, p.time.comm_share * 100, stages);
   }
   s += "# why:\n";

@@ -79,7 +79,11 @@ void TrainFlags::add_to(CLI::App& app) {
 void TrainFlags::resolve() {
   engine.device = job.device = parse_device(device);
   engine.schedule = parallel::parse_schedule(schedule);
-  engine.recompute = nn::parse_recompute(recompute);
+  try {
+    engine.recompute = nn::parse_recompute(recompute);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::kConfig, fmt::format("--recompute: {}", e.message()));
+  }
   engine.data_parallel.precision = precision::parse_policy(precision);
   engine.data_parallel.precision.reduce = precision::parse_policy(grad_reduce).compute;
   engine.data_parallel.bucket_bytes = std::int64_t(bucket_mb * double(1 << 20));
