@@ -4,15 +4,18 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <initializer_list>
 #include <random>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "ht/core/error.h"
@@ -23,6 +26,30 @@
 #endif
 
 namespace ht::test {
+
+/// A fresh, empty directory <temp>/<name>_<pid>, removed with everything in
+/// it when the owner goes out of scope: a test leaves nothing behind whether
+/// it passes or fails (an ASSERT returns through the destructor).
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_(std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  /// `path() / child` as a string.
+  std::string operator/(const std::string& child) const { return (path_ / child).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 /// n floats uniform in [lo, hi) from `rng` (seed it in the test: results are reproducible).
 inline std::vector<float> random_floats(std::size_t n, std::mt19937& rng, float lo = -1.f, float hi = 1.f) {

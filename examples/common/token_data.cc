@@ -72,7 +72,26 @@ void SampleFlags::print(train::Engine& engine, train::Job& job,
   for (unsigned char c : prompt) ids.push_back(std::int32_t(c));
   std::string text = prompt;
   for (std::int32_t t : whole->generate(ids, tokens, temperature, rng)) text.push_back(char(t));
-  std::printf("# sample (temperature %.2f):\n%s\n", temperature, text.c_str());
+  std::printf("# sample (temperature %.2f):\n%s\n", temperature, escape_unprintable(text).c_str());
+}
+
+std::string escape_unprintable(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (const char ch : bytes) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n' || c == '\t' || (c >= 0x20 && c < 0x7f)) {
+      out.push_back(ch);
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
 }
 
 int train_language_model(const char* program, train::TrainFlags& flags, const TokenDataFlags& data,

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ht/data/token_batches.h"
@@ -49,6 +50,11 @@ struct SampleFlags {
   void print(train::Engine& engine, train::Job& job,
              const std::function<std::unique_ptr<models::CausalLM>()>& make_whole) const;
 };
+
+/// `bytes` as they may be shown on a terminal: printable ASCII, '\n' and '\t'
+/// as they are, a backslash as "\\", every other byte as "\xNN" (lower-case
+/// hex), so that a sampled control byte never reaches the terminal raw.
+std::string escape_unprintable(std::string_view bytes);
 
 /// What gpt_train and llama_train do once their flags are parsed: prepare
 /// the token data, build `make_model` on the engine, fit (the run policy of

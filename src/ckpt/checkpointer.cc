@@ -15,6 +15,8 @@
 #include "ckpt/assemble.h"
 #include "ckpt/manifest.h"
 #include "ckpt/rank_file.h"
+#include "ckpt/writer_lock.h"
+#include "core/files.h"
 #include "ht/ckpt/checkpoint.h"
 #include "ht/config.h"
 #include "ht/nn/tensor_parallel.h"
@@ -103,6 +105,7 @@ struct Checkpointer::Impl {
   bool busy = false, stop = false;
   std::string last_error;
   std::vector<Tensor> spare_buffers;  // the last save's host copies, for reuse
+  std::optional<detail::WriterLock> writer_lock;  // world rank 0's, for the checkpointer's life
   std::thread worker;
 
   Impl(comm::DeviceMesh& m, const CheckpointOptions& o, SaveStats* s) : mesh(m), options(o), stats(s) {}
@@ -135,7 +138,8 @@ struct Checkpointer::Impl {
     std::string error;
     const double t0 = now_ms();
     try {
-      fs::create_directories(tmp);
+      const std::error_code ec = ht::detail::make_directories(tmp);
+      HT_CHECK(!ec, ErrorKind::kIo, "cannot create '{}': {}", tmp, ec.message());
       stats->bytes = detail::write_rank_file((fs::path(tmp) / rank_file_name(rank)).string(), j.pieces);
     } catch (const std::exception& e) {
       error = e.what();
@@ -191,20 +195,35 @@ struct Checkpointer::Impl {
 Checkpointer::Checkpointer(const CheckpointOptions& options, comm::DeviceMesh& mesh) : options_(options) {
   options_.validate();
   comm::Communicator& world = mesh.world();
-  // Rank 0 creates the directory and clears leftovers of interrupted saves;
-  // then every rank proves it can write there.
+  // Rank 0 creates the directory, takes the writer lock and (holding it: the
+  // leftovers are no other run's saves in flight) clears leftovers of
+  // interrupted saves; then every rank proves it can write there.
   std::string error;
+  std::optional<detail::WriterLock> lock;
+  bool locked_out = false;
   if (world.rank() == 0) {
-    std::error_code ec;
-    fs::create_directories(options_.dir, ec);
-    if (ec || !fs::is_directory(options_.dir)) {
-      error = ec ? ec.message() : "not a directory";
+    const std::error_code ec = ht::detail::make_directories(options_.dir);
+    if (ec) {
+      error = ec.message();
     } else {
-      for (const auto& e : fs::directory_iterator(options_.dir, ec))
-        if (e.path().extension() == ".tmp") fs::remove_all(e.path(), ec);
+      try {
+        lock = detail::WriterLock::try_acquire(options_.dir, options_.run_dir);
+        locked_out = !lock;
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    if (lock) {
+      std::error_code ignored;
+      for (const auto& e : fs::directory_iterator(options_.dir, ignored))
+        if (e.path().extension() == ".tmp") fs::remove_all(e.path(), ignored);
     }
   }
-  if (agree_min(world, error.empty() ? 1 : 0) == 1) {
+  const int created = agree_min(world, locked_out ? -1 : error.empty() ? 1 : 0);
+  // Every rank reads the holder itself (the directory is on a file system all ranks see).
+  HT_CHECK(created != -1, ErrorKind::kIo, "{}",
+           detail::writer_lock_message(options_.dir, detail::read_writer_lock(options_.dir)));
+  if (created == 1) {
     const std::string probe = (fs::path(options_.dir) / fmt::format(".probe_{}", world.rank())).string();
     if (std::FILE* f = std::fopen(probe.c_str(), "w")) {
       const bool ok = std::fputs("probe", f) >= 0 && std::fflush(f) == 0;
@@ -222,6 +241,7 @@ Checkpointer::Checkpointer(const CheckpointOptions& options, comm::DeviceMesh& m
            "checkpoint directory '{}' is not usable{}: choose a writable --ckpt-dir on a file system every rank sees",
            options_.dir, error.empty() ? " on another rank" : fmt::format(" ({})", error));
   impl_ = std::make_unique<Impl>(mesh, options_, &stats_);
+  impl_->writer_lock = std::move(lock);
   impl_->layout = mesh.layout().str();
   impl_->comm = world.split(0, world.rank(), "ckpt");
   impl_->worker = std::thread([this] { impl_->run(); });

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/files.h"
 #include "ht/config.h"
 
 namespace ht::ckpt::detail {
@@ -80,13 +81,7 @@ void write_manifest(const std::string& step_dir, const Manifest& m) {
                {"files", files},
                {"pieces", pieces}};
   const std::string path = (std::filesystem::path(step_dir) / kManifestName).string();
-  {
-    std::ofstream out(path, std::ios::trunc);
-    out << j.dump(1) << "\n";
-    out.flush();
-    HT_CHECK(out.good(), ErrorKind::kIo, "cannot write checkpoint manifest '{}' (disk full?)", path);
-  }
-  sync_path(path);
+  ht::detail::write_file(path, j.dump(1) + "\n", /*sync=*/true, "checkpoint manifest");
 }
 
 Manifest read_manifest(const std::string& step_dir) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/flight_entry_json.h"
+#include "core/files.h"
 #include "ht/core/error.h"
 
 namespace ht::comm {
@@ -107,21 +108,13 @@ std::string FlightRecorder::dump(const std::string& dir, int rank, const std::st
 
   namespace fs = std::filesystem;
   const fs::path folder = dir.empty() ? fs::path(".") : fs::path(dir);
-  std::error_code ec;
-  fs::create_directories(folder, ec);
+  std::error_code ec = ht::detail::make_directories(folder);
   if (ec)
     throw IoError(ErrorKind::kIo, fmt::format("cannot create flight-recorder directory '{}': {}", folder.string(),
                                               ec.message()));
   const fs::path path = folder / fmt::format("flight_recorder_rank{}.json", rank);
   const fs::path tmp = folder / fmt::format(".flight_recorder_rank{}.json.tmp{}", rank, getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << doc.dump(1) << '\n';
-    out.flush();
-    if (!out)
-      throw IoError(ErrorKind::kIo, fmt::format("cannot write flight-recorder dump '{}': {}", tmp.string(),
-                                                std::strerror(errno)));
-  }
+  ht::detail::write_file(tmp.string(), doc.dump(1) + "\n", /*sync=*/false, "flight-recorder dump");
   fs::rename(tmp, path, ec);
   if (ec)
     throw IoError(ErrorKind::kIo,

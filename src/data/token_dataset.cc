@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/files.h"
 #include "core/h5_check.h"
 
 namespace ht::data {
@@ -63,6 +64,7 @@ void write_token_file(const std::string& path, const TokenSplits& splits) {
   check_ids(splits.train, splits.vocab_size, "train", path);
   check_ids(splits.val, splits.vocab_size, "val", path);
   const std::string tmp = path + ".tmp";
+  ht::detail::create_empty_file(tmp);  // HDF5 would create it 0666 under the umask
   {
     H5File file(HT_H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), tmp));
     write_split(file.get(), "train", splits.train, tmp);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/files.h"
 #include "ht/core/error.h"
 
 namespace ht::resilience {
@@ -29,9 +30,10 @@ std::int64_t now_ms() {
 // the old or the new contents, never half of one.
 void write_atomically(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
+  try {
+    ht::detail::write_file(tmp.string(), text, /*sync=*/false, "record");
+  } catch (const std::exception&) {
+    return;  // the next write tries again; a missing record is what htrun judges by
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
@@ -76,9 +78,10 @@ RankGuard::RankGuard(const GuardOptions& options, int rank) : options_(options),
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   host_ = host;
+  // A directory that cannot be made shows as a heartbeat that cannot be written.
+  ht::detail::make_directories(fs::path(options_.run_dir) / "heartbeat");
+  ht::detail::make_directories(fs::path(options_.run_dir) / "exit");
   std::error_code ec;
-  fs::create_directories(fs::path(options_.run_dir) / "heartbeat", ec);
-  fs::create_directories(fs::path(options_.run_dir) / "exit", ec);
   fs::remove(fs::path(options_.run_dir) / "exit" / fmt::format("rank_{}.json", rank_), ec);
   last_change_ms_ = now_ms();
   std::signal(SIGTERM, on_preempt);

@@ -113,7 +113,10 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   if (!options_.ckpt_dir.empty()) {
     checkpointer_ = std::make_unique<ckpt::Checkpointer>(
         ckpt::CheckpointOptions{
-            .dir = options_.ckpt_dir, .keep = options_.ckpt_keep, .commit_delay = options_.ckpt_commit_delay},
+            .dir = options_.ckpt_dir,
+            .keep = options_.ckpt_keep,
+            .commit_delay = options_.ckpt_commit_delay,
+            .run_dir = options_.guard ? options_.guard->run_dir() : std::string()},
         *mesh_);
     if (options_.resume) resume();
   }

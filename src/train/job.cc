@@ -11,6 +11,7 @@
 #include "ht/comm/nccl_communicator.h"
 #include "ht/comm/routing_communicator.h"
 #include "ht/comm/self_communicator.h"
+#include "core/files.h"
 
 namespace ht::train {
 
@@ -107,7 +108,7 @@ Job::Job(const JobOptions& options, resilience::RankGuard* guard)
   }
   mesh_ = std::make_unique<comm::DeviceMesh>(std::move(world), options_.tp, options_.pp);
   std::error_code ec;
-  if (rank0()) fs::create_directories(options_.run_dir, ec);
+  if (rank0()) ec = ht::detail::make_directories(options_.run_dir);
   HT_CHECK(!ec && (!rank0() || fs::is_directory(options_.run_dir)), ErrorKind::kIo,
            "cannot create run directory '{}': {}", options_.run_dir, ec ? ec.message() : "not a directory");
   if (!guard_) {

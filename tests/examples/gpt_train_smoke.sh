@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end check of gpt_train: a tiny model on a small text file trains,
-# writes metrics.jsonl with step and loss, prints a sample; --recompute full
-# is named in the preamble and run record; bad flags and
+# writes metrics.jsonl with step and loss, prints a sample with unprintable
+# bytes escaped; --recompute full is named in the preamble and run record;
+# under umask 000 the run directory and the checkpoint are created without
+# group/world write (0755 directories, 0644 files); bad flags and
 # missing files fail with a clear message and a non-zero status.
 set -euo pipefail
 exe="$1"
@@ -13,17 +15,32 @@ for i in $(seq 200); do echo "the quick brown fox jumps over the lazy dog $i"; d
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$exe" --text "$work/text.txt" --run-dir "$work/run" --layers 1 --heads 2 --embd 32 --context 32 \
-  --seq-len 16 --micro-batch 4 --steps 12 --eval-every 6 --eval-batches 2 --sample-tokens 16 > "$work/out.txt"
+  --seq-len 16 --micro-batch 4 --steps 12 --eval-every 6 --eval-batches 2 --sample-tokens 16 \
+  --prompt $'\x01\x1b[2J\\The ' > "$work/out.txt"
 grep -q "^step 12/12 | loss" "$work/out.txt" || fail "no progress line for the last step"
 grep -q "^# sample" "$work/out.txt" || fail "no sample printed"
+# The prompt's control bytes and backslash come out escaped; no byte outside
+# printable ASCII, '\n' and '\t' reaches the terminal.
+sed -n '/^# sample/,$p' "$work/out.txt" | grep -qF '\x01\x1b[2J\\The ' || fail "the sample's bytes are not escaped"
+if sed -n '/^# sample/,$p' "$work/out.txt" | LC_ALL=C grep -q $'[^\t -~]'; then fail "a raw byte was printed"; fi
 [ "$(grep -c '"type":"step"' "$work/run/metrics.jsonl")" = 12 ] || fail "metrics.jsonl lacks 12 step lines"
 grep -m1 '"type":"step"' "$work/run/metrics.jsonl" | grep -q '"loss":' || fail "step lines lack loss"
 grep -q '"val_loss"' "$work/run/metrics.jsonl" || fail "no validation lines"
 # --recompute reaches the engine: named in the preamble and the run record.
-"$exe" --data "$work/run/tokens.h5" --run-dir "$work/run_rc" --layers 1 --heads 2 --embd 32 --context 32 \
-  --seq-len 16 --micro-batch 4 --steps 2 --eval-batches 0 --sample-tokens 0 --recompute full > "$work/out_rc.txt"
+# Run under umask 000: what the run creates is still not group/world writable.
+(umask 000 && "$exe" --data "$work/run/tokens.h5" --run-dir "$work/run_rc" --layers 1 --heads 2 --embd 32 \
+  --context 32 --seq-len 16 --micro-batch 4 --steps 2 --eval-batches 0 --sample-tokens 0 --recompute full \
+  --ckpt-every 2 > "$work/out_rc.txt")
 grep -q "^# mesh .*, recompute full;" "$work/out_rc.txt" || fail "the preamble does not name --recompute full"
 grep -q '"recompute":"full"' "$work/run_rc/metrics.jsonl" || fail "the run record lacks recompute full"
+[ -f "$work/run_rc/checkpoints/step_00000002/rank_00000.h5" ] || fail "no checkpoint of step 2"
+for p in run_rc run_rc/heartbeat run_rc/exit run_rc/checkpoints run_rc/checkpoints/step_00000002; do
+  [ "$(stat -c %a "$work/$p")" = 755 ] || fail "$p has mode $(stat -c %a "$work/$p"), want 755"
+done
+for p in run_rc/heartbeat/rank_0.json run_rc/checkpoints/.writer.lock \
+  run_rc/checkpoints/step_00000002/rank_00000.h5 run_rc/checkpoints/step_00000002/manifest.json; do
+  [ "$(stat -c %a "$work/$p")" = 644 ] || fail "$p has mode $(stat -c %a "$work/$p"), want 644"
+done
 
 expect_error() {  # expect_error PATTERN ARGS...: must exit non-zero and print PATTERN
   local pattern="$1"; shift

@@ -1,7 +1,8 @@
 // The training engine on one process: gradient accumulation equals one larger
 // batch, runs are reproducible, the loss falls, bad options and a model built
 // for another placement are refused clearly, step hooks run at their points,
-// and a resume brings back the program's client state and the data position.
+// and a resume brings back the program's client state and the data position;
+// a second writer of a checkpoint directory is refused by name.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +12,10 @@
 #include <string>
 #include <vector>
 
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "ckpt/writer_lock.h"
 #include "ht/train/flags.h"
 #include "lm_engine.h"
 #include "test_util.h"
@@ -36,13 +41,6 @@ test::GPTRunOptions small_options() {
   test::GPTRunOptions o = test::tiny_gpt_options(/*steps=*/6);
   o.engine.eval_batches = 2;
   return o;
-}
-
-// A fresh directory for one test's checkpoints.
-std::string temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("ht_engine_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d.string();
 }
 
 std::vector<float> all_weights(Engine& e) {
@@ -209,7 +207,8 @@ TEST(Engine, StepHooksRunAtTheirPoints) {
   test::GPTRunOptions o = small_options();
   o.engine.grad_accum = 2;
   test::GPTEngine twin(o, data);  // the same run without hooks
-  o.engine.ckpt_dir = temp_dir("hooks");
+  const test::TempDir ckpt("ht_engine_test_hooks");  // removed at the end, pass or fail
+  o.engine.ckpt_dir = ckpt.path().string();
   o.engine.ckpt_every = 2;
   test::GPTEngine t(o, data);
   std::vector<std::string> events;
@@ -270,7 +269,6 @@ TEST(Engine, StepHooksRunAtTheirPoints) {
   EXPECT_FALSE(std::isfinite(got[3].grad_norm));
   EXPECT_EQ(got[3].loss, want[3].loss) << "the skipped step's loss is still reported";
   EXPECT_EQ(all_weights(t.engine), weights_after_3) << "a skipped step updates nothing";
-  fs::remove_all(o.engine.ckpt_dir);
 }
 
 // What the program keeps in engine.client_state() before a save comes back
@@ -292,7 +290,8 @@ TEST(Engine, ClientStateAndDataPositionComeBackOnResume) {
                            {"whole_double", 2.0},
                            {"note", std::string("a \"quoted\" note,\nover two lines")},
                            {"empty", std::string()}};
-  o.engine.ckpt_dir = temp_dir("client_state");
+  const test::TempDir ckpt("ht_engine_test_client_state");  // removed at the end, pass or fail
+  o.engine.ckpt_dir = ckpt.path().string();
   ClientState data_at_save;
   {
     test::GPTEngine t(o, data);
@@ -310,7 +309,6 @@ TEST(Engine, ClientStateAndDataPositionComeBackOnResume) {
   EXPECT_EQ(t.engine.client_state(), client);  // std::variant equality: the type and the value
   EXPECT_EQ(t.batches.state(), data_at_save);
   for (int i = 2; i < 4; ++i) EXPECT_EQ(t.engine.step().loss, straight[std::size_t(i)]) << "step " << i + 1;
-  fs::remove_all(o.engine.ckpt_dir);
 }
 
 // The checkpoints committed under `dir` ("step_00000002", ...), in order.
@@ -328,7 +326,8 @@ std::vector<std::string> committed(const std::string& dir) {
 TEST(Engine, CheckpointNowSavesTheCurrentStepOnce) {
   const data::TokenSplits data = synthetic_text();
   test::GPTRunOptions o = small_options();
-  o.engine.ckpt_dir = temp_dir("checkpoint_now");
+  const test::TempDir ckpt("ht_engine_test_checkpoint_now");  // removed at the end, pass or fail
+  o.engine.ckpt_dir = ckpt.path().string();
   const fs::path manifest = fs::path(o.engine.ckpt_dir) / "step_00000002" / "manifest.json";
   fs::file_time_type written;
   {
@@ -350,7 +349,54 @@ TEST(Engine, CheckpointNowSavesTheCurrentStepOnce) {
   t.engine.step();
   EXPECT_EQ(t.engine.checkpoint_now(), "");
   EXPECT_EQ(committed(o.engine.ckpt_dir), (std::vector<std::string>{"step_00000002", "step_00000003"}));
-  fs::remove_all(o.engine.ckpt_dir);
+}
+
+// While a process holds a checkpoint directory's writer lock, a run that
+// would write there is refused at once (kIo, exit code 2 from a program),
+// naming the directory and the holder; once the holder is killed (-9, no
+// clean-up) the kernel has released the lock and a run may write.
+TEST(Engine, ASecondWriterOfACheckpointDirectoryIsRefusedByName) {
+  const data::TokenSplits data = synthetic_text();
+  test::GPTRunOptions o = small_options();
+  const test::TempDir ckpt("ht_engine_test_writer_lock");
+  o.engine.ckpt_dir = ckpt.path().string();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t holder = ::fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {  // the other run: takes the lock, says so, waits to be killed
+    ::close(ready[0]);
+    const auto lock = ckpt::detail::WriterLock::try_acquire(o.engine.ckpt_dir, "/runs/first");
+    const char taken = lock ? 1 : 0;
+    [[maybe_unused]] const ssize_t n = ::write(ready[1], &taken, 1);
+    for (;;) ::pause();
+  }
+  struct Reaper {  // kill -9, pass or fail: the holder never outlives the test
+    pid_t pid;
+    void operator()() {
+      if (pid > 0) ::kill(pid, SIGKILL), ::waitpid(pid, nullptr, 0);
+      pid = 0;
+    }
+    ~Reaper() { (*this)(); }
+  } reap{holder};
+  ::close(ready[1]);
+  char taken = 0;
+  const ssize_t got = ::read(ready[0], &taken, 1);
+  ::close(ready[0]);
+  ASSERT_EQ(got, 1);
+  ASSERT_EQ(taken, 1) << "the holder could not take the lock";
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string expected = fmt::format("checkpoint directory '{}' is being written by pid {} on host {} (run dir "
+                                           "/runs/first) since ",
+                                           o.engine.ckpt_dir, holder, host);
+  EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data); }, ErrorKind::kIo,
+                                 {expected, "Z: stop that run or give another --ckpt-dir"}));
+  reap();
+  test::GPTEngine t(o, data);  // the lock died with its holder
+  EXPECT_EQ(ckpt::detail::read_writer_lock(o.engine.ckpt_dir).pid, long(::getpid()));
+  t.engine.step();
+  EXPECT_EQ(t.engine.checkpoint_now(), "");
 }
 
 // Without a checkpoint directory a save cannot happen: checkpoint_now()

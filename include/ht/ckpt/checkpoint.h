@@ -67,6 +67,8 @@ struct CheckpointOptions {
   /// Rehearsal of a crash during a save: each rank's writer waits this long
   /// after writing its file and before the commit (0 in real runs).
   std::chrono::milliseconds commit_delay{0};
+  /// The writing run's directory, named in the writer lock (may be empty).
+  std::string run_dir;
 
   /// Throws kConfig naming the bad value.
   void validate() const;
@@ -83,10 +85,18 @@ struct SaveStats {
 
 class Checkpointer {
  public:
-  /// Collective over the mesh's world. Creates `dir` (rank 0) and checks
-  /// that every rank can write there (kIo naming the directory otherwise),
-  /// removes leftovers of interrupted saves, and splits the checkpointer's
-  /// own communicator.
+  /// Collective over the mesh's world. Creates `dir` (rank 0, mode 0755)
+  /// and takes its writer lock for the checkpointer's life: world rank 0
+  /// holds an exclusive flock on <dir>/.writer.lock, which names the holder
+  /// (host, pid, run directory, start time); the kernel releases it when the
+  /// process ends, however it ends. If another process holds it, every rank
+  /// throws kIo naming the directory and the holder ("... is being written
+  /// by pid P on host H (run dir R) since T: stop that run or give another
+  /// --ckpt-dir"). Then checks that every rank can write there (kIo naming
+  /// the directory otherwise), removes leftovers of interrupted saves, and
+  /// splits the checkpointer's own communicator. Directories are created
+  /// 0755 and files 0644, whatever the umask (a stricter one still applies).
+  /// Reading a checkpoint (ht-ckpt) takes no lock.
   Checkpointer(const CheckpointOptions& options, comm::DeviceMesh& mesh);
   /// Waits for the save in flight (and reports its failure, if any, on stderr).
   ~Checkpointer();
