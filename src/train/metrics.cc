@@ -2,12 +2,23 @@
 #include "ht/train/metrics.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "ht/config.h"
 
 namespace ht::train {
+namespace {
+
+// When a line was written, on the wall clock the heartbeats use: htrun tells
+// launches apart, and times recoveries and goodput, by it.
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "w");
@@ -27,6 +38,7 @@ void MetricsWriter::write_line(const std::string& line) {
 void MetricsWriter::write_run(const EngineOptions& o, const std::string& model, std::int64_t num_parameters,
                               const std::string& mesh, const ClientState& extra) {
   nlohmann::json j{{"type", "run"},
+                   {"time_ms", now_ms()},
                    {"version", HT_VERSION},
                    {"git_commit", HT_GIT_COMMIT},
                    {"build_type", HT_BUILD_TYPE},
@@ -55,7 +67,7 @@ void MetricsWriter::write_run(const EngineOptions& o, const std::string& model, 
 }
 
 void MetricsWriter::write_step(const StepStats& s) {
-  nlohmann::json j{{"type", "step"},      {"step", s.step},   {"loss", s.loss},
+  nlohmann::json j{{"type", "step"},      {"step", s.step},   {"time_ms", now_ms()}, {"loss", s.loss},
                    {"lr", s.lr},          {"grad_norm", s.grad_norm}, {"step_ms", s.ms},
                    {"tokens", s.tokens},  {"tokens_per_s", s.tokens_per_s()},
                    {"loss_scale", s.loss_scale}, {"skipped", s.skipped}, {"skipped_steps", s.skipped_steps}};

@@ -92,6 +92,16 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
     std::fflush(stdout);
     metrics->write_eval(step, val);
   };
+  // Resumed at the last step (a relaunch after the final save): nothing to
+  // train, evaluate or save; the program's own end still runs.
+  if (engine.steps_done() >= o.steps) {
+    guard.progress(engine.steps_done(), "finish");
+    if (rank0) std::printf("# nothing left to train: resumed at step %lld of %lld\n", (long long)engine.steps_done(),
+                           (long long)o.steps);
+    std::fflush(stdout);
+    if (options.at_end) options.at_end(engine);
+    return;
+  }
   evaluate(engine.steps_done());
   for (std::int64_t i = engine.steps_done(); i < o.steps; ++i) {
     const StepStats s = engine.step();

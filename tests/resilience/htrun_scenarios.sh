@@ -48,6 +48,30 @@ same_as_fault_free() {
 expect() {  # expect NAME PATTERN: the log holds PATTERN
   grep -q -- "$2" "$work/$1.log" || { tail -30 "$work/$1.log"; fail "no '$2' in the log"; }
 }
+exact_accounting() {  # exact_accounting NAME INCIDENTS: the report's goodput and recoveries, as docs/htrun.md says
+  python3 - "$work/$1/htrun_report.json" "$work/$1.log" "$2" "$steps" <<'PY' || fail "goodput or recovery not as computed from the ranks' records"
+import json, re, sys
+report, incidents, steps = json.load(open(sys.argv[1])), int(sys.argv[3]), int(sys.argv[4])
+# Productive time: each step's time, the last time it completed (rank 0's
+# step lines, rounded to ms, every launch's in the order printed).
+last = {}
+for line in open(sys.argv[2]):
+    m = re.match(r"^step (\d+)/\d+ \|.*? \| (\d+) ms \|", line)
+    if m: last[int(m[1])] = int(m[2]) / 1000
+expected, wall = sum(last.values()), report["wall_s"]
+ok = sorted(last) == list(range(1, steps + 1))
+ok &= abs(report["productive_s"] - expected) <= 0.0006 * steps + 0.02 * expected
+ok &= 0 < report["goodput"] < 1 and abs(report["goodput"] - report["productive_s"] / wall) < 1e-6
+ok &= len(report["incidents"]) == incidents
+ok &= all(0 < i.get("recovery_s", -1) < wall for i in report["incidents"])
+if not ok:
+    print(f"steps {sorted(last)}; productive {report['productive_s']:.3f} s, expected {expected:.3f} s; "
+          f"goodput {report['goodput']:.4f}, wall {wall:.2f} s; incidents {report['incidents']}")
+sys.exit(0 if ok else 1)
+PY
+  grep -q "recovered in -" "$work/$1.log" && fail "an incident reported without its recovery time"
+  return 0
+}
 finished() {
   [ "$(cat "$work/$1.rc")" = 0 ] || { tail -30 "$work/$1.log"; fail "htrun exited $(cat "$work/$1.rc")"; }
   expect "$1" "htrun report: the job finished"
@@ -65,10 +89,38 @@ case "$scenario" in
     resumed=$(sed -n 's/^htrun: launch 2: .*resuming after step \([0-9]*\)$/\1/p' "$work/crash.log")
     case "$resumed" in 4|8) ;; *) tail -30 "$work/crash.log"; fail "launch 2 resumed after step '$resumed', not 4 or 8" ;; esac
     expect crash "# resumed from step $resumed "
-    same_as_fault_free crash ;;
+    exact_accounting crash 1; same_as_fault_free crash ;;
   hang)
-    HT_FAULTS="hang:rank=0:step=10" run hang
-    finished hang; expect hang "hang of rank 0 (node 0) detected"; same_as_fault_free hang ;;
+    # A crash, then a hang, in steps of a few ms: goodput and both
+    # recoveries exact, from the ranks' step records.
+    HT_FAULTS="crash:rank=1:step=6,hang:rank=0:step=10" run hang
+    finished hang; expect hang "crash of rank 1 (node 1) detected"; expect hang "hang of rank 0 (node 0) detected"
+    exact_accounting hang 2; same_as_fault_free hang ;;
+  short-launch)
+    # Heartbeats every 30 s, so only the first ("launch") is ever written: the
+    # launch starts, trains and saves between two beats, and is still running
+    # at the start timeout (the wrapper holds it 5 s at least). What the ranks
+    # recorded says it started: not a start hang.
+    program="$work/held.sh"
+    printf '#!/bin/sh\nend=$(($(date +%%s) + 6))\n"%s" "$@"; rc=$?\nwhile [ "$(date +%%s)" -lt "$end" ]; do sleep 0.2; done\nexit $rc\n' \
+      "$gpt" > "$program"
+    chmod +x "$program"
+    for i in "${!train[@]}"; do [ "${train[$i]}" = --heartbeat ] && train[$((i + 1))]=30; done
+    run short-launch --start-timeout 4
+    finished short-launch
+    grep -q "detected" "$work/short-launch.log" && { tail -20 "$work/short-launch.log"; fail "a short launch was taken for a failure"; }
+    # Relaunched at its final step: nothing to train, it ends at once.
+    program="$gpt"
+    cp -r "$work/short-launch" "$work/final-step"
+    set +e
+    "$htrun" "${nodeset[@]}" --run-dir "$work/final-step" --start-timeout 4 -- "$program" "${train[@]}" \
+      > "$work/final-step.log" 2>&1
+    echo $? > "$work/final-step.rc"
+    set -e
+    finished final-step; expect final-step "resuming after step $steps"
+    expect final-step "# nothing left to train: resumed at step $steps of $steps"
+    expect final-step "htrun report: the job finished; 0 restart(s), 0 incident(s)"
+    grep -Eq "^step [0-9]+/" "$work/final-step.log" && fail "the relaunch at the final step trained or evaluated" ;;
   spare)
     HT_FAULTS="crash:rank=1:step=10,node-unhealthy:node=1" run spare --spares 1
     finished spare; expect spare "node 1 failed its health check: cordoned, spare node 2 brought in"
@@ -184,10 +236,13 @@ WRAPPER
     # spare n2.
     same_as_fault_free clean  # the fault-free run on simulated nodes first
     cluster="$work/slurm-cluster"
+    # Stopped on every way out, pass or fail (set before the start: a start
+    # that fails halfway stops its daemons itself, this is the second net).
+    trap 'bash "$(dirname "$0")/slurm_local.sh" stop "$cluster"' EXIT
+    trap 'exit 130' INT TERM
     env_lines="$(SLURM_LOCAL_NODES=4 bash "$(dirname "$0")/slurm_local.sh" start "$cluster")" \
       || fail "the one-machine Slurm did not start"
     eval "$env_lines"
-    trap 'bash "$(dirname "$0")/slurm_local.sh" stop "$cluster"' EXIT
     # An allocation with different task counts per node is refused, saying what to ask for.
     set +e
     timeout 60 salloc --nodes 2 --ntasks 3 "$htrun" --dry-run -- "$gpt" > "$work/slurm-uneven.log" 2>&1

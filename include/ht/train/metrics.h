@@ -1,6 +1,8 @@
 // Training metrics as JSON Lines: one object per line, units in field names.
-// The first line describes the run ("type": "run"); then "step" lines, one per
-// optimizer step, and "eval" lines. Each line is flushed as written, so a
+// The first line describes the run ("type": "run", written as training
+// begins); then "step" lines, one per optimizer step ("step_ms": how long it
+// took), and "eval" lines. "time_ms" (run and step lines) is when the line was
+// written, milliseconds since the epoch: htrun reads both. Each line is flushed as written, so a
 // crash loses at most the line being written.
 #pragma once
 

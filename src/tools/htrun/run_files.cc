@@ -32,6 +32,37 @@ std::vector<json> read_json_files(const fs::path& dir) {
 
 }  // namespace
 
+MetricsTail::MetricsTail(std::string run_dir) : path_((fs::path(run_dir) / "metrics.jsonl").string()) {}
+
+std::vector<MetricsRecord> MetricsTail::poll() {
+  std::vector<MetricsRecord> out;
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) return out;
+  std::string first;
+  if (!std::getline(in, first) || in.eof()) return out;  // not even one complete line yet
+  in.seekg(0, std::ios::end);
+  const auto size = std::uint64_t(in.tellg());
+  if (first != first_line_ || size < offset_) {  // a new file (the run line carries its time)
+    first_line_ = first;
+    offset_ = 0;
+  }
+  in.seekg(std::streamoff(offset_));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // a line still being written: read it whole next time
+    offset_ += line.size() + 1;
+    try {
+      const json j = json::parse(line);
+      const std::string type = j.value("type", "");
+      if (type != "run" && type != "step") continue;
+      out.push_back({type, j.value("step", std::int64_t(0)), j.value("time_ms", 0.0) / 1000,
+                     j.value("step_ms", 0.0) / 1000});
+    } catch (...) {
+    }
+  }
+  return out;
+}
+
 std::map<int, Heartbeat> read_heartbeats(const std::string& run_dir) {
   std::map<int, Heartbeat> out;
   for (const json& j : read_json_files(fs::path(run_dir) / "heartbeat")) {

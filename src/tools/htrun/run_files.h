@@ -36,6 +36,30 @@ struct ExitRecord {
   std::vector<int> blamed;  // ranks the writer names as the cause (a straggler), if any
 };
 
+/// A line of rank 0's <run-dir>/metrics.jsonl: "run" (training began, after
+/// start-up and the checkpoint load) or "step" (a step completed).
+struct MetricsRecord {
+  std::string type;
+  std::int64_t step = 0;
+  double time_s = 0;  // when written (wall clock, as the heartbeats); 0 when the line has no time_ms
+  double step_s = 0;  // a step's own time
+};
+
+/// Follows <run-dir>/metrics.jsonl as the program writes it: each poll returns
+/// the complete lines added since the last. The program truncates the file
+/// when it starts; the tail then starts over from the top (it knows the file
+/// by its first line), so old lines may come again: callers tell launches
+/// apart by time.
+class MetricsTail {
+ public:
+  explicit MetricsTail(std::string run_dir);
+  std::vector<MetricsRecord> poll();
+
+ private:
+  std::string path_, first_line_;
+  std::uint64_t offset_ = 0;
+};
+
 std::map<int, Heartbeat> read_heartbeats(const std::string& run_dir);
 /// Oldest first.
 std::vector<ExitRecord> read_exit_records(const std::string& run_dir);

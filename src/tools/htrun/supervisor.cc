@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -59,11 +60,15 @@ struct Supervisor::Watch {
   std::vector<ExitRecord> exits;  // what the ranks said, oldest first
   std::int64_t checkpoint_step = 0;  // the newest committed checkpoint when the launch ended
   std::int64_t resume_step = 0, reached = 0;
-  // The first and last step a heartbeat showed completed, and when: the
-  // launch's step rate (reached may be later, from exit records).
-  std::int64_t first_step = -1, last_step = -1;
-  double first_progress_s = 0, last_progress_s = 0;
+  // The first step this launch was seen to complete (a heartbeat or a step
+  // record), -1 when none: it trained.
+  std::int64_t first_step = -1;
   double launched_at = 0;
+  // What rank 0 recorded in metrics.jsonl during this launch: training began
+  // (the run line), and each step completed, by step (exact times).
+  bool training_began = false;
+  std::map<std::int64_t, MetricsRecord> steps;
+  double last_step_done_s = 0;  // when the newest of them completed
 };
 
 Supervisor::Supervisor(SupervisorOptions options, Cluster cluster)
@@ -124,18 +129,27 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
   const double launched_at = w.launched_at = now_s();
   const int ranks = int(active_.size()) * options_.slots;
   bool all_started = false;
+  MetricsTail metrics(options_.run_dir);
+  // The ranks' own records of this launch (older lines may be read again
+  // until the program truncates the file: they are older than the launch).
+  auto read_records = [&] {
+    for (const MetricsRecord& m : metrics.poll()) {
+      if (m.time_s < launched_at) continue;
+      if (m.type == "run") w.training_began = true;
+      if (m.type != "step") continue;
+      w.steps[m.step] = m;
+      w.last_step_done_s = std::max(w.last_step_done_s, m.time_s);
+    }
+  };
   for (;;) {
     sleep_s(0.1);
     const auto beats = read_heartbeats(options_.run_dir);
+    read_records();
     for (const auto& [rank, h] : beats) {
       const std::int64_t done = completed_step(h.step, h.phase);
       if (done > w.reached) {
-        if (w.first_step < 0) {
-          w.first_step = done;
-          w.first_progress_s = h.progress_s;
-        }
-        w.reached = w.last_step = done;
-        w.last_progress_s = h.progress_s;
+        if (w.first_step < 0) w.first_step = done;
+        w.reached = done;
       }
     }
     if (g_stop_signal) {
@@ -167,9 +181,13 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
     // A hang: progress stalled for the timeout. Peers go on until they
     // block on the hung rank, so the rank that got least far is named (then
     // the one that stopped first).
+    // A step completed is progress of every rank (none completes a step
+    // alone): heartbeats are sampled, the step records are not.
     const Heartbeat* hung = nullptr;
     for (const auto& [rank, h] : beats)
-      if (!starting(h) && now_s() - h.progress_s > options_.hang_timeout_s && (!hung || behind(h, *hung))) hung = &h;
+      if (!starting(h) && now_s() - std::max(h.progress_s, w.last_step_done_s) > options_.hang_timeout_s &&
+          (!hung || behind(h, *hung)))
+        hung = &h;
     if (hung) {
       w.kind = "hang";
       w.failed_rank = hung->rank;
@@ -188,6 +206,14 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
         for (int r = 0; r < ranks && laggard < 0; ++r)
           if (beats.at(r).phase == phase) laggard = r;
       all_started = laggard < 0;
+      // Heartbeats are sampled: a short launch can start, train and save
+      // between two beats. What the ranks recorded tells that it started:
+      // training began (every rank is past start-up then: building the
+      // engine is collective), a step completed, a checkpoint was committed,
+      // or a rank wrote its exit record.
+      if (!all_started && options_.start_timeout_s > 0 && now_s() - launched_at > options_.start_timeout_s)
+        all_started = w.training_began || !w.steps.empty() || !read_exit_records(options_.run_dir).empty() ||
+                      latest_checkpoint_step(options_.run_dir) > resume_step;
       if (!all_started && options_.start_timeout_s > 0 && now_s() - launched_at > options_.start_timeout_s) {
         w.kind = "hang";
         w.failed_rank = laggard;
@@ -213,13 +239,19 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
       break;
     }
   }
-  // Heartbeats are sampled: the exit records and the checkpoints may know
-  // of later steps.
+  // Heartbeats are sampled: the step records, the exit records and the
+  // checkpoints may know of later steps.
+  job.finish();  // every line read: the launcher's report of a dead rank may be in the last ones
+  read_records();
+  if (!w.steps.empty()) {
+    const MetricsRecord& last = w.steps.rbegin()->second;
+    w.reached = std::max(w.reached, last.step);
+    if (w.first_step < 0) w.first_step = w.steps.begin()->first;
+  }
   w.exits = read_exit_records(options_.run_dir);
   w.checkpoint_step = latest_checkpoint_step(options_.run_dir);
   for (const ExitRecord& e : w.exits) w.reached = std::max(w.reached, completed_step(e.step, e.phase));
   w.reached = std::max(w.reached, w.checkpoint_step);
-  job.finish();  // every line read: the launcher's report of a dead rank may be in the last ones
   w.exit_code = job.exit_code();
   w.dead_rank = job.dead_rank();
   w.dead_time = job.dead_time();
@@ -322,28 +354,28 @@ Report Supervisor::run() {
   std::signal(SIGINT, on_signal);
   Report report;
   const double wall_start = now_s();
-  std::optional<Incident> pending;  // the last incident, waiting for its recovery time
-  std::int64_t best_reached = 0;
+  std::optional<Incident> pending;  // the last incident, until the relaunch
+  // Every step completed under htrun, the last time it completed: a step
+  // redone after a resume counts once.
+  std::map<std::int64_t, MetricsRecord> completed;
   int failures_in_a_row = 0;
   int last_early_failure_code = -1;
   for (;;) {
     const std::int64_t resume_step = latest_checkpoint_step(options_.run_dir);
     const Watch w = launch_and_watch(report.restarts + 1, resume_step);
     if (pending) {
-      if (w.first_step >= 0) pending->recovery_s = w.first_progress_s - pending->detected_at;
       report.incidents.push_back(*pending);
       pending.reset();
     }
-    // Productive time: the steps this launch added beyond any earlier launch,
-    // at this launch's own step rate (steps redone after a failure are not).
-    if (w.first_step >= 0 && w.last_step > w.first_step) {
-      const double per_step = (w.last_progress_s - w.first_progress_s) / double(w.last_step - w.first_step);
-      const double productive =
-          per_step * double(std::max<std::int64_t>(0, w.reached - std::max(best_reached, resume_step)));
-      // The rate is sampled (heartbeats): never more than the launch lasted.
-      report.productive_s += std::min(productive, w.detected_at - w.launched_at);
+    // Recovery: from an incident's detection to the first step completed
+    // after it, whichever launch completed it.
+    if (!w.steps.empty()) {
+      double first_done_s = w.steps.begin()->second.time_s;
+      for (const auto& [step, m] : w.steps) first_done_s = std::min(first_done_s, m.time_s);
+      for (Incident& i : report.incidents)
+        if (!i.recovery_s && first_done_s >= i.detected_at) i.recovery_s = first_done_s - i.detected_at;
     }
-    best_reached = std::max(best_reached, w.reached);
+    for (const auto& [step, m] : w.steps) completed[step] = m;
     if (w.kind.empty() && w.exit_code == 0) {
       report.exit_code = 0;
       report.verdict = "the job finished";
@@ -417,6 +449,7 @@ Report Supervisor::run() {
   }
   if (pending) report.incidents.push_back(*pending);
   report.wall_s = now_s() - wall_start;
+  for (const auto& [step, m] : completed) report.productive_s += m.step_s;
   for (const Node& n : cordoned_) report.cordoned.push_back(n.id);
   for (const Node& n : active_) report.active.push_back(n.id);
   for (const Node& n : spares_) report.spares_left.push_back(n.id);
