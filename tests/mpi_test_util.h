@@ -1,12 +1,16 @@
 // Helpers shared by the multi-rank training tests: a small deterministic
-// text corpus and the process's place in MPI_COMM_WORLD.
+// text corpus, the process's place in MPI_COMM_WORLD and a temporary
+// directory the ranks share.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
+#include "ht/comm/communicator.h"
 #include "ht/data/token_dataset.h"
 
 namespace ht::test {
@@ -23,6 +27,30 @@ inline data::TokenSplits pangram_text(std::int64_t vocab) {
     for (char c : phrase) s.val.push_back(std::int32_t(c) % std::int32_t(vocab));
   return s;
 }
+
+/// <temp>/<name>, shared by the ranks of `world` (a file system they all
+/// see): rank 0 empties it and the ranks meet at a barrier; rank 0 removes it
+/// when the owner goes out of scope, pass or fail, so declare it before the
+/// engines that write there.
+class SharedTempDir {
+ public:
+  SharedTempDir(comm::Communicator& world, const std::string& name)
+      : path_((std::filesystem::temp_directory_path() / name).string()), owner_(world.rank() == 0) {
+    if (owner_) std::filesystem::remove_all(path_);
+    world.barrier()->wait();
+  }
+  ~SharedTempDir() {
+    std::error_code ignored;
+    if (owner_) std::filesystem::remove_all(path_, ignored);
+  }
+  SharedTempDir(const SharedTempDir&) = delete;
+  SharedTempDir& operator=(const SharedTempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool owner_;
+};
 
 inline int world_rank() {
   int r = 0;

@@ -68,16 +68,6 @@ test::GPTRunOptions options_for(const Case& c, const Side& s) {
   return o;
 }
 
-// A directory shared by all ranks (rank 0 clears it, everyone uses it); one
-// per job size, so that the ctest entries of several sizes can run at once.
-std::string shared_dir(comm::Communicator& world, const std::string& name) {
-  const std::string dir =
-      (fs::temp_directory_path() / fmt::format("ht_ckpt_reshard_np{}_{}", world.size(), name)).string();
-  if (world.rank() == 0) fs::remove_all(dir);
-  world.barrier()->wait();
-  return dir;
-}
-
 // Runs fn on the first s.np ranks of `world` (one process: an engine of its
 // own, without a mesh), the others wait; collective over `world`. A failure
 // inside fn is reported as this rank's test failure and the ranks still meet
@@ -131,7 +121,9 @@ TEST_P(Reshard, LoadsIntoAnotherLayout) {
   comm::CommOptions comm_options;
   comm_options.timeout = 120s;
   std::unique_ptr<comm::Communicator> world = comm::make_mpi_world(comm_options);
-  const std::string dir = shared_dir(*world, c.name);
+  // One directory per job size, so that the ctest entries of several sizes can run at once.
+  const test::SharedTempDir ckpt(*world, fmt::format("ht_ckpt_reshard_np{}_{}", world->size(), c.name));
+  const std::string& dir = ckpt.path();
 
   // Layout A: N steps, the weights as saved, a save, then K more steps.
   std::map<std::string, Tensor> saved_weights;
@@ -175,7 +167,6 @@ TEST_P(Reshard, LoadsIntoAnotherLayout) {
           << "loss of step " << kSavedSteps + int(i) + 1 << " after loading into the other layout";
   }
   world->barrier()->wait();
-  if (world->rank() == 0) fs::remove_all(dir);
   world->finalize(60s);
 }
 

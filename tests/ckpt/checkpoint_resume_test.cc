@@ -38,14 +38,6 @@ test::GPTRunOptions small() {
   return o;
 }
 
-// A directory shared by all ranks (rank 0 picks it, everyone uses it).
-std::string shared_dir(comm::Communicator& world, const std::string& name) {
-  const std::string dir = (fs::temp_directory_path() / ("ht_ckpt_test_" + name)).string();
-  if (world.rank() == 0) fs::remove_all(dir);
-  world.barrier()->wait();
-  return dir;
-}
-
 test::LlamaRunOptions small_llama() {
   test::LlamaRunOptions o;
   o.model = {.vocab_size = 64, .context = 16, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32,
@@ -75,7 +67,8 @@ void bit_exact_resume(const Layout& l, Options o, const std::string& name) {
     for (int i = 0; i < 2 * n; ++i) straight.push_back(t.engine.step().loss);
     straight_weights = t.engine.full_parameters();
   }
-  o.engine.ckpt_dir = shared_dir(mesh.world(), name);
+  const test::SharedTempDir ckpt(mesh.world(), "ht_ckpt_test_" + name);
+  o.engine.ckpt_dir = ckpt.path();
   std::vector<float> resumed;
   {
     Engine t(o, data, &mesh);
@@ -126,7 +119,8 @@ TEST(Checkpoint, AMissingShardIsNamedAndNotResumedFrom) {
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 1);
   test::GPTRunOptions o = small();
   o.engine.data_parallel.zero_stage = 2;
-  o.engine.ckpt_dir = shared_dir(mesh.world(), "missing_shard");
+  const test::SharedTempDir ckpt(mesh.world(), "ht_ckpt_test_missing_shard");
+  o.engine.ckpt_dir = ckpt.path();
   {
     test::GPTEngine t(o, data, &mesh);
     t.engine.step();

@@ -16,15 +16,9 @@ namespace ht::data {
 namespace {
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ht_data_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
 TEST(TokenFile, RoundTripsSplitsAndVocab) {
-  const fs::path d = temp_dir("roundtrip");
+  const test::TempDir dir("ht_data_test_roundtrip");
+  const fs::path& d = dir.path();
   TokenSplits s{{0, 5, 65535, 7, 7}, {1, 2}, 65536};
   write_token_file((d / "t.h5").string(), s);
   EXPECT_FALSE(fs::exists(d / "t.h5.tmp"));
@@ -35,7 +29,8 @@ TEST(TokenFile, RoundTripsSplitsAndVocab) {
 }
 
 TEST(TokenFile, BadFilesGiveClearErrors) {
-  const fs::path d = temp_dir("bad");
+  const test::TempDir dir("ht_data_test_bad");
+  const fs::path& d = dir.path();
   EXPECT_TRUE(test::throws_error([&] { read_token_file((d / "missing.h5").string()); }, ErrorKind::kIo,
                                  {"does not exist", "missing.h5"}));
   std::ofstream((d / "junk.h5").string()) << "not hdf5 at all";
@@ -48,7 +43,8 @@ TEST(TokenFile, BadFilesGiveClearErrors) {
 }
 
 TEST(Tokenize, BytesOfFilesInOrderWithValidationTail) {
-  const fs::path d = temp_dir("tok");
+  const test::TempDir dir("ht_data_test_tok");
+  const fs::path& d = dir.path();
   std::ofstream(d / "a.txt") << "abcdefgh";
   std::ofstream(d / "b.txt") << "\xff" "ij";
   std::ofstream(d / "a.dat") << "index";  // fortune index files are skipped

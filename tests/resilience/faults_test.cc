@@ -42,15 +42,13 @@ TEST(FaultPlan, BadEntriesFailClearly) {
 }
 
 TEST(FaultPlan, FiredFaultsAreNotRepeated) {
-  const std::string dir = (std::filesystem::temp_directory_path() / "ht_faults_test").string();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const test::TempDir tmp("ht_faults_test");
+  const std::string dir = tmp.path().string();
   FaultPlan p = FaultPlan::parse("crash:rank=1:step=5,hang:rank=0:step=9");
   record_fired(dir, p.faults().front());
   p.drop_fired(dir);
   ASSERT_EQ(p.faults().size(), 1u);
   EXPECT_EQ(p.faults().front().kind, FaultKind::kHang);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

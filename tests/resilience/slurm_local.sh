@@ -213,6 +213,10 @@ start() {
   write_conf
   write_task_prolog
   t0=$(date +%s%N)
+  # From here on any way out but success (a daemon that fails, nodes that do
+  # not come up, an interrupt) stops what was started.
+  trap 'stop' EXIT
+  trap 'exit 130' INT TERM
   # -i: ignore/clear any saved state. Daemons fork into the background and write pid files.
   slurmctld -f "$conf" -i || { show_logs; die "slurmctld failed to start"; }
   for i in $(seq 0 "$last"); do
@@ -228,12 +232,12 @@ start() {
   if [ "$idle" -lt "$nodes" ]; then
     sinfo -N -l >&2 || true
     show_logs
-    stop
     die "only $idle of $nodes nodes idle after ${timeout}s (logs above)"
   fi
   elapsed=$(( ($(date +%s%N) - t0) / 1000000 ))
   log "$nodes nodes idle after ${elapsed} ms (conf $conf)"
   printf 'export SLURM_CONF=%q\n' "$conf" | tee "$dir/env"
+  trap - EXIT INT TERM
 }
 
 case "$cmd" in
