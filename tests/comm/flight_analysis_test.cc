@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ht/core/error.h"
+#include "test_util.h"
 
 namespace ht::comm {
 namespace {
@@ -152,8 +153,8 @@ TEST(FlightAnalysis, JsonHoldsTheVerdict) {
 
 TEST(FlightAnalysis, ReadsWhatTheRecorderDumps) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("ht_flight_analysis_test." + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  const test::TempDir tmp("ht_flight_analysis_test");  // removed at the end, pass or fail
+  const fs::path dir = tmp.path();
   for (int r = 0; r < 2; ++r) {
     FlightRecorder rec(8);
     for (std::uint64_t s = 1; s <= 3; ++s) {
@@ -186,7 +187,6 @@ TEST(FlightAnalysis, ReadsWhatTheRecorderDumps) {
   fs::create_directories(dir);
   EXPECT_THROW(read_flight_dumps({dir.string()}), Error);
   EXPECT_THROW(read_flight_dumps({(dir / "nothing.json").string()}), IoError);
-  fs::remove_all(dir);
 }
 
 }  // namespace
