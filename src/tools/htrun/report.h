@@ -1,7 +1,9 @@
 // htrun's report: every incident (kind, rank and node, detection latency,
 // recovery time to the first resumed step, steps lost), the cordoned nodes,
 // restarts and goodput = productive training time / wall time; printed and
-// written as JSON to <run-dir>/htrun_report.json.
+// written as JSON to <run-dir>/htrun_report.json. Productive time and
+// recoveries come from the ranks' step records (metrics.jsonl), not from
+// sampled heartbeats (docs/htrun.md, "The report").
 #pragma once
 
 #include <cstdint>
@@ -22,7 +24,7 @@ struct Incident {
   double time_s = 0;    // since htrun started
   double detected_at = 0;
   double detection_latency_s = 0;
-  std::optional<double> recovery_s;  // failure detected -> first resumed step
+  std::optional<double> recovery_s;  // detected -> the first step completed after it (its completion time)
   std::int64_t step_reached = 0;
   std::int64_t steps_lost = 0;  // steps done since the checkpoint resumed from
   nlohmann::json health = nlohmann::json::array();
@@ -31,6 +33,7 @@ struct Incident {
 struct Report {
   std::string verdict;
   int exit_code = 1;
+  // productive_s: the steps' own times, each step once (its last completion)
   double wall_s = 0, productive_s = 0;
   int restarts = 0;
   std::vector<Incident> incidents;
