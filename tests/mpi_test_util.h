@@ -4,11 +4,13 @@
 #pragma once
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "ht/comm/communicator.h"
 #include "ht/data/token_dataset.h"
@@ -28,14 +30,18 @@ inline data::TokenSplits pangram_text(std::int64_t vocab) {
   return s;
 }
 
-/// <temp>/<name>, shared by the ranks of `world` (a file system they all
-/// see): rank 0 empties it and the ranks meet at a barrier; rank 0 removes it
-/// when the owner goes out of scope, pass or fail, so declare it before the
-/// engines that write there.
+/// <temp>/<name>_np<ranks>_<rank 0's pid>, shared by the ranks of `world`
+/// (a file system they all see), so that the same test run at several world
+/// sizes at once (ctest -j) never shares one: rank 0 empties it and the ranks
+/// meet; rank 0 removes it when the owner goes out of scope, pass or fail, so
+/// declare it before the engines that write there.
 class SharedTempDir {
  public:
   SharedTempDir(comm::Communicator& world, const std::string& name)
-      : path_((std::filesystem::temp_directory_path() / name).string()), owner_(world.rank() == 0) {
+      : path_((std::filesystem::temp_directory_path() /
+               (name + "_np" + std::to_string(world.size()) + "_" + std::to_string(rank0_pid(world))))
+                  .string()),
+        owner_(world.rank() == 0) {
     if (owner_) std::filesystem::remove_all(path_);
     world.barrier()->wait();
   }
@@ -48,6 +54,14 @@ class SharedTempDir {
   const std::string& path() const { return path_; }
 
  private:
+  /// Rank 0's process id on every rank (exact in a float: pids stay below 2^22).
+  static long rank0_pid(comm::Communicator& world) {
+    Tensor in = Tensor::from_vector(std::vector<float>{world.rank() == 0 ? float(getpid()) : 0.f}, {1});
+    Tensor out = Tensor::empty({1}, DType::kF32, Device::cpu());
+    world.all_reduce(in, out, comm::ReduceOp::kMax)->wait();
+    return long(out.to_vector<float>()[0]);
+  }
+
   std::string path_;
   bool owner_;
 };
