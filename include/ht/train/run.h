@@ -41,7 +41,9 @@ struct FitOptions {
 
 /// Trains from where `engine` stands (step 0, or the step it resumed from)
 /// to engine.options().steps under the policy above. Collective. The
-/// engine must have been built for `job` (Engine(job, ...)).
+/// engine must have been built for `job` (Engine(job, ...)). Resumed at the
+/// last step, it returns at once after `at_end` ("# nothing left to train"):
+/// no evaluation, no save.
 void fit(Job& job, Engine& engine, const FitOptions& options = {});
 
 /// "1.23M", "4.5k", "12": counts for people.
