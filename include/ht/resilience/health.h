@@ -50,7 +50,7 @@ struct HealthOptions {
   std::int64_t gemm_size = 384;
   /// memory: bytes allocated, written and verified with several patterns.
   std::int64_t memory_mib = 64;
-  double min_memory_gbps = 0.5;
+  double min_memory_gbps = 0.2;  // a loaded 2-core machine measured 0.5 once; a sound node does 5-20
   /// disk: free space in ckpt_dir, and the rate of writing disk_write_mib
   /// into a probe file with fsync (then removed).
   double min_free_disk_gib = 1.0;
