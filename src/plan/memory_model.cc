@@ -36,32 +36,50 @@ StateBytes state_bytes_per_parameter(int zero, int shards, const precision::Poli
   return {zero >= 3 ? c / s : c, zero >= 2 ? r / s : full_grads, (8.0 + master) / (zero >= 1 ? s : 1.0)};
 }
 
-std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const LayoutChoice& l) {
+std::vector<std::vector<int>> stage_layers_of(const nn::ModelSpec& model, const LayoutChoice& l) {
   model.validate();
   HT_CHECK(l.tp > 0 && l.pp > 0 && l.dp > 0 && l.micro_batch > 0 && l.grad_accum > 0, ErrorKind::kConfig,
            "layout {}: every size must be positive", l.str());
   HT_CHECK(model.splits_over(l.tp), ErrorKind::kConfig, "{} does not split over tp {}", model.description, l.tp);
   const std::vector<int> blocks = blocks_per_stage(l, model.num_blocks());
+  std::vector<std::vector<int>> stages(std::size_t(l.pp));
+  int next_block = model.first_block();
+  for (int st = 0; st < l.pp; ++st) {
+    std::vector<int>& layers = stages[std::size_t(st)];
+    if (st == 0)
+      for (int i = 0; i < model.first_block(); ++i) layers.push_back(i);
+    for (int i = 0; i < blocks[std::size_t(st)]; ++i) layers.push_back(next_block++);
+    if (st == l.pp - 1)
+      for (int i = model.end_block(); i < int(model.layers.size()); ++i) layers.push_back(i);
+  }
+  return stages;
+}
+
+double layer_params(const nn::ModelSpec& model, const std::vector<int>& stage_layers, int i, int tp) {
+  const nn::LayerSpec& ls = model.layers[std::size_t(i)];
+  double n = double(ls.params(tp));
+  if (ls.shares_with >= 0 &&
+      std::find(stage_layers.begin(), stage_layers.end(), ls.shares_with) == stage_layers.end())
+    n += double(ls.shared_params_split) / tp;
+  return n;
+}
+
+std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const LayoutChoice& l) {
+  const std::vector<std::vector<int>> stage_layers = stage_layers_of(model, l);
   const double c = double(dtype_size(l.precision.compute)), r = double(dtype_size(l.precision.reduce));
   const bool converts = l.precision.compute != l.precision.reduce;
   const double tokens = double(l.micro_batch) * double(model.seq_len);
   const int mode = int(l.recompute);
 
   std::vector<StageMemory> out;
-  int next_block = model.first_block();
+  int first_block = 0;
   for (int st = 0; st < l.pp; ++st) {
+    const std::vector<int>& layers = stage_layers[std::size_t(st)];
     StageMemory m;
     m.stage = st;
-    m.first_block = next_block - model.first_block();
-    m.blocks = blocks[std::size_t(st)];
-    // The layers this stage runs.
-    std::vector<int> layers;
-    if (st == 0)
-      for (int i = 0; i < model.first_block(); ++i) layers.push_back(i);
-    for (int i = 0; i < m.blocks; ++i) layers.push_back(next_block + i);
-    next_block += m.blocks;
-    if (st == l.pp - 1)
-      for (int i = model.end_block(); i < int(model.layers.size()); ++i) layers.push_back(i);
+    m.first_block = first_block;
+    for (int i : layers) m.blocks += model.layers[std::size_t(i)].role == nn::LayerRole::kBlock ? 1 : 0;
+    first_block += m.blocks;
 
     // Parameter elements of this rank, and the ZeRO-3 units (one per layer,
     // in execution order; a layer using another's weight on this stage
@@ -72,16 +90,14 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
     std::vector<double> own_units;     // each layer's own, the shared unit left out
     for (int i : layers) {
       const nn::LayerSpec& ls = model.layers[std::size_t(i)];
-      double n = double(ls.params(l.tp));
-      const bool shared_here = ls.shares_with >= 0 &&
-                               std::find(layers.begin(), layers.end(), ls.shares_with) != layers.end();
-      if (ls.shares_with >= 0 && !shared_here) n += double(ls.shared_params_split) / l.tp;
+      const double n = layer_params(model, layers, i, l.tp);
+      const auto shared_at = std::find(layers.begin(), layers.end(), ls.shares_with);
       double gathered = n;
-      if (shared_here) {
+      if (ls.shares_with >= 0 && shared_at != layers.end()) {
         shared_unit = double(model.layers[std::size_t(ls.shares_with)].params(l.tp));
         gathered += shared_unit;
         // The shared unit's gradient is counted whole below, not as one in flight.
-        own_units[std::size_t(std::find(layers.begin(), layers.end(), ls.shares_with) - layers.begin())] = 0;
+        own_units[std::size_t(shared_at - layers.begin())] = 0;
       }
       params += n;
       units.push_back(gathered);

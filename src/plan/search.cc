@@ -132,7 +132,7 @@ PlanResult search_plans(const PlanRequest& rq, int top) {
           std::vector<std::vector<int>> splits{{}};
           if (pp > 1) {
             LayoutChoice probe{.tp = tp, .pp = pp, .dp = dp, .micro_batch = mb, .recompute = rc,
-                               .precision = rq.precision};
+                               .precision = rq.precision, .stage_layers = {}};
             auto& cached = balanced_cache[{tp, pp, int(rc), mb}];
             if (cached.empty()) cached = balanced_stage_layers(model, probe, prof);
             const std::vector<int> by_count = blocks_per_stage(probe, blocks);

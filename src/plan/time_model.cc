@@ -37,7 +37,7 @@ double reduce_scatter_ms(double bytes, int ranks, const Link& link) {
 double p2p_ms(double bytes, const Link& link) { return bytes <= 0 ? 0 : link_ms(bytes, 1.0, 1, link); }
 
 TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, const MachineProfile& profile) {
-  const std::vector<StageMemory> mem = estimate_memory(model, l);  // checks the layout, gives the stages' layers
+  const std::vector<std::vector<int>> stage_layers = stage_layers_of(model, l);  // checks the layout
   const Rates& rates = profile.rates_for(l.precision.compute);
   const double c = double(dtype_size(l.precision.compute)), r = double(dtype_size(l.precision.reduce));
   const double tokens = double(l.micro_batch) * double(model.seq_len);
@@ -53,14 +53,9 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
   TimeEstimate t;
   double slowest = 0, sum = 0;
   double dp_exposed_worst = 0, dp_comm_worst = 0, optimizer_worst = 0, comm_worst = 0;
-  for (const StageMemory& sm : mem) {
+  for (int stage = 0; stage < l.pp; ++stage) {
+    const std::vector<int>& layers = stage_layers[std::size_t(stage)];
     StageTime st;
-    std::vector<int> layers;
-    if (sm.stage == 0)
-      for (int i = 0; i < model.first_block(); ++i) layers.push_back(i);
-    for (int i = 0; i < sm.blocks; ++i) layers.push_back(model.first_block() + sm.first_block + i);
-    if (sm.stage == l.pp - 1)
-      for (int i = model.end_block(); i < int(model.layers.size()); ++i) layers.push_back(i);
     double params = 0;  // this rank's stage, for the data-parallel traffic and the optimizer
     double largest_unit = 0;
     for (int i : layers) {
@@ -80,14 +75,13 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
       st.forward_ms += fwd;
       st.backward_ms += bwd;
       st.tp_comm_ms += 2.0 * tp_ar;
-      double n = double(ls.params(l.tp));
-      if (ls.shares_with >= 0 && (l.pp > 1)) n += double(ls.shared_params_split) / l.tp;
+      const double n = layer_params(model, layers, i, l.tp);
       params += n;
       largest_unit = std::max(largest_unit, n);
     }
     const double act_bytes = tokens * double(model.width) * c;
-    if (l.pp > 1) st.p2p_ms = (sm.stage > 0 ? 1 : 0) * p2p_ms(act_bytes, pp_link) +
-                              (sm.stage < l.pp - 1 ? 1 : 0) * p2p_ms(act_bytes, pp_link);
+    if (l.pp > 1) st.p2p_ms = (stage > 0 ? 1 : 0) * p2p_ms(act_bytes, pp_link) +
+                              (stage < l.pp - 1 ? 1 : 0) * p2p_ms(act_bytes, pp_link);
     t.stages.push_back(st);
     slowest = std::max(slowest, st.total_ms());
     sum += st.total_ms();

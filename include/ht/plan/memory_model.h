@@ -46,6 +46,16 @@ struct StageMemory {
   double of(MemCategory c) const { return bytes[std::size_t(c)]; }
 };
 
+/// The layers each stage runs (indices into model.layers, in order): the
+/// first stage's prefix, the stage's blocks, the last stage's suffix. Throws
+/// kConfig when the layout does not fit the model (a size not positive, a
+/// stage without a block, tp not dividing its sizes).
+std::vector<std::vector<int>> stage_layers_of(const nn::ModelSpec& model, const LayoutChoice& layout);
+/// Parameter elements one tp rank holds for layer `i` on a stage running
+/// `stage_layers`: its own, and a copy of a weight it uses from a layer on
+/// another stage (GPT's head on the last stage: wte).
+double layer_params(const nn::ModelSpec& model, const std::vector<int>& stage_layers, int i, int tp);
+
 /// Per stage, in stage order. Throws kConfig when the layout does not fit
 /// the model (a stage without a block, tp not dividing its sizes).
 std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const LayoutChoice& layout);
