@@ -8,12 +8,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <cstring>
 
 #include "ckpt/assemble.h"
+#include "ckpt/background_task.h"
 #include "ckpt/manifest.h"
+#include "ckpt/memory_tier.h"
 #include "ckpt/rank_file.h"
 #include "ckpt/writer_lock.h"
 #include "core/files.h"
@@ -39,6 +42,52 @@ int agree_min(comm::Communicator& c, int value) {
   Tensor t = Tensor::from_vector(std::vector<std::int32_t>{value}, {1});
   c.all_reduce(t, t, comm::ReduceOp::kMin)->wait();
   return t.data<std::int32_t>()[0];
+}
+
+// The host copies of a rank's slots, with their descriptions: the primary
+// slots only for disk (one copy of each piece in the whole checkpoint), every
+// slot for memory (each rank restores from its own copy). `spare` holds the
+// last copy's buffers, reused when the sizes match: fresh memory's page
+// faults would be most of the stall.
+std::vector<Piece> host_copy(const std::vector<optim::Slot>& slots, optim::Optimizer& optimizer, bool primary_only,
+                             std::vector<Tensor>& spare) {
+  std::vector<Piece> pieces;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const optim::Slot& s = slots[i];
+    if (primary_only && !s.primary) continue;
+    HT_CHECK(s.source, ErrorKind::kInvalidArgument, "checkpoint: slot {} names no parameter", s.name);
+    auto add = [&](const std::string& kind, const Tensor& values) {
+      PieceInfo info;
+      info.tensor = s.source->name();
+      info.kind = kind;
+      info.global_shape = s.source->full_shape();
+      if (s.source->real_rows() < info.global_shape.at(0)) info.real_rows = s.source->real_rows();
+      info.layout = s.source->layout();
+      // An unsplit tensor is tp part 0 whichever tp rank holds the copy.
+      if (!info.layout.tp_split()) info.layout.tp_rank = 0;
+      info.begin = s.offset;
+      info.end = s.offset + values.numel();
+      const HostMemory host = values.device().is_cpu() ? HostMemory::kPlain : HostMemory::kPinned;
+      Tensor copy;
+      const std::size_t k = pieces.size();
+      if (k < spare.size() && spare[k].numel() == values.numel())
+        copy = spare[k];
+      else
+        copy = Tensor::empty({values.numel()}, DType::kF32, Device::cpu(), MemCategory::kOther, host);
+      copy.copy_from(values.view({-1}));
+      pieces.push_back({std::move(info), std::move(copy)});
+    };
+    add("master", s.param);
+    for (auto& [kind, t] : optimizer.slot_state(i)) add(kind, t);
+  }
+  return pieces;
+}
+
+void keep_buffers(std::vector<Piece>& pieces, std::mutex& mu, std::vector<Tensor>& spare) {
+  std::lock_guard lock(mu);
+  spare.clear();
+  for (Piece& p : pieces) spare.push_back(std::move(p.data));
+  pieces.clear();
 }
 
 }  // namespace
@@ -87,76 +136,43 @@ std::vector<CommittedCheckpoint> committed_checkpoints(const std::string& dir) {
 // ---------------------------------------------------------------------------
 
 struct Checkpointer::Impl {
-  struct Job {
-    std::int64_t step = 0;
-    RunState run;
-    std::vector<Piece> pieces;
-  };
-
   comm::DeviceMesh& mesh;
-  std::unique_ptr<comm::Communicator> comm;  // the writer thread's own
+  std::unique_ptr<comm::Communicator> comm;  // the disk writer's own
   CheckpointOptions options;
   std::string layout;
   SaveStats* stats;
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<Job> job;
-  bool busy = false, stop = false;
-  std::string last_error;
-  std::vector<Tensor> spare_buffers;  // the last save's host copies, for reuse
   std::optional<detail::WriterLock> writer_lock;  // world rank 0's, for the checkpointer's life
-  std::thread worker;
+
+  std::mutex mu;                      // guards the spare buffers
+  std::vector<Tensor> spare_buffers;  // the last save's host copies, for reuse
+  std::vector<Tensor> spare_snapshot_buffers;
+  std::optional<detail::MemoryTier> memory;
+  // Last: their destructors wait for the tasks in flight, which use the members above.
+  detail::BackgroundTask disk_task;
+  std::optional<detail::BackgroundTask> memory_task;
 
   Impl(comm::DeviceMesh& m, const CheckpointOptions& o, SaveStats* s) : mesh(m), options(o), stats(s) {}
 
-  void run() {
-    for (;;) {
-      Job j;
-      {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return job.has_value() || stop; });
-        if (!job) return;
-        j = std::move(*job);
-        job.reset();
-      }
-      const std::string error = write_and_commit(j);
-      {
-        std::lock_guard lock(mu);
-        last_error = error;
-        busy = false;
-      }
-      cv.notify_all();
-    }
-  }
-
   // Every rank writes its file; once all are durable rank 0 writes the
   // manifest and commits. Returns what went wrong ("" if committed).
-  std::string write_and_commit(Job& j) {
+  std::string write_and_commit(std::int64_t step, const RunState& run, std::vector<Piece>& pieces) {
     const int rank = comm->rank();
-    const std::string tmp = checkpoint_dir(options.dir, j.step) + ".tmp";
+    const std::string tmp = checkpoint_dir(options.dir, step) + ".tmp";
     std::string error;
     const double t0 = now_ms();
     try {
       const std::error_code ec = ht::detail::make_directories(tmp);
       HT_CHECK(!ec, ErrorKind::kIo, "cannot create '{}': {}", tmp, ec.message());
-      stats->bytes = detail::write_rank_file((fs::path(tmp) / rank_file_name(rank)).string(), j.pieces);
+      stats->bytes = detail::write_rank_file((fs::path(tmp) / rank_file_name(rank)).string(), pieces);
     } catch (const std::exception& e) {
       error = e.what();
     }
     stats->write_ms = now_ms() - t0;
-    {
-      // The host buffers are kept for the next save: reusing them spares the
-      // training thread the page faults of fresh memory (most of the stall).
-      std::lock_guard lock(mu);
-      spare_buffers.clear();
-      for (Piece& p : j.pieces) spare_buffers.push_back(std::move(p.data));
-    }
-    j.pieces.clear();
+    keep_buffers(pieces, mu, spare_buffers);
     if (options.commit_delay.count() > 0) std::this_thread::sleep_for(options.commit_delay);
     try {
       const bool all_written = agree_min(*comm, error.empty() ? 1 : 0) == 1;
-      if (rank == 0 && all_written) commit(j, tmp);
+      if (rank == 0 && all_written) commit(step, run, tmp);
       if (!all_written && error.empty()) error = "another rank could not write its file";
       if (!all_written && rank == 0) {
         // Every rank is done with the directory: free the space of the partial save now.
@@ -166,13 +182,13 @@ struct Checkpointer::Impl {
     } catch (const std::exception& e) {
       if (error.empty()) error = e.what();
     }
-    if (!error.empty()) return fmt::format("checkpoint of step {} not saved: {}", j.step, error);
+    if (!error.empty()) return fmt::format("checkpoint of step {} not saved: {}", step, error);
     return "";
   }
 
-  void commit(const Job& j, const std::string& tmp) {
+  void commit(std::int64_t step, const RunState& run, const std::string& tmp) {
     Manifest m;
-    m.run = j.run;
+    m.run = run;
     m.layout = layout;
     m.world = comm->size();
     for (int r = 0; r < m.world; ++r) {
@@ -182,7 +198,7 @@ struct Checkpointer::Impl {
     }
     detail::write_manifest(tmp, m);
     detail::sync_path(tmp);
-    const std::string final_dir = checkpoint_dir(options.dir, j.step);
+    const std::string final_dir = checkpoint_dir(options.dir, step);
     if (fs::exists(final_dir)) fs::remove_all(final_dir);
     fs::rename(tmp, final_dir);
     detail::sync_path(options.dir);
@@ -244,71 +260,70 @@ Checkpointer::Checkpointer(const CheckpointOptions& options, comm::DeviceMesh& m
   impl_->writer_lock = std::move(lock);
   impl_->layout = mesh.layout().str();
   impl_->comm = world.split(0, world.rank(), "ckpt");
-  impl_->worker = std::thread([this] { impl_->run(); });
+  if (!options_.memory_dir.empty()) {
+    impl_->memory.emplace(options_.memory_dir, options_.node.empty() ? "node" : options_.node,
+                          world.split(0, world.rank(), "ckpt-memory"));
+    impl_->memory_task.emplace();
+  }
 }
 
 Checkpointer::~Checkpointer() {
-  const std::string error = wait();
-  if (!error.empty()) std::fprintf(stderr, "warning: %s\n", error.c_str());
-  {
-    std::lock_guard lock(impl_->mu);
-    impl_->stop = true;
-  }
-  impl_->cv.notify_all();
-  impl_->worker.join();
+  for (const std::string& error : {wait(), wait_snapshot()})
+    if (!error.empty()) std::fprintf(stderr, "warning: %s\n", error.c_str());
 }
 
-std::string Checkpointer::wait() {
-  std::unique_lock lock(impl_->mu);
-  impl_->cv.wait(lock, [&] { return !impl_->busy; });
-  return std::exchange(impl_->last_error, std::string());
-}
+std::string Checkpointer::wait() { return impl_->disk_task.wait(); }
 
 std::string Checkpointer::save(const RunState& state, const std::vector<optim::Slot>& slots,
                                optim::Optimizer& optimizer) {
   const double t0 = now_ms();
   const std::string previous = wait();
   const double waited = now_ms() - t0;
-  Impl::Job job;
-  job.step = state.step;
-  job.run = state;
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    const optim::Slot& s = slots[i];
-    if (!s.primary) continue;
-    HT_CHECK(s.source, ErrorKind::kInvalidArgument, "checkpoint: slot {} names no parameter", s.name);
-    auto add = [&](const std::string& kind, const Tensor& values) {
-      PieceInfo info;
-      info.tensor = s.source->name();
-      info.kind = kind;
-      info.global_shape = s.source->full_shape();
-      if (s.source->real_rows() < info.global_shape.at(0)) info.real_rows = s.source->real_rows();
-      info.layout = s.source->layout();
-      info.begin = s.offset;
-      info.end = s.offset + values.numel();
-      const HostMemory host = values.device().is_cpu() ? HostMemory::kPlain : HostMemory::kPinned;
-      Tensor copy;
-      const std::size_t k = job.pieces.size();
-      if (k < impl_->spare_buffers.size() && impl_->spare_buffers[k].numel() == values.numel())
-        copy = impl_->spare_buffers[k];
-      else
-        copy = Tensor::empty({values.numel()}, DType::kF32, Device::cpu(), MemCategory::kOther, host);
-      copy.copy_from(values.view({-1}));
-      job.pieces.push_back({std::move(info), std::move(copy)});
-    };
-    add("master", s.param);
-    for (auto& [kind, t] : optimizer.slot_state(i)) add(kind, t);
-  }
+  auto pieces = std::make_shared<std::vector<Piece>>(
+      host_copy(slots, optimizer, /*primary_only=*/true, impl_->spare_buffers));
   stats_ = {};
   stats_.step = state.step;
-  {
-    std::lock_guard lock(impl_->mu);
-    impl_->job = std::move(job);
-    impl_->busy = true;
-  }
-  impl_->cv.notify_all();
+  impl_->disk_task.start([impl = impl_.get(), state, pieces] {
+    return impl->write_and_commit(state.step, state, *pieces);
+  });
   stats_.wait_ms = waited;
   stats_.stall_ms = now_ms() - t0;
   return previous;
+}
+
+bool Checkpointer::has_memory_tier() const { return impl_->memory.has_value(); }
+
+bool Checkpointer::snapshot_busy() const { return impl_->memory_task && impl_->memory_task->busy(); }
+
+std::string Checkpointer::wait_snapshot() { return impl_->memory_task ? impl_->memory_task->wait() : ""; }
+
+std::string Checkpointer::snapshot(const RunState& state, const std::vector<optim::Slot>& slots,
+                                   optim::Optimizer& optimizer) {
+  HT_CHECK(impl_->memory, ErrorKind::kConfig, "snapshot: no memory tier was configured");
+  const double t0 = now_ms();
+  const std::string previous = wait_snapshot();
+  auto pieces = std::make_shared<std::vector<Piece>>(
+      host_copy(slots, optimizer, /*primary_only=*/false, impl_->spare_snapshot_buffers));
+  snapshot_stats_ = {};
+  snapshot_stats_.step = state.step;
+  Manifest m;
+  m.run = state;
+  m.layout = impl_->layout;
+  m.world = impl_->mesh.world().size();
+  impl_->memory_task->start([impl = impl_.get(), stats = &snapshot_stats_, m = std::move(m), pieces]() mutable {
+    const std::string error = impl->memory->write(m.run.step, std::move(m), *pieces, &stats->write_ms,
+                                                  &stats->replicate_ms, &stats->bytes);
+    keep_buffers(*pieces, impl->mu, impl->spare_snapshot_buffers);
+    return error;
+  });
+  snapshot_stats_.stall_ms = now_ms() - t0;
+  return previous;
+}
+
+void Checkpointer::discard_memory(bool final_saved) {
+  if (!impl_->memory) return;
+  wait_snapshot();  // and, agreed below, no rank still sends a replica
+  if (agree_min(impl_->mesh.world(), final_saved ? 1 : 0) == 1) impl_->memory->discard();
 }
 
 namespace {
@@ -402,9 +417,52 @@ class Restorer {
 
 }  // namespace
 
+namespace {
+
+enum Status { kWrongModel = 0, kUnusable = 1, kLoaded = 2 };
+
+// Loads the step directory `dir` into every slot and the optimizer state.
+// Returns the status and, unless loaded, why; `layout`/`world`, when given,
+// must match the manifest's (a memory snapshot holds one rank's pieces of
+// one layout).
+Status load_dir(const std::string& dir, const std::string& expected_model, const std::vector<optim::Slot>& slots,
+                optim::Optimizer& optimizer, const std::string* layout, int world, RunState* run,
+                std::string* message) {
+  try {
+    const Manifest m = detail::read_manifest(dir);
+    *run = m.run;
+    if (m.run.model != expected_model) {
+      *message = fmt::format("checkpoint '{}' holds model {}, but this run builds {}: resume with the same model "
+                             "flags, or use another --ckpt-dir",
+                             dir, m.run.model, expected_model);
+      return kWrongModel;
+    }
+    if (layout && (m.layout != *layout || m.world != world)) {
+      *message = fmt::format("it was taken under layout {} on {} ranks, and this run is {} on {}", m.layout, m.world,
+                             *layout, world);
+      return kUnusable;
+    }
+    Restorer restorer(dir, m);
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const optim::Slot& s = slots[i];
+      Tensor values = s.param;
+      restorer.fill(*s.source, "master", s.offset, values);
+      for (auto& [kind, t] : optimizer.slot_state(i)) restorer.fill(*s.source, kind, s.offset, t);
+    }
+    return kLoaded;
+  } catch (const std::exception& e) {
+    *message = e.what();
+    return kUnusable;
+  }
+}
+
+}  // namespace
+
 std::optional<RunState> Checkpointer::load_latest(const std::string& expected_model,
                                                   const std::vector<optim::Slot>& slots,
                                                   optim::Optimizer& optimizer) {
+  const double t0 = now_ms();
+  load_stats_ = {};
   comm::Communicator& world = impl_->mesh.world();
   // Rank 0's listing decides which checkpoints are tried, newest first.
   std::vector<std::int32_t> steps;
@@ -414,40 +472,53 @@ std::optional<RunState> Checkpointer::load_latest(const std::string& expected_mo
   Tensor count = Tensor::from_vector(std::vector<std::int32_t>{std::int32_t(steps.size())}, {1});
   world.broadcast(count, 0)->wait();
   steps.resize(std::size_t(count.data<std::int32_t>()[0]));
-  if (steps.empty()) return std::nullopt;
-  Tensor list = Tensor::from_vector(steps, {std::int64_t(steps.size())});
-  world.broadcast(list, 0)->wait();
-  steps = list.to_vector<std::int32_t>();
+  if (!steps.empty()) {
+    Tensor list = Tensor::from_vector(steps, {std::int64_t(steps.size())});
+    world.broadcast(list, 0)->wait();
+    steps = list.to_vector<std::int32_t>();
+  }
 
-  enum Status { kWrongModel = 0, kUnusable = 1, kLoaded = 2 };
+  // Memory first, when it holds a step at least as new as the newest on disk.
+  if (impl_->memory) {
+    const detail::MemoryTier::Plan plan = impl_->memory->newest_common(steps.empty() ? 0 : steps.front());
+    if (plan.step >= 0) {
+      RunState run;
+      std::string message;
+      Status status = kUnusable;
+      try {
+        const std::string dir = impl_->memory->fetch(plan);
+        status = load_dir(dir, expected_model, slots, optimizer, &impl_->layout, world.size(), &run, &message);
+        // Another model's snapshot (a stale one) is not this run's: disk decides.
+        if (status == kWrongModel) status = kUnusable;
+      } catch (const std::exception& e) {
+        message = e.what();
+      }
+      const int verdict = agree_min(world, status);
+      if (verdict == kLoaded) {
+        load_stats_ = {plan.step, plan.pulled() > 0 ? "memory+peer" : "memory", plan.pulled(), now_ms() - t0};
+        return run;
+      }
+      if (status != kLoaded)
+        std::fprintf(stderr, "warning: [rank %d] the memory snapshot of step %lld is unusable: %s\n", world.rank(),
+                     (long long)plan.step, message.c_str());
+      if (world.rank() == 0)
+        std::fprintf(stderr, "warning: the memory snapshot of step %lld cannot be loaded on every rank; %s\n",
+                     (long long)plan.step,
+                     steps.empty() ? "no checkpoint on disk: starting from scratch"
+                                   : fmt::format("loading step {} from disk", steps.front()).c_str());
+    }
+  }
+
   for (std::size_t k = 0; k < steps.size(); ++k) {
     const std::string dir = checkpoint_dir(options_.dir, steps[k]);
-    int status = kLoaded;
-    std::string message;
     RunState run;
-    try {
-      const Manifest m = detail::read_manifest(dir);
-      run = m.run;
-      if (m.run.model != expected_model) {
-        status = kWrongModel;
-        message = fmt::format("checkpoint '{}' holds model {}, but this run builds {}: resume with the same model "
-                              "flags, or use another --ckpt-dir",
-                              dir, m.run.model, expected_model);
-      } else {
-        Restorer restorer(dir, m);
-        for (std::size_t i = 0; i < slots.size(); ++i) {
-          const optim::Slot& s = slots[i];
-          Tensor values = s.param;
-          restorer.fill(*s.source, "master", s.offset, values);
-          for (auto& [kind, t] : optimizer.slot_state(i)) restorer.fill(*s.source, kind, s.offset, t);
-        }
-      }
-    } catch (const std::exception& e) {
-      status = kUnusable;
-      message = e.what();
-    }
+    std::string message;
+    const Status status = load_dir(dir, expected_model, slots, optimizer, nullptr, 0, &run, &message);
     const int verdict = agree_min(world, status);
-    if (verdict == kLoaded) return run;
+    if (verdict == kLoaded) {
+      load_stats_ = {steps[k], "disk", 0, now_ms() - t0};
+      return run;
+    }
     HT_CHECK(verdict != kWrongModel, ErrorKind::kConfig, "{}",
              status == kWrongModel ? message : fmt::format("checkpoint '{}' holds another model configuration", dir));
     if (status != kLoaded)

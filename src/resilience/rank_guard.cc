@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +48,34 @@ int launcher_rank() {
   for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
     if (const char* value = std::getenv(v); value && *value) return std::atoi(value);
   return -1;
+}
+
+std::string node_label(int world_rank) {
+  const char* simulated = std::getenv("HT_SIMULATED_NODES");
+  if (!simulated || !*simulated) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    return host;
+  }
+  const std::string spec = simulated;
+  const auto colon = spec.find(':');
+  std::vector<std::string> ids;
+  int slots = 0;
+  try {
+    slots = colon == std::string::npos ? 0 : std::stoi(spec.substr(0, colon));
+    for (std::size_t at = colon + 1; colon != std::string::npos && at <= spec.size();) {
+      const auto comma = std::min(spec.find(',', at), spec.size());
+      ids.push_back(std::to_string(std::stoi(spec.substr(at, comma - at))));
+      at = comma + 1;
+    }
+  } catch (const std::exception&) {
+    ids.clear();
+  }
+  HT_CHECK(slots > 0 && !ids.empty() && world_rank / slots < int(ids.size()), ErrorKind::kConfig,
+           "HT_SIMULATED_NODES='{}' does not place rank {}: it is '<ranks per node>:<node id>,<node id>,...' (htrun "
+           "sets it for simulated nodes); unset it on real machines",
+           spec, world_rank);
+  return "node" + ids[std::size_t(world_rank / slots)];
 }
 
 std::string exit_kind(int code) {

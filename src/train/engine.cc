@@ -116,8 +116,13 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
             .dir = options_.ckpt_dir,
             .keep = options_.ckpt_keep,
             .commit_delay = options_.ckpt_commit_delay,
-            .run_dir = options_.guard ? options_.guard->run_dir() : std::string()},
+            .run_dir = options_.guard ? options_.guard->run_dir() : std::string(),
+            .memory_dir = options_.mem_ckpt_every == 0 ? std::string()
+                          : options_.mem_ckpt_dir.empty() ? ckpt::default_memory_dir(options_.ckpt_dir)
+                                                          : options_.mem_ckpt_dir,
+            .node = resilience::node_label(mesh_->rank())},
         *mesh_);
+    if (options_.mem_ckpt_every > 0) snapshot_interval_ = options_.mem_ckpt_every;
     if (options_.resume) resume();
   }
 }
@@ -138,7 +143,7 @@ void Engine::resume() {
   scaler_.set_state(run->scaler);
   data_.restore(run->data);
   client_state_ = run->client;
-  steps_done_ = resumed_from_ = run->step;
+  steps_done_ = resumed_from_ = last_snapshot_step_ = run->step;
 }
 
 std::string Engine::save_checkpoint() {
@@ -154,14 +159,31 @@ std::string Engine::save_checkpoint() {
     progress("replica-check");
     check_replicas(steps_done_);
   }
-  const ckpt::RunState run{.step = steps_done_,
-                           .optimizer_steps = optimizer_->step_count(),
-                           .scaler = scaler_.state(),
-                           .model = description_,
-                           .data = data_.state(),
-                           .client = client_state_};
   last_checkpoint_time_ = std::chrono::steady_clock::now();
-  return checkpointer_->save(run, optimizer_->slots(), *optimizer_);
+  return checkpointer_->save(run_state(), optimizer_->slots(), *optimizer_);
+}
+
+ckpt::RunState Engine::run_state() const {
+  return {.step = steps_done_,
+          .optimizer_steps = optimizer_->step_count(),
+          .scaler = scaler_.state(),
+          .model = description_,
+          .data = data_.state(),
+          .client = client_state_};
+}
+
+bool Engine::snapshot_due(std::int64_t step) {
+  if (!checkpointer_ || !checkpointer_->has_memory_tier() || mesh_->rank() != 0) return false;
+  // Auto: the interval that keeps the last snapshot's cost (the stall and its
+  // thread's work, which shares the cores on a CPU run) within 2% of a step.
+  const ckpt::SnapshotStats& last = checkpointer_->last_snapshot();
+  if (options_.mem_ckpt_every < 0 && last.step > snapshot_measured_ && !checkpointer_->snapshot_busy() &&
+      step_ms_mean_ > 0) {
+    snapshot_measured_ = last.step;
+    const double cost = last.stall_ms + last.write_ms + last.replicate_ms;
+    snapshot_interval_ = std::clamp<std::int64_t>(std::int64_t(std::ceil(cost / (0.02 * step_ms_mean_))), 1, 100000);
+  }
+  return step - last_snapshot_step_ >= snapshot_interval_;
 }
 
 std::string Engine::checkpoint_now() {
@@ -309,8 +331,9 @@ StepStats Engine::step() {
   // One world all-reduce carries the loss, whether any rank was asked to
   // stop and whether rank 0's clock says a checkpoint is due.
   const bool stop_here = options_.guard && options_.guard->preempt_requested();
-  const std::vector<float> sums =
-      world_sum({my_loss, stop_here ? 1.f : 0.f, checkpoint_due_by_time() ? 1.f : 0.f});
+  const bool snapshot_busy = checkpointer_ && checkpointer_->snapshot_busy();
+  const std::vector<float> sums = world_sum({my_loss, stop_here ? 1.f : 0.f, checkpoint_due_by_time() ? 1.f : 0.f,
+                                             snapshot_due(s.step) ? 1.f : 0.f, snapshot_busy ? 1.f : 0.f});
   s.loss = float(double(sums[0]) / double(options_.grad_accum * mesh_->layout().dp_size()));
   s.stop_requested = sums[1] > 0.f;
   checkpoint_deferred_ = checkpointer_ && (checkpoint_deferred_ || sums[2] > 0.f ||
@@ -332,12 +355,24 @@ StepStats Engine::step() {
     for (const StepHooks& h : hooks_)
       if (h.after_checkpoint) h.after_checkpoint(s.step);
   }
+  // A memory snapshot when rank 0 says it is due and no rank is still
+  // writing the last one (never a wait in the step); not of a suspect state.
+  if (sums[3] > 0.f && sums[4] == 0.f && nonfinite_run_ == 0) {
+    progress("snapshot");
+    s.snapshot_error = checkpointer_->snapshot(run_state(), optimizer_->slots(), *optimizer_);
+    s.snapshotted = true;
+    last_snapshot_step_ = s.step;
+  }
   if (options_.straggler_window > 0 && s.step % options_.straggler_window == 0) check_stragglers(s);
   progress("step-done");
   std::int64_t targets = 0;
   for (const data::MicroBatch& b : batches) targets += b.target.numel();
   s.tokens = targets * mesh_->layout().dp_size();
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  // The mean step time the snapshot interval is measured against, less the saves' stalls.
+  const double work = s.ms - (s.snapshotted ? checkpointer_->last_snapshot().stall_ms : 0.0) -
+                      (s.checkpointed ? checkpointer_->last_save().stall_ms : 0.0);
+  step_ms_mean_ = step_ms_mean_ > 0 ? 0.8 * step_ms_mean_ + 0.2 * work : work;
   for (const StepHooks& h : hooks_)
     if (h.after_step) h.after_step(s);
   return s;

@@ -39,6 +39,11 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--ckpt-commit-delay-ms", ckpt_commit_delay_ms,
                  "rehearsal: hold each save this long before its commit (to test a crash during a save)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--mem-ckpt-every", mem_ckpt_every,
+                 "memory snapshot every N steps, in the node's memory and replicated to another node (0: none; "
+                 "auto: as often as 2% of a step allows); with a checkpoint directory");
+  app.add_option("--mem-ckpt-dir", t.mem_ckpt_dir,
+                 "where memory snapshots go (default /dev/shm/hypertrain-<hash of the checkpoint directory>)");
   app.add_option("--resume", resume, "auto: continue from the newest good checkpoint (a fresh start if none)");
   app.add_option("--heartbeat", job.heartbeat_s, "seconds between heartbeats (<run-dir>/heartbeat)");
   app.add_option("--watchdog", job.watchdog_s, "seconds without progress before the rank exits as hung (0: off)");
@@ -92,6 +97,18 @@ void TrainFlags::resolve() {
            resume);
   engine.resume = resume == "auto";
   engine.ckpt_commit_delay = std::chrono::milliseconds(ckpt_commit_delay_ms);
+  if (mem_ckpt_every == "auto") {
+    engine.mem_ckpt_every = -1;
+  } else {
+    std::size_t used = 0;
+    try {
+      engine.mem_ckpt_every = std::stoll(mem_ckpt_every, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    HT_CHECK(used == mem_ckpt_every.size() && used > 0 && engine.mem_ckpt_every >= 0, ErrorKind::kConfig,
+             "--mem-ckpt-every '{}': give a number of steps (0: no memory snapshots) or auto", mem_ckpt_every);
+  }
   if (engine.ckpt_every > 0 || engine.ckpt_every_s > 0 || engine.resume || !ckpt_dir.empty())
     engine.ckpt_dir = ckpt_dir.empty() ? (std::filesystem::path(job.run_dir) / "checkpoints").string() : ckpt_dir;
   job.validate();

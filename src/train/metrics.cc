@@ -70,7 +70,8 @@ void MetricsWriter::write_step(const StepStats& s) {
   nlohmann::json j{{"type", "step"},      {"step", s.step},   {"time_ms", now_ms()}, {"loss", s.loss},
                    {"lr", s.lr},          {"grad_norm", s.grad_norm}, {"step_ms", s.ms},
                    {"tokens", s.tokens},  {"tokens_per_s", s.tokens_per_s()},
-                   {"loss_scale", s.loss_scale}, {"skipped", s.skipped}, {"skipped_steps", s.skipped_steps}};
+                   {"loss_scale", s.loss_scale}, {"skipped", s.skipped}, {"skipped_steps", s.skipped_steps},
+                   {"checkpoint", s.checkpointed}, {"snapshot", s.snapshotted}};
   write_line(j.dump());
 }
 

@@ -47,8 +47,17 @@ void print_preamble(Engine& engine, const FitOptions& fit) {
   if (layout.pp_size() > 1 && !engine.stage_split().empty())
     std::printf("# stages %s layers (%s)\n", fmt::format("{}", fmt::join(engine.stage_split(), "+")).c_str(),
                 o.stage_layers.empty() ? "by count" : "--stage-layers");
-  if (engine.resumed_from() > 0)
-    std::printf("# resumed from step %lld (%s)\n", (long long)engine.resumed_from(), o.ckpt_dir.c_str());
+  if (engine.resumed_from() > 0) {
+    const ckpt::LoadStats& load = engine.checkpointer()->last_load();
+    std::printf("# resumed from step %lld (%s, in %.0f ms%s)\n", (long long)engine.resumed_from(),
+                load.tier == "disk" ? o.ckpt_dir.c_str() : "memory", load.ms,
+                load.pulled > 0 ? fmt::format("; {} rank(s) pulled their copy from a peer", load.pulled).c_str() : "");
+  }
+  if (engine.checkpointer() && engine.checkpointer()->has_memory_tier())
+    std::printf("# memory snapshots %s in %s\n",
+                o.mem_ckpt_every > 0 ? fmt::format("every {} steps", o.mem_ckpt_every).c_str()
+                                     : "as often as 2% of a step allows",
+                o.mem_ckpt_dir.empty() ? ckpt::default_memory_dir(o.ckpt_dir).c_str() : o.mem_ckpt_dir.c_str());
   if (engine.checkpointer())
     std::printf("# checkpoints every %s in %s (keeping %d)\n",
                 o.ckpt_every_s > 0 ? fmt::format("{:g} s", o.ckpt_every_s).c_str()
@@ -80,8 +89,15 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
   if (rank0) {
     print_preamble(engine, options);
     metrics = std::make_unique<MetricsWriter>((fs::path(job.options().run_dir) / "metrics.jsonl").string());
-    metrics->write_run(o, engine.model_description(), engine.num_parameters(), engine.mesh().layout().str(),
-                       options.run_fields);
+    // Where the run resumed from, for htrun's report: the step, the tier and how long the load took.
+    ClientState fields = options.run_fields;
+    if (engine.checkpointer() && engine.checkpointer()->last_load().step >= 0) {
+      const ckpt::LoadStats& load = engine.checkpointer()->last_load();
+      fields["resumed_from"] = load.step;
+      fields["resume_tier"] = load.tier;
+      fields["resume_ms"] = load.ms;
+    }
+    metrics->write_run(o, engine.model_description(), engine.num_parameters(), engine.mesh().layout().str(), fields);
   }
   auto evaluate = [&](std::int64_t step) {
     if (!validation) return;
@@ -99,6 +115,7 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
     if (rank0) std::printf("# nothing left to train: resumed at step %lld of %lld\n", (long long)engine.steps_done(),
                            (long long)o.steps);
     std::fflush(stdout);
+    if (engine.checkpointer()) engine.checkpointer()->discard_memory(true);
     if (options.at_end) options.at_end(engine);
     return;
   }
@@ -110,7 +127,8 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
       std::fflush(stdout);
       metrics->write_step(s);
     }
-    if (!s.checkpoint_error.empty()) std::fprintf(stderr, "warning: %s; training goes on\n", s.checkpoint_error.c_str());
+    for (const std::string* error : {&s.checkpoint_error, &s.snapshot_error})
+      if (!error->empty()) std::fprintf(stderr, "warning: %s; training goes on\n", error->c_str());
     if (rank0 && !s.stragglers.empty())
       std::fprintf(stderr, "straggler at step %lld: %s\n", (long long)s.step, s.stragglers.c_str());
     // A preemption in the same step wins: the job stops, nothing is replaced.
@@ -146,6 +164,8 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
       std::fprintf(stderr, "warning: %s\n", error.c_str());
     else if (rank0)
       std::printf("# checkpoint of step %lld committed\n", (long long)engine.steps_done());
+    // The run is done and on disk: its memory snapshots would only hold the node's memory.
+    engine.checkpointer()->discard_memory(error.empty());
   }
   if (options.at_end) options.at_end(engine);
 }

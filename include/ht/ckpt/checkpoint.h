@@ -29,6 +29,18 @@
 // the outcome; a corrupt or incomplete checkpoint is reported and the next
 // older one tried. A checkpoint of another model configuration is refused
 // with an error.
+//
+// Memory tiers (options.memory_dir set): snapshot() copies every slot the
+// rank holds (replicas included: each rank restores alone) to host memory
+// and hands it to a thread of its own, which writes it under the rank's
+// node in memory_dir (node-local shared memory, /dev/shm by default) and
+// then sends it to a rank of the next node, which stores it as a replica;
+// the newest two of each are kept (ckpt/memory_tier.h). load_latest() then
+// tries, before disk, the newest step not older than the newest committed
+// checkpoint that every rank can load from its own node's memory or its
+// peer's replica (a rank on a replacement node pulls its copy from the
+// peer); a snapshot of another layout or one that fails a checksum falls
+// back to disk with a warning saying so.
 #pragma once
 
 #include <chrono>
@@ -69,6 +81,11 @@ struct CheckpointOptions {
   std::chrono::milliseconds commit_delay{0};
   /// The writing run's directory, named in the writer lock (may be empty).
   std::string run_dir;
+  /// The memory tiers' directory (empty: no memory tier; see
+  /// default_memory_dir) and this rank's node: a host name, or a simulated
+  /// node's label (nodes hold their snapshots apart under it).
+  std::string memory_dir;
+  std::string node;
 
   /// Throws kConfig naming the bad value.
   void validate() const;
@@ -81,6 +98,25 @@ struct SaveStats {
   double wait_ms = 0;         // of which waiting for the previous save
   double write_ms = 0;        // background: writing and syncing the rank file
   std::int64_t bytes = 0;     // this rank's file
+};
+
+/// Timings of the last memory snapshot.
+struct SnapshotStats {
+  std::int64_t step = 0;
+  double stall_ms = 0;      // training paused: copying to host
+  double write_ms = 0;      // background: writing it into this node's memory
+  double replicate_ms = 0;  // background: the exchange with the peer, and storing its replica
+  std::int64_t bytes = 0;   // this rank's snapshot file
+};
+
+/// Where the last load_latest() found its state.
+struct LoadStats {
+  std::int64_t step = -1;  // -1: nothing was loaded
+  /// "memory" (every rank from its node's memory), "memory+peer" (some
+  /// ranks pulled their copy from the peer's replica) or "disk".
+  std::string tier;
+  int pulled = 0;  // ranks whose copy came from the peer
+  double ms = 0;   // the whole load, fallbacks included
 };
 
 class Checkpointer {
@@ -112,6 +148,24 @@ class Checkpointer {
   std::string wait();
   const SaveStats& last_save() const { return stats_; }
 
+  bool has_memory_tier() const;
+  /// Collective over the world, memory tiers only. Starts a snapshot of
+  /// every slot (primary or not) and its optimizer state; returns after the
+  /// host copy, with the previous snapshot's failure ("" if none). Call it
+  /// only when snapshot_busy() is false on every rank (the engine agrees on
+  /// it with its per-step all-reduce), so it never waits.
+  std::string snapshot(const RunState& state, const std::vector<optim::Slot>& slots, optim::Optimizer& optimizer);
+  /// Whether this rank's snapshot thread is still writing or replicating.
+  bool snapshot_busy() const;
+  /// Waits for the snapshot in flight; returns its failure message ("" if none).
+  std::string wait_snapshot();
+  const SnapshotStats& last_snapshot() const { return snapshot_stats_; }
+  /// Collective: at the end of a run whose final checkpoint is on disk
+  /// (`final_saved` on every rank), removes this rank's snapshots and the
+  /// replicas it holds; otherwise keeps them.
+  void discard_memory(bool final_saved);
+  const LoadStats& last_load() const { return load_stats_; }
+
   /// Collective over the world. Loads the newest committed checkpoint that
   /// verifies into the slots' values and the optimizer's state and returns
   /// its run state; nullopt when there is none. Throws kConfig when the
@@ -127,7 +181,14 @@ class Checkpointer {
   std::unique_ptr<Impl> impl_;
   CheckpointOptions options_;
   SaveStats stats_;
+  SnapshotStats snapshot_stats_;
+  LoadStats load_stats_;
 };
+
+/// The memory tiers' default directory for a checkpoint directory:
+/// /dev/shm/hypertrain-<16 hex digits of its absolute path>, the same for
+/// every launch of a run and for htrun.
+std::string default_memory_dir(const std::string& ckpt_dir);
 
 struct CommittedCheckpoint {
   std::int64_t step = 0;

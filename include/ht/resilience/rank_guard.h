@@ -49,6 +49,12 @@ int exit_code_for(const std::exception& e);
 /// started from peers waiting for it.
 int launcher_rank();
 
+/// The node a world rank runs on, as the memory tiers of checkpoints name it:
+/// "node<id>" for htrun's simulated nodes (HT_SIMULATED_NODES="<ranks per
+/// node>:<id>,<id>,...", the active nodes in rank order), else the host name.
+/// Throws kConfig when HT_SIMULATED_NODES is malformed or too short for the rank.
+std::string node_label(int world_rank);
+
 struct GuardOptions {
   std::string run_dir;
   std::chrono::milliseconds heartbeat{2000};

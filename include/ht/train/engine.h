@@ -89,6 +89,16 @@ struct EngineOptions {
   int ckpt_keep = 3;
   bool resume = false;
   std::chrono::milliseconds ckpt_commit_delay{0};  // see ckpt::CheckpointOptions
+  /// Memory tiers (ckpt/checkpoint.h; with ckpt_dir): a snapshot of every
+  /// rank's state in its node's memory, replicated to a rank of another
+  /// node, every mem_ckpt_every steps (0: none, the default here; -1: as
+  /// often as 2% of a step allows: the last snapshot's stall and thread time
+  /// over the mean step time, measured on rank 0 — the command line's
+  /// default, --mem-ckpt-every auto), under mem_ckpt_dir (empty:
+  /// ckpt::default_memory_dir(ckpt_dir)). resume loads it before disk when
+  /// it is at least as new.
+  std::int64_t mem_ckpt_every = 0;
+  std::string mem_ckpt_dir;
   /// Resilience inside the rank: progress reports to a guard (heartbeat and
   /// watchdog; may be null), how many consecutive steps with a non-finite
   /// loss (not a loss-scale overflow) end the run with a divergence error,
@@ -126,6 +136,8 @@ struct StepStats {
   std::string stragglers;          // a straggler report made at this step (the same on every rank)
   std::vector<int> straggler_ranks;  // the world ranks it names
   std::string checkpoint_error;    // a previous save's failure, reported once
+  bool snapshotted = false;        // a memory snapshot of this step started
+  std::string snapshot_error;      // a previous snapshot's failure, reported once
   double ms = 0.0;
   std::int64_t tokens = 0;  // target elements of the whole global batch
   double tokens_per_s() const { return ms > 0 ? double(tokens) * 1000.0 / ms : 0.0; }
@@ -227,6 +239,9 @@ class Engine {
   void check_stragglers(StepStats& s);
   /// Whether a time-based checkpoint is due (rank 0's clock decides).
   bool checkpoint_due_by_time() const;
+  ckpt::RunState run_state() const;
+  /// Rank 0's view: whether a memory snapshot is due at `step` (the ranks agree on it).
+  bool snapshot_due(std::int64_t step);
   /// The sum over the world of `v` (one value per rank).
   std::vector<float> world_sum(std::vector<float> v);
   std::vector<data::MicroBatch> draw(std::int64_t count, bool validation);
@@ -249,6 +264,10 @@ class Engine {
   std::int64_t num_parameters_ = 0;
   std::int64_t steps_done_ = 0;
   std::int64_t resumed_from_ = 0;
+  // Memory snapshots: the last one's step, the interval (auto: measured) and
+  // the mean step time it is measured against (rank 0's).
+  std::int64_t last_snapshot_step_ = 0, snapshot_interval_ = 1, snapshot_measured_ = -1;
+  double step_ms_mean_ = 0;
   int nonfinite_run_ = 0;  // consecutive steps with a non-finite loss
   double window_work_ms_ = 0;
   std::vector<int> slow_windows_;  // per world rank: consecutive slow windows

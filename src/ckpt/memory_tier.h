@@ -1,0 +1,73 @@
+// Private: the memory tiers of a checkpoint — each rank's snapshot in its
+// node's memory, and a replica of it on a rank of another node.
+//
+// Under the tier's directory (node-local shared memory, /dev/shm by default):
+//   <dir>/<node>/rank_RRRRR/step_NNNNNNNN/               this rank's snapshot
+//   <dir>/<node>/replica_of_rank_RRRRR/step_NNNNNNNN/    the replica it holds of rank R
+// Each step directory is a one-rank checkpoint: rank_RRRRR.h5 (every slot the
+// rank holds, each piece with its checksum) and manifest.json (run state,
+// layout, world), written as <step>.tmp and committed by a rename, so a
+// crash leaves no torn copy under a committed name. The newest two of each
+// are kept.
+//
+// The replica's holder ("peer") is the rank of the same local index on the
+// next node, when the nodes hold equal, consecutive blocks of ranks (htrun's
+// and mpirun's by-slot placement); with one node there is none.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/manifest.h"
+#include "ckpt/rank_file.h"
+#include "ht/comm/communicator.h"
+
+namespace ht::ckpt::detail {
+
+class MemoryTier {
+ public:
+  /// Collective over `comm`, the tier's own communicator over the world.
+  /// `node` names this rank's node (a host name, or a simulated node's label).
+  MemoryTier(std::string dir, std::string node, std::unique_ptr<comm::Communicator> comm);
+
+  int rank() const { return comm_->rank(); }
+  int peer() const { return peer_; }      // holds this rank's replica; -1: none
+  int source() const { return source_; }  // whose replica this rank holds; -1: none
+  const std::string& node() const { return node_; }
+  std::string own_dir() const;
+  std::string replica_dir() const;  // of the source's replica ("" without one)
+
+  /// Writes a snapshot into this node's memory, then sends it to the peer
+  /// and stores the source's (collective over the tier's communicator: every
+  /// rank calls it for the same step, whatever failed locally). Runs on the
+  /// snapshot thread. Returns what went wrong ("" if both copies committed).
+  std::string write(std::int64_t step, Manifest manifest, std::vector<Piece>& pieces, double* write_ms,
+                    double* replicate_ms, std::int64_t* bytes);
+
+  /// What every rank can load from memory: the newest step, not older than
+  /// `at_least`, that each rank has in its own node's memory or its peer holds.
+  struct Plan {
+    std::int64_t step = -1;       // -1: none
+    std::vector<bool> from_peer;  // per rank: its copy comes from the peer
+    int pulled() const;
+  };
+  /// Collective.
+  Plan newest_common(std::int64_t at_least);
+  /// Collective: brings the plan's snapshot into this node's memory (from
+  /// the peer where the plan says so) and returns its step directory.
+  /// Throws (after taking part in every transfer) when this rank's copy
+  /// could not be had.
+  std::string fetch(const Plan& plan);
+
+  /// Removes this rank's snapshots and the replicas it holds (a finished run).
+  void discard();
+
+ private:
+  std::string dir_, node_;
+  std::unique_ptr<comm::Communicator> comm_;
+  int peer_ = -1, source_ = -1;
+};
+
+}  // namespace ht::ckpt::detail
