@@ -110,24 +110,27 @@ void unpack(const Tensor& buffer, const Sizes& sizes, int rank, const std::strin
   fs::rename(tmp, step_dir);
 }
 
-// Sends `out` to `to` and receives into a fresh buffer from `from` (either
-// may be -1): the header first, then the words. Returns the received buffer.
+// One transfer of `t` to `to` and of `in` from `from` (either may be -1).
+// A communicator runs its operations one after another, so a rank that
+// both sends and receives does so in one operation: two blocking halves in
+// a ring would wait for each other.
+void transfer(comm::Communicator& c, const Tensor& out, int to, Tensor& in, int from) {
+  if (to >= 0 && from >= 0)
+    c.send_recv(out, to, in, from)->wait();
+  else if (to >= 0)
+    c.send(out, to)->wait();
+  else if (from >= 0)
+    c.recv(in, from)->wait();
+}
+
+// Sends `out` to `to` and receives a buffer from `from` (either may be -1):
+// the header first, then the words. Returns the received buffer.
 Tensor exchange(comm::Communicator& c, const Tensor& out, const Sizes& out_sizes, int to, int from, Sizes* in_sizes) {
   Tensor in_header = Tensor::empty({4}, DType::kI32);
-  const Tensor out_header = header_of(out_sizes);
-  comm::WorkPtr sent, received;
-  if (to >= 0) sent = c.send(out_header, to);
-  if (from >= 0) received = c.recv(in_header, from);
-  if (sent) sent->wait();
-  if (received) received->wait();
+  transfer(c, header_of(out_sizes), to, in_header, from);
   *in_sizes = from >= 0 ? sizes_of(in_header) : Sizes{};
   Tensor in = Tensor::empty({in_sizes->words()}, DType::kI32);
-  sent.reset();
-  received.reset();
-  if (to >= 0 && out_sizes.words() > 0) sent = c.send(out, to);
-  if (from >= 0 && in_sizes->words() > 0) received = c.recv(in, from);
-  if (sent) sent->wait();
-  if (received) received->wait();
+  transfer(c, out, out_sizes.words() > 0 ? to : -1, in, in_sizes->words() > 0 ? from : -1);
   return in;
 }
 

@@ -90,6 +90,39 @@ case "$scenario" in
     case "$resumed" in 4|8) ;; *) tail -30 "$work/crash.log"; fail "launch 2 resumed after step '$resumed', not 4 or 8" ;; esac
     expect crash "# resumed from step $resumed "
     exact_accounting crash 1; same_as_fault_free crash ;;
+  memory)
+    # Memory snapshots every step (steps slowed to ~100 ms: a snapshot's
+    # write and exchange, some 50 ms on this loaded machine, then ends
+    # within its step; a faster step would skip the steps it overlaps),
+    # disk checkpoints every 4: rank 1 crashes at step 10 and its node fails
+    # its health check. The spare has none of node 1's memory, so rank 1
+    # pulls its copy from its peer's replica on node 0, and the run resumes
+    # from memory at step 8 or 9, at least as new as the disk's 8, losing at
+    # most 2 steps; the final weights are the fault-free run's.
+    HT_FAULTS="slow:rank=0:factor=20,crash:rank=1:step=10,node-unhealthy:node=1" run memory --spares 1 -- \
+      --mem-ckpt-every 1
+    finished memory; expect memory "spare node 2 brought in"
+    expect memory "# resumed from step [89] (memory, in [0-9]* ms; 1 rank(s) pulled their copy from a peer)"
+    python3 - "$work/memory/htrun_report.json" <<'PY' || fail "the relaunch did not resume from memory and its peer"
+import json, sys
+i = json.load(open(sys.argv[1]))["incidents"][0]
+ok = i["resume_tier"] == "memory+peer" and i["resumed_from"] in (8, 9) and i["steps_lost"] == 9 - i["resumed_from"]
+print(i) if not ok else None
+sys.exit(0 if ok else 1)
+PY
+    expect memory "(from memory+peer, step "
+    exact_accounting memory 1; same_as_fault_free memory
+    # The finished run freed its snapshots (/dev/shm/hypertrain-<FNV-1a of the checkpoint directory>).
+    python3 - "$work/memory/checkpoints" <<'PY' || fail "the finished run left its memory snapshots"
+import os, sys
+h = 0xcbf29ce484222325
+for c in os.path.realpath(sys.argv[1]).encode():
+    h = ((h ^ c) * 0x100000001b3) % 2**64
+d = f"/dev/shm/hypertrain-{h:016x}"
+print(f"{d} is left") if os.path.exists(d) else None
+sys.exit(1 if os.path.exists(d) else 0)
+PY
+    ;;
   hang)
     # A crash, then a hang, in steps of a few ms: goodput and both
     # recoveries exact, from the ranks' step records.

@@ -19,6 +19,8 @@ nlohmann::json Report::to_json() const {
                      {"detection_latency_s", i.detection_latency_s},
                      {"step_reached", i.step_reached},
                      {"steps_lost", i.steps_lost},
+                     {"resumed_from", i.resumed_from},
+                     {"resume_tier", i.resume_tier},
                      {"health", i.health}};
     if (i.recovery_s) j["recovery_s"] = *i.recovery_s;
     incidents_json.push_back(std::move(j));
@@ -40,9 +42,12 @@ std::string Report::text() const {
       "htrun report: {}; {} restart(s), {} incident(s), cordoned [{}], goodput {:.1f}% ({:.1f} s of {:.1f} s)\n",
       verdict, restarts, incidents.size(), fmt::join(cordoned, ","), 100 * goodput(), productive_s, wall_s);
   for (const Incident& i : incidents)
-    out += fmt::format("  {:<11} rank {} node {}: detected in {:.2f} s, recovered in {}, {} step(s) lost\n", i.kind,
+    out += fmt::format("  {:<11} rank {} node {}: detected in {:.2f} s, recovered in {}{}, {} step(s) lost\n", i.kind,
                        i.rank, i.node, i.detection_latency_s,
-                       i.recovery_s ? fmt::format("{:.1f} s", *i.recovery_s) : std::string("-"), i.steps_lost);
+                       i.recovery_s ? fmt::format("{:.1f} s", *i.recovery_s) : std::string("-"),
+                       i.resume_tier.empty() ? std::string()
+                                             : fmt::format(" (from {}, step {})", i.resume_tier, i.resumed_from),
+                       i.steps_lost);
   return out;
 }
 

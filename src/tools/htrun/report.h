@@ -27,6 +27,11 @@ struct Incident {
   std::optional<double> recovery_s;  // detected -> the first step completed after it (its completion time)
   std::int64_t step_reached = 0;
   std::int64_t steps_lost = 0;  // steps done since the checkpoint resumed from
+  /// Where the relaunch after it resumed: the step and the tier ("memory",
+  /// "memory+peer": some ranks pulled their copy from a peer, "disk";
+  /// "" when no relaunch trained).
+  std::int64_t resumed_from = -1;
+  std::string resume_tier;
   nlohmann::json health = nlohmann::json::array();
 };
 

@@ -56,7 +56,8 @@ std::vector<MetricsRecord> MetricsTail::poll() {
       const std::string type = j.value("type", "");
       if (type != "run" && type != "step") continue;
       out.push_back({type, j.value("step", std::int64_t(0)), j.value("time_ms", 0.0) / 1000,
-                     j.value("step_ms", 0.0) / 1000});
+                     j.value("step_ms", 0.0) / 1000, j.value("resumed_from", std::int64_t(-1)),
+                     j.value("resume_tier", std::string())});
     } catch (...) {
     }
   }

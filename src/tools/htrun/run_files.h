@@ -43,6 +43,10 @@ struct MetricsRecord {
   std::int64_t step = 0;
   double time_s = 0;  // when written (wall clock, as the heartbeats); 0 when the line has no time_ms
   double step_s = 0;  // a step's own time
+  /// A run line of a resumed launch: the step it resumed from and the tier
+  /// that held it ("memory", "memory+peer", "disk"); -1 and "" otherwise.
+  std::int64_t resumed_from = -1;
+  std::string resume_tier;
 };
 
 /// Follows <run-dir>/metrics.jsonl as the program writes it: each poll returns

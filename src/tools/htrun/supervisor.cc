@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "ht/ckpt/checkpoint.h"
 #include "htrun/job.h"
 #include "htrun/run_files.h"
 
@@ -67,9 +68,15 @@ struct Supervisor::Watch {
   // What rank 0 recorded in metrics.jsonl during this launch: training began
   // (the run line), and each step completed, by step (exact times).
   bool training_began = false;
+  std::int64_t resumed_from = -1;  // the run line's: where the launch resumed, and from which tier
+  std::string resume_tier;
   std::map<std::int64_t, MetricsRecord> steps;
   double last_step_done_s = 0;  // when the newest of them completed
 };
+
+std::string Supervisor::memory_dir() const {
+  return ht::ckpt::default_memory_dir((fs::path(options_.run_dir) / "checkpoints").string());
+}
 
 Supervisor::Supervisor(SupervisorOptions options, Cluster cluster)
     : options_(std::move(options)), cluster_(std::move(cluster)) {
@@ -121,7 +128,12 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
   for (const Node& n : active_) ids.push_back(n.id);
   std::fprintf(stderr, "htrun: launch %d: %zu node(s) [%s] x %d slot(s), resuming after step %lld\n", launch,
                active_.size(), fmt::format("{}", fmt::join(ids, ",")).c_str(), options_.slots, (long long)resume_step);
-  Job job(job_command(), cluster_.job_env(), (fs::path(options_.run_dir) / "htrun_job.log").string(), /*echo=*/true,
+  // Simulated nodes tell their ranks which node they are on: the memory
+  // tiers of checkpoints keep each node's snapshots apart.
+  std::vector<std::string> env = cluster_.job_env();
+  if (cluster_.kind() == ClusterKind::kLocal)
+    env.push_back(fmt::format("HT_SIMULATED_NODES={}:{}", options_.slots, fmt::join(ids, ",")));
+  Job job(job_command(), env, (fs::path(options_.run_dir) / "htrun_job.log").string(), /*echo=*/true,
           [this](const std::string& line) { return cluster_.dead_rank(line); });
 
   Watch w;
@@ -135,7 +147,11 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
   auto read_records = [&] {
     for (const MetricsRecord& m : metrics.poll()) {
       if (m.time_s < launched_at) continue;
-      if (m.type == "run") w.training_began = true;
+      if (m.type == "run") {
+        w.training_began = true;
+        w.resumed_from = m.resumed_from;
+        w.resume_tier = m.resume_tier;
+      }
       if (m.type != "step") continue;
       w.steps[m.step] = m;
       w.last_step_done_s = std::max(w.last_step_done_s, m.time_s);
@@ -324,6 +340,12 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
     if (ok && !cordon_anyway) continue;
     const std::string why = ok ? "a persistent straggler" : "failed its health check";
     cordoned_.push_back(node);
+    // A simulated node's memory goes with it, as a real node's would: its
+    // ranks' snapshots then come from their peers' replicas.
+    if (cluster_.kind() == ClusterKind::kLocal) {
+      std::error_code ignored;
+      fs::remove_all(fs::path(memory_dir()) / fmt::format("node{}", node.id), ignored);
+    }
     if (const std::string warning = cluster_.cordon(node, why); !warning.empty())
       std::fprintf(stderr, "htrun: warning: %s\n", warning.c_str());
     auto it = std::find_if(active_.begin(), active_.end(), [&](const Node& n) { return n.id == node.id; });
@@ -364,6 +386,13 @@ Report Supervisor::run() {
     const std::int64_t resume_step = latest_checkpoint_step(options_.run_dir);
     const Watch w = launch_and_watch(report.restarts + 1, resume_step);
     if (pending) {
+      // The relaunch says where it resumed (its run line): the steps lost
+      // are those past that step, whichever tier held it.
+      if (!w.resume_tier.empty()) {
+        pending->resumed_from = w.resumed_from;
+        pending->resume_tier = w.resume_tier;
+        pending->steps_lost = std::max<std::int64_t>(0, pending->step_reached - w.resumed_from);
+      }
       report.incidents.push_back(*pending);
       pending.reset();
     }
@@ -454,6 +483,12 @@ Report Supervisor::run() {
   for (const Node& n : active_) report.active.push_back(n.id);
   for (const Node& n : spares_) report.spares_left.push_back(n.id);
   std::ofstream(fs::path(options_.run_dir) / "htrun_report.json") << report.to_json().dump(1) << "\n";
+  // Simulated nodes' memory is this machine's: the run is over, free it
+  // (the checkpoints on disk stay). A program finishing frees its own.
+  if (cluster_.kind() == ClusterKind::kLocal) {
+    std::error_code ignored;
+    fs::remove_all(memory_dir(), ignored);
+  }
   return report;
 }
 

@@ -42,6 +42,9 @@ class Supervisor {
   bool node_healthy(const Node& node);
   std::string node_name(int id) const;
   std::string preemption_verdict(const Watch& w) const;
+  /// The memory tiers' directory of the program's checkpoints (the default
+  /// one under <run-dir>/checkpoints).
+  std::string memory_dir() const;
 
   SupervisorOptions options_;
   Cluster cluster_;
