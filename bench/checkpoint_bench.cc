@@ -14,6 +14,12 @@
 //                  throughput of the same bytes (the rank file itself) to the
 //                  same directory (fwrite + fsync), and their ratio (target >= 0.70)
 //   load           resume time, same layout; resharded load time when asked
+//   snapshot       memory tiers at the default interval (auto): an engine
+//                  that snapshots and one that does not, stepped in turn on
+//                  the same data; the snapshots taken, their stall and
+//                  thread time, and the step-time overhead (target <= 3%).
+//                  Under mpirun each rank is a simulated node of its own
+//                  (HT_SIMULATED_NODES, unless set), so snapshots replicate.
 // and with --json a JSON object per run instead. Rank 0 reports its own
 // rank's figures (every rank writes its own file in parallel).
 #include <CLI/CLI.hpp>
@@ -44,6 +50,7 @@ struct Args {
   int layers = 12, heads = 12;
   std::int64_t embd = 768, vocab = 50304;
   std::string dir = "/tmp/ht_checkpoint_bench";
+  int snapshot_steps = 12;
   bool json = false;
 
   bool reshard() const { return reshard_tp > 0 || reshard_pp > 0 || reshard_zero >= 0; }
@@ -64,6 +71,7 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--heads", a.heads);
   app.add_option("--embd", a.embd);
   app.add_option("--vocab", a.vocab);
+  app.add_option("--snapshot-steps", a.snapshot_steps, "steps of each engine in the memory-tier comparison (0: none)");
   app.add_flag("--json", a.json);
 }
 
@@ -153,6 +161,46 @@ double measure_load(const Args& a, const data::TokenSplits& data, int tp, int pp
   return ms;
 }
 
+/// Two engines stepped in turn, one with memory snapshots at the default
+/// interval and one without; fills the snapshot figures of `out`.
+void measure_snapshots(const Args& a, const data::TokenSplits& data, nlohmann::json& out) {
+  comm::DeviceMesh mesh(comm::make_mpi_world(), a.tp, a.pp);
+  train::EngineOptions with = engine_options(a);
+  with.ckpt_dir = a.dir + "_snapshots";
+  with.mem_ckpt_every = -1;
+  with.mem_ckpt_dir = "/dev/shm/ht_checkpoint_bench_memory";
+  train::EngineOptions without = engine_options(a);
+  without.ckpt_dir.clear();
+  bench::LmEngine snap(with, a.model(), data, kSeqLen, &mesh);
+  bench::LmEngine plain(without, a.model(), data, kSeqLen, &mesh);
+  for (int i = 0; i < 2; ++i) {  // warm-up: the first snapshot is taken, and the interval measured
+    snap->step();
+    plain->step();
+  }
+  double snap_ms = 0, plain_ms = 0;
+  int taken = 0;
+  for (int i = 0; i < a.snapshot_steps; ++i) {
+    const train::StepStats s = snap->step();
+    snap_ms += s.ms;
+    taken += s.snapshotted ? 1 : 0;
+    plain_ms += plain->step().ms;
+  }
+  const ckpt::SnapshotStats last = snap->checkpointer()->last_snapshot();
+  snap->checkpointer()->wait_snapshot();
+  const ckpt::SnapshotStats done = snap->checkpointer()->last_snapshot();
+  snap->checkpointer()->discard_memory(true);
+  out["snapshot_steps"] = a.snapshot_steps;
+  out["snapshots_taken"] = taken;
+  out["snapshot_stall_ms"] = last.stall_ms;
+  out["snapshot_write_ms"] = done.write_ms;
+  out["snapshot_replicate_ms"] = done.replicate_ms;
+  out["snapshot_bytes"] = done.bytes;
+  out["step_ms_without"] = plain_ms / a.snapshot_steps;
+  out["step_ms_with"] = snap_ms / a.snapshot_steps;
+  out["snapshot_overhead"] = snap_ms / plain_ms - 1;
+  if (mesh.rank() == 0) fs::remove_all(with.ckpt_dir);
+}
+
 void print_lines(const Args& a, const nlohmann::json& out) {
   std::printf("# %s\n# model %s, save layout %s; %.1f MB per rank file (rank 0)\n",
               out["build"].get<std::string>().c_str(), a.model().str().c_str(),
@@ -166,6 +214,13 @@ void print_lines(const Args& a, const nlohmann::json& out) {
   if (out.contains("reshard_load_ms"))
     std::printf("reshard load  %9.1f ms (into %s)\n", double(out["reshard_load_ms"]),
                 out["reshard_layout"].get<std::string>().c_str());
+  if (out.contains("snapshot_overhead"))
+    std::printf("snapshot      %9.1f ms stall, %.1f ms write + %.1f ms replicate in the background (%.1f MB); %d in "
+                "%d steps of %.1f ms; step time %+.1f%% (target <= 3%%)\n",
+                double(out["snapshot_stall_ms"]), double(out["snapshot_write_ms"]),
+                double(out["snapshot_replicate_ms"]), double(out["snapshot_bytes"]) / 1e6,
+                int(out["snapshots_taken"]), int(out["snapshot_steps"]), double(out["step_ms_without"]),
+                100 * double(out["snapshot_overhead"]));
 }
 
 }  // namespace
@@ -183,6 +238,15 @@ int main(int argc, char** argv) {
     measure_saves(a, data, out);
     std::string layout;
     out["load_ms"] = measure_load(a, data, a.tp, a.pp, a.zero, layout);
+    if (a.snapshot_steps > 0) {
+      // Each rank a node of its own: the snapshots replicate, as across machines.
+      if (!std::getenv("HT_SIMULATED_NODES")) {
+        std::string ids;
+        for (int r = 0; r < mpi->world_size(); ++r) ids += (r ? "," : "") + std::to_string(r);
+        ::setenv("HT_SIMULATED_NODES", ("1:" + ids).c_str(), 1);
+      }
+      measure_snapshots(a, data, out);
+    }
     if (a.reshard()) {
       const int rtp = a.reshard_tp > 0 ? a.reshard_tp : a.tp, rpp = a.reshard_pp > 0 ? a.reshard_pp : a.pp;
       out["reshard_load_ms"] = measure_load(a, data, rtp, rpp, a.reshard_zero >= 0 ? a.reshard_zero : a.zero, layout);
