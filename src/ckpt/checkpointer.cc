@@ -1,4 +1,5 @@
 // ht::ckpt::Checkpointer: host snapshot, background write, commit, load.
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,13 @@ namespace {
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// CPU time of the calling thread.
+double thread_cpu_ms() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) * 1e3 + double(t.tv_nsec) / 1e6;
 }
 
 // The verdict of every rank: the minimum of `value` over the group.
@@ -311,9 +319,11 @@ std::string Checkpointer::snapshot(const RunState& state, const std::vector<opti
   m.layout = impl_->layout;
   m.world = impl_->mesh.world().size();
   impl_->memory_task->start([impl = impl_.get(), stats = &snapshot_stats_, m = std::move(m), pieces]() mutable {
+    const double cpu0 = thread_cpu_ms();
     const std::string error = impl->memory->write(m.run.step, std::move(m), *pieces, &stats->write_ms,
                                                   &stats->replicate_ms, &stats->bytes);
     keep_buffers(*pieces, impl->mu, impl->spare_snapshot_buffers);
+    stats->cpu_ms = thread_cpu_ms() - cpu0;
     return error;
   });
   snapshot_stats_.stall_ms = now_ms() - t0;

@@ -175,12 +175,14 @@ ckpt::RunState Engine::run_state() const {
 bool Engine::snapshot_due(std::int64_t step) {
   if (!checkpointer_ || !checkpointer_->has_memory_tier() || mesh_->rank() != 0) return false;
   // Auto: the interval that keeps the last snapshot's cost (the stall and its
-  // thread's work, which shares the cores on a CPU run) within 2% of a step.
+  // thread's CPU time, which the cores of a CPU run share with training)
+  // within 2% of a step. Its wall time is not the cost: waiting on the peer
+  // or for a core takes nothing from training.
   const ckpt::SnapshotStats& last = checkpointer_->last_snapshot();
   if (options_.mem_ckpt_every < 0 && last.step > snapshot_measured_ && !checkpointer_->snapshot_busy() &&
       step_ms_mean_ > 0) {
     snapshot_measured_ = last.step;
-    const double cost = last.stall_ms + last.write_ms + last.replicate_ms;
+    const double cost = last.stall_ms + last.cpu_ms;
     snapshot_interval_ = std::clamp<std::int64_t>(std::int64_t(std::ceil(cost / (0.02 * step_ms_mean_))), 1, 100000);
   }
   return step - last_snapshot_step_ >= snapshot_interval_;

@@ -106,6 +106,7 @@ struct SnapshotStats {
   double stall_ms = 0;      // training paused: copying to host
   double write_ms = 0;      // background: writing it into this node's memory
   double replicate_ms = 0;  // background: the exchange with the peer, and storing its replica
+  double cpu_ms = 0;        // the snapshot thread's own CPU time (what it takes from training on busy cores)
   std::int64_t bytes = 0;   // this rank's snapshot file
 };
 
