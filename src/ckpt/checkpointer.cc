@@ -155,6 +155,7 @@ struct Checkpointer::Impl {
   std::vector<Tensor> spare_buffers;  // the last save's host copies, for reuse
   std::vector<Tensor> spare_snapshot_buffers;
   std::optional<detail::MemoryTier> memory;
+  std::function<void(std::int64_t, const std::string&)> snapshot_hook;  // fault rehearsals
   // Last: their destructors wait for the tasks in flight, which use the members above.
   detail::BackgroundTask disk_task;
   std::optional<detail::BackgroundTask> memory_task;
@@ -301,6 +302,11 @@ std::string Checkpointer::save(const RunState& state, const std::vector<optim::S
 
 bool Checkpointer::has_memory_tier() const { return impl_->memory.has_value(); }
 
+void Checkpointer::set_snapshot_hook(std::function<void(std::int64_t, const std::string&)> hook) {
+  impl_->snapshot_hook = hook;
+  if (impl_->memory) impl_->memory->set_phase_hook(std::move(hook));
+}
+
 bool Checkpointer::snapshot_busy() const { return impl_->memory_task && impl_->memory_task->busy(); }
 
 std::string Checkpointer::wait_snapshot() { return impl_->memory_task ? impl_->memory_task->wait() : ""; }
@@ -312,6 +318,7 @@ std::string Checkpointer::snapshot(const RunState& state, const std::vector<opti
   const std::string previous = wait_snapshot();
   auto pieces = std::make_shared<std::vector<Piece>>(
       host_copy(slots, optimizer, /*primary_only=*/false, impl_->spare_snapshot_buffers));
+  if (impl_->snapshot_hook) impl_->snapshot_hook(state.step, "copy");
   snapshot_stats_ = {};
   snapshot_stats_.step = state.step;
   Manifest m;

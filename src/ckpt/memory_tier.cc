@@ -93,8 +93,10 @@ Tensor pack(const std::string& step_dir, int rank, Sizes* sizes) {
   return buffer;
 }
 
-// Writes a received buffer as the committed step directory `step_dir`.
-void unpack(const Tensor& buffer, const Sizes& sizes, int rank, const std::string& step_dir) {
+// Writes a received buffer as the committed step directory `step_dir`;
+// `before_commit` runs between the writes and the rename.
+void unpack(const Tensor& buffer, const Sizes& sizes, int rank, const std::string& step_dir,
+            const std::function<void()>& before_commit = {}) {
   const std::string tmp = step_dir + ".tmp";
   std::error_code ec;
   fs::remove_all(tmp, ec);
@@ -106,6 +108,7 @@ void unpack(const Tensor& buffer, const Sizes& sizes, int rank, const std::strin
   ht::detail::write_file((fs::path(tmp) / kManifestName).string(),
                          std::string_view(bytes + sizes.file, std::size_t(sizes.manifest)), /*sync=*/true,
                          "memory snapshot manifest");
+  if (before_commit) before_commit();
   fs::remove_all(step_dir, ec);
   fs::rename(tmp, step_dir);
 }
@@ -196,6 +199,7 @@ std::string MemoryTier::write(std::int64_t step, Manifest manifest, std::vector<
              ec.message());
     const std::string name = rank_file_name(rank());
     *bytes = write_rank_file((fs::path(tmp) / name).string(), pieces);
+    if (hook_) hook_(step, "write");
     manifest.files = {{rank(), name, *bytes}};
     manifest.pieces.clear();
     for (const Piece& p : pieces) {
@@ -203,6 +207,7 @@ std::string MemoryTier::write(std::int64_t step, Manifest manifest, std::vector<
       manifest.pieces.back().file = name;
     }
     write_manifest(tmp, manifest);
+    if (hook_) hook_(step, "commit");
     std::error_code ignored;
     fs::remove_all(own, ignored);
     fs::rename(tmp, own);  // the commit point
@@ -212,6 +217,7 @@ std::string MemoryTier::write(std::int64_t step, Manifest manifest, std::vector<
   }
   const double t1 = now_ms();
   *write_ms = t1 - t0;
+  if (hook_) hook_(step, "replicate");
   // Every rank takes part in the exchange, sending nothing when its own copy failed.
   if (peer_ >= 0) {
     try {
@@ -220,7 +226,9 @@ std::string MemoryTier::write(std::int64_t step, Manifest manifest, std::vector<
       const Tensor in = exchange(*comm_, out, out_sizes, peer_, source_, &in_sizes);
       if (in_sizes.file > 0) {
         const std::string replicas = replica_dir();
-        unpack(in, in_sizes, source_, checkpoint_dir(replicas, step));
+        unpack(in, in_sizes, source_, checkpoint_dir(replicas, step), [&] {
+          if (hook_) hook_(step, "replica-commit");
+        });
         prune(replicas, 2);
       }
     } catch (const std::exception& e) {

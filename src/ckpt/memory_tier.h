@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,10 +65,16 @@ class MemoryTier {
   /// Removes this rank's snapshots and the replicas it holds (a finished run).
   void discard();
 
+  /// Called at each phase of write() ("write", "commit", "replicate",
+  /// "replica-commit") with the step: fault rehearsals kill the rank there.
+  using PhaseHook = std::function<void(std::int64_t step, const std::string& phase)>;
+  void set_phase_hook(PhaseHook hook) { hook_ = std::move(hook); }
+
  private:
   std::string dir_, node_;
   std::unique_ptr<comm::Communicator> comm_;
   int peer_ = -1, source_ = -1;
+  PhaseHook hook_;
 };
 
 }  // namespace ht::ckpt::detail

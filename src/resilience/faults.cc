@@ -19,7 +19,8 @@ namespace {
 
 constexpr const char* kForms =
     "crash:rank=R:step=S, hang:rank=R:step=S, nan:step=S, slow:rank=R:factor=F, bitflip:rank=R:step=S, "
-    "ckpt-corrupt:step=S, node-unhealthy:node=N";
+    "ckpt-corrupt:step=S, node-unhealthy:node=N, snapshot-crash:rank=R:step=S:phase=P (P: copy, write, commit, "
+    "replicate, replica-commit)";
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -38,8 +39,13 @@ FaultKind kind_of(const std::string& k, const std::string& entry) {
   if (k == "bitflip") return FaultKind::kBitflip;
   if (k == "ckpt-corrupt") return FaultKind::kCkptCorrupt;
   if (k == "node-unhealthy") return FaultKind::kNodeUnhealthy;
+  if (k == "snapshot-crash") return FaultKind::kSnapshotCrash;
   HT_CHECK(false, ErrorKind::kConfig, "HT_FAULTS entry '{}': unknown fault '{}'; the forms are {}", entry, k, kForms);
   return FaultKind::kCrash;
+}
+
+bool is_snapshot_phase(const std::string& p) {
+  return p == "copy" || p == "write" || p == "commit" || p == "replicate" || p == "replica-commit";
 }
 
 }  // namespace
@@ -53,6 +59,7 @@ std::string fault_kind_name(FaultKind k) {
     case FaultKind::kBitflip: return "bitflip";
     case FaultKind::kCkptCorrupt: return "ckpt-corrupt";
     case FaultKind::kNodeUnhealthy: return "node-unhealthy";
+    case FaultKind::kSnapshotCrash: return "snapshot-crash";
   }
   return "?";
 }
@@ -78,8 +85,10 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
           f.factor = std::stod(value);
         else if (key == "node")
           f.node = std::stoi(value);
+        else if (key == "phase")
+          f.phase = value;
         else
-          HT_CHECK(false, ErrorKind::kConfig, "HT_FAULTS entry '{}': unknown key '{}' (rank, step, factor, node)", entry,
+          HT_CHECK(false, ErrorKind::kConfig, "HT_FAULTS entry '{}': unknown key '{}' (rank, step, factor, node, phase)", entry,
                    key);
       } catch (const std::logic_error&) {
         HT_CHECK(false, ErrorKind::kConfig, "HT_FAULTS entry '{}': '{}' is not a number", entry, value);
@@ -87,6 +96,11 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
     }
     HT_CHECK(f.kind != FaultKind::kNodeUnhealthy || f.node >= 0, ErrorKind::kConfig,
              "HT_FAULTS entry '{}': node-unhealthy needs node=N", entry);
+    HT_CHECK(f.kind == FaultKind::kSnapshotCrash ? is_snapshot_phase(f.phase) : f.phase.empty(), ErrorKind::kConfig,
+             "HT_FAULTS entry '{}': {}", entry,
+             f.kind == FaultKind::kSnapshotCrash ? "snapshot-crash needs phase=copy, write, commit, replicate or "
+                                                   "replica-commit"
+                                                 : "only snapshot-crash takes a phase");
     HT_CHECK(f.kind != FaultKind::kSlow || f.factor >= 1.0, ErrorKind::kConfig,
              "HT_FAULTS entry '{}': slow needs factor >= 1", entry);
     plan.faults_.push_back(f);

@@ -59,6 +59,16 @@ void add_fault_rehearsals(Engine& engine, const resilience::FaultPlan& plan, con
               .string());
   };
   engine.add_hooks(std::move(h));
+  // A kill inside a memory snapshot, at the phase named.
+  if (engine.checkpointer() && engine.checkpointer()->has_memory_tier())
+    for (const resilience::Fault& f : plan.faults())
+      if (f.kind == FaultKind::kSnapshotCrash && (f.rank < 0 || f.rank == rank))
+        engine.checkpointer()->set_snapshot_hook([plan, run_dir, rank](std::int64_t step, const std::string& phase) {
+          for (const resilience::Fault& g : plan.faults())
+            if (g.kind == FaultKind::kSnapshotCrash && (g.rank < 0 || g.rank == rank) &&
+                (g.step < 0 || g.step == step) && g.phase == phase)
+              resilience::rehearse_crash(run_dir, g, rank);
+        });
 }
 
 }  // namespace ht::train

@@ -28,6 +28,11 @@ TEST(FaultPlan, ParsesEveryKindAndMatchesRankAndStep) {
   EXPECT_TRUE(p.node_unhealthy(2));
   EXPECT_FALSE(p.node_unhealthy(1));
   EXPECT_TRUE(FaultPlan::parse("").empty());
+  const FaultPlan k = FaultPlan::parse("snapshot-crash:rank=1:step=6:phase=replica-commit");
+  ASSERT_EQ(k.faults().size(), 1u);
+  EXPECT_EQ(k.faults().front().kind, FaultKind::kSnapshotCrash);
+  EXPECT_EQ(k.faults().front().phase, "replica-commit");
+  EXPECT_EQ(k.faults().front().step, 6);
 }
 
 TEST(FaultPlan, BadEntriesFailClearly) {
@@ -37,6 +42,12 @@ TEST(FaultPlan, BadEntriesFailClearly) {
   EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("crash:rank=x"); }, ErrorKind::kConfig, {"'x' is not a number"}));
   EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("crash:when=3"); }, ErrorKind::kConfig, {"unknown key 'when'"}));
   EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("node-unhealthy"); }, ErrorKind::kConfig, {"needs node=N"}));
+  EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("snapshot-crash:rank=1:step=6"); }, ErrorKind::kConfig,
+                                 {"snapshot-crash needs phase=copy, write, commit, replicate or replica-commit"}));
+  EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("snapshot-crash:step=6:phase=later"); }, ErrorKind::kConfig,
+                                 {"snapshot-crash needs phase="}));
+  EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("crash:step=6:phase=write"); }, ErrorKind::kConfig,
+                                 {"only snapshot-crash takes a phase"}));
   EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("slow:rank=1:factor=0.5"); }, ErrorKind::kConfig,
                                  {"factor >= 1"}));
 }

@@ -45,6 +45,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -156,6 +157,11 @@ class Checkpointer {
   /// only when snapshot_busy() is false on every rank (the engine agrees on
   /// it with its per-step all-reduce), so it never waits.
   std::string snapshot(const RunState& state, const std::vector<optim::Slot>& slots, optim::Optimizer& optimizer);
+  /// Called at each phase of a snapshot with its step: "copy" (the host copy
+  /// taken, on the training thread), then on the snapshot thread "write",
+  /// "commit", "replicate", "replica-commit" (ckpt/memory_tier.h). For fault
+  /// rehearsals (HT_FAULTS snapshot-crash); set it before the first snapshot.
+  void set_snapshot_hook(std::function<void(std::int64_t step, const std::string& phase)> hook);
   /// Whether this rank's snapshot thread is still writing or replicating.
   bool snapshot_busy() const;
   /// Waits for the snapshot in flight; returns its failure message ("" if none).

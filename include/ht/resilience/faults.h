@@ -8,6 +8,14 @@
 //   bitflip:rank=1:step=60      after step 60's update rank 1 flips a bit of a parameter
 //   ckpt-corrupt:step=100       the checkpoint of step 100 is damaged once committed
 //   node-unhealthy:node=2       node 2 fails its health check
+//   snapshot-crash:rank=1:step=5:phase=replicate
+//                               rank 1 dies (SIGKILL) inside the memory snapshot
+//                               of step 5, at that phase: copy (the host copy
+//                               taken), write (its rank file written, not the
+//                               manifest), commit (both written, not renamed),
+//                               replicate (committed, before the exchange with
+//                               the peer), replica-commit (the source's replica
+//                               received and written, not renamed)
 // A missing rank means every rank; a missing step means every step. A fault
 // that has fired is recorded in the run directory (faults_fired.txt) and does
 // not fire again when the job is relaunched, so a rehearsed failure happens
@@ -23,7 +31,7 @@
 
 namespace ht::resilience {
 
-enum class FaultKind { kCrash, kHang, kNan, kSlow, kBitflip, kCkptCorrupt, kNodeUnhealthy };
+enum class FaultKind { kCrash, kHang, kNan, kSlow, kBitflip, kCkptCorrupt, kNodeUnhealthy, kSnapshotCrash };
 std::string fault_kind_name(FaultKind k);
 
 struct Fault {
@@ -32,6 +40,7 @@ struct Fault {
   std::int64_t step = -1;   // -1: every step
   double factor = 1.0;      // slow
   int node = -1;            // node-unhealthy
+  std::string phase;        // snapshot-crash
   std::string text;         // the entry as written, its identity
 };
 
