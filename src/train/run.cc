@@ -144,6 +144,9 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
       if (engine.checkpointer()) {
         const std::string error = engine.checkpoint_now();
         saved = error.empty() ? "checkpoint committed" : error;
+        // The disk holds this very step: no snapshot is newer, and the job
+        // may come back on other nodes.
+        engine.checkpointer()->discard_memory(error.empty());
       }
       if (rank0)
         std::printf("# %s at step %lld: %s\n", straggler_exit ? "straggler" : "preempted", (long long)s.step,

@@ -223,7 +223,8 @@ PY
     # an exit record that says where it was.
     rm -rf "$work/watchdog"
     set +e
-    HT_FAULTS="hang:rank=0:step=3" timeout 60 "$gpt" "${train[@]}" --watchdog 1 --run-dir "$work/watchdog" \
+    # (No memory snapshots: a rank that ends hung keeps them for a relaunch.)
+    HT_FAULTS="hang:rank=0:step=3" timeout 60 "$gpt" "${train[@]}" --watchdog 1 --run-dir "$work/watchdog" --mem-ckpt-every 0 \
       > "$work/watchdog.log" 2>&1
     rc=$?
     set -e
