@@ -360,6 +360,12 @@ StepStats Engine::step() {
   // A memory snapshot when rank 0 says it is due and no rank is still
   // writing the last one (never a wait in the step); not of a suspect state.
   if (sums[3] > 0.f && sums[4] == 0.f && nonfinite_run_ == 0) {
+    // As before a save: a bit flipped since the last comparison would be
+    // resumed from after every failure.
+    if (options_.sdc_every > 0 && replicas_checked_step_ != steps_done_) {
+      progress("replica-check");
+      check_replicas(steps_done_);
+    }
     progress("snapshot");
     s.snapshot_error = checkpointer_->snapshot(run_state(), optimizer_->slots(), *optimizer_);
     s.snapshotted = true;
