@@ -329,9 +329,14 @@ bool Supervisor::node_healthy(const Node& node) {
 bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
   // The node involved; every node when none is known, or when replicas
   // disagree (the corruption check names ranks, but any of them may lie).
+  // None after a divergence: the loss is summed over every rank, so a
+  // non-finite one is the run's numerics, not a node's (a node computing
+  // garbage shows as replicas that disagree: corruption, which checks all).
   std::vector<Node> suspects;
   for (const Node& n : active_)
-    if (incident.node < 0 || incident.kind == "corruption" || n.id == incident.node) suspects.push_back(n);
+    if (incident.kind != "divergence" &&
+        (incident.node < 0 || incident.kind == "corruption" || n.id == incident.node))
+      suspects.push_back(n);
   // A straggler is cordoned whatever its health check says: the job asked for it.
   const bool cordon_anyway = incident.kind == "straggler" && incident.node >= 0;
   for (const Node& node : suspects) {
