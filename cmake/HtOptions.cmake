@@ -13,3 +13,18 @@ option(HT_BUILD_TESTS "Build the test suite" ${_ht_top_level})
 option(HT_BUILD_BENCHMARKS "Build the benchmarks" ${_ht_top_level})
 option(HT_BUILD_EXAMPLES "Build the examples" ${_ht_top_level})
 option(HT_NATIVE "Compile host code for this machine's CPU (-march=native)" OFF)
+# bench/fuzz.sh's build: clang, libFuzzer's coverage and the address and
+# undefined-behaviour sanitizers on everything compiled (the readers live in
+# the library), and a <name>_fuzzer program per fuzz target (tests/fuzz/).
+option(HT_FUZZ "Build the libFuzzer programs of tests/fuzz (clang only; instruments every target)" OFF)
+if(HT_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "HT_FUZZ=ON needs clang (libFuzzer), not ${CMAKE_CXX_COMPILER_ID}: configure with "
+                        "-DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16, as bench/fuzz.sh does")
+  endif()
+  add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=fuzzer-no-link,address,undefined>
+                      $<$<COMPILE_LANGUAGE:C,CXX>:-fno-sanitize-recover=all>
+                      $<$<COMPILE_LANGUAGE:C,CXX>:-fno-omit-frame-pointer>
+                      $<$<COMPILE_LANGUAGE:C,CXX>:-g>)
+  add_link_options(-fsanitize=address,undefined)
+endif()

@@ -9,13 +9,16 @@
 namespace ht::ckpt::detail {
 namespace {
 
-// The pieces of tp part `r`, ordered by their first element.
-std::vector<const PieceInfo*> pieces_of_part(const std::vector<PieceInfo>& pieces, int r) {
-  std::vector<const PieceInfo*> mine;
+// The pieces of each tp part 0..tp-1, each part's ordered by their first
+// element (pieces of ranks outside the group are left out). One pass, not
+// one per part: a damaged layout may claim kMaxTpSize parts.
+std::vector<std::vector<const PieceInfo*>> pieces_by_part(const std::vector<PieceInfo>& pieces, int tp) {
+  std::vector<std::vector<const PieceInfo*>> parts(std::size_t(std::max(tp, 1)));
   for (const PieceInfo& q : pieces)
-    if (q.layout.tp_rank == r) mine.push_back(&q);
-  std::stable_sort(mine.begin(), mine.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
-  return mine;
+    if (q.layout.tp_rank >= 0 && q.layout.tp_rank < tp) parts[std::size_t(q.layout.tp_rank)].push_back(&q);
+  for (auto& mine : parts)
+    std::stable_sort(mine.begin(), mine.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  return parts;
 }
 
 std::string layout_str(const nn::ParamLayout& l) {
@@ -34,28 +37,47 @@ std::map<std::string, std::vector<PieceInfo>> pieces_by_tensor(const std::vector
 // first must start at 0 and each next one where the previous ended, and the
 // last must end at the part's size. The parts then join into the full
 // tensor as the saved layout says (e.g. rows of a column-parallel weight).
+// Nothing is allocated before every part is seen to be covered exactly and
+// every piece's file to be large enough for its range: a damaged manifest
+// claiming a 2^40-element tensor then fails here, not in the allocator.
 Tensor assemble_tensor(const std::string& step_dir, const std::vector<PieceInfo>& pieces) {
   HT_CHECK_ARG(!pieces.empty(), "assemble_tensor: no pieces (checkpoint '{}')", step_dir);
+  for (const PieceInfo& q : pieces) check_piece_info(q, step_dir);
   const PieceInfo& first = pieces.front();
   const std::string& name = first.tensor;
   const std::string& kind = first.kind;
   nn::ParamLayout saved = first.layout;
   const int tp = std::max(saved.tp_size, 1);
   const Shape part_shape = nn::tp_part_shape(first.global_shape, saved);
-  std::vector<Tensor> parts;
+  const std::int64_t part_numel = shape_numel(part_shape);
+  const auto by_part = pieces_by_part(pieces, tp);
   for (int r = 0; r < tp; ++r) {
-    Tensor part = Tensor::empty({shape_numel(part_shape)}, DType::kF32, Device::cpu(), MemCategory::kOther);
     std::int64_t covered = 0;
-    for (const PieceInfo* q : pieces_of_part(pieces, r)) {
-      HT_CHECK(q->begin == covered && q->end <= part.numel(), ErrorKind::kIo,
+    for (const PieceInfo* q : by_part[std::size_t(r)]) {
+      HT_CHECK(q->begin == covered && q->end >= q->begin && q->end <= part_numel, ErrorKind::kIo,
                "checkpoint '{}' lacks a shard of {} ({}): tp part {} has elements up to {}, then a piece at {}",
                step_dir, name, kind, r, covered, q->begin);
-      part.slice(q->begin, q->end).copy_from(read_piece((std::filesystem::path(step_dir) / q->file).string(), *q));
+      const std::string path = (std::filesystem::path(step_dir) / q->file).string();
+      std::error_code ec;
+      const std::uintmax_t file_bytes = std::filesystem::file_size(path, ec);
+      HT_CHECK(!ec, ErrorKind::kIo,
+               "checkpoint file '{}', which holds a piece of {} ({}), is missing or unreadable: {}", path, name, kind,
+               ec.message());
+      HT_CHECK(std::uintmax_t(q->end - q->begin) <= file_bytes / sizeof(float), ErrorKind::kIo,
+               "checkpoint '{}': {} ({}) piece '{}' claims {} values, more than its file '{}' holds ({} bytes): the "
+               "checkpoint is corrupt",
+               step_dir, name, kind, q->dataset, q->end - q->begin, path, file_bytes);
       covered = q->end;
     }
-    HT_CHECK(covered == part.numel(), ErrorKind::kIo,
+    HT_CHECK(covered == part_numel, ErrorKind::kIo,
              "checkpoint '{}' lacks a shard of {} ({}): tp part {} covers {} of {} elements", step_dir, name, kind, r,
-             covered, part.numel());
+             covered, part_numel);
+  }
+  std::vector<Tensor> parts;
+  for (int r = 0; r < tp; ++r) {
+    Tensor part = Tensor::empty({part_numel}, DType::kF32, Device::cpu(), MemCategory::kOther);
+    for (const PieceInfo* q : by_part[std::size_t(r)])
+      part.slice(q->begin, q->end).copy_from(read_piece((std::filesystem::path(step_dir) / q->file).string(), *q));
     parts.push_back(part.view(part_shape));
   }
   saved.tp_rank = 0;
@@ -87,6 +109,10 @@ std::vector<std::string> tiling_problems(const std::vector<PieceInfo>& pieces) {
   }
   if (!consistent) return out;  // no single part size to check ranges against
   const int tp = std::max(first.layout.tp_size, 1);
+  if (tp > kMaxTpSize) {
+    out.push_back(fmt::format("{}: tp size {} is beyond any layout (at most {})", what, tp, kMaxTpSize));
+    return out;
+  }
   for (const PieceInfo& q : pieces)
     if (q.layout.tp_rank < 0 || q.layout.tp_rank >= tp)
       out.push_back(fmt::format("{}: piece '{}' in {} is for tp rank {}, outside a group of {}", what, q.dataset,
@@ -99,10 +125,11 @@ std::vector<std::string> tiling_problems(const std::vector<PieceInfo>& pieces) {
                               shape_str(first.global_shape), e.message()));
     return out;
   }
+  const auto by_part = pieces_by_part(pieces, tp);
   for (int r = 0; r < tp; ++r) {
     const std::string part = tp > 1 ? fmt::format("{}, tp part {}", what, r) : what;
     std::int64_t covered = 0;
-    for (const PieceInfo* q : pieces_of_part(pieces, r)) {
+    for (const PieceInfo* q : by_part[std::size_t(r)]) {
       if (q->begin < 0 || q->end < q->begin) {
         out.push_back(fmt::format("{}: piece '{}' in {} has the invalid range [{}, {})", part, q->dataset, q->file,
                                   q->begin, q->end));

@@ -1,11 +1,14 @@
 // A checkpoint's manifest.json.
 #include "ckpt/manifest.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/files.h"
+#include "core/json_integer.h"
 #include "ht/config.h"
 
 namespace ht::ckpt::detail {
@@ -36,6 +39,29 @@ ClientState from_json(const json& j, const char* what) {
       HT_CHECK(false, ErrorKind::kIo, "the manifest's run.{}.{} is neither a number nor a string", what, key);
   }
   return state;
+}
+
+// Field `key` of `j` as an integer of T's range (ht::detail::json_integer).
+template <std::integral T>
+T integer(const json& j, const char* key) {
+  return ht::detail::json_integer<T>(j.at(key), key);
+}
+
+// A checksum as written: 1 to 16 hex digits (std::stoull would take a sign,
+// spaces and a "0x", and throw out_of_range past 64 bits).
+std::uint64_t parse_checksum(const std::string& text) {
+  const auto malformed = [&] { return std::invalid_argument(fmt::format("checksum '{}' is not 16 hex digits", text)); };
+  if (text.empty() || text.size() > 16) throw malformed();
+  std::uint64_t v = 0;
+  for (const char c : text) {
+    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                             : -1;
+    if (digit < 0) throw malformed();
+    v = v << 4 | std::uint64_t(digit);
+  }
+  return v;
 }
 
 }  // namespace
@@ -94,49 +120,55 @@ Manifest read_manifest(const std::string& step_dir) {
     Manifest m;
     HT_CHECK(j.at("format") == "hypertrain-checkpoint", ErrorKind::kIo, "'{}' is not a hypertrain checkpoint manifest",
              path);
-    m.format_version = j.at("format_version").get<int>();
+    m.format_version = integer<int>(j, "format_version");
     HT_CHECK(m.format_version == kFormatVersion, ErrorKind::kIo,
              "checkpoint '{}' has format version {}; this build reads version {}", step_dir, m.format_version,
              kFormatVersion);
     m.library_version = j.at("library_version").get<std::string>();
     m.git_commit = j.at("git_commit").get<std::string>();
     const json& r = j.at("run");
-    m.run.step = r.at("step").get<std::int64_t>();
-    m.run.optimizer_steps = r.at("optimizer_steps").get<std::int64_t>();
+    m.run.step = integer<std::int64_t>(r, "step");
+    m.run.optimizer_steps = integer<std::int64_t>(r, "optimizer_steps");
     m.run.model = r.at("model").get<std::string>();
     m.run.data = from_json(r.at("data"), "data");
     m.run.client = from_json(r.at("client"), "client");
     const json& s = r.at("loss_scaler");
-    m.run.scaler = {.scale = s.at("scale").get<float>(),
-                    .good_steps = s.at("good_steps").get<std::int64_t>(),
-                    .hysteresis_left = s.at("hysteresis_left").get<int>(),
-                    .skipped_steps = s.at("skipped_steps").get<std::int64_t>()};
+    const double scale = s.at("scale").get<double>();
+    if (!std::isfinite(scale) || std::abs(scale) > std::numeric_limits<float>::max())
+      throw std::invalid_argument(fmt::format("the loss scale {} is not a finite float", scale));
+    m.run.scaler = {.scale = float(scale),
+                    .good_steps = integer<std::int64_t>(s, "good_steps"),
+                    .hysteresis_left = integer<int>(s, "hysteresis_left"),
+                    .skipped_steps = integer<std::int64_t>(s, "skipped_steps")};
     m.layout = j.at("layout").get<std::string>();
-    m.world = j.at("world").get<int>();
+    m.world = integer<int>(j, "world");
     for (const json& f : j.at("files"))
-      m.files.push_back({f.at("rank").get<int>(), f.at("file").get<std::string>(), f.at("bytes").get<std::int64_t>()});
+      m.files.push_back({integer<int>(f, "rank"), f.at("file").get<std::string>(), integer<std::int64_t>(f, "bytes")});
     for (const json& p : j.at("pieces")) {
       PieceInfo i;
       i.tensor = p.at("tensor").get<std::string>();
       i.kind = p.at("kind").get<std::string>();
-      i.global_shape = p.at("global_shape").get<Shape>();
-      if (p.contains("real_rows")) i.real_rows = p.at("real_rows").get<std::int64_t>();
-      i.layout = {.tp_split_dim = p.at("tp_split_dim").get<int>(),
-                  .tp_rank = p.at("tp_rank").get<int>(),
-                  .tp_size = p.at("tp_size").get<int>(),
-                  .tp_parts = p.at("tp_parts").get<int>()};
-      i.begin = p.at("begin").get<std::int64_t>();
-      i.end = p.at("end").get<std::int64_t>();
-      i.checksum = std::stoull(p.at("checksum").get<std::string>(), nullptr, 16);
+      if (!p.at("global_shape").is_array()) throw std::invalid_argument("a piece's global_shape is not an array");
+      for (const json& d : p.at("global_shape"))
+        i.global_shape.push_back(ht::detail::json_integer<std::int64_t>(d, "global_shape"));
+      if (p.contains("real_rows")) i.real_rows = integer<std::int64_t>(p, "real_rows");
+      i.layout = {.tp_split_dim = integer<int>(p, "tp_split_dim"),
+                  .tp_rank = integer<int>(p, "tp_rank"),
+                  .tp_size = integer<int>(p, "tp_size"),
+                  .tp_parts = integer<int>(p, "tp_parts")};
+      i.begin = integer<std::int64_t>(p, "begin");
+      i.end = integer<std::int64_t>(p, "end");
+      i.checksum = parse_checksum(p.at("checksum").get<std::string>());
       i.file = p.at("file").get<std::string>();
       i.dataset = p.at("dataset").get<std::string>();
+      check_piece_info(i, path);
       m.pieces.push_back(std::move(i));
     }
     return m;
   } catch (const json::exception& e) {
     HT_CHECK(false, ErrorKind::kIo, "checkpoint manifest '{}' is malformed: {}", path, e.what());
   } catch (const std::invalid_argument& e) {
-    HT_CHECK(false, ErrorKind::kIo, "checkpoint manifest '{}' has a malformed checksum", path);
+    HT_CHECK(false, ErrorKind::kIo, "checkpoint manifest '{}' is malformed: {}", path, e.what());
   }
   return {};
 }

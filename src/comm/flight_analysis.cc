@@ -10,11 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include "comm/flight_entry_json.h"
+#include "core/json_integer.h"
 #include "ht/core/error.h"
 
 namespace ht::comm {
@@ -24,11 +26,26 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using OrderedJson = nlohmann::ordered_json;
 
+// Ranks a dump may name: a quarter million, beyond the largest jobs run; a
+// rank past it is a damaged dump (the analysis holds a row per rank of the world).
+constexpr int kMaxRanks = 1 << 18;
+
+// Cut at a character boundary: a name cut inside a UTF-8 sequence would make
+// the JSON report (nlohmann's dump) throw.
 template <std::size_t N>
 void copy_field(char (&dst)[N], const std::string& s) {
-  const std::size_t n = std::min(s.size(), N - 1);
+  std::size_t n = std::min(s.size(), N - 1);
+  if (n < s.size())
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
   std::memcpy(dst, s.data(), n);
   dst[n] = '\0';
+}
+
+// Field `key` of `j` as an integer of T's range, or `fallback` when absent.
+template <std::integral T>
+T integer(const Json& j, const char* key, std::optional<T> fallback = std::nullopt) {
+  if (fallback && !j.contains(key)) return *fallback;
+  return ht::detail::json_integer<T>(j.at(key), key);
 }
 
 OpState parse_state(const std::string& s, const std::string& source) {
@@ -146,7 +163,9 @@ GroupAnalysis analyse_group(const std::string& name, const std::map<int, std::ve
     if (std::find(g.stuck.begin(), g.stuck.end(), p.rank) == g.stuck.end() || p.pending->seq != g.stuck_op->seq)
       continue;
     const std::int64_t since = p.pending->start_us != 0 ? p.pending->start_us : p.pending->enqueue_us;
-    if (since != 0 && p.dump_us > since) g.stuck_for_s = std::max(g.stuck_for_s, double(p.dump_us - since) * 1e-6);
+    // In double: a damaged dump's times may be any int64, and their difference overflow.
+    if (since != 0 && p.dump_us > since)
+      g.stuck_for_s = std::max(g.stuck_for_s, (double(p.dump_us) - double(since)) * 1e-6);
   }
   g.summary = summarise(g);
   return g;
@@ -159,32 +178,36 @@ FlightDump parse_flight_dump(const std::string& json_text, const std::string& so
   d.source = source;
   try {
     const Json doc = Json::parse(json_text);
-    d.rank = doc.at("rank").get<int>();
+    d.rank = integer<int>(doc, "rank");
     d.host = doc.value("host", std::string("?"));
-    d.pid = doc.value("pid", 0);
+    d.pid = integer<int>(doc, "pid", 0);
     d.reason = doc.value("reason", std::string());
-    d.dump_us = doc.value("dump_us", std::int64_t(0));
+    d.dump_us = integer<std::int64_t>(doc, "dump_us", 0);
     for (const Json& j : doc.at("entries")) {
       FlightEntry e;
-      e.seq = j.at("seq").get<std::uint64_t>();
+      e.seq = integer<std::uint64_t>(j, "seq");
       copy_field(e.op, j.at("op").get<std::string>());
       copy_field(e.group, j.at("group").get<std::string>());
-      e.count = j.value("count", std::int64_t(0));
+      e.count = integer<std::int64_t>(j, "count", 0);
       e.dtype = parse_dtype(j.value("dtype", std::string("f32")));
-      e.peer = j.value("peer", -1);
+      e.peer = integer<int>(j, "peer", -1);
       e.state = parse_state(j.at("state").get<std::string>(), source);
-      e.enqueue_us = j.value("enqueue_us", std::int64_t(0));
-      e.start_us = j.value("start_us", std::int64_t(0));
-      e.end_us = j.value("end_us", std::int64_t(0));
+      e.enqueue_us = integer<std::int64_t>(j, "enqueue_us", 0);
+      e.start_us = integer<std::int64_t>(j, "start_us", 0);
+      e.end_us = integer<std::int64_t>(j, "end_us", 0);
       d.entries.push_back(e);
     }
   } catch (const Json::exception& e) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: not a flight-recorder dump: {}", source, e.what()));
+  } catch (const std::invalid_argument& e) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: not a flight-recorder dump: {}", source, e.what()));
   } catch (const Error& e) {
     if (e.message().rfind(source, 0) == 0) throw;
     throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: {}", source, e.message()));
   }
-  if (d.rank < 0) throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: negative rank {}", source, d.rank));
+  if (d.rank < 0 || d.rank >= kMaxRanks)
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: rank {} is outside [0, {}): a damaged dump", source, d.rank, kMaxRanks));
   return d;
 }
 
@@ -241,6 +264,8 @@ FlightAnalysis analyse_flight_dumps(const std::vector<FlightDump>& dumps, int wo
     by_rank[d.rank] = &d;
     highest = std::max(highest, d.rank);
   }
+  HT_CHECK(world_size <= kMaxRanks, ErrorKind::kInvalidArgument, "a world of {} ranks is beyond the {} this tool reads",
+           world_size, kMaxRanks);
   a.world_size = world_size > 0 ? world_size : highest + 1;
   for (const auto& [r, d] : by_rank) {
     HT_CHECK(r < a.world_size, ErrorKind::kInvalidArgument, "{}: rank {} is outside a world of {} ranks", d->source,

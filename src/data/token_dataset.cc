@@ -17,6 +17,7 @@ using detail::H5Attribute;
 using detail::H5Dataset;
 using detail::H5Dataspace;
 using detail::H5File;
+using detail::H5Plist;
 
 namespace {
 
@@ -39,6 +40,14 @@ std::vector<std::int32_t> read_split(hid_t file, const char* name, const std::st
   HT_CHECK(H5Sget_simple_extent_ndims(space.get()) == 1, ErrorKind::kIo, "token file '{}': '{}' must be 1-d", path, name);
   hsize_t n = 0;
   H5Sget_simple_extent_dims(space.get(), &n, nullptr);
+  // Stored uncompressed by write_token_file: a header claiming more tokens
+  // than the file's bytes hold is damaged, and is refused before its claim
+  // is allocated.
+  std::error_code ec;
+  const std::uintmax_t file_bytes = fs::file_size(path, ec);
+  HT_CHECK(!ec && n <= file_bytes / sizeof(std::uint16_t), ErrorKind::kIo,
+           "token file '{}': '{}' claims {} tokens, more than the file's {} bytes hold: the file is corrupt", path,
+           name, n, file_bytes);
   std::vector<std::uint16_t> data(n);
   if (n) HT_H5_CHECK(H5Dread(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), path);
   return {data.begin(), data.end()};
@@ -66,7 +75,10 @@ void write_token_file(const std::string& path, const TokenSplits& splits) {
   const std::string tmp = path + ".tmp";
   ht::detail::create_empty_file(tmp);  // HDF5 would create it 0666 under the umask
   {
-    H5File file(HT_H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), tmp));
+    // HDF5 1.8's file format: checksummed metadata (see write_rank_file).
+    H5Plist fapl(HT_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), tmp));
+    HT_H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), tmp);
+    H5File file(HT_H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), tmp));
     write_split(file.get(), "train", splits.train, tmp);
     write_split(file.get(), "val", splits.val, tmp);
     H5Dataspace scalar(HT_H5_CHECK(H5Screate(H5S_SCALAR), tmp));
@@ -91,7 +103,14 @@ TokenSplits read_token_file(const std::string& path) {
   HT_CHECK(H5Aexists(file.get(), kVocabAttr) > 0, ErrorKind::kIo, "token file '{}' lacks the '{}' attribute", path,
            kVocabAttr);
   H5Attribute attr(HT_H5_CHECK(H5Aopen(file.get(), kVocabAttr, H5P_DEFAULT), path));
+  H5Dataspace attr_space(HT_H5_CHECK(H5Aget_space(attr.get()), path));
+  HT_CHECK(H5Sget_simple_extent_npoints(attr_space.get()) == 1, ErrorKind::kIo,
+           "token file '{}': the '{}' attribute holds {} values, not one (corrupt?)", path, kVocabAttr,
+           H5Sget_simple_extent_npoints(attr_space.get()));
   HT_H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &s.vocab_size), path);
+  HT_CHECK(s.vocab_size > 0 && s.vocab_size <= 65536, ErrorKind::kIo,
+           "token file '{}': vocab_size {} is outside [1, 65536] (ids are stored as uint16; corrupt?)", path,
+           s.vocab_size);
   s.train = read_split(file.get(), "train", path);
   s.val = read_split(file.get(), "val", path);
   HT_CHECK(!s.train.empty() && !s.val.empty(), ErrorKind::kInvalidArgument,

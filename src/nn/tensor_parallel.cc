@@ -33,6 +33,7 @@ SplitView split_view(const Shape& full, const ParamLayout& l) {
 // Copies between the full tensor and rank r's part, piece by piece (host memory).
 void copy_part(const SplitView& v, int r, std::byte* full, std::byte* part, std::size_t elem, bool to_part) {
   const std::size_t run = std::size_t(v.chunk * v.inner) * elem;
+  if (run == 0) return;  // a zero-size tensor: nothing to copy however many (outer x parts) runs it has
   for (std::int64_t o = 0; o < v.outer; ++o)
     for (int j = 0; j < v.parts; ++j) {
       std::byte* f = full + ((o * v.parts * v.tp + (j * v.tp + r)) * v.chunk * v.inner) * std::int64_t(elem);

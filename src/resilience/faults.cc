@@ -68,6 +68,8 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
   FaultPlan plan;
   for (const std::string& entry : split(spec, ',')) {
     const std::vector<std::string> parts = split(entry, ':');
+    HT_CHECK(!parts.empty(), ErrorKind::kConfig, "HT_FAULTS entry '{}' names no fault; the forms are {}", entry,
+             kForms);
     Fault f;
     f.text = entry;
     f.kind = kind_of(parts.front(), entry);
@@ -76,23 +78,27 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
       HT_CHECK(eq != std::string::npos, ErrorKind::kConfig, "HT_FAULTS entry '{}': '{}' is not key=value; the forms are {}",
                entry, parts[i], kForms);
       const std::string key = parts[i].substr(0, eq), value = parts[i].substr(eq + 1);
+      // The whole value is the number: "rank=1x" is refused, not read as 1.
+      std::size_t used = 0;
       try {
         if (key == "rank")
-          f.rank = std::stoi(value);
+          f.rank = std::stoi(value, &used);
         else if (key == "step")
-          f.step = std::stoll(value);
+          f.step = std::stoll(value, &used);
         else if (key == "factor")
-          f.factor = std::stod(value);
+          f.factor = std::stod(value, &used);
         else if (key == "node")
-          f.node = std::stoi(value);
+          f.node = std::stoi(value, &used);
         else if (key == "phase")
-          f.phase = value;
+          f.phase = value, used = value.size();
         else
           HT_CHECK(false, ErrorKind::kConfig, "HT_FAULTS entry '{}': unknown key '{}' (rank, step, factor, node, phase)", entry,
                    key);
       } catch (const std::logic_error&) {
-        HT_CHECK(false, ErrorKind::kConfig, "HT_FAULTS entry '{}': '{}' is not a number", entry, value);
+        used = 0;
       }
+      HT_CHECK(used == value.size() && !value.empty(), ErrorKind::kConfig, "HT_FAULTS entry '{}': '{}' is not a number",
+               entry, value);
     }
     HT_CHECK(f.kind != FaultKind::kNodeUnhealthy || f.node >= 0, ErrorKind::kConfig,
              "HT_FAULTS entry '{}': node-unhealthy needs node=N", entry);
@@ -101,8 +107,10 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
              f.kind == FaultKind::kSnapshotCrash ? "snapshot-crash needs phase=copy, write, commit, replicate or "
                                                    "replica-commit"
                                                  : "only snapshot-crash takes a phase");
-    HT_CHECK(f.kind != FaultKind::kSlow || f.factor >= 1.0, ErrorKind::kConfig,
-             "HT_FAULTS entry '{}': slow needs factor >= 1", entry);
+    HT_CHECK(f.kind != FaultKind::kSlow || (f.factor >= 1.0 && f.factor <= 1000.0), ErrorKind::kConfig,
+             "HT_FAULTS entry '{}': slow needs factor >= 1 and at most 1000 (a step 1000 times as long is a hang "
+             "already)",
+             entry);
     plan.faults_.push_back(f);
   }
   return plan;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -85,8 +86,12 @@ __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const void* src, void* 
   for (; i < n; ++i) d[i] = to_f16(s[i]);
 }
 
+// F16C from CPUID leaf 1 (ECX bit 29): clang does not take "f16c" in __builtin_cpu_supports.
 bool cpu_has_f16c() {
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  }();
   return has;
 }
 

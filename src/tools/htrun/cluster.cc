@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 namespace htrun {
 namespace {
@@ -67,7 +69,55 @@ std::vector<std::string> exported_env_flags() {
   return flags;
 }
 
+// A count of slots or tasks: decimal digits only, in [1, kMaxCount] (a
+// bigger number, or one that overflows int, is a damaged file or a typo).
+constexpr int kMaxCount = 1000000;
+std::optional<int> parse_count(std::string_view digits) {
+  if (digits.empty() || digits.size() > 7) return std::nullopt;
+  int v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  if (v < 1 || v > kMaxCount) return std::nullopt;
+  return v;
+}
+
 }  // namespace
+
+// Slurm's compressed list: comma-separated "N" or "N(xR)" (N tasks on each
+// of R nodes), e.g. "2(x3),1" for three nodes of 2 tasks then one of 1.
+int slurm_tasks_per_node(const std::string& text) {
+  const auto malformed = [&] {
+    return std::runtime_error(fmt::format(
+        "htrun: SLURM_TASKS_PER_NODE='{}' is not a list of task counts like '2(x3),1' (each count in [1, {}])", text,
+        kMaxCount));
+  };
+  std::set<int> counts;
+  std::string_view rest = text;
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    if (const std::size_t paren = item.find('('); paren != std::string_view::npos) {
+      const std::string_view repeat = item.substr(paren);
+      if (repeat.size() < 4 || repeat.substr(0, 2) != "(x" || repeat.back() != ')' ||
+          !parse_count(repeat.substr(2, repeat.size() - 3)))
+        throw malformed();
+      item = item.substr(0, paren);
+    }
+    const std::optional<int> count = parse_count(item);
+    if (!count) throw malformed();
+    counts.insert(*count);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  if (counts.size() > 1)
+    throw std::runtime_error(fmt::format(
+        "htrun: the allocation has different task counts per node (SLURM_TASKS_PER_NODE={}); ask for the same "
+        "number on every node (--ntasks-per-node)",
+        text));
+  return *counts.begin();
+}
 
 Cluster Cluster::local(int nodes) {
   Cluster c;
@@ -81,7 +131,6 @@ Cluster Cluster::from_hostfile(const std::string& path, int* slots) {
   if (!in) throw std::runtime_error(fmt::format("htrun: cannot read the hostfile {}", path));
   Cluster c;
   c.kind_ = ClusterKind::kHostfile;
-  const std::regex slots_re(R"(^slots=(\d+)$)");
   int common_slots = -1;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -91,10 +140,15 @@ Cluster Cluster::from_hostfile(const std::string& path, int* slots) {
     if (!(words >> host)) continue;
     int host_slots = 1;
     while (words >> word) {
-      std::smatch m;
-      if (std::regex_match(word, m, slots_re)) host_slots = std::stoi(m[1]);
-      else if (word.rfind("max_slots=", 0) != 0)
+      if (word.rfind("slots=", 0) == 0) {
+        const std::optional<int> n = parse_count(std::string_view(word).substr(6));
+        if (!n)
+          throw std::runtime_error(fmt::format("htrun: {}:{}: '{}' is not 'slots=N' with N in [1, {}]", path, number,
+                                               word, kMaxCount));
+        host_slots = *n;
+      } else if (word.rfind("max_slots=", 0) != 0) {
         throw std::runtime_error(fmt::format("htrun: {}:{}: '{}' is not 'slots=N' or 'max_slots=N'", path, number, word));
+      }
     }
     if (common_slots >= 0 && host_slots != common_slots)
       throw std::runtime_error(fmt::format(
@@ -119,21 +173,10 @@ Cluster Cluster::from_slurm(int* slots) {
   std::istringstream hosts(capture("scontrol show hostnames " + shell_quote(nodelist)));
   for (std::string host; hosts >> host;) c.nodes_.push_back({int(c.nodes_.size()), host});
   if (c.nodes_.empty()) throw std::runtime_error(fmt::format("htrun: the allocation's node list '{}' is empty", nodelist));
-  // Tasks per node, "2(x3)" or "2,1(x2)": htrun needs the same count on
-  // every node (a spare replaces a node of the same size).
-  if (const char* per_node = std::getenv("SLURM_TASKS_PER_NODE"); per_node && *per_node) {
-    const std::regex count(R"((\d+)(\(x\d+\))?)");
-    std::set<int> counts;
-    const std::string text = per_node;
-    for (std::sregex_iterator it(text.begin(), text.end(), count), end; it != end; ++it)
-      counts.insert(std::stoi((*it)[1]));
-    if (counts.size() > 1)
-      throw std::runtime_error(fmt::format(
-          "htrun: the allocation has different task counts per node (SLURM_TASKS_PER_NODE={}); ask for the same "
-          "number on every node (--ntasks-per-node)",
-          per_node));
-    if (counts.size() == 1) *slots = *counts.begin();
-  }
+  // Tasks per node: htrun needs the same count on every node (a spare
+  // replaces a node of the same size).
+  if (const char* per_node = std::getenv("SLURM_TASKS_PER_NODE"); per_node && *per_node)
+    *slots = slurm_tasks_per_node(per_node);
   return c;
 }
 

@@ -17,6 +17,13 @@ namespace htrun {
 
 enum class ClusterKind { kLocal, kHostfile, kSlurm };
 
+/// The tasks per node of a Slurm allocation from SLURM_TASKS_PER_NODE's value
+/// ("2(x3)", "2,2(x2)": counts, each with an optional repeat). Throws
+/// std::runtime_error ("htrun: ...") when the text is not of that form, a
+/// count is not in [1, 1000000], or the nodes have different counts (htrun
+/// needs the same count on every node).
+int slurm_tasks_per_node(const std::string& text);
+
 struct Node {
   int id = 0;
   std::string host;  // empty for a simulated local node
