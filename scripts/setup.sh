@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-h5py python3-numpy
   fortunes
+  chromium  # tests/report/ht_report_chromium.sh: ht-report's page in headless Chromium
 )
 
 missing=()

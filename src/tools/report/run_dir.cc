@@ -1,0 +1,159 @@
+// Reads a run directory into ht::report::RunDir.
+#include "report/run_dir.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "ht/core/error.h"
+
+namespace ht::report {
+namespace {
+
+namespace fs = std::filesystem;
+
+double number(const nlohmann::json& j, const char* key, double fallback = 0) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+bool flag(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+
+StepRecord step_record(const nlohmann::json& j) {
+  StepRecord s;
+  s.step = static_cast<std::int64_t>(number(j, "step"));
+  s.time_ms = number(j, "time_ms");
+  s.loss = number(j, "loss", std::nan(""));
+  s.lr = number(j, "lr");
+  s.grad_norm = number(j, "grad_norm");
+  s.step_ms = number(j, "step_ms");
+  s.tokens = static_cast<std::int64_t>(number(j, "tokens"));
+  s.tokens_per_s = number(j, "tokens_per_s");
+  s.loss_scale = number(j, "loss_scale", 1);
+  s.skipped = flag(j, "skipped");
+  s.skipped_steps = static_cast<std::int64_t>(number(j, "skipped_steps"));
+  s.checkpoint = flag(j, "checkpoint");
+  s.snapshot = flag(j, "snapshot");
+  for (const auto& [key, value] : j.items())
+    if (key.size() > 6 && key.ends_with("_bytes") && value.is_number()) s.memory_bytes[key] = value.get<double>();
+  return s;
+}
+
+// metrics.jsonl: a run line, step lines, eval lines. A line cut short by a
+// crash (the last one) is skipped; any other line that is not JSON is an error.
+void read_metrics(const fs::path& file, RunDir& r) {
+  std::ifstream in(file);
+  if (!in)
+    throw IoError(ErrorKind::kIo, fmt::format("cannot read '{}': it is missing or unreadable; ht-report reads the run "
+                                              "directory a training program wrote (gpt_train --run-dir {} ..., or "
+                                              "htrun --run-dir {} -- ...)",
+                                              file.string(), r.path, r.path));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  std::map<std::int64_t, StepRecord> steps;
+  std::map<std::int64_t, double> evals;
+  for (std::size_t n = 0; n < lines.size(); ++n) {
+    nlohmann::json j = nlohmann::json::parse(lines[n], nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      if (n + 1 == lines.size()) break;  // the last line, cut short
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("'{}' line {} is not a JSON object: '{:.80}'; the file is damaged", file.string(), n + 1,
+                              lines[n]));
+    }
+    const std::string type = j.value("type", "");
+    if (type == "run") {
+      r.run = std::move(j);
+    } else if (type == "step") {
+      StepRecord s = step_record(j);
+      steps[s.step] = std::move(s);
+    } else if (type == "eval") {
+      evals[static_cast<std::int64_t>(number(j, "step"))] = number(j, "val_loss", std::nan(""));
+    }
+  }
+  if (steps.empty())
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("'{}' holds no step record ({} line(s)): the run did not complete a step; let it train "
+                            "at least one step, then run ht-report again",
+                            file.string(), lines.size()));
+  for (auto& [step, s] : steps) r.steps.push_back(std::move(s));
+  for (const auto& [step, v] : evals) r.evals.push_back({step, v});
+}
+
+void read_checkpoints(const fs::path& dir, RunDir& r) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (!e.path().filename().string().starts_with("step_")) continue;
+    std::ifstream in(e.path() / "manifest.json");
+    if (!in) continue;  // not committed
+    const nlohmann::json m = nlohmann::json::parse(in, nullptr, false);
+    if (m.is_discarded() || !m.is_object()) continue;
+    CheckpointInfo c;
+    c.step = static_cast<std::int64_t>(number(m, "step"));
+    c.layout = m.value("layout", "");
+    c.world = static_cast<int>(number(m, "world"));
+    if (const auto f = m.find("files"); f != m.end() && f->is_array())
+      for (const nlohmann::json& file : *f) c.bytes += static_cast<std::int64_t>(number(file, "bytes"));
+    r.checkpoints.push_back(std::move(c));
+  }
+  std::sort(r.checkpoints.begin(), r.checkpoints.end(),
+            [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.step < b.step; });
+}
+
+// htrun_job.log: every launch's printed lines. A progress line's step number
+// going back (a relaunch resumed from an earlier step) starts a new launch.
+void read_job_log(const fs::path& file, RunDir& r) {
+  std::ifstream in(file);
+  if (!in) return;
+  static const std::regex progress(R"(^step (\d+)/\d+ \| loss (\S+) \|)");
+  std::int64_t last = -1;
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, progress)) continue;
+    LoggedStep s;
+    s.step = std::stoll(m[1].str());
+    s.loss = std::strtod(m[2].str().c_str(), nullptr);
+    if (r.launches == 0 || s.step <= last) ++r.launches;
+    s.launch = r.launches - 1;
+    last = s.step;
+    r.logged_steps.push_back(s);
+  }
+}
+
+}  // namespace
+
+RunDir read_run_dir(const std::string& path) {
+  RunDir r;
+  r.path = path;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec))
+    throw IoError(ErrorKind::kIo, fmt::format("run directory '{}' does not exist or is not a directory; give the "
+                                              "directory a training program wrote with --run-dir (gpt_train "
+                                              "--run-dir DIR ..., or htrun --run-dir DIR -- ...)",
+                                              path));
+  read_metrics(fs::path(path) / "metrics.jsonl", r);
+  read_checkpoints(fs::path(path) / "checkpoints", r);
+  const fs::path report = fs::path(path) / "htrun_report.json";
+  if (fs::exists(report, ec)) {
+    std::ifstream in(report);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("'{}' is not a JSON object: htrun did not finish writing it; run htrun again or remove "
+                              "the file to report the training records alone",
+                              report.string()));
+    r.htrun = std::move(j);
+    read_job_log(fs::path(path) / "htrun_job.log", r);
+  }
+  return r;
+}
+
+}  // namespace ht::report
