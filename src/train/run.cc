@@ -119,7 +119,10 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
     if (options.at_end) options.at_end(engine);
     return;
   }
-  evaluate(engine.steps_done());
+  // The starting validation loss of a fresh run; a resumed launch skips it
+  // (a relaunch's time is recovery time, and that point of the curve was
+  // measured, or passed, by the launch that reached it).
+  if (engine.steps_done() == 0) evaluate(0);
   for (std::int64_t i = engine.steps_done(); i < o.steps; ++i) {
     const StepStats s = engine.step();
     if (rank0) {

@@ -4,7 +4,8 @@
 //   step 120/200 | loss 2.4511 | lr 6.12e-04 | norm 0.412 | 402 ms | 2.5k tok/s
 // (with "| scale S" under loss scaling and "| checkpoint (N ms stall)" when
 // one is saved), <run_dir>/metrics.jsonl (a run line, step and eval lines),
-// validation every eval_every steps and at the end, a checkpoint every
+// validation before a fresh run's first step, every eval_every steps and at
+// the end (a resumed launch does not repeat it at its first step), a checkpoint every
 // ckpt_every steps and at the end, and the exits htrun reads: on SIGTERM or
 // SIGUSR1 on any rank every rank finishes its step, saves and exits 77
 // ("# preempted at step N: checkpoint committed"); with straggler_action
