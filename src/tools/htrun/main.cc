@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--run-dir", o.run_dir, "run directory passed to the program (heartbeats, checkpoints, report)");
   app.add_option("--max-restarts", o.max_restarts, "relaunches before giving up");
-  app.add_option("--backoff", o.backoff_s, "seconds before a relaunch (doubling while launches fail without progress, at most 30)");
+  app.add_option("--backoff", o.backoff_s, "seconds from a failure's detection to the relaunch, health checks included (doubling while launches fail without progress, at most 30)");
   app.add_option("--hang-timeout", o.hang_timeout_s, "seconds without progress in a rank's heartbeat that mean a hang");
   app.add_option("--start-timeout", o.start_timeout_s,
                  "seconds from launch until every rank has started (heartbeat past start-up; 0: no limit)");
