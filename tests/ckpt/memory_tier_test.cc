@@ -154,6 +154,27 @@ TEST_F(MemoryTier, ADamagedSnapshotFallsBackToDisk) {
   resume_and_compare(o, 1, "disk", 0);
 }
 
+TEST_F(MemoryTier, AnUnwritableTierIsReportedAndTrainingGoesOn) {
+  const test::SharedTempDir dir(mesh_->world(), "ht_mem_tier_unwritable");
+  if (mesh_->world().rank() == 0) {
+    fs::create_directories(dir.path());
+    std::ofstream(dir.path() + "/file") << "not a directory";
+  }
+  mesh_->world().barrier()->wait();
+  test::GPTRunOptions o = options(setup_);
+  o.engine.ckpt_dir = dir.path() + "/ckpt";
+  o.engine.mem_ckpt_dir = dir.path() + "/file/mem";
+  o.engine.mem_ckpt_every = 1;
+  test::GPTEngine t(o, data_, mesh_.get());
+  EXPECT_EQ(t.engine.step().loss, straight_[0]);
+  const std::string error = t.engine.checkpointer()->wait_snapshot();
+  EXPECT_NE(error.find("memory snapshot of step 1 not written"), std::string::npos) << error;
+  EXPECT_NE(error.find("is the memory tier's directory writable?"), std::string::npos) << error;
+  // The next steps train as before, and report the failure again.
+  EXPECT_EQ(t.engine.step().loss, straight_[1]);
+  EXPECT_NE(t.engine.checkpointer()->wait_snapshot(), "");
+}
+
 TEST_F(MemoryTier, AnotherLayoutResumesFromDisk) {
   if (world_size_ != 4) GTEST_SKIP() << "runs with 4 processes";
   const test::SharedTempDir dir(mesh_->world(), "ht_mem_tier_layout");
