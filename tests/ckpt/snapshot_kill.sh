@@ -34,12 +34,7 @@ launch() {  # launch NAME LOG HT_FAULTS: prints the exit status
   set -e
 }
 checksums() {  # the final checkpoint's pieces and checksums
-  python3 - "$work/$1/checkpoints/step_$(printf %08d "$steps")/manifest.json" <<'PY'
-import json, sys
-m = json.load(open(sys.argv[1]))
-for p in sorted(m["pieces"], key=lambda p: p["dataset"]):
-    print(p["dataset"], p["checksum"])
-PY
+  python3 "$(dirname "$0")/../scripts/checkpoint_checksums.py" "$work/$1/checkpoints/step_$(printf %08d "$steps")"
 }
 
 [ "$(launch clean clean.log "$slow")" = 0 ] || { tail -20 "$work/clean.log"; fail "the run without a kill failed"; }

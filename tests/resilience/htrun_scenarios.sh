@@ -34,12 +34,7 @@ run() {  # run NAME [htrun flags] -- [extra gpt_train flags]; output in $work/NA
   set -e
 }
 checksums() {  # the final checkpoint's pieces and checksums
-  python3 - "$1/checkpoints/step_$(printf %08d "$steps")/manifest.json" <<'PY'
-import json, sys
-m = json.load(open(sys.argv[1]))
-for p in sorted(m["pieces"], key=lambda p: p["dataset"]):
-    print(p["dataset"], p["checksum"])
-PY
+  python3 "$(dirname "$0")/../scripts/checkpoint_checksums.py" "$1/checkpoints/step_$(printf %08d "$steps")"
 }
 same_as_fault_free() {
   [ -d "$work/clean" ] || { HT_FAULTS= run clean; [ "$(cat "$work/clean.rc")" = 0 ] || fail "the fault-free run failed"; }
