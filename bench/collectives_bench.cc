@@ -41,6 +41,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -71,7 +72,8 @@ void add_flags(CLI::App& app, Options& o, Flags& f) {
   app.add_option("-e,--maxbytes", f.max_bytes, "largest size");
   app.add_option("-f,--stepfactor", o.factor, "multiply the size by this each step");
   app.add_option("-o,--operation", f.op,
-                 "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, send_recv");
+                 "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, send_recv, or all "
+                 "(each in turn, a table each)");
   app.add_option("-d,--datatype", f.dtype, "float, half, bfloat16, int32");
   app.add_option("-r,--redop", f.redop, "sum, avg, max, min");
   app.add_option("--root", o.root, "root of broadcast and reduce");
@@ -90,12 +92,14 @@ void add_flags(CLI::App& app, Options& o, Flags& f) {
   app.add_option("--overlap-seconds", o.overlap_seconds, "--overlap: length of the compute loop");
 }
 
-/// Parses sizes and names into `o` and checks that they fit together; throws UsageError.
-void resolve(Options& o, const Flags& f, int world_size) {
+/// Parses sizes and names into `o` and checks that they fit together; returns
+/// the operations to run (o.op is the first); throws UsageError.
+std::vector<Op> resolve(Options& o, const Flags& f, int world_size) {
   o.min_bytes = parse_bytes(f.min_bytes);
   o.max_bytes = parse_bytes(f.max_bytes);
   o.overlap_bytes = parse_bytes(f.overlap_bytes);
-  o.op = parse_op(f.op);
+  const std::vector<Op> ops = parse_ops(f.op);
+  o.op = ops.front();
   o.dtype = parse_dtype_arg(f.dtype);
   o.redop = parse_redop(f.redop);
   if (o.factor <= 1 && o.min_bytes != o.max_bytes) throw UsageError("-f must be > 1");
@@ -103,14 +107,16 @@ void resolve(Options& o, const Flags& f, int world_size) {
   if (o.iters < 1 || o.warmup < 0 || o.rounds < 1) throw UsageError("-n and --rounds must be >= 1, -w >= 0");
   if (o.root < 0 || o.root >= world_size) throw UsageError("--root must name a rank of the world");
   if (o.backend != "mpi" && o.backend != "nccl") throw UsageError("--backend must be mpi or nccl");
-  if (o.dtype == DType::kI32 && o.redop == ReduceOp::kAvg && has_redop(o.op))
+  if (o.dtype == DType::kI32 && o.redop == ReduceOp::kAvg && std::any_of(ops.begin(), ops.end(), has_redop))
     throw UsageError("avg of int32 is not supported (as in the communicators)");
+  if (o.overlap && ops.size() > 1) throw UsageError("--overlap measures all_reduce alone: drop -o all");
   if (o.backend == "nccl") {
     if (!comm::nccl_compiled()) throw UsageError("--backend nccl: this build has no NCCL backend");
     if (cuda_device_count() < 1) throw UsageError("--backend nccl: no CUDA device");
     if (o.compare_raw) throw UsageError("--compare-raw compares against raw MPI: use --backend mpi");
     if (o.overlap) throw UsageError("--overlap measures the MPI backend's thread: use --backend mpi");
   }
+  return ops;
 }
 
 /// The NCCL world over `host_world`, one device per rank of a node.
@@ -174,8 +180,9 @@ int collectives_bench(int argc, char** argv, const comm::MpiRuntime& runtime) {
     const int code = app.exit(err);
     return code == 0 ? 0 : 2;
   }
+  std::vector<Op> ops;
   try {
-    resolve(o, f, runtime.world_size());
+    ops = resolve(o, f, runtime.world_size());
   } catch (const UsageError& err) {
     if (print) std::fprintf(stderr, "ht-collectives-bench: %s\n", err.what());
     return 2;
@@ -190,11 +197,15 @@ int collectives_bench(int argc, char** argv, const comm::MpiRuntime& runtime) {
   MPI_Comm world;
   MPI_Comm_dup(MPI_COMM_WORLD, &world);
   const std::vector<char> hosts = gather_hosts(world, c.size(), runtime.host());
-  if (print) {
-    print_preamble(o, copts, runtime, c.size(), hosts);
-    std::fflush(stdout);
+  int rc = 0;
+  for (Op op : ops) {  // -o all: each operation a run of its own, preamble and footer included
+    o.op = op;
+    if (print) {
+      print_preamble(o, copts, runtime, c.size(), hosts);
+      std::fflush(stdout);
+    }
+    rc = std::max(rc, o.overlap ? run_overlap(c, world, o, print) : run_sweep(c, world, o, print));
   }
-  const int rc = o.overlap ? run_overlap(c, world, o, print) : run_sweep(c, world, o, print);
   MPI_Comm_free(&world);
   if (nccl_world) nccl_world->finalize(copts.timeout);
   host_world->finalize(copts.timeout);

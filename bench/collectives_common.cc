@@ -32,6 +32,13 @@ std::int64_t count_wrong(const Tensor& t, const std::function<double(std::int64_
 
 }  // namespace
 
+std::vector<Op> parse_ops(const std::string& s) {
+  if (lower_no_sep(s) == "all")
+    return {Op::kAllReduce, Op::kReduceScatter, Op::kAllGather, Op::kBroadcast, Op::kReduce, Op::kAllToAll,
+            Op::kSendRecv};
+  return {parse_op(s)};
+}
+
 Op parse_op(const std::string& s) {
   const std::string k = lower_no_sep(s);
   if (k == "allreduce") return Op::kAllReduce;

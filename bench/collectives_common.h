@@ -11,6 +11,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "ht/comm/communicator.h"
 #include "ht/comm/work.h"
@@ -33,6 +34,8 @@ struct UsageError : std::runtime_error {
 /// nccl-tests' names and ours, case and '_'/'-' ignored ("allreduce",
 /// "all_reduce"). Throw UsageError listing the choices.
 Op parse_op(const std::string& s);
+/// The operations -o names: one, or every one in the order of Op for "all".
+std::vector<Op> parse_ops(const std::string& s);
 DType parse_dtype_arg(const std::string& s);
 ReduceOp parse_redop(const std::string& s);
 /// "64M" -> 67108864; K, M, G are powers of 1024 (as nccl-tests).

@@ -13,6 +13,19 @@ option(HT_BUILD_TESTS "Build the test suite" ${_ht_top_level})
 option(HT_BUILD_BENCHMARKS "Build the benchmarks" ${_ht_top_level})
 option(HT_BUILD_EXAMPLES "Build the examples" ${_ht_top_level})
 option(HT_NATIVE "Compile host code for this machine's CPU (-march=native)" OFF)
+# Each target compiles its C++ files in batches, as one unit per batch: the
+# headers (fmt, nlohmann/json, CLI11, GoogleTest, MPI, Eigen) are parsed once
+# per batch, not once per file, which halves a fresh build (most of CI's
+# time). Files of one target share a unit, so file-local names must not clash:
+# an anonymous namespace is not enough, give a file's helpers a namespace of
+# its own (tests/ops/*_test.cc). -DCMAKE_UNITY_BUILD=OFF builds file by file,
+# quicker for editing one file again and again.
+if(NOT DEFINED CMAKE_UNITY_BUILD)
+  set(CMAKE_UNITY_BUILD ON)
+endif()
+if(NOT DEFINED CMAKE_UNITY_BUILD_BATCH_SIZE)
+  set(CMAKE_UNITY_BUILD_BATCH_SIZE 16)
+endif()
 # bench/fuzz.sh's build: clang, libFuzzer's coverage and the address and
 # undefined-behaviour sanitizers on everything compiled (the readers live in
 # the library), and a <name>_fuzzer program per fuzz target (tests/fuzz/).

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +19,7 @@
 #include "ckpt/memory_tier.h"
 #include "ckpt/rank_file.h"
 #include "ckpt/writer_lock.h"
+#include "core/clock.h"
 #include "core/files.h"
 #include "ht/ckpt/checkpoint.h"
 #include "ht/config.h"
@@ -33,10 +33,6 @@ using detail::Piece;
 using detail::PieceInfo;
 
 namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // CPU time of the calling thread.
 double thread_cpu_ms() {

@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
 
+#include "core/clock.h"
 #include "core/files.h"
 #include "ht/ckpt/checkpoint.h"
 
@@ -20,10 +20,6 @@ namespace ht::ckpt::detail {
 namespace fs = std::filesystem;
 
 namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::int64_t file_bytes(const std::string& path) {
   std::error_code ec;

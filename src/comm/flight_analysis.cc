@@ -30,17 +30,6 @@ using OrderedJson = nlohmann::ordered_json;
 // rank past it is a damaged dump (the analysis holds a row per rank of the world).
 constexpr int kMaxRanks = 1 << 18;
 
-// Cut at a character boundary: a name cut inside a UTF-8 sequence would make
-// the JSON report (nlohmann's dump) throw.
-template <std::size_t N>
-void copy_field(char (&dst)[N], const std::string& s) {
-  std::size_t n = std::min(s.size(), N - 1);
-  if (n < s.size())
-    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  std::memcpy(dst, s.data(), n);
-  dst[n] = '\0';
-}
-
 // Field `key` of `j` as an integer of T's range, or `fallback` when absent.
 template <std::integral T>
 T integer(const Json& j, const char* key, std::optional<T> fallback = std::nullopt) {
@@ -186,8 +175,8 @@ FlightDump parse_flight_dump(const std::string& json_text, const std::string& so
     for (const Json& j : doc.at("entries")) {
       FlightEntry e;
       e.seq = integer<std::uint64_t>(j, "seq");
-      copy_field(e.op, j.at("op").get<std::string>());
-      copy_field(e.group, j.at("group").get<std::string>());
+      detail::copy_field(e.op, j.at("op").get<std::string>());
+      detail::copy_field(e.group, j.at("group").get<std::string>());
       e.count = integer<std::int64_t>(j, "count", 0);
       e.dtype = parse_dtype(j.value("dtype", std::string("f32")));
       e.peer = integer<int>(j, "peer", -1);

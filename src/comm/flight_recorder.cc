@@ -18,14 +18,6 @@
 namespace ht::comm {
 namespace {
 
-// Copies `s` into a fixed char field, truncating and always NUL-terminating.
-template <std::size_t N>
-void copy_field(char (&dst)[N], const std::string& s) {
-  const std::size_t n = std::min(s.size(), N - 1);
-  std::memcpy(dst, s.data(), n);
-  dst[n] = '\0';
-}
-
 std::string host_name() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return "?";
@@ -66,8 +58,8 @@ std::uint64_t FlightRecorder::record(const std::string& op, const std::string& g
   FlightEntry& e = ring_[id % ring_.size()];
   e = FlightEntry{};
   e.seq = seq;
-  copy_field(e.op, op);
-  copy_field(e.group, group);
+  detail::copy_field(e.op, op);
+  detail::copy_field(e.group, group);
   e.count = count;
   e.dtype = dtype;
   e.peer = peer;

@@ -3,10 +3,10 @@
 #include "ht/parallel/data_parallel.h"
 
 #include <algorithm>
-#include <chrono>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/clock.h"
 #include "ht/ops/cast.h"
 #include "ht/optim/clip.h"
 #include "ht/parallel/layout.h"
@@ -17,10 +17,6 @@ namespace ht::parallel {
 using detail::FlatGroup;
 
 namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // A copy of `src` in `dtype`, accounted as `category`.
 Tensor copy_as(const Tensor& src, DType dtype, MemCategory category) {

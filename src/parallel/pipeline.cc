@@ -1,20 +1,12 @@
 // ht::parallel::Pipeline: the GPipe and 1F1B schedules.
 #include "ht/parallel/pipeline.h"
 
-#include <chrono>
 #include <deque>
 
+#include "core/clock.h"
 #include "ht/ops/cast.h"
 
 namespace ht::parallel {
-
-namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 // One step's state: the micro-batches, their contexts in flight, the
 // transfers to the neighbours and the time spent computing and waiting.

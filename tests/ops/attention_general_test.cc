@@ -16,7 +16,7 @@
 #include "ht/ops/attention.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::attention_general_test {
 namespace {
 
 using test::all_close;
@@ -372,4 +372,4 @@ TEST(AttentionGeneral, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::attention_general_test

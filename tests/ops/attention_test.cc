@@ -13,7 +13,7 @@
 #include "half_util.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::attention_test {
 namespace {
 
 using test::all_close;
@@ -206,4 +206,4 @@ TEST(Attention, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::attention_test

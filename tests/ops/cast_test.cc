@@ -11,7 +11,7 @@
 
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::cast_test {
 namespace {
 
 using test::random_tensor;
@@ -294,4 +294,4 @@ TEST(SumSquares, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::cast_test

@@ -12,7 +12,7 @@
 #include "half_util.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::cross_entropy_test {
 namespace {
 
 using test::all_close;
@@ -383,4 +383,4 @@ TEST(CrossEntropy, ShapeAndDtypeErrors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::cross_entropy_test

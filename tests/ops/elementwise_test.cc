@@ -12,7 +12,7 @@
 #include "ht/ops/cast.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::elementwise_test {
 namespace {
 
 using test::all_close;
@@ -318,4 +318,4 @@ TEST(Elementwise, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::elementwise_test

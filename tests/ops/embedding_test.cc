@@ -11,7 +11,7 @@
 #include "half_util.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::embedding_test {
 namespace {
 
 using test::all_close;
@@ -328,4 +328,4 @@ TEST(Embedding, ShapeAndDtypeErrors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::embedding_test

@@ -11,7 +11,7 @@
 #include "half_util.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::index_select_test {
 namespace {
 
 using test::all_close;
@@ -178,4 +178,4 @@ TEST(IndexSelect, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::index_select_test

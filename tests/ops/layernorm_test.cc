@@ -10,7 +10,7 @@
 #include "half_util.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::layernorm_test {
 namespace {
 
 using test::all_close;
@@ -237,4 +237,4 @@ TEST(LayerNorm, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::layernorm_test

@@ -11,7 +11,7 @@
 #include "half_util.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::matmul_test {
 namespace {
 
 using test::random_tensor;
@@ -247,4 +247,4 @@ TEST(Matmul, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::matmul_test

@@ -10,7 +10,7 @@
 #include "half_util.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::mse_test {
 namespace {
 
 using test::all_close;
@@ -115,4 +115,4 @@ TEST(Mse, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::mse_test

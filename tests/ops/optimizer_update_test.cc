@@ -9,7 +9,7 @@
 #include "ht/ops/cast.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::optimizer_update_test {
 namespace {
 
 using test::all_close;
@@ -209,4 +209,4 @@ TEST(Sgd, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::optimizer_update_test

@@ -11,7 +11,7 @@
 #include "half_util.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::reduce_test {
 namespace {
 
 using test::all_close;
@@ -182,4 +182,4 @@ TEST(Reduce, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::reduce_test

@@ -11,7 +11,7 @@
 #include "half_util.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::rmsnorm_test {
 namespace {
 
 using test::all_close;
@@ -219,4 +219,4 @@ TEST(RmsNorm, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::rmsnorm_test

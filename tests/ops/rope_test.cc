@@ -11,7 +11,7 @@
 #include "half_util.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::rope_test {
 namespace {
 
 using test::all_close;
@@ -196,4 +196,4 @@ TEST(Rope, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::rope_test

@@ -10,7 +10,7 @@
 #include "half_util.h"
 #include "test_util.h"
 
-namespace ht::ops {
+namespace ht::ops::silu_test {
 namespace {
 
 using test::all_close;
@@ -206,4 +206,4 @@ TEST(SiluSwiGlu, Errors) {
 }
 
 }  // namespace
-}  // namespace ht::ops
+}  // namespace ht::ops::silu_test

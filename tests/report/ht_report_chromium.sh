@@ -3,7 +3,7 @@
 # it with a hand-written htrun_report.json and htrun_job.log (two launches,
 # two incidents); ht-report writes each page; headless Chromium loads it with
 # no console message, draws one loss point per step (the DOM it dumps after the
-# page's script ran), and saves a screenshot in WORK. Missing or empty run
+# page's script ran), and saves a screenshot of the second in WORK. Missing or empty run
 # directories fail with a message naming the file. Skips when chromium is not
 # installed (scripts/setup.sh installs it).
 #   ht_report_chromium.sh HT_REPORT GPT_TRAIN WORK
@@ -71,6 +71,10 @@ for arg in sys.argv[2:]:
     print(f"{series}: {circles} circles, script counted {counted.get(series)}, want {want}")
     if circles != int(want) or counted.get(series) != int(want): sys.exit(f"series {series}: wrong number of points")
 PY
+}
+screenshot() {  # screenshot PAGE: Chromium draws it into WORK/<its directory's name>.png
+  local page="$1" name
+  name="$(basename "$(dirname "$page")")"
   timeout 120 chromium --headless --disable-gpu --no-sandbox --hide-scrollbars --window-size=960,2200 \
     --screenshot="$work/$name.png" "file://$page" > /dev/null 2>&1 || fail "no screenshot of $page"
   [ -s "$work/$name.png" ] || fail "empty screenshot of $page"
@@ -88,4 +92,5 @@ check_page "$work/run/report.html" loss=$steps tokens_per_s=$steps loss_scale=$s
 [ "$(grep -o '<g class="incident"' "$work/htrun_run/page.html" | wc -l)" = 2 ] || fail "not 2 incidents on the timeline"
 grep -q 'id="goodput">26.3%' "$work/htrun_run/page.html" || fail "no goodput"
 check_page "$work/htrun_run/page.html" loss=$steps mfu=$steps loss_earlier_launches=13
+screenshot "$work/htrun_run/page.html"  # the fuller page of the two: incidents, launches, MFU
 echo "PASS"

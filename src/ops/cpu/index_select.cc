@@ -13,7 +13,7 @@
 namespace ht::ops::cpu {
 namespace {
 
-constexpr std::int64_t kColumns = 256;  // columns per scatter task
+constexpr std::int64_t kScatterColumns = 256;  // columns per scatter task
 
 void check_index(const char* op, const std::int32_t* idx, std::int64_t k, std::int64_t bound, int dim,
                  const char* name, const Shape& shape) {
@@ -44,10 +44,10 @@ void index_select_backward(const Tensor& dout, int dim, const Tensor& index, Ten
   check_index("index_select_backward", idx, k, s.size, dim, "dx", dx.shape());
   const float* pg = dout.data<float>();
   float* pdx = dx.data<float>();
-  const std::int64_t blocks = std::max<std::int64_t>(1, (s.inner + kColumns - 1) / kColumns);
+  const std::int64_t blocks = std::max<std::int64_t>(1, (s.inner + kScatterColumns - 1) / kScatterColumns);
 #pragma omp parallel for schedule(static)
   for (std::int64_t task = 0; task < s.outer * blocks; ++task) {
-    const std::int64_t o = task / blocks, j0 = (task % blocks) * kColumns, j1 = std::min(s.inner, j0 + kColumns);
+    const std::int64_t o = task / blocks, j0 = (task % blocks) * kScatterColumns, j1 = std::min(s.inner, j0 + kScatterColumns);
     float* d = pdx + o * s.size * s.inner;
     const float* g = pg + o * k * s.inner;
     for (std::int64_t m = 0; m < s.size; ++m) std::fill(d + m * s.inner + j0, d + m * s.inner + j1, 0.f);
