@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/flight_entry_json.h"
+#include "core/clock.h"
 #include "core/files.h"
 #include "ht/core/error.h"
 
@@ -37,10 +38,9 @@ std::string op_state_name(OpState s) {
   return "?";
 }
 
-std::int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+std::int64_t now_us() { return epoch_us(); }
+
+int FlightRecorder::capacity() const { return int(ring_.size()); }
 
 FlightRecorder::FlightRecorder(int capacity) {
   HT_CHECK_ARG(capacity > 0, "flight recorder capacity must be positive, got {}", capacity);

@@ -4,9 +4,29 @@
 #include <deque>
 
 #include "core/clock.h"
+#include "core/trace.h"
 #include "ht/ops/cast.h"
 
 namespace ht::parallel {
+
+namespace {
+
+// An action as the timeline names it (core/trace.h).
+const char* trace_name(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kRecvForward: return "recv forward";
+    case ActionKind::kForward: return "forward";
+    case ActionKind::kSendForward: return "send forward";
+    case ActionKind::kRecvBackward: return "recv backward";
+    case ActionKind::kBackward: return "backward";
+    case ActionKind::kSendBackward: return "send backward";
+    case ActionKind::kSendForwardRecvBackward: return "send forward, recv backward";
+    case ActionKind::kSendBackwardRecvForward: return "send backward, recv forward";
+  }
+  return "?";
+}
+
+}  // namespace
 
 // One step's state: the micro-batches, their contexts in flight, the
 // transfers to the neighbours and the time spent computing and waiting.
@@ -147,6 +167,11 @@ void Pipeline::run(Step& s, const std::vector<Action>& table,
   // the gradient arriving from the next stage and the one to send back.
   Tensor x, y, dy, dx;
   for (const Action& a : table) {
+    // On the timeline: computing, or waiting for a transfer (a first
+    // stage's "receive" is loading its input).
+    const bool computes = a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward ||
+                          (a.kind == ActionKind::kRecvForward && model_.first_stage());
+    const trace::Span span("compute", computes ? "compute" : "wait", trace_name(a.kind), a.micro_batch);
     switch (a.kind) {
       case ActionKind::kRecvForward: x = s.recv_forward(); break;
       case ActionKind::kForward: y = s.forward(x); break;

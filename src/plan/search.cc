@@ -2,6 +2,7 @@
 #include "ht/plan/search.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
@@ -239,8 +240,7 @@ std::string format_plans(const PlanResult& r, const PlanRequest& rq) {
     std::string name = p.layout.str();
     if (!p.layout.stage_layers.empty()) {
       name += " [";
-      for (std::size_t k = 0; k < p.layout.stage_layers.size(); ++k)
-        name += (k ? "," : "") + std::to_string(p.layout.stage_layers[k]);
+      name += fmt::format("{}", fmt::join(p.layout.stage_layers, ","));
       name += "]";
     }
     s += fmt::format("{:>3} {:<46} {:>9.1f} {:>10.0f} {:>9} {:>6.1f}% {:>5.1f}%  {}\n", ++i, name, p.time.step_ms,

@@ -156,12 +156,17 @@ void RankGuard::heartbeat_loop() {
   }
 }
 
-void RankGuard::exit(int code, const std::string& message, const std::vector<int>& blamed) {
+void RankGuard::record_exit(int code, const std::string& message, const std::vector<int>& blamed) {
   std::fprintf(stderr, "[rank %d] %s: %s\n", rank_, exit_kind(code).c_str(), message.c_str());
   const nlohmann::json record{{"rank", rank_},   {"code", code},           {"kind", exit_kind(code)},
                               {"step", step_.load()}, {"phase", phase_.load()}, {"time_ms", now_ms()},
                               {"message", message},     {"blamed_ranks", blamed}};
   write_atomically(fs::path(options_.run_dir) / "exit" / fmt::format("rank_{}.json", rank_), record.dump() + "\n");
+  exit_recorded_ = true;
+}
+
+void RankGuard::exit(int code, const std::string& message, const std::vector<int>& blamed) {
+  if (!exit_recorded_) record_exit(code, message, blamed);
   std::fflush(stdout);
   std::fflush(stderr);
   std::_Exit(code);

@@ -12,6 +12,7 @@
 #include "ht/parallel/layout.h"
 #include "ht/train/job.h"
 #include "ht/train/rehearsals.h"
+#include "train/trace_session.h"
 
 namespace ht::train {
 
@@ -33,6 +34,9 @@ void EngineOptions::validate() const {
            ErrorKind::kConfig, "recompute {} is not an activation recomputation mode: choose none, selective or full",
            int(recompute));
   stage_boundaries(int(stage_layers.size()));  // each count >= 1; the stage count is the mesh's, checked there
+  HT_CHECK(trace_path.empty() || (trace_first >= 1 && trace_first <= trace_last), ErrorKind::kConfig,
+           "--trace-steps {}-{}: give the first and last step to trace, 1 <= first <= last (e.g. 3-5)", trace_first,
+           trace_last);
 }
 
 std::vector<int> EngineOptions::stage_boundaries(int pp) const { return parallel::stage_boundaries(stage_layers, pp); }
@@ -125,6 +129,8 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
     if (options_.mem_ckpt_every > 0) snapshot_interval_ = options_.mem_ckpt_every;
     if (options_.resume) resume();
   }
+  if (!options_.trace_path.empty())
+    trace_ = std::make_unique<TraceSession>(options_.trace_path, options_.trace_first, options_.trace_last, *mesh_);
 }
 
 Engine::Engine(Job& job, EngineOptions options, const ModelFactory& make_model, data::DataSource& data)
@@ -132,7 +138,7 @@ Engine::Engine(Job& job, EngineOptions options, const ModelFactory& make_model, 
   add_fault_rehearsals(*this, job.faults(), job.options().run_dir);
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() = default;  // TraceSession is complete here
 
 void Engine::resume() {
   const std::optional<ckpt::RunState> run =
@@ -210,6 +216,7 @@ std::vector<float> Engine::world_sum(std::vector<float> v) {
 
 void Engine::progress(const char* phase) {
   if (options_.guard) options_.guard->progress(steps_done_, phase);
+  if (trace_) trace_->phase(phase);
 }
 
 void Engine::check_replicas(std::int64_t step) {
@@ -287,6 +294,7 @@ StepStats Engine::step() {
   StepStats s;
   s.step = ++steps_done_;
   s.loss_scale = scaler_.scale();
+  if (trace_) trace_->begin_step(s.step);
   progress("data");
   for (const StepHooks& h : hooks_)
     if (h.before_step) h.before_step(s.step);
@@ -332,6 +340,7 @@ StepStats Engine::step() {
   }
   // One world all-reduce carries the loss, whether any rank was asked to
   // stop and whether rank 0's clock says a checkpoint is due.
+  progress("loss-reduction");
   const bool stop_here = options_.guard && options_.guard->preempt_requested();
   const bool snapshot_busy = checkpointer_ && checkpointer_->snapshot_busy();
   const std::vector<float> sums = world_sum({my_loss, stop_here ? 1.f : 0.f, checkpoint_due_by_time() ? 1.f : 0.f,
@@ -373,6 +382,7 @@ StepStats Engine::step() {
   }
   if (options_.straggler_window > 0 && s.step % options_.straggler_window == 0) check_stragglers(s);
   progress("step-done");
+  if (trace_) trace_->end_step(s.step, s.step >= options_.steps);
   std::int64_t targets = 0;
   for (const data::MicroBatch& b : batches) targets += b.target.numel();
   s.tokens = targets * mesh_->layout().dp_size();

@@ -7,6 +7,30 @@
 
 namespace ht::train {
 
+namespace {
+
+// "3-5" or "4" into engine.trace_first and trace_last; throws kConfig.
+void parse_trace_steps(const std::string& spec, EngineOptions& engine) {
+  const std::size_t dash = spec.find('-');
+  const std::string first = spec.substr(0, dash), last = dash == std::string::npos ? first : spec.substr(dash + 1);
+  auto number = [&](const std::string& s) {
+    std::size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    HT_CHECK(used == s.size() && used > 0 && v >= 1, ErrorKind::kConfig,
+             "--trace-steps '{}': give FIRST-LAST (e.g. 3-5) or one step, counted from 1", spec);
+    return std::int64_t(v);
+  };
+  engine.trace_first = number(first);
+  engine.trace_last = number(last);
+}
+
+}  // namespace
+
 void TrainFlags::add_to(CLI::App& app) {
   EngineOptions& t = engine;
   app.option_defaults()->always_capture_default();
@@ -54,6 +78,10 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--straggler-action", fit.straggler_action,
                  "report: print a straggler and go on; exit: checkpoint and exit so htrun replaces its node");
   app.add_option("--sdc-every", t.sdc_every, "steps between replica parameter checksum comparisons (0: never)");
+  app.add_option("--trace", t.trace_path,
+                 "write a timeline of --trace-steps: FILE.rank<R>.json per rank (Chrome trace events; merge them with "
+                 "ht-trace, open in Perfetto or chrome://tracing)");
+  app.add_option("--trace-steps", trace_steps, "the steps --trace records: FIRST-LAST or one step");
   app.add_option("--precision", precision, "compute precision: fp32, fp16 (dynamic loss scaling) or bf16");
   app.add_option("--grad-reduce-dtype", grad_reduce, "dtype of the gradient reduction: fp32, fp16 or bf16");
   app.add_option("--loss-scale", t.loss_scaler.initial_scale, "initial dynamic loss scale (fp16)");
@@ -97,6 +125,7 @@ void TrainFlags::resolve() {
            resume);
   engine.resume = resume == "auto";
   engine.ckpt_commit_delay = std::chrono::milliseconds(ckpt_commit_delay_ms);
+  parse_trace_steps(trace_steps, engine);
   if (mem_ckpt_every == "auto") {
     engine.mem_ckpt_every = -1;
   } else {

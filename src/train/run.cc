@@ -143,21 +143,25 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
         for (int r : s.straggler_ranks)  // a rehearsed slowness belongs to the node htrun now replaces
           if (const auto slow = job.faults().find(resilience::FaultKind::kSlow, r, -1))
             resilience::record_fired(job.options().run_dir, *slow);
-      std::string saved = "no checkpoint directory, nothing saved";
-      if (engine.checkpointer()) {
-        const std::string error = engine.checkpoint_now();
-        saved = error.empty() ? "checkpoint committed" : error;
-        // The disk holds this very step: no snapshot is newer, and the job
-        // may come back on other nodes.
-        engine.checkpointer()->discard_memory(error.empty());
-      }
+      const int code = straggler_exit ? resilience::kExitStraggler : resilience::kExitPreempted;
+      const std::string why = straggler_exit ? fmt::format("straggler at step {}: {}", s.step, s.stragglers)
+                                             : fmt::format("preempted at step {}", s.step);
+      const std::vector<int> blamed = straggler_exit ? s.straggler_ranks : std::vector<int>{};
+      std::string error = "no checkpoint directory, nothing saved";
+      if (engine.checkpointer()) error = engine.checkpoint_now();
       if (rank0)
         std::printf("# %s at step %lld: %s\n", straggler_exit ? "straggler" : "preempted", (long long)s.step,
-                    saved.c_str());
+                    error.empty() ? "checkpoint committed" : error.c_str());
       std::fflush(stdout);
-      if (!straggler_exit) guard.exit(resilience::kExitPreempted, fmt::format("preempted at step {}", s.step));
-      guard.exit(resilience::kExitStraggler, fmt::format("straggler at step {}: {}", s.step, s.stragglers),
-                 s.straggler_ranks);
+      // Said and recorded before the last collectives: once one rank exits
+      // the launcher may end the others at once (htrun's mpirun does), and
+      // rank 0 commits the checkpoint before it enters them.
+      guard.record_exit(code, why, blamed);
+      // The disk holds this very step: no snapshot is newer, and the job
+      // may come back on other nodes.
+      if (engine.checkpointer()) engine.checkpointer()->discard_memory(error.empty());
+      engine.mesh().world().barrier()->wait();
+      guard.exit(code, why, blamed);
     }
     if ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == o.steps) evaluate(s.step);
     if (options.after_step) options.after_step(engine, s);

@@ -346,7 +346,7 @@ WRAPPER
       "$htrun" --hostfile "$work/hosts" --spares 1 --launcher-arg=--mca --launcher-arg=btl_tcp_if_include \
       --launcher-arg=eth0 --dry-run -- "$gpt" --steps 3 > "$work/plan.txt"
     grep -q "2 active, 1 spare, 4 slot(s) per node" "$work/plan.txt" || fail "wrong node set: $(cat "$work/plan.txt")"
-    grep -q "job: mpirun -np 8 --host node-a:4,node-b:4 --map-by slot -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 $gpt --steps 3 --run-dir runs/htrun --resume auto" \
+    grep -q "job: mpirun -np 8 --host node-a:4,node-b:4 --map-by slot --mca odls_base_sigkill_timeout 0 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 $gpt --steps 3 --run-dir runs/htrun --resume auto" \
       "$work/plan.txt" || fail "wrong job command: $(cat "$work/plan.txt")"
     grep -q "health of node 2 (node-c): mpirun -np 1 --host node-c:1 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-health --node 2" "$work/plan.txt" \
       || fail "wrong health command: $(cat "$work/plan.txt")"

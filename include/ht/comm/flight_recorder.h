@@ -44,6 +44,8 @@ class FlightRecorder {
   void update(std::uint64_t id, OpState state);
   /// The entries still held, oldest first.
   std::vector<FlightEntry> entries() const;
+  /// How many entries it holds at most (the newest).
+  int capacity() const;
   /// Writes `<dir>/flight_recorder_rank<rank>.json` (replacing it) with this
   /// rank's entries, its host and `reason`; returns the path. Throws IoError.
   std::string dump(const std::string& dir, int rank, const std::string& reason) const;

@@ -75,9 +75,13 @@ class RankGuard {
   void progress(std::int64_t step, const char* phase);
   /// Whether SIGTERM or SIGUSR1 arrived.
   bool preempt_requested() const;
-  /// Writes the exit record and ends the process with `code` (flushing
-  /// stdio). `blamed`: world ranks the record names as the cause, when it is
-  /// not this rank (a straggler).
+  /// Writes the exit record (and says it on stderr) without exiting. Ranks
+  /// that leave together record before their last collective: once one
+  /// rank exits, the launcher may end the others at once.
+  void record_exit(int code, const std::string& message, const std::vector<int>& blamed = {});
+  /// Writes the exit record, unless record_exit() did, and ends the process
+  /// with `code` (flushing stdio). `blamed`: world ranks the record names as
+  /// the cause, when it is not this rank (a straggler).
   [[noreturn]] void exit(int code, const std::string& message, const std::vector<int>& blamed = {});
 
   int rank() const { return rank_; }
@@ -94,6 +98,7 @@ class RankGuard {
   std::atomic<const char*> phase_{"start"};
   std::atomic<std::int64_t> last_change_ms_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> exit_recorded_{false};
   std::thread thread_;
 };
 

@@ -42,6 +42,8 @@
 
 namespace ht::train {
 
+class TraceSession;  // src/train/trace_session.h
+
 class Job;
 
 /// Builds this rank's part of the model for a placement.
@@ -114,6 +116,16 @@ struct EngineOptions {
   std::int64_t straggler_window = 0;
   double straggler_threshold = 1.5;
   int straggler_windows = 3;
+  /// A timeline of steps trace_first..trace_last (1-based, inclusive; a run
+  /// that ends or resumes inside the range traces what it runs of it):
+  /// every rank writes trace_path with ".rank<R>" before its extension, as
+  /// Chrome trace-event JSON — the engine's phases, forward and backward per
+  /// micro-batch, pipeline waits, and every collective and transfer from the
+  /// flight recorder (queued, running). Time 0 of every rank's file is the
+  /// end of a world barrier before the first traced step; ht-trace merges
+  /// the files into one that Perfetto and chrome://tracing open. Empty: off.
+  std::string trace_path;
+  std::int64_t trace_first = 3, trace_last = 5;
 
   /// Throws kConfig naming the bad value.
   void validate() const;
@@ -274,6 +286,7 @@ class Engine {
   std::chrono::steady_clock::time_point last_checkpoint_time_ = std::chrono::steady_clock::now();
   bool checkpoint_deferred_ = false;  // a save is due but waits for a finite loss
   std::int64_t replicas_checked_step_ = -1;  // the step of the last replica comparison
+  std::unique_ptr<TraceSession> trace_;       // options_.trace_path: the steps being traced
 };
 
 }  // namespace ht::train

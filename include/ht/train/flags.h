@@ -40,6 +40,7 @@ struct TrainFlags {
   std::string ckpt_dir;  // default <run-dir>/checkpoints
   int ckpt_commit_delay_ms = 0;
   std::string mem_ckpt_every = "auto";  // "auto", or a number of steps (0: no memory tier)
+  std::string trace_steps = "3-5";      // --trace-steps: FIRST-LAST or one step
   double bucket_mb = 25;
   // Planning (ht/plan): --auto picks the layout for the world found, --dry-run
   // prints the memory per stage and exits without training.

@@ -20,7 +20,8 @@
 // spare (or, with --allow-shrink and no spare, continues on fewer nodes: the
 // checkpoint is resharded to the smaller data-parallel size), and relaunches,
 // resuming from the newest committed checkpoint; restarts are bounded, with
-// a back-off that doubles while launches fail without progress. At the end
+// none after a launch that made progress and a back-off that doubles while
+// launches fail without it. At the end
 // it prints and writes (<run-dir>/htrun_report.json) every incident with its
 // detection latency, recovery time and steps lost, the cordoned nodes, the
 // restarts, and goodput = productive time / wall time.
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--run-dir", o.run_dir, "run directory passed to the program (heartbeats, checkpoints, report)");
   app.add_option("--max-restarts", o.max_restarts, "relaunches before giving up");
-  app.add_option("--backoff", o.backoff_s, "seconds from a failure's detection to the relaunch, health checks included (doubling while launches fail without progress, at most 30)");
+  app.add_option("--backoff", o.backoff_s, "seconds from a failure's detection to the relaunch, health checks included, when the launch made no progress (doubling while launches keep failing so, at most 30); a launch that trained past its checkpoint is relaunched at once");
   app.add_option("--hang-timeout", o.hang_timeout_s, "seconds without progress in a rank's heartbeat that mean a hang");
   app.add_option("--start-timeout", o.start_timeout_s,
                  "seconds from launch until every rank has started (heartbeat past start-up; 0: no limit)");

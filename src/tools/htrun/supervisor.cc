@@ -466,12 +466,15 @@ Report Supervisor::run() {
     }
     ++report.restarts;
     pending = incident;
-    // Back-off doubles with each failure in a row that made no progress; a
-    // launch that trained past its checkpoint starts the doubling afresh.
-    // It runs from the detection: the health checks above count towards it.
-    failures_in_a_row = w.reached > resume_step ? 1 : failures_in_a_row + 1;
-    const double relaunch_at = incident.detected_at +
-                               std::min(30.0, options_.backoff_s * double(1 << std::min(failures_in_a_row - 1, 5)));
+    // No back-off after a launch that trained past its checkpoint: the
+    // failure is the job's, not a loop. Then it doubles with each failure
+    // in a row that made no progress. It runs from the detection: the
+    // health checks above count towards it.
+    failures_in_a_row = w.reached > resume_step ? 0 : failures_in_a_row + 1;
+    const double backoff =
+        failures_in_a_row == 0 ? 0.0
+                               : std::min(30.0, options_.backoff_s * double(1 << std::min(failures_in_a_row - 1, 5)));
+    const double relaunch_at = incident.detected_at + backoff;
     while (now_s() < relaunch_at && !g_stop_signal) sleep_s(0.05);
     if (g_stop_signal) {
       report.incidents.push_back(*pending);
