@@ -22,6 +22,10 @@ const char* trace_name(ActionKind kind) {
     case ActionKind::kSendBackward: return "send backward";
     case ActionKind::kSendForwardRecvBackward: return "send forward, recv backward";
     case ActionKind::kSendBackwardRecvForward: return "send backward, recv forward";
+    case ActionKind::kBackwardInput: return "backward input";
+    case ActionKind::kBackwardWeight: return "backward weight";
+    case ActionKind::kSendForwardRecvForward: return "send forward, recv forward";
+    case ActionKind::kSendBackwardRecvBackward: return "send backward, recv backward";
   }
   return "?";
 }
@@ -181,6 +185,14 @@ void Pipeline::run(Step& s, const std::vector<Action>& table,
       case ActionKind::kSendBackward: s.send_backward(dx); break;
       case ActionKind::kSendForwardRecvBackward: dy = s.send_forward_recv_backward(y); break;
       case ActionKind::kSendBackwardRecvForward: x = s.send_backward_recv_forward(dx); break;
+      // The interleaved and ZB-H1 tables (schedule.h) are not executed yet:
+      // parse_schedule offers neither, so a table holding these is a bug.
+      case ActionKind::kBackwardInput:
+      case ActionKind::kBackwardWeight:
+      case ActionKind::kSendForwardRecvForward:
+      case ActionKind::kSendBackwardRecvBackward:
+        HT_CHECK(false, ErrorKind::kInternal, "pipeline: action {} of schedule {} is not executed by this build",
+                 action_str(a, true), schedule_name(schedule_));
     }
   }
 }

@@ -5,8 +5,8 @@
 # checked: a process per rank, the engine's phases, a forward and a backward
 # of every micro-batch on every rank in both steps, pipeline transfers, and
 # data-parallel all-reduces issued during the backward (the overlap), on one
-# time axis. Then bad input: a truncated rank file, a path with no files, bad
-# --trace-steps, each a clear error.
+# time axis; its HTML page draws every span. Then bad input: a truncated rank
+# file, a path with no files, bad --trace-steps, each a clear error.
 #   trace_test.sh MPIEXEC GPT_TRAIN HT_TRACE WORK
 set -euo pipefail
 mpiexec="$1"; gpt="$2"; tool="$3"; work="$4"
@@ -21,7 +21,12 @@ train=(--text "$work/text.txt" --layers 2 --heads 2 --embd 32 --context 32 --seq
   --bucket-mb 0.01 --steps 4 --trace "$work/trace.json" --trace-steps 2-3 > "$work/train.txt" 2>&1 \
   || { tail -20 "$work/train.txt"; fail "the traced run failed"; }
 for r in 0 1 2 3; do [ -s "$work/trace.rank$r.json" ] || fail "rank $r wrote no trace.rank$r.json"; done
-"$tool" "$work/trace.json" -o "$work/merged.json" > "$work/merge.txt" 2>&1 || { cat "$work/merge.txt"; fail "ht-trace failed"; }
+"$tool" "$work/trace.json" -o "$work/merged.json" --html "$work/timeline.html" > "$work/merge.txt" 2>&1 \
+  || { cat "$work/merge.txt"; fail "ht-trace failed"; }
+# The page: a box per span of the merged file, nothing fetched.
+[ "$(grep -o '<rect ' "$work/timeline.html" | wc -l)" = "$(python3 -c "import json,sys; print(sum(e['ph']=='X' for e in json.load(open(sys.argv[1]))['traceEvents']))" "$work/merged.json")" ] \
+  || fail "the page does not draw every span"
+grep -Eo '(src|href)="[^"]*"' "$work/timeline.html" && fail "the page refers to another resource"
 cat "$work/merge.txt"
 grep -q "^ht-trace: 4 rank(s), [0-9]* events, steps 2-3 -> $work/merged.json" "$work/merge.txt" || fail "no merge line"
 grep -q "comm dp.0: running .* ms of it during a backward" "$work/merge.txt" || fail "no data-parallel summary"

@@ -6,6 +6,7 @@
 // work ran during a backward (the overlap data parallelism counts on).
 //
 //   ht-trace FILE -o merged.json            FILE: the --trace path (or the ranks' files)
+//   ht-trace FILE -o merged.json --html t.html   also the timeline as one HTML page (inline SVG)
 //
 // Exit status: 0 merged (missing ranks are named on stderr), 2 unreadable or
 // inconsistent input (the message says which file and why).
@@ -18,15 +19,32 @@
 
 #include "ht/core/error.h"
 #include "trace/merge.h"
+#include "trace/timeline_html.h"
+
+namespace {
+
+// `text` into `path` whole or not at all (written beside it, then renamed).
+void write_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  HT_CHECK(f, ht::ErrorKind::kIo, "cannot create '{}'", tmp);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  HT_CHECK(std::fclose(f) == 0 && ok, ht::ErrorKind::kIo, "cannot write '{}' (disk full?)", tmp);
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Merge the ranks' trace files of a hypertrain run (--trace) into one", "ht-trace"};
   std::vector<std::string> inputs;
   std::string output;
+  std::string html;
   bool quiet = false;
   app.add_option("inputs", inputs, "the --trace path (standing for FILE.rank<R>.json beside it), or rank files")
       ->required();
   app.add_option("-o,--output", output, "the merged file (Chrome trace-event JSON)")->required();
+  app.add_option("--html", html, "also write the timeline as a self-contained HTML page (inline SVG)");
   app.add_flag("-q,--quiet", quiet, "no summary");
   CLI11_PARSE(app, argc, argv);
 
@@ -35,15 +53,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> warnings;
     const nlohmann::json merged = ht::trace_tool::merge_traces(ranks, warnings);
     for (const std::string& w : warnings) std::fprintf(stderr, "ht-trace: warning: %s\n", w.c_str());
-    const std::string tmp = output + ".tmp";
-    {
-      std::FILE* f = std::fopen(tmp.c_str(), "w");
-      HT_CHECK(f, ht::ErrorKind::kIo, "cannot create '{}'", tmp);
-      const std::string text = merged.dump() + "\n";
-      const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-      HT_CHECK(std::fclose(f) == 0 && ok, ht::ErrorKind::kIo, "cannot write '{}' (disk full?)", tmp);
-    }
-    std::filesystem::rename(tmp, output);
+    write_file(output, merged.dump() + "\n");
+    if (!html.empty()) write_file(html, ht::trace_tool::timeline_html(merged));
     std::printf("ht-trace: %zu rank(s), %zu events, steps %lld-%lld -> %s\n", ranks.size(),
                 merged["traceEvents"].size(), (long long)ranks.front().steps[0], (long long)ranks.front().steps[1],
                 output.c_str());
