@@ -11,11 +11,37 @@ find_package(GTest REQUIRED)
 
 set(HT_MPIEXEC_EXTRA_FLAGS --oversubscribe --bind-to none CACHE STRING "Extra mpiexec flags for tests")
 
+# Test binaries parse GoogleTest, the standard library and the library's
+# tensor once, from one precompiled header (tests/test_util.h, which most
+# tests include) instead of once per binary. The first test of each kind
+# (GoogleTest's main; the MPI tests, whose main defines OMPI_SKIP_MPICXX)
+# builds it and the others of that kind reuse it, so its flags are theirs (a
+# library's -fPIC would not fit an executable's -fpie). A test whose flags
+# differ (LIBS OpenMP::OpenMP_CXX) builds it for itself.
+function(_ht_test_pch target kind libs)
+  set(flags "")
+  if("${libs}" MATCHES "OpenMP")
+    set(flags "openmp")  # -fopenmp: another PCH (include directories do not matter to one)
+  endif()
+  get_property(owner GLOBAL PROPERTY ht_${kind}_test_pch)
+  get_property(owner_flags GLOBAL PROPERTY ht_${kind}_test_pch_flags)
+  if(owner AND owner_flags STREQUAL flags)
+    target_precompile_headers(${target} REUSE_FROM ${owner})
+    return()
+  endif()
+  target_precompile_headers(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests/test_util.h)
+  if(NOT owner)
+    set_property(GLOBAL PROPERTY ht_${kind}_test_pch ${target})
+    set_property(GLOBAL PROPERTY ht_${kind}_test_pch_flags "${flags}")
+  endif()
+endfunction()
+
 function(ht_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LABELS;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE hypertrain::hypertrain GTest::gtest GTest::gtest_main ${T_LIBS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  _ht_test_pch(${name} plain "${T_LIBS}")
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
@@ -49,6 +75,7 @@ function(ht_add_mpi_test name)
   else()
     _ht_mpi_gtest_main()
     target_link_libraries(${name} PRIVATE ht_mpi_gtest_main ${T_LIBS})
+    _ht_test_pch(${name} mpi "${T_LIBS}")
   endif()
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   if(NOT T_TIMEOUT)
