@@ -146,6 +146,11 @@ void TrainFlags::resolve() {
   fit.validate();
   HT_CHECK(!(auto_plan || dry_run) || model_spec, ErrorKind::kConfig,
            "--auto and --dry-run need the program to describe its model (TrainFlags::model_spec); this one does not");
+  // Before any device is touched: the answer does not depend on one being there.
+  HT_CHECK(!auto_plan || !plan_profile.empty() || !engine.device.is_cuda(), ErrorKind::kConfig,
+           "--auto on {}: the probe measures the host only; give the GPUs' figures with --plan-profile FILE (see "
+           "include/ht/plan/profile.h and examples/plan/)",
+           device);
   if (auto_plan) job.choose_layout = [this](comm::Communicator& world, JobOptions& o) { apply_auto_plan(world, o); };
 }
 

@@ -97,11 +97,7 @@ void TrainFlags::apply_auto_plan(comm::Communicator& world, JobOptions& job_opti
   rq.global_batch = global_batch > 0 ? global_batch : layout(world.size()).global_batch();
   if (!plan_profile.empty()) {
     rq.profile = plan::load_profile(plan_profile);
-  } else {
-    HT_CHECK(!job.device.is_cuda(), ErrorKind::kConfig,
-             "--auto on {}: the probe measures the host only; give the GPUs' figures with --plan-profile FILE (see "
-             "include/ht/plan/profile.h and examples/plan/)",
-             job.device.str());
+  } else {  // a host probe (TrainFlags::resolve refused one for GPUs)
     plan::ProbeOptions po;
     po.memory_gib = plan_memory_gib;
     rq.profile = plan::probe_profile(po, &world, ranks_on_this_node(world.size()));

@@ -6,7 +6,9 @@
 #   errors    a bad preset, a missing or broken profile, nothing fitting: exit 2 and a message saying what
 #   dry-run   gpt_train --dry-run alone and under mpirun (pp 2): the per-stage table, no training;
 #             llama_train --dry-run
-#   auto      mpirun -np 2 gpt_train --auto: the plan printed, the mesh it chose, training runs
+#   auto      mpirun -np 2 gpt_train --auto: the plan printed, the mesh it chose, training runs;
+#             ranks whose profiles plan different layouts, and --auto on cuda without a
+#             profile, each refused with what to give
 #
 #   plan_tool_test.sh HT_PLAN GPT_TRAIN LLAMA_TRAIN MPIEXEC PROFILE WORK CASE
 set -euo pipefail
@@ -102,7 +104,21 @@ PY
     grep -q "global batch 8 rows" "$work/auto.txt" || fail "the global batch (2 x 2 x 2 ranks) was not kept"
     tp=$(echo "$chosen" | sed 's/tp\([0-9]*\).*/\1/'); pp=$(echo "$chosen" | sed 's/.*pp\([0-9]*\).*/\1/')
     grep -q "^# mesh pp$pp x dp[0-9]* x tp$tp" "$work/auto.txt" || fail "the mesh is not the plan's ($chosen)"
-    grep -q "^step 2/2 | loss" "$work/auto.txt" || fail "did not train" ;;
+    grep -q "^step 2/2 | loss" "$work/auto.txt" || fail "did not train"
+    # Rank 1 given a profile of slow links plans pp 2 where rank 0 plans dp 2.
+    python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['intra_node']=p['inter_node']={'latency_us':1e5,'gbps':0.001}; json.dump(p,open(sys.argv[2],'w'))" \
+      "$profile" "$work/slow.json"
+    cat > "$work/per_rank.sh" <<WRAPPER
+#!/bin/sh
+p="$profile"; [ "\${OMPI_COMM_WORLD_RANK:-0}" = 1 ] && p="$work/slow.json"
+exec "$gpt" "\$@" --plan-profile "\$p"
+WRAPPER
+    chmod +x "$work/per_rank.sh"
+    expect_usage "the ranks planned different layouts (their machine profiles differ); give them one with --plan-profile" \
+      "${np2[@]}" "$work/per_rank.sh" --auto --run-dir "$work/disagree" --layers 2 --embd 64 --heads 2 --seq-len 32 \
+      --context 32 --micro-batch 2 --grad-accum 2 --steps 1
+    expect_usage "--auto on cuda: the probe measures the host only; give the GPUs' figures with --plan-profile" \
+      "$gpt" --auto --device cuda --run-dir "$work/cuda" --layers 2 --embd 64 --heads 2 --steps 1 ;;
   *) fail "unknown case" ;;
 esac
 echo "PASS ($case)"
