@@ -58,6 +58,16 @@ inline void write_file(const std::string& path, std::string_view text, bool sync
            std::strerror(rc != 0 ? err : errno));
 }
 
+/// Writes `text` to `path` through `path`.tmp and a rename: a reader sees the
+/// old contents or the new, never half of them. Throws IoError naming `what`.
+inline void write_file_replacing(const std::string& path, std::string_view text, bool sync, std::string_view what) {
+  const std::string tmp = path + ".tmp";
+  write_file(tmp, text, sync, what);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  HT_CHECK(!ec, ErrorKind::kIo, "cannot rename {} '{}' into '{}': {}", what, tmp, path, ec.message());
+}
+
 /// Replaces whatever is at `path` by an empty file of mode kFileMode, for a
 /// library that creates files itself with 0666 (HDF5): truncating it keeps the mode.
 inline void create_empty_file(const std::string& path) {

@@ -21,12 +21,16 @@ TraceSession::TraceSession(std::string path, std::int64_t first, std::int64_t la
     : path_(std::move(path)), first_(first), last_(last), mesh_(mesh) {}
 
 TraceSession::~TraceSession() {
-  if (!recording_) return;
+  if (recording_) write_or_warn();
+}
+
+// A trace that cannot be written is reported, and training goes on.
+void TraceSession::write_or_warn() {
   try {
     write();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "warning: the trace of steps %lld-%lld was not written: %s\n", (long long)first_traced_,
-                 (long long)last_traced_, e.what());
+    std::fprintf(stderr, "warning: the trace of steps %lld-%lld was not written (%s); training goes on\n",
+                 (long long)first_traced_, (long long)last_traced_, e.what());
   }
 }
 
@@ -52,7 +56,7 @@ void TraceSession::end_step(std::int64_t step, bool final) {
   phases_.enter(nullptr);
   if (!recording_) return;
   last_traced_ = step;
-  if (step >= last_ || final) write();
+  if (step >= last_ || final) write_or_warn();
 }
 
 namespace {
@@ -138,10 +142,7 @@ void TraceSession::write() {
                     {"build", build_description()}}}};
   const std::string path = rank_path(path_, rank);
   if (fs::path(path).has_parent_path()) ht::detail::make_directories(fs::path(path).parent_path());
-  ht::detail::write_file(path + ".tmp", file.dump() + "\n", /*sync=*/false, "trace file");
-  std::error_code ec;
-  fs::rename(path + ".tmp", path, ec);
-  HT_CHECK(!ec, ErrorKind::kIo, "cannot rename the trace file into '{}': {}", path, ec.message());
+  ht::detail::write_file_replacing(path, file.dump() + "\n", /*sync=*/false, "trace file");
 }
 
 }  // namespace ht::train

@@ -38,6 +38,7 @@ class TraceSession {
 
  private:
   void write();
+  void write_or_warn();
 
   std::string path_;
   std::int64_t first_, last_;

@@ -6,7 +6,8 @@
 # of every micro-batch on every rank in both steps, pipeline transfers, and
 # data-parallel all-reduces issued during the backward (the overlap), on one
 # time axis; its HTML page draws every span. Then bad input: a truncated rank
-# file, a path with no files, bad --trace-steps, each a clear error.
+# file, a path with no files, bad --trace-steps, each a clear error; a trace
+# that cannot be written is reported and the run goes on.
 #   trace_test.sh MPIEXEC GPT_TRAIN HT_TRACE WORK
 set -euo pipefail
 mpiexec="$1"; gpt="$2"; tool="$3"; work="$4"
@@ -83,4 +84,10 @@ if "$gpt" "${train[@]}" --run-dir "$work/bad" --trace "$work/b.json" --trace-ste
 fi
 grep -q "trace-steps" "$work/err.txt" || fail "unclear message: $(cat "$work/err.txt")"
 [ ! -e "$work/x.json" ] || fail "a failed merge left an output file"
+# A trace that cannot be written: said, and the run trains to its end.
+"$gpt" "${train[@]}" --run-dir "$work/unwritable" --steps 2 --trace /proc/no/t.json --trace-steps 1-2 \
+  > "$work/unwritable.txt" 2>&1 || { tail "$work/unwritable.txt"; fail "an unwritable trace ended the run"; }
+grep -q "warning: the trace of steps 1-2 was not written (.*/proc/no.*); training goes on" "$work/unwritable.txt" \
+  || fail "unclear message: $(grep -i trace "$work/unwritable.txt")"
+grep -q "^step 2/2 | loss" "$work/unwritable.txt" || fail "the run did not finish"
 echo "PASS"

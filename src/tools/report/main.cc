@@ -8,14 +8,12 @@
 // Exit status: 0 when the page was written, 2 when the run directory cannot be
 // read (the message says which file and what to run).
 #include <CLI/CLI.hpp>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
+#include "core/files.h"
 #include "ht/core/error.h"
 #include "report/page.h"
 #include "report/run_dir.h"
@@ -35,13 +33,7 @@ int main(int argc, char** argv) {
   try {
     const ht::report::RunDir run = ht::report::read_run_dir(run_dir);
     const std::string page = ht::report::render_page(run, options);
-    std::ofstream out(output, std::ios::binary);
-    out << page;
-    out.close();
-    if (!out) {
-      std::fprintf(stderr, "ht-report: cannot write '%s': %s\n", output.c_str(), std::strerror(errno));
-      return 2;
-    }
+    ht::detail::write_file_replacing(output, page, /*sync=*/false, "report page");  // never half a page
     std::printf("ht-report: wrote %s (%zu steps, %zu evals, %zu checkpoints%s)\n", output.c_str(), run.steps.size(),
                 run.evals.size(), run.checkpoints.size(),
                 run.htrun ? (", " + std::to_string(run.htrun->value("incidents", nlohmann::json::array()).size()) +

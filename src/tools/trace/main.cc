@@ -17,23 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "core/files.h"
 #include "ht/core/error.h"
 #include "trace/merge.h"
 #include "trace/timeline_html.h"
-
-namespace {
-
-// `text` into `path` whole or not at all (written beside it, then renamed).
-void write_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  HT_CHECK(f, ht::ErrorKind::kIo, "cannot create '{}'", tmp);
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  HT_CHECK(std::fclose(f) == 0 && ok, ht::ErrorKind::kIo, "cannot write '{}' (disk full?)", tmp);
-  std::filesystem::rename(tmp, path);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Merge the ranks' trace files of a hypertrain run (--trace) into one", "ht-trace"};
@@ -53,8 +40,9 @@ int main(int argc, char** argv) {
     std::vector<std::string> warnings;
     const nlohmann::json merged = ht::trace_tool::merge_traces(ranks, warnings);
     for (const std::string& w : warnings) std::fprintf(stderr, "ht-trace: warning: %s\n", w.c_str());
-    write_file(output, merged.dump() + "\n");
-    if (!html.empty()) write_file(html, ht::trace_tool::timeline_html(merged));
+    ht::detail::write_file_replacing(output, merged.dump() + "\n", /*sync=*/false, "merged trace");
+    if (!html.empty())
+      ht::detail::write_file_replacing(html, ht::trace_tool::timeline_html(merged), /*sync=*/false, "timeline page");
     std::printf("ht-trace: %zu rank(s), %zu events, steps %lld-%lld -> %s\n", ranks.size(),
                 merged["traceEvents"].size(), (long long)ranks.front().steps[0], (long long)ranks.front().steps[1],
                 output.c_str());
