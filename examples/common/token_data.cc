@@ -1,8 +1,11 @@
 // Token data and sampling for the bundled language-model programs.
 #include "examples/common/token_data.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "ht/core/rng.h"
 #include "ht/core/version.h"
@@ -11,6 +14,45 @@
 namespace ht::examples {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// What a token file is made from: every input file's path, size and
+// modification time (a directory's files, in name order), and the
+// validation share. Kept beside the file as <file>.inputs, so that a
+// relaunch with the same --text (htrun's) reads the file instead of
+// tokenising the corpus again.
+std::string inputs_signature(const std::vector<std::string>& inputs, double val_fraction) {
+  std::ostringstream s;
+  s << "val_fraction " << val_fraction << "\n";
+  auto add = [&](const fs::path& p) {
+    std::error_code ec;
+    s << fs::absolute(p).string() << " " << fs::file_size(p, ec) << " "
+      << fs::last_write_time(p, ec).time_since_epoch().count() << "\n";
+  };
+  for (const std::string& input : inputs) {
+    std::error_code ec;
+    if (!fs::is_directory(input, ec)) {
+      add(input);
+      continue;
+    }
+    std::vector<fs::path> files;
+    for (const fs::directory_entry& e : fs::recursive_directory_iterator(input, ec))
+      if (e.is_regular_file()) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files) add(f);
+  }
+  return s.str();
+}
+
+std::string read_whole(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return in ? s.str() : std::string();
+}
+
+}  // namespace
 
 void TokenDataFlags::add_to(CLI::App& app) {
   app.add_option("--data", data, "HDF5 token file (default <run-dir>/tokens.h5; created if missing)");
@@ -38,9 +80,18 @@ data::TokenSplits TokenDataFlags::load(train::Job& job, std::int64_t vocab_size,
              path, kDefaultCorpusDir);
     if (!text.empty() || !fs::exists(path)) {
       const std::vector<std::string> inputs = text.empty() ? std::vector<std::string>{kDefaultCorpusDir} : text;
-      std::printf("# preparing %s from %zu text input(s): %s%s\n", path.c_str(), inputs.size(), inputs.front().c_str(),
-                  inputs.size() > 1 ? ", ..." : "");
-      data::write_token_file(path, data::tokenize_bytes(inputs, val_fraction));
+      const std::string signature = inputs_signature(inputs, val_fraction), recorded = path + ".inputs";
+      if (fs::exists(path) && read_whole(recorded) == signature) {
+        std::printf("# reusing %s: made from the same %zu text input(s)\n", path.c_str(), inputs.size());
+      } else {
+        std::printf("# preparing %s from %zu text input(s): %s%s\n", path.c_str(), inputs.size(),
+                    inputs.front().c_str(), inputs.size() > 1 ? ", ..." : "");
+        std::error_code ec;
+        fs::remove(recorded, ec);  // no stale record beside a new file, should the write fail
+        data::write_token_file(path, data::tokenize_bytes(inputs, val_fraction));
+        std::ofstream(recorded + ".tmp") << signature;
+        fs::rename(recorded + ".tmp", recorded, ec);
+      }
     }
     splits = data::read_token_file(path);
   });

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end check of gpt_train: a tiny model on a small text file trains,
 # writes metrics.jsonl with step and loss, prints a sample with unprintable
-# bytes escaped; --recompute full is named in the preamble and run record;
+# bytes escaped; a rerun with the same --text reuses the token file, a
+# changed text is tokenised again; --recompute full is named in the preamble
+# and run record;
 # under umask 000 the run directory and the checkpoint are created without
 # group/world write (0755 directories, 0644 files); bad flags and
 # missing files fail with a clear message and a non-zero status.
@@ -18,6 +20,16 @@ fail() { echo "FAIL: $*"; exit 1; }
   --seq-len 16 --micro-batch 4 --steps 12 --eval-every 6 --eval-batches 2 --sample-tokens 16 \
   --prompt $'\x01\x1b[2J\\The ' > "$work/out.txt"
 grep -q "^step 12/12 | loss" "$work/out.txt" || fail "no progress line for the last step"
+grep -q "^# preparing $work/run/tokens.h5" "$work/out.txt" || fail "the token file was not prepared"
+# A relaunch with the same --text reuses the token file; a changed text is tokenised again.
+run_again() { "$exe" --text "$work/text.txt" --data "$work/run/tokens.h5" --run-dir "$work/again" --layers 1 --heads 2 --embd 32 --context 32 \
+  --seq-len 16 --micro-batch 4 --steps 1 --eval-batches 0 --sample-tokens 0 > "$work/again.txt"; }
+run_again
+grep -q "^# reusing $work/run/tokens.h5: made from the same 1 text input(s)" "$work/again.txt" \
+  || fail "the token file was prepared again from the same text: $(grep '^# ' "$work/again.txt" | head -3)"
+echo "one more line" >> "$work/text.txt"
+run_again
+grep -q "^# preparing $work/run/tokens.h5" "$work/again.txt" || fail "a changed text was not tokenised again"
 grep -q "^# sample" "$work/out.txt" || fail "no sample printed"
 # The prompt's control bytes and backslash come out escaped; no byte outside
 # printable ASCII, '\n' and '\t' reaches the terminal.
