@@ -44,7 +44,7 @@ void gemm(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, float alp
   // tensor cores with f32 accumulation. The _64 entry point takes 64-bit sizes,
   // so no dimension needs an int range check.
   const cudaDataType type = cuda_data_type(dtype);
-  HT_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+  HT_CUBLAS_CHECK(::ht::detail::cublas().gemm_strided_batched_ex_64(
       cublas_handle(), b.trans ? CUBLAS_OP_T : CUBLAS_OP_N, a.trans ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha,
       b.data, type, b.ld, b.batch_stride, a.data, type, a.ld, a.batch_stride, &beta, c, type, ldc, stride_c, batch,
       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

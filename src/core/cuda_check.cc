@@ -10,8 +10,8 @@ void throw_cuda_error(cudaError_t code, const char* expr, std::source_location w
 }
 
 void throw_cublas_error(cublasStatus_t code, const char* expr, std::source_location where) {
-  throw Error(ErrorKind::kCuda, fmt::format("{} failed: {}", expr, cublasGetStatusString(code)), where,
-              fmt::format("{} ({})", cublasGetStatusName(code), int(code)));
+  throw Error(ErrorKind::kCuda, fmt::format("{} failed: {}", expr, cublas().status_string(code)), where,
+              fmt::format("{} ({})", cublas().status_name(code), int(code)));
 }
 
 }  // namespace ht::detail

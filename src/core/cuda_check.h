@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "core/cublas_api.h"
 #include "ht/core/error.h"
 
 namespace ht::detail {

@@ -37,14 +37,15 @@ cudaStream_t current_stream() noexcept { return static_cast<cudaStream_t>(ht::cu
 
 CublasHandle::CublasHandle(int device) : device_(device) {
   HT_CUDA_CHECK(cudaSetDevice(device));
-  HT_CUBLAS_CHECK(cublasCreate(&handle_));
+  HT_CUBLAS_CHECK(::ht::detail::cublas().create(&handle_));
   // f16 and bf16 GEMMs accumulate in f32 (CUBLAS_COMPUTE_32F), but cuBLAS may
   // still reduce split-K partial sums in the output's 16-bit type unless
   // told not to; keep every reduction in f32, as the CPU reference does.
   const cublasStatus_t mode =
-      cublasSetMathMode(handle_, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+      ::ht::detail::cublas().set_math_mode(handle_,
+                                     cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
   if (mode != CUBLAS_STATUS_SUCCESS) {
-    cublasDestroy(handle_);
+    ::ht::detail::cublas().destroy(handle_);
     handle_ = nullptr;
     device_ = -1;
     HT_CUBLAS_CHECK(mode);
@@ -73,7 +74,7 @@ void CublasHandle::reset() noexcept {
   int previous = -1;
   const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
                         cudaSetDevice(device_) == cudaSuccess;
-  cublasDestroy(handle_);
+  ::ht::detail::cublas().destroy(handle_);  // opened: a handle exists
   if (switched) cudaSetDevice(previous);
   cudaGetLastError();  // leave no sticky error from the calls above
   handle_ = nullptr;
@@ -92,7 +93,7 @@ cublasHandle_t cublas_handle() {
   }
   const cudaStream_t stream = current_stream();
   if (slot.bound_stream != stream) {
-    HT_CUBLAS_CHECK(cublasSetStream(slot.handle.get(), stream));
+    HT_CUBLAS_CHECK(::ht::detail::cublas().set_stream(slot.handle.get(), stream));
     slot.bound_stream = stream;
   }
   return slot.handle.get();

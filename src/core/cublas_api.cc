@@ -1,0 +1,60 @@
+// cuBLAS opened on first use (core/cublas_api.h).
+#include "core/cublas_api.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <mutex>
+#include <string>
+
+#include "ht/core/error.h"
+
+namespace ht::detail {
+
+namespace {
+
+template <class F>
+void resolve(void* lib, const char* name, const std::string& path, F& fn) {
+  fn = reinterpret_cast<F>(::dlsym(lib, name));
+  HT_CHECK(fn, ErrorKind::kCuda, "'{}' has no function {}: a cuBLAS older than this build's ({})", path, name,
+           CUBLAS_VER_MAJOR);
+}
+
+CublasApi open_cublas() {
+  const std::string name = fmt::format("libcublas.so.{}", CUBLAS_VER_MAJOR);
+  std::string path = name;
+  void* lib = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  std::string first_error = lib ? "" : ::dlerror();
+#ifdef HT_CUDA_LIBRARY_DIR
+  if (!lib) {
+    path = std::string(HT_CUDA_LIBRARY_DIR) + "/" + name;
+    lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
+#endif
+  HT_CHECK(lib, ErrorKind::kCuda,
+           "cannot open cuBLAS ({}): {}; install the CUDA toolkit's cuBLAS or add its directory to LD_LIBRARY_PATH",
+           name, first_error);
+  CublasApi api;
+  resolve(lib, "cublasCreate_v2", path, api.create);
+  resolve(lib, "cublasDestroy_v2", path, api.destroy);
+  resolve(lib, "cublasSetStream_v2", path, api.set_stream);
+  resolve(lib, "cublasSetMathMode", path, api.set_math_mode);
+  resolve(lib, "cublasGemmStridedBatchedEx_64", path, api.gemm_strided_batched_ex_64);
+  resolve(lib, "cublasGetStatusString", path, api.status_string);
+  resolve(lib, "cublasGetStatusName", path, api.status_name);
+  return api;  // the library stays open for the process's life
+}
+
+}  // namespace
+
+const CublasApi& cublas() {
+  // Not a function-local static initialised by open_cublas(): a failed open
+  // must throw each time it is asked, not once.
+  static std::mutex mu;
+  static CublasApi api;
+  std::lock_guard lock(mu);
+  if (!api.create) api = open_cublas();
+  return api;
+}
+
+}  // namespace ht::detail
