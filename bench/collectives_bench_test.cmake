@@ -25,3 +25,9 @@ foreach(shown IN LISTS _runs)
     message(FATAL_ERROR "ht-collectives-bench ${shown}: ${clean} clean footer(s), not ${want}")
   endif()
 endforeach()
+# -o all times each operation alone: --overlap (all_reduce against compute) refuses it, saying what to drop.
+execute_process(COMMAND ${MPIEXEC} ${FLAGS} ${EXE} -o all --overlap
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT "${out}${err}" MATCHES "--overlap measures all_reduce alone: drop -o all")
+  message(FATAL_ERROR "ht-collectives-bench -o all --overlap: exit ${rc}, want 2 and a message\n${out}${err}")
+endif()

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -48,12 +49,16 @@ CublasApi open_cublas() {
 }  // namespace
 
 const CublasApi& cublas() {
-  // Not a function-local static initialised by open_cublas(): a failed open
-  // must throw each time it is asked, not once.
+  // Asked on every GEMM: once opened, one atomic load. Not a function-local
+  // static initialised by open_cublas(), so that a failed open throws each
+  // time it is asked, not once.
+  static std::atomic<const CublasApi*> opened{nullptr};
+  if (const CublasApi* api = opened.load(std::memory_order_acquire)) return *api;
   static std::mutex mu;
   static CublasApi api;
   std::lock_guard lock(mu);
   if (!api.create) api = open_cublas();
+  opened.store(&api, std::memory_order_release);
   return api;
 }
 

@@ -1,8 +1,9 @@
 // Private: this rank's timeline of chosen steps (times: epoch_us(), the
-// flight recorder's clock, so spans and collectives share one axis). Spans (forward and backward
-// per micro-batch, the engine's phases, pipeline waits) are recorded only
-// while a trace is on; train/trace_file.cc writes them, with the flight
-// recorder's collectives, as Chrome trace-event JSON.
+// flight recorder's clock, so spans and collectives share one axis). Spans
+// (forward and backward per micro-batch, the engine's phases, pipeline
+// waits) are recorded only while a trace is on; train/trace_session.cc
+// writes them, with the flight recorder's collectives, as Chrome
+// trace-event JSON.
 #pragma once
 
 #include <atomic>

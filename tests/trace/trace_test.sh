@@ -6,7 +6,8 @@
 # of every micro-batch on every rank in both steps, pipeline transfers, and
 # data-parallel all-reduces issued during the backward (the overlap), on one
 # time axis; its HTML page draws every span. Then bad input: a truncated rank
-# file, a path with no files, bad --trace-steps, each a clear error; a trace
+# file, a path with no files, two files of one rank, files of two worlds, bad
+# --trace-steps, each a clear error; a trace
 # that cannot be written is reported and the run goes on.
 #   trace_test.sh MPIEXEC GPT_TRAIN HT_TRACE WORK
 set -euo pipefail
@@ -79,6 +80,16 @@ if "$tool" "$work/cut.rank1.json" -o "$work/x.json" 2> "$work/err.txt"; then fai
 grep -q "cut.rank1.json' is not JSON" "$work/err.txt" || fail "unclear message: $(cat "$work/err.txt")"
 if "$tool" "$work/nowhere.json" -o "$work/x.json" 2> "$work/err.txt"; then fail "a missing path was accepted"; fi
 grep -q "nowhere.json' does not exist, and no rank files of it" "$work/err.txt" || fail "unclear message: $(cat "$work/err.txt")"
+if "$tool" "$work/trace.rank1.json" "$work/trace.rank1.json" -o "$work/x.json" 2> "$work/err.txt"; then
+  fail "two files of one rank were merged"
+fi
+grep -q "two files of rank 1" "$work/err.txt" || fail "unclear message: $(cat "$work/err.txt")"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['otherData']['world_size']=8; json.dump(d,open(sys.argv[2],'w'))" \
+  "$work/trace.rank2.json" "$work/other.rank2.json"
+if "$tool" "$work/trace.rank1.json" "$work/other.rank2.json" -o "$work/x.json" 2> "$work/err.txt"; then
+  fail "traces of two worlds were merged"
+fi
+grep -q "traces of different runs" "$work/err.txt" || fail "unclear message: $(cat "$work/err.txt")"
 if "$gpt" "${train[@]}" --run-dir "$work/bad" --trace "$work/b.json" --trace-steps 5-2 2> "$work/err.txt" > /dev/null; then
   fail "--trace-steps 5-2 was accepted"
 fi
