@@ -45,7 +45,36 @@ std::int64_t Context::saved_bytes() const {
   for (const auto& [m, runs] : saved_)
     for (const Entry& e : runs)
       for (const Tensor& t : e.tensors) total += t.defined() ? std::int64_t(t.nbytes()) : 0;
+  if (deferred_)
+    for (const Deferred& d : *deferred_)
+      for (const Tensor& t : d.inputs) total += t.defined() ? std::int64_t(t.nbytes()) : 0;
   return total;
+}
+
+void Context::set_defer_weight_grads(bool defer) {
+  if (!defer) {
+    HT_CHECK(pending_weight_grads() == 0, ErrorKind::kInvalidArgument,
+             "Context: {} deferred weight gradients are still to run; call run_weight_grads() before ending deferral",
+             pending_weight_grads());
+    deferred_.reset();
+  } else if (!deferred_) {
+    deferred_ = std::make_shared<std::vector<Deferred>>();
+  }
+}
+
+void Context::weight_grad(std::vector<Tensor> inputs, WeightGrad compute) {
+  if (deferred_)
+    deferred_->push_back({std::move(inputs), std::move(compute)});
+  else
+    compute(inputs);
+}
+
+void Context::run_weight_grads() {
+  if (!deferred_) return;
+  // Taken out first: what runs may not defer again into the same queue.
+  std::vector<Deferred> todo = std::move(*deferred_);
+  deferred_->clear();
+  for (Deferred& d : todo) d.compute(d.inputs);
 }
 
 }  // namespace ht::nn

@@ -5,6 +5,7 @@
 
 #include "ht/ops/elementwise.h"
 #include "ht/ops/matmul.h"
+#include "weight_grad.h"
 
 namespace ht::nn {
 namespace {
@@ -68,9 +69,7 @@ Tensor Linear::backward_impl(Context& ctx, const Tensor& dy) {
   const Tensor& x = ctx.saved(this).at(0);
   const Tensor x2 = x.flatten_rows();
   const Tensor dy2 = dy.flatten_rows();
-  const float beta = weight_->begin_grad_write();  // 0: the step's first contribution overwrites
-  ops::matmul(dy2, x2, weight_->raw_grad(), {.trans_a = true, .beta = beta});
-  weight_->mark_grad_ready();
+  detail::matmul_weight_grad(ctx, *weight_, dy2, x2);
   if (bias_ && !bias_grad_by_caller_) {
     bias_->allocate_grad();
     ops::bias_grad(dy2, bias_->grad());

@@ -2,6 +2,7 @@
 #include "ht/nn/lm_head.h"
 
 #include "ht/ops/matmul.h"
+#include "weight_grad.h"
 
 namespace ht::nn {
 
@@ -36,10 +37,8 @@ Tensor LMHead::backward_impl(Context& ctx, const Tensor& dlogits) {
   const Tensor& h = ctx.saved(this).at(0);
   const Tensor dl = dlogits.flatten_rows();
   // dwte += dlogits^T h, or = for the step's first contribution (the head's
-  // backward runs before the tied embedding's).
-  const float beta = weight_->begin_grad_write();
-  ops::matmul(dl, h.flatten_rows(), weight_->raw_grad(), {.trans_a = true, .beta = beta});
-  weight_->mark_grad_ready();
+  // backward runs before the tied embedding's, unless deferred).
+  detail::matmul_weight_grad(ctx, *weight_, dl, h.flatten_rows());
   Tensor dh = Tensor::empty(h.shape(), h.dtype(), dlogits.device());
   Tensor dh2 = dh.flatten_rows();
   ops::matmul(dl, weight_->data(), dh2);

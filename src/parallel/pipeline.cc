@@ -1,10 +1,12 @@
-// ht::parallel::Pipeline: the GPipe and 1F1B schedules.
+// ht::parallel::Pipeline: executes a schedule's action table (schedule.h)
+// over this rank's model chunks.
 #include "ht/parallel/pipeline.h"
 
-#include <deque>
+#include <map>
 
 #include "core/clock.h"
 #include "core/trace.h"
+#include "ht/nn/model_chunks.h"
 #include "ht/ops/cast.h"
 
 namespace ht::parallel {
@@ -30,95 +32,208 @@ const char* trace_name(ActionKind kind) {
   return "?";
 }
 
+bool is_compute(ActionKind kind) {
+  return kind == ActionKind::kForward || kind == ActionKind::kBackward || kind == ActionKind::kBackwardInput ||
+         kind == ActionKind::kBackwardWeight;
+}
+
+// A micro-batch's pass through one chunk: what every tensor and context in
+// flight belongs to.
+struct Key {
+  int micro_batch = 0, chunk = 0;
+  auto operator<=>(const Key&) const = default;
+};
+
+Key sent(const Action& a) { return {a.micro_batch, a.chunk}; }
+Key received(const Action& a) { return {a.recv_micro_batch, a.recv_chunk}; }
+
+std::vector<nn::Model*> chunks_of(nn::Model& model) {
+  if (auto* chunks = dynamic_cast<nn::ModelChunks*>(&model)) return chunks->chunks();
+  return {&model};
+}
+
 }  // namespace
 
-// One step's state: the micro-batches, their contexts in flight, the
-// transfers to the neighbours and the time spent computing and waiting.
+// One step's state: the micro-batches, the contexts, activations and
+// gradients in flight per (micro-batch, chunk), and the time spent
+// computing and waiting.
 class Pipeline::Step {
  public:
   Step(Pipeline& p, const std::vector<data::MicroBatch>& batches, bool training)
-      : p_(p), model_(p.model_), batches_(batches), training_(training) {
-    if (!model_.first_stage()) in_shape_ = model_.stage_input_shape(batches.front().input.shape());
-  }
+      : p_(p), batches_(batches), training_(training) {}
 
-  /// The next micro-batch's input: its own, or the previous stage's activations.
-  Tensor recv_forward() {
-    if (model_.first_stage()) return input(forwards_);
-    Tensor x = buffer(in_shape_);
-    wait(p_.pp_.recv(x, stage() - 1));
-    return x;
-  }
-  /// Runs the forward of the next micro-batch; returns what goes to the next stage.
-  Tensor forward(const Tensor& x) {
-    const double t0 = now_ms();
-    contexts_.emplace_back(model_.device(), training_);
-    nn::Context& ctx = contexts_.back();
-    const data::MicroBatch& b = batches_[std::size_t(forwards_++)];
-    Tensor y;
-    if (model_.last_stage())
-      loss_ += model_.forward_loss(ctx, x, b.target.to(model_.device()));
-    else
-      y = model_.forward(ctx, x);
-    out_shapes_.push_back(y.defined() ? y.shape() : Shape{});
-    std::int64_t saved = 0;
-    for (const nn::Context& c : contexts_) saved += c.saved_bytes();
-    p_.stats_.peak_saved_bytes = std::max(p_.stats_.peak_saved_bytes, saved);
-    if (!training_) {
-      contexts_.pop_back();
-      out_shapes_.pop_back();
+  /// Executes `table`; `backward(key)` is called for each backward with
+  /// the context, dy (undefined on the last virtual stage) and whether it
+  /// is the step's final one, and returns the input's gradient.
+  using Backward = std::function<Tensor(nn::Model&, nn::Context&, const Tensor& dy, bool final)>;
+  void run(const std::vector<Action>& table, const Backward& backward) {
+    std::size_t last_backward = table.size();
+    for (std::size_t i = 0; i < table.size(); ++i)
+      if (table[i].kind == ActionKind::kBackward || table[i].kind == ActionKind::kBackwardInput) last_backward = i;
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      const Action& a = table[i];
+      // On the timeline: computing, or waiting for a transfer (virtual stage
+      // 0's "receive" is loading its input).
+      const bool loads = a.kind == ActionKind::kRecvForward && chunk(a.chunk).first_stage();
+      const trace::Span span("compute", is_compute(a.kind) || loads ? "compute" : "wait", trace_name(a.kind),
+                             a.micro_batch);
+      execute(a, backward, i == last_backward);
     }
-    p_.stats_.compute_ms += now_ms() - t0;
-    return y;
-  }
-  // The transfers below are the table's: it has none without a neighbour
-  // (a first stage's "receive" is loading its input, above).
-  void send_forward(const Tensor& y) { wait(p_.pp_.send(y, stage() + 1)); }
-  /// The gradient of the oldest micro-batch in flight's output.
-  Tensor recv_backward() {
-    Tensor dy = buffer(out_shapes_.front());
-    wait(p_.pp_.recv(dy, stage() + 1));
-    return dy;
-  }
-  Tensor send_forward_recv_backward(const Tensor& y) {
-    Tensor dy = buffer(out_shapes_.front());
-    wait(p_.pp_.send_recv(y, stage() + 1, dy, stage() + 1));
-    return dy;
-  }
-  /// Backward of the oldest micro-batch in flight; returns the gradient for the previous stage.
-  Tensor backward(const Tensor& dy, float loss_scale, const std::function<void(bool)>& before_backward, bool final) {
-    const double t0 = now_ms();
-    if (before_backward) before_backward(final);
-    nn::Context& ctx = contexts_.front();
-    Tensor dx = model_.last_stage() ? model_.backward_loss(ctx, loss_scale) : model_.backward(ctx, dy);
-    contexts_.pop_front();
-    out_shapes_.pop_front();
-    p_.stats_.compute_ms += now_ms() - t0;
-    return dx;
-  }
-  void send_backward(const Tensor& dx) { wait(p_.pp_.send(dx, stage() - 1)); }
-  Tensor send_backward_recv_forward(const Tensor& dx) {
-    Tensor x = buffer(in_shape_);
-    wait(p_.pp_.send_recv(dx, stage() - 1, x, stage() - 1));
-    return x;
+    HT_CHECK(contexts_.empty() && inputs_.empty() && outputs_.empty() && grads_in_.empty() && grads_out_.empty(),
+             ErrorKind::kInternal,
+             "pipeline: schedule {} left work behind on stage {}: {} contexts, {} inputs, {} outputs, {} gradients",
+             schedule_name(p_.schedule_), rank(), contexts_.size(), inputs_.size(), outputs_.size(),
+             grads_in_.size() + grads_out_.size());
   }
 
   double loss() const { return loss_; }
 
  private:
-  int stage() const { return model_.stage().rank; }
+  void execute(const Action& a, const Backward& backward, bool final) {
+    switch (a.kind) {
+      case ActionKind::kRecvForward: recv_forward(sent(a)); break;
+      case ActionKind::kForward: forward(sent(a)); break;
+      case ActionKind::kSendForward: wait(p_.pp_.send(take(outputs_, sent(a)), next())); break;
+      case ActionKind::kRecvBackward: {
+        Tensor& dy = grads_in_[sent(a)] = buffer(out_shapes_.at(sent(a)));
+        wait(p_.pp_.recv(dy, next()));
+        break;
+      }
+      case ActionKind::kBackward: backward_of(sent(a), backward, final, /*split=*/false); break;
+      case ActionKind::kBackwardInput: backward_of(sent(a), backward, final, /*split=*/true); break;
+      case ActionKind::kBackwardWeight: backward_weight(sent(a)); break;
+      case ActionKind::kSendBackward: wait(p_.pp_.send(take(grads_out_, sent(a)), prev())); break;
+      case ActionKind::kSendForwardRecvBackward: {
+        const Tensor y = take(outputs_, sent(a));
+        Tensor& dy = grads_in_[received(a)] = buffer(out_shapes_.at(received(a)));
+        wait(p_.pp_.send_recv(y, next(), dy, next()));
+        break;
+      }
+      case ActionKind::kSendBackwardRecvForward: {
+        const Tensor dx = take(grads_out_, sent(a));
+        Tensor& x = inputs_[received(a)] = buffer(in_shape(received(a).chunk));
+        wait(p_.pp_.send_recv(dx, prev(), x, prev()));
+        break;
+      }
+      case ActionKind::kSendForwardRecvForward: {
+        const Tensor y = take(outputs_, sent(a));
+        Tensor& x = inputs_[received(a)] = buffer(in_shape(received(a).chunk));
+        wait(p_.pp_.send_recv(y, next(), x, prev()));
+        break;
+      }
+      case ActionKind::kSendBackwardRecvBackward: {
+        const Tensor dx = take(grads_out_, sent(a));
+        Tensor& dy = grads_in_[received(a)] = buffer(out_shapes_.at(received(a)));
+        wait(p_.pp_.send_recv(dx, prev(), dy, next()));
+        break;
+      }
+    }
+  }
+
+  /// The input of `k`: virtual stage 0 loads the micro-batch; the others
+  /// receive the previous virtual stage's activations.
+  void recv_forward(Key k) {
+    if (chunk(k.chunk).first_stage()) {
+      inputs_[k] = input(k.micro_batch);
+      return;
+    }
+    Tensor& x = inputs_[k] = buffer(in_shape(k.chunk));
+    wait(p_.pp_.recv(x, prev()));
+  }
+
+  void forward(Key k) {
+    const double t0 = now_ms();
+    nn::Model& model = chunk(k.chunk);
+    const Tensor x = take(inputs_, k);
+    const auto [it, fresh] = contexts_.try_emplace(k, model.device(), training_);
+    HT_CHECK(fresh, ErrorKind::kInternal, "pipeline: micro-batch {} ran forward twice through chunk {}", k.micro_batch,
+             k.chunk);
+    nn::Context& ctx = it->second;
+    if (model.last_stage()) {
+      loss_ += model.forward_loss(ctx, x, batches_[std::size_t(k.micro_batch)].target.to(model.device()));
+    } else {
+      Tensor y = model.forward(ctx, x);
+      out_shapes_[k] = y.shape();
+      outputs_[k] = std::move(y);
+    }
+    std::int64_t saved = 0;
+    for (const auto& [key, c] : contexts_) saved += c.saved_bytes();
+    p_.stats_.peak_saved_bytes = std::max(p_.stats_.peak_saved_bytes, saved);
+    if (!training_) {
+      contexts_.erase(it);
+      out_shapes_.erase(k);
+    }
+    p_.stats_.compute_ms += now_ms() - t0;
+  }
+
+  /// A fused backward, or ZB-H1's B (`split`: the weight gradients are kept
+  /// in the context for backward_weight).
+  void backward_of(Key k, const Backward& backward, bool final, bool split) {
+    const double t0 = now_ms();
+    nn::Model& model = chunk(k.chunk);
+    auto it = contexts_.find(k);
+    HT_CHECK(it != contexts_.end(), ErrorKind::kInternal,
+             "pipeline: backward of micro-batch {} through chunk {} before its forward", k.micro_batch, k.chunk);
+    if (final)
+      // The final backward completes the step's gradients (data
+      // parallelism counts each parameter's contributions from here on), so
+      // no earlier micro-batch's weight gradients may still be waiting.
+      for (const auto& [key, c] : contexts_)
+        HT_CHECK(key == k || c.pending_weight_grads() == 0, ErrorKind::kInternal,
+                 "pipeline: micro-batch {}'s weight gradients are still deferred at the step's final backward",
+                 key.micro_batch);
+    if (split) it->second.set_defer_weight_grads(true);
+    const Tensor dy = model.last_stage() ? Tensor() : take(grads_in_, k);
+    Tensor dx = backward(model, it->second, dy, final);
+    if (!model.first_stage()) grads_out_[k] = std::move(dx);
+    out_shapes_.erase(k);
+    if (!split) contexts_.erase(it);
+    p_.stats_.compute_ms += now_ms() - t0;
+  }
+
+  /// ZB-H1's W: the weight gradients B kept; frees the micro-batch's activations.
+  void backward_weight(Key k) {
+    const double t0 = now_ms();
+    auto it = contexts_.find(k);
+    HT_CHECK(it != contexts_.end(), ErrorKind::kInternal,
+             "pipeline: weight gradients of micro-batch {} through chunk {} without its forward", k.micro_batch,
+             k.chunk);
+    it->second.run_weight_grads();
+    contexts_.erase(it);
+    p_.stats_.compute_ms += now_ms() - t0;
+  }
+
+  nn::Model& chunk(int c) const { return *p_.chunks_.at(std::size_t(c)); }
+  int rank() const { return p_.pp_.rank(); }
+  // The ranks of the previous and next virtual stage: the neighbours, and
+  // around the ring between chunks (interleaved).
+  int next() const { return (rank() + 1) % p_.pp_.size(); }
+  int prev() const { return (rank() + p_.pp_.size() - 1) % p_.pp_.size(); }
+  Shape in_shape(int c) const { return chunk(c).stage_input_shape(batches_.front().input.shape()); }
+
   /// Micro-batch i's input on the model's device; a floating one in the
   /// compute dtype (token ids stay integers).
-  Tensor input(std::int64_t i) const {
+  Tensor input(int i) const {
     const Tensor& in = batches_[std::size_t(i)].input;
-    Tensor on_device = in.to(model_.device());
+    const Device device = chunk(0).device();
+    Tensor on_device = in.to(device);
     if (!is_floating(in.dtype()) || in.dtype() == p_.activations_) return on_device;
-    Tensor cast = Tensor::empty(in.shape(), p_.activations_, model_.device(), MemCategory::kActivations);
+    Tensor cast = Tensor::empty(in.shape(), p_.activations_, device, MemCategory::kActivations);
     ops::cast(on_device, cast);
     return cast;
   }
   /// A buffer for activations or their gradients arriving from a neighbour.
   Tensor buffer(const Shape& shape) const {
-    return Tensor::empty(shape, p_.activations_, model_.device(), MemCategory::kActivations);
+    return Tensor::empty(shape, p_.activations_, chunk(0).device(), MemCategory::kActivations);
+  }
+  /// The tensor of `k` in `slots`, removed from it.
+  static Tensor take(std::map<Key, Tensor>& slots, Key k) {
+    const auto it = slots.find(k);
+    HT_CHECK(it != slots.end(), ErrorKind::kInternal,
+             "pipeline: the table uses micro-batch {}'s tensor of chunk {} before it exists", k.micro_batch, k.chunk);
+    Tensor t = std::move(it->second);
+    slots.erase(it);
+    return t;
   }
   void wait(const comm::WorkPtr& w) {
     const double t0 = now_ms();
@@ -127,21 +242,26 @@ class Pipeline::Step {
   }
 
   Pipeline& p_;
-  nn::Model& model_;
   const std::vector<data::MicroBatch>& batches_;
   bool training_;
-  Shape in_shape_;  // what this stage receives (not the first stage)
-  std::deque<nn::Context> contexts_;
-  std::deque<Shape> out_shapes_;  // what each micro-batch in flight sent on
-  std::int64_t forwards_ = 0;
+  std::map<Key, nn::Context> contexts_;
+  std::map<Key, Tensor> inputs_;     // received or loaded, for the forward
+  std::map<Key, Tensor> outputs_;    // computed, to send to the next virtual stage
+  std::map<Key, Tensor> grads_in_;   // the outputs' gradients, received
+  std::map<Key, Tensor> grads_out_;  // the inputs' gradients, to send back
+  std::map<Key, Shape> out_shapes_;  // what each forward in flight sent on
   double loss_ = 0;
 };
 
 Pipeline::Pipeline(nn::Model& model, comm::Communicator& pp, Schedule schedule, DType activations)
-    : model_(model), pp_(pp), schedule_(schedule), activations_(activations) {
+    : chunks_(chunks_of(model)), pp_(pp), schedule_(schedule), activations_(activations) {
   HT_CHECK(pp.size() == model.stage().size && pp.rank() == model.stage().rank, ErrorKind::kInvalidArgument,
            "pipeline group '{}' is rank {} of {}, but the model is stage {} of {}", pp.name(), pp.rank(), pp.size(),
            model.stage().rank, model.stage().size);
+  HT_CHECK(schedule == Schedule::kInterleaved || chunks_.size() == 1, ErrorKind::kInvalidArgument,
+           "pipeline schedule {} with {} model chunks per rank: only the interleaved schedule runs several chunks "
+           "(nn::ModelChunks)",
+           schedule_name(schedule), chunks_.size());
 }
 
 double Pipeline::train_step(const std::vector<data::MicroBatch>& batches, float loss_scale,
@@ -149,10 +269,11 @@ double Pipeline::train_step(const std::vector<data::MicroBatch>& batches, float 
   HT_CHECK_ARG(!batches.empty(), "pipeline: a step needs at least one micro-batch");
   stats_ = {};
   Step s(*this, batches, /*training=*/true);
-  const int m = int(batches.size());
-  run(s, stage_actions(schedule_, model_.stage().rank, model_.stage().size, m), [&](const Tensor& dy, int micro) {
-    return s.backward(dy, loss_scale, before_backward, micro + 1 == m);
-  });
+  s.run(stage_actions(schedule_, pp_.rank(), pp_.size(), int(batches.size()), virtual_stages()),
+        [&](nn::Model& model, nn::Context& ctx, const Tensor& dy, bool final) {
+          if (before_backward) before_backward(final);
+          return model.last_stage() ? model.backward_loss(ctx, loss_scale) : model.backward(ctx, dy);
+        });
   return s.loss();
 }
 
@@ -160,41 +281,9 @@ double Pipeline::evaluate(const std::vector<data::MicroBatch>& batches) {
   if (batches.empty()) return 0;
   const PipelineStats kept = stats_;
   Step s(*this, batches, /*training=*/false);
-  run(s, forward_only_actions(model_.stage().rank, model_.stage().size, int(batches.size())), nullptr);
+  s.run(forward_only_actions(pp_.rank(), pp_.size(), int(batches.size()), virtual_stages()), nullptr);
   stats_ = kept;
   return s.loss();
-}
-
-void Pipeline::run(Step& s, const std::vector<Action>& table,
-                   const std::function<Tensor(const Tensor&, int)>& backward) {
-  // One tensor per slot: the input of the next forward, the output to send,
-  // the gradient arriving from the next stage and the one to send back.
-  Tensor x, y, dy, dx;
-  for (const Action& a : table) {
-    // On the timeline: computing, or waiting for a transfer (a first
-    // stage's "receive" is loading its input).
-    const bool computes = a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward ||
-                          (a.kind == ActionKind::kRecvForward && model_.first_stage());
-    const trace::Span span("compute", computes ? "compute" : "wait", trace_name(a.kind), a.micro_batch);
-    switch (a.kind) {
-      case ActionKind::kRecvForward: x = s.recv_forward(); break;
-      case ActionKind::kForward: y = s.forward(x); break;
-      case ActionKind::kSendForward: s.send_forward(y); break;
-      case ActionKind::kRecvBackward: dy = s.recv_backward(); break;
-      case ActionKind::kBackward: dx = backward(dy, a.micro_batch); break;
-      case ActionKind::kSendBackward: s.send_backward(dx); break;
-      case ActionKind::kSendForwardRecvBackward: dy = s.send_forward_recv_backward(y); break;
-      case ActionKind::kSendBackwardRecvForward: x = s.send_backward_recv_forward(dx); break;
-      // The interleaved and ZB-H1 tables (schedule.h) are not executed yet:
-      // parse_schedule offers neither, so a table holding these is a bug.
-      case ActionKind::kBackwardInput:
-      case ActionKind::kBackwardWeight:
-      case ActionKind::kSendForwardRecvForward:
-      case ActionKind::kSendBackwardRecvBackward:
-        HT_CHECK(false, ErrorKind::kInternal, "pipeline: action {} of schedule {} is not executed by this build",
-                 action_str(a, true), schedule_name(schedule_));
-    }
-  }
 }
 
 }  // namespace ht::parallel

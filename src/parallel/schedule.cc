@@ -12,13 +12,22 @@
 namespace ht::parallel {
 
 Schedule parse_schedule(const std::string& name) {
-  if (name == "gpipe") return Schedule::kGPipe;
-  if (name == "1f1b") return Schedule::k1F1B;
-  HT_CHECK(false, ErrorKind::kConfig, "--schedule '{}' is not a pipeline schedule: choose gpipe or 1f1b", name);
+  for (Schedule s : {Schedule::kGPipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZeroBubbleH1})
+    if (name == schedule_name(s)) return s;
+  HT_CHECK(false, ErrorKind::kConfig,
+           "--schedule '{}' is not a pipeline schedule: choose gpipe, 1f1b, interleaved or zb-h1", name);
   return Schedule::k1F1B;
 }
 
-std::string schedule_name(Schedule s) { return s == Schedule::kGPipe ? "gpipe" : "1f1b"; }
+std::string schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::kGPipe: return "gpipe";
+    case Schedule::k1F1B: return "1f1b";
+    case Schedule::kInterleaved: return "interleaved";
+    case Schedule::kZeroBubbleH1: return "zb-h1";
+  }
+  return "?";
+}
 
 std::string action_kind_name(ActionKind kind) {
   switch (kind) {
@@ -66,18 +75,6 @@ namespace {
 void check_shape(int stage, int stages, int micro_batches) {
   HT_CHECK_ARG(stages > 0 && stage >= 0 && stage < stages, "stage {} outside a pipeline of {}", stage, stages);
   HT_CHECK_ARG(micro_batches > 0, "pipeline: a step needs at least one micro-batch, got {}", micro_batches);
-}
-
-const char* table_name(Schedule s) {
-  // For messages only: schedule_name belongs to the --schedule flag, which
-  // does not offer the new tables yet.
-  switch (s) {
-    case Schedule::kGPipe: return "gpipe";
-    case Schedule::k1F1B: return "1f1b";
-    case Schedule::kInterleaved: return "interleaved";
-    case Schedule::kZeroBubbleH1: return "zb-h1";
-  }
-  return "?";
 }
 
 // A micro-batch's pass through one chunk.
@@ -286,7 +283,7 @@ std::vector<Action> stage_actions(Schedule schedule, int stage, int stages, int 
     HT_CHECK_ARG(v == 1,
                  "pipeline schedule {}: virtual_stages {} asks for model chunks, which only the interleaved "
                  "schedule has: pass virtual_stages=1, or use Schedule::kInterleaved",
-                 table_name(schedule), v);
+                 schedule_name(schedule), v);
   }
   switch (schedule) {
     case Schedule::kGPipe: return gpipe(stage, stages, m);
@@ -306,14 +303,16 @@ std::vector<Action> stage_actions(Schedule schedule, int stage, int stages, int 
   return interleaved(stage, stages, m, v);
 }
 
-std::vector<Action> forward_only_actions(int stage, int stages, int micro_batches) {
+std::vector<Action> forward_only_actions(int stage, int stages, int micro_batches, int virtual_stages) {
   check_shape(stage, stages, micro_batches);
-  Builder t(stage, stages);
-  for (int i = 0; i < micro_batches; ++i) {
-    t.recv_forward(i);
-    t.forward(i);
-    t.send_forward(i);
-  }
+  HT_CHECK_ARG(virtual_stages >= 1, "forward-only pipeline: virtual_stages {} is not a number of model chunks", virtual_stages);
+  Builder t(stage, stages, virtual_stages);
+  for (int i = 0; i < micro_batches; ++i)
+    for (int c = 0; c < virtual_stages; ++c) {
+      t.recv_forward(i, c);
+      t.forward(i, c);
+      t.send_forward(i, c);
+    }
   return t.take();
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ht/comm/self_communicator.h"
+#include "ht/nn/model_chunks.h"
 #include "ht/ops/index_errors.h"
 #include "ht/optim/clip.h"
 #include "ht/parallel/gather_parameters.h"
@@ -61,30 +62,35 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   // layer is filled from the parameters' initial values (and, under ZeRO-3,
   // sharded at once), so no rank holds the model twice, or whole under
   // ZeRO-3, and every layout starts from the same values.
+  const int pp = layout.pp_size(), v = options_.virtual_stages;
+  validate_virtual_stages(pp);
   const nn::Placement placement{
       .device = options_.device,
       .tp = nn::TensorParallel{&mesh_->tp_group()},
-      .stage = {.rank = at.pp_rank, .size = layout.pp_size(), .boundaries = options_.stage_boundaries(layout.pp_size())},
+      .stage = {.rank = at.pp_rank, .size = pp, .boundaries = options_.stage_boundaries(options_.model_stages(pp))},
       .defer_storage = true};
-  model_ = make_model(placement);
-  HT_CHECK(model_ != nullptr, ErrorKind::kInvalidArgument, "the model factory returned no model");
-  HT_CHECK(model_->stage().rank == at.pp_rank && model_->stage().size == layout.pp_size() &&
-               model_->tensor_parallel().size() == layout.tp_size() && model_->device() == options_.device,
-           ErrorKind::kInvalidArgument,
-           "the model factory built '{}' for stage {} of {}, tp {}, device {}; the engine asked for stage {} of {}, "
-           "tp {}, device {}: build the model with the placement it is given",
-           model_->describe(), model_->stage().rank, model_->stage().size, model_->tensor_parallel().size(),
-           model_->device().str(), at.pp_rank, layout.pp_size(), layout.tp_size(), options_.device.str());
-  HT_CHECK(model_->stage().boundaries == placement.stage.boundaries, ErrorKind::kInvalidArgument,
-           "the model factory built '{}' with pipeline stage boundaries {{{}}}; the engine asked for {{{}}} "
-           "(--stage-layers): build the model with the placement it is given",
-           model_->describe(), fmt::join(model_->stage().boundaries, ","), fmt::join(placement.stage.boundaries, ","));
+  if (v == 1) {
+    model_ = build_model(make_model, placement);
+  } else {
+    // Interleaved: chunk c is virtual stage c pp + rank of pp v.
+    std::vector<std::unique_ptr<nn::Model>> chunks;
+    for (int c = 0; c < v; ++c) {
+      nn::Placement chunk = placement;
+      chunk.stage.rank = c * pp + at.pp_rank;
+      chunk.stage.size = pp * v;
+      chunks.push_back(build_model(make_model, chunk));
+    }
+    nn::Placement rank = placement;
+    rank.stage.boundaries.clear();  // those of the virtual stages are the chunks'
+    model_ = std::make_unique<nn::ModelChunks>(rank, std::move(chunks));
+  }
   description_ = model_->describe();
   model_->set_recompute(options_.recompute);
   if (!options_.stage_layers.empty())
     stage_split_ = options_.stage_layers;
-  else if (model_->num_layers() >= layout.pp_size())
-    stage_split_ = parallel::layers_per_stage(parallel::partition_by_count(model_->num_layers(), layout.pp_size()));
+  else if (model_->num_layers() >= options_.model_stages(pp))
+    stage_split_ =
+        parallel::layers_per_stage(parallel::partition_by_count(model_->num_layers(), options_.model_stages(pp)));
   const std::uint64_t seed = options_.seed;
   dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, options_.data_parallel,
                                                  [seed](const nn::Parameter& p) { return p.initial_value(seed); });
@@ -131,6 +137,45 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   }
   if (!options_.trace_path.empty())
     trace_ = std::make_unique<TraceSession>(options_.trace_path, options_.trace_first, options_.trace_last, *mesh_);
+}
+
+std::unique_ptr<nn::Model> Engine::build_model(const ModelFactory& make_model, const nn::Placement& placement) const {
+  std::unique_ptr<nn::Model> model = make_model(placement);
+  HT_CHECK(model != nullptr, ErrorKind::kInvalidArgument, "the model factory returned no model");
+  const nn::PipelineStage& want = placement.stage;
+  HT_CHECK(model->stage().rank == want.rank && model->stage().size == want.size &&
+               model->tensor_parallel().size() == placement.tp.size() && model->device() == placement.device,
+           ErrorKind::kInvalidArgument,
+           "the model factory built '{}' for stage {} of {}, tp {}, device {}; the engine asked for stage {} of {}, "
+           "tp {}, device {}: build the model with the placement it is given",
+           model->describe(), model->stage().rank, model->stage().size, model->tensor_parallel().size(),
+           model->device().str(), want.rank, want.size, placement.tp.size(), placement.device.str());
+  HT_CHECK(model->stage().boundaries == want.boundaries, ErrorKind::kInvalidArgument,
+           "the model factory built '{}' with pipeline stage boundaries {{{}}}; the engine asked for {{{}}} "
+           "(--stage-layers): build the model with the placement it is given",
+           model->describe(), fmt::join(model->stage().boundaries, ","), fmt::join(want.boundaries, ","));
+  return model;
+}
+
+void Engine::validate_virtual_stages(int pp) const {
+  const int v = options_.virtual_stages;
+  const bool interleaved = options_.schedule == parallel::Schedule::kInterleaved;
+  HT_CHECK(v >= 1 && (interleaved || v == 1), ErrorKind::kConfig,
+           "--virtual-stages {}: model chunks per pipeline rank are for --schedule interleaved (1 otherwise, 2 or "
+           "more with it)",
+           v);
+  if (!interleaved) return;
+  HT_CHECK(pp >= 2, ErrorKind::kConfig,
+           "--schedule interleaved needs at least 2 pipeline ranks (--pp), got {}: with one there is no bubble to "
+           "shrink; use --schedule 1f1b",
+           pp);
+  HT_CHECK(options_.grad_accum % pp == 0, ErrorKind::kConfig,
+           "--schedule interleaved runs micro-batches in groups of --pp {}: --grad-accum {} must be a multiple of "
+           "{} (e.g. {})",
+           pp, options_.grad_accum, pp, (options_.grad_accum / pp + 1) * pp);
+  HT_CHECK(options_.data_parallel.zero_stage < 3, ErrorKind::kConfig,
+           "--schedule interleaved with --zero 3 is not supported (ZeRO-3 gathers each of the model's units around "
+           "its use, and a rank's chunks are one unit each); use --zero 1 or 2, or --schedule 1f1b");
 }
 
 Engine::Engine(Job& job, EngineOptions options, const ModelFactory& make_model, data::DataSource& data)

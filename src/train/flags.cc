@@ -51,7 +51,12 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--zero-shard-group", t.data_parallel.shard_group,
                  "ranks per ZeRO shard group (hybrid sharding; 0: all data-parallel ranks)");
   app.add_option("--bucket-mb", bucket_mb, "gradient bucket size in MiB (data parallelism)")->check(CLI::PositiveNumber);
-  app.add_option("--schedule", schedule, "pipeline schedule: gpipe or 1f1b");
+  app.add_option("--schedule", schedule,
+                 "pipeline schedule: gpipe, 1f1b, interleaved (1F1B over --virtual-stages chunks per rank) or zb-h1 "
+                 "(zero bubble: weight gradients deferred into the idle time)");
+  app.add_option("--virtual-stages", virtual_stages,
+                 "model chunks per pipeline rank under --schedule interleaved (default 2)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--recompute", recompute,
                  "activation recomputation: none, selective (the attention core) or full (whole blocks)");
   app.add_option("--ckpt-every", t.ckpt_every, "save a checkpoint every N steps (0: only at the end, if --ckpt-dir)")
@@ -112,6 +117,11 @@ void TrainFlags::add_to(CLI::App& app) {
 void TrainFlags::resolve() {
   engine.device = job.device = parse_device(device);
   engine.schedule = parallel::parse_schedule(schedule);
+  const bool interleaved = engine.schedule == parallel::Schedule::kInterleaved;
+  HT_CHECK(interleaved || virtual_stages <= 1, ErrorKind::kConfig,
+           "--virtual-stages {} asks for model chunks, which only --schedule interleaved has (--schedule {})",
+           virtual_stages, schedule);
+  engine.virtual_stages = interleaved ? (virtual_stages > 0 ? virtual_stages : 2) : 1;
   try {
     engine.recompute = nn::parse_recompute(recompute);
   } catch (const Error& e) {

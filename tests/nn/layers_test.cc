@@ -384,6 +384,59 @@ TEST(Hooks, GradReadyFiresOncePerParameterAfterLastUse) {
   EXPECT_GT(pos("wte"), pos("h.0.ln_1.weight"));
 }
 
+// Zero-bubble pipelines split a backward in two (Context::set_defer_weight_grads):
+// B leaves the Linear and head weight GEMMs in the context, W runs them.
+// Together they give the same input gradient and the same parameter
+// gradients in bits, and the deferred weights' grad-ready hooks fire only in W.
+TEST(DeferredWeightGrads, BackwardInTwoGivesTheSameGradientsInBits) {
+  for (const Recompute mode : {Recompute::kNone, Recompute::kFull}) {
+    SCOPED_TRACE(mode == Recompute::kNone ? "no recomputation" : "full recomputation");
+    GPTConfig config = tiny_config();
+    config.n_layer = 4;
+    // The second of two stages: blocks 2 and 3, the final norm and the head.
+    GPT gpt(config, {.stage = {.rank = 1, .size = 2}});
+    gpt.init_weights(4);
+    gpt.set_recompute(mode);
+    std::mt19937 rng(6);
+    const Tensor x = test::random_tensor({2, 6, config.n_embd}, rng, -1.f, 1.f);
+    const Tensor targets = Tensor::from_vector<std::int32_t>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 6});
+    auto grads = [&] {
+      std::vector<std::vector<float>> out;
+      for (Parameter* p : gpt.parameters()) out.push_back(p->grad().to_vector<float>());
+      return out;
+    };
+    gpt.zero_grad();
+    Context fused;
+    gpt.forward_loss(fused, x, targets);
+    const std::vector<float> dx_fused = gpt.backward_loss(fused).to_vector<float>();
+    const auto want = grads();
+
+    std::vector<std::string> ready;
+    for (Parameter* p : gpt.parameters()) p->set_grad_ready_hook([&](Parameter& q) { ready.push_back(q.name()); });
+    gpt.zero_grad();
+    Context split;
+    gpt.forward_loss(split, x, targets);
+    split.set_defer_weight_grads(true);
+    const std::vector<float> dx_split = gpt.backward_loss(split).to_vector<float>();
+    EXPECT_EQ(dx_split, dx_fused) << "B's input gradient";
+    // Deferred: each block's four Linear weights and the head's.
+    EXPECT_EQ(split.pending_weight_grads(), std::size_t(4 * 2 + 1));
+    EXPECT_GT(split.saved_bytes(), 0) << "the deferred GEMMs' inputs are still held";
+    EXPECT_EQ(std::count(ready.begin(), ready.end(), "h.3.attn.c_attn.weight"), 0);
+    EXPECT_EQ(std::count(ready.begin(), ready.end(), "h.3.ln_1.weight"), 1) << "norm gains stay in B";
+    EXPECT_TRUE(test::throws_error([&] { split.set_defer_weight_grads(false); }, ErrorKind::kInvalidArgument,
+                                   {"9 deferred weight gradients are still to run"}));
+    split.run_weight_grads();
+    EXPECT_EQ(split.pending_weight_grads(), 0u);
+    EXPECT_EQ(std::count(ready.begin(), ready.end(), "h.3.attn.c_attn.weight"), 1);
+    EXPECT_EQ(ready.size(), gpt.parameters().size());
+    const auto got = grads();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], want[i]) << gpt.parameters()[i]->name() << ": W's gradient";
+  }
+}
+
 // Gradients of `m` after one forward_loss and backward_loss on (tokens, targets).
 std::vector<std::vector<float>> loss_grads(GPT& m, const Tensor& tokens, const Tensor& targets, float* loss) {
   Context ctx;

@@ -34,6 +34,8 @@ struct Layout {
   bool llama = false;      // the Llama instead of the GPT
   bool padded_vocab = false;  // 61 ids in 64 rows (a multiple of 16): split over tp only with the padding
   std::vector<int> stage_layers = {};  // chosen layers per stage (empty: by count)
+  int virtual_stages = 1;  // model chunks per pipeline rank (the interleaved schedule)
+  int n_layer = 0;         // 0: the model's own (5 for the GPT, 3 for the Llama)
 };
 
 void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
@@ -62,7 +64,9 @@ test::GPTRunOptions options_for(const Layout& l) {
   o.engine.eval_batches = 2;
   o.engine.data_parallel = {.zero_stage = l.zero, .shard_group = l.shard_group, .bucket_bytes = 16 << 10};
   o.engine.schedule = l.schedule;
+  o.engine.virtual_stages = l.virtual_stages;
   o.engine.stage_layers = l.stage_layers;
+  if (l.n_layer > 0) o.model.n_layer = l.n_layer;
   return o;
 }
 
@@ -74,6 +78,7 @@ test::LlamaRunOptions llama_options_for(const Layout& l) {
   test::LlamaRunOptions o;
   o.model = {.vocab_size = 64, .context = 16, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32,
              .ffn_hidden = 48};
+  if (l.n_layer > 0) o.model.n_layer = l.n_layer;
   o.seq_len = g.seq_len;
   o.engine = g.engine;
   return o;
@@ -137,6 +142,8 @@ void expect_matches_one_process(const Layout& l, const Options& options, std::in
     one.engine.micro_batch *= dp;
     one.engine.data_parallel = {};
     one.engine.stage_layers = {};
+    one.engine.schedule = parallel::Schedule::k1F1B;
+    one.engine.virtual_stages = 1;
     Engine reference(one, data);
     ref = train(reference.engine, int(options.engine.steps));
   }
@@ -145,8 +152,9 @@ void expect_matches_one_process(const Layout& l, const Options& options, std::in
   if (!l.stage_layers.empty()) {
     // This rank's stage holds the blocks the split chose ("h.3..." or "layers.3..."), no others.
     EXPECT_EQ(trainer.engine.stage_split(), l.stage_layers);
-    const std::vector<int> b = parallel::stage_boundaries(l.stage_layers, l.pp);
-    const int stage = mesh.coord().pp_rank;
+    // Interleaved: rank r holds virtual stages r, pp + r, ...
+    const std::vector<int> b = parallel::stage_boundaries(l.stage_layers, l.pp * l.virtual_stages);
+    const int rank = mesh.coord().pp_rank;
     std::set<int> blocks;
     for (const nn::Parameter* p : trainer.engine.model().parameters()) {
       const std::string& n = p->name();
@@ -154,8 +162,9 @@ void expect_matches_one_process(const Layout& l, const Options& options, std::in
       if (n.rfind(prefix, 0) == 0) blocks.insert(std::stoi(n.substr(prefix.size())));
     }
     std::set<int> want;
-    for (int i = b[std::size_t(stage)]; i < b[std::size_t(stage) + 1]; ++i) want.insert(i);
-    EXPECT_EQ(blocks, want) << "the blocks of stage " << stage;
+    for (int stage = rank; stage < l.pp * l.virtual_stages; stage += l.pp)
+      for (int i = b[std::size_t(stage)]; i < b[std::size_t(stage) + 1]; ++i) want.insert(i);
+    EXPECT_EQ(blocks, want) << "the blocks of pipeline rank " << rank;
   }
   const RunResult got = train(trainer.engine, int(options.engine.steps));
 
@@ -240,7 +249,28 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"llama_zero3_dp2_tp2", 4, 2, 1, 3, 0, parallel::Schedule::k1F1B, 1, false, true},
         Layout{"llama_tp2_pp2_accum2", 4, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false, true},
         Layout{"llama_dp2_tp2_pp2", 8, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false, true},
-        Layout{"llama_zero3_dp2_tp2_pp2", 8, 2, 2, 3, 0, parallel::Schedule::k1F1B, 2, false, true}),
+        Layout{"llama_zero3_dp2_tp2_pp2", 8, 2, 2, 3, 0, parallel::Schedule::k1F1B, 2, false, true},
+        // ZB-H1: the weight gradients deferred, so data parallelism and
+        // ZeRO see them complete only in the last W.
+        Layout{"pp2_zbh1_accum3", 2, 1, 2, 0, 0, parallel::Schedule::kZeroBubbleH1, 3, false},
+        Layout{"llama_pp2_zbh1_accum3", 2, 1, 2, 0, 0, parallel::Schedule::kZeroBubbleH1, 3, false, true},
+        Layout{"pp4_zbh1_accum4", 4, 1, 4, 0, 0, parallel::Schedule::kZeroBubbleH1, 4, false},
+        Layout{"dp2_pp2_zbh1", 4, 1, 2, 0, 0, parallel::Schedule::kZeroBubbleH1, 2, false},
+        Layout{"tp2_pp2_zbh1", 4, 2, 2, 0, 0, parallel::Schedule::kZeroBubbleH1, 2, false},
+        Layout{"zero3_dp2_pp2_zbh1", 4, 1, 2, 3, 0, parallel::Schedule::kZeroBubbleH1, 2, false},
+        // Interleaved: v chunks per rank around the ring (5 layers over 4
+        // virtual stages, 8 over 8).
+        Layout{"pp2_interleaved_accum4", 2, 1, 2, 0, 0, parallel::Schedule::kInterleaved, 4, false, false, false, {},
+               2},
+        Layout{"llama_pp2_interleaved_accum2", 2, 1, 2, 0, 0, parallel::Schedule::kInterleaved, 2, false, true, false,
+               {}, 2, 4},
+        Layout{"pp4_interleaved_accum4", 4, 1, 4, 0, 0, parallel::Schedule::kInterleaved, 4, false, false, false, {},
+               2, 8},
+        Layout{"pp2_interleaved_v3_accum2", 2, 1, 2, 0, 0, parallel::Schedule::kInterleaved, 2, false, false, false,
+               {}, 3, 6},
+        Layout{"tp2_pp2_interleaved", 4, 2, 2, 0, 0, parallel::Schedule::kInterleaved, 2, false, false, false, {}, 2},
+        Layout{"zero1_dp2_pp2_interleaved_layers", 4, 1, 2, 1, 0, parallel::Schedule::kInterleaved, 2, false, false,
+               false, {2, 1, 1, 1}, 2}),
     layout_name);
 
 // Layouts that cannot split the model are refused before any training, on every rank.
@@ -273,6 +303,35 @@ TEST(UnevenSplits, ChosenStagesThatDoNotFitFailClearly) {
   o.engine.stage_layers = {1, 1, 3};
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
                                  {"--stage-layers 1,1,3 gives 3 pipeline stages but the pipeline has 2 (--pp 2)"}));
+}
+
+// The interleaved schedule's limits are refused before any training, on every rank.
+TEST(UnevenSplits, InterleavedOutsideItsLimitsFailsClearly) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  const data::TokenSplits data = test::pangram_text(61);
+  test::GPTRunOptions o = options_for(
+      Layout{"pp2_interleaved", 2, 1, 2, 0, 0, parallel::Schedule::kInterleaved, 3, false, false, false, {}, 2});
+  {
+    comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 2);
+    EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
+                                   {"--grad-accum 3 must be a multiple of 2 (e.g. 4)"}));
+    o.engine.grad_accum = 2;
+    o.engine.virtual_stages = 3;  // 6 virtual stages, 5 layers
+    EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
+                                   {"5 layers cannot fill 6 pipeline stages"}));
+    o.engine.virtual_stages = 2;
+    o.engine.data_parallel.zero_stage = 3;
+    EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
+                                   {"--schedule interleaved with --zero 3 is not supported"}));
+    o.engine.data_parallel.zero_stage = 0;
+    o.engine.schedule = parallel::Schedule::k1F1B;
+    EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
+                                   {"--virtual-stages 2: model chunks per pipeline rank are for --schedule interleaved"}));
+  }
+  comm::DeviceMesh dp_only(comm::make_mpi_world(), 1, 1);
+  o.engine.schedule = parallel::Schedule::kInterleaved;
+  EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &dp_only); }, ErrorKind::kConfig,
+                                 {"--schedule interleaved needs at least 2 pipeline ranks (--pp), got 1"}));
 }
 
 TEST(UnevenSplits, ShardGroupMustDivideDp) {

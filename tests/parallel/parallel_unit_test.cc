@@ -55,8 +55,9 @@ TEST(PipelineStages, BlocksSplitContiguouslyFirstStagesTakeTheRest) {
 TEST(ParallelOptions, BadValuesFailClearly) {
   EXPECT_EQ(parallel::parse_schedule("gpipe"), parallel::Schedule::kGPipe);
   EXPECT_EQ(parallel::parse_schedule("1f1b"), parallel::Schedule::k1F1B);
-  EXPECT_TRUE(test::throws_error([] { parallel::parse_schedule("zb-h1"); }, ErrorKind::kConfig,
-                                 {"'zb-h1'", "gpipe or 1f1b"}));
+  EXPECT_EQ(parallel::parse_schedule("zb-h1"), parallel::Schedule::kZeroBubbleH1);
+  EXPECT_TRUE(test::throws_error([] { parallel::parse_schedule("zbh1"); }, ErrorKind::kConfig,
+                                 {"'zbh1'", "gpipe, 1f1b, interleaved or zb-h1"}));
   EXPECT_TRUE(test::throws_error([] { parallel::DataParallelOptions{.zero_stage = 4}.validate(2); },
                                  ErrorKind::kConfig, {"--zero 4"}));
   EXPECT_TRUE(test::throws_error([] { parallel::DataParallelOptions{.zero_stage = 0, .shard_group = 2}.validate(4); },

@@ -374,9 +374,13 @@ TEST(Simulator, FindsMismatchedAndImpossibleTransfers) {
 TEST(Schedule, NamesAndBadArguments) {
   EXPECT_EQ(parse_schedule("gpipe"), Schedule::kGPipe);
   EXPECT_EQ(parse_schedule("1f1b"), Schedule::k1F1B);
-  for (Schedule s : kSchedules) EXPECT_EQ(parse_schedule(schedule_name(s)), s);
-  EXPECT_TRUE(test::throws_error([] { parse_schedule("zb"); }, ErrorKind::kConfig,
-                                 {"--schedule 'zb' is not a pipeline schedule: choose gpipe or 1f1b"}));
+  EXPECT_EQ(parse_schedule("interleaved"), Schedule::kInterleaved);
+  EXPECT_EQ(parse_schedule("zb-h1"), Schedule::kZeroBubbleH1);
+  for (Schedule s : {Schedule::kGPipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZeroBubbleH1})
+    EXPECT_EQ(parse_schedule(schedule_name(s)), s);
+  EXPECT_TRUE(test::throws_error(
+      [] { parse_schedule("zb"); }, ErrorKind::kConfig,
+      {"--schedule 'zb' is not a pipeline schedule: choose gpipe, 1f1b, interleaved or zb-h1"}));
   EXPECT_TRUE(test::throws_error([] { stage_actions(Schedule::k1F1B, 2, 2, 4); },
                                  ErrorKind::kInvalidArgument, {"stage 2 outside a pipeline of 2"}));
   EXPECT_TRUE(test::throws_error([] { stage_actions(Schedule::kGPipe, 0, 2, 0); },
@@ -384,6 +388,39 @@ TEST(Schedule, NamesAndBadArguments) {
   EXPECT_EQ(action_kind_name(K::kSendBackwardRecvForward), "send-backward-recv-forward");
 }
 
+
+// Evaluation with chunks: each micro-batch around the ring in turn, every
+// virtual stage's forward once, and no deadlock under blocking sends.
+TEST(Schedule, ForwardOnlyWithChunksGoesAroundTheRingAndCompletes) {
+  for (int p : {2, 3, 4})
+    for (int v : {1, 2, 3})
+      for (int m : {1, 2, 5}) {
+        SCOPED_TRACE(::testing::Message() << "p=" << p << " v=" << v << " m=" << m);
+        std::vector<std::vector<Action>> eval;
+        for (int s = 0; s < p; ++s) eval.push_back(forward_only_actions(s, p, m, v));
+        const SimResult r = simulate(eval);
+        EXPECT_TRUE(r.completed) << r.problem;
+        for (int s = 0; s < p; ++s) {
+          std::vector<Action> forwards;
+          for (const Action& a : eval[std::size_t(s)])
+            if (a.kind == K::kForward) forwards.push_back(a);
+          ASSERT_EQ(int(forwards.size()), m * v);
+          for (int i = 0; i < m; ++i)
+            for (int c = 0; c < v; ++c) {
+              EXPECT_EQ(forwards[std::size_t(i * v + c)].micro_batch, i);
+              EXPECT_EQ(forwards[std::size_t(i * v + c)].chunk, c);
+            }
+        }
+      }
+  // By hand, 2 ranks, 2 chunks, 1 micro-batch: rank 1's chunk 0 output
+  // goes to rank 0's chunk 1, whose output comes back to rank 1's chunk 1.
+  std::vector<std::string> got;
+  for (const Action& a : forward_only_actions(0, 2, 1, 2)) got.push_back(action_str(a, true));
+  EXPECT_EQ(got, (std::vector<std::string>{"R0.0", "F0.0", "S0.0", "R0.1", "F0.1", "S0.1"}));
+  got.clear();
+  for (const Action& a : forward_only_actions(1, 2, 1, 2)) got.push_back(action_str(a, true));
+  EXPECT_EQ(got, (std::vector<std::string>{"R0.0", "F0.0", "S0.0", "R0.1", "F0.1"}));
+}
 
 // ---- ZB-H1 -----------------------------------------------------------------
 

@@ -8,8 +8,21 @@
 // first (Module::backward drops an entry once its backward is done). A
 // module under full recomputation (module.h) keeps only its input, in an
 // entry marked so (save_input_for_recompute). Not thread-safe.
+//
+// Zero-bubble pipelines (parallel::Schedule::kZeroBubbleH1) split a backward
+// in two: the input's gradient (B, which the previous stage waits for) now,
+// the weights' gradients (W) later, in the pipeline's idle time. With
+// set_defer_weight_grads(true), a layer whose weight gradient is a GEMM of
+// its own (Linear, LMHead) hands it to weight_grad(), which keeps it with
+// the tensors it reads instead of running it; run_weight_grads() runs what
+// was kept, in the order it was handed over (so gradients accumulate in the
+// same order as without deferral). Norm gains, biases and embeddings stay
+// in B: they cost little. A module must therefore not write into a tensor
+// it passed as dy to a child's backward, nor into its saved input.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -51,9 +64,11 @@ class Context {
   /// A new context on the same device, saving or not, carrying this one's
   /// side inputs and nothing saved: where a full recomputation runs a
   /// module's forward (without saving) and, in backward, again (saving).
+  /// A full recomputation's backward defers into this context's queue.
   Context fresh(bool save_for_backward) const {
     Context c(device_, save_for_backward);
     c.side_ = side_;
+    c.deferred_ = deferred_;
     return c;
   }
   /// Drops everything saved and the side inputs (frees activations once backward is done).
@@ -61,8 +76,21 @@ class Context {
     saved_.clear();
     side_.clear();
   }
-  /// Bytes held by saved tensors (views of one storage counted per view).
+  /// Bytes held by saved tensors and those deferred weight gradients keep
+  /// (views of one storage counted per view).
   std::int64_t saved_bytes() const;
+
+  /// From now on, weight_grad() keeps what it is given (see the top).
+  void set_defer_weight_grads(bool defer);
+  bool defers_weight_grads() const { return deferred_ != nullptr; }
+  /// A weight gradient computed from `inputs`: at once, or kept for
+  /// run_weight_grads() when deferring.
+  using WeightGrad = std::function<void(const std::vector<Tensor>& inputs)>;
+  void weight_grad(std::vector<Tensor> inputs, WeightGrad compute);
+  /// Runs the kept weight gradients in order and lets their tensors go.
+  void run_weight_grads();
+  /// How many weight gradients are kept.
+  std::size_t pending_weight_grads() const { return deferred_ ? deferred_->size() : 0; }
 
   /// Side inputs of the micro-batch that layers deep inside a model read
   /// (a padding mask: "key_mask"), set by the model before its forward.
@@ -82,6 +110,13 @@ class Context {
   };
   std::unordered_map<const Module*, std::vector<Entry>> saved_;  // a stack per module
   std::unordered_map<std::string, Tensor> side_;
+  struct Deferred {
+    std::vector<Tensor> inputs;
+    WeightGrad compute;
+  };
+  // Shared with fresh() contexts, so a recomputed module's backward defers
+  // into the micro-batch's queue; null when not deferring.
+  std::shared_ptr<std::vector<Deferred>> deferred_;
 };
 
 }  // namespace ht::nn

@@ -118,6 +118,9 @@ class Module {
   }
   /// Uses a parameter owned by another module (a tied weight).
   void use_shared_parameter(Parameter& p) { shared_.push_back(&p); }
+  /// add_module without the child's name before its parameters' (a part
+  /// that is itself a whole model's piece: nn::ModelChunks).
+  void add_module_keeping_names(std::unique_ptr<Module> child) { children_.push_back(std::move(child)); }
 
  private:
   void adopt(std::unique_ptr<Module> child);

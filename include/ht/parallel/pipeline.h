@@ -1,6 +1,6 @@
 // ht::parallel::Pipeline: runs one optimizer step's micro-batches through
-// this rank's pipeline stage of any nn::Model, under the GPipe or 1F1B
-// schedule.
+// this rank's pipeline stage of any nn::Model, under the GPipe, 1F1B,
+// interleaved 1F1B or ZB-H1 schedule.
 //
 // Stage s receives activations from stage s - 1 (of the shape the model's
 // stage_input_shape gives, in the compute dtype) and sends its own to
@@ -9,11 +9,26 @@
 // micro-batch in flight has its own nn::Context, freed after its backward.
 // The order of forwards, backwards and transfers is the schedule's action
 // table (schedule.h: GPipe holds m micro-batches of activations, 1F1B at
-// most p - s); the pipeline executes it. Paired transfers (send an
-// activation and receive a gradient) are one send_recv, so no schedule can
-// deadlock on blocking sends.
+// most p - s); the pipeline executes it, keeping each tensor in flight under
+// its (micro-batch, chunk). Paired transfers (send an activation and
+// receive a gradient) are one send_recv, so no schedule can deadlock on
+// blocking sends.
 //
-// With one stage both schedules are plain gradient accumulation.
+// ZB-H1 runs each backward in two (nn::Context::set_defer_weight_grads): B
+// computes the input's gradient and keeps the weight gradients' GEMMs; W
+// runs them, in micro-batch order as a fused backward would, so the
+// gradients are the same sums. The step's final backward (where data
+// parallelism starts reducing) is the last B, and only its own W follows.
+//
+// Interleaved 1F1B runs over a model of nn::ModelChunks (v chunks, chunk c
+// of rank r being virtual stage c p + r); transfers go to the next and
+// previous rank around the ring. Its final backward is micro-batch m - 1's
+// through chunk 0: data parallelism then reduces the other chunks'
+// gradients when backward ends (DataParallel::finish_gradients), without
+// overlap, since their last contributions came before the flag was set.
+//
+// With one stage every schedule but interleaved is plain gradient
+// accumulation.
 #pragma once
 
 #include <functional>
@@ -36,7 +51,9 @@ struct PipelineStats {
 class Pipeline {
  public:
   /// `pp` is the pipeline group: its rank is model.stage().rank. Activations
-  /// travel between stages in `activations` (the compute dtype).
+  /// travel between stages in `activations` (the compute dtype). The
+  /// interleaved schedule needs an nn::ModelChunks (its chunks run as the
+  /// virtual stages), the others a model of one chunk.
   Pipeline(nn::Model& model, comm::Communicator& pp, Schedule schedule, DType activations = DType::kF32);
 
   /// Forward and backward of every micro-batch (host batches, one per
@@ -53,13 +70,13 @@ class Pipeline {
   /// Timings of the last train_step.
   const PipelineStats& stats() const { return stats_; }
   Schedule schedule() const { return schedule_; }
+  /// Model chunks per rank (1 but for the interleaved schedule).
+  int virtual_stages() const { return int(chunks_.size()); }
 
  private:
   class Step;
-  /// Executes one stage's action table; `backward(dy, micro_batch)` runs a backward.
-  void run(Step& s, const std::vector<Action>& table, const std::function<Tensor(const Tensor&, int)>& backward);
 
-  nn::Model& model_;
+  std::vector<nn::Model*> chunks_;
   comm::Communicator& pp_;
   Schedule schedule_;
   DType activations_;

@@ -91,10 +91,9 @@ namespace ht::parallel {
 /// activations on rank r, each 1/v of a stage's.
 /// ZeroBubbleH1: 1F1B with the backward split into B and W, W deferred into
 /// the cool-down; at most p - s micro-batches held (from F until W), as 1F1B.
-/// The interleaved and zero-bubble tables are not run by Pipeline yet, and
-/// parse_schedule does not offer them.
 enum class Schedule { kGPipe, k1F1B, kInterleaved, kZeroBubbleH1 };
-/// "gpipe" or "1f1b"; throws kConfig naming the choices otherwise.
+/// "gpipe", "1f1b", "interleaved" or "zb-h1" (schedule_name's words);
+/// throws kConfig naming the choices otherwise.
 Schedule parse_schedule(const std::string& name);
 std::string schedule_name(Schedule s);
 
@@ -151,8 +150,12 @@ std::vector<Action> stage_actions(Schedule schedule, int stage, int stages, int 
                                   int virtual_stages);
 
 /// Evaluation (no backward): kRecvForward, kForward, kSendForward for each
-/// micro-batch in order (transfers without a peer left out as above).
-std::vector<Action> forward_only_actions(int stage, int stages, int micro_batches);
+/// micro-batch in order (transfers without a peer left out as above), and
+/// with `virtual_stages` chunks per rank for each chunk of a micro-batch in
+/// turn: each micro-batch goes around the ring before the next starts (an
+/// evaluation is a few micro-batches; this order needs no schedule of its
+/// own to be free of deadlocks).
+std::vector<Action> forward_only_actions(int stage, int stages, int micro_batches, int virtual_stages = 1);
 
 /// The most micro-batches whose forward has run and backward not yet, at
 /// any point of `actions` (each holds its saved activations): m for GPipe,

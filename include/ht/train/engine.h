@@ -65,6 +65,13 @@ struct EngineOptions {
   /// Data parallelism / ZeRO (the mesh gives dp, tp and pp).
   parallel::DataParallelOptions data_parallel;
   parallel::Schedule schedule = parallel::Schedule::k1F1B;
+  /// Model chunks per pipeline rank under the interleaved schedule (v >= 2,
+  /// Megatron's virtual pipeline size; 1 with the other schedules): the
+  /// model is built v times per rank, chunk c as virtual stage c pp + rank
+  /// of pp v (nn::ModelChunks), and stage_layers, when given, has pp v
+  /// counts. The interleaved schedule needs pp >= 2, grad_accum a multiple
+  /// of pp, and ZeRO stage 0-2.
+  int virtual_stages = 1;
   /// Activation recomputation (nn/module.h), applied to the model once
   /// it is built (nn::Model::set_recompute): kSelective recomputes the
   /// attention core in backward, kFull each block from its input. Losses
@@ -77,6 +84,9 @@ struct EngineOptions {
   /// Empty: by count (the first n_layers % pp stages one layer more). The
   /// model gets them as its placement's stage boundaries.
   std::vector<int> stage_layers;
+  /// The pipeline's stages as the model is split: pp, or pp v virtual
+  /// stages under the interleaved schedule.
+  int model_stages(int pp) const { return pp * virtual_stages; }
   /// Mixed precision: data_parallel.precision chooses the dtypes; f16 scales
   /// the loss dynamically (bf16 and f32 do not, unless forced).
   precision::LossScalerOptions loss_scaler;
@@ -243,6 +253,11 @@ class Engine {
   const std::vector<int>& stage_split() const { return stage_split_; }
 
  private:
+  /// The factory's model for `placement`, checked to be built for it.
+  std::unique_ptr<nn::Model> build_model(const ModelFactory& make_model, const nn::Placement& placement) const;
+  /// Throws kConfig when virtual_stages does not fit the schedule, pp,
+  /// accumulation or ZeRO stage.
+  void validate_virtual_stages(int pp) const;
   void resume();
   void progress(const char* phase);
   /// Silent-data-corruption check: replicas compare parameter checksums.

@@ -33,6 +33,7 @@ struct TrainFlags {
   // Flags given as text, resolved into the options above by resolve().
   std::string device = "cpu";
   std::string schedule = "1f1b";
+  int virtual_stages = 0;  // --virtual-stages; 0: 2 under the interleaved schedule, else 1
   std::string recompute = "none";
   std::string precision = "fp32";
   std::string grad_reduce = "fp32";
