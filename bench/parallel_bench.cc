@@ -7,7 +7,8 @@
 //
 //   mpirun -np 4 ht-parallel-bench --mode memory   [--zero 0,1,2,3] [--precision fp32,fp16,bf16]
 //   mpirun -np 2 ht-parallel-bench --mode overlap  [--bucket-bytes 1048576] [--steps 8]
-//   mpirun -np 4 ht-parallel-bench --mode bubble   [--pp 4] [--schedules gpipe,1f1b] [--micro-batches 4,8]
+//   mpirun -np 4 ht-parallel-bench --mode bubble   [--pp 4] [--schedules gpipe,1f1b,interleaved,zb-h1]
+//                                                  [--virtual-stages 2] [--micro-batches 4,8]
 //
 // Output (a contract; docs/benchmarks.md): rank 0 prints a `#` preamble
 // (build, layout, threads, HT_* and OMP settings) and one table per mode;
@@ -85,7 +86,9 @@ void add_flags(CLI::App& app, ParallelArgs& a) {
       ->delimiter(',');
   app.add_option("--bucket-bytes", a.bucket_bytes, "overlap: DDP bucket size in bytes")->check(CLI::PositiveNumber);
   app.add_flag("!--no-one-bucket", a.one_bucket, "overlap: skip the one-bucket comparison trainer");
-  app.add_option("--schedules", a.schedules, "bubble: schedules (gpipe, 1f1b)")->delimiter(',');
+  app.add_option("--schedules", a.schedules, "bubble: schedules (gpipe, 1f1b, interleaved, zb-h1)")->delimiter(',');
+  app.add_option("--virtual-stages", a.virtual_stages, "bubble: model chunks per rank of the interleaved schedule")
+      ->check(CLI::Range(2, 64));
   app.add_option("--micro-batches", a.micro_batches, "bubble: micro-batch counts m")->delimiter(',');
   app.add_option("-T,--timeout", a.timeout_s, "deadline of each collective in seconds (0: HT_COMM_TIMEOUT or 300)");
   app.add_flag("--json", a.json, "JSON Lines instead of the tables");

@@ -1,11 +1,12 @@
 # ctest driver of ht-parallel-bench (bench/CMakeLists.txt): each mode once on a
 # tiny model under mpirun, tables and --json, and the memory mode in fp32 and
 # bf16 side by side; fails on a non-zero exit (which includes ZeRO-3's memory
-# ratio outside its band and 1F1B holding more activations than GPipe) or a
+# ratio outside its band and 1F1B holding more activations than GPipe, and
+# every schedule running: interleaved 1F1B over 4 virtual stages, ZB-H1) or a
 # missing summary line (bf16: the working copies exactly half of fp32's
 # parameters). Timing figures are not checked.
 #   cmake -DEXE=<bench> -DMPIEXEC=<mpiexec> -DFLAGS="-n;2;..." -P parallel_bench_test.cmake
-set(_tiny "--layers 2 --heads 2 --embd 64 --vocab 256 --context 32 --seq 16 --micro-batch 2")
+set(_tiny "--layers 4 --heads 2 --embd 64 --vocab 256 --context 32 --seq 16 --micro-batch 2")
 set(_runs
   "--mode memory|ZeRO-3 / DDP"
   "--mode memory --zero 0,3 --json|\"type\":\"memory_summary\""
@@ -13,7 +14,8 @@ set(_runs
   "--mode overlap --steps 2 --warmup 1|hidden share"
   "--mode overlap --steps 1 --warmup 0 --no-one-bucket --json|\"type\":\"overlap_summary\""
   "--mode bubble --pp 2 --steps 1 --warmup 0 --micro-batches 2,4|1F1B peak saved bytes below"
-  "--mode bubble --pp 2 --steps 1 --warmup 0 --micro-batches 3 --schedules 1f1b,gpipe --json|\"type\":\"bubble_summary\"")
+  "--mode bubble --pp 2 --steps 1 --warmup 0 --micro-batches 3 --schedules 1f1b,gpipe --json|\"type\":\"bubble_summary\""
+  "--mode bubble --pp 2 --steps 1 --warmup 0 --micro-batches 2 --schedules 1f1b,interleaved,zb-h1|interleaved")
 foreach(run IN LISTS _runs)
   string(REPLACE "|" ";" parts "${run}")
   list(GET parts 0 shown)

@@ -1,5 +1,5 @@
-// ht-parallel-bench --mode bubble: the pipeline bubble of GPipe and 1F1B,
-// and the activations each holds.
+// ht-parallel-bench --mode bubble: the pipeline bubble of GPipe, 1F1B,
+// interleaved 1F1B and ZB-H1, and the activations each holds.
 //
 // For each schedule and micro-batch count m, an Engine with grad_accum = m on
 // pp stages; per stage, from Engine::pipeline().stats() summed over the timed
@@ -8,9 +8,17 @@
 // compute of any stage; PipelineStats counts only time inside train_step, so
 // a stage that finishes early does not see the idle time after its last
 // backward), and the peak activation bytes saved by micro-batches in flight.
+// The theories, as idle shares of a stage's step (T: one micro-batch's
+// forward and backward on one stage):
+//   gpipe, 1f1b   (p - 1) / (m + p - 1)
+//   interleaved   (p - 1) / (v m + p - 1): the bubble is (p - 1) T / v
+//   zb-h1         (p - 1) / (3 m + p - 1): the zero-bubble paper's value for
+//                 forward, B and W of equal cost (bubble (p - 1) T / 3); B
+//                 costs more than W here, which makes the real one larger.
 // 1F1B holds min(m, p - s) micro-batches on stage s, GPipe m, so 1F1B's peak
 // must be below GPipe's where m > p - s and equal elsewhere; the exit status
-// is 1 otherwise.
+// is 1 otherwise. ZB-H1 holds as many micro-batches as 1F1B, each longer
+// (from F to W), plus the output gradients its deferred GEMMs read.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -44,6 +52,7 @@ void measure_bubble(const ParallelArgs& a, comm::DeviceMesh& mesh, const models:
   const bool print = world.rank() == 0;
   train::EngineOptions o = base_options(a);
   o.schedule = parallel::parse_schedule(schedule);
+  if (o.schedule == parallel::Schedule::kInterleaved) o.virtual_stages = a.virtual_stages;
   o.grad_accum = m;
   const data::TokenSplits splits = splits_for(a, model, mesh.layout().dp_size());
   LmEngine engine(o, model, splits, a.seq, &mesh);
@@ -101,7 +110,10 @@ bool check_saved(const std::vector<BubbleRow>& rows, int p, std::vector<std::str
   return ok;
 }
 
-double theory(int p, int m) { return double(p - 1) / double(m + p - 1); }
+double theory(const std::string& schedule, int p, int m, int v) {
+  const double units = schedule == "interleaved" ? double(v) * m : schedule == "zb-h1" ? 3.0 * m : double(m);
+  return double(p - 1) / (units + double(p - 1));
+}
 
 void print_table(const ParallelArgs& a, const models::GPTConfig& model, int p, int dp,
                  const std::vector<BubbleRow>& rows, bool saved_ok, const std::vector<std::string>& notes) {
@@ -110,14 +122,15 @@ void print_table(const ParallelArgs& a, const models::GPTConfig& model, int p, i
               (long long)a.warmup);
   std::printf("# ms summed over the timed steps; idle%% = idle / (idle + compute) (PipelineStats: the stage's own\n"
               "# time inside train_step); span%% = 1 - compute / span, span = the longest compute + idle of any\n"
-              "# stage; theory = (p-1)/(m+p-1); saved = peak activation bytes held by micro-batches in flight;\n"
-              "# step = median step ms\n");
-  std::printf("#%4s %6s %8s %10s %10s %8s %8s %8s %12s %10s %9s\n", "m", "stage", "schedule", "compute", "idle",
+              "# stage; theory = (p-1)/(u+p-1), u = m (gpipe, 1f1b), v m (interleaved, v = %d), 3 m (zb-h1,\n"
+              "# equal F, B, W); saved = peak activation bytes held by micro-batches in flight; step = median step ms\n",
+              a.virtual_stages);
+  std::printf("#%4s %6s %11s %10s %10s %8s %8s %8s %12s %10s %9s\n", "m", "stage", "schedule", "compute", "idle",
               "idle%", "span%", "theory%", "ms/micro-b.", "saved MiB", "step ms");
   for (const BubbleRow& r : rows)
-    std::printf(" %4d %6d %8s %10.1f %10.1f %7.1f%% %7.1f%% %7.1f%% %12.1f %10.2f %9.1f\n", r.m, r.stage,
+    std::printf(" %4d %6d %11s %10.1f %10.1f %7.1f%% %7.1f%% %7.1f%% %12.1f %10.2f %9.1f\n", r.m, r.stage,
                 r.schedule.c_str(), r.compute_ms, r.idle_ms, 100 * r.idle_share(), 100 * r.span_idle_share(),
-                100 * theory(p, r.m), r.compute_ms / double(r.m * a.steps), r.peak_saved_bytes / kMiB, r.step_ms);
+                100 * theory(r.schedule, p, r.m, a.virtual_stages), r.compute_ms / double(r.m * a.steps), r.peak_saved_bytes / kMiB, r.step_ms);
   std::printf("# 1F1B peak saved bytes below GPipe's wherever m > p - stage (equal elsewhere): %s\n",
               saved_ok ? "yes" : "NO");
   for (const std::string& n : notes) std::printf("#   %s\n", n.c_str());
@@ -136,12 +149,13 @@ void print_json(const ParallelArgs& a, const models::GPTConfig& model, int p, co
                      {"idle_share", r.idle_share()},
                      {"span_ms", r.span_ms},
                      {"span_idle_share", r.span_idle_share()},
-                     {"theory_idle_share", theory(p, r.m)},
+                     {"theory_idle_share", theory(r.schedule, p, r.m, a.virtual_stages)},
                      {"peak_saved_bytes", r.peak_saved_bytes},
                      {"step_ms", r.step_ms}});
   print_json_line({{"type", "bubble_summary"},
                    {"model", model.str()},
                    {"pp", p},
+                   {"virtual_stages", a.virtual_stages},
                    {"steps", a.steps},
                    {"saved_1f1b_below_gpipe", saved_ok}});
 }

@@ -32,6 +32,7 @@ struct ParallelArgs {
   bool one_bucket = true;
   std::vector<std::string> schedules{"gpipe", "1f1b"};
   std::vector<int> micro_batches{4, 8};
+  int virtual_stages = 2;  // chunks per rank of the interleaved schedule
   double timeout_s = 0;
 };
 

@@ -156,9 +156,7 @@ class Pipeline::Step {
       out_shapes_[k] = y.shape();
       outputs_[k] = std::move(y);
     }
-    std::int64_t saved = 0;
-    for (const auto& [key, c] : contexts_) saved += c.saved_bytes();
-    p_.stats_.peak_saved_bytes = std::max(p_.stats_.peak_saved_bytes, saved);
+    note_saved_bytes();
     if (!training_) {
       contexts_.erase(it);
       out_shapes_.erase(k);
@@ -187,7 +185,10 @@ class Pipeline::Step {
     Tensor dx = backward(model, it->second, dy, final);
     if (!model.first_stage()) grads_out_[k] = std::move(dx);
     out_shapes_.erase(k);
-    if (!split) contexts_.erase(it);
+    if (split)
+      note_saved_bytes();  // B frees some activations and keeps the deferred GEMMs' inputs
+    else
+      contexts_.erase(it);
     p_.stats_.compute_ms += now_ms() - t0;
   }
 
@@ -201,6 +202,13 @@ class Pipeline::Step {
     it->second.run_weight_grads();
     contexts_.erase(it);
     p_.stats_.compute_ms += now_ms() - t0;
+  }
+
+  /// The activations held by the micro-batches in flight, into the peak.
+  void note_saved_bytes() {
+    std::int64_t saved = 0;
+    for (const auto& [key, c] : contexts_) saved += c.saved_bytes();
+    p_.stats_.peak_saved_bytes = std::max(p_.stats_.peak_saved_bytes, saved);
   }
 
   nn::Model& chunk(int c) const { return *p_.chunks_.at(std::size_t(c)); }
