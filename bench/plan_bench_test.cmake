@@ -1,9 +1,9 @@
-# ctest driver of ht-plan-bench (bench/CMakeLists.txt): two layouts of a tiny
-# GPT under mpirun -np 2; fails on a non-zero exit or a missing summary.
+# ctest driver of ht-plan-bench (bench/CMakeLists.txt): four layouts of a tiny
+# GPT under mpirun -np 2 (ZB-H1 and interleaved among them); fails on a non-zero exit or a missing summary.
 # Figures are not checked (the machine is noisy).
 #   cmake -DEXE=<bench> -DMPIEXEC=<mpiexec> -DFLAGS="-n;2;..." -P plan_bench_test.cmake
-set(args --layers 2 --heads 2 --embd 64 --vocab 256 --seq 32 --global-batch 4 --steps 1 --warmup 1
-    "--layouts" "1,1,0,2;1,2,0,1,full")
+set(args --layers 4 --heads 2 --embd 64 --vocab 256 --seq 32 --global-batch 4 --steps 1 --warmup 1
+    "--layouts" "1,1,0,2;1,2,0,1,full;1,2,0,1,none,zb-h1;1,2,0,1,none,interleaved,2")
 execute_process(COMMAND ${MPIEXEC} ${FLAGS} ${EXE} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}${err}")
 if(NOT rc EQUAL 0)

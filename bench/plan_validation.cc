@@ -48,7 +48,7 @@ struct Args {
   std::int64_t global_batch = 16;
   std::int64_t steps = 2, warmup = 1;
   std::string precision = "fp32";
-  std::vector<std::string> layouts;  // "tp,pp,zero,micro_batch[,recompute[,schedule]]"
+  std::vector<std::string> layouts;  // "tp,pp,zero,micro_batch[,recompute[,schedule[,virtual_stages]]]"
   bool json = false;
 };
 
@@ -90,8 +90,8 @@ plan::LayoutChoice parse_layout(const std::string& text, int world, std::int64_t
     if (comma == std::string::npos) break;
     at = comma + 1;
   }
-  HT_CHECK(f.size() >= 4, ErrorKind::kConfig, "--layouts '{}': give tp,pp,zero,micro_batch[,recompute[,schedule]]",
-           text);
+  HT_CHECK(f.size() >= 4, ErrorKind::kConfig,
+           "--layouts '{}': give tp,pp,zero,micro_batch[,recompute[,schedule[,virtual_stages]]]", text);
   plan::LayoutChoice l;
   l.tp = std::stoi(f[0]), l.pp = std::stoi(f[1]), l.zero = std::stoi(f[2]), l.micro_batch = std::stoll(f[3]);
   HT_CHECK(l.tp > 0 && l.pp > 0 && world % (l.tp * l.pp) == 0, ErrorKind::kConfig,
@@ -102,6 +102,7 @@ plan::LayoutChoice parse_layout(const std::string& text, int world, std::int64_t
   l.grad_accum = int(global_batch / (l.micro_batch * l.dp));
   if (f.size() > 4) l.recompute = nn::parse_recompute(f[4]);
   if (f.size() > 5) l.schedule = parallel::parse_schedule(f[5]);
+  if (l.schedule == parallel::Schedule::kInterleaved) l.virtual_stages = f.size() > 6 ? std::stoi(f[6]) : 2;
   l.precision = p;
   return l;
 }
@@ -155,6 +156,7 @@ Measured run_layout(const Args& a, const plan::LayoutChoice& l, const nn::ModelS
   o.data_parallel.shard_group = l.shard_group;
   o.data_parallel.precision = l.precision;
   o.schedule = l.schedule;
+  o.virtual_stages = l.virtual_stages;
   o.recompute = l.recompute;
   o.stage_layers = l.stage_layers;
   Measured r;
@@ -213,7 +215,7 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
   app.add_option("--steps", a.steps, "measured steps per layout");
   app.add_option("--warmup", a.warmup, "steps before measuring");
   app.add_option("--precision", a.precision, "fp32, bf16 or fp16");
-  app.add_option("--layouts", a.layouts, "tp,pp,zero,micro_batch[,recompute[,schedule]] (default: see the header)")
+  app.add_option("--layouts", a.layouts, "tp,pp,zero,micro_batch[,recompute[,schedule[,virtual_stages]]] (default: see the header)")
       ->delimiter(';');
   app.add_flag("--json", a.json, "JSON Lines instead of a table");
   try {

@@ -65,6 +65,8 @@ LayerSpec head_layer(std::int64_t vocab_rows, std::int64_t c, std::int64_t norm_
   // Backward turns the logits into their gradient in place and holds it
   // until the stage's backward returns.
   l.held = {.split = double(vocab_rows)};
+  // ZB-H1: the head's input (its weight GEMM's); the logits' gradient is held already.
+  l.deferred = {.replicated = double(c)};
   l.traffic = {.split = 3.0 * double(vocab_rows), .replicated = double(3 * c)};
   l.tp_allreduce = 0.5 * double(c);  // the input gradient's sum, backward only
   l.tp_allreduces = 1;
@@ -100,6 +102,10 @@ nn::ModelSpec GPTConfig::spec(std::int64_t seq_len) const {
     // The output's gradient, then the MLP's hidden gradient (each layer's
     // saved input goes once its backward is done).
     b.backward_workspace = {.split = 4.0 * cd, .replicated = cd};
+    // ZB-H1: the four Linears' inputs (ln_1's and ln_2's outputs, attention's
+    // output, GELU's) and outputs' gradients (q, k, v; the projection's; the
+    // MLP's hidden; its projection's).
+    b.deferred = {.split = 5.0 * cd + 7.0 * cd, .replicated = 2.0 * cd + 2.0 * cd};
     b.traffic = {.split = 8.0 * cd, .replicated = 10.0 * cd};
     b.tp_allreduce = 2.0 * cd;
     b.tp_allreduces = 2;
@@ -134,6 +140,11 @@ nn::ModelSpec LlamaConfig::spec(std::int64_t seq_len) const {
     selective.f32_split = 0;
     b.saved = {none, selective, TokenElements{.replicated = cd}};
     b.backward_workspace = {.split = 2.0 * double(f), .replicated = 2.0 * cd};  // dy and d, then dgu (down's input gone)
+    // ZB-H1: the projections' inputs (the normed input, read by q, k and v;
+    // attention's output; the second norm's output; SwiGLU's) and outputs'
+    // gradients (q, k, v, o; gate_up; down).
+    b.deferred = {.split = (cd + double(f)) + (cd + 2.0 * double(kv) + 2.0 * double(f)),
+                  .replicated = 2.0 * cd + 2.0 * cd};
     b.traffic = {.split = 6.0 * double(f) + 4.0 * cd, .replicated = 8.0 * cd};
     b.tp_allreduce = 2.0 * cd;
     b.tp_allreduces = 2;

@@ -14,6 +14,7 @@ std::string LayoutChoice::str() const {
   if (zero > 0 && shards() != dp) s += fmt::format("/{}", shards());
   s += fmt::format(" mb{}x{}", micro_batch, grad_accum);
   if (pp > 1) s += " " + parallel::schedule_name(schedule);
+  if (virtual_stages > 1) s += fmt::format(" v{}", virtual_stages);
   if (recompute != nn::Recompute::kNone) s += std::string(" ") + nn::recompute_name(recompute);
   return s;
 }
@@ -21,11 +22,12 @@ std::string LayoutChoice::str() const {
 std::vector<int> blocks_per_stage(const LayoutChoice& l, int num_blocks) {
   // The engine's own rules and messages (--stage-layers), so a plan never
   // holds a split the engine would refuse.
+  const int stages = l.model_stages();
   if (!l.stage_layers.empty()) {
-    parallel::validate_boundaries(parallel::stage_boundaries(l.stage_layers, l.pp), num_blocks, l.pp);
+    parallel::validate_boundaries(parallel::stage_boundaries(l.stage_layers, stages), num_blocks, stages);
     return l.stage_layers;
   }
-  return parallel::layers_per_stage(parallel::partition_by_count(num_blocks, l.pp));
+  return parallel::layers_per_stage(parallel::partition_by_count(num_blocks, stages));
 }
 
 }  // namespace ht::plan

@@ -18,8 +18,18 @@ double category_total(const std::array<double, kMemCategoryCount>& b) {
 
 double StageMemory::total() const { return category_total(bytes); }
 
-int in_flight(parallel::Schedule schedule, int stage, int stages, int micro_batches) {
-  return schedule == parallel::Schedule::kGPipe ? micro_batches : std::min(stages - stage, micro_batches);
+int in_flight(parallel::Schedule schedule, int stage, int stages, int micro_batches, int virtual_stages) {
+  if (schedule == parallel::Schedule::kGPipe) return micro_batches;
+  if (schedule == parallel::Schedule::kInterleaved && virtual_stages > 1)
+    return std::min(virtual_stages * micro_batches, (virtual_stages + 1) * stages - 1 - 2 * stage);
+  return std::min(stages - stage, micro_batches);
+}
+
+std::vector<std::vector<int>> rank_chunks(const std::vector<std::vector<int>>& stage_layers, const LayoutChoice& l,
+                                          int rank) {
+  std::vector<std::vector<int>> out;
+  for (int c = 0; c < l.virtual_stages; ++c) out.push_back(stage_layers.at(std::size_t(c * l.pp + rank)));
+  return out;
 }
 
 double peak_bytes(const std::vector<StageMemory>& stages) {
@@ -41,15 +51,23 @@ std::vector<std::vector<int>> stage_layers_of(const nn::ModelSpec& model, const 
   HT_CHECK(l.tp > 0 && l.pp > 0 && l.dp > 0 && l.micro_batch > 0 && l.grad_accum > 0, ErrorKind::kConfig,
            "layout {}: every size must be positive", l.str());
   HT_CHECK(model.splits_over(l.tp), ErrorKind::kConfig, "{} does not split over tp {}", model.description, l.tp);
+  const bool interleaved = l.schedule == parallel::Schedule::kInterleaved;
+  HT_CHECK(l.virtual_stages >= 1 && (interleaved || l.virtual_stages == 1), ErrorKind::kConfig,
+           "layout {}: {} virtual stages need the interleaved schedule", l.str(), l.virtual_stages);
+  HT_CHECK(!interleaved || (l.pp >= 2 && l.grad_accum % l.pp == 0 && l.zero < 3), ErrorKind::kConfig,
+           "layout {}: the interleaved schedule needs pp >= 2, an accumulation that is a multiple of pp, and ZeRO "
+           "0-2",
+           l.str());
   const std::vector<int> blocks = blocks_per_stage(l, model.num_blocks());
-  std::vector<std::vector<int>> stages(std::size_t(l.pp));
+  const int n = l.model_stages();
+  std::vector<std::vector<int>> stages(static_cast<std::size_t>(n));
   int next_block = model.first_block();
-  for (int st = 0; st < l.pp; ++st) {
+  for (int st = 0; st < n; ++st) {
     std::vector<int>& layers = stages[std::size_t(st)];
     if (st == 0)
       for (int i = 0; i < model.first_block(); ++i) layers.push_back(i);
     for (int i = 0; i < blocks[std::size_t(st)]; ++i) layers.push_back(next_block++);
-    if (st == l.pp - 1)
+    if (st == n - 1)
       for (int i = model.end_block(); i < int(model.layers.size()); ++i) layers.push_back(i);
   }
   return stages;
@@ -72,14 +90,19 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
   const int mode = int(l.recompute);
 
   std::vector<StageMemory> out;
-  int first_block = 0;
   for (int st = 0; st < l.pp; ++st) {
-    const std::vector<int>& layers = stage_layers[std::size_t(st)];
+    // The rank's layers: its one stage's, or its chunks' (interleaved), in order.
+    const std::vector<std::vector<int>> chunks = rank_chunks(stage_layers, l, st);
+    std::vector<int> layers;
+    for (const std::vector<int>& c : chunks) layers.insert(layers.end(), c.begin(), c.end());
     StageMemory m;
     m.stage = st;
-    m.first_block = first_block;
-    for (int i : layers) m.blocks += model.layers[std::size_t(i)].role == nn::LayerRole::kBlock ? 1 : 0;
-    first_block += m.blocks;
+    m.first_block = model.num_blocks();
+    for (int i : layers)
+      if (model.layers[std::size_t(i)].role == nn::LayerRole::kBlock) {
+        ++m.blocks;
+        m.first_block = std::min(m.first_block, i - model.first_block());
+      }
 
     // Parameter elements of this rank, and the ZeRO-3 units (one per layer,
     // in execution order; a layer using another's weight on this stage
@@ -138,32 +161,59 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
     // Activations: what the micro-batches in flight keep, and the backward
     // sweep of the newest one: before layer i's backward, everything up to i
     // is still kept and i's working set comes on top (with full
-    // recomputation, i's whole forward again); the layers after i are freed.
-    m.in_flight = in_flight(l.schedule, st, l.pp, l.grad_accum);
-    double kept = 0, sweep_peak = 0;
-    std::vector<double> saved_of, held_of, workspace_of;
-    for (int i : layers) {
-      const nn::LayerSpec& ls = model.layers[std::size_t(i)];
-      const bool block = ls.role == nn::LayerRole::kBlock;
-      const double saved = ls.saved[std::size_t(block ? mode : 0)].bytes(l.tp, c);
-      double w = ls.backward_workspace.bytes(l.tp, c);
-      // Full recomputation: the block's forward again, less its input (kept
-      // already, and the same storage its first layer keeps). Selective
-      // recomputes attention's output only once the MLP's backward is done
-      // and its activations are freed: no higher peak.
-      if (block && l.recompute == nn::Recompute::kFull) w += ls.saved[0].bytes(l.tp, c) - saved;
-      saved_of.push_back(saved);
-      held_of.push_back(ls.held.bytes(l.tp, c));
-      workspace_of.push_back(w);
-      kept += saved;
+    // recomputation, i's whole forward again); the layers after i are freed
+    // (ZB-H1: but for what B leaves for W, LayerSpec::deferred, until W).
+    m.in_flight = in_flight(l.schedule, st, l.pp, l.grad_accum, l.virtual_stages);
+    const bool zero_bubble = l.schedule == parallel::Schedule::kZeroBubbleH1;
+    std::vector<double> kept_of_chunk, sweep_of_chunk;
+    for (const std::vector<int>& chunk : chunks) {
+      double kept = 0, sweep_peak = 0;
+      std::vector<double> saved_of, held_of, workspace_of, deferred_of;
+      for (int i : chunk) {
+        const nn::LayerSpec& ls = model.layers[std::size_t(i)];
+        const bool block = ls.role == nn::LayerRole::kBlock;
+        const double saved = ls.saved[std::size_t(block ? mode : 0)].bytes(l.tp, c);
+        double w = ls.backward_workspace.bytes(l.tp, c);
+        // Full recomputation: the block's forward again, less its input (kept
+        // already, and the same storage its first layer keeps). Selective
+        // recomputes attention's output only once the MLP's backward is done
+        // and its activations are freed: no higher peak.
+        if (block && l.recompute == nn::Recompute::kFull) w += ls.saved[0].bytes(l.tp, c) - saved;
+        saved_of.push_back(saved);
+        held_of.push_back(ls.held.bytes(l.tp, c));
+        workspace_of.push_back(w);
+        deferred_of.push_back(zero_bubble ? ls.deferred.bytes(l.tp, c) : 0.0);
+        kept += saved;
+      }
+      double remaining = kept;
+      for (std::size_t i = saved_of.size(); i-- > 0;) {
+        sweep_peak = std::max(sweep_peak, remaining + workspace_of[i]);
+        remaining += deferred_of[i] - (saved_of[i] - held_of[i]);
+      }
+      sweep_peak = std::max(sweep_peak, remaining);  // the end of B, what W is to read
+      kept_of_chunk.push_back(kept);
+      sweep_of_chunk.push_back(sweep_peak);
     }
-    double remaining = kept;
-    for (std::size_t i = saved_of.size(); i-- > 0;) {
-      sweep_peak = std::max(sweep_peak, remaining + workspace_of[i]);
-      remaining -= saved_of[i] - held_of[i];
+    double peak = kept_of_chunk[0] * (m.in_flight - 1) + sweep_of_chunk[0];
+    if (chunks.size() > 1) {
+      // Interleaved: the chunks in flight differ in size (the last holds the
+      // logits), so the rank's table is walked: each forward adds its chunk's
+      // activations, each backward peaks at its chunk's sweep and frees them.
+      double held = 0;
+      peak = 0;
+      for (const parallel::Action& a :
+           parallel::stage_actions(l.schedule, st, l.pp, l.grad_accum, l.virtual_stages)) {
+        const double kept = kept_of_chunk[std::size_t(a.chunk)];
+        if (a.kind == parallel::ActionKind::kForward) peak = std::max(peak, held += kept);
+        if (a.kind == parallel::ActionKind::kBackward) {
+          peak = std::max(peak, held - kept + sweep_of_chunk[std::size_t(a.chunk)]);
+          held -= kept;
+        }
+      }
     }
     const double width = double(model.width) * c;
-    cat(MemCategory::kActivations) = tokens * (kept * (m.in_flight - 1) + sweep_peak + (st > 0 ? width : 0.0));
+    const bool receives = st > 0 || chunks.size() > 1;
+    cat(MemCategory::kActivations) = tokens * (peak + (receives ? width : 0.0));
     // The pipeline's transfer buffers (one micro-batch each way).
     cat(MemCategory::kCommunication) = l.pp > 1 ? 2.0 * tokens * width : 0.0;
     out.push_back(m);

@@ -55,6 +55,9 @@ void PlanRequest::validate() const {
            world, global_batch);
   HT_CHECK(memory_margin >= 0 && memory_margin < 1, ErrorKind::kConfig,
            "plan: the memory margin {} must lie in [0, 1)", memory_margin);
+  HT_CHECK(virtual_stages >= 2, ErrorKind::kConfig,
+           "plan: --virtual-stages {} is not a number of chunks per rank for the interleaved schedule: use 2 or more",
+           virtual_stages);
 }
 
 std::vector<int> balanced_stage_layers(const nn::ModelSpec& model, const LayoutChoice& layout,
@@ -130,26 +133,34 @@ PlanResult search_plans(const PlanRequest& rq, int top) {
         const int accum = int(per_dp / mb);
         for (nn::Recompute rc : or_all(rq.recompute, {nn::Recompute::kNone, nn::Recompute::kSelective,
                                                          nn::Recompute::kFull})) {
-          std::vector<std::vector<int>> splits{{}};
-          if (pp > 1) {
-            LayoutChoice probe{.tp = tp, .pp = pp, .dp = dp, .micro_batch = mb, .recompute = rc,
-                               .precision = rq.precision, .stage_layers = {}};
-            auto& cached = balanced_cache[{tp, pp, int(rc), mb}];
-            if (cached.empty()) cached = balanced_stage_layers(model, probe, prof);
-            const std::vector<int> by_count = blocks_per_stage(probe, blocks);
-            if (cached != by_count) splits.push_back(cached);
-          }
+          // Stage splits: by count, and balanced by modelled time when that
+          // differs; over pp v virtual stages for the interleaved schedule.
+          const auto splits_of = [&](int stages) {
+            std::vector<std::vector<int>> splits{{}};
+            if (stages > 1) {
+              LayoutChoice probe{.tp = tp, .pp = stages, .dp = dp, .micro_batch = mb, .recompute = rc,
+                                 .precision = rq.precision, .stage_layers = {}};
+              auto& cached = balanced_cache[{tp, stages, int(rc), mb}];
+              if (cached.empty()) cached = balanced_stage_layers(model, probe, prof);
+              const std::vector<int> by_count = blocks_per_stage(probe, blocks);
+              if (cached != by_count) splits.push_back(cached);
+            }
+            return splits;
+          };
           std::vector<parallel::Schedule> schedules{parallel::Schedule::k1F1B};
           if (pp > 1) schedules = or_all(rq.schedules, {parallel::Schedule::k1F1B, parallel::Schedule::kGPipe});
-          for (parallel::Schedule sched : schedules)
-            for (const std::vector<int>& split : splits)
+          for (parallel::Schedule sched : schedules) {
+            const int v = sched == parallel::Schedule::kInterleaved ? rq.virtual_stages : 1;
+            if (v > 1 && (accum % pp != 0 || pp * v > blocks)) continue;  // the engine would refuse it
+            for (const std::vector<int>& split : splits_of(pp * v))
               for (int zero : or_all(rq.zero, {0, 1, 2, 3}))
                 for (int sg : shard_groups) {
                   if (zero == 0 && sg != 0) continue;
                   if (dp == 1 && zero > 0) continue;  // nothing to shard over
+                  if (v > 1 && zero == 3) continue;   // interleaved runs ZeRO 0-2
                   LayoutChoice l{.tp = tp, .pp = pp, .dp = dp, .zero = zero, .shard_group = sg,
-                                 .micro_batch = mb, .grad_accum = accum, .schedule = sched, .recompute = rc,
-                                 .precision = rq.precision, .stage_layers = split};
+                                 .micro_batch = mb, .grad_accum = accum, .schedule = sched, .virtual_stages = v,
+                                 .recompute = rc, .precision = rq.precision, .stage_layers = split};
                   Plan p;
                   p.layout = l;
                   p.memory = estimate_memory(model, l);
@@ -167,6 +178,7 @@ PlanResult search_plans(const PlanRequest& rq, int top) {
                   ++res.fitting;
                   fitting.push_back(std::move(p));
                 }
+          }
         }
       }
     }
@@ -271,6 +283,7 @@ std::string plans_to_json(const PlanResult& r, const PlanRequest& rq) {
                       {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero}, {"shard_group", l.shard_group},
                        {"micro_batch", l.micro_batch}, {"grad_accum", l.grad_accum},
                        {"schedule", parallel::schedule_name(l.schedule)},
+                       {"virtual_stages", l.virtual_stages},
                        {"recompute", nn::recompute_name(l.recompute)},
                        {"precision", precision::policy_name(l.precision)},
                        {"stage_layers", blocks_per_stage(l, rq.model.num_blocks())},

@@ -52,9 +52,12 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
 
   TimeEstimate t;
   double slowest = 0, sum = 0;
+  double compute_all = 0, weight_grads_all = 0;  // forward + backward, and its weight GEMMs (ZB-H1's W)
   double dp_exposed_worst = 0, dp_comm_worst = 0, optimizer_worst = 0, comm_worst = 0;
+  const int v = l.virtual_stages;
   for (int stage = 0; stage < l.pp; ++stage) {
-    const std::vector<int>& layers = stage_layers[std::size_t(stage)];
+    std::vector<int> layers;  // the rank's: its stage's, or its chunks' (interleaved)
+    for (const std::vector<int>& c : rank_chunks(stage_layers, l, stage)) layers.insert(layers.end(), c.begin(), c.end());
     StageTime st;
     double params = 0;  // this rank's stage, for the data-parallel traffic and the optimizer
     double largest_unit = 0;
@@ -74,15 +77,19 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
       if (block && l.recompute == nn::Recompute::kSelective) bwd += attn;
       st.forward_ms += fwd;
       st.backward_ms += bwd;
+      weight_grads_all += gemm;  // dW costs the forward's GEMM again
       st.tp_comm_ms += 2.0 * tp_ar;
       const double n = layer_params(model, layers, i, l.tp);
       params += n;
       largest_unit = std::max(largest_unit, n);
     }
     const double act_bytes = tokens * double(model.width) * c;
-    if (l.pp > 1) st.p2p_ms = (stage > 0 ? 1 : 0) * p2p_ms(act_bytes, pp_link) +
-                              (stage < l.pp - 1 ? 1 : 0) * p2p_ms(act_bytes, pp_link);
+    // Each chunk receives and sends a micro-batch's activations (and their
+    // gradients, counted as the same link time), but virtual stage 0 and the last.
+    if (l.pp > 1) st.p2p_ms = double(2 * v - (stage == 0 ? 1 : 0) - (stage == l.pp - 1 ? 1 : 0)) *
+                              p2p_ms(act_bytes, pp_link);
     t.stages.push_back(st);
+    compute_all += st.forward_ms + st.backward_ms;
     slowest = std::max(slowest, st.total_ms());
     sum += st.total_ms();
 
@@ -126,7 +133,15 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
     optimizer_worst = std::max(optimizer_worst, optimizer);
     comm_worst = std::max(comm_worst, exposed + m * (st.tp_comm_ms + st.p2p_ms));
   }
-  t.pipeline_ms = sum + double(m - 1) * slowest;
+  // One micro-batch through every stage, then m - 1 at the slowest stage's
+  // pace: a bubble of sum - slowest (1F1B, GPipe). Interleaved divides it by
+  // v; ZB-H1 fills it with the weight gradients: (F + B - W) / (F + B + W)
+  // of 1F1B's (the zero-bubble paper's), B + W being this model's backward.
+  double fill = sum - slowest;
+  if (l.schedule == parallel::Schedule::kInterleaved) fill /= double(v);
+  if (l.schedule == parallel::Schedule::kZeroBubbleH1 && compute_all > 0)
+    fill *= std::clamp((compute_all - 2.0 * weight_grads_all) / compute_all, 0.0, 1.0);
+  t.pipeline_ms = fill + double(m) * slowest;
   t.bubble = l.pp > 1 ? 1.0 - double(m) * (sum / l.pp) / t.pipeline_ms : 0.0;
   t.dp_comm_ms = dp_comm_worst;
   t.dp_exposed_ms = dp_exposed_worst;

@@ -63,6 +63,7 @@ plan::LayoutChoice TrainFlags::layout(int world_size) const {
   l.micro_batch = engine.micro_batch;
   l.grad_accum = engine.grad_accum;
   l.schedule = engine.schedule;
+  l.virtual_stages = engine.virtual_stages;
   l.recompute = engine.recompute;
   l.precision = engine.data_parallel.precision;
   l.stage_layers = engine.stage_layers;
@@ -115,6 +116,7 @@ void TrainFlags::apply_auto_plan(comm::Communicator& world, JobOptions& job_opti
   engine.micro_batch = best.micro_batch;
   engine.grad_accum = best.grad_accum;
   engine.schedule = best.schedule;
+  engine.virtual_stages = best.virtual_stages;
   engine.recompute = best.recompute;
   engine.stage_layers = best.stage_layers;
   engine.validate();

@@ -104,12 +104,64 @@ TEST(MemoryModel, ActivationsAreWhatAForwardKeeps) {
 }
 
 TEST(MemoryModel, InFlightIsTheScheduleTables) {
-  for (parallel::Schedule s : {parallel::Schedule::k1F1B, parallel::Schedule::kGPipe})
+  for (parallel::Schedule s : {parallel::Schedule::k1F1B, parallel::Schedule::kGPipe, parallel::Schedule::kZeroBubbleH1})
     for (int p = 1; p <= 6; ++p)
       for (int m = 1; m <= 9; ++m)
         for (int st = 0; st < p; ++st)
           EXPECT_EQ(plan::in_flight(s, st, p, m), parallel::peak_in_flight(parallel::stage_actions(s, st, p, m)))
               << parallel::schedule_name(s) << " p" << p << " m" << m << " s" << st;
+  // Interleaved: (micro-batch, chunk) pairs.
+  for (int p = 2; p <= 5; ++p)
+    for (int v = 2; v <= 4; ++v)
+      for (int m = p; m <= 3 * p; m += p)
+        for (int st = 0; st < p; ++st)
+          EXPECT_EQ(plan::in_flight(parallel::Schedule::kInterleaved, st, p, m, v),
+                    parallel::peak_in_flight(parallel::stage_actions(parallel::Schedule::kInterleaved, st, p, m, v)))
+              << "interleaved p" << p << " v" << v << " m" << m << " s" << st;
+}
+
+// The schedules beyond 1F1B in the memory model: ZB-H1 holds 1F1B's
+// micro-batches and, for the newest, what its B leaves for W; an
+// interleaved rank holds its chunks' parameters (together the whole model's)
+// and chunk activations as its table says. ZeRO-3 with interleaved, and an
+// accumulation the ranks do not divide, are refused as the engine refuses them.
+TEST(MemoryModel, ZeroBubbleAndInterleavedStages) {
+  const nn::ModelSpec s = models::GPTConfig{.vocab_size = 256, .context = 128, .n_layer = 8, .n_head = 4,
+                                            .n_embd = 256}
+                              .spec(128);
+  plan::LayoutChoice l{.tp = 1, .pp = 2, .dp = 1, .micro_batch = 2, .grad_accum = 4};
+  const std::vector<plan::StageMemory> one = plan::estimate_memory(s, l);
+  l.schedule = parallel::Schedule::kZeroBubbleH1;
+  const std::vector<plan::StageMemory> zb = plan::estimate_memory(s, l);
+  for (int st = 0; st < 2; ++st) {
+    EXPECT_EQ(zb[std::size_t(st)].in_flight, one[std::size_t(st)].in_flight);
+    EXPECT_GE(zb[std::size_t(st)].of(MemCategory::kActivations), one[std::size_t(st)].of(MemCategory::kActivations));
+    EXPECT_EQ(zb[std::size_t(st)].of(MemCategory::kParameters), one[std::size_t(st)].of(MemCategory::kParameters));
+  }
+  // A GPT block's B frees about what it defers (the paper's "1F1B's
+  // memory"); under full recomputation a block keeps only its input, and
+  // what B defers for W is far more.
+  l.recompute = Recompute::kFull;
+  const double zb_full = plan::estimate_memory(s, l)[0].of(MemCategory::kActivations);
+  l.schedule = parallel::Schedule::k1F1B;
+  EXPECT_GT(zb_full, 1.5 * plan::estimate_memory(s, l)[0].of(MemCategory::kActivations));
+  l.recompute = Recompute::kNone;
+  l.schedule = parallel::Schedule::kInterleaved;
+  l.virtual_stages = 2;
+  EXPECT_EQ(l.str(), "tp1 pp2 dp1 zero0 mb2x4 interleaved v2");
+  const std::vector<plan::StageMemory> il = plan::estimate_memory(s, l);
+  EXPECT_DOUBLE_EQ(il[0].of(MemCategory::kParameters) + il[1].of(MemCategory::kParameters),
+                   one[0].of(MemCategory::kParameters) + one[1].of(MemCategory::kParameters));
+  EXPECT_EQ(il[0].blocks + il[1].blocks, 8);
+  EXPECT_EQ(il[0].in_flight, 5);  // min(v m, (v + 1) p - 1 - 2 s)
+  EXPECT_EQ(il[1].in_flight, 3);
+  l.zero = 3;
+  l.dp = 2;
+  EXPECT_TRUE(test::throws_error([&] { plan::estimate_memory(s, l); }, ErrorKind::kConfig,
+                                 {"the interleaved schedule needs pp >= 2, an accumulation that is a multiple of pp"}));
+  l.zero = 0;
+  l.grad_accum = 3;
+  EXPECT_THROW(plan::estimate_memory(s, l), Error);
 }
 
 TEST(MemoryModel, StateBytesPerParameter) {
@@ -195,6 +247,51 @@ TEST(TimeModel, PipelineBubbleAndRecomputation) {
   EXPECT_LT(none, selective);
   EXPECT_LT(selective, full);
   EXPECT_NEAR(full / none, 4.0 / 3.0, 0.1);  // one more forward of three units of work
+
+  // Interleaved divides 1F1B's fill and drain by v; ZB-H1 fills them with
+  // the weight gradients (about a third left where B and W cost the same).
+  l = {.tp = 1, .pp = 4, .dp = 1, .micro_batch = 1, .grad_accum = 8};
+  const plan::TimeEstimate base = plan::estimate_time(s, l, prof);
+  l.schedule = parallel::Schedule::kZeroBubbleH1;
+  const plan::TimeEstimate zb = plan::estimate_time(s, l, prof);
+  l.schedule = parallel::Schedule::kInterleaved;
+  l.virtual_stages = 2;
+  const plan::TimeEstimate il = plan::estimate_time(s, l, prof);
+  EXPECT_LT(zb.bubble, 0.6 * base.bubble);
+  EXPECT_LT(il.bubble, 0.6 * base.bubble);
+  EXPECT_LT(zb.step_ms, base.step_ms);
+  EXPECT_LT(il.step_ms, base.step_ms);
+}
+
+// Interleaved and ZB-H1 are searched only when asked for, with the engine's limits.
+TEST(Search, OffersTheNewSchedulesWhenAskedFor) {
+  plan::PlanRequest rq;
+  rq.model = models::GPTConfig{.vocab_size = 256, .context = 128, .n_layer = 8, .n_head = 4, .n_embd = 256}.spec(128);
+  rq.profile = cluster();
+  rq.world = 8;
+  rq.global_batch = 16;
+  rq.pp = {4};
+  const plan::PlanResult plain = plan::search_plans(rq, 1000);
+  for (const plan::Plan& p : plain.plans)
+    EXPECT_TRUE(p.layout.schedule == parallel::Schedule::k1F1B || p.layout.schedule == parallel::Schedule::kGPipe)
+        << p.layout.str();
+  rq.schedules = {parallel::Schedule::kInterleaved, parallel::Schedule::kZeroBubbleH1};
+  const plan::PlanResult asked = plan::search_plans(rq, 1000);
+  int interleaved = 0, zb = 0;
+  for (const plan::Plan& p : asked.plans) {
+    if (p.layout.schedule == parallel::Schedule::kInterleaved) {
+      ++interleaved;
+      EXPECT_EQ(p.layout.virtual_stages, 2);
+      EXPECT_EQ(p.layout.grad_accum % 4, 0) << p.layout.str();
+      EXPECT_LT(p.layout.zero, 3) << p.layout.str();
+      if (!p.layout.stage_layers.empty()) EXPECT_EQ(p.layout.stage_layers.size(), 8u);
+    } else {
+      ++zb;
+      EXPECT_EQ(p.layout.schedule, parallel::Schedule::kZeroBubbleH1);
+    }
+  }
+  EXPECT_GT(interleaved, 0);
+  EXPECT_GT(zb, 0);
 }
 
 TEST(Search, BalancesStagesWithTheHeadCounted) {

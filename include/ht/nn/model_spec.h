@@ -76,6 +76,11 @@ struct LayerSpec {
   std::array<TokenElements, kRecomputeModes> saved;
   TokenElements backward_workspace;  // transient during this layer's backward
   TokenElements held;                // of `saved`, what stays until the stage's backward ends (the logits' gradient)
+  /// Zero-bubble pipelines (ZB-H1): what the layer's input-gradient pass (B)
+  /// leaves for its weight-gradient pass (W): the weight GEMMs' inputs (part
+  /// of `saved`, kept past B) and their outputs' gradients. The rest of
+  /// `saved` goes in B as usual.
+  TokenElements deferred;
   TokenElements traffic;             // element-wise memory traffic of one forward
   double tp_allreduce = 0;           // compute elements per token all-reduced over tp in forward
   int tp_allreduces = 0;             // how many all-reduces that is (each pays the link's latency)

@@ -1,8 +1,11 @@
 // ht::plan memory model: the bytes one rank of each pipeline stage holds at
 // its step peak, by category, for a model spec and a layout. Computed per
 // stage (the first holds the embedding, the last the head and the logits;
-// 1F1B keeps p - s micro-batches in flight on stage s, GPipe all m), never
-// averaged over stages.
+// 1F1B and ZB-H1 keep p - s micro-batches in flight on stage s, GPipe all
+// m; ZB-H1's newest also keeps what its input-gradient pass leaves for the
+// weight-gradient pass; under the interleaved schedule a rank is its v
+// chunks, and it keeps min(v m, (v + 1) p - 1 - 2 s) chunk activations),
+// never averaged over stages.
 //
 // Per category, with c the compute dtype's bytes, r the reduction dtype's,
 // P the parameter elements this rank's stage holds (its tp part; a weight
@@ -40,17 +43,23 @@ struct StageMemory {
   int first_block = 0, blocks = 0;  // block indices [first_block, first_block + blocks)
   /// Bytes by ht::MemCategory (kParameters ... kOther).
   std::array<double, kMemCategoryCount> bytes{};
-  int in_flight = 1;  // micro-batches whose activations the stage holds at once
+  int in_flight = 1;  // micro-batches (interleaved: micro-batch, chunk pairs) whose activations the stage holds at once
 
   double total() const;
   double of(MemCategory c) const { return bytes[std::size_t(c)]; }
 };
 
 /// The layers each stage runs (indices into model.layers, in order): the
-/// first stage's prefix, the stage's blocks, the last stage's suffix. Throws
-/// kConfig when the layout does not fit the model (a size not positive, a
-/// stage without a block, tp not dividing its sizes).
+/// first stage's prefix, the stage's blocks, the last stage's suffix; one
+/// list per layout.model_stages() (the virtual stages under the interleaved
+/// schedule). Throws kConfig when the layout does not fit the model (a size
+/// not positive, a stage without a block, tp not dividing its sizes, an
+/// interleaved layout outside the engine's limits).
 std::vector<std::vector<int>> stage_layers_of(const nn::ModelSpec& model, const LayoutChoice& layout);
+/// The layer lists of pipeline rank `rank`'s chunks, from stage_layers_of:
+/// its stage, or its virtual stages rank, pp + rank, ... (interleaved).
+std::vector<std::vector<int>> rank_chunks(const std::vector<std::vector<int>>& stage_layers, const LayoutChoice& l,
+                                          int rank);
 /// Parameter elements one tp rank holds for layer `i` on a stage running
 /// `stage_layers`: its own, and a copy of a weight it uses from a layer on
 /// another stage (GPT's head on the last stage: wte).
@@ -60,10 +69,11 @@ double layer_params(const nn::ModelSpec& model, const std::vector<int>& stage_la
 /// the model (a stage without a block, tp not dividing its sizes).
 std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const LayoutChoice& layout);
 
-/// Micro-batches a stage holds at once: GPipe all m, 1F1B min(p - s, m)
-/// (parallel::peak_in_flight of the schedule's table, in closed form: the
-/// search evaluates it for thousands of stages).
-int in_flight(parallel::Schedule schedule, int stage, int stages, int micro_batches);
+/// Micro-batches a stage holds at once: GPipe all m, 1F1B and ZB-H1
+/// min(p - s, m), interleaved min(v m, (v + 1) p - 1 - 2 s) (micro-batch,
+/// chunk) pairs for v > 1 (parallel::peak_in_flight of the schedule's table,
+/// in closed form: the search evaluates it for thousands of stages).
+int in_flight(parallel::Schedule schedule, int stage, int stages, int micro_batches, int virtual_stages = 1);
 
 /// The heaviest stage's total.
 double peak_bytes(const std::vector<StageMemory>& stages);

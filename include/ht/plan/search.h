@@ -32,7 +32,11 @@ struct PlanRequest {
   /// Restrictions (empty: all). Fixing tp and pp plans the rest for a mesh already built.
   std::vector<int> tp, pp, zero;
   std::vector<nn::Recompute> recompute;
+  /// Pipeline schedules: 1F1B and GPipe unless given; interleaved (with
+  /// `virtual_stages` chunks per rank) and ZB-H1 only when asked for (their
+  /// modelled gain has not been measured on a cluster: docs/benchmarks.md).
   std::vector<parallel::Schedule> schedules;
+  int virtual_stages = 2;
   std::int64_t max_micro_batch = 0;  // 0: no limit
   /// Throws kConfig naming a bad value.
   void validate() const;

@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   app.option_defaults()->always_capture_default();
   ModelFlags m;
   std::int64_t seq = 0, global_batch = 16, max_micro_batch = 0;
-  int world = 0, top = 10, ranks_per_node = 0;
+  int world = 0, top = 10, ranks_per_node = 0, virtual_stages = 2;
   double margin = 0.10, memory_gib = 0;
   std::string precision = "fp32", profile_path, save_profile, json_path;
   std::vector<int> tps, pps, zeros;
@@ -123,7 +123,10 @@ int main(int argc, char** argv) {
   app.add_option("--pp", pps, "only these pipeline sizes")->delimiter(',');
   app.add_option("--zero", zeros, "only these ZeRO stages")->delimiter(',');
   app.add_option("--recompute", recomputes, "only these recomputation modes (none, selective, full)")->delimiter(',');
-  app.add_option("--schedule", schedules, "only these pipeline schedules (1f1b, gpipe)")->delimiter(',');
+  app.add_option("--schedule", schedules,
+                 "pipeline schedules to consider (1f1b, gpipe, interleaved, zb-h1; default 1f1b,gpipe)")
+      ->delimiter(',');
+  app.add_option("--virtual-stages", virtual_stages, "chunks per rank of the interleaved schedule");
   app.add_option("--max-micro-batch", max_micro_batch, "largest micro-batch (0: any)");
   app.add_option("--top", top, "plans printed")->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "also write the plans as JSON to this file ('-': standard output only)");
@@ -151,6 +154,7 @@ int main(int argc, char** argv) {
     rq.tp = tps, rq.pp = pps, rq.zero = zeros, rq.max_micro_batch = max_micro_batch;
     rq.recompute = parse_recompute_list(recomputes);
     for (const std::string& s : schedules) rq.schedules.push_back(ht::parallel::parse_schedule(s));
+    rq.virtual_stages = virtual_stages;
     if (!profile_path.empty()) {
       rq.profile = ht::plan::load_profile(profile_path);
     } else {
