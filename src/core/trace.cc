@@ -28,15 +28,15 @@ void Recorder::add(Event e) {
   if (on_) events_.push_back(std::move(e));
 }
 
-Span::Span(const char* row, const char* cat, const char* name, int micro_batch)
-    : row_(row), cat_(cat), name_(name), micro_batch_(micro_batch) {
+Span::Span(const char* row, const char* cat, const char* name, int micro_batch, int chunk)
+    : row_(row), cat_(cat), name_(name), micro_batch_(micro_batch), chunk_(chunk) {
   if (on()) begin_us_ = epoch_us();
 }
 
 Span::~Span() {
   if (begin_us_ < 0) return;
   Recorder& r = Recorder::global();
-  r.add({name_, cat_, row_, begin_us_, epoch_us(), micro_batch_, r.step()});
+  r.add({name_, cat_, row_, begin_us_, epoch_us(), micro_batch_, r.step(), chunk_});
 }
 
 void PhaseRow::enter(const char* phase) {

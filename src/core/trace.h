@@ -22,6 +22,7 @@ struct Event {
   std::int64_t begin_us = 0, end_us = 0;
   int micro_batch = -1;  // -1: not about one micro-batch
   std::int64_t step = 0;
+  int chunk = -1;  // the model chunk of an interleaved pipeline; -1: none
 };
 
 /// The process-wide recorder. Off until start(); on(), which every span
@@ -52,14 +53,14 @@ inline bool on() { return Recorder::global().on(); }
 /// `row`, `cat` and `name` must outlive the span (string literals).
 class Span {
  public:
-  Span(const char* row, const char* cat, const char* name, int micro_batch = -1);
+  Span(const char* row, const char* cat, const char* name, int micro_batch = -1, int chunk = -1);
   ~Span();
   Span(const Span&) = delete;
   Span& operator=(const Span&) = delete;
 
  private:
   const char *row_, *cat_, *name_;
-  int micro_batch_;
+  int micro_batch_, chunk_;
   std::int64_t begin_us_ = -1;  // -1: tracing was off at the start
 };
 

@@ -76,7 +76,7 @@ class Pipeline::Step {
       // 0's "receive" is loading its input).
       const bool loads = a.kind == ActionKind::kRecvForward && chunk(a.chunk).first_stage();
       const trace::Span span("compute", is_compute(a.kind) || loads ? "compute" : "wait", trace_name(a.kind),
-                             a.micro_batch);
+                             a.micro_batch, p_.chunks_.size() > 1 ? a.chunk : -1);
       execute(a, backward, i == last_backward);
     }
     HT_CHECK(contexts_.empty() && inputs_.empty() && outputs_.empty() && grads_in_.empty() && grads_out_.empty(),

@@ -96,7 +96,12 @@ void TraceSession::write() {
   for (const trace::Event& e : spans) {
     Json args{{"step", e.step}};
     if (e.micro_batch >= 0) args["micro_batch"] = e.micro_batch;
-    events.push_back(span(e.micro_batch >= 0 ? e.name + " " + std::to_string(e.micro_batch) : e.name,
+    if (e.chunk >= 0) args["chunk"] = e.chunk;
+    // "forward 3", or "forward 3.1" for micro-batch 3 through chunk 1.
+    std::string name = e.name;
+    if (e.micro_batch >= 0) name += " " + std::to_string(e.micro_batch);
+    if (e.chunk >= 0) name += "." + std::to_string(e.chunk);
+    events.push_back(span(name,
                           e.cat.c_str(), rank, row_id(comm_rows, e.row), e.begin_us - sync_us_,
                           e.end_us - sync_us_, std::move(args)));
   }
