@@ -62,9 +62,10 @@ class Pipeline::Step {
   Step(Pipeline& p, const std::vector<data::MicroBatch>& batches, bool training)
       : p_(p), batches_(batches), training_(training) {}
 
-  /// Executes `table`; `backward(key)` is called for each backward with
-  /// the context, dy (undefined on the last virtual stage) and whether it
-  /// is the step's final one, and returns the input's gradient.
+  /// Executes `table`. `backward(chunk, ctx, dy, final)` runs each
+  /// backward (or B) through a chunk: dy is undefined on the last virtual
+  /// stage, `final` says whether it is the step's last; it returns the
+  /// input's gradient.
   using Backward = std::function<Tensor(nn::Model&, nn::Context&, const Tensor& dy, bool final)>;
   void run(const std::vector<Action>& table, const Backward& backward) {
     std::size_t last_backward = table.size();
