@@ -38,6 +38,7 @@ struct Side {
   int np = 1, tp = 1, pp = 1, zero = 0;
   std::int64_t micro_batch = 2;
   std::vector<int> stage_layers = {};  // chosen layers per stage (empty: by count)
+  int virtual_stages = 1;              // model chunks per pipeline rank (interleaved 1F1B)
   int dp() const { return np / (tp * pp); }
 };
 
@@ -65,6 +66,10 @@ test::GPTRunOptions options_for(const Case& c, const Side& s) {
   o.engine.eval_batches = 2;
   o.engine.data_parallel = {.zero_stage = s.zero, .bucket_bytes = 16 << 10};
   o.engine.stage_layers = s.stage_layers;
+  if (s.virtual_stages > 1) {
+    o.engine.schedule = parallel::Schedule::kInterleaved;
+    o.engine.virtual_stages = s.virtual_stages;
+  }
   return o;
 }
 
@@ -185,6 +190,9 @@ INSTANTIATE_TEST_SUITE_P(
         // Stages of chosen sizes into others: blocks 1-3 move from stage 1 to 0.
         Case{"pp2_layers_1_4_to_4_1", {.np = 2, .pp = 2, .stage_layers = {1, 4}},
              {.np = 2, .pp = 2, .stage_layers = {4, 1}}},
+        // Interleaved chunks (rank 0: blocks 0-1 and 3, rank 1: 2 and 4,
+        // by count over 4 virtual stages) into contiguous stages (0-2, 3-4).
+        Case{"pp2_interleaved_to_pp2", {.np = 2, .pp = 2, .virtual_stages = 2}, {.np = 2, .pp = 2}},
         // Every axis at once, optimizer state sharded over dp (ZeRO-1), into one process.
         Case{"zero1_dp2_tp2_pp2_to_one", {.np = 8, .tp = 2, .pp = 2, .zero = 1, .micro_batch = 2},
              {.np = 1, .micro_batch = 4}},
