@@ -9,6 +9,7 @@
 
 #include "ht/core/memory.h"
 #include "ht/models/gpt.h"
+#include "ht/nn/model_chunks.h"
 #include "test_util.h"
 
 namespace ht::nn {
@@ -382,6 +383,47 @@ TEST(Hooks, GradReadyFiresOncePerParameterAfterLastUse) {
   EXPECT_LT(pos("h.1.mlp.c_proj.weight"), pos("h.0.mlp.c_proj.weight"));
   EXPECT_EQ(order.back() == "wte" || order.back() == "wpe", true);
   EXPECT_GT(pos("wte"), pos("h.0.ln_1.weight"));
+}
+
+// An interleaved pipeline rank's chunks (nn::ModelChunks): its parameters
+// under the whole model's names, its tied weights by rank, and the checks.
+TEST(ModelChunks, ARanksChunksAreOneModelOutsideThePipeline) {
+  GPTConfig c = tiny_config();
+  c.n_layer = 4;  // 4 virtual stages of one block: rank 0 holds 0 and 2, rank 1 holds 1 and 3
+  const auto chunks_of = [&](int rank) {
+    std::vector<std::unique_ptr<Model>> chunks;
+    for (int chunk = 0; chunk < 2; ++chunk)
+      chunks.push_back(std::make_unique<GPT>(c, Placement{.stage = {.rank = chunk * 2 + rank, .size = 4}}));
+    return chunks;
+  };
+  ModelChunks first(Placement{.stage = {.rank = 0, .size = 2}}, chunks_of(0));
+  ModelChunks last(Placement{.stage = {.rank = 1, .size = 2}}, chunks_of(1));
+  std::vector<std::string> names;
+  for (Parameter* p : first.parameters()) names.push_back(p->name());
+  EXPECT_EQ(names.front(), "wte");
+  EXPECT_NE(std::find(names.begin(), names.end(), "h.2.attn.c_attn.weight"), names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "h.1.attn.c_attn.weight"), names.end());
+  EXPECT_EQ(first.chunks().size(), 2u);
+  EXPECT_TRUE(first.first_stage() && last.last_stage());
+  EXPECT_EQ(first.describe(), GPT(c).describe());
+  EXPECT_EQ(first.num_parameters() + last.num_parameters() - c.vocab_size * c.n_embd, c.num_parameters())
+      << "the chunks hold the model once, plus the head's copy of wte";
+  // Tied across virtual stages 0 and 3: ranks 0 and 1.
+  const std::vector<TiedWeight> tied = last.tied_weights();
+  ASSERT_EQ(tied.size(), 1u);
+  EXPECT_EQ(tied[0].stages, (std::vector<int>{0, 1}));
+  EXPECT_EQ(last.stage_input_shape({2, 5}), (Shape{2, 5, c.n_embd}));
+  Context ctx;
+  EXPECT_TRUE(test::throws_error([&] { last.forward_loss(ctx, Tensor(), Tensor()); }, ErrorKind::kNotSupported,
+                                 {"run them through parallel::Pipeline"}));
+  // Chunks built for the wrong virtual stages, or a pipeline of one rank.
+  EXPECT_TRUE(test::throws_error([&] { ModelChunks(Placement{.stage = {.rank = 1, .size = 2}}, chunks_of(0)); },
+                                 ErrorKind::kInvalidArgument, {"chunk 0 of pipeline rank 1", "must be virtual stage 1 of 4"}));
+  std::vector<std::unique_ptr<Model>> one;
+  one.push_back(std::make_unique<GPT>(c, Placement{.stage = {.rank = 0, .size = 2}}));
+  one.push_back(std::make_unique<GPT>(c, Placement{.stage = {.rank = 1, .size = 2}}));
+  EXPECT_TRUE(test::throws_error([&] { ModelChunks(Placement{}, std::move(one)); }, ErrorKind::kConfig,
+                                 {"at least 2 pipeline ranks"}));
 }
 
 // Zero-bubble pipelines split a backward in two (Context::set_defer_weight_grads):
