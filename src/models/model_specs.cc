@@ -61,7 +61,9 @@ LayerSpec head_layer(std::int64_t vocab_rows, std::int64_t c, std::int64_t norm_
   // The norm's and head's inputs; logits; targets and lse.
   l.saved = same_saved({.split = double(vocab_rows), .replicated = double(2 * c),
                         .f32_replicated = norm_stats + 2.0});
-  l.backward_workspace = {.replicated = double(2 * c)};
+  // The head's input gradient; the norm's own replaces the head's input,
+  // freed as the head's backward ends.
+  l.backward_workspace = {.replicated = double(c)};
   // Backward turns the logits into their gradient in place and holds it
   // until the stage's backward returns.
   l.held = {.split = double(vocab_rows)};

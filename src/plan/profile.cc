@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <thread>
 #include <sstream>
 
 #include "ht/comm/communicator.h"
@@ -149,6 +150,8 @@ const Rates& MachineProfile::rates_for(DType compute) const {
 
 void MachineProfile::validate() const {
   HT_CHECK(op_overhead_us >= 0, ErrorKind::kConfig, "machine profile '{}': op_overhead_us must not be negative", name);
+  HT_CHECK(cores_per_node >= 0, ErrorKind::kConfig,
+           "machine profile '{}': cores_per_node {} must not be negative (0: a core per rank)", name, cores_per_node);
   HT_CHECK(comm_overlap >= 0 && comm_overlap <= 1, ErrorKind::kConfig,
            "machine profile '{}': comm_overlap {} must lie in [0, 1]", name, comm_overlap);
   HT_CHECK(memory_gib > 0 && ranks_per_node > 0 && memory_gbps > 0, ErrorKind::kConfig,
@@ -178,6 +181,7 @@ MachineProfile profile_from_json(const std::string& text, const std::string& whe
   p.memory_gbps = number(j, "memory_gbps", where, "");
   if (j.contains("op_overhead_us")) p.op_overhead_us = number(j, "op_overhead_us", where, "");
   if (j.contains("comm_overlap")) p.comm_overlap = number(j, "comm_overlap", where, "");
+  if (j.contains("cores_per_node")) p.cores_per_node = int(number(j, "cores_per_node", where, ""));
   HT_CHECK(j.contains("rates") && j.at("rates").is_object(), ErrorKind::kConfig,
            "{}: 'rates' is missing: give {{\"bf16\": {{\"gemm_gflops\": ..., \"attention_gflops\": ...}}}}", where);
   for (const auto& [k, v] : j.at("rates").items()) {
@@ -216,6 +220,7 @@ std::string to_json(const MachineProfile& p) {
   return json{{"name", p.name},
               {"memory_gib", p.memory_gib},
               {"ranks_per_node", p.ranks_per_node},
+              {"cores_per_node", p.cores_per_node},
               {"rates", rates},
               {"memory_gbps", p.memory_gbps},
               {"op_overhead_us", p.op_overhead_us},
@@ -232,6 +237,7 @@ MachineProfile probe_profile(const ProbeOptions& o, comm::Communicator* comm, in
                        comm && comm->size() > 1 ? "s" : "");
   p.source = "probe";
   p.ranks_per_node = ranks_per_node;
+  p.cores_per_node = int(std::thread::hardware_concurrency());
   p.rates["fp32"] = probe_rates(o, DType::kF32, comm);
   p.rates["bf16"] = probe_rates(o, DType::kBF16, comm);
   // Element-wise bandwidth: out = a + b reads two buffers and writes one.

@@ -142,6 +142,13 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
   if (l.schedule == parallel::Schedule::kZeroBubbleH1 && compute_all > 0)
     fill *= std::clamp((compute_all - 2.0 * weight_grads_all) / compute_all, 0.0, 1.0);
   t.pipeline_ms = fill + double(m) * slowest;
+  // More ranks than cores: the rates were measured with every rank
+  // computing at once, but a stage that waits gives its core to the others,
+  // so the bubble is not lost time. Work-conserving, a node's cores finish
+  // the ranks' work, m mean stages, no sooner than that, nor sooner than
+  // the critical path at a core each.
+  if (const double over = profile.oversubscription(); over > 1 && l.pp > 1)
+    t.pipeline_ms = std::max(double(m) * sum / double(l.pp), t.pipeline_ms / over);
   t.bubble = l.pp > 1 ? 1.0 - double(m) * (sum / l.pp) / t.pipeline_ms : 0.0;
   t.dp_comm_ms = dp_comm_worst;
   t.dp_exposed_ms = dp_exposed_worst;

@@ -382,6 +382,36 @@ TEST(Profile, FileErrorsSayWhat) {
                                  ErrorKind::kConfig, {"'ranks_per_node' is missing"}));
   EXPECT_TRUE(test::throws_error([] { plan::load_profile("/nonexistent/profile.json"); }, ErrorKind::kIo,
                                  {"cannot read the machine profile"}));
+  EXPECT_EQ(back.cores_per_node, 0) << "a file that does not say: a core per rank";
+  plan::MachineProfile shared = cluster();
+  shared.cores_per_node = 2;
+  EXPECT_EQ(plan::profile_from_json(plan::to_json(shared), "shared.json").cores_per_node, 2);
+  shared.cores_per_node = -1;
+  EXPECT_TRUE(test::throws_error([&] { plan::profile_from_json(plan::to_json(shared), "p.json"); }, ErrorKind::kConfig,
+                                 {"cores_per_node -1 must not be negative"}));
+}
+
+// More ranks than cores (this 2-core machine at np 4): an idle stage's core
+// runs the other ranks, so a pipeline costs the node's work (m mean stages
+// at the shared rates), or its critical path at a core each, whichever is
+// longer; without a pipeline nothing changes.
+TEST(TimeModel, OversubscribedPipelinesCostTheNodesWork) {
+  const nn::ModelSpec s = models::GPTConfig{.vocab_size = 256, .context = 128, .n_layer = 8, .n_head = 4,
+                                            .n_embd = 256}
+                              .spec(128);
+  plan::MachineProfile own = cluster(80, 4), shared = own;
+  shared.cores_per_node = 2;
+  EXPECT_DOUBLE_EQ(own.oversubscription(), 1.0);
+  EXPECT_DOUBLE_EQ(shared.oversubscription(), 2.0);
+  plan::LayoutChoice l{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 2, .grad_accum = 8};
+  const plan::TimeEstimate alone = plan::estimate_time(s, l, own), crowded = plan::estimate_time(s, l, shared);
+  double sum = 0;
+  for (const plan::StageTime& st : crowded.stages) sum += st.total_ms();
+  EXPECT_NEAR(crowded.pipeline_ms, std::max(8.0 * sum / 4, alone.pipeline_ms / 2), 1e-9);
+  EXPECT_LT(crowded.pipeline_ms, alone.pipeline_ms);
+  EXPECT_LT(crowded.bubble, alone.bubble);
+  l = {.tp = 1, .pp = 1, .dp = 4, .micro_batch = 16};
+  EXPECT_DOUBLE_EQ(plan::estimate_time(s, l, shared).step_ms, plan::estimate_time(s, l, own).step_ms);
 }
 
 }  // namespace

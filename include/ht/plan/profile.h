@@ -49,6 +49,11 @@ struct MachineProfile {
   std::string name;
   double memory_gib = 0;  // per rank
   int ranks_per_node = 1;
+  /// Cores the ranks of a node share; 0 (the default, and in a file that
+  /// does not say) or ranks_per_node and above: a core (or GPU) per rank.
+  /// Fewer cores than ranks (oversubscription) changes what a pipeline's
+  /// bubble costs: an idle stage's core runs another rank (time_model.h).
+  int cores_per_node = 0;
   std::map<std::string, Rates> rates;  // by precision: "fp32", "bf16", "fp16"
   double memory_gbps = 0;              // element-wise work
   /// Fixed cost of one op (a kernel launch, a parallel region): what makes
@@ -68,6 +73,10 @@ struct MachineProfile {
   /// The link between ranks `span` apart in rank order: inside a node when a
   /// group of `span` consecutive ranks fits in one (span <= ranks_per_node).
   const Link& link(int span) const { return span <= ranks_per_node ? intra_node : inter_node; }
+  /// Ranks per core of a node, at least 1.
+  double oversubscription() const {
+    return cores_per_node > 0 && cores_per_node < ranks_per_node ? double(ranks_per_node) / cores_per_node : 1.0;
+  }
   /// Throws kConfig naming a missing or non-positive figure.
   void validate() const;
 };
