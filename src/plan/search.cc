@@ -150,6 +150,8 @@ PlanResult search_plans(const PlanRequest& rq, int top) {
           std::vector<parallel::Schedule> schedules{parallel::Schedule::k1F1B};
           if (pp > 1) schedules = or_all(rq.schedules, {parallel::Schedule::k1F1B, parallel::Schedule::kGPipe});
           for (parallel::Schedule sched : schedules) {
+            // One micro-batch: GPipe's table is 1F1B's; one name for it is enough.
+            if (sched == parallel::Schedule::kGPipe && accum == 1 && schedules.size() > 1) continue;
             const int v = sched == parallel::Schedule::kInterleaved ? rq.virtual_stages : 1;
             if (v > 1 && (accum % pp != 0 || pp * v > blocks)) continue;  // the engine would refuse it
             for (const std::vector<int>& split : splits_of(pp * v))
