@@ -16,7 +16,8 @@
 // Rates are what a rank reaches at training shapes (not datasheet peaks);
 // link bandwidths are what a ring collective's bus bandwidth reaches (GB/s,
 // 1e9 bytes). fp16 falls back to bf16's rates and bf16 to fp32's when a file
-// leaves them out.
+// leaves them out. Optional: "op_overhead_us" (0), "comm_overlap" (1),
+// "cores_per_node" (0: a core or GPU per rank).
 #pragma once
 
 #include <map>
