@@ -197,7 +197,8 @@ void DataParallel::build_groups() {
       g->unbind_grads();
     }
     const std::size_t index = groups_.size();
-    for (nn::Parameter* p : g->params) p->set_grad_ready_hook([this, index](nn::Parameter&) { on_grad_ready(index); });
+    for (nn::Parameter* p : g->params)
+      p->set_grad_ready_hook([this, index](nn::Parameter& q) { on_grad_ready(index, q); });
     groups_.push_back(std::move(g));
   }
   slots_ = make_slots();
@@ -299,11 +300,17 @@ void DataParallel::begin_step() {
   // reduced. Restarts the grad-ready counts.
   model_.discard_grads();
   final_ = false;
+  final_params_.clear();
 }
 
 void DataParallel::set_final_micro_batch(bool final) {
   final_ = final;
-  if (final) final_start_ = now_ms();
+  if (final && final_params_.empty()) final_start_ = now_ms();
+}
+
+void DataParallel::set_final_part(nn::Module& part) {
+  if (!final_ && final_params_.empty()) final_start_ = now_ms();
+  for (const nn::Parameter* p : part.parameters()) final_params_.insert(p);
 }
 
 void DataParallel::free_reduced_grads() {
@@ -314,8 +321,8 @@ void DataParallel::free_reduced_grads() {
     if (g->reduce_work && g->work_grads.defined() && g->reduce_work->test()) drop_full_grads(*g);
 }
 
-void DataParallel::on_grad_ready(std::size_t index) {
-  if (!final_) return;
+void DataParallel::on_grad_ready(std::size_t index, const nn::Parameter& p) {
+  if (!final_ && !final_params_.contains(&p)) return;
   free_reduced_grads();
   FlatGroup& g = *groups_[index];
   if (++g.ready == int(g.params.size()) && !g.deferred) start_reduction(g);
@@ -350,6 +357,9 @@ void DataParallel::start_reduction(FlatGroup& g) {
 
 void DataParallel::finish_gradients() {
   const double start = now_ms();
+  times_.early_groups = 0;
+  times_.groups = int(groups_.size());
+  for (const auto& g : groups_) times_.early_groups += g->reduce_work ? 1 : 0;
   for (auto& g : groups_) {
     if (g->reduce_work) continue;
     // A group not reduced yet: a tied weight (its stages' copies are summed

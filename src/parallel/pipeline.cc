@@ -62,15 +62,17 @@ class Pipeline::Step {
   Step(Pipeline& p, const std::vector<data::MicroBatch>& batches, bool training)
       : p_(p), batches_(batches), training_(training) {}
 
-  /// Executes `table`. `backward(chunk, ctx, dy, final)` runs each
+  /// Executes `table`. `backward(chunk, ctx, dy, completes)` runs each
   /// backward (or B) through a chunk: dy is undefined on the last virtual
-  /// stage, `final` says whether it is the step's last; it returns the
-  /// input's gradient.
-  using Backward = std::function<Tensor(nn::Model&, nn::Context&, const Tensor& dy, bool final)>;
+  /// stage, `completes` says whether it is the chunk's last of the step; it
+  /// returns the input's gradient.
+  using Backward = std::function<Tensor(nn::Model&, nn::Context&, const Tensor& dy, bool completes)>;
   void run(const std::vector<Action>& table, const Backward& backward) {
-    std::size_t last_backward = table.size();
+    // Each chunk's last backward completes its parameters' gradients.
+    std::map<int, std::size_t> last_backward;
     for (std::size_t i = 0; i < table.size(); ++i)
-      if (table[i].kind == ActionKind::kBackward || table[i].kind == ActionKind::kBackwardInput) last_backward = i;
+      if (table[i].kind == ActionKind::kBackward || table[i].kind == ActionKind::kBackwardInput)
+        last_backward[table[i].chunk] = i;
     for (std::size_t i = 0; i < table.size(); ++i) {
       const Action& a = table[i];
       // On the timeline: computing, or waiting for a transfer (virtual stage
@@ -78,7 +80,8 @@ class Pipeline::Step {
       const bool loads = a.kind == ActionKind::kRecvForward && chunk(a.chunk).first_stage();
       const trace::Span span("compute", is_compute(a.kind) || loads ? "compute" : "wait", trace_name(a.kind),
                              a.micro_batch, p_.chunks_.size() > 1 ? a.chunk : -1);
-      execute(a, backward, i == last_backward);
+      const auto last = last_backward.find(a.chunk);
+      execute(a, backward, last != last_backward.end() && last->second == i);
     }
     HT_CHECK(contexts_.empty() && inputs_.empty() && outputs_.empty() && grads_in_.empty() && grads_out_.empty(),
              ErrorKind::kInternal,
@@ -90,7 +93,7 @@ class Pipeline::Step {
   double loss() const { return loss_; }
 
  private:
-  void execute(const Action& a, const Backward& backward, bool final) {
+  void execute(const Action& a, const Backward& backward, bool completes) {
     switch (a.kind) {
       case ActionKind::kRecvForward: recv_forward(sent(a)); break;
       case ActionKind::kForward: forward(sent(a)); break;
@@ -100,8 +103,8 @@ class Pipeline::Step {
         wait(p_.pp_.recv(dy, next()));
         break;
       }
-      case ActionKind::kBackward: backward_of(sent(a), backward, final, /*split=*/false); break;
-      case ActionKind::kBackwardInput: backward_of(sent(a), backward, final, /*split=*/true); break;
+      case ActionKind::kBackward: backward_of(sent(a), backward, completes, /*split=*/false); break;
+      case ActionKind::kBackwardInput: backward_of(sent(a), backward, completes, /*split=*/true); break;
       case ActionKind::kBackwardWeight: backward_weight(sent(a)); break;
       case ActionKind::kSendBackward: wait(p_.pp_.send(take(grads_out_, sent(a)), prev())); break;
       case ActionKind::kSendForwardRecvBackward: {
@@ -167,23 +170,23 @@ class Pipeline::Step {
 
   /// A fused backward, or ZB-H1's B (`split`: the weight gradients are kept
   /// in the context for backward_weight).
-  void backward_of(Key k, const Backward& backward, bool final, bool split) {
+  void backward_of(Key k, const Backward& backward, bool completes, bool split) {
     const double t0 = now_ms();
     nn::Model& model = chunk(k.chunk);
     auto it = contexts_.find(k);
     HT_CHECK(it != contexts_.end(), ErrorKind::kInternal,
              "pipeline: backward of micro-batch {} through chunk {} before its forward", k.micro_batch, k.chunk);
-    if (final)
-      // The final backward completes the step's gradients (data
-      // parallelism counts each parameter's contributions from here on), so
-      // no earlier micro-batch's weight gradients may still be waiting.
+    if (completes)
+      // The chunk's last backward completes its gradients (data
+      // parallelism counts their contributions from here on), so no earlier
+      // micro-batch's weight gradients may still be waiting.
       for (const auto& [key, c] : contexts_)
         HT_CHECK(key == k || c.pending_weight_grads() == 0, ErrorKind::kInternal,
-                 "pipeline: micro-batch {}'s weight gradients are still deferred at the step's final backward",
-                 key.micro_batch);
+                 "pipeline: micro-batch {}'s weight gradients are still deferred at chunk {}'s last backward",
+                 key.micro_batch, k.chunk);
     if (split) it->second.set_defer_weight_grads(true);
     const Tensor dy = model.last_stage() ? Tensor() : take(grads_in_, k);
-    Tensor dx = backward(model, it->second, dy, final);
+    Tensor dx = backward(model, it->second, dy, completes);
     if (!model.first_stage()) grads_out_[k] = std::move(dx);
     out_shapes_.erase(k);
     if (split)
@@ -274,13 +277,13 @@ Pipeline::Pipeline(nn::Model& model, comm::Communicator& pp, Schedule schedule, 
 }
 
 double Pipeline::train_step(const std::vector<data::MicroBatch>& batches, float loss_scale,
-                            const std::function<void(bool)>& before_backward) {
+                            const std::function<void(nn::Model*)>& before_backward) {
   HT_CHECK_ARG(!batches.empty(), "pipeline: a step needs at least one micro-batch");
   stats_ = {};
   Step s(*this, batches, /*training=*/true);
   s.run(stage_actions(schedule_, pp_.rank(), pp_.size(), int(batches.size()), virtual_stages()),
-        [&](nn::Model& model, nn::Context& ctx, const Tensor& dy, bool final) {
-          if (before_backward) before_backward(final);
+        [&](nn::Model& model, nn::Context& ctx, const Tensor& dy, bool completes) {
+          if (before_backward) before_backward(completes ? &model : nullptr);
           return model.last_stage() ? model.backward_loss(ctx, loss_scale) : model.backward(ctx, dy);
         });
   return s.loss();

@@ -349,8 +349,15 @@ StepStats Engine::step() {
   // Each micro-batch's mean loss weighs 1/k (the sum equals one k-times
   // batch), times the loss scale.
   progress("forward-backward");
-  const double loss_sum = pipeline_->train_step(batches, s.loss_scale / float(options_.grad_accum),
-                                                [&](bool final) { dp_->set_final_micro_batch(final); });
+  // A backward that completes the model's gradients (or, interleaved, one
+  // chunk's) lets data parallelism start reducing them.
+  const double loss_sum =
+      pipeline_->train_step(batches, s.loss_scale / float(options_.grad_accum), [&](nn::Model* completes) {
+        if (completes == model_.get())
+          dp_->set_final_micro_batch(true);
+        else if (completes)
+          dp_->set_final_part(*completes);
+      });
   // The rank's own work this step (slow ranks show here; waiting for peers
   // mostly comes later, in the reduction).
   window_work_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -167,6 +167,14 @@ void expect_matches_one_process(const Layout& l, const Options& options, std::in
     EXPECT_EQ(blocks, want) << "the blocks of pipeline rank " << rank;
   }
   const RunResult got = train(trainer.engine, int(options.engine.steps));
+  if (l.virtual_stages > 1 && dp > 1) {
+    // Each chunk's buckets start reducing at that chunk's last backward, not
+    // all at the step's end: every group but the one holding a tied weight
+    // (summed across stages first) had started before finish_gradients.
+    const parallel::ReductionTimes& rt = trainer.engine.data_parallel().reduction_times();
+    EXPECT_GE(rt.early_groups, rt.groups - 1) << "of " << rt.groups << " groups";
+    EXPECT_GT(rt.groups, 2);
+  }
 
   // Every rank reports the same loss; rank 0 compares with the reference.
   if (mesh.rank() != 0) return;

@@ -43,6 +43,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include "ht/comm/device_mesh.h"
@@ -72,8 +73,10 @@ struct DataParallelOptions {
 
 /// Timings of the last step's gradient reductions, for the overlap benchmark.
 struct ReductionTimes {
-  double backward_ms = 0;  // from set_final_micro_batch(true) to finish_gradients()
+  double backward_ms = 0;  // from set_final_micro_batch(true) (or the first set_final_part) to finish_gradients()
   double exposed_ms = 0;   // finish_gradients() waiting for reductions still in flight
+  int early_groups = 0;    // groups whose reduction had started when finish_gradients() was called
+  int groups = 0;          // groups reduced in all
 };
 
 class DataParallel {
@@ -105,6 +108,12 @@ class DataParallel {
   void begin_step();
   /// Whether the next backward completes the step's gradients.
   void set_final_micro_batch(bool final);
+  /// The next backward through `part` (a child of the model, or the model)
+  /// is its last of the step: its parameters' gradients are complete when
+  /// it ends, and their reductions may start, while backwards through other
+  /// parts go on accumulating (an interleaved pipeline's chunks). Until
+  /// begin_step.
+  void set_final_part(nn::Module& part);
   /// After the last backward: waits for the reductions, sums tied weights;
   /// afterwards the optimizer's slots hold the dp-averaged gradients.
   void finish_gradients();
@@ -143,7 +152,7 @@ class DataParallel {
   comm::Communicator* tied_comm(const nn::Parameter* p) const;
   void install_zero2_hooks();
   void install_zero3_hooks();
-  void on_grad_ready(std::size_t group);
+  void on_grad_ready(std::size_t group, const nn::Parameter& p);
   void start_reduction(detail::FlatGroup& g);
   void acquire(std::size_t group);
   void release(std::size_t group);
@@ -167,6 +176,7 @@ class DataParallel {
   std::vector<nn::Module*> sequence_;
   std::vector<std::size_t> unit_of_;
   bool final_ = true;
+  std::unordered_set<const nn::Parameter*> final_params_;  // of the parts set_final_part named this step
   ReductionTimes times_;
   double final_start_ = 0;
 };

@@ -22,10 +22,10 @@
 //
 // Interleaved 1F1B runs over a model of nn::ModelChunks (v chunks, chunk c
 // of rank r being virtual stage c p + r); transfers go to the next and
-// previous rank around the ring. Its final backward is micro-batch m - 1's
-// through chunk 0: data parallelism then reduces the other chunks'
-// gradients when backward ends (DataParallel::finish_gradients), without
-// overlap, since their last contributions came before the flag was set.
+// previous rank around the ring. Each chunk's last backward (micro-batch
+// m - 1's through it) completes that chunk's gradients, and is announced
+// so: data parallelism starts reducing a chunk's buckets while the other
+// chunks' backwards run (DataParallel::set_final_part).
 //
 // With one stage every schedule but interleaved is plain gradient
 // accumulation.
@@ -59,11 +59,13 @@ class Pipeline {
   /// Forward and backward of every micro-batch (host batches, one per
   /// micro-batch; only the first stage reads inputs, the last targets). Each
   /// micro-batch's mean loss has gradient `loss_scale` (1/k for k micro-
-  /// batches). `before_backward(final)` runs before each backward, final for
-  /// the step's last. Returns the sum of the micro-batch losses on the last
-  /// stage, 0 elsewhere.
+  /// batches). `before_backward(completes)` runs before each backward:
+  /// `completes` is the chunk whose gradients this backward completes (its
+  /// last of the step: the model itself, but for an interleaved pipeline),
+  /// null for the others. Returns the sum of the micro-batch losses on the
+  /// last stage, 0 elsewhere.
   double train_step(const std::vector<data::MicroBatch>& batches, float loss_scale,
-                    const std::function<void(bool final)>& before_backward);
+                    const std::function<void(nn::Model* completes)>& before_backward);
   /// Forward only; the sum of the losses on the last stage, 0 elsewhere.
   double evaluate(const std::vector<data::MicroBatch>& batches);
 
