@@ -31,25 +31,17 @@ ModelChunks::ModelChunks(const Placement& placement, std::vector<std::unique_ptr
 
 std::vector<Model*> ModelChunks::chunks() const { return chunks_; }
 
-float ModelChunks::forward_loss(Context&, const Tensor&, const Tensor&) {
-  HT_CHECK(false, ErrorKind::kNotSupported,
-           "{}: the chunks of an interleaved pipeline rank are not consecutive layers; run them through "
-           "parallel::Pipeline",
-           describe());
-  return 0;
+void ModelChunks::refuse() const {
+  throw Error(ErrorKind::kNotSupported,
+              fmt::format("{}: the chunks of an interleaved pipeline rank are not consecutive layers; run them "
+                          "through parallel::Pipeline",
+                          describe()));
 }
 
-Tensor ModelChunks::backward_loss(Context& ctx, float) { return backward_impl(ctx, Tensor()); }
-
-Tensor ModelChunks::forward_impl(Context& ctx, const Tensor&) {
-  forward_loss(ctx, Tensor(), Tensor());
-  return Tensor();
-}
-
-Tensor ModelChunks::backward_impl(Context& ctx, const Tensor&) {
-  forward_loss(ctx, Tensor(), Tensor());
-  return Tensor();
-}
+float ModelChunks::forward_loss(Context&, const Tensor&, const Tensor&) { refuse(); }
+Tensor ModelChunks::backward_loss(Context&, float) { refuse(); }
+Tensor ModelChunks::forward_impl(Context&, const Tensor&) { refuse(); }
+Tensor ModelChunks::backward_impl(Context&, const Tensor&) { refuse(); }
 
 void ModelChunks::check_batch(const Tensor& input, const Tensor& target) const {
   chunks_.front()->check_batch(input, target);

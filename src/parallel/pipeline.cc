@@ -37,16 +37,6 @@ bool is_compute(ActionKind kind) {
          kind == ActionKind::kBackwardWeight;
 }
 
-// A micro-batch's pass through one chunk: what every tensor and context in
-// flight belongs to.
-struct Key {
-  int micro_batch = 0, chunk = 0;
-  auto operator<=>(const Key&) const = default;
-};
-
-Key sent(const Action& a) { return {a.micro_batch, a.chunk}; }
-Key received(const Action& a) { return {a.recv_micro_batch, a.recv_chunk}; }
-
 std::vector<nn::Model*> chunks_of(nn::Model& model) {
   if (auto* chunks = dynamic_cast<nn::ModelChunks*>(&model)) return chunks->chunks();
   return {&model};
@@ -58,6 +48,15 @@ std::vector<nn::Model*> chunks_of(nn::Model& model) {
 // gradients in flight per (micro-batch, chunk), and the time spent
 // computing and waiting.
 class Pipeline::Step {
+  // A micro-batch's pass through one chunk: what every tensor and context in
+  // flight belongs to.
+  struct Key {
+    int micro_batch = 0, chunk = 0;
+    auto operator<=>(const Key&) const = default;
+  };
+  static Key sent(const Action& a) { return {a.micro_batch, a.chunk}; }
+  static Key received(const Action& a) { return {a.recv_micro_batch, a.recv_chunk}; }
+
  public:
   Step(Pipeline& p, const std::vector<data::MicroBatch>& batches, bool training)
       : p_(p), batches_(batches), training_(training) {}

@@ -51,6 +51,8 @@ class ModelChunks : public Model {
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 
  private:
+  [[noreturn]] void refuse() const;
+
   std::vector<Model*> chunks_;
 };
 

@@ -40,7 +40,8 @@ namespace ht::plan {
 
 struct StageMemory {
   int stage = 0;
-  int first_block = 0, blocks = 0;  // block indices [first_block, first_block + blocks)
+  int first_block = 0, blocks = 0;  // block indices [first_block, first_block + blocks); interleaved: the
+                                    // first of its chunks' blocks and how many (not contiguous)
   /// Bytes by ht::MemCategory (kParameters ... kOther).
   std::array<double, kMemCategoryCount> bytes{};
   int in_flight = 1;  // micro-batches (interleaved: micro-batch, chunk pairs) whose activations the stage holds at once
