@@ -175,6 +175,7 @@ PlanResult search_plans(const PlanRequest& rq, int top) {
                   note(fmt::format("pp{}", pp), p, fits);
                   note(fmt::format("zero{}", zero), p, fits);
                   note(fmt::format("recompute {}", nn::recompute_name(rc)), p, fits);
+                  if (pp > 1) note("schedule " + parallel::schedule_name(sched), p, fits);
                   if (tp == 1 && pp == 1 && zero == 0) note("ddp", p, fits);
                   if (!fits) continue;
                   ++res.fitting;
@@ -225,6 +226,11 @@ PlanResult search_plans(const PlanRequest& rq, int top) {
   for (nn::Recompute rc : {nn::Recompute::kNone, nn::Recompute::kSelective, nn::Recompute::kFull})
     if (rc != best.layout.recompute)
       compare(fmt::format("recompute {}", nn::recompute_name(rc)), fmt::format("recompute {}", nn::recompute_name(rc)));
+  // Pipeline schedules, among the pipelined plans (absent when none was searched).
+  for (parallel::Schedule sch : {parallel::Schedule::kGPipe, parallel::Schedule::k1F1B, parallel::Schedule::kInterleaved,
+                                 parallel::Schedule::kZeroBubbleH1})
+    if (best.layout.pp == 1 || sch != best.layout.schedule)
+      compare("schedule " + parallel::schedule_name(sch), "schedule " + parallel::schedule_name(sch));
 
   if (int(fitting.size()) > top) fitting.resize(std::size_t(std::max(top, 1)));
   res.plans = std::move(fitting);

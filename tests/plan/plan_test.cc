@@ -292,6 +292,14 @@ TEST(Search, OffersTheNewSchedulesWhenAskedFor) {
   }
   EXPECT_GT(interleaved, 0);
   EXPECT_GT(zb, 0);
+  // The reasons say what the schedule not chosen would have given.
+  const std::string other = asked.plans.front().layout.schedule == parallel::Schedule::kInterleaved
+                                ? "schedule zb-h1: best is"
+                                : "schedule interleaved: best is";
+  EXPECT_NE(std::find_if(asked.reasons.begin(), asked.reasons.end(),
+                         [&](const std::string& r) { return r.rfind(other, 0) == 0; }),
+            asked.reasons.end())
+      << fmt::format("{}", fmt::join(asked.reasons, "\n"));
 }
 
 TEST(Search, BalancesStagesWithTheHeadCounted) {
