@@ -29,6 +29,26 @@ std::string schedule_name(Schedule s) {
   return "?";
 }
 
+std::string layout_problem(Schedule schedule, int virtual_stages, int stages, int micro_batches, int zero_stage) {
+  const int v = virtual_stages, p = stages, m = micro_batches;
+  if (schedule != Schedule::kInterleaved)
+    return v == 1 ? std::string()
+                  : fmt::format("--virtual-stages {}: model chunks per pipeline rank are for --schedule interleaved", v);
+  if (v < 1) return fmt::format("--virtual-stages {} is not a number of model chunks per rank: use 2 or more", v);
+  if (p < 2)
+    return fmt::format("--schedule interleaved needs at least 2 pipeline ranks (--pp), got {}: with one there is no "
+                       "bubble to shrink; use --schedule 1f1b",
+                       p);
+  if (m % p != 0)
+    return fmt::format("--schedule interleaved runs micro-batches in groups of --pp {}: --grad-accum {} must be a "
+                       "multiple of {} (e.g. {})",
+                       p, m, p, (m / p + 1) * p);
+  if (zero_stage >= 3)
+    return "--schedule interleaved with --zero 3 is not supported (ZeRO-3 gathers each of the model's units around "
+           "its use, and a rank's chunks are one unit each); use --zero 1 or 2, or --schedule 1f1b";
+  return {};
+}
+
 std::string action_kind_name(ActionKind kind) {
   switch (kind) {
     case ActionKind::kRecvForward: return "recv-forward";

@@ -51,13 +51,8 @@ std::vector<std::vector<int>> stage_layers_of(const nn::ModelSpec& model, const 
   HT_CHECK(l.tp > 0 && l.pp > 0 && l.dp > 0 && l.micro_batch > 0 && l.grad_accum > 0, ErrorKind::kConfig,
            "layout {}: every size must be positive", l.str());
   HT_CHECK(model.splits_over(l.tp), ErrorKind::kConfig, "{} does not split over tp {}", model.description, l.tp);
-  const bool interleaved = l.schedule == parallel::Schedule::kInterleaved;
-  HT_CHECK(l.virtual_stages >= 1 && (interleaved || l.virtual_stages == 1), ErrorKind::kConfig,
-           "layout {}: {} virtual stages need the interleaved schedule", l.str(), l.virtual_stages);
-  HT_CHECK(!interleaved || (l.pp >= 2 && l.grad_accum % l.pp == 0 && l.zero < 3), ErrorKind::kConfig,
-           "layout {}: the interleaved schedule needs pp >= 2, an accumulation that is a multiple of pp, and ZeRO "
-           "0-2",
-           l.str());
+  const std::string problem = parallel::layout_problem(l.schedule, l.virtual_stages, l.pp, l.grad_accum, l.zero);
+  HT_CHECK(problem.empty(), ErrorKind::kConfig, "layout {}: {}", l.str(), problem);
   const std::vector<int> blocks = blocks_per_stage(l, model.num_blocks());
   const int n = l.model_stages();
   std::vector<std::vector<int>> stages(static_cast<std::size_t>(n));

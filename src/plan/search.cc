@@ -153,13 +153,13 @@ PlanResult search_plans(const PlanRequest& rq, int top) {
             // One micro-batch: GPipe's table is 1F1B's; one name for it is enough.
             if (sched == parallel::Schedule::kGPipe && accum == 1 && schedules.size() > 1) continue;
             const int v = sched == parallel::Schedule::kInterleaved ? rq.virtual_stages : 1;
-            if (v > 1 && (accum % pp != 0 || pp * v > blocks)) continue;  // the engine would refuse it
+            if (pp * v > blocks) continue;  // a virtual stage without a block
             for (const std::vector<int>& split : splits_of(pp * v))
               for (int zero : or_all(rq.zero, {0, 1, 2, 3}))
                 for (int sg : shard_groups) {
                   if (zero == 0 && sg != 0) continue;
                   if (dp == 1 && zero > 0) continue;  // nothing to shard over
-                  if (v > 1 && zero == 3) continue;   // interleaved runs ZeRO 0-2
+                  if (!parallel::layout_problem(sched, v, pp, accum, zero).empty()) continue;  // the engine would refuse it
                   LayoutChoice l{.tp = tp, .pp = pp, .dp = dp, .zero = zero, .shard_group = sg,
                                  .micro_batch = mb, .grad_accum = accum, .schedule = sched, .virtual_stages = v,
                                  .recompute = rc, .precision = rq.precision, .stage_layers = split};

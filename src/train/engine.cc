@@ -158,24 +158,9 @@ std::unique_ptr<nn::Model> Engine::build_model(const ModelFactory& make_model, c
 }
 
 void Engine::validate_virtual_stages(int pp) const {
-  const int v = options_.virtual_stages;
-  const bool interleaved = options_.schedule == parallel::Schedule::kInterleaved;
-  HT_CHECK(v >= 1 && (interleaved || v == 1), ErrorKind::kConfig,
-           "--virtual-stages {}: model chunks per pipeline rank are for --schedule interleaved (1 otherwise, 2 or "
-           "more with it)",
-           v);
-  if (!interleaved) return;
-  HT_CHECK(pp >= 2, ErrorKind::kConfig,
-           "--schedule interleaved needs at least 2 pipeline ranks (--pp), got {}: with one there is no bubble to "
-           "shrink; use --schedule 1f1b",
-           pp);
-  HT_CHECK(options_.grad_accum % pp == 0, ErrorKind::kConfig,
-           "--schedule interleaved runs micro-batches in groups of --pp {}: --grad-accum {} must be a multiple of "
-           "{} (e.g. {})",
-           pp, options_.grad_accum, pp, (options_.grad_accum / pp + 1) * pp);
-  HT_CHECK(options_.data_parallel.zero_stage < 3, ErrorKind::kConfig,
-           "--schedule interleaved with --zero 3 is not supported (ZeRO-3 gathers each of the model's units around "
-           "its use, and a rank's chunks are one unit each); use --zero 1 or 2, or --schedule 1f1b");
+  const std::string problem = parallel::layout_problem(options_.schedule, options_.virtual_stages, pp,
+                                                       options_.grad_accum, options_.data_parallel.zero_stage);
+  HT_CHECK(problem.empty(), ErrorKind::kConfig, "{}", problem);
 }
 
 Engine::Engine(Job& job, EngineOptions options, const ModelFactory& make_model, data::DataSource& data)

@@ -158,7 +158,7 @@ TEST(MemoryModel, ZeroBubbleAndInterleavedStages) {
   l.zero = 3;
   l.dp = 2;
   EXPECT_TRUE(test::throws_error([&] { plan::estimate_memory(s, l); }, ErrorKind::kConfig,
-                                 {"the interleaved schedule needs pp >= 2, an accumulation that is a multiple of pp"}));
+                                 {"layout tp1 pp2 dp2 zero3 mb2x4 interleaved v2: --schedule interleaved with --zero 3 is not supported"}));
   l.zero = 0;
   l.grad_accum = 3;
   EXPECT_THROW(plan::estimate_memory(s, l), Error);

@@ -112,6 +112,16 @@ enum class ActionKind {
   kSendBackwardRecvBackward, // one call: gradient of micro_batch to the previous rank, output gradient of recv_micro_batch from the next
 };
 
+/// What keeps a layout from running `schedule` with `virtual_stages` model
+/// chunks per rank on `stages` pipeline ranks, `micro_batches` a step and
+/// ZeRO stage `zero_stage`, in the flags' words; empty when nothing does.
+/// Chunks are the interleaved schedule's only (v 1 elsewhere), which needs
+/// at least 2 ranks, micro-batches in groups of the ranks, and ZeRO 0-2
+/// (ZeRO-3 gathers each of the model's units around its use, and a rank's
+/// chunks would be one unit each). The engine, the plan's models and its
+/// search all ask it.
+std::string layout_problem(Schedule schedule, int virtual_stages, int stages, int micro_batches, int zero_stage);
+
 /// "recv-forward", "forward", ..., "send-backward-recv-forward", "backward-input",
 /// "backward-weight", "send-forward-recv-forward", "send-backward-recv-backward".
 std::string action_kind_name(ActionKind kind);
