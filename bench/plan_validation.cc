@@ -8,12 +8,17 @@
 // model splits over, ZeRO 0-3 where dp > 1, a pipeline's accumulation
 // 2 pp, and the three recomputation modes on the first mesh; plus the plan
 // the search picks) builds an Engine on a fresh mesh, runs --warmup steps,
-// resets the allocator's peaks and runs --steps more. Per layout it prints:
-// the measured step time (median over steps, slowest rank) beside the time
+// resets the allocator's peaks and runs --steps more. With --rounds N the
+// whole list runs N times, each round starting one layout further on, so
+// that a slow spell of the machine falls on different layouts. Per layout it
+// prints: the measured step time (median over steps, slowest rank; with
+// rounds, the quickest round's, as load only ever adds) beside the time
 // model's, and for each memory category the step peak measured on each rank
 // beside the model's figure for that rank's stage, as the largest relative
-// error over ranks. At the end: the Spearman rank correlation of modelled
-// against measured step times, the chosen plan's measured time against the
+// error over ranks (and rounds). At the end: the Spearman rank correlation
+// of modelled against measured step times, with rounds also the mean
+// correlation of one round's measured times with another's (how far the
+// machine repeats its own ranking: a ceiling for the model's), the chosen plan's measured time against the
 // fastest measured, and the largest memory errors. --json: JSON Lines.
 // Exit 0 unless a run fails (figures are reported, not enforced: the
 // machine is noisy).
@@ -47,6 +52,7 @@ struct Args {
   std::int64_t embd = 256, vocab = 512, vocab_multiple = 1, seq = 128, ffn = 0;
   std::int64_t global_batch = 16;
   std::int64_t steps = 2, warmup = 1;
+  int rounds = 1;
   std::string precision = "fp32";
   std::vector<std::string> layouts;  // "tp,pp,zero,micro_batch[,recompute[,schedule[,virtual_stages]]]"
   bool json = false;
@@ -214,6 +220,8 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
   app.add_option("--global-batch", a.global_batch, "rows per optimizer step");
   app.add_option("--steps", a.steps, "measured steps per layout");
   app.add_option("--warmup", a.warmup, "steps before measuring");
+  app.add_option("--rounds", a.rounds, "times the whole list runs, each round rotated by one layout")
+      ->check(CLI::Range(1, 100));
   app.add_option("--precision", a.precision, "fp32, bf16 or fp16");
   app.add_option("--layouts", a.layouts, "tp,pp,zero,micro_batch[,recompute[,schedule[,virtual_stages]]] (default: see the header)")
       ->delimiter(';');
@@ -282,11 +290,31 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
     std::printf("%-40s %9s %9s  %s\n", "layout", "meas ms", "model ms",
                 "memory MiB measured/model (largest error over ranks): params grads optim activ | total err");
   }
+  // Every round measures every layout; the list is rotated by one a round.
+  const std::size_t n = layouts.size();
+  std::vector<std::vector<double>> round_ms(std::size_t(a.rounds), std::vector<double>(n, 0.0));
+  std::vector<Measured> runs(n);  // per layout: the quickest round's, with the largest errors of any round
+  for (int round = 0; round < a.rounds; ++round) {
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = (k + std::size_t(round)) % n;
+      Measured m = run_layout(a, layouts[i], spec, is_gpt ? &gpt : nullptr, is_gpt ? nullptr : &llama, splits, copts);
+      round_ms[std::size_t(round)][i] = m.step_ms;
+      if (round == 0) {
+        runs[i] = std::move(m);
+        continue;
+      }
+      Measured& kept = runs[i];
+      for (std::size_t c = 0; c < kept.error.size(); ++c) kept.error[c] = std::max(kept.error[c], m.error[c]);
+      kept.total_error = std::max(kept.total_error, m.total_error);
+      kept.step_ms = std::min(kept.step_ms, m.step_ms);
+    }
+    if (print && !a.json && a.rounds > 1) std::fprintf(stderr, "# round %d of %d done\n", round + 1, a.rounds);
+  }
   std::vector<double> measured, modelled;
   double worst_state = 0, worst_activ = 0, worst_total = 0;
-  for (std::size_t i = 0; i < layouts.size(); ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     const plan::LayoutChoice& l = layouts[i];
-    const Measured m = run_layout(a, l, spec, is_gpt ? &gpt : nullptr, is_gpt ? nullptr : &llama, splits, copts);
+    const Measured& m = runs[i];
     const double model_ms = plan::estimate_time(spec, l, profile).step_ms;
     measured.push_back(m.step_ms);
     modelled.push_back(model_ms);
@@ -296,25 +324,45 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
     if (!print) continue;
     std::string name = l.str() + (int(i) == chosen_index ? " *" : "");
     if (a.json) {
-      print_json_line({{"type", "plan_layout"}, {"layout", l.str()}, {"chosen", int(i) == chosen_index},
-                       {"measured_ms", m.step_ms}, {"modelled_ms", model_ms}, {"errors", m.error},
-                       {"total_error", m.total_error}, {"measured_bytes_rank0", m.measured_bytes},
-                       {"modelled_bytes_rank0", m.modelled_bytes}});
+      json line{{"type", "plan_layout"}, {"layout", l.str()}, {"chosen", int(i) == chosen_index},
+                {"measured_ms", m.step_ms}, {"modelled_ms", model_ms}, {"errors", m.error},
+                {"total_error", m.total_error}, {"measured_bytes_rank0", m.measured_bytes},
+                {"modelled_bytes_rank0", m.modelled_bytes}};
+      if (a.rounds > 1) {
+        std::vector<double> per_round;
+        for (const auto& r : round_ms) per_round.push_back(r[i]);
+        line["round_ms"] = per_round;
+      }
+      print_json_line(line);
       continue;
     }
     std::string mem;
     for (std::size_t c = 0; c < m.error.size(); ++c)
       mem += fmt::format(" {}:{:.1f}/{:.1f} ({:.1f}%)", kShownNames[c], m.measured_bytes[c] / kMiB,
                          m.modelled_bytes[c] / kMiB, m.error[c] * 100);
-    std::printf("%-40s %9.1f %9.1f %s | %.1f%%\n", name.c_str(), m.step_ms, model_ms, mem.c_str(), m.total_error * 100);
+    std::string rounds;
+    if (a.rounds > 1) {
+      rounds = " | rounds";
+      for (const auto& r : round_ms) rounds += fmt::format(" {:.1f}", r[i]);
+    }
+    std::printf("%-40s %9.1f %9.1f %s | %.1f%%%s\n", name.c_str(), m.step_ms, model_ms, mem.c_str(),
+                m.total_error * 100, rounds.c_str());
     std::fflush(stdout);
   }
+  // How well the machine agrees with itself: the mean correlation over pairs of rounds.
+  double repeat = 0;
+  int pairs = 0;
+  for (int x = 0; x < a.rounds; ++x)
+    for (int y = x + 1; y < a.rounds; ++y, ++pairs)
+      repeat += spearman(round_ms[std::size_t(x)], round_ms[std::size_t(y)]);
+  if (pairs > 0) repeat /= pairs;
   const double rho = spearman(modelled, measured);
   const double fastest = *std::min_element(measured.begin(), measured.end());
   const double chosen_ratio = measured[std::size_t(chosen_index)] / fastest;
   if (print) {
     if (a.json) {
-      print_json_line({{"type", "plan_summary"}, {"layouts", layouts.size()}, {"spearman", rho},
+      print_json_line({{"type", "plan_summary"}, {"layouts", layouts.size()}, {"spearman", rho}, {"rounds", a.rounds},
+                       {"round_to_round_spearman", pairs > 0 ? json(repeat) : json(nullptr)},
                        {"chosen", layouts[std::size_t(chosen_index)].str()}, {"chosen_over_fastest", chosen_ratio},
                        {"worst_state_error", worst_state}, {"worst_activation_error", worst_activ},
                        {"worst_total_error", worst_total}});
@@ -322,6 +370,10 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
       std::printf("# %zu layouts: Spearman rank correlation of modelled vs measured step time %.3f (target >= 0.8); "
                   "chosen plan (*) %s measured %.3fx the fastest (target <= 1.10)\n",
                   layouts.size(), rho, layouts[std::size_t(chosen_index)].str().c_str(), chosen_ratio);
+      if (pairs > 0)
+        std::printf("# %d rounds: measured step times of one round against another's, mean Spearman %.3f (the "
+                    "machine's own repeatability)\n",
+                    a.rounds, repeat);
       std::printf("# largest memory error over layouts and ranks: model state %.1f%%, activations %.1f%%, total %.1f%% "
                   "(target 5%%)\n",
                   worst_state * 100, worst_activ * 100, worst_total * 100);
