@@ -19,7 +19,10 @@
 // of modelled against measured step times, with rounds also the mean
 // correlation of one round's measured times with another's (how far the
 // machine repeats its own ranking: a ceiling for the model's), the chosen plan's measured time against the
-// fastest measured, and the largest memory errors. --json: JSON Lines.
+// fastest measured, the largest step-time error of the model (|modelled -
+// measured| / measured over layouts: where layouts lie closer together than
+// the machine repeats itself, this says more than the ranking) and the
+// largest memory errors. --json: JSON Lines.
 // Exit 0 unless a run fails (figures are reported, not enforced: the
 // machine is noisy).
 #include <CLI/CLI.hpp>
@@ -359,17 +362,26 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
   const double rho = spearman(modelled, measured);
   const double fastest = *std::min_element(measured.begin(), measured.end());
   const double chosen_ratio = measured[std::size_t(chosen_index)] / fastest;
+  double worst_time = 0, time_low = 0, time_high = 0;  // the model's error, and its range (signed)
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = (modelled[i] - measured[i]) / measured[i];
+    worst_time = std::max(worst_time, std::abs(e));
+    time_low = i == 0 ? e : std::min(time_low, e), time_high = i == 0 ? e : std::max(time_high, e);
+  }
   if (print) {
     if (a.json) {
       print_json_line({{"type", "plan_summary"}, {"layouts", layouts.size()}, {"spearman", rho}, {"rounds", a.rounds},
                        {"round_to_round_spearman", pairs > 0 ? json(repeat) : json(nullptr)},
                        {"chosen", layouts[std::size_t(chosen_index)].str()}, {"chosen_over_fastest", chosen_ratio},
+                       {"worst_time_error", worst_time}, {"time_error_range", {time_low, time_high}},
                        {"worst_state_error", worst_state}, {"worst_activation_error", worst_activ},
                        {"worst_total_error", worst_total}});
     } else {
       std::printf("# %zu layouts: Spearman rank correlation of modelled vs measured step time %.3f (target >= 0.8); "
                   "chosen plan (*) %s measured %.3fx the fastest (target <= 1.10)\n",
                   layouts.size(), rho, layouts[std::size_t(chosen_index)].str().c_str(), chosen_ratio);
+      std::printf("# the model's step time against the measured: %+.1f%% to %+.1f%% (largest %.1f%%)\n",
+                  time_low * 100, time_high * 100, worst_time * 100);
       if (pairs > 0)
         std::printf("# %d rounds: measured step times of one round against another's, mean Spearman %.3f (the "
                     "machine's own repeatability)\n",
