@@ -104,6 +104,7 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
     // gathers that unit again).
     double params = 0;
     double shared_unit = 0;  // a unit whose weight a later layer of the stage uses too (GPT's wte)
+    double tied_elsewhere = 0;  // a layer using a weight of another stage (the last stage's tied head)
     std::vector<double> units;         // each layer's gathered elements
     std::vector<double> own_units;     // each layer's own, the shared unit left out
     for (int i : layers) {
@@ -117,9 +118,13 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
         // The shared unit's gradient is counted whole below, not as one in flight.
         own_units[std::size_t(shared_at - layers.begin())] = 0;
       }
+      // Its gradient is reduced with the other stage's copy only when the
+      // step's gradients are finished, so it stays whole all backward.
+      const bool tied_across_stages = ls.shares_with >= 0 && shared_at == layers.end();
+      if (tied_across_stages) tied_elsewhere += n;
       params += n;
       units.push_back(gathered);
-      own_units.push_back(n);
+      own_units.push_back(tied_across_stages ? 0.0 : n);
     }
     // The most elements two consecutive units hold (the one computing, the next prefetched or in flight).
     const auto largest_pair = [](const std::vector<double>& u) {
@@ -146,10 +151,11 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
       // before while its reduce-scatter runs (DataParallel keeps one in
       // flight); a unit whose weight a later layer uses too (the head's tied
       // wte) gets its gradient from that layer first and keeps it all
-      // backward; with accumulation the compute-dtype ones stay all step.
+      // backward, and so does a layer tied to another stage's weight; with
+      // accumulation the compute-dtype ones stay all step.
       const double full = c + (converts ? r : 0.0);
       grads += l.grad_accum > 1 ? params * c + (converts ? largest_pair(own_units) * r : 0.0)
-                                : (largest_pair(own_units) + shared_unit) * full;
+                                : (largest_pair(own_units) + shared_unit + tied_elsewhere) * full;
     }
     cat(MemCategory::kGradients) = grads;
 

@@ -164,6 +164,35 @@ TEST(MemoryModel, ZeroBubbleAndInterleavedStages) {
   EXPECT_THROW(plan::estimate_memory(s, l), Error);
 }
 
+// ZeRO-3 without accumulation: a unit's full gradients live while backward
+// writes them and while the one before is reduce-scattered, so two
+// consecutive units at most; but the last stage's head uses the first
+// stage's wte, and that gradient is reduced with the first stage's only when
+// the step's gradients are finished, so it stays whole all backward. (The
+// allocator measured 10,264,576 bytes on this stage, ht-plan-bench.)
+TEST(MemoryModel, Zero3KeepsTheTiedHeadsGradientWhole) {
+  const nn::ModelSpec s = models::GPTConfig{.vocab_size = 512, .context = 128, .n_layer = 4, .n_head = 4,
+                                            .n_embd = 256}
+                              .spec(128);
+  const plan::LayoutChoice l{.tp = 1, .pp = 2, .dp = 2, .zero = 3, .micro_batch = 8, .grad_accum = 1};
+  const std::vector<int> last = plan::stage_layers_of(s, l).at(1);
+  ASSERT_GE(s.layers[std::size_t(last.back())].shares_with, 0) << "the last layer is the tied head";
+  double params = 0, head = 0, pair = 0, previous = 0;
+  for (int i : last) {
+    const double n = plan::layer_params(s, last, i, 1);
+    params += n;
+    if (i == last.back()) {
+      head = n;
+      continue;
+    }
+    pair = std::max(pair, previous + n);
+    previous = n;
+  }
+  ASSERT_GT(head, 0);
+  const double shard = plan::state_bytes_per_parameter(3, 2, l.precision).grads * params;
+  EXPECT_DOUBLE_EQ(plan::estimate_memory(s, l)[1].of(MemCategory::kGradients), shard + 4.0 * (pair + head));
+}
+
 TEST(MemoryModel, StateBytesPerParameter) {
   const precision::Policy f32{}, bf16{.compute = DType::kBF16, .reduce = DType::kF32};
   EXPECT_DOUBLE_EQ(plan::state_bytes_per_parameter(0, 4, f32).total(), 16.0);
