@@ -329,6 +329,18 @@ void DataParallel::on_grad_ready(std::size_t index, const nn::Parameter& p) {
 }
 
 void DataParallel::start_reduction(FlatGroup& g) {
+  if (options_.zero_stage == 3) {
+    // At most one unit's reduction in flight: the one before finishes (and
+    // its full gradient goes) before this one's reduction copy is made, so a
+    // step holds two units' full gradients at most, and one reduction-dtype
+    // copy, not as many as MPI leaves unprogressed (it progresses
+    // non-blocking collectives only inside its calls).
+    for (auto& other : groups_)
+      if (other.get() != &g && other->reduce_work && other->work_grads.defined()) {
+        other->reduce_work->wait();
+        drop_full_grads(*other);
+      }
+  }
   if (g.converts_grads()) {
     // Compute-dtype gradients reduce in the reduction dtype (f32 under f16).
     if (!g.reduce_grads.defined())
@@ -340,17 +352,6 @@ void DataParallel::start_reduction(FlatGroup& g) {
   if (options_.zero_stage <= 1) {
     g.reduce_work = mesh_.dp_group().all_reduce(g.reduce_grads, g.reduce_grads, comm::ReduceOp::kAvg);
     return;
-  }
-  if (options_.zero_stage == 3) {
-    // At most one unit's reduction in flight: the one before finishes (and
-    // its full gradient goes) as this one starts, so a step holds two units'
-    // full gradients at most, not as many as MPI leaves unprogressed (it
-    // progresses non-blocking collectives only inside its calls).
-    for (auto& other : groups_)
-      if (other.get() != &g && other->reduce_work && other->work_grads.defined()) {
-        other->reduce_work->wait();
-        drop_full_grads(*other);
-      }
   }
   g.reduce_work = shard_comm_->reduce_scatter(g.reduce_grads, g.shard_grads, comm::ReduceOp::kAvg);
 }

@@ -147,15 +147,26 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
       // them for the whole step).
       grads += params * (c + (converts ? r : 0.0));
     } else if (l.zero == 3) {
-      // One unit's full gradients while backward writes them and the one
-      // before while its reduce-scatter runs (DataParallel keeps one in
-      // flight); a unit whose weight a later layer uses too (the head's tied
-      // wte) gets its gradient from that layer first and keeps it all
-      // backward, and so does a layer tied to another stage's weight; with
-      // accumulation the compute-dtype ones stay all step.
-      const double full = c + (converts ? r : 0.0);
-      grads += l.grad_accum > 1 ? params * c + (converts ? largest_pair(own_units) * r : 0.0)
-                                : (largest_pair(own_units) + shared_unit + tied_elsewhere) * full;
+      // Backward writes a unit's gradients (compute dtype) while the unit
+      // after it in the forward order, whose backward came first, still
+      // holds its own and their reduction-dtype copy: DataParallel drops
+      // both once that reduce-scatter is done, when the first of this
+      // unit's gradients is ready (it keeps one reduction in flight). A unit
+      // whose weight a later layer uses too (the head's tied wte) gets its
+      // gradient from that layer first and keeps it all backward, and so
+      // does a layer tied to another stage's weight; their reduction copies
+      // come last, once the other units' reductions are done. With
+      // accumulation the compute-dtype gradients stay all step, and one
+      // unit's reduction copy at a time comes on top.
+      const double copy = converts ? r : 0.0;
+      const double kept = shared_unit + tied_elsewhere;
+      double writing = 0, largest = kept;
+      for (std::size_t k = 0; k < own_units.size(); ++k) {
+        const double before = k + 1 < own_units.size() ? own_units[k + 1] * (c + copy) : 0.0;
+        writing = std::max(writing, own_units[k] * c + before);
+        largest = std::max(largest, own_units[k]);
+      }
+      grads += l.grad_accum > 1 ? params * c + largest * copy : std::max(writing + kept * c, kept * (c + copy));
     }
     cat(MemCategory::kGradients) = grads;
 
