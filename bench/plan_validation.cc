@@ -16,13 +16,14 @@
 // model's, and for each memory category the step peak measured on each rank
 // beside the model's figure for that rank's stage, as the largest relative
 // error over ranks (and rounds). At the end: the Spearman rank correlation
-// of modelled against measured step times, with rounds also the mean
+// of modelled against measured step times; with rounds, the mean
 // correlation of one round's measured times with another's (how far the
-// machine repeats its own ranking: a ceiling for the model's), the chosen plan's measured time against the
-// fastest measured, the largest step-time error of the model (|modelled -
-// measured| / measured over layouts: where layouts lie closer together than
-// the machine repeats itself, this says more than the ranking) and the
-// largest memory errors. --json: JSON Lines.
+// machine repeats its own ranking: a ceiling for the model's); the chosen
+// plan's measured time against the fastest measured; the range of the
+// model's step-time error, (modelled - measured) / measured over layouts
+// (where layouts lie closer together than the machine repeats itself, this
+// says more than the ranking); and the largest memory errors. --json: JSON
+// Lines.
 // Exit 0 unless a run fails (figures are reported, not enforced: the
 // machine is noisy).
 #include <CLI/CLI.hpp>
@@ -362,12 +363,12 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
   const double rho = spearman(modelled, measured);
   const double fastest = *std::min_element(measured.begin(), measured.end());
   const double chosen_ratio = measured[std::size_t(chosen_index)] / fastest;
-  double worst_time = 0, time_low = 0, time_high = 0;  // the model's error, and its range (signed)
+  double time_low = HUGE_VAL, time_high = -HUGE_VAL;  // the model's relative step-time error over layouts
   for (std::size_t i = 0; i < n; ++i) {
     const double e = (modelled[i] - measured[i]) / measured[i];
-    worst_time = std::max(worst_time, std::abs(e));
-    time_low = i == 0 ? e : std::min(time_low, e), time_high = i == 0 ? e : std::max(time_high, e);
+    time_low = std::min(time_low, e), time_high = std::max(time_high, e);
   }
+  const double worst_time = std::max(-time_low, time_high);
   if (print) {
     if (a.json) {
       print_json_line({{"type", "plan_summary"}, {"layouts", layouts.size()}, {"spearman", rho}, {"rounds", a.rounds},
