@@ -303,13 +303,12 @@ void DataParallel::begin_step() {
   final_params_.clear();
 }
 
-void DataParallel::set_final_micro_batch(bool final) {
-  final_ = final;
-  if (final && final_params_.empty()) final_start_ = now_ms();
-}
-
 void DataParallel::set_final_part(nn::Module& part) {
   if (!final_ && final_params_.empty()) final_start_ = now_ms();
+  if (&part == static_cast<nn::Module*>(&model_)) {
+    final_ = true;  // every parameter: no need to name them
+    return;
+  }
   for (const nn::Parameter* p : part.parameters()) final_params_.insert(p);
 }
 

@@ -338,10 +338,7 @@ StepStats Engine::step() {
   // chunk's) lets data parallelism start reducing them.
   const double loss_sum =
       pipeline_->train_step(batches, s.loss_scale / float(options_.grad_accum), [&](nn::Model* completes) {
-        if (completes == model_.get())
-          dp_->set_final_micro_batch(true);
-        else if (completes)
-          dp_->set_final_part(*completes);
+        if (completes) dp_->set_final_part(*completes);
       });
   // The rank's own work this step (slow ranks show here; waiting for peers
   // mostly comes later, in the reduction).

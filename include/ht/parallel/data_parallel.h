@@ -29,7 +29,7 @@
 // shard across replicas, and all-gathers stay inside the shard group.
 //
 // Gradients are averaged over dp. With gradient accumulation, call
-// set_final_micro_batch(true) before the last micro-batch's backward only:
+// set_final_part(model) before the last micro-batch's backward only:
 // earlier micro-batches accumulate locally and reduce nothing.
 //
 // A weight tied across pipeline stages (nn::Model::tied_weights: GPT's
@@ -73,7 +73,7 @@ struct DataParallelOptions {
 
 /// Timings of the last step's gradient reductions, for the overlap benchmark.
 struct ReductionTimes {
-  double backward_ms = 0;  // from set_final_micro_batch(true) (or the first set_final_part) to finish_gradients()
+  double backward_ms = 0;  // from the first set_final_part to finish_gradients()
   double exposed_ms = 0;   // finish_gradients() waiting for reductions still in flight
   int early_groups = 0;    // groups whose reduction had started when finish_gradients() was called
   int groups = 0;          // groups reduced in all
@@ -106,13 +106,11 @@ class DataParallel {
   /// hold none between steps: each bucket's is allocated when backward first
   /// writes to it).
   void begin_step();
-  /// Whether the next backward completes the step's gradients.
-  void set_final_micro_batch(bool final);
-  /// The next backward through `part` (a child of the model, or the model)
-  /// is its last of the step: its parameters' gradients are complete when
-  /// it ends, and their reductions may start, while backwards through other
-  /// parts go on accumulating (an interleaved pipeline's chunks). Until
-  /// begin_step.
+  /// The next backward through `part` is its last of the step: its
+  /// parameters' gradients are complete when it ends, and their reductions
+  /// may start. `part` is the model (the step's last micro-batch) or a child
+  /// of it, while backwards through the other children go on accumulating
+  /// (an interleaved pipeline's chunks). Until begin_step.
   void set_final_part(nn::Module& part);
   /// After the last backward: waits for the reductions, sums tied weights;
   /// afterwards the optimizer's slots hold the dp-averaged gradients.
@@ -175,7 +173,7 @@ class DataParallel {
   // Stage 3: the unit of each top-level module, in execution order.
   std::vector<nn::Module*> sequence_;
   std::vector<std::size_t> unit_of_;
-  bool final_ = true;
+  bool final_ = true;  // the whole model's last backward has begun (set_final_part(model))
   std::unordered_set<const nn::Parameter*> final_params_;  // of the parts set_final_part named this step
   ReductionTimes times_;
   double final_start_ = 0;
