@@ -43,6 +43,41 @@ cudaError_t launch_bias_grad(const float* dy, float* dbias, std::int64_t rows, s
 cudaError_t launch_gelu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream);
 cudaError_t launch_gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
 
+// mul.cu ------------------------------------------------------------------
+
+/// out (rows, c) = a (rows, c) * b, with b (c) repeated over the rows; rows ==
+/// 1 is the same-shape product. out may alias a (and b when rows == 1).
+cudaError_t launch_mul(const float* a, const float* b, float* out, std::int64_t rows, std::int64_t c,
+                       cudaStream_t stream);
+/// How many doubles of scratch launch_mul_column_sums needs for dy (rows, c).
+std::int64_t mul_column_sums_scratch_count(std::int64_t rows, std::int64_t c);
+/// db (c) = column sums of dy * a (rows, c), overwritten (zeros when rows ==
+/// 0): each block of kern::kMulRowChunk rows summed in row order into
+/// `scratch`, then the blocks added in order, all in double (kernels/
+/// mul.cuh): the CPU driver's bits. c == 0 launches nothing.
+cudaError_t launch_mul_column_sums(const float* dy, const float* a, float* db, std::int64_t rows, std::int64_t c,
+                                   double* scratch, cudaStream_t stream);
+
+// masked_mean.cu ----------------------------------------------------------
+
+/// out (b, c) = the mean over the kept t (mask (b, t) nonzero) of x (b, t, c),
+/// summed in double over t in order (the CPU driver's bits); 0 for a row
+/// with none kept.
+cudaError_t launch_masked_mean(const float* x, const std::int32_t* mask, float* out, std::int64_t b, std::int64_t t,
+                               std::int64_t c, cudaStream_t stream);
+/// dx (b, t, c) = dout (b, c) / count_b at kept positions, else 0; `counts`
+/// is scratch for b ints.
+cudaError_t launch_masked_mean_backward(const float* dout, const std::int32_t* mask, float* dx, std::int64_t b,
+                                        std::int64_t t, std::int64_t c, std::int32_t* counts, cudaStream_t stream);
+
+// dropout.cu --------------------------------------------------------------
+
+/// out (rows, len) = x with element (r, j) kept (times kern::dropout_scale(p))
+/// iff kern::dropout_keep(kern::dropout_hash(seed, site, first_row + r, j), p),
+/// else 0. out may alias x.
+cudaError_t launch_dropout(const float* x, float* out, std::int64_t rows, std::int64_t len, std::uint64_t seed,
+                           std::uint64_t site, std::int64_t first_row, float p, cudaStream_t stream);
+
 // silu.cu -----------------------------------------------------------------
 
 cudaError_t launch_silu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream);

@@ -9,6 +9,7 @@
 
 #include "ht/config.h"
 #include "ht/ops/attention.h"
+#include "ht/ops/dropout.h"
 #include "ht/ops/optimizer_update.h"
 #include "ht/ops/reduce.h"
 #include "ht/ops/matmul.h"
@@ -18,6 +19,10 @@
   void matmul(const Tensor& a, const Tensor& b, Tensor& c, const MatmulOptions& o);                         \
   void add(const Tensor& a, const Tensor& b, Tensor& out);                                                  \
   void scale(Tensor& x, float s);                                                                           \
+  /* b: a's element count, or (c) broadcast over the rows of a (rows, c) */                                 \
+  void mul(const Tensor& a, const Tensor& b, Tensor& out);                                                  \
+  /* db (c) = column sums of dy * a (rows, c), kern::kMulRowChunk rows a block; overwritten */              \
+  void mul_column_sums(const Tensor& dy, const Tensor& a, Tensor& db);                                      \
   void bias_add(Tensor& y, const Tensor& bias);                                                             \
   void bias_grad(const Tensor& dy, Tensor& dbias);                                                          \
   void bias_fill(Tensor& y, const Tensor& bias);                                                            \
@@ -62,6 +67,9 @@
   /* dim counted from 0; reduce_backward's counts dx's dimensions */                                        \
   void reduce(const Tensor& x, int dim, Reduction r, Tensor& out);                                          \
   void reduce_backward(const Tensor& dout, int dim, Reduction r, Tensor& dx);                               \
+  void masked_mean(const Tensor& x, const Tensor& mask, Tensor& out);                                       \
+  void masked_mean_backward(const Tensor& dout, const Tensor& mask, Tensor& dx);                            \
+  void dropout(const Tensor& x, float p, const DropoutKey& key, Tensor& out);                               \
   void index_select(const Tensor& x, int dim, const Tensor& index, Tensor& out);                            \
   void index_select_backward(const Tensor& dout, int dim, const Tensor& index, Tensor& dx);                 \
   void cast(const Tensor& src, Tensor& dst);                                                                \

@@ -1,7 +1,9 @@
 // Element-wise ops: validation and dispatch. f16 and bf16 calls run the f32
 // drivers through F32Staging (ht/ops/compute_dtype.h), except where the CPU
 // driver converts block by block itself (add, scale, GELU); the fused GELU
-// backward runs its two parts as separate ops in 16 bits.
+// backward runs its two parts as separate ops in 16 bits. mul_backward is
+// mul's driver (da, and db of a same-shape b) plus a column-sum driver (db of
+// a broadcast b).
 #include "ht/ops/elementwise.h"
 
 #include "ops/backend_ops.h"
@@ -23,6 +25,65 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
   check_numel("add", "out", out, a.numel());
   F32Staging s(/*native=*/dev.is_cpu());
   HT_DISPATCH(dev, add, s.in(a), s.in(b), s.out(out, Staged::kOverwrite));
+  s.commit();
+}
+
+namespace elementwise_check {  // a namespace of its own: the unity build shares file-local names
+
+// Checks mul's b against a: a's shape, or 1-d with a's last dimension.
+// Returns whether b broadcasts over a's rows (a 1-d b of a 1-d a's shape is
+// the same-shape case).
+bool check_mul_operand(const char* op, const Tensor& a, const Tensor& b) {
+  if (b.shape() == a.shape()) return false;
+  if (a.ndim() >= 1 && b.ndim() == 1 && b.size(0) == a.size(-1)) return true;
+  if (a.ndim() == 0)
+    throw Error(ErrorKind::kShapeMismatch,
+                fmt::format("{}: 'b' must have a's shape [] (a 0-d a has no rows to broadcast over), got {}", op,
+                            shape_str(b.shape())));
+  throw Error(ErrorKind::kShapeMismatch,
+              fmt::format("{}: 'b' must have a's shape {}, or be 1-d with a's last dimension ([{}]) to multiply "
+                          "every row of a; got {}",
+                          op, shape_str(a.shape()), a.size(-1), shape_str(b.shape())));
+}
+
+}  // namespace elementwise_check
+
+void mul(const Tensor& a, const Tensor& b, Tensor& out) {
+  const char* op = "mul";
+  const Device dev = check_same_device(op, {{"a", &a}, {"b", &b}, {"out", &out}});
+  check_compute_dtype(op, {{"a", &a}, {"b", &b}, {"out", &out}});
+  elementwise_check::check_mul_operand(op, a, b);
+  detail::check_shape(op, "out", out, a.shape());
+  F32Staging s;
+  HT_DISPATCH(dev, mul, s.in(a), s.in(b), s.out(out, Staged::kOverwrite));
+  s.commit();
+}
+
+void mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, Tensor* da, Tensor* db) {
+  const char* op = "mul_backward";
+  const Tensor none;
+  const Device dev = check_same_device(op, {{"dy", &dy}, {"a", &a}, {"b", &b}});
+  if (da) check_same_device(op, {{"a", &a}, {"da", da}});
+  if (db) check_same_device(op, {{"b", &b}, {"db", db}});
+  check_compute_dtype(op, {{"dy", &dy}, {"a", &a}, {"b", &b}, {"da", da ? da : &none}, {"db", db ? db : &none}});
+  const bool broadcast = elementwise_check::check_mul_operand(op, a, b);
+  detail::check_shape(op, "dy", dy, a.shape());
+  if (da) detail::check_shape(op, "da", *da, a.shape());
+  if (db) detail::check_shape(op, "db", *db, b.shape());
+  // One staging for both gradients, every 16-bit input copied before either
+  // driver runs; in f32, db goes first (the header's aliasing rule).
+  F32Staging s;
+  const Tensor& dy32 = s.in(dy);
+  const Tensor& a32 = db ? s.in(a) : a;
+  const Tensor& b32 = da ? s.in(b) : b;
+  if (db) {
+    Tensor& db32 = s.out(*db, Staged::kOverwrite);
+    if (broadcast)
+      HT_DISPATCH(dev, mul_column_sums, dy32, a32, db32);
+    else
+      HT_DISPATCH(dev, mul, dy32, a32, db32);
+  }
+  if (da) HT_DISPATCH(dev, mul, dy32, b32, s.out(*da, Staged::kOverwrite));
   s.commit();
 }
 

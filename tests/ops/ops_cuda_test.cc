@@ -19,6 +19,7 @@
 #include "ht/ops/attention.h"
 #include "ht/ops/cast.h"
 #include "ht/ops/cross_entropy.h"
+#include "ht/ops/dropout.h"
 #include "ht/ops/elementwise.h"
 #include "ht/ops/embedding.h"
 #include "ht/ops/index_errors.h"
@@ -676,6 +677,80 @@ void add_modelling_kit_cases(std::vector<Case>& cases) {
     }
 }
 
+// The element-wise product and its backward, masked mean pooling and dropout.
+// Every one is bit-exact: the same f32 roundings (products, one division),
+// double sums in the same order on both drivers, and dropout's decisions in
+// integer arithmetic.
+void add_mul_pool_dropout_cases(std::vector<Case>& cases) {
+  struct MulShape {
+    Shape a;
+    bool broadcast;
+  };
+  const MulShape mul_shapes[] = {{{0}, false},      {{1}, false},       {{1000}, false},   {{300007}, false},
+                                 {{0, 5}, true},    {{1, 1}, true},     {{37, 33}, true},  {{1000, 769}, true},
+                                 {{130, 1}, true},  {{2, 3, 100}, true}, {{4, 0}, true},    {{65, 7}, false}};
+  for (DType dt : kComputeDtypes)
+    for (const MulShape& m : mul_shapes) {
+      const Shape sb = m.broadcast ? Shape{m.a.back()} : m.a;
+      cases.push_back({"mul_" + shape_name(m.a) + (m.broadcast ? "_by_row" : "") + dtype_suffix(dt),
+                       [m, sb, dt](Device dev) {
+                         std::mt19937 rng(30);
+                         const Tensor a = random_of(m.a, rng, dt, -2.f, 2.f).to(dev);
+                         const Tensor b = random_of(sb, rng, dt, -2.f, 2.f).to(dev);
+                         const Tensor dy = random_of(m.a, rng, dt).to(dev);
+                         Tensor out = nan_of(m.a, dt).to(dev);
+                         ops::mul(a, b, out);
+                         Tensor in_place = a.clone();  // out aliasing a
+                         ops::mul(in_place, b, in_place);
+                         Tensor da = nan_of(m.a, dt).to(dev), db = nan_of(sb, dt).to(dev);
+                         ops::mul_backward(dy, a, b, &da, &db);
+                         return Outputs{{"out", out}, {"in_place", in_place}, {"da", da}, {"db", db}};
+                       },
+                       0});
+    }
+  struct PoolDims {
+    std::int64_t b, t, c;
+  };
+  for (DType dt : kComputeDtypes)
+    for (const PoolDims& d : {PoolDims{0, 3, 2}, PoolDims{1, 1, 1}, PoolDims{2, 5, 3}, PoolDims{3, 7, 1},
+                              PoolDims{4, 13, 300}, PoolDims{2, 0, 4}, PoolDims{16, 128, 64}}) {
+      cases.push_back({"masked_mean_" + dims_name({d.b, d.t, d.c}) + dtype_suffix(dt),
+                       [d, dt](Device dev) {
+                         std::mt19937 rng(31);
+                         const Tensor x = random_of({d.b, d.t, d.c}, rng, dt, -2.f, 2.f).to(dev);
+                         const Tensor dout = random_of({d.b, d.c}, rng, dt).to(dev);
+                         // Random keeps (any nonzero value), and batch row 1 all masked.
+                         std::uniform_int_distribution<std::int32_t> pick(-1, 2);
+                         std::vector<std::int32_t> m(std::size_t(d.b * d.t));
+                         for (std::size_t i = 0; i < m.size(); ++i)
+                           m[i] = i / std::size_t(d.t) == 1 ? 0 : pick(rng);
+                         const Tensor mask = Tensor::from_vector(m, {d.b, d.t}).to(dev);
+                         Tensor out = nan_of({d.b, d.c}, dt).to(dev), dx = nan_of({d.b, d.t, d.c}, dt).to(dev);
+                         ops::masked_mean(x, mask, out);
+                         ops::masked_mean_backward(dout, mask, dx);
+                         return Outputs{{"out", out}, {"dx", dx}};
+                       },
+                       0});
+    }
+  for (DType dt : kComputeDtypes)
+    for (const Shape& shape : {Shape{0, 4}, Shape{1}, Shape{7}, Shape{3, 5}, Shape{300007}, Shape{37, 3, 33},
+                               Shape{4, 0}})
+      for (float p : {0.1f, 0.5f}) {
+        cases.push_back({"dropout_" + shape_name(shape) + (p == 0.1f ? "_p01" : "_p05") + dtype_suffix(dt),
+                         [shape, p, dt](Device dev) {
+                           std::mt19937 rng(32);
+                           const Tensor x = random_of(shape, rng, dt, -3.f, 3.f).to(dev);
+                           Tensor out = nan_of(shape, dt).to(dev), shifted = nan_of(shape, dt).to(dev);
+                           ops::dropout(x, p, {77, 5, 0}, out);
+                           Tensor in_place = x.clone();  // out aliasing x
+                           ops::dropout(in_place, p, {77, 5, 0}, in_place);
+                           ops::dropout(x, p, {~0ULL, 1ULL << 40, 123456789}, shifted);
+                           return Outputs{{"out", out}, {"in_place", in_place}, {"shifted", shifted}};
+                         },
+                         0});
+      }
+}
+
 void add_precision_cases(std::vector<Case>& cases) {
   const DType floats[] = {DType::kF32, DType::kF16, DType::kBF16};
   for (DType from : floats)
@@ -795,6 +870,7 @@ std::vector<Case> all_cases() {
   add_cross_entropy_cases(cases);
   add_vocab_shard_cases(cases);
   add_modelling_kit_cases(cases);
+  add_mul_pool_dropout_cases(cases);
   add_precision_cases(cases);
   add_optimizer_cases(cases);
   return cases;

@@ -1,7 +1,8 @@
 // The dtype rules of the compute ops (matmul, the element-wise ops, LayerNorm,
 // RMSNorm, RoPE, SiLU and SwiGLU, attention, embedding, cross-entropy, MSE,
-// reduce, index_select): written here once, referred to by every op header. The precision ops (cast.h) and optimizer updates have their
-// own rules, stated in their headers.
+// reduce and masked_mean, index_select, dropout): written here once, referred
+// to by every op header. The precision ops (cast.h) and optimizer updates
+// have their own rules, stated in their headers.
 #pragma once
 
 #include "ht/core/dtype.h"
@@ -18,8 +19,8 @@ namespace ht::ops {
 //   dtype among them throws kDTypeMismatch too.
 // - Statistics stay f32 whatever the compute dtype: LayerNorm mean and rstd;
 //   RMSNorm rstd; attention lse; cross-entropy losses, lse and target_logit;
-//   the MSE loss; the RoPE table. Token ids, targets, attention key masks and
-//   index_select indices are i32.
+//   the MSE loss; the RoPE table. Token ids, targets, attention key masks,
+//   masked_mean masks and index_select indices are i32.
 // - Arithmetic is f32 inside. Each output element is rounded once to its dtype
 //   (round to nearest, ties to even). Outputs that accumulate (matmul with
 //   beta != 0, bias_add's y, bias_grad's dbias, LayerNorm dw and db, embedding
@@ -35,13 +36,13 @@ namespace ht::ops {
 // CUDA except matmul, whose 16-bit operands go to cuBLAS as they are (f32
 // compute, tensor cores), and on the CPU matmul (sgemm), bias_add, bias_grad,
 // LayerNorm, attention and embedding, and the newer ops (RMSNorm, RoPE, SiLU,
-// SwiGLU, MSE, reduce, index_select). The CPU's add, scale, GELU and
-// cross-entropy convert block by block or row by row themselves, with no
-// tensor-sized temporaries. 16-bit calls on the CPU are therefore slower than
-// f32 ones (one core: matmul 1.0-1.15x the f32 time, GELU 1.2-1.3x,
-// LayerNorm 1.3-1.5x; docs/design.md); what 16-bit saves is the memory of
-// tensors kept between calls (activations saved for backward, parameters,
-// gradients).
+// SwiGLU, MSE, reduce, masked_mean, index_select, mul, dropout). The CPU's
+// add, scale, GELU and cross-entropy convert block by block or row by row
+// themselves, with no tensor-sized temporaries. 16-bit calls on the CPU are
+// therefore slower than f32 ones (one core: matmul 1.0-1.15x the f32 time,
+// GELU 1.2-1.3x, LayerNorm 1.3-1.5x; docs/design.md); what 16-bit saves is
+// the memory of tensors kept between calls (activations saved for backward,
+// parameters, gradients).
 
 /// Whether `dtype` can be the compute dtype of a compute op: f32, f16 or bf16.
 constexpr bool is_compute_dtype(DType dtype) { return is_floating(dtype); }

@@ -1,6 +1,7 @@
-// Element-wise and broadcast ops: add, scale, bias add (and the rows of a
-// GEMM's C filled with the bias) and its gradient, GELU, and GELU's backward
-// fused with the bias gradient of the layer before it.
+// Element-wise and broadcast ops: add, multiply (and its backward), scale,
+// bias add (and the rows of a GEMM's C filled with the bias) and its
+// gradient, GELU, and GELU's backward fused with the bias gradient of the
+// layer before it.
 // Outputs are overwritten, except gradients of parameters (bias_grad), which
 // accumulate. Synchronous on CPU; on CUDA enqueued on the current stream.
 // Every tensor of a call is f32, or all f16, or all bf16 (ht/ops/compute_dtype.h).
@@ -13,6 +14,24 @@ namespace ht::ops {
 
 /// out = a + b, all the same element count and dtype. `out` may alias a or b.
 void add(const Tensor& a, const Tensor& b, Tensor& out);
+/// out = a * b element-wise, each product rounded once. `b` has a's shape, or
+/// is 1-d with a's last dimension C and multiplies every row of a (..., C)
+/// (broadcast over all leading dimensions, as bias_add adds). `out` has a's
+/// shape; it may alias `a`, and `b` when b has a's shape. Any other shape of
+/// b or out throws kShapeMismatch.
+void mul(const Tensor& a, const Tensor& b, Tensor& out);
+/// The gradients of out = mul(a, b) from dy (a's shape), overwritten (not
+/// accumulated, unlike bias_grad); pass nullptr for one that is not needed
+/// (both null: only the arguments are checked).
+/// - *da (a's shape) = dy * b, b broadcast as in mul.
+/// - *db (b's shape) = dy * a when b has a's shape. When b broadcasts, *db (C)
+///   = the column sums over all rows of dy * a: each product exact in double,
+///   summed in double in a fixed order (blocks of rows in order, then the
+///   blocks in order: the same bits whatever the thread count, and the same
+///   on CPU and CUDA), rounded once; 0 where a has no rows.
+/// db is computed before da, so `da` may alias dy, a or b; `db` must not
+/// overlap any other argument.
+void mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, Tensor* da, Tensor* db);
 /// x *= s.
 void scale(Tensor& x, float s);
 /// y (rows, C) += bias (C), broadcast over rows.
