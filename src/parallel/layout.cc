@@ -181,21 +181,49 @@ namespace {
 // "3,5,5,3": layer counts as --stage-layers takes them.
 std::string counts_str(const std::vector<int>& counts) { return fmt::format("{}", fmt::join(counts, ",")); }
 
+// How the errors below name a stage. Under the interleaved schedule
+// (virtual_stages v > 1) --stage-layers counts the pp x v virtual stages,
+// and an error that spoke of "pipeline stages" and --pp would send the user
+// looking for pp counts that can never be right.
+const char* stage_noun(int virtual_stages) { return virtual_stages > 1 ? "virtual stage" : "pipeline stage"; }
+const char* stage_short(int virtual_stages) { return virtual_stages > 1 ? "virtual stage" : "stage"; }
+// "the pipeline has 4 (--pp 4)" or "the interleaved pipeline has 8 virtual
+// stages (--pp 4 x --virtual-stages 2)".
+std::string pipeline_has(int stages, int virtual_stages) {
+  if (virtual_stages <= 1) return fmt::format("the pipeline has {} (--pp {})", stages, stages);
+  return fmt::format("the interleaved pipeline has {} virtual stages (--pp {} x --virtual-stages {})", stages,
+                     stages / virtual_stages, virtual_stages);
+}
+
 }  // namespace
 
-std::vector<int> stage_boundaries(const std::vector<int>& counts, int stages) {
+std::vector<int> stage_boundaries(const std::vector<int>& counts, int stages, int virtual_stages) {
+  HT_CHECK_ARG(virtual_stages >= 1, "stage boundaries: {} virtual stages per pipeline rank (1 without interleaving)",
+               virtual_stages);
   if (counts.empty()) return {};
+  // The valid value each error offers. The model's layer count is not known
+  // here (validate_boundaries checks it when the model is built), so: the
+  // layers the counts add up to, one per stage at least, split by count.
+  const auto example = [&] {
+    std::int64_t given = 0;
+    for (int c : counts) given += std::max(c, 0);
+    const int n = int(std::clamp<std::int64_t>(given, std::max(stages, 1), std::numeric_limits<int>::max()));
+    return fmt::format("e.g. --stage-layers {} ({} layers, split by count)",
+                       counts_str(layers_per_stage(partition_by_count(n, stages))), n);
+  };
+  const char* noun = stage_noun(virtual_stages);
   HT_CHECK(int(counts.size()) == stages, ErrorKind::kConfig,
-           "--stage-layers {} gives {} pipeline stages but the pipeline has {} (--pp {}): give one layer count per "
-           "stage, or none for the split by count",
-           counts_str(counts), counts.size(), stages, stages);
+           "--stage-layers {} gives {} {}s but {}: give one layer count per {}, or none for the split by count, {}",
+           counts_str(counts), counts.size(), noun, pipeline_has(stages, virtual_stages), stage_short(virtual_stages),
+           example());
   std::vector<int> b{0};
   for (std::size_t s = 0; s < counts.size(); ++s) {
     HT_CHECK(counts[s] >= 1, ErrorKind::kConfig,
-             "--stage-layers {}: stage {} would hold {} layers; every pipeline stage needs at least one", counts_str(counts),
-             s, counts[s]);
+             "--stage-layers {}: {} {} would hold {} layers; every {} needs at least one, {}", counts_str(counts),
+             stage_short(virtual_stages), s, counts[s], noun, example());
     HT_CHECK(counts[s] <= std::numeric_limits<int>::max() - b.back(), ErrorKind::kConfig,
-             "--stage-layers {}: the layers add up beyond {}", counts_str(counts), std::numeric_limits<int>::max());
+             "--stage-layers {}: the layers add up beyond {}, {}", counts_str(counts), std::numeric_limits<int>::max(),
+             example());
     b.push_back(b.back() + counts[s]);
   }
   return b;
@@ -207,27 +235,38 @@ std::vector<int> layers_per_stage(const std::vector<int>& boundaries) {
   return counts;
 }
 
-void validate_boundaries(const std::vector<int>& boundaries, int n_layers, int stages) {
+void validate_boundaries(const std::vector<int>& boundaries, int n_layers, int stages, int virtual_stages) {
+  HT_CHECK_ARG(virtual_stages >= 1, "stage boundaries: {} virtual stages per pipeline rank (1 without interleaving)",
+               virtual_stages);
   // The sizes first (stages > 0, a layer per stage at least), with
   // partition_by_count's errors; its split is the valid choice offered.
+  HT_CHECK(virtual_stages == 1 || stages <= 0 || n_layers >= stages, ErrorKind::kConfig,
+           "{} layers cannot fill {} virtual stages (--pp {} x --virtual-stages {}; one layer per virtual stage at "
+           "least): choose --pp and --virtual-stages whose product is <= {}",
+           n_layers, stages, stages / virtual_stages, virtual_stages, std::max(n_layers, 1));
   const std::vector<int> by_count = partition_by_count(n_layers, stages);
   if (boundaries.empty()) return;
-  const std::string valid = fmt::format("e.g. --stage-layers {} (the split by count)", counts_str(layers_per_stage(by_count)));
+  const std::string valid =
+      virtual_stages > 1
+          ? fmt::format("e.g. --stage-layers {} (the split by count over {} virtual stages)",
+                        counts_str(layers_per_stage(by_count)), stages)
+          : fmt::format("e.g. --stage-layers {} (the split by count)", counts_str(layers_per_stage(by_count)));
+  const char* noun = stage_noun(virtual_stages);
   HT_CHECK(boundaries.size() == by_count.size(), ErrorKind::kConfig,
-           "{} pipeline stage boundaries ({}) make {} stages but the pipeline has {}: give one layer count per stage "
-           "({} boundaries), {}",
-           boundaries.size(), counts_str(boundaries), int(boundaries.size()) - 1, stages, stages + 1, valid);
+           "{} {} boundaries ({}) make {} {}s but {}: give one layer count per {} ({} boundaries), {}",
+           boundaries.size(), noun, counts_str(boundaries), int(boundaries.size()) - 1, stage_short(virtual_stages),
+           pipeline_has(stages, virtual_stages), stage_short(virtual_stages), stages + 1, valid);
   HT_CHECK(boundaries.front() == 0, ErrorKind::kConfig,
-           "pipeline stage boundaries {} start at layer {}: the first stage starts at layer 0, {}", counts_str(boundaries),
-           boundaries.front(), valid);
+           "{} boundaries {} start at layer {}: the first {} starts at layer 0, {}", noun, counts_str(boundaries),
+           boundaries.front(), stage_short(virtual_stages), valid);
   const std::vector<int> counts = layers_per_stage(boundaries);
   for (std::size_t s = 0; s < counts.size(); ++s)
     HT_CHECK(counts[s] >= 1, ErrorKind::kConfig,
-             "--stage-layers {}: stage {} would hold {} layers; every pipeline stage needs at least one, {}",
-             counts_str(counts), s, counts[s], valid);
+             "--stage-layers {}: {} {} would hold {} layers; every {} needs at least one, {}", counts_str(counts),
+             stage_short(virtual_stages), s, counts[s], noun, valid);
   HT_CHECK(boundaries.back() == n_layers, ErrorKind::kConfig,
-           "--stage-layers {} sums to {} layers but the model has {}: the layers per stage must sum to {}, {}",
-           counts_str(counts), boundaries.back(), n_layers, n_layers, valid);
+           "--stage-layers {} sums to {} layers but the model has {}: the layers per {} must sum to {}, {}",
+           counts_str(counts), boundaries.back(), n_layers, stage_short(virtual_stages), n_layers, valid);
 }
 
 std::pair<int, int> stage_layers(int n_layers, int stage, int stages, const std::vector<int>& boundaries) {

@@ -24,7 +24,8 @@ std::vector<int> blocks_per_stage(const LayoutChoice& l, int num_blocks) {
   // holds a split the engine would refuse.
   const int stages = l.model_stages();
   if (!l.stage_layers.empty()) {
-    parallel::validate_boundaries(parallel::stage_boundaries(l.stage_layers, stages), num_blocks, stages);
+    parallel::validate_boundaries(parallel::stage_boundaries(l.stage_layers, stages, l.virtual_stages), num_blocks,
+                                  stages, l.virtual_stages);
     return l.stage_layers;
   }
   return parallel::layers_per_stage(parallel::partition_by_count(num_blocks, stages));

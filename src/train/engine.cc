@@ -34,13 +34,16 @@ void EngineOptions::validate() const {
                recompute == nn::Recompute::kFull,
            ErrorKind::kConfig, "recompute {} is not an activation recomputation mode: choose none, selective or full",
            int(recompute));
-  stage_boundaries(int(stage_layers.size()));  // each count >= 1; the stage count is the mesh's, checked there
+  // Each count >= 1; the stage count is the mesh's, checked there.
+  parallel::stage_boundaries(stage_layers, int(stage_layers.size()), virtual_stages);
   HT_CHECK(trace_path.empty() || (trace_first >= 1 && trace_first <= trace_last), ErrorKind::kConfig,
            "--trace-steps {}-{}: give the first and last step to trace, 1 <= first <= last (e.g. 3-5)", trace_first,
            trace_last);
 }
 
-std::vector<int> EngineOptions::stage_boundaries(int pp) const { return parallel::stage_boundaries(stage_layers, pp); }
+std::vector<int> EngineOptions::stage_boundaries(int pp) const {
+  return parallel::stage_boundaries(stage_layers, model_stages(pp), virtual_stages);
+}
 
 namespace {
 
@@ -67,7 +70,7 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   const nn::Placement placement{
       .device = options_.device,
       .tp = nn::TensorParallel{&mesh_->tp_group()},
-      .stage = {.rank = at.pp_rank, .size = pp, .boundaries = options_.stage_boundaries(options_.model_stages(pp))},
+      .stage = {.rank = at.pp_rank, .size = pp, .boundaries = options_.stage_boundaries(pp)},
       .defer_storage = true};
   if (v == 1) {
     model_ = build_model(make_model, placement);
@@ -78,7 +81,19 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
       nn::Placement chunk = placement;
       chunk.stage.rank = c * pp + at.pp_rank;
       chunk.stage.size = pp * v;
-      chunks.push_back(build_model(make_model, chunk));
+      try {
+        chunks.push_back(build_model(make_model, chunk));
+      } catch (const Error& e) {
+        // The model's own checks of its stage (parallel::validate_boundaries
+        // on --stage-layers among them) see pp v stages, not that they are
+        // virtual: say so, or a user reads "pipeline stages" and --pp.
+        if (e.kind() != ErrorKind::kConfig) throw;
+        throw Error(ErrorKind::kConfig,
+                    fmt::format("{} (under --schedule interleaved the model is split into {} virtual stages, --pp {} x "
+                                "--virtual-stages {}: the stages above are virtual stages, and --stage-layers takes one "
+                                "layer count per virtual stage)",
+                                e.message(), pp * v, pp, v));
+      }
     }
     nn::Placement rank = placement;
     rank.stage.boundaries.clear();  // those of the virtual stages are the chunks'

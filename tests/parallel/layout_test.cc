@@ -12,6 +12,7 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <string>
 
 #include "ht/parallel/layout.h"
 #include "test_util.h"
@@ -624,11 +625,12 @@ TEST(ChosenStages, BadSplitsAreClearErrors) {
   // What users type: the wrong count of stages, a zero, a sum other than the layer count.
   EXPECT_TRUE(test::throws_error([] { stage_boundaries({3, 5, 5}, 4); }, ErrorKind::kConfig,
                                  {"--stage-layers 3,5,5 gives 3 pipeline stages but the pipeline has 4 (--pp 4)",
-                                  "one layer count per stage"}));
+                                  "one layer count per stage", "e.g. --stage-layers 4,3,3,3 (13 layers, split by count)"}));
   EXPECT_TRUE(test::throws_error([] { stage_boundaries({3, 0, 5, 8}, 4); }, ErrorKind::kConfig,
-                                 {"--stage-layers 3,0,5,8: stage 1 would hold 0 layers", "at least one"}));
+                                 {"--stage-layers 3,0,5,8: stage 1 would hold 0 layers", "at least one",
+                                  "e.g. --stage-layers 4,4,4,4 (16 layers, split by count)"}));
   EXPECT_TRUE(test::throws_error([] { stage_boundaries({2, -1}, 2); }, ErrorKind::kConfig,
-                                 {"stage 1 would hold -1 layers"}));
+                                 {"stage 1 would hold -1 layers", "e.g. --stage-layers 1,1 (2 layers"}));
   EXPECT_TRUE(test::throws_error([] { stage_boundaries({std::numeric_limits<int>::max(), 1}, 2); },
                                  ErrorKind::kConfig, {"add up beyond"}));
   EXPECT_TRUE(test::throws_error([] { validate_boundaries({0, 3, 8, 13, 16}, 15, 4); }, ErrorKind::kConfig,
@@ -647,6 +649,97 @@ TEST(ChosenStages, BadSplitsAreClearErrors) {
                                  {"3 layers cannot fill 4 pipeline stages"}));
   EXPECT_TRUE(test::throws_error([] { stage_layers(4, 2, 2, {0, 1, 4}); }, ErrorKind::kInvalidArgument,
                                  {"stage 2 outside a pipeline of 2"}));
+}
+
+// The --stage-layers value an error offers ("e.g. --stage-layers 2,2,1,1 (...)"), or empty.
+std::vector<int> offered_split(const std::string& message) {
+  const std::string key = "e.g. --stage-layers ";
+  const std::size_t at = message.find(key);
+  std::vector<int> counts;
+  if (at == std::string::npos) return counts;
+  const std::size_t begin = at + key.size();
+  std::string value = message.substr(begin, message.find(' ', begin) - begin);  // "2,2,1,1"
+  for (std::size_t i = 0; i < value.size();) {
+    const std::size_t comma = std::min(value.find(',', i), value.size());
+    counts.push_back(std::stoi(value.substr(i, comma - i)));
+    i = comma + 1;
+  }
+  return counts;
+}
+
+// Under the interleaved schedule --stage-layers has one count per virtual
+// stage (pp x v of them): the errors say so, name pp x v, and offer a value
+// that works; none speaks of "pipeline stages" or --pp alone.
+TEST(ChosenStages, InterleavedErrorsSpeakOfVirtualStages) {
+  // pp 2 x v 2: 4 virtual stages.
+  EXPECT_TRUE(test::throws_error([] { stage_boundaries({3, 3}, 4, 2); }, ErrorKind::kConfig,
+                                 {"--stage-layers 3,3 gives 2 virtual stages but the interleaved pipeline has 4 "
+                                  "virtual stages (--pp 2 x --virtual-stages 2)",
+                                  "one layer count per virtual stage", "e.g. --stage-layers 2,2,1,1 (6 layers"}));
+  EXPECT_TRUE(test::throws_error([] { stage_boundaries({2, 0, 2, 2}, 4, 2); }, ErrorKind::kConfig,
+                                 {"virtual stage 1 would hold 0 layers", "every virtual stage needs at least one",
+                                  "e.g. --stage-layers 2,2,1,1"}));
+  EXPECT_TRUE(test::throws_error([] { validate_boundaries({0, 1, 2, 3, 4}, 6, 4, 2); }, ErrorKind::kConfig,
+                                 {"--stage-layers 1,1,1,1 sums to 4 layers but the model has 6",
+                                  "the layers per virtual stage must sum to 6",
+                                  "e.g. --stage-layers 2,2,1,1 (the split by count over 4 virtual stages)"}));
+  EXPECT_TRUE(test::throws_error([] { validate_boundaries({0, 3, 6}, 6, 4, 2); }, ErrorKind::kConfig,
+                                 {"make 2 virtual stages but the interleaved pipeline has 4 virtual stages (--pp 2 x "
+                                  "--virtual-stages 2)",
+                                  "e.g. --stage-layers 2,2,1,1"}));
+  EXPECT_TRUE(test::throws_error([] { validate_boundaries({}, 3, 4, 2); }, ErrorKind::kConfig,
+                                 {"3 layers cannot fill 4 virtual stages (--pp 2 x --virtual-stages 2",
+                                  "whose product is <= 3"}));
+  // pp 3 x v 3, and the value the errors offer is accepted.
+  for (const std::vector<int>& bad : std::vector<std::vector<int>>{{5, 5, 5}, {2, 2, 2, 2, 2, 2, 2, 2, 0}, {1}}) {
+    try {
+      stage_boundaries(bad, 9, 3);
+      ADD_FAILURE() << "accepted " << ::testing::PrintToString(bad);
+    } catch (const Error& e) {
+      const std::string m = e.message();
+      EXPECT_NE(m.find("virtual stage"), std::string::npos) << m;
+      EXPECT_EQ(m.find("pipeline stage"), std::string::npos) << m;
+      if (bad.size() != 9) EXPECT_NE(m.find("has 9 virtual stages (--pp 3 x --virtual-stages 3)"), std::string::npos) << m;
+      const std::vector<int> offered = offered_split(m);
+      EXPECT_EQ(offered.size(), 9u) << m;
+      EXPECT_NO_THROW(stage_boundaries(offered, 9, 3)) << m;
+    }
+  }
+}
+
+// Every refused --stage-layers, at every pipeline and virtual-stage count,
+// offers a value that the same check accepts (validate_boundaries: for the
+// model's layer count).
+TEST(ChosenStages, EveryRefusalOffersAValueThatWorks) {
+  int refusals = 0;
+  for (int v = 1; v <= 3; ++v)
+    for (int pp = 1; pp <= 3; ++pp) {
+      const int stages = pp * v;
+      for (int len = 1; len <= stages + 1; ++len)
+        for (int fill = -1; fill <= 3; ++fill) {
+          std::vector<int> counts(std::size_t(len), fill);
+          counts.back() = 2;  // not all equal
+          for (int n = stages; n <= stages + 4; ++n) {
+            std::string message;
+            try {
+              validate_boundaries(stage_boundaries(counts, stages, v), n, stages, v);
+              continue;
+            } catch (const Error& e) {
+              message = e.message();
+            }
+            ++refusals;
+            EXPECT_EQ(message.find(v > 1 ? "pipeline stage" : "virtual stage"), std::string::npos) << message;
+            const std::vector<int> offered = offered_split(message);
+            ASSERT_EQ(int(offered.size()), stages) << message;
+            EXPECT_NO_THROW(stage_boundaries(offered, stages, v)) << message;
+            // A value offered knowing the model's layer count fits it.
+            if (message.find("the split by count)") != std::string::npos ||
+                message.find("the split by count over") != std::string::npos)
+              EXPECT_NO_THROW(validate_boundaries(stage_boundaries(offered, stages, v), n, stages, v)) << message;
+          }
+        }
+    }
+  EXPECT_GT(refusals, 100);
 }
 
 }  // namespace

@@ -326,8 +326,21 @@ TEST(UnevenSplits, InterleavedOutsideItsLimitsFailsClearly) {
     o.engine.grad_accum = 2;
     o.engine.virtual_stages = 3;  // 6 virtual stages, 5 layers
     EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
-                                   {"5 layers cannot fill 6 pipeline stages"}));
+                                   {"5 layers cannot fill 6 pipeline stages",
+                                    "split into 6 virtual stages, --pp 2 x --virtual-stages 3"}));
     o.engine.virtual_stages = 2;
+    // --stage-layers counts the 4 virtual stages; a split the model refuses says so, with one that works.
+    o.engine.stage_layers = {1, 1, 1, 1};
+    EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
+                                   {"--stage-layers 1,1,1,1 sums to 4 layers but the model has 5",
+                                    "e.g. --stage-layers 2,1,1,1", "the stages above are virtual stages",
+                                    "--pp 2 x --virtual-stages 2"}));
+    o.engine.stage_layers = {2, 3};
+    EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
+                                   {"--stage-layers 2,3 gives 2 virtual stages but the interleaved pipeline has 4 "
+                                    "virtual stages (--pp 2 x --virtual-stages 2)",
+                                    "e.g. --stage-layers 2,1,1,1"}));
+    o.engine.stage_layers = {};
     o.engine.data_parallel.zero_stage = 3;
     EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
                                    {"--schedule interleaved with --zero 3 is not supported"}));

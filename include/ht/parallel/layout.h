@@ -156,8 +156,13 @@ std::pair<int, int> stage_layers(int n_layers, int stage, int stages);
 /// layers on stage s. Returns their boundaries, the prefix sums:
 ///   {3, 5, 5, 3} -> {0, 3, 8, 13, 16}.
 /// Empty in, empty out (by count). Throws kConfig naming the values when
-/// there are not `stages` counts, a count is below 1, or the total passes int.
-std::vector<int> stage_boundaries(const std::vector<int>& counts, int stages);
+/// there are not `stages` counts, a count is below 1, or the total passes int;
+/// each error offers a valid value, the split by count of the layers the
+/// counts add up to (the model's own count is not known here).
+/// `virtual_stages` > 1: the pipeline is interleaved, `stages` = pp x
+/// virtual_stages virtual stages (--pp x --virtual-stages), one count each,
+/// and the errors speak of virtual stages; it changes nothing else.
+std::vector<int> stage_boundaries(const std::vector<int>& counts, int stages, int virtual_stages = 1);
 /// The inverse: the layers of each stage of `boundaries` ({0, 3, 8} -> {3, 5}).
 std::vector<int> layers_per_stage(const std::vector<int>& boundaries);
 
@@ -168,7 +173,9 @@ std::vector<int> layers_per_stage(const std::vector<int>& boundaries);
 /// wrong in layers per stage ("--stage-layers 3,5,5,3 sums to 16 layers but
 /// the model has 15") with a valid choice (the split by count); for
 /// stages <= 0 or n_layers < stages as partition_by_count does.
-void validate_boundaries(const std::vector<int>& boundaries, int n_layers, int stages);
+/// `virtual_stages` as for stage_boundaries: the errors name virtual stages
+/// and pp x v.
+void validate_boundaries(const std::vector<int>& boundaries, int n_layers, int stages, int virtual_stages = 1);
 /// Stage `stage`'s layers [first, second) under `boundaries` (empty: by
 /// count, the overload above): what models::GPT and models::Llama build
 /// their stage from (nn::PipelineStage::boundaries). Throws kInvalidArgument

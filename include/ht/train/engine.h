@@ -139,9 +139,11 @@ struct EngineOptions {
 
   /// Throws kConfig naming the bad value.
   void validate() const;
-  /// stage_layers as the placement's stage boundaries for a pipeline of
-  /// `pp` stages (empty: by count); throws kConfig, naming the values, when
-  /// there are not `pp` counts or one is below 1.
+  /// stage_layers as the placement's stage boundaries for a mesh of `pp`
+  /// pipeline ranks, model_stages(pp) stages (empty: by count); throws
+  /// kConfig, naming the values and a valid --stage-layers, when there are
+  /// not model_stages(pp) counts or one is below 1 (speaking of pp x v
+  /// virtual stages under the interleaved schedule).
   std::vector<int> stage_boundaries(int pp) const;
 };
 
