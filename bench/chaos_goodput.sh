@@ -19,7 +19,7 @@ plan="$(bash "$here/../tests/resilience/chaos_faults.sh" "$seed" 5 $((steps / 20
 echo "chaos seed $seed, $steps steps, --mem-ckpt-every $mem: HT_FAULTS=$plan"
 HT_FAULTS="$plan" "$htrun" --nodes 3 --slots 1 --spares 1 --run-dir "$work/run" --hang-timeout 10 --backoff 1 \
   -- "$gpt" --layers 4 --heads 4 --embd 128 --context 128 --seq-len 128 --micro-batch 4 --steps "$steps" \
-     --eval-every 0 --eval-batches 1 --sample-tokens 0 --heartbeat 0.5 --ckpt-every-s 30 --sdc-every 10 \
+     --eval-every 0 --eval-samples 4 --sample-tokens 0 --heartbeat 0.5 --ckpt-every-s 30 --sdc-every 10 \
      --divergence-steps 2 --mem-ckpt-every "$mem" > "$work/chaos.log" 2>&1 || true
 grep -E "^htrun|^  [a-z]" "$work/chaos.log"
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(f'goodput {r[\"goodput\"]:.3f} ({r[\"productive_s\"]:.0f} s of {r[\"wall_s\"]:.0f} s), {len(r[\"incidents\"])} incidents, {r[\"restarts\"]} restarts: {r[\"verdict\"]}')" "$work/run/htrun_report.json"

@@ -84,7 +84,7 @@ constexpr std::int64_t kSeqLen = 32;
 train::EngineOptions engine_options(const Args& a) {
   train::EngineOptions o;
   o.micro_batch = 1;
-  o.eval_batches = 1;
+  o.eval_samples = 8;
   o.data_parallel.zero_stage = a.zero;
   o.ckpt_dir = a.dir;
   o.ckpt_keep = 2;

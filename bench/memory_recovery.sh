@@ -17,7 +17,7 @@ for tier in disk memory; do
   HT_FAULTS="crash:rank=1:step=$((steps * 3 / 4))" "$htrun" --nodes 2 --slots 1 --run-dir "$work/$tier" \
     --no-health --backoff 0 --hang-timeout 30 \
     -- "$gpt" --text "$work/text.txt" --layers 4 --heads 4 --embd 128 --context 128 --seq-len 128 \
-       --micro-batch 4 --steps "$steps" --eval-every 0 --eval-batches 1 --sample-tokens 0 --heartbeat 0.5 \
+       --micro-batch 4 --steps "$steps" --eval-every 0 --eval-samples 4 --sample-tokens 0 --heartbeat 0.5 \
        --ckpt-every 100 --mem-ckpt-every "$mem" > "$work/$tier.log" 2>&1 || true
   python3 - "$work/$tier/htrun_report.json" "$tier" <<'PY'
 import json, sys

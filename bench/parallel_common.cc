@@ -13,7 +13,7 @@ train::EngineOptions base_options(const ParallelArgs& a) {
   o.micro_batch = a.micro_batch;
   o.steps = a.warmup + a.steps;
   o.warmup_steps = 1;
-  o.eval_batches = 1;
+  o.eval_samples = 8;
   return o;
 }
 

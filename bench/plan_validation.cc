@@ -160,7 +160,7 @@ Measured run_layout(const Args& a, const plan::LayoutChoice& l, const nn::ModelS
   o.grad_accum = l.grad_accum;
   o.steps = a.warmup + a.steps;
   o.warmup_steps = 1;
-  o.eval_batches = 0;
+  o.eval_samples = 0;
   o.eval_every = 0;
   o.data_parallel.zero_stage = l.zero;
   o.data_parallel.shard_group = l.shard_group;

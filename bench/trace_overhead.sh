@@ -18,7 +18,7 @@ for r in $(seq "$rounds"); do
     extra=(); [ "$mode" = on ] && extra=(--trace "$work/$mode$r/trace.json" --trace-steps "1-$steps")
     mpirun -np 2 --oversubscribe --bind-to none "$gpt" --text "$work/text.txt" --run-dir "$work/$mode$r" --layers 4 \
       --heads 4 --embd 128 --context 64 --seq-len 64 --micro-batch 2 --pp 2 --grad-accum 4 --bucket-mb 0.05 \
-      --steps "$steps" --eval-every 0 --eval-batches 0 --sample-tokens 0 --mem-ckpt-every 0 "${extra[@]}" > /dev/null
+      --steps "$steps" --eval-every 0 --eval-samples 0 --sample-tokens 0 --mem-ckpt-every 0 "${extra[@]}" > /dev/null
     m=$(median "$work/$mode$r")
     echo "round $r, trace $mode: median step $m ms"
     if [ "$mode" = on ]; then on+=("$m"); else off+=("$m"); fi

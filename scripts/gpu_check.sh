@@ -196,7 +196,7 @@ for model in gpt llama; do
     [ "$prec" = bf16 ] && tol=1e-2
     name="$model-$prec"
     args=(--text "$text" --layers 2 --heads 4 --embd 128 --context 64 --seq-len 64 --micro-batch 8 --steps 20
-          --eval-batches 0 --sample-tokens 0 --precision "$prec" --seed 7)
+          --eval-samples 0 --sample-tokens 0 --precision "$prec" --seed 7)
     [ "$model" = llama ] && args+=(--kv-heads 2)
     if run_check "$name" 120 bash -c "'$bin/examples/$model/${model}_train' ${args[*]} --device cpu --run-dir '$out/$name-cpu' \
         && '$bin/examples/$model/${model}_train' ${args[*]} --device cuda --run-dir '$out/$name-cuda'"; then
@@ -221,7 +221,7 @@ fi
 if command -v nsys > /dev/null || [ "$dry_run" = 1 ]; then
   if run_check nsys 150 bash -c "nsys profile --trace cuda --stats true -o '$out/steps' --force-overwrite true \
       '$bin/examples/gpt/gpt_train' --text '$text' --layers 2 --heads 4 --embd 128 --context 64 --seq-len 64 \
-      --micro-batch 8 --steps 20 --eval-batches 0 --sample-tokens 0 --device cuda --run-dir '$out/nsys-run'"; then
+      --micro-batch 8 --steps 20 --eval-samples 0 --sample-tokens 0 --device cuda --run-dir '$out/nsys-run'"; then
     counts=$(grep -E "cudaMalloc|cudaFree|Synchronize" "$out/nsys.log" | awk '{print $NF "=" $(NF-6)}' | paste -sd' ')
     row nsys PASS "$last_seconds" "calls over 20 steps: ${counts:-none}"
   else

@@ -18,11 +18,10 @@
 #include "ht/ckpt/checkpoint.h"
 #include "ht/core/rng.h"
 #include "ht/data/data_source.h"
+#include "ht/nn/functional.h"
 #include "ht/nn/linear.h"
 #include "ht/nn/model.h"
 #include "ht/nn/model_spec.h"
-#include "ht/ops/cross_entropy.h"
-#include "ht/ops/elementwise.h"
 #include "ht/train/flags.h"
 
 namespace {
@@ -35,74 +34,46 @@ constexpr std::int64_t kIn = 16, kHidden = 64, kClasses = 4;
 
 class Mlp : public nn::Model {
  public:
-  explicit Mlp(const nn::Placement& at) : Model("mlp", at) {
-    require_single_stage();  // no pipeline split; tensor parallelism splits fc1's outputs and fc2's inputs
-    fc1_ = &add_module(std::make_unique<nn::Linear>("fc1", kIn, kHidden, true, at.device, at.tp, nn::LinearSplit::kColumn));
-    fc2_ = &add_module(std::make_unique<nn::Linear>("fc2", kHidden, kClasses, true, at.device, at.tp, nn::LinearSplit::kRow));
+  explicit Mlp(const nn::Placement& at)
+      : Model("mlp", at),  // tensor parallelism splits fc1's outputs and fc2's inputs
+        fc1_(add_module(std::make_unique<nn::Linear>("fc1", kIn, kHidden, true, at.device, at.tp, nn::LinearSplit::kColumn))),
+        fc2_(add_module(std::make_unique<nn::Linear>("fc2", kHidden, kClasses, true, at.device, at.tp, nn::LinearSplit::kRow))) {
+    require_single_stage();  // no pipeline split
   }
   std::string describe() const override { return fmt::format("MLP {}-{}-{}", kIn, kHidden, kClasses); }
-
-  float forward_loss(nn::Context& ctx, const Tensor& x, const Tensor& labels) override {
-    Tensor logits = forward(ctx, x);
-    const std::int64_t n = logits.size(0);
-    Tensor losses = Tensor::empty({n}, DType::kF32, device()), lse = Tensor::empty({n}, DType::kF32, device());
-    ops::cross_entropy_forward(logits, labels, losses, lse);
-    ctx.save(this, {logits, labels, lse});
-    double sum = 0;
-    for (float l : losses.to_vector<float>()) sum += l;
-    return float(sum / double(n));
-  }
-  Tensor backward_loss(nn::Context& ctx, float grad_scale) override {
-    std::vector<Tensor> s = ctx.take(this);  // logits become their gradient, in place
-    ops::cross_entropy_backward(s[0], s[1], s[2], grad_scale / float(s[0].size(0)), s[0]);
-    return backward(ctx, s[0]);
-  }
-
- protected:
-  Tensor forward_impl(nn::Context& ctx, const Tensor& x) override {
-    Tensor h = fc1_->forward(ctx, x);
-    Tensor a = Tensor::empty(h.shape(), h.dtype(), h.device());
-    ops::gelu_forward(h, a);
-    ctx.save(this, {h});
-    return fc2_->forward(ctx, a);
-  }
-  Tensor backward_impl(nn::Context& ctx, const Tensor& dy) override {
-    Tensor da = fc2_->backward(ctx, dy);
-    ops::gelu_backward(ctx.saved(this).at(0), da, da);
-    return fc1_->backward(ctx, da);
-  }
+  // Forward only: the backward comes from the tape (nn/tape.h).
+  nn::Var compute(const nn::Var& x) override { return fc2_(nn::gelu(fc1_(x))); }
+  nn::Var loss(const nn::Var& logits, const Tensor& labels) override { return nn::cross_entropy(logits, labels); }
 
  private:
-  nn::Linear* fc1_;
-  nn::Linear* fc2_;
+  nn::Linear& fc1_;
+  nn::Linear& fc2_;
 };
 
-// ---- the data: labelled random vectors, the same global batch on any layout --
+// ---- the data: labelled random vectors, a function of the sample index ------
 
 class TeacherData : public data::DataSource {
  public:
   void attach(const data::DataShard& shard) override {
-    shard_ = shard;
-    Rng rng(shard.seed ^ 0x7eac4e7ull);
+    seed_ = shard.seed;
+    Rng rng(seed_ ^ 0x7eac4e7ull);
     teacher_.resize(std::size_t(kClasses * kIn));
     for (float& w : teacher_) w = rng.normal();
   }
-  data::MicroBatch next() override { return make(position_++, 0x7a1aull); }
+  data::MicroBatch samples(std::int64_t first, std::int64_t count) override { return make(first, count, 0x7a1aull); }
   bool has_validation() const override { return true; }
-  data::MicroBatch validation(std::int64_t index) override { return make(index, 0x7e57ull); }
-  ClientState state() const override { return {{"position", position_}}; }
-  void restore(const ClientState& state) override { position_ = std::get<std::int64_t>(state.at("position")); }
+  data::MicroBatch validation_samples(std::int64_t first, std::int64_t count) override {
+    return make(first, count, 0x7e57ull);
+  }
 
  private:
-  // Row r of global micro-batch `index` depends on (seed, stream, index, r)
-  // only: dp ranks take disjoint rows of what one process would draw.
-  data::MicroBatch make(std::int64_t index, std::uint64_t stream) const {
-    const std::int64_t rows = shard_.micro_batch, first = shard_.dp_rank * rows;
-    std::vector<float> x(static_cast<std::size_t>(rows * kIn));
-    std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
-    for (std::int64_t r = 0; r < rows; ++r) {
-      Rng rng(shard_.seed ^ stream);
-      rng.set_state(shard_.seed ^ stream, std::uint64_t(2 * kIn * (index * rows * shard_.dp_size + first + r)));
+  // Sample i depends on (seed, stream, i) only: any layout reads the same rows.
+  data::MicroBatch make(std::int64_t first, std::int64_t count, std::uint64_t stream) const {
+    std::vector<float> x(static_cast<std::size_t>(count * kIn));
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(count));
+    for (std::int64_t r = 0; r < count; ++r) {
+      Rng rng;
+      rng.set_state(seed_ ^ stream, std::uint64_t(2 * kIn * (first + r)));
       float* row = x.data() + r * kIn;
       for (std::int64_t i = 0; i < kIn; ++i) row[i] = rng.normal();
       float best = -INFINITY;
@@ -115,12 +86,11 @@ class TeacherData : public data::DataSource {
         }
       }
     }
-    return {Tensor::from_vector(x, {rows, kIn}), Tensor::from_vector(labels, {rows})};
+    return {.input = Tensor::from_vector(x, {count, kIn}), .target = Tensor::from_vector(labels, {count})};
   }
 
-  data::DataShard shard_;
+  std::uint64_t seed_ = 0;
   std::vector<float> teacher_;
-  std::int64_t position_ = 0;
 };
 
 }  // namespace
@@ -164,7 +134,7 @@ int main(int argc, char** argv) {
   flags.engine.min_lr = 1e-3f;
   flags.engine.warmup_steps = 10;
   flags.engine.eval_every = 50;
-  flags.engine.eval_batches = 4;
+  flags.engine.eval_samples = 256;
   CLI::App app{"Train an MLP classifier of one's own with hypertrain's engine."};
   flags.add_to(app);
   CLI11_PARSE(app, argc, argv);
@@ -173,15 +143,15 @@ int main(int argc, char** argv) {
     TeacherData data;
     train::Engine engine(job, flags.engine, [](const nn::Placement& at) { return std::make_unique<Mlp>(at); }, data);
     const bool fresh = engine.resumed_from() == 0;
-    const float before = engine.evaluate();
+    const double before = engine.evaluate().loss;
     flags.fit.at_end = [&](train::Engine& e) {
-      const float after = e.evaluate();
+      const double after = e.evaluate().loss;
       const auto weights = e.full_parameters();  // rank 0 holds them all
       if (!job.rank0()) return;
       std::uint64_t h = 0;
       for (const auto& [name, t] : weights) h = h * 0x100000001b3ull ^ ckpt::checksum64(t.data_ptr(), t.nbytes());
       std::printf("# weights %016llx\n# val loss %.4f -> %.4f\n", (unsigned long long)h, before, after);
-      HT_CHECK(!fresh || after < 0.5f * before, ErrorKind::kInternal,
+      HT_CHECK(!fresh || after < 0.5 * before, ErrorKind::kInternal,
                "the validation loss did not halve ({:.4f} -> {:.4f}): training is broken", before, after);
     };
     train::fit(job, engine, flags.fit);

@@ -95,7 +95,9 @@ void write_manifest(const std::string& step_dir, const Manifest& m) {
                 {{"step", r.step},
                  {"optimizer_steps", r.optimizer_steps},
                  {"model", r.model},
+                 {"consumed_samples", r.consumed_samples},
                  {"data", to_json(r.data)},
+                 {"stream_shard", r.stream_shard},
                  {"client", to_json(r.client)},
                  {"loss_scaler",
                   {{"scale", r.scaler.scale},
@@ -130,7 +132,10 @@ Manifest read_manifest(const std::string& step_dir) {
     m.run.step = integer<std::int64_t>(r, "step");
     m.run.optimizer_steps = integer<std::int64_t>(r, "optimizer_steps");
     m.run.model = r.at("model").get<std::string>();
+    // Absent in checkpoints written before the engine counted samples.
+    if (r.contains("consumed_samples")) m.run.consumed_samples = integer<std::int64_t>(r, "consumed_samples");
     m.run.data = from_json(r.at("data"), "data");
+    if (r.contains("stream_shard")) m.run.stream_shard = r.at("stream_shard").get<std::string>();
     m.run.client = from_json(r.at("client"), "client");
     const json& s = r.at("loss_scaler");
     const double scale = s.at("scale").get<double>();

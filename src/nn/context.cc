@@ -2,15 +2,44 @@
 #include "ht/nn/context.h"
 
 #include "ht/nn/module.h"
+#include "ht/nn/tape.h"
 
 namespace ht::nn {
 
 void Context::save(const Module* m, std::vector<Tensor> tensors) {
-  if (saving_) saved_[m].push_back({std::move(tensors), false});
+  if (saving_) saved_[m].push_back({std::move(tensors), false, nullptr});
+}
+
+void Context::save_tape(const Module* m, std::shared_ptr<Tape> tape) {
+  if (saving_) saved_[m].push_back({{}, false, std::move(tape)});
+}
+
+std::shared_ptr<Tape> Context::tape(const Module* m) const {
+  const Entry& e = newest(m);
+  HT_CHECK(e.tape != nullptr, ErrorKind::kInvalidArgument,
+           "backward of module '{}' found no recorded tape in this context: a module that overrides forward_impl "
+           "must override backward_impl too (or neither, and define compute())",
+           m->name());
+  return e.tape;
+}
+
+std::shared_ptr<Tape> Context::take_tape(const Module* m) {
+  std::shared_ptr<Tape> t = tape(m);
+  pop(m);
+  return t;
+}
+
+void Context::set_side_input(const std::string& name, Tensor t) {
+  HT_CHECK(!sealed_, ErrorKind::kConfig,
+           "side input '{}' was set during a forward the engine runs: a pipeline's later stages would never see it. "
+           "Give it with the micro-batch instead (data::MicroBatch::side[\"{}\"], rows along dimension 0): the "
+           "engine hands it to every stage",
+           name, name);
+  side_[name] = std::move(t);
 }
 
 void Context::save_input_for_recompute(const Module* m, Tensor input) {
-  if (saving_) saved_[m].push_back({{std::move(input)}, true});
+  if (saving_) saved_[m].push_back({{std::move(input)}, true, nullptr});
 }
 
 bool Context::recomputes(const Module* m) const {
@@ -31,20 +60,24 @@ void Context::pop(const Module* m) {
   if (it->second.empty()) saved_.erase(it);
 }
 
-const std::vector<Tensor>& Context::saved(const Module* m) const {
+const Context::Entry& Context::newest(const Module* m) const {
   auto it = saved_.find(m);
   HT_CHECK(it != saved_.end() && !it->second.empty(), ErrorKind::kInvalidArgument,
            "backward of module '{}' found nothing saved in this context: run forward with the same Context "
            "(created with save_for_backward = true) before backward",
            m->name());
-  return it->second.back().tensors;
+  return it->second.back();
 }
+
+const std::vector<Tensor>& Context::saved(const Module* m) const { return newest(m).tensors; }
 
 std::int64_t Context::saved_bytes() const {
   std::int64_t total = 0;
   for (const auto& [m, runs] : saved_)
-    for (const Entry& e : runs)
+    for (const Entry& e : runs) {
       for (const Tensor& t : e.tensors) total += t.defined() ? std::int64_t(t.nbytes()) : 0;
+      if (e.tape) total += e.tape->saved_bytes();
+    }
   if (deferred_)
     for (const Deferred& d : *deferred_)
       for (const Tensor& t : d.inputs) total += t.defined() ? std::int64_t(t.nbytes()) : 0;

@@ -71,6 +71,8 @@ std::vector<TiedWeight> ModelChunks::tied_weights() const {
 
 int ModelChunks::num_layers() const { return chunks_.front()->num_layers(); }
 
+std::vector<std::string> ModelChunks::metric_names() const { return chunks_.front()->metric_names(); }
+
 std::string ModelChunks::describe() const { return chunks_.front()->describe(); }
 
 double ModelChunks::flops_per_token(const Shape& input_shape) const {

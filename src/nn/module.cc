@@ -46,6 +46,34 @@ Tensor Module::backward(Context& ctx, const Tensor& dy) {
   return dx;
 }
 
+Var Module::compute(const Var& /*x*/) {
+  HT_CHECK(false, ErrorKind::kNotSupported,
+           "module '{}' says nothing of how it computes: define compute(const Var& x) (forward only; see "
+           "nn/module.h), or override both forward_impl and backward_impl",
+           name_);
+  return {};
+}
+
+Tensor Module::forward_impl(Context& ctx, const Tensor& x) {
+  auto tape = std::make_shared<Tape>(ctx);
+  const Var y = compute(tape->input(x));
+  HT_CHECK(y.defined(), ErrorKind::kInvalidArgument, "module '{}': compute() returned no value", name_);
+  if (ctx.saving()) {
+    tape->set_output(y);
+    ctx.save_tape(this, tape);
+  }
+  return y.tensor();
+}
+
+Tensor Module::backward_impl(Context& ctx, const Tensor& dy) {
+  HT_CHECK(ctx.holds(this), ErrorKind::kInvalidArgument,
+           "backward of module '{}' found no recorded forward in this context: a module that overrides forward_impl "
+           "must override backward_impl too (or neither, and define compute()); and backward follows a forward in "
+           "the same Context, created with save_for_backward = true",
+           name_);
+  return ctx.tape(this)->backward(ctx, dy);
+}
+
 void Module::set_recompute(Recompute mode) {
   recompute_ = mode;
   for (auto& c : children_) c->set_recompute(mode == Recompute::kFull ? Recompute::kNone : mode);
@@ -61,11 +89,18 @@ Parameter& Module::add_parameter(const std::string& name, const Shape& shape, bo
 }
 
 void Module::adopt(std::unique_ptr<Module> child) {
-  if (!child->name_.empty()) child->prefix_names(child->name_ + ".");
+  // The child's parameters and descendants get its name before theirs; the
+  // child's own path is its name already.
+  if (!child->name_.empty()) {
+    const std::string prefix = child->name_ + ".";
+    for (auto& p : child->params_) p->add_name_prefix(prefix);
+    for (auto& c : child->children_) c->prefix_names(prefix);
+  }
   children_.push_back(std::move(child));
 }
 
 void Module::prefix_names(const std::string& prefix) {
+  path_ = prefix + path_;
   for (auto& p : params_) p->add_name_prefix(prefix);
   for (auto& c : children_) c->prefix_names(prefix);
 }

@@ -90,6 +90,7 @@ class Pipeline::Step {
   }
 
   double loss() const { return loss_; }
+  const std::map<std::string, double>& metrics() const { return metrics_; }
 
  private:
   void execute(const Action& a, const Backward& backward, bool completes) {
@@ -114,13 +115,13 @@ class Pipeline::Step {
       }
       case ActionKind::kSendBackwardRecvForward: {
         const Tensor dx = take(grads_out_, sent(a));
-        Tensor& x = inputs_[received(a)] = buffer(in_shape(received(a).chunk));
+        Tensor& x = inputs_[received(a)] = buffer(in_shape(received(a)));
         wait(p_.pp_.send_recv(dx, prev(), x, prev()));
         break;
       }
       case ActionKind::kSendForwardRecvForward: {
         const Tensor y = take(outputs_, sent(a));
-        Tensor& x = inputs_[received(a)] = buffer(in_shape(received(a).chunk));
+        Tensor& x = inputs_[received(a)] = buffer(in_shape(received(a)));
         wait(p_.pp_.send_recv(y, next(), x, prev()));
         break;
       }
@@ -140,7 +141,7 @@ class Pipeline::Step {
       inputs_[k] = input(k.micro_batch);
       return;
     }
-    Tensor& x = inputs_[k] = buffer(in_shape(k.chunk));
+    Tensor& x = inputs_[k] = buffer(in_shape(k));
     wait(p_.pp_.recv(x, prev()));
   }
 
@@ -152,8 +153,13 @@ class Pipeline::Step {
     HT_CHECK(fresh, ErrorKind::kInternal, "pipeline: micro-batch {} ran forward twice through chunk {}", k.micro_batch,
              k.chunk);
     nn::Context& ctx = it->second;
+    const data::MicroBatch& batch = batches_[std::size_t(k.micro_batch)];
+    prepare(ctx, batch, model.device());
     if (model.last_stage()) {
-      loss_ += model.forward_loss(ctx, x, batches_[std::size_t(k.micro_batch)].target.to(model.device()));
+      // Weighted by its rows: an evaluation's micro-batches may differ in size.
+      const double mean = model.forward_loss(ctx, x, batch.target.to(model.device()));
+      loss_ += training_ ? mean : mean * double(batch.rows());
+      for (const auto& [name, sum] : ctx.metrics()) metrics_[name] += sum;
     } else {
       Tensor y = model.forward(ctx, x);
       out_shapes_[k] = y.shape();
@@ -165,6 +171,15 @@ class Pipeline::Step {
       out_shapes_.erase(k);
     }
     p_.stats_.compute_ms += now_ms() - t0;
+  }
+
+  /// What every stage's forward of a micro-batch reads beside its input:
+  /// whether it trains, where its samples sit in the run, and its side
+  /// inputs, sealed (nn/context.h).
+  void prepare(nn::Context& ctx, const data::MicroBatch& batch, Device device) const {
+    ctx.set_batch({.training = training_, .seed = p_.seed_, .first_sample = batch.first_sample});
+    for (const auto& [name, t] : batch.side) ctx.set_side_input(name, t.to(device));
+    ctx.seal_side_inputs();
   }
 
   /// A fused backward, or ZB-H1's B (`split`: the weight gradients are kept
@@ -220,7 +235,10 @@ class Pipeline::Step {
   // around the ring between chunks (interleaved).
   int next() const { return (rank() + 1) % p_.pp_.size(); }
   int prev() const { return (rank() + p_.pp_.size() - 1) % p_.pp_.size(); }
-  Shape in_shape(int c) const { return chunk(c).stage_input_shape(batches_.front().input.shape()); }
+  /// What `k`'s chunk receives for its micro-batch (evaluation micro-batches may differ in rows).
+  Shape in_shape(Key k) const {
+    return chunk(k.chunk).stage_input_shape(batches_[std::size_t(k.micro_batch)].input.shape());
+  }
 
   /// Micro-batch i's input on the model's device; a floating one in the
   /// compute dtype (token ids stay integers).
@@ -262,10 +280,12 @@ class Pipeline::Step {
   std::map<Key, Tensor> grads_out_;  // the inputs' gradients, to send back
   std::map<Key, Shape> out_shapes_;  // what each forward in flight sent on
   double loss_ = 0;
+  std::map<std::string, double> metrics_;  // evaluation metrics' sums (last stage)
 };
 
-Pipeline::Pipeline(nn::Model& model, comm::Communicator& pp, Schedule schedule, DType activations)
-    : chunks_(chunks_of(model)), pp_(pp), schedule_(schedule), activations_(activations) {
+Pipeline::Pipeline(nn::Model& model, comm::Communicator& pp, Schedule schedule, DType activations,
+                   std::uint64_t seed)
+    : chunks_(chunks_of(model)), pp_(pp), schedule_(schedule), activations_(activations), seed_(seed) {
   HT_CHECK(pp.size() == model.stage().size && pp.rank() == model.stage().rank, ErrorKind::kInvalidArgument,
            "pipeline group '{}' is rank {} of {}, but the model is stage {} of {}", pp.name(), pp.rank(), pp.size(),
            model.stage().rank, model.stage().size);
@@ -288,13 +308,13 @@ double Pipeline::train_step(const std::vector<data::MicroBatch>& batches, float 
   return s.loss();
 }
 
-double Pipeline::evaluate(const std::vector<data::MicroBatch>& batches) {
-  if (batches.empty()) return 0;
+Evaluation Pipeline::evaluate(const std::vector<data::MicroBatch>& batches) {
+  if (batches.empty()) return {};
   const PipelineStats kept = stats_;
   Step s(*this, batches, /*training=*/false);
   s.run(forward_only_actions(pp_.rank(), pp_.size(), int(batches.size()), virtual_stages()), nullptr);
   stats_ = kept;
-  return s.loss();
+  return {.loss_sum = s.loss(), .metric_sums = s.metrics()};
 }
 
 }  // namespace ht::parallel

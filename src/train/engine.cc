@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ht/comm/self_communicator.h"
+#include "ht/data/sample_ranges.h"
 #include "ht/nn/model_chunks.h"
 #include "ht/ops/index_errors.h"
 #include "ht/optim/clip.h"
@@ -23,9 +24,9 @@ void EngineOptions::validate() const {
   HT_CHECK(grad_accum > 0, ErrorKind::kConfig, "--grad-accum must be positive, got {}", grad_accum);
   HT_CHECK(lr > 0.f && min_lr >= 0.f && min_lr <= lr, ErrorKind::kConfig,
            "learning rates must satisfy 0 <= min_lr ({}) <= lr ({}), lr > 0", min_lr, lr);
-  HT_CHECK(warmup_steps >= 0 && eval_every >= 0 && eval_batches >= 0, ErrorKind::kConfig,
-           "--warmup ({}), --eval-every ({}) and --eval-batches ({}) must be >= 0", warmup_steps, eval_every,
-           eval_batches);
+  HT_CHECK(warmup_steps >= 0 && eval_every >= 0 && eval_samples >= 0, ErrorKind::kConfig,
+           "--warmup ({}), --eval-every ({}) and --eval-samples ({}) must be >= 0", warmup_steps, eval_every,
+           eval_samples);
   HT_CHECK(ckpt_every >= 0 && ckpt_every_s >= 0, ErrorKind::kConfig,
            "--ckpt-every ({}) and --ckpt-every-s ({}) must be >= 0", ckpt_every, ckpt_every_s);
   HT_CHECK(!resume || !ckpt_dir.empty(), ErrorKind::kConfig,
@@ -110,7 +111,7 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, options_.data_parallel,
                                                  [seed](const nn::Parameter& p) { return p.initial_value(seed); });
   pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp_group(), options_.schedule,
-                                                   options_.data_parallel.precision.compute);
+                                                   options_.data_parallel.precision.compute, options_.seed);
   optimizer_ = std::make_unique<optim::AdamW>(dp_->slots(), options_.adamw);
   schedule_ = {options_.lr, options_.min_lr, options_.warmup_steps, std::max<std::int64_t>(options_.steps, 1)};
   scaler_ = precision::LossScaler(
@@ -189,10 +190,25 @@ void Engine::resume() {
   const std::optional<ckpt::RunState> run =
       checkpointer_->load_latest(description_, optimizer_->slots(), *optimizer_);
   if (!run) return;
+  // The data position: samples for a random-access source, which then reads
+  // on in any layout; a stream's own position, only in the share it was
+  // drawn in (another share would read other rows than the run would have).
+  const std::string shard = stream_shard();
+  HT_CHECK(run->consumed_samples >= 0, ErrorKind::kConfig,
+           "the checkpoint of step {} in '{}' records no consumed samples (an older hypertrain wrote it): its data "
+           "position cannot be carried; start the run afresh or resume it with the version that wrote it",
+           run->step, options_.ckpt_dir);
+  HT_CHECK(shard.empty() || shard == run->stream_shard, ErrorKind::kConfig,
+           "the data source is a stream (random_access() false): the checkpoint of step {} read it as {}, and this "
+           "run would read it as {}, so it would train on other rows than the saved run would have. Resume with the "
+           "same data-parallel size and --micro-batch, or make the source random access (data::DataSource::samples)",
+           run->step, run->stream_shard.empty() ? std::string("a random-access source") : run->stream_shard,
+           shard.empty() ? std::string("a random-access source") : shard);
   dp_->after_step();  // the working copies follow the loaded master values
   optimizer_->set_step_count(run->optimizer_steps);
   scaler_.set_state(run->scaler);
-  data_.restore(run->data);
+  consumed_samples_ = run->consumed_samples;
+  if (!shard.empty()) data_.restore(run->data);
   client_state_ = run->client;
   steps_done_ = resumed_from_ = last_snapshot_step_ = run->step;
 }
@@ -215,11 +231,14 @@ std::string Engine::save_checkpoint() {
 }
 
 ckpt::RunState Engine::run_state() const {
+  const bool stream = !data_.random_access();
   return {.step = steps_done_,
           .optimizer_steps = optimizer_->step_count(),
           .scaler = scaler_.state(),
           .model = description_,
-          .data = data_.state(),
+          .consumed_samples = consumed_samples_,
+          .data = stream ? data_.state() : ClientState{},
+          .stream_shard = stream_shard(),
           .client = client_state_};
 }
 
@@ -325,11 +344,48 @@ bool Engine::checkpoint_due_by_time() const {
              options_.ckpt_every_s;
 }
 
-std::vector<data::MicroBatch> Engine::draw(std::int64_t count, bool validation) {
+std::string Engine::stream_shard() const {
+  if (data_.random_access()) return "";
+  return fmt::format("dp {} x micro-batch {}", mesh_->layout().dp_size(), options_.micro_batch);
+}
+
+void Engine::check_drawn(const data::MicroBatch& b, std::int64_t rows, const char* what, std::int64_t first) const {
+  auto rows_of = [](const Tensor& t) { return t.defined() && t.ndim() > 0 ? t.size(0) : std::int64_t(-1); };
+  HT_CHECK(rows_of(b.input) == rows && rows_of(b.target) == rows, ErrorKind::kInvalidArgument,
+           "the data source gave {} with {} input rows and {} target rows for samples [{}, {}): it must give {} rows "
+           "(one per sample, along dimension 0)",
+           what, rows_of(b.input), rows_of(b.target), first, first + rows, rows);
+  for (const auto& [name, t] : b.side)
+    HT_CHECK(rows_of(t) == rows, ErrorKind::kInvalidArgument,
+             "the data source gave {} whose side input '{}' has {} rows for samples [{}, {}): side inputs have a row "
+             "per sample along dimension 0 ({} here)",
+             what, name, rows_of(t), first, first + rows, rows);
+  model_->check_batch(b.input, b.target);
+}
+
+std::vector<data::MicroBatch> Engine::draw_training() {
+  const comm::MeshLayout& layout = mesh_->layout();
+  const std::int64_t rows = options_.micro_batch;
   std::vector<data::MicroBatch> batches;
-  for (std::int64_t i = 0; i < count; ++i) {
-    batches.push_back(validation ? data_.validation(i) : data_.next());
-    model_->check_batch(batches.back().input, batches.back().target);
+  for (int j = 0; j < options_.grad_accum; ++j) {
+    const data::SampleRange r =
+        data::training_range(consumed_samples_, j, mesh_->coord().dp_rank, layout.dp_size(), rows);
+    data::MicroBatch b = data_.random_access() ? data_.samples(r.first, r.count) : data_.next();
+    b.first_sample = r.first;
+    check_drawn(b, rows, "a training micro-batch", r.first);
+    batches.push_back(std::move(b));
+  }
+  return batches;
+}
+
+std::vector<data::MicroBatch> Engine::draw_validation() {
+  std::vector<data::MicroBatch> batches;
+  for (const data::SampleRange& r : data::validation_ranges(options_.eval_samples, mesh_->coord().dp_rank,
+                                                           mesh_->layout().dp_size(), options_.micro_batch)) {
+    data::MicroBatch b = data_.validation_samples(r.first, r.count);
+    b.first_sample = r.first;
+    check_drawn(b, r.count, "a validation micro-batch", r.first);
+    batches.push_back(std::move(b));
   }
   return batches;
 }
@@ -344,7 +400,8 @@ StepStats Engine::step() {
   for (const StepHooks& h : hooks_)
     if (h.before_step) h.before_step(s.step);
   // Every rank draws every micro-batch, so the data sources stay in step.
-  const std::vector<data::MicroBatch> batches = draw(options_.grad_accum, /*validation=*/false);
+  const std::vector<data::MicroBatch> batches = draw_training();
+  consumed_samples_ += global_batch();
   dp_->begin_step();
   // Each micro-batch's mean loss weighs 1/k (the sum equals one k-times
   // batch), times the loss scale.
@@ -445,16 +502,31 @@ StepStats Engine::step() {
   return s;
 }
 
-float Engine::evaluate() {
-  HT_CHECK(options_.eval_batches > 0 && data_.has_validation(), ErrorKind::kConfig,
+EvalStats Engine::evaluate() {
+  HT_CHECK(options_.eval_samples > 0 && data_.has_validation(), ErrorKind::kConfig,
            "evaluate: {}; give the data source a validation split or turn validation off",
-           options_.eval_batches > 0 ? "the data source has no validation data" : "--eval-batches is 0");
-  const std::vector<data::MicroBatch> batches = draw(options_.eval_batches, /*validation=*/true);
-  const double sum = pipeline_->evaluate(batches);
+           options_.eval_samples > 0 ? "the data source has no validation data" : "--eval-samples is 0");
+  const std::vector<data::MicroBatch> batches = draw_validation();
+  const parallel::Evaluation e = pipeline_->evaluate(batches);
   ops::raise_index_errors(options_.device);
+  // One world sum carries the loss and the metrics, in the model's order
+  // (the same on every rank); one rank of each replica's last stage reports.
   const bool reports = model_->last_stage() && mesh_->coord().tp_rank == 0;
-  return float(double(world_sum({reports ? float(sum) : 0.f})[0]) /
-               double(options_.eval_batches * mesh_->layout().dp_size()));
+  const std::vector<std::string> names = model_->metric_names();
+  std::vector<float> mine{reports ? float(e.loss_sum) : 0.f};
+  for (const auto& [name, sum] : e.metric_sums)
+    HT_CHECK(std::find(names.begin(), names.end(), name) != names.end(), ErrorKind::kInvalidArgument,
+             "model '{}' added the metric '{}' that its metric_names() does not list ({}): list every metric there",
+             description_, name, fmt::join(names, ", "));
+  for (const std::string& name : names) {
+    const auto it = e.metric_sums.find(name);
+    mine.push_back(reports && it != e.metric_sums.end() ? float(it->second) : 0.f);
+  }
+  const std::vector<float> sums = world_sum(std::move(mine));
+  EvalStats stats{.loss = double(sums[0]) / double(options_.eval_samples), .samples = options_.eval_samples};
+  for (std::size_t i = 0; i < names.size(); ++i)
+    stats.metrics[names[i]] = double(sums[i + 1]) / double(options_.eval_samples);
+  return stats;
 }
 
 std::map<std::string, Tensor> Engine::full_parameters() {

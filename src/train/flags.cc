@@ -99,7 +99,8 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--clip", t.grad_clip, "max global gradient norm (0: off)");
   app.add_option("--weight-decay", t.adamw.weight_decay, "AdamW decoupled weight decay");
   app.add_option("--eval-every", t.eval_every, "steps between validation passes (0: only at the end)");
-  app.add_option("--eval-batches", t.eval_batches, "validation micro-batches per pass (0: no validation)");
+  app.add_option("--eval-samples", t.eval_samples,
+                 "validation samples per pass, the same under every layout (0: no validation)");
   app.add_flag("--auto", auto_plan,
                "plan the layout (tp, pp, ZeRO, micro-batch, accumulation, schedule, recomputation, stages) for the "
                "world found, print it and train with it (ht-plan shows the alternatives)");

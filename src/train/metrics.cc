@@ -66,17 +66,20 @@ void MetricsWriter::write_run(const EngineOptions& o, const std::string& model, 
   write_line(j.dump());
 }
 
-void MetricsWriter::write_step(const StepStats& s) {
+void MetricsWriter::write_step(const StepStats& s, const ClientState& extra) {
   nlohmann::json j{{"type", "step"},      {"step", s.step},   {"time_ms", now_ms()}, {"loss", s.loss},
                    {"lr", s.lr},          {"grad_norm", s.grad_norm}, {"step_ms", s.ms},
                    {"tokens", s.tokens},  {"tokens_per_s", s.tokens_per_s()},
                    {"loss_scale", s.loss_scale}, {"skipped", s.skipped}, {"skipped_steps", s.skipped_steps},
                    {"checkpoint", s.checkpointed}, {"snapshot", s.snapshotted}};
+  for (const auto& [key, value] : extra) std::visit([&](const auto& v) { j[key] = v; }, value);
   write_line(j.dump());
 }
 
-void MetricsWriter::write_eval(std::int64_t step, float val_loss) {
-  write_line(nlohmann::json{{"type", "eval"}, {"step", step}, {"val_loss", val_loss}}.dump());
+void MetricsWriter::write_eval(std::int64_t step, const EvalStats& e) {
+  nlohmann::json j{{"type", "eval"}, {"step", step}, {"val_loss", e.loss}, {"val_samples", e.samples}};
+  for (const auto& [name, value] : e.metrics) j["val_" + name] = value;
+  write_line(j.dump());
 }
 
 }  // namespace ht::train

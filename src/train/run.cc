@@ -84,7 +84,7 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
   const EngineOptions& o = engine.options();
   const bool rank0 = job.rank0();
   resilience::RankGuard& guard = job.guard();
-  const bool validation = o.eval_batches > 0 && engine.data().has_validation();
+  const bool validation = o.eval_samples > 0 && engine.data().has_validation();
   std::unique_ptr<MetricsWriter> metrics;
   if (rank0) {
     print_preamble(engine, options);
@@ -99,12 +99,15 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
     }
     metrics->write_run(o, engine.model_description(), engine.num_parameters(), engine.mesh().layout().str(), fields);
   }
+  // An evaluation is labelled with the step it follows (0: before the first).
   auto evaluate = [&](std::int64_t step) {
     if (!validation) return;
     guard.progress(step, "evaluate");
-    const float val = engine.evaluate();
+    const EvalStats val = engine.evaluate();
     if (!rank0) return;
-    std::printf("step %lld/%lld | val loss %.4f\n", (long long)step, (long long)o.steps, val);
+    std::string line = fmt::format("step {}/{} | val loss {:.4f}", step, o.steps, val.loss);
+    for (const auto& [name, value] : val.metrics) line += fmt::format(" | {} {:.4f}", name, value);
+    std::printf("%s\n", line.c_str());
     std::fflush(stdout);
     metrics->write_eval(step, val);
   };
@@ -128,7 +131,7 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
     if (rank0) {
       std::printf("%s\n", progress_line(engine, s).c_str());
       std::fflush(stdout);
-      metrics->write_step(s);
+      metrics->write_step(s, options.step_fields ? options.step_fields(engine, s) : ClientState{});
     }
     for (const std::string* error : {&s.checkpoint_error, &s.snapshot_error})
       if (!error->empty()) std::fprintf(stderr, "warning: %s; training goes on\n", error->c_str());

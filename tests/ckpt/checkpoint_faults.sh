@@ -25,7 +25,7 @@ for i in $(seq 300); do echo "pack my box with five dozen liquor jugs $i"; done 
 # Disk checkpoints only: memory snapshots (tests/ckpt/snapshot_kill.sh) would
 # be resumed from first, and a run that ends without its final save on disk
 # keeps them in /dev/shm.
-tiny=(--heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --eval-every 0 --eval-batches 1
+tiny=(--heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --eval-every 0 --eval-samples 4
       --sample-tokens 0 --warmup 2 --data "$work/data/tokens.h5" --mem-ckpt-every 0)
 # train NAME ARGS...: gpt_train with the tiny model (2 layers unless ARGS say otherwise).
 train() { local name="$1"; shift; "$exe" "${tiny[@]}" --run-dir "$work/$name" "$@"; }

@@ -63,7 +63,7 @@ test::GPTRunOptions options_for(const Case& c, const Side& s) {
   o.engine.steps = kSavedSteps + kContinuedSteps;
   o.engine.warmup_steps = 2;
   o.engine.lr = 3e-3f;
-  o.engine.eval_batches = 2;
+  o.engine.eval_samples = 16;
   o.engine.data_parallel = {.zero_stage = s.zero, .bucket_bytes = 16 << 10};
   o.engine.stage_layers = s.stage_layers;
   if (s.virtual_stages > 1) {

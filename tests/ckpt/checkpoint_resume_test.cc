@@ -34,7 +34,7 @@ test::GPTRunOptions small() {
   o.engine.steps = 8;
   o.engine.warmup_steps = 2;
   o.engine.lr = 3e-3f;
-  o.engine.eval_batches = 2;
+  o.engine.eval_samples = 16;
   return o;
 }
 

@@ -34,7 +34,7 @@ setup)
   mkdir -p "$work"
   for i in $(seq 300); do echo "pack my box with five dozen liquor jugs $i"; done > "$work/text.txt"
   tiny=(--layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --steps 6 --ckpt-every 3
-        --eval-every 0 --eval-batches 1 --sample-tokens 0)
+        --eval-every 0 --eval-samples 4 --sample-tokens 0)
   "$exe" --text "$work/text.txt" --run-dir "$work/single" --ckpt-dir "$single" "${tiny[@]}" > "$work/single.out" 2>&1 ||
     { cat "$work/single.out"; fail "gpt_train (one process) failed"; }
   "$mpiexec" -np 4 --oversubscribe --bind-to none "$exe" --data "$work/single/tokens.h5" --run-dir "$work/sharded" \
@@ -64,7 +64,7 @@ inspect)
   expect "$work/inspect.out" "^# checkpoint .*step_00000006$"
   expect "$work/inspect.out" "^step  *6$"
   expect "$work/inspect.out" "^optimizer steps  *6$"
-  expect "$work/inspect.out" '^data state  *{"position":[0-9]'
+  expect "$work/inspect.out" '^consumed samples  *[1-9][0-9]*$'
   expect "$work/inspect.out" '^client state  *{'
   expect "$work/inspect.out" "^loss scaler  *scale 1, good steps"
   expect "$work/inspect.out" "^layout  *pp1 x dp1 x tp1"
@@ -212,7 +212,7 @@ EOF
   # rows and records 256 as real, the export holds the 256 real rows only.
   "$exe" --text "$work/text.txt" --run-dir "$work/padded" --ckpt-dir "$work/padded/ckpt" --vocab-multiple 384 \
     --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --steps 2 --eval-every 0 \
-    --eval-batches 1 --sample-tokens 0 > "$work/padded.out" 2>&1 || { cat "$work/padded.out"; fail "gpt_train (padded) failed"; }
+    --eval-samples 4 --sample-tokens 0 > "$work/padded.out" 2>&1 || { cat "$work/padded.out"; fail "gpt_train (padded) failed"; }
   run 0 "$work/export_padded.out" export "$work/padded/ckpt" "$work/padded.h5"
   run 0 "$work/list_padded.out" list "$work/padded/ckpt"
   expect "$work/list_padded.out" "GPT L2 H2 C32 V256 Vp384 T32"

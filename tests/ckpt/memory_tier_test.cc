@@ -46,7 +46,7 @@ test::GPTRunOptions options(const Layout& s) {
   o.engine.steps = 2 * kSteps;
   o.engine.warmup_steps = 2;
   o.engine.lr = 3e-3f;
-  o.engine.eval_batches = 0;
+  o.engine.eval_samples = 0;
   o.engine.data_parallel.zero_stage = s.zero;
   return o;
 }

@@ -21,7 +21,7 @@ steps=14
 # Rank 0's steps slowed to ~100 ms, so that each snapshot's write and
 # exchange ends within its step and every step has one.
 train=(--text "$work/text.txt" --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2
-       --eval-every 0 --eval-batches 1 --sample-tokens 0 --steps "$steps" --ckpt-every 0 --mem-ckpt-every 1
+       --eval-every 0 --eval-samples 4 --sample-tokens 0 --steps "$steps" --ckpt-every 0 --mem-ckpt-every 1
        --resume auto)
 slow=slow:rank=0:factor=20
 kills=(3:copy 5:write 7:commit 9:replicate 11:replica-commit)

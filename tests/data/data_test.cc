@@ -1,15 +1,17 @@
-// Token files (HDF5 round trip, bad files), the batch sampler's contract
-// (deterministic, resumable, rank slices that tile the global batch), the
-// same contract for TokenBatches as a DataSource, and the unigram entropy.
+// Token files (HDF5 round trip, bad files), token windows as functions of
+// the sample index, the engine's sample ranges (training and validation,
+// every layout), TokenBatches as a random-access DataSource, and the
+// unigram entropy.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
-#include "ht/data/batch_sampler.h"
+#include "ht/data/sample_ranges.h"
 #include "ht/data/token_batches.h"
 #include "ht/data/token_dataset.h"
+#include "ht/data/token_windows.h"
 #include "test_util.h"
 
 namespace ht::data {
@@ -66,83 +68,134 @@ std::vector<std::int32_t> iota_tokens(int n) {
   return v;
 }
 
-TEST(BatchSampler, TargetsAreTokensShiftedByOne) {
+TEST(TokenWindows, TargetsAreTokensShiftedByOne) {
   const auto tokens = iota_tokens(100);
-  BatchSampler s(tokens, 7, 3, 1);
-  const MicroBatch b = s.next();
+  const TokenWindows w(tokens, 7);
+  const MicroBatch b = w.random(1, 0, 3);
   ASSERT_EQ(b.input.shape(), (Shape{3, 7}));
   ASSERT_EQ(b.target.shape(), (Shape{3, 7}));
   const auto t = b.input.to_vector<std::int32_t>(), g = b.target.to_vector<std::int32_t>();
   for (std::size_t i = 0; i < t.size(); ++i) EXPECT_EQ(g[i], t[i] + 1);
   for (std::size_t r = 0; r < 3; ++r) EXPECT_LE(t[r * 7 + 6] + 1, 99);  // windows stay inside the array
+  const auto s = w.sequential(13, 2).input.to_vector<std::int32_t>();  // 14 windows of 7: 13 and 0
+  EXPECT_EQ(s[0], 13 * 7);
+  EXPECT_EQ(s[7], 0);
 }
 
-TEST(BatchSampler, RankSlicesTileTheGlobalBatchAndResumeExactly) {
+// A sample is a function of its index: any range of a random or sequential
+// draw equals the matching rows of a larger one, whatever the range.
+TEST(TokenWindows, SampleIsAFunctionOfItsIndex) {
   const auto tokens = iota_tokens(1000);
-  BatchSampler whole(tokens, 5, 4, 9);
-  BatchSampler r0(tokens, 5, 2, 9, 0, 2), r1(tokens, 5, 2, 9, 1, 2);
-  for (int step = 0; step < 3; ++step) {
-    const auto w = whole.next().input.to_vector<std::int32_t>();
-    auto a = r0.next().input.to_vector<std::int32_t>();
-    const auto b = r1.next().input.to_vector<std::int32_t>();
-    a.insert(a.end(), b.begin(), b.end());
-    EXPECT_EQ(a, w) << "step " << step;
-  }
-  BatchSampler resumed(tokens, 5, 4, 9);
-  resumed.set_position(whole.position());
-  EXPECT_EQ(resumed.next().input.to_vector<std::int32_t>(), whole.next().input.to_vector<std::int32_t>());
+  const TokenWindows w(tokens, 5);
+  const auto whole = w.random(9, 0, 12).input.to_vector<std::int32_t>();
+  for (std::int64_t first = 0; first < 12; ++first)
+    for (std::int64_t count = 1; first + count <= 12; ++count) {
+      const auto part = w.random(9, first, count).input.to_vector<std::int32_t>();
+      EXPECT_EQ(part, std::vector<std::int32_t>(whole.begin() + first * 5, whole.begin() + (first + count) * 5))
+          << "[" << first << ", " << first + count << ")";
+    }
+  EXPECT_NE(w.random(10, 0, 12).input.to_vector<std::int32_t>(), whole) << "another seed, other windows";
+  const auto five = w.sequential(0, 5).input.to_vector<std::int32_t>();
+  EXPECT_EQ(w.sequential(3, 2).input.to_vector<std::int32_t>(), std::vector<std::int32_t>(five.begin() + 15, five.end()));
 }
 
-TEST(BatchSampler, TooShortDatasetIsAnError) {
+TEST(TokenWindows, TooShortDatasetIsAnError) {
   const auto tokens = iota_tokens(5);
-  EXPECT_TRUE(test::throws_error([&] { BatchSampler(tokens, 5, 1, 0); }, ErrorKind::kInvalidArgument,
+  EXPECT_TRUE(test::throws_error([&] { TokenWindows(tokens, 5); }, ErrorKind::kInvalidArgument,
                                  {"too short", "5 tokens"}));
 }
 
-// TokenBatches keeps the DataSource contract: dp ranks' shares of a step tile
-// what one process with dp x the rows draws, state() / restore() resume the
-// sequence exactly, and misuse is refused by name.
-TEST(TokenBatches, DpSharesTileTheGlobalBatchAndStateResumesExactly) {
+// Every layout's training micro-batches of a step tile the same global
+// samples, rank by rank and micro-batch by micro-batch (data_source.h's
+// worked example included), and one process with dp x the rows reads
+// micro-batch j of all ranks at once.
+TEST(SampleRanges, TrainingRangesTileEachStep) {
+  EXPECT_EQ(training_range(32, 0, 1, 2, 4), (SampleRange{36, 4}));
+  EXPECT_EQ(training_range(32, 1, 1, 2, 4), (SampleRange{44, 4}));
+  for (int dp : {1, 2, 3, 4})
+    for (int k : {1, 2, 3})
+      for (std::int64_t rows : {1, 2, 5}) {
+        const std::int64_t global = rows * k * dp, consumed = 7 * global;
+        std::vector<int> seen(std::size_t(global), 0);
+        for (int j = 0; j < k; ++j) {
+          for (int d = 0; d < dp; ++d) {
+            const SampleRange r = training_range(consumed, j, d, dp, rows);
+            ASSERT_EQ(r.count, rows);
+            for (std::int64_t i = r.first; i < r.first + r.count; ++i) ++seen[std::size_t(i - consumed)];
+          }
+          const SampleRange one = training_range(consumed, j, 0, 1, rows * dp);
+          EXPECT_EQ(one.first, training_range(consumed, j, 0, dp, rows).first);
+        }
+        EXPECT_EQ(seen, std::vector<int>(std::size_t(global), 1)) << "dp " << dp << " k " << k << " rows " << rows;
+      }
+}
+
+// Validation covers [0, samples) exactly once under every layout, every rank
+// runs as many micro-batches as the others, none is empty, and none exceeds
+// rows + 1.
+TEST(SampleRanges, ValidationRangesCoverTheSetOnceOnEveryLayout) {
+  for (std::int64_t samples : {1, 2, 3, 7, 8, 16, 31, 64, 100})
+    for (int dp : {1, 2, 3, 4, 5})
+      for (std::int64_t rows : {1, 2, 3, 8}) {
+        if (samples < dp) {
+          EXPECT_TRUE(test::throws_error([&] { validation_ranges(samples, 0, dp, rows); }, ErrorKind::kConfig,
+                                         {"--eval-samples", "at least"}));
+          continue;
+        }
+        std::vector<int> seen(std::size_t(samples), 0);
+        std::size_t count = 0;
+        for (int d = 0; d < dp; ++d) {
+          const std::vector<SampleRange> ranges = validation_ranges(samples, d, dp, rows);
+          if (d == 0) count = ranges.size();
+          EXPECT_EQ(ranges.size(), count) << "rank " << d << " runs another number of forwards";
+          for (const SampleRange& r : ranges) {
+            EXPECT_GE(r.count, 1);
+            EXPECT_LE(r.count, rows + 1);
+            for (std::int64_t i = r.first; i < r.first + r.count; ++i) ++seen[std::size_t(i)];
+          }
+        }
+        EXPECT_EQ(seen, std::vector<int>(std::size_t(samples), 1))
+            << samples << " samples, dp " << dp << ", rows " << rows;
+      }
+  EXPECT_TRUE(validation_ranges(0, 0, 2, 4).empty());
+}
+
+// TokenBatches is random access: a dp rank's range equals those rows of one
+// process's larger range, validation likewise, and misuse is refused by name.
+TEST(TokenBatches, RandomAccessSamplesAndValidation) {
   TokenSplits splits{iota_tokens(1000), iota_tokens(50), 1000};
-  TokenBatches whole(splits, 5), r0(splits, 5), r1(splits, 5);
-  whole.attach({.dp_rank = 0, .dp_size = 1, .micro_batch = 4, .seed = 9});
-  r0.attach({.dp_rank = 0, .dp_size = 2, .micro_batch = 2, .seed = 9});
-  r1.attach({.dp_rank = 1, .dp_size = 2, .micro_batch = 2, .seed = 9});
-  for (int step = 0; step < 3; ++step) {
-    const MicroBatch w = whole.next(), a = r0.next(), b = r1.next();
-    auto got = a.input.to_vector<std::int32_t>(), got_target = a.target.to_vector<std::int32_t>();
-    const auto bi = b.input.to_vector<std::int32_t>(), bt = b.target.to_vector<std::int32_t>();
-    got.insert(got.end(), bi.begin(), bi.end());
-    got_target.insert(got_target.end(), bt.begin(), bt.end());
-    EXPECT_EQ(got, w.input.to_vector<std::int32_t>()) << "step " << step;
-    EXPECT_EQ(got_target, w.target.to_vector<std::int32_t>()) << "step " << step;
-  }
+  TokenBatches whole(splits, 5), part(splits, 5);
+  whole.attach({.seed = 9});
+  part.attach({.dp_rank = 1, .dp_size = 2, .micro_batch = 2, .seed = 9});
+  EXPECT_TRUE(whole.random_access());
+  const auto w = whole.samples(8, 4), p = part.samples(10, 2);
+  const auto wi = w.input.to_vector<std::int32_t>(), wt = w.target.to_vector<std::int32_t>();
+  EXPECT_EQ(p.input.to_vector<std::int32_t>(), std::vector<std::int32_t>(wi.begin() + 10, wi.end()));
+  EXPECT_EQ(p.target.to_vector<std::int32_t>(), std::vector<std::int32_t>(wt.begin() + 10, wt.end()));
   ASSERT_TRUE(whole.has_validation());
-  EXPECT_EQ(whole.validation(1).input.to_vector<std::int32_t>(), whole.validation(1).input.to_vector<std::int32_t>())
-      << "the same validation batch for the same index";
+  EXPECT_EQ(whole.validation_samples(1, 2).input.to_vector<std::int32_t>(),
+            part.validation_samples(1, 2).input.to_vector<std::int32_t>());
 
-  const ClientState saved = whole.state();
-  ASSERT_TRUE(saved.count("position"));
-  const auto next = whole.next().input.to_vector<std::int32_t>();
-  TokenBatches resumed(splits, 5);
-  resumed.attach({.dp_rank = 0, .dp_size = 1, .micro_batch = 4, .seed = 9});
-  resumed.restore(saved);
-  EXPECT_EQ(resumed.state(), saved);
-  EXPECT_EQ(resumed.next().input.to_vector<std::int32_t>(), next);
-
-  EXPECT_TRUE(test::throws_error([&] { resumed.restore({{"position", std::string("12")}}); },
-                                 ErrorKind::kCorruption, {"'position'"}));
-  EXPECT_TRUE(test::throws_error([&] { resumed.restore({}); }, ErrorKind::kCorruption, {"'position'"}));
   TokenBatches unattached(splits, 5);
-  EXPECT_TRUE(test::throws_error([&] { unattached.next(); }, ErrorKind::kInvalidArgument, {"before attach()"}));
+  EXPECT_TRUE(test::throws_error([&] { unattached.samples(0, 1); }, ErrorKind::kInvalidArgument, {"before attach()"}));
   EXPECT_TRUE(test::throws_error([&] { TokenBatches(splits, 0); }, ErrorKind::kConfig, {"--seq-len", "0"}));
   TokenSplits no_val{iota_tokens(100), {}, 100};
   TokenBatches train_only(no_val, 5);
   train_only.attach({});
   EXPECT_FALSE(train_only.has_validation());
-  EXPECT_TRUE(test::throws_error([&] { train_only.validation(0); }, ErrorKind::kNotSupported, {"no validation"}));
+  EXPECT_TRUE(test::throws_error([&] { train_only.validation_samples(0, 1); }, ErrorKind::kNotSupported,
+                                 {"no validation"}));
   TokenBatches too_long(no_val, 100);
   EXPECT_TRUE(test::throws_error([&] { too_long.attach({}); }, ErrorKind::kInvalidArgument, {"too short"}));
+}
+
+// A source that says nothing says so by name.
+TEST(DataSource, DefaultsNameWhatIsMissing) {
+  struct Nothing : DataSource {} nothing;
+  EXPECT_TRUE(test::throws_error([&] { nothing.samples(3, 2); }, ErrorKind::kNotSupported, {"[3, 5)", "samples"}));
+  EXPECT_TRUE(test::throws_error([&] { nothing.next(); }, ErrorKind::kNotSupported, {"stream", "next()"}));
+  EXPECT_TRUE(
+      test::throws_error([&] { nothing.validation_samples(0, 1); }, ErrorKind::kNotSupported, {"--eval-samples 0"}));
 }
 
 TEST(UnigramEntropy, UniformAndDegenerate) {

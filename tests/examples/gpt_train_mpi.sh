@@ -13,7 +13,7 @@ mkdir -p "$work"
 for i in $(seq 300); do echo "pack my box with five dozen liquor jugs $i"; done > "$work/text.txt"
 fail() { echo "FAIL: $*"; exit 1; }
 run() { "$mpiexec" -np 4 --oversubscribe --bind-to none "$exe" --layers 2 --heads 2 --embd 32 --context 32 \
-  --seq-len 16 --micro-batch 2 --eval-every 0 --eval-batches 2 --lr 3e-3 --warmup 2 "$@"; }
+  --seq-len 16 --micro-batch 2 --eval-every 0 --eval-samples 8 --lr 3e-3 --warmup 2 "$@"; }
 
 run --text "$work/text.txt" --run-dir "$work/tp" --tp 2 --zero 2 --grad-accum 2 --steps 16 --sample-tokens 16 \
   > "$work/tp.txt"

@@ -17,13 +17,13 @@ for i in $(seq 200); do echo "the quick brown fox jumps over the lazy dog $i"; d
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$exe" --text "$work/text.txt" --run-dir "$work/run" --layers 1 --heads 2 --embd 32 --context 32 \
-  --seq-len 16 --micro-batch 4 --steps 12 --eval-every 6 --eval-batches 2 --sample-tokens 16 \
+  --seq-len 16 --micro-batch 4 --steps 12 --eval-every 6 --eval-samples 8 --sample-tokens 16 \
   --prompt $'\x01\x1b[2J\\The ' > "$work/out.txt"
 grep -q "^step 12/12 | loss" "$work/out.txt" || fail "no progress line for the last step"
 grep -q "^# preparing $work/run/tokens.h5" "$work/out.txt" || fail "the token file was not prepared"
 # A relaunch with the same --text reuses the token file; a changed text is tokenised again.
 run_again() { "$exe" --text "$work/text.txt" --data "$work/run/tokens.h5" --run-dir "$work/again" --layers 1 --heads 2 --embd 32 --context 32 \
-  --seq-len 16 --micro-batch 4 --steps 1 --eval-batches 0 --sample-tokens 0 > "$work/again.txt"; }
+  --seq-len 16 --micro-batch 4 --steps 1 --eval-samples 0 --sample-tokens 0 > "$work/again.txt"; }
 run_again
 grep -q "^# reusing $work/run/tokens.h5: made from the same 1 text input(s)" "$work/again.txt" \
   || fail "the token file was prepared again from the same text: $(grep '^# ' "$work/again.txt" | head -3)"
@@ -41,7 +41,7 @@ grep -q '"val_loss"' "$work/run/metrics.jsonl" || fail "no validation lines"
 # --recompute reaches the engine: named in the preamble and the run record.
 # Run under umask 000: what the run creates is still not group/world writable.
 (umask 000 && "$exe" --data "$work/run/tokens.h5" --run-dir "$work/run_rc" --layers 1 --heads 2 --embd 32 \
-  --context 32 --seq-len 16 --micro-batch 4 --steps 2 --eval-batches 0 --sample-tokens 0 --recompute full \
+  --context 32 --seq-len 16 --micro-batch 4 --steps 2 --eval-samples 0 --sample-tokens 0 --recompute full \
   --ckpt-every 2 > "$work/out_rc.txt")
 grep -q "^# mesh .*, recompute full;" "$work/out_rc.txt" || fail "the preamble does not name --recompute full"
 grep -q '"recompute":"full"' "$work/run_rc/metrics.jsonl" || fail "the run record lacks recompute full"

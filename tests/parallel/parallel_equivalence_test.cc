@@ -61,7 +61,7 @@ test::GPTRunOptions options_for(const Layout& l) {
   o.engine.lr = 1e-3f;
   o.engine.min_lr = 1e-4f;
   o.engine.grad_clip = 1.f;
-  o.engine.eval_batches = 2;
+  o.engine.eval_samples = 16;
   o.engine.data_parallel = {.zero_stage = l.zero, .shard_group = l.shard_group, .bucket_bytes = 16 << 10};
   o.engine.schedule = l.schedule;
   o.engine.virtual_stages = l.virtual_stages;
@@ -97,7 +97,7 @@ RunResult train(Engine& t, int steps) {
     r.losses.push_back(s.loss);
     r.norms.push_back(s.grad_norm);
   }
-  r.val = t.evaluate();
+  r.val = float(t.evaluate().loss);
   r.weights = t.full_parameters();
   return r;
 }

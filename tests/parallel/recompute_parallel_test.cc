@@ -80,7 +80,7 @@ TEST_P(RecomputeLayouts, SameBitsAsNoRecomputation) {
   g.engine.grad_accum = l.grad_accum;
   g.engine.steps = 3;
   g.engine.warmup_steps = 1;
-  g.engine.eval_batches = 0;
+  g.engine.eval_samples = 0;
   g.engine.data_parallel = {.zero_stage = l.zero, .bucket_bytes = 16 << 10};
   g.engine.schedule = parallel::Schedule::k1F1B;
   const data::TokenSplits data = test::pangram_text(64);

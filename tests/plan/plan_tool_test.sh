@@ -95,7 +95,7 @@ PY
     grep -q "^# dry run: Llama .* full" "$work/llama.txt" || fail "llama_train: no dry-run header" ;;
   auto)
     "${np2[@]}" "$gpt" --auto --run-dir "$work/auto" --layers 2 --embd 64 --heads 2 --seq-len 32 --context 32 \
-      --micro-batch 2 --grad-accum 2 --steps 2 --eval-batches 1 --sample-tokens 4 > "$work/auto.txt" 2>&1 || {
+      --micro-batch 2 --grad-accum 2 --steps 2 --eval-samples 4 --sample-tokens 4 > "$work/auto.txt" 2>&1 || {
       cat "$work/auto.txt"; fail "gpt_train --auto exited non-zero"; }
     cat "$work/auto.txt"
     chosen=$(sed -n 's/^# auto: \(tp[0-9]* pp[0-9]* dp[0-9]*\).*/\1/p' "$work/auto.txt")

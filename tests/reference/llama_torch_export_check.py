@@ -8,8 +8,8 @@
 # trained model hardly moves under small changes to the model (swapping gate
 # and up in PyTorch changes the logits by 10% and no argmax), so the final
 # validation loss llama_train wrote to metrics.jsonl must also equal
-# PyTorch's on the same windows (the first --eval-batches x --micro-batch
-# consecutive windows of the validation split) within 1e-5 relative.
+# PyTorch's on the same windows (the first --eval-samples consecutive
+# windows of the validation split) within 1e-5 relative.
 #
 #   llama_torch_export_check.py LLAMA_TRAIN HT_CKPT WORKDIR [MPIEXEC NP --tp 2 ...]
 #
@@ -45,7 +45,7 @@ import llama_torch  # noqa: E402
 
 TIE_TOL = 1e-5
 LOSS_TOL = 1e-5
-SEQ_LEN, MICRO_BATCH, EVAL_BATCHES = 16, 8, 2
+SEQ_LEN, MICRO_BATCH, EVAL_SAMPLES = 16, 8, 16
 MODEL = dict(layers=2, heads=4, kv_heads=2, embd=32, ffn=48, context=32, vocab=256, rope_theta=10000.0)
 STEPS, CKPT_EVERY = 60, 20  # enough to continue the prompt with words, not one repeated byte
 PROMPT = "the quick"
@@ -120,14 +120,12 @@ def check_val_loss(model, run_dir):
     with h5py.File(os.path.join(run_dir, "tokens.h5"), "r") as f:
         val = f["val"][()].astype(np.int64)
     windows = (len(val) - 1) // SEQ_LEN
-    losses = []
     with torch.no_grad():
-        for b in range(EVAL_BATCHES):  # BatchSampler::sequential: consecutive windows, one process
-            starts = [((b * MICRO_BATCH + i) % windows) * SEQ_LEN for i in range(MICRO_BATCH)]
-            tokens = torch.tensor(np.stack([val[s:s + SEQ_LEN] for s in starts]))
-            targets = torch.tensor(np.stack([val[s + 1:s + SEQ_LEN + 1] for s in starts]))
-            losses.append(float(model(tokens, targets)))
-    torch_loss = sum(losses) / len(losses)
+        # TokenWindows::sequential: validation sample i is the i-th consecutive window.
+        starts = [(i % windows) * SEQ_LEN for i in range(EVAL_SAMPLES)]
+        tokens = torch.tensor(np.stack([val[s:s + SEQ_LEN] for s in starts]))
+        targets = torch.tensor(np.stack([val[s + 1:s + SEQ_LEN + 1] for s in starts]))
+        torch_loss = float(model(tokens, targets))
     e = abs(ht_loss - torch_loss) / abs(torch_loss)
     print(f"final validation loss: llama_train {ht_loss:.8f}, PyTorch {torch_loss:.8f}, rel err {e:.2e}")
     if not e <= LOSS_TOL:
@@ -163,7 +161,7 @@ def main():
                           "--vocab", str(m["vocab"]), "--rope-theta", str(m["rope_theta"]),
                           "--seq-len", str(SEQ_LEN), "--micro-batch", str(MICRO_BATCH), "--steps", str(STEPS),
                           "--lr", "1e-2", "--warmup", "5", "--ckpt-every", str(CKPT_EVERY), "--eval-every", "0",
-                          "--eval-batches", str(EVAL_BATCHES), "--temperature", "0",
+                          "--eval-samples", str(EVAL_SAMPLES), "--temperature", "0",
                           "--sample-tokens", str(SAMPLE_TOKENS), "--prompt", PROMPT] + layout, "llama_train")
     ht_sample = printed_sample(out)
     print(f"llama_train's greedy sample: {bytes(ht_sample)!r}")

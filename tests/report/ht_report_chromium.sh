@@ -29,7 +29,7 @@ grep -q "holds no step record" "$work/err.txt" || fail "unclear message: $(cat "
 
 steps=20
 "$gpt" --text "$work/text.txt" --run-dir "$work/run" --layers 1 --heads 2 --embd 32 --context 32 --seq-len 16 \
-  --micro-batch 2 --steps $steps --ckpt-every 10 --eval-every 5 --eval-batches 1 --sample-tokens 0 > "$work/train.txt"
+  --micro-batch 2 --steps $steps --ckpt-every 10 --eval-every 5 --eval-samples 4 --sample-tokens 0 > "$work/train.txt"
 evals="$(grep -c '"type":"eval"' "$work/run/metrics.jsonl")"
 
 # The same run as if htrun had run it: launch 1 reached step 13 and crashed,

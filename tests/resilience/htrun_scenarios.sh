@@ -21,7 +21,7 @@ nodes=2
 nodeset=(--local --nodes "$nodes" --slots 1)  # the htrun node set of run() (simulated even under Slurm)
 program="$gpt"                        # the program run() launches
 train=(--text "$text" --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --eval-every 0
-       --eval-batches 1 --sample-tokens 0 --heartbeat 0.1 --steps "$steps" --ckpt-every 4)
+       --eval-samples 4 --sample-tokens 0 --heartbeat 0.1 --steps "$steps" --ckpt-every 4)
 
 run() {  # run NAME [htrun flags] -- [extra gpt_train flags]; output in $work/NAME.log
   local name="$1"; shift
@@ -322,7 +322,7 @@ WRAPPER
     # batch script reaches the ranks through htrun, they save, htrun exits
     # 77 and the script requeues the job.
     rm -rf "$work/sbatch"
-    job=$(RUN_DIR="$work/sbatch" GPT_TRAIN="$gpt" HANG_TIMEOUT=20 GPT_ARGS="--text $text --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --eval-every 0 --eval-batches 1 --sample-tokens 0 --steps 100000" \
+    job=$(RUN_DIR="$work/sbatch" GPT_TRAIN="$gpt" HANG_TIMEOUT=20 GPT_ARGS="--text $text --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --eval-every 0 --eval-samples 4 --sample-tokens 0 --steps 100000" \
       PATH="$(dirname "$htrun"):$PATH" sbatch --parsable --nodes 3 --ntasks-per-node 1 --gpus-per-node 0 \
       -o "$work/sbatch.log" "$(dirname "$0")/../../examples/slurm/train_gpt.sbatch")
     for _ in $(seq 600); do grep -q "^step 5/" "$work/sbatch.log" 2>/dev/null && break; sleep 0.1; done

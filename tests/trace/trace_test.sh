@@ -17,7 +17,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 rm -rf "$work"; mkdir -p "$work"
 for i in $(seq 300); do echo "pack my box with five dozen liquor jugs $i"; done > "$work/text.txt"
 train=(--text "$work/text.txt" --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2
-       --eval-every 0 --eval-batches 1 --sample-tokens 0)
+       --eval-every 0 --eval-samples 4 --sample-tokens 0)
 
 "$mpiexec" -np 4 --oversubscribe --bind-to none "$gpt" "${train[@]}" --run-dir "$work/run" --pp 2 --grad-accum 4 \
   --bucket-mb 0.01 --steps 4 --trace "$work/trace.json" --trace-steps 2-3 > "$work/train.txt" 2>&1 \

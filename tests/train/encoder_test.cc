@@ -31,8 +31,7 @@ constexpr std::int32_t kPad = 0, kCls = 1, kCounted = 3;
 // number (B) f32: the share of kCounted among the tokens after kCls.
 class Encoder : public nn::Model {
  public:
-  /// `mask` false: padding is attended like any token (for the test that the mask matters).
-  explicit Encoder(const nn::Placement& at, bool mask = true) : Model("encoder", at), mask_(mask) {
+  explicit Encoder(const nn::Placement& at) : Model("encoder", at) {
     require_single_stage();
     embed_ = &add_module(std::make_unique<nn::Embedding>("embed", kVocab, kT, kDim, at.device));
     attn_ = &add_module(std::make_unique<nn::SelfAttention>(
@@ -61,10 +60,8 @@ class Encoder : public nn::Model {
   Tensor forward_impl(nn::Context& ctx, const Tensor& tokens) override {
     const std::int64_t b = tokens.size(0);
     // Keys that hold padding are never attended: the mask is a side input
-    // of the micro-batch, read by every attention layer.
-    std::vector<std::int32_t> mask = tokens.to_vector<std::int32_t>();
-    for (std::int32_t& m : mask) m = m != kPad ? 1 : 0;
-    if (mask_) ctx.set_side_input("key_mask", Tensor::from_vector(mask, tokens.shape()).to(device()));
+    // of the micro-batch ("key_mask", given with the data), read by every
+    // attention layer.
     Tensor a = attn_->forward(ctx, embed_->forward(ctx, tokens));  // (B, T, C)
     // The first (kCls) token's row: it attends to every token but the padding.
     Tensor cls = Tensor::empty({b, 1, kDim}, a.dtype(), device());
@@ -84,21 +81,22 @@ class Encoder : public nn::Model {
  private:
   Tensor first_row() const { return Tensor::from_vector(std::vector<std::int32_t>{0}, {1}).to(device()); }
 
-  bool mask_;
   nn::Embedding* embed_;
   nn::SelfAttention* attn_;
   nn::Linear* head_;
 };
 
-// Sequences of random length, padded; `pad_value` fills the padding of the
-// inputs (kPad for the model; anything else checks that padding is ignored).
-data::MicroBatch make_batch(std::uint64_t seed, std::int64_t rows, std::int32_t pad_fill = kPad) {
-  Rng rng(seed);
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows * kT), pad_fill);
+// Sequences of random length, padded, with their padding mask (side input
+// "key_mask"); sample i of stream `seed` depends on (seed, i) alone.
+data::MicroBatch make_batch(std::uint64_t seed, std::int64_t first, std::int64_t rows) {
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows * kT), kPad), mask(tokens.size(), 0);
   std::vector<float> target(static_cast<std::size_t>(rows));
   for (std::int64_t r = 0; r < rows; ++r) {
+    Rng rng;
+    rng.set_state(seed, std::uint64_t(first + r) << 16);
     const std::int64_t len = 2 + std::int64_t(rng.below(kT - 1));  // kCls and 1..kT-1 tokens
     std::int32_t* row = tokens.data() + r * kT;
+    for (std::int64_t t = 0; t < len; ++t) mask[std::size_t(r * kT + t)] = 1;
     row[0] = kCls;
     int counted = 0;
     for (std::int64_t t = 1; t < len; ++t) {
@@ -107,21 +105,22 @@ data::MicroBatch make_batch(std::uint64_t seed, std::int64_t rows, std::int32_t 
     }
     target[std::size_t(r)] = float(counted) / float(len - 1);
   }
-  return {Tensor::from_vector(tokens, {rows, kT}), Tensor::from_vector(target, {rows})};
+  data::MicroBatch b{.input = Tensor::from_vector(tokens, {rows, kT}), .target = Tensor::from_vector(target, {rows})};
+  b.side["key_mask"] = Tensor::from_vector(mask, {rows, kT});
+  return b;
 }
 
 class PaddedCounting : public data::DataSource {
  public:
-  void attach(const data::DataShard& shard) override { shard_ = shard; }
-  data::MicroBatch next() override { return make_batch(shard_.seed + 7919 * next_++, shard_.micro_batch); }
+  void attach(const data::DataShard& shard) override { seed_ = shard.seed; }
+  data::MicroBatch samples(std::int64_t first, std::int64_t count) override { return make_batch(seed_, first, count); }
   bool has_validation() const override { return true; }
-  data::MicroBatch validation(std::int64_t i) override { return make_batch(shard_.seed ^ (0xabcd + i), 64); }
-  ClientState state() const override { return {{"next", next_}}; }
-  void restore(const ClientState& s) override { next_ = std::get<std::int64_t>(s.at("next")); }
+  data::MicroBatch validation_samples(std::int64_t first, std::int64_t count) override {
+    return make_batch(seed_ ^ 0xabcd, first, count);
+  }
 
  private:
-  data::DataShard shard_;
-  std::int64_t next_ = 0;
+  std::uint64_t seed_ = 0;
 };
 
 train::ModelFactory encoder() {
@@ -135,26 +134,28 @@ TEST(Encoder, LearnsToCountThroughThePaddingMask) {
   o.lr = 5e-3f;
   o.min_lr = 5e-4f;
   o.warmup_steps = 10;
-  o.eval_batches = 2;
+  o.eval_samples = 128;
   PaddedCounting data;
   train::Engine engine(o, encoder(), data);
-  const float before = engine.evaluate();
+  const double before = engine.evaluate().loss;
   for (int i = 0; i < o.steps; ++i) engine.step();
-  const float after = engine.evaluate();
+  const double after = engine.evaluate().loss;
   // The target's variance is about 0.02; predicting its mean scores that.
-  EXPECT_LT(after, 0.25f * before) << "validation MSE " << before << " -> " << after;
-  EXPECT_LT(after, 0.01f);
+  EXPECT_LT(after, 0.25 * before) << "validation MSE " << before << " -> " << after;
+  EXPECT_LT(after, 0.01);
 }
 
 // What a padding position carries (the kPad row of the token embedding,
 // shifted) must not reach the output through the masked keys; without the
 // mask the same shift does move it.
 TEST(Encoder, PaddingDoesNotChangeTheOutput) {
-  const data::MicroBatch batch = make_batch(11, 5);
+  const data::MicroBatch batch = make_batch(11, 0, 5);
   for (const bool mask : {true, false}) {
-    Encoder model({}, mask);
+    Encoder model({});
     model.init_weights(3);
     nn::Context a(Device::cpu(), false), b(Device::cpu(), false);
+    if (mask)
+      for (nn::Context* c : {&a, &b}) c->set_side_input("key_mask", batch.side.at("key_mask"));
     const std::vector<float> before = model.forward(a, batch.input).to_vector<float>();
     nn::Parameter& wte = *model.parameters().front();
     ASSERT_EQ(wte.name(), "embed.wte");
@@ -171,14 +172,16 @@ TEST(Encoder, PaddingDoesNotChangeTheOutput) {
 TEST(Encoder, GradientsMatchFiniteDifferences) {
   Encoder model({});
   model.init_weights(9);
-  const data::MicroBatch batch = make_batch(5, 3);
+  const data::MicroBatch batch = make_batch(5, 0, 3);
   auto loss_of = [&] {
     nn::Context ctx(Device::cpu(), true);
+    ctx.set_side_input("key_mask", batch.side.at("key_mask"));
     return double(model.forward_loss(ctx, batch.input, batch.target));
   };
   model.zero_grad();
   {
     nn::Context ctx(Device::cpu(), true);
+    ctx.set_side_input("key_mask", batch.side.at("key_mask"));
     model.forward_loss(ctx, batch.input, batch.target);
     model.backward_loss(ctx, 1.f);
   }

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -39,7 +41,7 @@ data::TokenSplits synthetic_text() {
 
 test::GPTRunOptions small_options() {
   test::GPTRunOptions o = test::tiny_gpt_options(/*steps=*/6);
-  o.engine.eval_batches = 2;
+  o.engine.eval_samples = 16;
   return o;
 }
 
@@ -75,7 +77,7 @@ TEST(Engine, SameSeedSameBitsAndLossFalls) {
   o.engine.lr = 1e-2f;
   o.engine.min_lr = 1e-3f;
   test::GPTEngine a(o, data), b(o, data);
-  const float val0 = a.engine.evaluate();
+  const double val0 = a.engine.evaluate().loss;
   float last = 0.f;
   for (int i = 0; i < 40; ++i) {
     const StepStats sa = a.engine.step(), sb = b.engine.step();
@@ -84,7 +86,7 @@ TEST(Engine, SameSeedSameBitsAndLossFalls) {
   }
   EXPECT_EQ(all_weights(a.engine), all_weights(b.engine));
   EXPECT_LT(last, 0.6f * val0);
-  EXPECT_LT(a.engine.evaluate(), data::unigram_entropy(data.val, 256));
+  EXPECT_LT(a.engine.evaluate().loss, data::unigram_entropy(data.val, 256));
 }
 
 TEST(Engine, BadOptionsAreRefused) {
@@ -119,7 +121,7 @@ TEST(Engine, BadOptionsAreRefused) {
 TEST(Engine, ReportsTheModelAndRunsWithoutValidation) {
   const data::TokenSplits data = synthetic_text();
   test::GPTRunOptions o = small_options();
-  o.engine.eval_batches = 0;
+  o.engine.eval_samples = 0;
   o.engine.grad_accum = 3;
   test::GPTEngine t(o, data);
   EXPECT_EQ(t.engine.num_parameters(), o.model.num_parameters());
@@ -128,7 +130,7 @@ TEST(Engine, ReportsTheModelAndRunsWithoutValidation) {
   const StepStats s = t.engine.step();
   EXPECT_TRUE(std::isfinite(s.loss));
   EXPECT_EQ(s.tokens, 4 * 3 * 16);
-  EXPECT_TRUE(test::throws_error([&] { t.engine.evaluate(); }, ErrorKind::kConfig, {"--eval-batches is 0"}));
+  EXPECT_TRUE(test::throws_error([&] { t.engine.evaluate(); }, ErrorKind::kConfig, {"--eval-samples is 0"}));
 }
 
 // The factory must build the model for the placement it is given: one built
@@ -311,14 +313,12 @@ TEST(Engine, ClientStateAndDataPositionComeBackOnResume) {
                            {"empty", std::string()}};
   const test::TempDir ckpt("ht_engine_test_client_state");  // removed at the end, pass or fail
   o.engine.ckpt_dir = ckpt.path().string();
-  ClientState data_at_save;
   {
     test::GPTEngine t(o, data);
     EXPECT_TRUE(t.engine.client_state().empty());
     for (int i = 0; i < 2; ++i) EXPECT_EQ(t.engine.step().loss, straight[std::size_t(i)]);
     t.engine.client_state() = client;
-    data_at_save = t.batches.state();
-    EXPECT_FALSE(data_at_save.empty()) << "TokenBatches saves its position";
+    EXPECT_EQ(t.engine.consumed_samples(), 2 * t.engine.global_batch()) << "the engine's data position";
     EXPECT_EQ(t.engine.save_checkpoint(), "");
     EXPECT_EQ(t.engine.wait_for_checkpoint(), "");
   }
@@ -326,8 +326,90 @@ TEST(Engine, ClientStateAndDataPositionComeBackOnResume) {
   test::GPTEngine t(o, data);
   ASSERT_EQ(t.engine.resumed_from(), 2);
   EXPECT_EQ(t.engine.client_state(), client);  // std::variant equality: the type and the value
-  EXPECT_EQ(t.batches.state(), data_at_save);
+  EXPECT_EQ(t.engine.consumed_samples(), 2 * t.engine.global_batch());
   for (int i = 2; i < 4; ++i) EXPECT_EQ(t.engine.step().loss, straight[std::size_t(i)]) << "step " << i + 1;
+}
+
+// A stream (a source that cannot seek): each rank's next micro-batch, its
+// own position in state(). Here TokenBatches' samples read in order, which
+// is what a stream of this rank's rows would give.
+class TokenStream : public data::DataSource {
+ public:
+  explicit TokenStream(const data::TokenSplits& splits) : batches_(splits, 16) {}
+  void attach(const data::DataShard& shard) override {
+    shard_ = shard;
+    batches_.attach(shard);
+  }
+  bool random_access() const override { return false; }
+  data::MicroBatch next() override {
+    const std::int64_t rows = shard_.micro_batch;
+    return batches_.samples((position_++ * shard_.dp_size + shard_.dp_rank) * rows, rows);
+  }
+  ClientState state() const override { return {{"position", position_}}; }
+  void restore(const ClientState& s) override { position_ = std::get<std::int64_t>(s.at("position")); }
+
+ private:
+  data::TokenBatches batches_;
+  data::DataShard shard_;
+  std::int64_t position_ = 0;
+};
+
+// A stream's position comes back with a checkpoint and resumes on the
+// uninterrupted run's losses in the share it was drawn in; in another share
+// (here another micro-batch size) it would read other rows, and is refused
+// by name. A checkpoint that records no consumed samples (an older one) is
+// refused too.
+TEST(Engine, AStreamResumesOnlyInTheShareItWasDrawnIn) {
+  const data::TokenSplits data = synthetic_text();
+  test::GPTRunOptions o = small_options();
+  o.engine.eval_samples = 0;
+  auto make = [&](const nn::Placement& at) { return std::make_unique<models::GPT>(o.model, at); };
+  std::vector<float> straight;
+  {
+    TokenStream stream(data);
+    Engine e(o.engine, make, stream);
+    for (int i = 0; i < 4; ++i) straight.push_back(e.step().loss);
+  }
+  const test::TempDir ckpt("ht_engine_test_stream");
+  o.engine.ckpt_dir = ckpt.path().string();
+  {
+    TokenStream stream(data);
+    Engine e(o.engine, make, stream);
+    for (int i = 0; i < 2; ++i) e.step();
+    EXPECT_EQ(e.checkpoint_now(), "");
+  }
+  o.engine.resume = true;
+  {
+    TokenStream stream(data);
+    Engine e(o.engine, make, stream);
+    ASSERT_EQ(e.resumed_from(), 2);
+    for (int i = 2; i < 4; ++i) EXPECT_EQ(e.step().loss, straight[std::size_t(i)]) << "step " << i + 1;
+  }
+  o.engine.micro_batch = 2;
+  o.engine.grad_accum = 2;
+  EXPECT_TRUE(test::throws_error(
+      [&] {
+        TokenStream stream(data);
+        Engine e(o.engine, make, stream);
+      },
+      ErrorKind::kConfig, {"stream", "dp 1 x micro-batch 4", "dp 1 x micro-batch 2", "random access"}));
+
+  // The newest checkpoint (step 4) with its consumed samples taken out.
+  std::string newest;
+  for (const auto& d : fs::directory_iterator(ckpt.path()))
+    if (d.path().filename().string().rfind("step_", 0) == 0) newest = std::max(newest, d.path().string());
+  const std::string manifest = newest + "/manifest.json";
+  std::ifstream in(manifest);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t at = text.find("\"consumed_samples\"");
+  ASSERT_NE(at, std::string::npos);
+  text.erase(at, text.find(',', at) + 1 - at);
+  std::ofstream(manifest) << text;
+  o.engine.micro_batch = 4;
+  o.engine.grad_accum = 1;
+  test::GPTRunOptions random = o;
+  EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(random, data); }, ErrorKind::kConfig,
+                                 {"records no consumed samples", "older"}));
 }
 
 // The checkpoints committed under `dir` ("step_00000002", ...), in order.
@@ -427,7 +509,7 @@ TEST(Engine, ATokenOutsideTheVocabularyFailsWhenDrawn) {
   text.vocab_size = 300;
   for (std::int32_t& id : text.train) id = 299;  // every window holds it
   test::GPTRunOptions o = small_options();
-  o.engine.eval_batches = 0;
+  o.engine.eval_samples = 0;
   test::GPTEngine run(o, text);
   const std::vector<float> before = all_weights(run.engine);
   EXPECT_TRUE(test::throws_error([&] { run.engine.step(); }, ErrorKind::kOutOfRange,

@@ -218,7 +218,7 @@ test::GPTRunOptions gpt_options(DType compute) {
   o.model = {.vocab_size = 64, .context = 32, .n_layer = 4, .n_head = 2, .n_embd = 64};
   o.seq_len = 32;
   o.engine.grad_accum = 2;
-  o.engine.eval_batches = 0;
+  o.engine.eval_samples = 0;
   o.engine.data_parallel.precision.compute = compute;
   return o;
 }

@@ -65,8 +65,14 @@ struct RunState {
   precision::LossScalerState scaler;
   /// The model (nn::Model::describe()); a resume must match it.
   std::string model;
-  /// The data source's position (data::DataSource::state()).
+  /// Training samples consumed before the next step (the engine's data
+  /// position; data/data_source.h). -1: not recorded (an older checkpoint).
+  std::int64_t consumed_samples = -1;
+  /// A stream source's position (data::DataSource::state()) and the share
+  /// it was drawn in ("dp 2 x micro-batch 8"): a stream resumes only in the
+  /// same share. Both empty for a random-access source.
   ClientState data;
+  std::string stream_shard;
   /// The program's own state (DeepSpeed's client_state).
   ClientState client;
 };

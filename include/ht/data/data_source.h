@@ -1,26 +1,46 @@
-// ht::data::DataSource: where a training program's micro-batches come from.
+// ht::data::DataSource: where a training program's samples come from.
 //
-// The engine (ht::train::Engine) asks a DataSource for micro-batches; what
-// they hold is the program's business: token windows for a language model,
-// feature vectors and labels for a classifier. A micro-batch is the first
-// pipeline stage's input and the last stage's target, on the host (the
-// engine moves them to the model's device).
+// The engine (ht::train::Engine) owns the data position, counted in global
+// samples (Megatron's consumed samples): a step of global batch G trains on
+// samples [c, c + G), c being the samples the run consumed before it,
+// whatever the layout. It splits them into micro-batches of B rows per
+// data-parallel rank, dp ranks and k micro-batches per step (G = B k dp):
+// micro-batch j of data-parallel rank d holds samples
+//   c + (j dp + d) B ... c + (j dp + d + 1) B - 1,
+// so micro-batch j of all dp ranks together is micro-batch j of one process
+// with B dp rows. Every rank draws every micro-batch of its dp rank, in the
+// same order, whatever its pipeline stage or tensor-parallel rank: no
+// communication keeps the data in step.
 //
-// Every rank of the job draws every micro-batch of a step, in the same
-// order, whatever its stage or tensor-parallel rank: a data source keeps its
-// position in step on all ranks and needs no communication. attach() tells
-// it which share of each global batch this rank trains on (its
-// data-parallel rank among dp_size, micro_batch rows each): with the same
-// seed a data source should give dp ranks disjoint rows whose union is what
-// one process with micro_batch x dp_size rows would see, so any layout trains
-// like one process on the same global batch.
+// A source is random access (the default, and what a source should be when
+// it can): samples(first, count) returns samples [first, first + count) as
+// one micro-batch of count rows, and sample i depends only on i and the
+// run's seed (attach), never on the layout, the micro-batch size or what
+// was asked before. Every layout then trains on the same samples at the
+// same steps, and a checkpoint resumes on any layout: the engine saves the
+// consumed samples itself. Worked example: with G = 16, step 3 (1-based)
+// reads samples [32, 48); under dp 2, B 4, k 2, rank 1's micro-batches are
+// [36, 40) and [44, 48); one process with B 16 reads [32, 48) at once.
 //
-// Its position is part of every checkpoint: state() is saved with the
-// checkpoint and restore() gets it back on resume, so a resumed run sees the
-// data it would have seen. Not thread-safe; called from the training thread.
+// A stream (random_access() false: a socket, a file read once) cannot seek.
+// It gives each rank its next micro-batch (next(), B rows of its dp rank's
+// share, attach() says which), keeps its own position (state() / restore()),
+// and a checkpoint of it resumes only on the same data-parallel size and
+// micro-batch size: the engine refuses any other by name, since the rows it
+// would read next are not the ones the run would have read.
+//
+// Validation is random access in every source: validation_samples(first,
+// count) are samples [first, first + count) of the validation set; the
+// engine evaluates a fixed number of them (EngineOptions::eval_samples),
+// spread over the data-parallel ranks, so the validation loss does not
+// depend on the layout.
+//
+// Not thread-safe; called from the training thread.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "ht/core/client_state.h"
 #include "ht/core/tensor.h"
@@ -28,8 +48,21 @@
 namespace ht::data {
 
 struct MicroBatch {
-  Tensor input;   // the first stage's input, e.g. tokens (B, T) i32
+  Tensor input;   // the first stage's input, e.g. tokens (B, T) i32; rows along dimension 0
   Tensor target;  // the last stage's target, e.g. next tokens (B, T) i32
+  /// Named tensors beside the input that layers read, on the host, rows
+  /// along dimension 0: a padding mask "key_mask" (B, T) i32, 1 for a real
+  /// token (nn::SelfAttention and ops::masked_mean read it). The engine
+  /// gives them to every pipeline stage's nn::Context as side inputs, on
+  /// the model's device, before the stage's forward: they reach every
+  /// stage whatever the layout (a model must not set side inputs in its
+  /// own forward; see nn/context.h).
+  std::map<std::string, Tensor> side;
+  /// The global index of row 0's sample (set by the engine; keys dropout
+  /// and anything else that must not depend on the layout).
+  std::int64_t first_sample = 0;
+  /// Rows (dimension 0 of the input).
+  std::int64_t rows() const { return input.defined() && input.ndim() > 0 ? input.size(0) : 0; }
 };
 
 /// The share of each global batch a rank draws.
@@ -44,18 +77,31 @@ class DataSource {
  public:
   virtual ~DataSource() = default;
 
-  /// Once, before any batch (the engine calls it when it starts).
-  virtual void attach(const DataShard& shard) = 0;
-  /// The next training micro-batch of this rank.
-  virtual MicroBatch next() = 0;
-  /// Whether validation() gives anything.
+  /// Once, before any sample (the engine calls it when it starts): the run's
+  /// seed, and, for a stream, this rank's share.
+  virtual void attach(const DataShard& shard) { (void)shard; }
+
+  /// Whether samples() can give any range (the default). A stream overrides
+  /// it to return false, and implements next(), state() and restore().
+  virtual bool random_access() const { return true; }
+  /// Training samples [first, first + count) as one micro-batch of count
+  /// rows (count >= 1), each a function of its index and the seed alone.
+  /// Throws kNotSupported by default (a stream).
+  virtual MicroBatch samples(std::int64_t first, std::int64_t count);
+
+  /// Whether validation_samples() gives anything.
   virtual bool has_validation() const { return false; }
-  /// Validation micro-batch `index` of this rank's share: the same batch
-  /// for the same index on every pass. Throws kNotSupported by default.
-  virtual MicroBatch validation(std::int64_t index);
-  /// The position to save with a checkpoint, and to resume from.
+  /// Validation samples [first, first + count) as one micro-batch of count
+  /// rows; the same for the same indices on every pass and every layout.
+  /// Throws kNotSupported by default.
+  virtual MicroBatch validation_samples(std::int64_t first, std::int64_t count);
+
+  /// Streams only: this rank's next training micro-batch (the shard's
+  /// micro_batch rows). Throws kNotSupported by default.
+  virtual MicroBatch next();
+  /// Streams only: the position to save with a checkpoint, and to resume from.
   virtual ClientState state() const { return {}; }
-  /// Throws kCorruption or kConfig when `state` is not one this source saved.
+  /// Streams only. Throws kCorruption or kConfig when `state` is not one this source saved.
   virtual void restore(const ClientState& state) { (void)state; }
 };
 

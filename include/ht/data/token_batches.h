@@ -1,20 +1,21 @@
 // ht::data::TokenBatches: next-token training windows from a token array, as
 // a DataSource for language models (GPT, Llama).
 //
-// Training micro-batches are random windows drawn by a BatchSampler from
-// the run's seed (the whole global batch from one stream, this rank's rows
-// kept); validation micro-batches are consecutive, non-overlapping windows.
+// Random access (data_source.h): training sample i is a window at a
+// position drawn from (seed, i), validation sample i the i-th consecutive,
+// non-overlapping window of the validation split (data::TokenWindows).
 // Input is a window of seq_len tokens (B, T) i32, target the same window
-// shifted by one. The sampler's position is the state saved in checkpoints
-// ("position").
+// shifted by one. It keeps no position of its own: the engine's consumed
+// samples are the position, so a checkpoint resumes on any layout.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
-#include "ht/data/batch_sampler.h"
 #include "ht/data/data_source.h"
 #include "ht/data/token_dataset.h"
+#include "ht/data/token_windows.h"
 
 namespace ht::data {
 
@@ -26,11 +27,9 @@ class TokenBatches : public DataSource {
   TokenBatches(const TokenSplits& splits, std::int64_t seq_len);
 
   void attach(const DataShard& shard) override;
-  MicroBatch next() override;
+  MicroBatch samples(std::int64_t first, std::int64_t count) override;
   bool has_validation() const override { return !splits_.val.empty(); }
-  MicroBatch validation(std::int64_t index) override;
-  ClientState state() const override;
-  void restore(const ClientState& state) override;
+  MicroBatch validation_samples(std::int64_t first, std::int64_t count) override;
 
   std::int64_t seq_len() const { return seq_len_; }
   const TokenSplits& splits() const { return splits_; }
@@ -38,7 +37,8 @@ class TokenBatches : public DataSource {
  private:
   const TokenSplits& splits_;
   std::int64_t seq_len_;
-  std::unique_ptr<BatchSampler> train_, val_;
+  std::uint64_t seed_ = 0;
+  std::optional<TokenWindows> train_, val_;
 };
 
 }  // namespace ht::data

@@ -19,9 +19,27 @@
 // same order as without deferral). Norm gains, biases and embeddings stay
 // in B: they cost little. A module must therefore not write into a tensor
 // it passed as dy to a child's backward, nor into its saved input.
+//
+// Side inputs are what layers deep inside a model read beside their input
+// (a padding mask "key_mask"). The engine gives a micro-batch's side inputs
+// (data::MicroBatch::side) to every pipeline stage's context and then seals
+// them: a model that set one in its own forward would give it to its first
+// stage only, and the later stages would silently run without it, so
+// set_side_input on a sealed context is refused by name.
+//
+// The batch (BatchInfo) says whether the forward trains (dropout acts only
+// then), the run's seed and the global index of the micro-batch's first
+// sample, which key anything random per sample, so that it does not depend
+// on the layout. Evaluation forwards add their metrics' sums to the context
+// (add_metric), which the engine sums over micro-batches and ranks.
+//
+// A forward-only module (Module::compute) keeps its recorded tape here
+// (save_tape / tape), one per run as other saved tensors.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -32,6 +50,14 @@
 namespace ht::nn {
 
 class Module;
+class Tape;
+
+/// What a forward is run for, and where its micro-batch sits in the run.
+struct BatchInfo {
+  bool training = false;            // a training forward (dropout acts); false: evaluation, inference
+  std::uint64_t seed = 0;           // the run's seed
+  std::int64_t first_sample = 0;    // the global index of row 0's sample
+};
 
 class Context {
  public:
@@ -58,6 +84,11 @@ class Context {
   /// recomputation: m's backward runs its forward again from it
   /// (Module::forward under Recompute::kFull). Nothing when not saving.
   void save_input_for_recompute(const Module* m, Tensor input);
+  /// Whether `m` has an entry not yet backpropagated.
+  bool holds(const Module* m) const {
+    const auto it = saved_.find(m);
+    return it != saved_.end() && !it->second.empty();
+  }
   /// Whether `m`'s newest entry is one of save_input_for_recompute's
   /// (false when there is none).
   bool recomputes(const Module* m) const;
@@ -68,14 +99,27 @@ class Context {
   Context fresh(bool save_for_backward) const {
     Context c(device_, save_for_backward);
     c.side_ = side_;
+    c.sealed_ = sealed_;
+    c.batch_ = batch_;
     c.deferred_ = deferred_;
     return c;
   }
-  /// Drops everything saved and the side inputs (frees activations once backward is done).
+  /// Drops everything saved and the side inputs, and unseals them (frees
+  /// activations once backward is done).
   void clear() {
     saved_.clear();
     side_.clear();
+    sealed_ = false;
   }
+
+  /// Stores the tape one run of a forward-only module recorded (call it
+  /// once per run, like save; nothing when not saving).
+  void save_tape(const Module* m, std::shared_ptr<Tape> tape);
+  /// The tape of `m`'s newest run not yet backpropagated; throws
+  /// kInvalidArgument when its newest entry holds none.
+  std::shared_ptr<Tape> tape(const Module* m) const;
+  /// tape(m), then pop(m).
+  std::shared_ptr<Tape> take_tape(const Module* m);
   /// Bytes held by saved tensors and those deferred weight gradients keep
   /// (views of one storage counted per view).
   std::int64_t saved_bytes() const;
@@ -93,13 +137,27 @@ class Context {
   std::size_t pending_weight_grads() const { return deferred_ ? deferred_->size() : 0; }
 
   /// Side inputs of the micro-batch that layers deep inside a model read
-  /// (a padding mask: "key_mask"), set by the model before its forward.
-  void set_side_input(const std::string& name, Tensor t) { side_[name] = std::move(t); }
+  /// (a padding mask: "key_mask"): the engine sets a micro-batch's
+  /// (data::MicroBatch::side) and seals them; code driving a module itself
+  /// (a test, an inference loop) sets its own. Throws kConfig once sealed.
+  void set_side_input(const std::string& name, Tensor t);
   /// The side input `name`, or null.
   const Tensor* side_input(const std::string& name) const {
     const auto it = side_.find(name);
     return it == side_.end() ? nullptr : &it->second;
   }
+  /// From now on set_side_input is refused (see the top); contexts made by
+  /// fresh() stay sealed.
+  void seal_side_inputs() { sealed_ = true; }
+
+  /// The micro-batch this forward runs (see the top).
+  void set_batch(const BatchInfo& batch) { batch_ = batch; }
+  const BatchInfo& batch() const { return batch_; }
+
+  /// Adds `sum` (over the micro-batch's samples) to the evaluation metric
+  /// `name` (nn::Model::add_metrics).
+  void add_metric(const std::string& name, double sum) { metrics_[name] += sum; }
+  const std::map<std::string, double>& metrics() const { return metrics_; }
 
  private:
   Device device_;
@@ -107,9 +165,15 @@ class Context {
   struct Entry {
     std::vector<Tensor> tensors;
     bool recompute = false;  // tensors = {input}: backward runs the forward again
+    std::shared_ptr<Tape> tape;  // a forward-only module's run
   };
+  const Entry& newest(const Module* m) const;
+
   std::unordered_map<const Module*, std::vector<Entry>> saved_;  // a stack per module
   std::unordered_map<std::string, Tensor> side_;
+  bool sealed_ = false;
+  BatchInfo batch_;
+  std::map<std::string, double> metrics_;
   struct Deferred {
     std::vector<Tensor> inputs;
     WeightGrad compute;

@@ -77,16 +77,39 @@ class Model : public Module {
   bool first_stage() const { return placement_.stage.first(); }
   bool last_stage() const { return placement_.stage.last(); }
 
+  /// Last stage only. A forward-only model's loss: the mean loss of a
+  /// micro-batch as an f32 scalar Var, from the model's output (a Var of
+  /// the loss's own tape) and the target on the model's device, built from
+  /// functional.h (cross_entropy, mse, ...). The default forward_loss and
+  /// backward_loss run it. Throws kNotSupported by default: a model defines
+  /// loss(), or forward_loss and backward_loss.
+  virtual Var loss(const Var& output, const Tensor& target);
   /// Last stage only. The mean loss of a micro-batch: `input` as forward
   /// takes it, `target` on the model's device. Saves what backward_loss
   /// needs (ctx.save(this, ...) after the forward; backward_loss then takes
-  /// it back with ctx.take(this) before calling backward()).
-  virtual float forward_loss(Context& ctx, const Tensor& input, const Tensor& target) = 0;
+  /// it back with ctx.take(this) before calling backward()). In an
+  /// evaluation (ctx.batch().training false) it also adds the model's
+  /// metrics (add_metrics). By default: forward(), add_metrics in an
+  /// evaluation, then loss() on a tape kept in ctx.
+  virtual float forward_loss(Context& ctx, const Tensor& input, const Tensor& target);
   /// Backward from the loss of the newest forward_loss in ctx, its gradient
   /// multiplied by `grad_scale` (1/k for k accumulated micro-batches, times
   /// the loss scale under fp16). Accumulates into parameter gradients and
-  /// returns the gradient of the stage's input (undefined on the first stage).
-  virtual Tensor backward_loss(Context& ctx, float grad_scale) = 0;
+  /// returns the gradient of the stage's input (undefined on the first
+  /// stage). By default: the loss's tape, then backward().
+  virtual Tensor backward_loss(Context& ctx, float grad_scale);
+
+  /// Validation metrics beside the loss, by name ("accuracy"), in the order
+  /// the engine reports them: the same list on every stage. None by default.
+  virtual std::vector<std::string> metric_names() const { return {}; }
+  /// Last stage, evaluation only: adds each metric's sum over the
+  /// micro-batch's samples to ctx (ctx.add_metric("accuracy", correct
+  /// rows)) from the model's output and the target; the engine reports the
+  /// mean per validation sample. The default forward_loss calls it; a
+  /// hand-written forward_loss calls it itself. Nothing by default.
+  virtual void add_metrics(Context& ctx, const Tensor& output, const Tensor& target) const {
+    (void)ctx, (void)output, (void)target;
+  }
 
   /// Checks a micro-batch on the host when the engine draws it, before any
   /// device or peer sees it: throws ht::Error naming what is wrong (a token

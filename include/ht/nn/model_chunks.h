@@ -41,6 +41,8 @@ class ModelChunks : public Model {
   /// The chunks' tied weights with their virtual stages mapped to ranks.
   std::vector<TiedWeight> tied_weights() const override;
   int num_layers() const override;
+  /// The chunks' (the pipeline runs each chunk's forward_loss, which adds them).
+  std::vector<std::string> metric_names() const override;
   std::string describe() const override;
   double flops_per_token(const Shape& input_shape) const override;
   /// Each chunk's own rule (a chunk is a whole model's part, not a block).

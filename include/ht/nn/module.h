@@ -1,5 +1,14 @@
-// ht::nn::Module: explicit forward and backward, named parameters, hooks.
+// ht::nn::Module: forward and backward, named parameters, hooks.
 //
+// A module says how it computes in one of two ways:
+//   - forward-only: it defines compute(const Var& x), built from the ops of
+//     functional.h and calls of its children (child(x)); its backward comes
+//     from the tape that compute() recorded (tape.h). A few lines, like a
+//     PyTorch module's forward:
+//         Var compute(const Var& x) override { return x + mlp_(norm_(x)); }
+//   - explicit: it overrides forward_impl(ctx, x) and backward_impl(ctx, dy)
+//     and saves what backward reads in the Context itself (the bundled
+//     layers, for speed and fused kernels).
 // forward(ctx, x) and backward(ctx, dy) are non-virtual: they run the hooks
 // and call the virtual forward_impl / backward_impl. Hooks are how parallel
 // wrappers reach in without the model knowing: ZeRO-3 gathers a unit's
@@ -9,7 +18,9 @@
 //
 // backward() accumulates into parameter gradients (+=), or overwrites a
 // gradient discarded since its last use (Parameter::discard_grad), and
-// returns the gradient of the input (overwritten, freshly allocated).
+// returns the gradient of the input (freshly allocated: the caller may write
+// into it; undefined for an integer input such as token ids). It never
+// writes into dy, which may be shared with other gradients.
 //
 // Activation recomputation (nn::Recompute; Megatron's
 // --recompute-granularity, PyTorch's torch.utils.checkpoint for kFull) is a
@@ -46,6 +57,7 @@
 #include "ht/nn/context.h"
 #include "ht/nn/parameter.h"
 #include "ht/nn/model_spec.h"  // nn::Recompute
+#include "ht/nn/tape.h"
 
 namespace ht::nn {
 
@@ -61,8 +73,15 @@ class Module {
   Tensor forward(Context& ctx, const Tensor& x);
   Tensor backward(Context& ctx, const Tensor& dy);
 
+  /// A forward-only step of the calling module's compute(): this module's
+  /// forward on x, recorded on x's tape (Tape::call).
+  Var operator()(const Var& x) { return x.tape().call(*this, x); }
+
   /// The module's own name within its parent ("attn"); parameters carry full names.
   const std::string& name() const { return name_; }
+  /// The names from the model down to this module ("h.3.attn"), as its
+  /// parameters' names start: stable across layouts (keys dropout's draws).
+  const std::string& path() const { return path_; }
   /// This module's and its descendants' parameters in registration order,
   /// each once (a tied weight appears where it was first registered).
   std::vector<Parameter*> parameters();
@@ -99,8 +118,15 @@ class Module {
   void set_post_backward_hook(Hook h) { post_backward_ = std::move(h); }
 
  protected:
-  virtual Tensor forward_impl(Context& ctx, const Tensor& x) = 0;
-  virtual Tensor backward_impl(Context& ctx, const Tensor& dy) = 0;
+  /// A forward-only module's computation (see the top): ops on Vars and
+  /// calls of children. Called by the default forward_impl, on a tape that
+  /// records when the context saves. Throws kNotSupported by default: a
+  /// module defines compute(), or forward_impl and backward_impl.
+  virtual Var compute(const Var& x);
+  /// The forward: by default compute() on a tape kept in ctx.
+  virtual Tensor forward_impl(Context& ctx, const Tensor& x);
+  /// The backward: by default the tape forward_impl kept, walked back.
+  virtual Tensor backward_impl(Context& ctx, const Tensor& dy);
 
   /// Creates a parameter of full shape `shape` (uninitialised data on
   /// `device`, no gradient yet) whose first values `init` draws; a
@@ -128,6 +154,7 @@ class Module {
   void prefix_names(const std::string& prefix);
 
   std::string name_;
+  std::string path_ = name_;
   std::vector<std::unique_ptr<Parameter>> params_;
   std::vector<Parameter*> shared_;
   std::vector<std::unique_ptr<Module>> children_;

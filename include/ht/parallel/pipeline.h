@@ -29,9 +29,17 @@
 //
 // With one stage every schedule but interleaved is plain gradient
 // accumulation.
+//
+// Before each stage's forward of a micro-batch the pipeline gives its
+// context the micro-batch's side inputs (data::MicroBatch::side, on the
+// model's device), sealed, and its batch: training or not, the run's seed
+// and the global index of its first sample (nn::BatchInfo). Every rank holds
+// every micro-batch of its data-parallel rank, so side inputs reach every
+// stage without a transfer.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +49,12 @@
 #include "ht/parallel/schedule.h"
 
 namespace ht::parallel {
+
+/// An evaluation's sums on the last stage (0 and empty elsewhere).
+struct Evaluation {
+  double loss_sum = 0;  // sum over micro-batches of mean loss x rows
+  std::map<std::string, double> metric_sums;  // nn::Model::add_metrics' sums
+};
 
 struct PipelineStats {
   double compute_ms = 0;  // this stage's forward and backward work
@@ -53,8 +67,10 @@ class Pipeline {
   /// `pp` is the pipeline group: its rank is model.stage().rank. Activations
   /// travel between stages in `activations` (the compute dtype). The
   /// interleaved schedule needs an nn::ModelChunks (its chunks run as the
-  /// virtual stages), the others a model of one chunk.
-  Pipeline(nn::Model& model, comm::Communicator& pp, Schedule schedule, DType activations = DType::kF32);
+  /// virtual stages), the others a model of one chunk. `seed` is the run's
+  /// (nn::BatchInfo).
+  Pipeline(nn::Model& model, comm::Communicator& pp, Schedule schedule, DType activations = DType::kF32,
+           std::uint64_t seed = 0);
 
   /// Forward and backward of every micro-batch (host batches, one per
   /// micro-batch; only the first stage reads inputs, the last targets). Each
@@ -66,8 +82,9 @@ class Pipeline {
   /// last stage, 0 elsewhere.
   double train_step(const std::vector<data::MicroBatch>& batches, float loss_scale,
                     const std::function<void(nn::Model* completes)>& before_backward);
-  /// Forward only; the sum of the losses on the last stage, 0 elsewhere.
-  double evaluate(const std::vector<data::MicroBatch>& batches);
+  /// Forward only, not training (micro-batches may differ in rows): on the
+  /// last stage the loss and metric sums, weighted by rows; empty elsewhere.
+  Evaluation evaluate(const std::vector<data::MicroBatch>& batches);
 
   /// Timings of the last train_step.
   const PipelineStats& stats() const { return stats_; }
@@ -82,6 +99,7 @@ class Pipeline {
   comm::Communicator& pp_;
   Schedule schedule_;
   DType activations_;
+  std::uint64_t seed_;
   PipelineStats stats_;
 };
 

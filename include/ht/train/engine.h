@@ -61,7 +61,10 @@ struct EngineOptions {
   optim::AdamWOptions adamw;
   std::uint64_t seed = 1337;  // weights and data order
   std::int64_t eval_every = 25;  // 0: only at the end
-  std::int64_t eval_batches = 8;  // 0: no validation
+  /// Validation samples per evaluation, spread over the data-parallel ranks
+  /// (data::validation_ranges): the same samples under every layout. 0: no
+  /// validation.
+  std::int64_t eval_samples = 64;
   /// Data parallelism / ZeRO (the mesh gives dp, tp and pp).
   parallel::DataParallelOptions data_parallel;
   parallel::Schedule schedule = parallel::Schedule::k1F1B;
@@ -167,6 +170,14 @@ struct StepStats {
   double tokens_per_s() const { return ms > 0 ? double(tokens) * 1000.0 / ms : 0.0; }
 };
 
+/// An evaluation over the validation samples.
+struct EvalStats {
+  double loss = 0;          // mean over the samples (each micro-batch's mean loss weighed by its rows)
+  std::int64_t samples = 0;
+  /// The model's metrics (nn::Model::metric_names), each its mean per sample.
+  std::map<std::string, double> metrics;
+};
+
 /// Code that runs at fixed points of every step, out of its main path:
 /// failure rehearsals (rehearsals.h), tests, instrumentation. Each may be empty.
 struct StepHooks {
@@ -205,8 +216,10 @@ class Engine {
 
   /// One optimizer step (grad_accum micro-batches).
   StepStats step();
-  /// Mean loss over `eval_batches` validation micro-batches of the data source.
-  float evaluate();
+  /// The loss and the model's metrics over eval_samples validation samples
+  /// (the same ones whatever the layout). Throws kConfig when eval_samples
+  /// is 0 or the data source has no validation data.
+  EvalStats evaluate();
   /// Every parameter at full shape on world rank 0 (empty elsewhere); collective.
   std::map<std::string, Tensor> full_parameters();
 
@@ -228,6 +241,9 @@ class Engine {
   ClientState& client_state() { return client_state_; }
   /// The step the run resumed from (0: a fresh start).
   std::int64_t resumed_from() const { return resumed_from_; }
+  /// Training samples consumed so far over the whole mesh (the data
+  /// position, saved with checkpoints: data/data_source.h).
+  std::int64_t consumed_samples() const { return consumed_samples_; }
   ckpt::Checkpointer* checkpointer() { return checkpointer_.get(); }
   /// Steps taken, skipped ones included.
   std::int64_t steps_done() const { return steps_done_; }
@@ -273,7 +289,13 @@ class Engine {
   bool snapshot_due(std::int64_t step);
   /// The sum over the world of `v` (one value per rank).
   std::vector<float> world_sum(std::vector<float> v);
-  std::vector<data::MicroBatch> draw(std::int64_t count, bool validation);
+  /// This rank's micro-batches of the next step (training) or of an evaluation.
+  std::vector<data::MicroBatch> draw_training();
+  std::vector<data::MicroBatch> draw_validation();
+  /// Checks `b` has `rows` rows (input, target and side inputs) and passes it to the model's check_batch.
+  void check_drawn(const data::MicroBatch& b, std::int64_t rows, const char* what, std::int64_t first) const;
+  /// A stream source's share ("dp 2 x micro-batch 8"); "" for a random-access one.
+  std::string stream_shard() const;
 
   EngineOptions options_;
   data::DataSource& data_;
@@ -293,6 +315,7 @@ class Engine {
   std::int64_t num_parameters_ = 0;
   std::int64_t steps_done_ = 0;
   std::int64_t resumed_from_ = 0;
+  std::int64_t consumed_samples_ = 0;
   // Memory snapshots: the last one's step, the interval (auto: measured) and
   // the mean step time it is measured against (rank 0's).
   std::int64_t last_snapshot_step_ = 0, snapshot_interval_ = 1, snapshot_measured_ = -1;

@@ -1,7 +1,9 @@
 // Training metrics as JSON Lines: one object per line, units in field names.
 // The first line describes the run ("type": "run", written as training
 // begins); then "step" lines, one per optimizer step ("step_ms": how long it
-// took), and "eval" lines. "time_ms" (run and step lines) is when the line was
+// took; a program may add fields of its own), and "eval" lines ("step": the
+// step the evaluation follows, 0 before the first; "val_loss", "val_samples"
+// and "val_<name>" for each of the model's metrics). "time_ms" (run and step lines) is when the line was
 // written, milliseconds since the epoch: htrun reads both. Each line is flushed as written, so a
 // crash loses at most the line being written.
 #pragma once
@@ -26,8 +28,9 @@ class MetricsWriter {
   /// dp2 x tp2"); `extra` fields (the program's own: "seq_len") join the line.
   void write_run(const EngineOptions& options, const std::string& model, std::int64_t num_parameters,
                  const std::string& mesh = "pp1 x dp1 x tp1", const ClientState& extra = {});
-  void write_step(const StepStats& s);
-  void write_eval(std::int64_t step, float val_loss);
+  /// `extra`: the program's own fields (FitOptions::step_fields).
+  void write_step(const StepStats& s, const ClientState& extra = {});
+  void write_eval(std::int64_t step, const EvalStats& e);
 
  private:
   void write_line(const std::string& line);

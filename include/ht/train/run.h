@@ -33,6 +33,11 @@ struct FitOptions {
   std::vector<std::string> preamble;
   /// On every rank after each step's line (and its validation, if any).
   std::function<void(Engine&, const StepStats&)> after_step;
+  /// On rank 0, each step: fields of the program's own that join the
+  /// step's metrics.jsonl line ({"tokens_seen", n}); none if empty. The
+  /// model's validation metrics join the eval lines by themselves
+  /// (nn::Model::metric_names).
+  std::function<ClientState(Engine&, const StepStats&)> step_fields;
   /// On every rank at the end, after the final checkpoint (sampling, export).
   std::function<void(Engine&)> at_end;
 

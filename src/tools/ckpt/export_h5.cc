@@ -108,6 +108,7 @@ int export_checkpoint(const std::string& step_dir, const std::string& out_path, 
                      item.pieces->front().real_rows, tmp);
       write_i64_attr(file.get(), "step", m.run.step, tmp);
       write_i64_attr(file.get(), "optimizer_steps", m.run.optimizer_steps, tmp);
+      write_i64_attr(file.get(), "consumed_samples", m.run.consumed_samples, tmp);
       write_str_attr(file.get(), "data_state", client_state_json(m.run.data), tmp);
       write_str_attr(file.get(), "client_state", client_state_json(m.run.client), tmp);
       write_str_attr(file.get(), "model", m.run.model, tmp);

@@ -57,7 +57,10 @@ void inspect_checkpoint(const std::string& step_dir, std::FILE* out) {
   fmt::print(out, "# checkpoint {}\n", step_dir);
   fmt::print(out, "step              {}\n", r.step);
   fmt::print(out, "optimizer steps   {}\n", r.optimizer_steps);
-  fmt::print(out, "data state        {}\n", client_state_json(r.data));
+  fmt::print(out, "consumed samples  {}\n", r.consumed_samples >= 0 ? fmt::format("{}", r.consumed_samples)
+                                                                    : std::string("not recorded (an older checkpoint)"));
+  if (!r.stream_shard.empty())
+    fmt::print(out, "stream            {}, position {}\n", r.stream_shard, client_state_json(r.data));
   fmt::print(out, "client state      {}\n", client_state_json(r.client));
   fmt::print(out, "loss scaler       scale {}, good steps {}, hysteresis left {}, skipped steps {}\n", r.scaler.scale,
              r.scaler.good_steps, r.scaler.hysteresis_left, r.scaler.skipped_steps);

@@ -1,0 +1,62 @@
+// Ops on Vars for forward-only modules (Module::compute): each computes with
+// the library's op of the same name (ht/ops) and, when its tape records,
+// records how to backpropagate (tape.h). Values keep their dtype: under
+// mixed precision a module's activations are in the compute dtype, and so
+// are their gradients; losses are f32.
+//
+//   Var compute(const Var& x) override {
+//     const Var h = x + attn_(norm1_(x));          // a residual branch
+//     return h + mlp_(norm2_(h));
+//   }
+//
+// Shapes follow PyTorch's, with broadcasting only along the last dimension
+// (a 1-d right operand the size of the left's last dimension, as a bias or a
+// per-channel gain). Errors are the ops' own (kShapeMismatch naming the
+// shapes, kDTypeMismatch, ...). Every result is a new tensor except view().
+#pragma once
+
+#include <cstdint>
+
+#include "ht/nn/tape.h"
+#include "ht/ops/matmul.h"
+
+namespace ht::nn {
+
+/// a + b: the same shape, or b 1-d of a's last dimension (broadcast over rows).
+Var operator+(const Var& a, const Var& b);
+/// a - b, shaped as a + b.
+Var operator-(const Var& a, const Var& b);
+/// a * b element-wise, shaped as a + b.
+Var operator*(const Var& a, const Var& b);
+/// a * s.
+Var operator*(const Var& a, float s);
+inline Var operator*(float s, const Var& a) { return a * s; }
+
+/// GELU, tanh approximation (GPT-2's).
+Var gelu(const Var& x);
+/// SiLU, x sigmoid(x).
+Var silu(const Var& x);
+
+/// a (..., K) times b: (K, N), or (N, K) with trans_b; the result (..., N).
+/// The leading dimensions of a are rows of one GEMM.
+Var matmul(const Var& a, const Var& b, bool trans_b = false);
+
+/// The sum or mean over dimension `dim` (negative: from the end), which goes.
+Var sum(const Var& x, int dim);
+Var mean(const Var& x, int dim);
+/// Mean pooling of x (B, T, C) over the positions whose mask (B, T) i32 is
+/// non-zero (a padding mask: Tape::side_input("key_mask")): (B, C); a row
+/// with no position kept pools to 0.
+Var masked_mean(const Var& x, const Var& mask);
+/// The entries `index` (1-d i32) of x along `dim`.
+Var index_select(const Var& x, int dim, const Var& index);
+/// The same values in another shape of the same element count (no copy).
+Var view(const Var& x, const Shape& shape);
+
+/// The mean softmax cross-entropy of logits (..., V) against targets (...)
+/// i32 in [0, V): an f32 scalar (shape {}).
+Var cross_entropy(const Var& logits, const Tensor& targets);
+/// The mean squared error of pred against target (one shape): an f32 scalar.
+Var mse(const Var& pred, const Tensor& target);
+
+}  // namespace ht::nn

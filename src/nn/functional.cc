@@ -1,0 +1,242 @@
+// Ops on Vars: each op's forward, and the backward its tape node runs.
+#include "ht/nn/functional.h"
+
+#include "ht/ops/cross_entropy.h"
+#include "ht/ops/elementwise.h"
+#include "ht/ops/index_select.h"
+#include "ht/ops/mse.h"
+#include "ht/ops/reduce.h"
+#include "ht/ops/silu.h"
+
+namespace ht::nn {
+namespace {
+
+Tensor like(const Tensor& t, DType dtype) {
+  return Tensor::empty(t.shape(), dtype, t.device(), MemCategory::kActivations);
+}
+Tensor like(const Tensor& t) { return like(t, t.dtype()); }
+
+/// Whether b broadcasts over a's rows (1-d, a's last dimension) rather than matching a.
+bool broadcasts(const Var& a, const Var& b) {
+  return b.ndim() == 1 && a.ndim() > 1 && b.size(0) == a.shape().back();
+}
+
+/// The gradient of a broadcast operand: the column sums of g over a's rows.
+Tensor column_sums(const Tensor& g) {
+  Tensor db = Tensor::zeros({g.shape().back()}, g.dtype(), g.device(), MemCategory::kActivations);
+  ops::bias_grad(g.flatten_rows(), db);
+  return db;
+}
+
+/// a + s b (s = 1 or -1).
+Var add_scaled(const Var& a, const Var& b, float s) {
+  Tensor out = like(a.tensor());
+  const bool bc = broadcasts(a, b);
+  if (bc) {
+    out.copy_from(a.tensor());
+    Tensor bias = b.tensor();
+    if (s != 1.f) {
+      bias = b.tensor().clone();
+      ops::scale(bias, s);
+    }
+    Tensor rows = out.flatten_rows();
+    ops::bias_add(rows, bias);
+  } else if (s == 1.f) {
+    ops::add(a.tensor(), b.tensor(), out);
+  } else {
+    out.copy_from(b.tensor());
+    ops::scale(out, s);
+    ops::add(a.tensor(), out, out);
+  }
+  return a.tape().record(std::move(out), {a, b}, {},
+                         [bc, s](Context&, const Tensor& dy, const std::vector<Tensor>&, const std::vector<bool>& needs) {
+                           Tensor db;
+                           if (needs[1]) {
+                             db = bc ? column_sums(dy) : dy;
+                             if (s != 1.f) {
+                               db = db.clone();
+                               ops::scale(db, s);
+                             }
+                           }
+                           return std::vector<Tensor>{needs[0] ? dy : Tensor(), db};
+                         });
+}
+
+}  // namespace
+
+Var operator+(const Var& a, const Var& b) { return add_scaled(a, b, 1.f); }
+Var operator-(const Var& a, const Var& b) { return add_scaled(a, b, -1.f); }
+
+Var operator*(const Var& a, const Var& b) {
+  Tensor out = like(a.tensor());
+  ops::mul(a.tensor(), b.tensor(), out);
+  return a.tape().record(std::move(out), {a, b}, {a.tensor(), b.tensor()},
+                         [](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>& needs) {
+                           Tensor da = needs[0] ? like(s[0]) : Tensor(), db = needs[1] ? like(s[1]) : Tensor();
+                           ops::mul_backward(dy, s[0], s[1], needs[0] ? &da : nullptr, needs[1] ? &db : nullptr);
+                           return std::vector<Tensor>{da, db};
+                         });
+}
+
+Var operator*(const Var& a, float s) {
+  Tensor out = a.tensor().clone();
+  ops::scale(out, s);
+  return a.tape().record(std::move(out), {a}, {}, [s](Context&, const Tensor& dy, const std::vector<Tensor>&,
+                                                      const std::vector<bool>&) {
+    Tensor dx = dy.clone();
+    ops::scale(dx, s);
+    return std::vector<Tensor>{dx};
+  });
+}
+
+Var gelu(const Var& x) {
+  Tensor y = like(x.tensor());
+  ops::gelu_forward(x.tensor(), y);
+  return x.tape().record(std::move(y), {x}, {x.tensor()},
+                         [](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>&) {
+                           Tensor dx = like(dy);
+                           ops::gelu_backward(s[0], dy, dx);
+                           return std::vector<Tensor>{dx};
+                         });
+}
+
+Var silu(const Var& x) {
+  Tensor y = like(x.tensor());
+  ops::silu_forward(x.tensor(), y);
+  return x.tape().record(std::move(y), {x}, {x.tensor()},
+                         [](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>&) {
+                           Tensor dx = like(dy);
+                           ops::silu_backward(s[0], dy, dx);
+                           return std::vector<Tensor>{dx};
+                         });
+}
+
+Var matmul(const Var& a, const Var& b, bool trans_b) {
+  HT_CHECK(b.ndim() == 2, ErrorKind::kShapeMismatch, "matmul: b must be 2-d, got {}", shape_str(b.shape()));
+  const Tensor a2 = a.tensor().flatten_rows();
+  Shape out_shape = a.shape();
+  out_shape.back() = trans_b ? b.size(0) : b.size(1);
+  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device(), MemCategory::kActivations);
+  Tensor out2 = out.flatten_rows();
+  ops::matmul(a2, b.tensor(), out2, {.trans_b = trans_b});
+  return a.tape().record(
+      std::move(out), {a, b}, {a.tensor(), b.tensor()},
+      [trans_b](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>& needs) {
+        const Tensor dy2 = dy.flatten_rows(), a2 = s[0].flatten_rows();
+        Tensor da, db;
+        if (needs[0]) {  // dA = dY B^T, or dY B when B is stored transposed
+          da = like(s[0]);
+          Tensor da2 = da.flatten_rows();
+          ops::matmul(dy2, s[1], da2, {.trans_b = !trans_b});
+        }
+        if (needs[1]) {  // dB = A^T dY, or dY^T A when B is stored transposed
+          db = like(s[1]);
+          if (trans_b)
+            ops::matmul(dy2, a2, db, {.trans_a = true});
+          else
+            ops::matmul(a2, dy2, db, {.trans_a = true});
+        }
+        return std::vector<Tensor>{da, db};
+      });
+}
+
+namespace {
+
+Var reduce_along(const Var& x, int dim, ops::Reduction r) {
+  const int d = dim < 0 ? dim + x.ndim() : dim;
+  Shape out_shape = x.shape();
+  HT_CHECK(d >= 0 && d < x.ndim(), ErrorKind::kInvalidArgument, "sum/mean: dimension {} of a {}-d value", dim,
+           x.ndim());
+  out_shape.erase(out_shape.begin() + d);
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device(), MemCategory::kActivations);
+  ops::reduce(x.tensor(), d, r, out);
+  const std::int64_t size = x.size(d);
+  const Shape in_shape = x.shape();
+  const DType dtype = x.dtype();
+  return x.tape().record(std::move(out), {x}, {},
+                         [=](Context&, const Tensor& dy, const std::vector<Tensor>&, const std::vector<bool>&) {
+                           Tensor dx = Tensor::empty(in_shape, dtype, dy.device(), MemCategory::kActivations);
+                           ops::reduce_backward(dy, d, size, r, dx);
+                           return std::vector<Tensor>{dx};
+                         });
+}
+
+}  // namespace
+
+Var sum(const Var& x, int dim) { return reduce_along(x, dim, ops::Reduction::kSum); }
+Var mean(const Var& x, int dim) { return reduce_along(x, dim, ops::Reduction::kMean); }
+
+Var masked_mean(const Var& x, const Var& mask) {
+  HT_CHECK(x.ndim() == 3, ErrorKind::kShapeMismatch, "masked_mean: x must be (B, T, C), got {}", shape_str(x.shape()));
+  Tensor out = Tensor::empty({x.size(0), x.size(2)}, x.dtype(), x.device(), MemCategory::kActivations);
+  ops::masked_mean(x.tensor(), mask.tensor(), out);
+  const Shape in_shape = x.shape();
+  return x.tape().record(std::move(out), {x, mask}, {mask.tensor()},
+                         [in_shape](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>&) {
+                           Tensor dx = Tensor::empty(in_shape, dy.dtype(), dy.device(), MemCategory::kActivations);
+                           ops::masked_mean_backward(dy, s[0], dx);
+                           return std::vector<Tensor>{dx, Tensor()};
+                         });
+}
+
+Var index_select(const Var& x, int dim, const Var& index) {
+  const int d = dim < 0 ? dim + x.ndim() : dim;
+  HT_CHECK(d >= 0 && d < x.ndim() && index.ndim() == 1, ErrorKind::kInvalidArgument,
+           "index_select: dimension {} of a {}-d value, with a 1-d index (got {})", dim, x.ndim(),
+           shape_str(index.shape()));
+  Shape out_shape = x.shape();
+  out_shape[std::size_t(d)] = index.size(0);
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device(), MemCategory::kActivations);
+  ops::index_select(x.tensor(), d, index.tensor(), out);
+  const Shape in_shape = x.shape();
+  return x.tape().record(
+      std::move(out), {x, index}, {index.tensor()},
+      [d, in_shape](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>&) {
+        Tensor dx = Tensor::empty(in_shape, dy.dtype(), dy.device(), MemCategory::kActivations);
+        ops::index_select_backward(dy, d, s[0], dx);
+        return std::vector<Tensor>{dx, Tensor()};
+      });
+}
+
+Var view(const Var& x, const Shape& shape) {
+  const Shape in_shape = x.shape();
+  return x.tape().record(x.tensor().view(shape), {x}, {},
+                         [in_shape](Context&, const Tensor& dy, const std::vector<Tensor>&, const std::vector<bool>&) {
+                           return std::vector<Tensor>{dy.view(in_shape)};
+                         });
+}
+
+Var cross_entropy(const Var& logits, const Tensor& targets) {
+  HT_CHECK(logits.ndim() >= 1 && targets.numel() * logits.shape().back() == logits.tensor().numel(),
+           ErrorKind::kShapeMismatch, "cross_entropy: targets {} must have logits {}' shape without its last dimension",
+           shape_str(targets.shape()), shape_str(logits.shape()));
+  const std::int64_t rows = targets.numel();
+  const Tensor flat = logits.tensor().flatten_rows(), t = targets.view({rows});
+  Tensor losses = Tensor::empty({rows}, DType::kF32, logits.device(), MemCategory::kActivations);
+  Tensor lse = Tensor::empty({rows}, DType::kF32, logits.device(), MemCategory::kActivations);
+  ops::cross_entropy_forward(flat, t, losses, lse);
+  Tensor loss = Tensor::empty({}, DType::kF32, logits.device(), MemCategory::kActivations);
+  ops::reduce(losses, 0, ops::Reduction::kMean, loss);
+  return logits.tape().record(
+      std::move(loss), {logits}, {flat, t, lse},
+      [rows, shape = logits.shape()](Context&, const Tensor& dy, const std::vector<Tensor>& s,
+                                     const std::vector<bool>&) {
+        Tensor dlogits = Tensor::empty(shape, s[0].dtype(), s[0].device(), MemCategory::kActivations);
+        Tensor d2 = dlogits.flatten_rows();
+        ops::cross_entropy_backward(s[0], s[1], s[2], dy.item(0) / float(rows), d2);
+        return std::vector<Tensor>{dlogits};
+      });
+}
+
+Var mse(const Var& pred, const Tensor& target) {
+  Tensor loss = Tensor::empty({}, DType::kF32, pred.device(), MemCategory::kActivations);
+  ops::mse_forward(pred.tensor(), target, loss);
+  return pred.tape().record(std::move(loss), {pred}, {pred.tensor(), target},
+                            [](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>&) {
+                              Tensor dpred = like(s[0]);
+                              ops::mse_backward(s[0], s[1], dy.item(0), dpred);
+                              return std::vector<Tensor>{dpred};
+                            });
+}
+
+}  // namespace ht::nn
