@@ -89,27 +89,27 @@ Var operator*(const Var& a, float s) {
   });
 }
 
-Var gelu(const Var& x) {
+namespace {
+
+/// An element-wise activation y = f(x), its backward dx = f'(x) dy; keeps x.
+using Activation = void (*)(const Tensor& x, Tensor& y);
+using ActivationBackward = void (*)(const Tensor& x, const Tensor& dy, Tensor& dx);
+
+Var activation(const Var& x, Activation forward, ActivationBackward backward) {
   Tensor y = like(x.tensor());
-  ops::gelu_forward(x.tensor(), y);
+  forward(x.tensor(), y);
   return x.tape().record(std::move(y), {x}, {x.tensor()},
-                         [](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>&) {
+                         [backward](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>&) {
                            Tensor dx = like(dy);
-                           ops::gelu_backward(s[0], dy, dx);
+                           backward(s[0], dy, dx);
                            return std::vector<Tensor>{dx};
                          });
 }
 
-Var silu(const Var& x) {
-  Tensor y = like(x.tensor());
-  ops::silu_forward(x.tensor(), y);
-  return x.tape().record(std::move(y), {x}, {x.tensor()},
-                         [](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>&) {
-                           Tensor dx = like(dy);
-                           ops::silu_backward(s[0], dy, dx);
-                           return std::vector<Tensor>{dx};
-                         });
-}
+}  // namespace
+
+Var gelu(const Var& x) { return activation(x, ops::gelu_forward, ops::gelu_backward); }
+Var silu(const Var& x) { return activation(x, ops::silu_forward, ops::silu_backward); }
 
 Var matmul(const Var& a, const Var& b, bool trans_b) {
   HT_CHECK(b.ndim() == 2, ErrorKind::kShapeMismatch, "matmul: b must be 2-d, got {}", shape_str(b.shape()));
