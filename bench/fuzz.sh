@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes every reader of damaged input (tests/fuzz: the checkpoint manifest,
 # rank files and their assembly, token files, flight-recorder dumps,
-# HT_FAULTS, Open MPI hostfiles, SLURM_TASKS_PER_NODE) with libFuzzer under
+# HT_FAULTS, Open MPI hostfiles, SLURM_TASKS_PER_NODE, launcher output lines) with libFuzzer under
 # the address and undefined-behaviour sanitizers, for a set time each.
 #   bench/fuzz.sh [SECONDS_PER_TARGET (60)] [TARGET ...]   (default: every target)
 # Builds in build-fuzz (clang 16, -DHT_FUZZ=ON; HT_FUZZ_BUILD_DIR to move it),
@@ -16,7 +16,7 @@
 set -euo pipefail
 seconds="${1:-60}"
 shift || true
-all=(manifest rank_file token_file flight_dump faults hostfile slurm_tasks)
+all=(manifest rank_file token_file flight_dump faults hostfile slurm_tasks launcher_line)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -10,6 +10,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   openmpi-bin libopenmpi-dev
   slurm-wlm munge libpmix-dev  # tests/resilience/slurm_local.sh; libpmix.so for srun --mpi=pmix
+  openssh-server iproute2 procps util-linux  # tests/cluster: hosts as namespaces, each with its sshd
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-h5py python3-numpy
   fortunes

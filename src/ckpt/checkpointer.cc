@@ -192,6 +192,15 @@ struct Checkpointer::Impl {
   }
 
   void commit(std::int64_t step, const RunState& run, const std::string& tmp) {
+    // A launch given up by its supervisor (a host cut off, replaced) must
+    // not commit over the directory its successor now writes.
+    if (options.superseded && options.superseded()) {
+      std::error_code ignored;
+      fs::remove_all(tmp, ignored);
+      throw IoError(ErrorKind::kIo, fmt::format("not committed: this run was superseded by a newer launch of it (its "
+                                                "supervisor gave it up), which now writes {}",
+                                                options.dir));
+    }
     Manifest m;
     m.run = run;
     m.layout = layout;
@@ -213,6 +222,13 @@ struct Checkpointer::Impl {
   }
 };
 
+namespace {
+// How long a launch waits for an earlier launch of its run to let go of the
+// writer lock: several heartbeats (2 s by default), after which that launch
+// has seen it was superseded and exited.
+constexpr std::chrono::seconds kEarlierLaunchWait{10};
+}  // namespace
+
 Checkpointer::Checkpointer(const CheckpointOptions& options, comm::DeviceMesh& mesh) : options_(options) {
   options_.validate();
   comm::Communicator& world = mesh.world();
@@ -229,6 +245,16 @@ Checkpointer::Checkpointer(const CheckpointOptions& options, comm::DeviceMesh& m
     } else {
       try {
         lock = detail::WriterLock::try_acquire(options_.dir, options_.run_dir);
+        // Held by an earlier launch of this very run (its supervisor gave
+        // it up: a host cut off, whose ranks fence themselves at their next
+        // heartbeat, resilience/rank_guard.h): wait for it to go, a while.
+        const auto until = std::chrono::steady_clock::now() + kEarlierLaunchWait;
+        while (!lock && !options_.run_dir.empty() &&
+               detail::read_writer_lock(options_.dir).run_dir == options_.run_dir &&
+               std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          lock = detail::WriterLock::try_acquire(options_.dir, options_.run_dir);
+        }
         locked_out = !lock;
       } catch (const std::exception& e) {
         error = e.what();

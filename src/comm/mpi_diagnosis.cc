@@ -171,7 +171,17 @@ std::exception_ptr Engine::diagnose(const WorkState& w, std::chrono::millisecond
   } catch (const std::exception& e) {
     text += fmt::format(" [flight recorder not dumped: {}]", e.what());
   }
-  return std::make_exception_ptr(CommTimeout(text, std::move(arrived), std::move(missing)));
+  std::vector<int> blame = suspects(missing, answered, asked || peers.empty());
+  return std::make_exception_ptr(CommTimeout(text, std::move(arrived), std::move(missing), std::move(blame)));
+}
+
+std::vector<int> Engine::suspects(const std::vector<int>& missing, const std::vector<bool>& answered, bool asked) const {
+  std::vector<int> silent, all;
+  for (int r : missing) {
+    all.push_back(world_of_[std::size_t(r)]);
+    if (!asked || !answered[std::size_t(r)]) silent.push_back(world_of_[std::size_t(r)]);
+  }
+  return silent.empty() ? all : silent;
 }
 
 std::string Engine::arrival_text(const WorkState& w, const std::vector<PeerStatus>& replies,

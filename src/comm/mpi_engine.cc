@@ -52,6 +52,17 @@ Engine::Engine(MpiComm data, MpiComm control, std::string name, CommOptions opti
   HT_MPI_CHECK(MPI_Comm_rank(data_.get(), &rank_));
   HT_MPI_CHECK(MPI_Comm_size(data_.get(), &size_));
   HT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
+  // Each member's world rank, so that a timeout can name a culprit the
+  // supervisor knows (its exit record speaks in world ranks).
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  HT_MPI_CHECK(MPI_Comm_group(data_.get(), &group));
+  HT_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> mine(static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r) mine[std::size_t(r)] = r;
+  world_of_.resize(std::size_t(size_));
+  HT_MPI_CHECK(MPI_Group_translate_ranks(group, size_, mine.data(), world, world_of_.data()));
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
   thread_ = std::thread([this] { run(); });
 }
 

@@ -147,12 +147,16 @@ class Engine {
   std::string arrival_text(const WorkState& w, const std::vector<PeerStatus>& replies,
                            const std::vector<bool>& answered, bool asked, std::chrono::milliseconds budget,
                            std::vector<int>& arrived, std::vector<int>& missing) const;
+  /// The world ranks of the missing ranks that did not answer (all the
+  /// missing ones when every one answered): CommTimeout::suspects.
+  std::vector<int> suspects(const std::vector<int>& missing, const std::vector<bool>& answered, bool asked) const;
 
   const std::string name_;
   const CommOptions options_;
   MpiComm data_, control_;
   int rank_ = 0, size_ = 1;
   int world_rank_ = 0;  // names the flight-recorder dump
+  std::vector<int> world_of_;  // the world rank of each rank of this communicator
 
   // Queue and lifecycle, under mu_.
   mutable std::mutex mu_;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +48,27 @@ int launcher_rank() {
   return -1;
 }
 
+std::int64_t launch_epoch() {
+  const char* value = std::getenv("HT_LAUNCH_EPOCH");
+  if (!value || !*value) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long long epoch = std::strtoll(value, &end, 10);
+  HT_CHECK(*end == '\0' && errno == 0 && epoch >= 0, ErrorKind::kConfig,
+           "HT_LAUNCH_EPOCH='{}' is not a launch number >= 0 (htrun sets it); unset it outside htrun", value);
+  return epoch;
+}
+
+std::int64_t run_dir_epoch(const std::string& run_dir) {
+  std::ifstream in(fs::path(run_dir) / "launch_epoch");
+  long long epoch = 0;
+  return in >> epoch ? std::int64_t(epoch) : 0;
+}
+
+bool superseded(std::int64_t epoch, const std::string& run_dir) {
+  return epoch > 0 && run_dir_epoch(run_dir) > epoch;
+}
+
 std::string node_label(int world_rank) {
   const char* simulated = std::getenv("HT_SIMULATED_NODES");
   if (!simulated || !*simulated) {
@@ -85,6 +107,7 @@ std::string exit_kind(int code) {
     case kExitPreempted: return "preempted";
     case kExitCorruption: return "corruption";
     case kExitStraggler: return "straggler";
+    case kExitFenced: return "fenced";
     default: return code > 128 ? "crash" : "error";
   }
 }
@@ -100,7 +123,8 @@ int exit_code_for(const std::exception& e) {
   }
 }
 
-RankGuard::RankGuard(const GuardOptions& options, int rank) : options_(options), rank_(rank) {
+RankGuard::RankGuard(const GuardOptions& options, int rank)
+    : options_(options), rank_(rank), epoch_(launch_epoch()) {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   host_ = host;
@@ -132,7 +156,7 @@ bool RankGuard::preempt_requested() const { return g_preempt != 0; }
 void RankGuard::write_heartbeat() {
   const nlohmann::json beat{{"rank", rank_},        {"host", host_},         {"pid", ::getpid()},
                             {"step", step_.load()}, {"phase", phase_.load()}, {"time_ms", now_ms()},
-                            {"progress_ms", last_change_ms_.load()}};
+                            {"progress_ms", last_change_ms_.load()}, {"epoch", epoch_}};
   write_atomically(fs::path(options_.run_dir) / "heartbeat" / fmt::format("rank_{}.json", rank_), beat.dump() + "\n");
 }
 
@@ -147,6 +171,14 @@ void RankGuard::heartbeat_loop() {
       exit(kExitHang, fmt::format("watchdog: rank {} made no progress for {:.1f} s in step {} ({})", rank_,
                                   double(now - last_change_ms_) / 1000.0, step_.load(), phase_.load()));
     if (now >= next) {
+      // Given up by the supervisor: a newer launch owns the run directory.
+      // Leave without a record (the directory is the new launch's).
+      if (superseded(epoch_, options_.run_dir)) {
+        std::fprintf(stderr, "[rank %d] fenced: launch %lld was superseded by launch %lld in %s; exiting\n", rank_,
+                     (long long)epoch_, (long long)run_dir_epoch(options_.run_dir), options_.run_dir.c_str());
+        std::fflush(stderr);
+        std::_Exit(kExitFenced);
+      }
       write_heartbeat();
       next = now + options_.heartbeat.count();
     }
@@ -157,7 +189,8 @@ void RankGuard::record_exit(int code, const std::string& message, const std::vec
   std::fprintf(stderr, "[rank %d] %s: %s\n", rank_, exit_kind(code).c_str(), message.c_str());
   const nlohmann::json record{{"rank", rank_},   {"code", code},           {"kind", exit_kind(code)},
                               {"step", step_.load()}, {"phase", phase_.load()}, {"time_ms", now_ms()},
-                              {"message", message},     {"blamed_ranks", blamed}};
+                              {"message", message},     {"blamed_ranks", blamed}, {"epoch", epoch_}};
+  if (superseded(epoch_, options_.run_dir)) return;  // the record would be the new launch's to read
   write_atomically(fs::path(options_.run_dir) / "exit" / fmt::format("rank_{}.json", rank_), record.dump() + "\n");
   exit_recorded_ = true;
 }

@@ -146,7 +146,11 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
             .memory_dir = options_.mem_ckpt_every == 0 ? std::string()
                           : options_.mem_ckpt_dir.empty() ? ckpt::default_memory_dir(options_.ckpt_dir)
                                                           : options_.mem_ckpt_dir,
-            .node = resilience::node_label(mesh_->rank())},
+            .node = resilience::node_label(mesh_->rank()),
+            .superseded = options_.guard ? std::function<bool()>([guard = options_.guard] {
+              return resilience::superseded(guard->epoch(), guard->run_dir());
+            })
+                                         : std::function<bool()>()},
         *mesh_);
     if (options_.mem_ckpt_every > 0) snapshot_interval_ = options_.mem_ckpt_every;
     if (options_.resume) resume();

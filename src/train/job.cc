@@ -170,7 +170,11 @@ int run_job(const char* program, const std::function<JobOptions()>& resolve, con
   } catch (const std::exception& e) {
     // With a job, the guard says it ("[rank r] <kind>: message") and writes the record.
     const int code = resilience::exit_code_for(e);
-    if (resilience::RankGuard* guard = job ? &job->guard() : launch_guard.get()) guard->exit(code, e.what());
+    // A collective that timed out names the ranks that did not answer: the
+    // supervisor blames their node, not this one's.
+    const auto* timeout = dynamic_cast<const comm::CommTimeout*>(&e);
+    const std::vector<int> blamed = timeout ? timeout->suspects() : std::vector<int>{};
+    if (resilience::RankGuard* guard = job ? &job->guard() : launch_guard.get()) guard->exit(code, e.what(), blamed);
     std::fprintf(stderr, "%s: %s\n", program, e.what());
     std::fflush(stdout);
     std::fflush(stderr);

@@ -88,7 +88,8 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
   std::unique_ptr<MetricsWriter> metrics;
   if (rank0) {
     print_preamble(engine, options);
-    metrics = std::make_unique<MetricsWriter>((fs::path(job.options().run_dir) / "metrics.jsonl").string());
+    metrics = std::make_unique<MetricsWriter>((fs::path(job.options().run_dir) / "metrics.jsonl").string(),
+                                              guard.epoch());
     // Where the run resumed from, for htrun's report: the step, the tier and how long the load took.
     ClientState fields = options.run_fields;
     if (engine.checkpointer() && engine.checkpointer()->last_load().step >= 0) {

@@ -348,7 +348,7 @@ WRAPPER
     grep -q "2 active, 1 spare, 4 slot(s) per node" "$work/plan.txt" || fail "wrong node set: $(cat "$work/plan.txt")"
     grep -q "job: mpirun -np 8 --host node-a:4,node-b:4 --map-by slot --mca odls_base_sigkill_timeout 0 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 $gpt --steps 3 --run-dir runs/htrun --resume auto" \
       "$work/plan.txt" || fail "wrong job command: $(cat "$work/plan.txt")"
-    grep -q "health of node 2 (node-c): mpirun -np 1 --host node-c:1 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-health --node 2" "$work/plan.txt" \
+    grep -q "health of node 2 (node-c): mpirun -np 1 --host node-c:1 --mca plm_rsh_args -o ConnectTimeout=10 -o ServerAliveInterval=2 -o ServerAliveCountMax=2 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-health --node 2" "$work/plan.txt" \
       || fail "wrong health command: $(cat "$work/plan.txt")"
     printf 'node-a slots=4\nnode-b slots=2\n' > "$work/uneven"
     if "$htrun" --hostfile "$work/uneven" --dry-run -- "$gpt" > "$work/uneven.log" 2>&1; then fail "an uneven hostfile was accepted"; fi

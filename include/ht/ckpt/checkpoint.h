@@ -93,6 +93,11 @@ struct CheckpointOptions {
   /// node's label (nodes hold their snapshots apart under it).
   std::string memory_dir;
   std::string node;
+  /// Asked right before each commit (a save's, a snapshot's): true when this
+  /// run has been superseded by a newer launch (resilience/rank_guard.h's
+  /// epochs), and the commit is refused ("superseded by a newer launch").
+  /// Empty: never.
+  std::function<bool()> superseded;
 
   /// Throws kConfig naming the bad value.
   void validate() const;

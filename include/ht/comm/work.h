@@ -47,17 +47,22 @@ using WorkPtr = std::shared_ptr<Work>;
 class CommTimeout : public CommError {
  public:
   CommTimeout(const std::string& message, std::vector<int> arrived, std::vector<int> missing,
-              std::source_location where = std::source_location::current())
+              std::vector<int> suspects = {}, std::source_location where = std::source_location::current())
       : CommError(ErrorKind::kComm, message, where),
         arrived_(std::move(arrived)),
-        missing_(std::move(missing)) {}
+        missing_(std::move(missing)),
+        suspects_(std::move(suspects)) {}
   /// Ranks (in the communicator) that entered the operation, and those that
   /// did not or could not be asked.
   const std::vector<int>& arrived() const { return arrived_; }
   const std::vector<int>& missing() const { return missing_; }
+  /// World ranks that most likely caused it: of the missing ones, those that
+  /// did not answer at all (dead, hung or cut off), else all the missing
+  /// ones; what the rank's exit record blames (resilience/rank_guard.h).
+  const std::vector<int>& suspects() const { return suspects_; }
 
  private:
-  std::vector<int> arrived_, missing_;
+  std::vector<int> arrived_, missing_, suspects_;
 };
 
 }  // namespace ht::comm

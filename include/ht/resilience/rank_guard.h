@@ -12,6 +12,13 @@
 // step, saves a checkpoint and exits with kPreempted.
 // Every deliberate exit writes <run_dir>/exit/rank_R.json (code, kind,
 // step, message, blamed ranks) first, so the supervisor can classify the failure.
+// Epochs: a supervisor numbers its launches (HT_LAUNCH_EPOCH, and the file
+// <run_dir>/launch_epoch it writes before each launch). Heartbeats and exit
+// records carry the epoch, and a rank that finds a newer epoch in the run
+// directory belongs to a launch that was given up (a host cut off and
+// replaced): it writes nothing more and exits with kExitFenced at its next
+// beat, so it cannot mislead the supervisor or overwrite the new launch's
+// work (a checkpoint commit checks the epoch too: ckpt/checkpoint.h).
 #pragma once
 
 #include <atomic>
@@ -37,6 +44,7 @@ enum ExitCode : int {
   kExitPreempted = 77,   // SIGTERM/SIGUSR1: checkpoint saved, clean exit
   kExitCorruption = 78,  // silent data corruption: replicas disagree
   kExitStraggler = 79,   // a persistent straggler (named in the record), checkpoint saved
+  kExitFenced = 80,      // a newer launch owns the run directory: this one was given up
 };
 std::string exit_kind(int code);
 /// The exit code for an error that ends a rank: kExitCommFailure for
@@ -48,6 +56,15 @@ int exit_code_for(const std::exception& e);
 /// guard can beat while it does: a supervisor then tells a rank that never
 /// started from peers waiting for it.
 int launcher_rank();
+
+/// This launch's epoch (HT_LAUNCH_EPOCH, set by htrun), or 0 when there is
+/// none (no fencing). Throws kConfig when the variable is not a number >= 0.
+std::int64_t launch_epoch();
+/// The newest epoch launched into `run_dir` (<run_dir>/launch_epoch), or 0.
+std::int64_t run_dir_epoch(const std::string& run_dir);
+/// Whether a launch of `epoch` has been superseded in `run_dir` (a newer
+/// epoch was launched there). Never for epoch 0.
+bool superseded(std::int64_t epoch, const std::string& run_dir);
 
 /// The node a world rank runs on, as the memory tiers of checkpoints name it:
 /// "node<id>" for htrun's simulated nodes (HT_SIMULATED_NODES="<ranks per
@@ -86,6 +103,8 @@ class RankGuard {
 
   int rank() const { return rank_; }
   const std::string& run_dir() const { return options_.run_dir; }
+  /// This launch's epoch (launch_epoch()).
+  std::int64_t epoch() const { return epoch_; }
 
  private:
   void heartbeat_loop();
@@ -93,6 +112,7 @@ class RankGuard {
 
   GuardOptions options_;
   int rank_;
+  std::int64_t epoch_ = 0;
   std::string host_;
   std::atomic<std::int64_t> step_{0};
   std::atomic<const char*> phase_{"start"};

@@ -8,7 +8,9 @@
 // crash loses at most the line being written.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "ht/core/client_state.h"
@@ -19,7 +21,9 @@ namespace ht::train {
 class MetricsWriter {
  public:
   /// Opens (truncates) `path`; throws IoError naming it when it cannot.
-  explicit MetricsWriter(const std::string& path);
+  /// A launch `epoch` > 0 (resilience::launch_epoch) joins every line
+  /// ("epoch"), so a supervisor tells this launch's lines from an older one's.
+  explicit MetricsWriter(const std::string& path, std::int64_t epoch = 0);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
@@ -34,8 +38,12 @@ class MetricsWriter {
 
  private:
   void write_line(const std::string& line);
+  /// `j` with the epoch, as one line.
+  void write_json(nlohmann::json j);
+
   std::FILE* file_;
   std::string path_;
+  std::int64_t epoch_ = 0;
 };
 
 }  // namespace ht::train

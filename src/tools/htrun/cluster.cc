@@ -126,6 +126,12 @@ Cluster Cluster::local(int nodes) {
   return c;
 }
 
+Cluster Cluster::of_kind(ClusterKind kind) {
+  Cluster c;
+  c.kind_ = kind;
+  return c;
+}
+
 Cluster Cluster::from_hostfile(const std::string& path, int* slots) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error(fmt::format("htrun: cannot read the hostfile {}", path));
@@ -244,12 +250,17 @@ std::vector<std::string> Cluster::job_env() const {
 }
 
 std::vector<std::string> Cluster::on_node(const Node& node, const std::vector<std::string>& command,
-                                          const std::vector<std::string>& launcher_args) const {
+                                          const std::vector<std::string>& launcher_args,
+                                          double connect_timeout_s) const {
   std::vector<std::string> cmd;
   switch (kind_) {
     case ClusterKind::kLocal: return command;
     case ClusterKind::kHostfile:
-      cmd = {mpirun_, "-np", "1", "--host", node.host + ":1"};
+      // A host that does not answer fails the check within the connect
+      // timeout, and one that stops answering within a few keep-alives.
+      cmd = {mpirun_, "-np", "1", "--host", node.host + ":1", "--mca", "plm_rsh_args",
+             fmt::format("-o ConnectTimeout={} -o ServerAliveInterval=2 -o ServerAliveCountMax=2",
+                         std::max(1, int(connect_timeout_s)))};
       for (const std::string& flag : exported_env_flags()) cmd.push_back(flag);
       break;
     case ClusterKind::kSlurm:
@@ -274,15 +285,37 @@ std::string Cluster::cordon(const Node& node, const std::string& reason) const {
   }
 }
 
-int Cluster::dead_rank(const std::string& line) const {
+LauncherEvent Cluster::launcher_event(const std::string& line) const {
   // Open MPI: "mpirun noticed that process rank 2 with PID 123 on node vm exited on signal 9 (Killed)."
   static const std::regex mpirun_dead(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal)");
   // srun: "srun: error: n1: task 2: Killed". With --kill-on-bad-exit the
   // other tasks follow as "Terminated": the cause is the first line.
   static const std::regex srun_dead(R"(srun: error: \S+: tasks? (\d+)[-,\d]*: (Killed|Segmentation fault|Aborted|Bus error))");
+  // A host gone. Open MPI's rank-side report of a peer that disconnected
+  // ("  Peer host:  h2"), its daemon-side report ("  Remote daemon: [[1,0],2]
+  // on node h2"); ssh's, the launcher's transport ("Connection to h2 closed
+  // by remote host.", "Timeout, server h2 not responding.", "ssh: connect to
+  // host h2 port 22: No route to host"); Slurm's ("srun: error: Node failure
+  // on h2").
+  static const std::regex host_lost(
+      R"((?:^\s*Peer host:\s+(\S+)\s*$)|(?:Remote daemon:.* on node (\S+))|(?:Connection to (\S+) closed by remote host)|)"
+      R"((?:Timeout, server (\S+) not responding)|(?:ssh: connect to host (\S+) port \d+:)|(?:Node failure on (\S+)))");
+  LauncherEvent e;
   std::smatch m;
-  if (std::regex_search(line, m, kind_ == ClusterKind::kSlurm ? srun_dead : mpirun_dead)) return std::stoi(m[1]);
-  return -1;
+  if (std::regex_search(line, m, kind_ == ClusterKind::kSlurm ? srun_dead : mpirun_dead)) {
+    // A rank no launcher would print (too many digits) is not one.
+    e.rank = parse_count(m.str(1)).value_or(-1);
+    if (m.str(1) == "0") e.rank = 0;
+    return e;
+  }
+  if (kind_ != ClusterKind::kLocal && std::regex_search(line, m, host_lost))
+    for (std::size_t g = 1; g < m.size(); ++g)
+      if (m[g].matched) {
+        e.host = m[g];
+        while (!e.host.empty() && (e.host.back() == '.' || e.host.back() == ',')) e.host.pop_back();
+        break;
+      }
+  return e;
 }
 
 }  // namespace htrun

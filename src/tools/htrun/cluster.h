@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "htrun/launcher_event.h"
+
 namespace htrun {
 
 enum class ClusterKind { kLocal, kHostfile, kSlurm };
@@ -32,6 +34,8 @@ struct Node {
 class Cluster {
  public:
   static Cluster local(int nodes);
+  /// A cluster of `kind` with no nodes: for reading its launcher's output (tests).
+  static Cluster of_kind(ClusterKind kind);
   /// Reads an Open MPI hostfile; `slots` receives the slots per host (the
   /// same for every host, or the file is refused).
   static Cluster from_hostfile(const std::string& path, int* slots);
@@ -56,15 +60,24 @@ class Cluster {
   /// Environment the job needs ("NAME=value").
   std::vector<std::string> job_env() const;
   /// `command` run once on `node` (health checks), through the same
-  /// launcher, environment and `launcher_args` as the job.
+  /// launcher, environment and `launcher_args` as the job; reaching a host
+  /// takes at most `connect_timeout_s` (ssh's ConnectTimeout, for mpirun;
+  /// srun's own for Slurm).
   std::vector<std::string> on_node(const Node& node, const std::vector<std::string>& command,
-                                   const std::vector<std::string>& launcher_args) const;
+                                   const std::vector<std::string>& launcher_args,
+                                   double connect_timeout_s = 10) const;
   /// Takes `node` out of the cluster's own scheduling (Slurm: drain it).
   /// Returns "" or what went wrong (a warning: htrun stops using the node
   /// either way).
   std::string cordon(const Node& node, const std::string& reason) const;
-  /// The rank a line of the launcher's output reports killed by a signal, or -1.
-  int dead_rank(const std::string& line) const;
+  /// What a line of the launcher's output says of a failure: a rank killed
+  /// by a signal (mpirun's "process rank R ... exited on signal", srun's
+  /// "task R: Killed"), or a host lost (Open MPI's "Peer host: H" after a
+  /// peer disconnected and "Remote daemon: ... on node H", ssh's
+  /// "Connection to H closed by remote host", "Timeout, server H not
+  /// responding" and "connect to host H ...: ...", srun's "Node failure on
+  /// H"); nothing otherwise (time_s is the caller's).
+  LauncherEvent launcher_event(const std::string& line) const;
 
   void set_mpirun(std::string mpirun) { mpirun_ = std::move(mpirun); }
 

@@ -22,8 +22,8 @@ double now_s() {
 }
 
 Job::Job(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log_path,
-         bool echo, DeadRankParser dead_rank_parser)
-    : echo_(echo), parser_(std::move(dead_rank_parser)), log_path_(log_path) {
+         bool echo, LineParser parser)
+    : echo_(echo), parser_(std::move(parser)), log_path_(log_path) {
   if (argv.empty()) throw std::invalid_argument("htrun: an empty command");
   // Everything the child needs is built before fork: the reader thread of
   // another Job may hold the allocator's lock at that moment, and the child
@@ -105,18 +105,28 @@ void Job::pump(int fd) {
         line.push_back(buf[i]);
         continue;
       }
-      if (parser_ && dead_rank_ < 0) {
-        const int rank = parser_(line);
-        if (rank >= 0) {
-          dead_time_ = now_s();
-          dead_rank_ = rank;
-        }
+      if (parser_) {
+        LauncherEvent e = parser_(line);
+        e.time_s = now_s();
+        std::lock_guard lock(events_mu_);
+        if (e.rank >= 0 && dead_rank_.rank < 0) dead_rank_ = e;
+        if (!e.host.empty() && lost_host_.host.empty()) lost_host_ = e;
       }
       line.clear();
     }
   }
   ::close(fd);
   reader_done_ = true;
+}
+
+LauncherEvent Job::dead_rank() const {
+  std::lock_guard lock(events_mu_);
+  return dead_rank_;
+}
+
+LauncherEvent Job::lost_host() const {
+  std::lock_guard lock(events_mu_);
+  return lost_host_;
 }
 
 bool Job::poll() {

@@ -7,23 +7,25 @@
 
 #include <atomic>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "htrun/launcher_event.h"
 
 namespace htrun {
 
 class Job {
  public:
-  /// Called for each line of output; returns a rank the launcher reports
-  /// dead in that line, or -1.
-  using DeadRankParser = std::function<int(const std::string& line)>;
+  /// Called for each line of output: what it reports, if anything.
+  using LineParser = std::function<LauncherEvent(const std::string& line)>;
 
   /// Starts `argv` (argv[0] looked up on PATH) with `env` ("NAME=value")
   /// added to the environment. Its stdout and stderr go to `log_path`, and
   /// to our stdout when `echo`.
   Job(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log_path,
-      bool echo, DeadRankParser dead_rank_parser = {});
+      bool echo, LineParser parser = {});
   ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
@@ -42,10 +44,11 @@ class Job {
   void signal(int sig);
   /// SIGTERM to the whole group, then SIGKILL after `grace_s` seconds; waits.
   void stop(double grace_s);
-  /// The first rank the output reported dead, or -1; and when that line was
-  /// read (seconds since the epoch), or 0.
-  int dead_rank() const { return dead_rank_.load(); }
-  double dead_time() const { return dead_time_.load(); }
+  /// The first rank the output reported dead (rank -1 when none), and the
+  /// first host it reported lost (host "" when none), each with the time
+  /// its line was read (seconds since the epoch).
+  LauncherEvent dead_rank() const;
+  LauncherEvent lost_host() const;
 
  private:
   void pump(int fd);
@@ -54,10 +57,10 @@ class Job {
   int status_ = 0;
   bool done_ = false;
   bool echo_ = false;
-  DeadRankParser parser_;
+  LineParser parser_;
   std::atomic<bool> reader_done_{false}, stop_reading_{false};
-  std::atomic<int> dead_rank_{-1};
-  std::atomic<double> dead_time_{0};
+  mutable std::mutex events_mu_;
+  LauncherEvent dead_rank_, lost_host_;
   std::string log_path_;
   std::thread reader_;
 };

@@ -58,11 +58,16 @@ int main(int argc, char** argv) {
   app.add_option("--run-dir", o.run_dir, "run directory passed to the program (heartbeats, checkpoints, report)");
   app.add_option("--max-restarts", o.max_restarts, "relaunches before giving up");
   app.add_option("--backoff", o.backoff_s, "seconds from a failure's detection to the relaunch, health checks included, when the launch made no progress (doubling while launches keep failing so, at most 30); a launch that trained past its checkpoint is relaunched at once");
-  app.add_option("--hang-timeout", o.hang_timeout_s, "seconds without progress in a rank's heartbeat that mean a hang");
+  app.add_option("--hang-timeout", o.hang_timeout_s,
+                 "seconds without progress in a rank's heartbeat that mean a hang; the ranks' communication timeout "
+                 "(HT_COMM_TIMEOUT, unless set) is two thirds of it, so a peer cut off is named before it is a hang");
   app.add_option("--start-timeout", o.start_timeout_s,
                  "seconds from launch until every rank has started (heartbeat past start-up; 0: no limit)");
   app.add_option("--grace", o.grace_s, "seconds between TERM and KILL when stopping the job");
   app.add_option("--health-timeout", o.health_timeout_s, "seconds a node's health check may take");
+  app.add_option("--connect-timeout", o.connect_timeout_s,
+                 "seconds a health check may take to reach a host (ssh's ConnectTimeout; hostfile nodes)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--allow-shrink", o.allow_shrink, "with no spare left, continue on fewer nodes");
   app.add_flag("!--no-health", o.health, "skip ht-health before relaunching");
   app.add_option("--mpirun", mpirun, "the MPI launcher for local and hostfile nodes");

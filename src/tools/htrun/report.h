@@ -15,14 +15,23 @@
 namespace htrun {
 
 struct Incident {
-  std::string kind;  // crash, hang, divergence, corruption, straggler, preemption, error, failure (unexplained)
+  /// crash (a rank killed), host-lost (the launcher lost a host), comm-failure
+  /// (ranks named a peer that did not answer), hang, divergence, corruption,
+  /// straggler, preemption, error, failure (unexplained)
+  std::string kind;
   int rank = -1;     // the rank at fault, -1 when unknown
   int node = -1;     // its node id
   std::string host;
+  /// Node ids to health-check when no one node is named (ranks that named
+  /// each other: a link cut between them).
+  std::vector<int> suspect_nodes;
   int exit_code = 0;
   std::string message;  // what the rank said, if it said anything
   double time_s = 0;    // since htrun started
   double detected_at = 0;
+  /// When it failed, as well as it is known: the culprit's last heartbeat,
+  /// its exit record, or the launcher's line (detected_at when nothing tells).
+  double failed_at = 0;
   double detection_latency_s = 0;
   std::optional<double> recovery_s;  // detected -> the first step completed after it (its completion time)
   std::int64_t step_reached = 0;

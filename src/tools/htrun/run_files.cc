@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "ht/ckpt/checkpoint.h"
 
@@ -57,35 +59,38 @@ std::vector<MetricsRecord> MetricsTail::poll() {
       if (type != "run" && type != "step") continue;
       out.push_back({type, j.value("step", std::int64_t(0)), j.value("time_ms", 0.0) / 1000,
                      j.value("step_ms", 0.0) / 1000, j.value("resumed_from", std::int64_t(-1)),
-                     j.value("resume_tier", std::string())});
+                     j.value("resume_tier", std::string()), j.value("epoch", std::int64_t(0))});
     } catch (...) {
     }
   }
   return out;
 }
 
-std::map<int, Heartbeat> read_heartbeats(const std::string& run_dir) {
+std::map<int, Heartbeat> read_heartbeats(const std::string& run_dir, std::int64_t epoch) {
   std::map<int, Heartbeat> out;
   for (const json& j : read_json_files(fs::path(run_dir) / "heartbeat")) {
     try {
-      Heartbeat h{j.at("rank").get<int>(),
+      Heartbeat h{j.value("epoch", std::int64_t(0)),
+                  j.at("rank").get<int>(),
                   j.at("pid").get<int>(),
                   j.value("host", ""),
                   j.at("step").get<std::int64_t>(),
                   j.at("phase").get<std::string>(),
                   j.at("time_ms").get<double>() / 1000,
                   j.at("progress_ms").get<double>() / 1000};
-      out[h.rank] = h;
+      if (epoch == 0 || h.epoch == 0 || h.epoch == epoch) out[h.rank] = h;
     } catch (...) {
     }
   }
   return out;
 }
 
-std::vector<ExitRecord> read_exit_records(const std::string& run_dir) {
+std::vector<ExitRecord> read_exit_records(const std::string& run_dir, std::int64_t epoch) {
   std::vector<ExitRecord> out;
   for (const json& j : read_json_files(fs::path(run_dir) / "exit")) {
     ExitRecord r;
+    r.epoch = j.value("epoch", std::int64_t(0));
+    if (epoch != 0 && r.epoch != 0 && r.epoch != epoch) continue;  // an older launch's
     r.rank = j.value("rank", -1);
     r.code = j.value("code", 0);
     r.kind = j.value("kind", "");
@@ -99,6 +104,22 @@ std::vector<ExitRecord> read_exit_records(const std::string& run_dir) {
   // The first to exit first: the others often exit because of it.
   std::sort(out.begin(), out.end(), [](const ExitRecord& a, const ExitRecord& b) { return a.time_s < b.time_s; });
   return out;
+}
+
+std::int64_t read_launch_epoch(const std::string& run_dir) {
+  std::ifstream in(fs::path(run_dir) / "launch_epoch");
+  long long epoch = 0;
+  return in >> epoch && epoch > 0 ? std::int64_t(epoch) : 0;
+}
+
+void write_launch_epoch(const std::string& run_dir, std::int64_t epoch) {
+  const fs::path path = fs::path(run_dir) / "launch_epoch", tmp = fs::path(run_dir) / "launch_epoch.tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << epoch << "\n";
+    if (!out) throw std::runtime_error(fmt::format("htrun: cannot write {}", tmp.string()));
+  }
+  fs::rename(tmp, path);
 }
 
 void clear_rank_files(const std::string& run_dir) {

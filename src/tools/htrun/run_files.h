@@ -17,6 +17,7 @@ inline std::int64_t completed_step(std::int64_t step, const std::string& phase) 
 }
 
 struct Heartbeat {
+  std::int64_t epoch = 0;  // the launch that wrote it (0: not said)
   int rank = -1;
   int pid = 0;
   std::string host;
@@ -26,6 +27,7 @@ struct Heartbeat {
 };
 
 struct ExitRecord {
+  std::int64_t epoch = 0;
   int rank = -1;
   int code = 0;
   std::string kind;        // "hang", "divergence", "corruption", "preempted", "straggler", "error", ...
@@ -47,6 +49,7 @@ struct MetricsRecord {
   /// that held it ("memory", "memory+peer", "disk"); -1 and "" otherwise.
   std::int64_t resumed_from = -1;
   std::string resume_tier;
+  std::int64_t epoch = 0;  // the launch that wrote it (0: not said)
 };
 
 /// Follows <run-dir>/metrics.jsonl as the program writes it: each poll returns
@@ -64,9 +67,15 @@ class MetricsTail {
   std::uint64_t offset_ = 0;
 };
 
-std::map<int, Heartbeat> read_heartbeats(const std::string& run_dir);
+/// The records of launch `epoch` (and those that say no epoch); every one for epoch 0.
+std::map<int, Heartbeat> read_heartbeats(const std::string& run_dir, std::int64_t epoch = 0);
 /// Oldest first.
-std::vector<ExitRecord> read_exit_records(const std::string& run_dir);
+std::vector<ExitRecord> read_exit_records(const std::string& run_dir, std::int64_t epoch = 0);
+/// The epoch of the newest launch into `run_dir` (<run_dir>/launch_epoch), 0 when none.
+std::int64_t read_launch_epoch(const std::string& run_dir);
+/// Writes <run_dir>/launch_epoch atomically: from now on the ranks of older
+/// launches fence themselves (resilience/rank_guard.h).
+void write_launch_epoch(const std::string& run_dir, std::int64_t epoch);
 /// Removes the heartbeats and exit records of an earlier launch.
 void clear_rank_files(const std::string& run_dir);
 /// The step of the newest committed checkpoint under <run-dir>/checkpoints, or 0.

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -56,8 +58,10 @@ struct Supervisor::Watch {
   int failed_rank = -1;
   double failed_at = 0, detected_at = 0;
   int exit_code = 0;
-  int dead_rank = -1;  // the launcher's report of a rank killed by a signal
-  double dead_time = 0;
+  LauncherEvent dead_rank;  // the launcher's report of a rank killed by a signal (rank -1: none)
+  LauncherEvent lost_host;  // the launcher's report of a host lost (host "": none)
+  std::map<int, Heartbeat> beats;  // the ranks' last heartbeats
+  std::vector<int> orphans;        // ranks that beat on after the launcher was gone
   std::vector<ExitRecord> exits;  // what the ranks said, oldest first
   std::int64_t checkpoint_step = 0;  // the newest committed checkpoint when the launch ended
   std::int64_t resume_step = 0, reached = 0;
@@ -73,6 +77,8 @@ struct Supervisor::Watch {
   std::map<std::int64_t, MetricsRecord> steps;
   double last_step_done_s = 0;  // when the newest of them completed
 };
+
+double Supervisor::comm_timeout_s() const { return std::max(1.0, options_.hang_timeout_s * 2.0 / 3.0); }
 
 std::string Supervisor::memory_dir() const {
   return ht::ckpt::default_memory_dir((fs::path(options_.run_dir) / "checkpoints").string());
@@ -107,7 +113,7 @@ std::string Supervisor::plan() const {
   for (const Node& n : cluster_.nodes())
     out += fmt::format("health of {}: {}\n", cluster_.name(n),
                        fmt::join(cluster_.on_node(n, {options_.health_tool, "--node", std::to_string(n.id), "..."},
-                                                 options_.launcher_args),
+                                                 options_.launcher_args, options_.connect_timeout_s),
                                  " "));
   return out;
 }
@@ -123,6 +129,10 @@ std::string Supervisor::preemption_verdict(const Watch& w) const {
 }
 
 Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
+  // A new epoch: the ranks of every earlier launch (any left on a host that
+  // was cut off) fence themselves, and their records are ignored.
+  epoch_ = std::max(epoch_, read_launch_epoch(options_.run_dir)) + 1;
+  write_launch_epoch(options_.run_dir, epoch_);
   clear_rank_files(options_.run_dir);  // an earlier launch's would mislead
   std::vector<int> ids;
   for (const Node& n : active_) ids.push_back(n.id);
@@ -131,22 +141,28 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
   // Simulated nodes tell their ranks which node they are on: the memory
   // tiers of checkpoints keep each node's snapshots apart.
   std::vector<std::string> env = cluster_.job_env();
+  // A collective that cannot complete (a peer cut off) must fail by name in
+  // the ranks before htrun takes it for a hang: the ranks' timeout is two
+  // thirds of htrun's, unless the user set one.
+  if (!std::getenv("HT_COMM_TIMEOUT")) env.push_back(fmt::format("HT_COMM_TIMEOUT={:g}", comm_timeout_s()));
+  env.push_back(fmt::format("HT_LAUNCH_EPOCH={}", epoch_));
   if (cluster_.kind() == ClusterKind::kLocal)
     env.push_back(fmt::format("HT_SIMULATED_NODES={}:{}", options_.slots, fmt::join(ids, ",")));
   Job job(job_command(), env, (fs::path(options_.run_dir) / "htrun_job.log").string(), /*echo=*/true,
-          [this](const std::string& line) { return cluster_.dead_rank(line); });
+          [this](const std::string& line) { return cluster_.launcher_event(line); });
 
   Watch w;
   w.resume_step = w.reached = resume_step;
   const double launched_at = w.launched_at = now_s();
   const int ranks = int(active_.size()) * options_.slots;
   bool all_started = false;
+  double beat_interval_s = 0;
   MetricsTail metrics(options_.run_dir);
   // The ranks' own records of this launch (older lines may be read again
   // until the program truncates the file: they are older than the launch).
   auto read_records = [&] {
     for (const MetricsRecord& m : metrics.poll()) {
-      if (m.time_s < launched_at) continue;
+      if (m.time_s < launched_at || (m.epoch != 0 && m.epoch != epoch_)) continue;
       if (m.type == "run") {
         w.training_began = true;
         w.resumed_from = m.resumed_from;
@@ -159,7 +175,15 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
   };
   for (;;) {
     sleep_s(0.1);
-    const auto beats = read_heartbeats(options_.run_dir);
+    const auto beats = read_heartbeats(options_.run_dir, epoch_);
+    for (const auto& [rank, h] : beats) {
+      // The ranks' beat interval, as seen: the shortest gap between two beats.
+      const auto it = w.beats.find(rank);
+      if (it != w.beats.end() && h.time_s > it->second.time_s)
+        beat_interval_s = beat_interval_s > 0 ? std::min(beat_interval_s, h.time_s - it->second.time_s)
+                                              : h.time_s - it->second.time_s;
+      w.beats[rank] = h;
+    }
     read_records();
     for (const auto& [rank, h] : beats) {
       const std::int64_t done = completed_step(h.step, h.phase);
@@ -186,10 +210,11 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
       w.detected_at = now_s();
       break;
     }
-    // A rank killed by a signal: the launcher may take a while to end the
-    // others (srun waits KillWait for ranks stuck in a collective), so stop
-    // the job now.
-    if (job.dead_rank() >= 0) {
+    // A rank killed by a signal, or a host lost: the launcher may take a
+    // while to end the others (srun waits KillWait for ranks stuck in a
+    // collective; mpirun cannot reach a host that is gone), so stop the job
+    // now.
+    if (job.dead_rank().rank >= 0 || !job.lost_host().host.empty()) {
       w.detected_at = now_s();
       job.stop(options_.grace_s);
       break;
@@ -228,7 +253,7 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
       // engine is collective), a step completed, a checkpoint was committed,
       // or a rank wrote its exit record.
       if (!all_started && options_.start_timeout_s > 0 && now_s() - launched_at > options_.start_timeout_s)
-        all_started = w.training_began || !w.steps.empty() || !read_exit_records(options_.run_dir).empty() ||
+        all_started = w.training_began || !w.steps.empty() || !read_exit_records(options_.run_dir, epoch_).empty() ||
                       latest_checkpoint_step(options_.run_dir) > resume_step;
       if (!all_started && options_.start_timeout_s > 0 && now_s() - launched_at > options_.start_timeout_s) {
         w.kind = "hang";
@@ -264,13 +289,29 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
     w.reached = std::max(w.reached, last.step);
     if (w.first_step < 0) w.first_step = w.steps.begin()->first;
   }
-  w.exits = read_exit_records(options_.run_dir);
+  w.exits = read_exit_records(options_.run_dir, epoch_);
   w.checkpoint_step = latest_checkpoint_step(options_.run_dir);
   for (const ExitRecord& e : w.exits) w.reached = std::max(w.reached, completed_step(e.step, e.phase));
   w.reached = std::max(w.reached, w.checkpoint_step);
   w.exit_code = job.exit_code();
   w.dead_rank = job.dead_rank();
-  w.dead_time = job.dead_time();
+  w.lost_host = job.lost_host();
+  for (const auto& [rank, h] : read_heartbeats(options_.run_dir, epoch_)) w.beats[rank] = h;
+  // A launch that failed with nothing said: ranks that still beat after
+  // the launcher is gone are on a host it could not reach to end them (cut
+  // off from it), which is the culprit. A beat or two tells.
+  if (w.kind.empty() && job.exit_code() != 0 && w.dead_rank.rank < 0 && w.lost_host.host.empty() && w.exits.empty() &&
+      beat_interval_s > 0) {
+    const double ended_at = now_s(), until = ended_at + std::min(5.0, 2.5 * beat_interval_s);
+    while (w.orphans.empty() && now_s() < until) {
+      sleep_s(0.05);
+      for (const auto& [rank, h] : read_heartbeats(options_.run_dir, epoch_))
+        if (h.time_s > ended_at && std::count(w.orphans.begin(), w.orphans.end(), rank) == 0) {
+          w.orphans.push_back(rank);
+          w.beats[rank] = h;
+        }
+    }
+  }
   return w;
 }
 
@@ -280,7 +321,12 @@ Incident Supervisor::classify(const Watch& w) {
   i.message = w.message;
   i.rank = w.failed_rank;
   double failed_at = w.failed_at;
-  // What the ranks said; a peer's communication failure is an effect, not the cause.
+  // What names the culprit, most direct first: the watch itself (a hang, a
+  // preemption); a rank's own record of its failure (a peer's communication
+  // failure is an effect, not the cause); the launcher's report of a rank
+  // killed or a host lost; the ranks that communication failures name; the
+  // host whose heartbeats stopped first. The rank that got least far is only
+  // the hang check's, for a job that stopped moving with every rank alive.
   if (i.kind.empty())
     for (const ExitRecord& e : w.exits) {
       if (e.kind == "comm-failure" || e.kind == "ok") continue;
@@ -290,14 +336,74 @@ Incident Supervisor::classify(const Watch& w) {
       failed_at = e.time_s;
       break;
     }
-  // Then the launcher's report of a rank killed by a signal.
+  if (i.kind.empty() && w.dead_rank.rank >= 0) {
+    i.kind = "crash";
+    i.rank = w.dead_rank.rank;
+    failed_at = last_beat(w, node_of_rank(i.rank), w.dead_rank.time_s);
+  }
+  if (i.kind.empty() && !w.lost_host.host.empty()) {
+    const int node = node_of_host(w.lost_host.host);
+    i.kind = "host-lost";
+    i.rank = node >= 0 ? node * options_.slots : -1;
+    i.message = fmt::format("the launcher lost host {}", w.lost_host.host);
+    failed_at = last_beat(w, node, w.lost_host.time_s);
+  }
+  if (i.kind.empty() && !w.orphans.empty()) {
+    // Cut off: its ranks live on, stuck where the cut caught them, so the
+    // last change of their step or phase is when it came.
+    const int node = node_of_rank(w.orphans.front());
+    i.kind = "host-lost";
+    i.rank = w.orphans.front();
+    i.message = fmt::format("rank(s) {} beat on after the launcher was gone: their host is cut off from it",
+                            fmt::join(w.orphans, ","));
+    for (int r : w.orphans)
+      if (node_of_rank(r) == node) failed_at = std::max(failed_at, w.beats.at(r).progress_s);
+  }
   if (i.kind.empty()) {
-    i.kind = w.dead_rank >= 0 ? "crash" : "failure";  // a failure: an exit nobody explained
-    i.rank = w.dead_rank;
-    failed_at = w.dead_time;
-    if (i.rank < 0)
+    // Communication failures: the ranks each record names. A rank named by
+    // a rank it did not name itself is the culprit; ranks that name each
+    // other (a link cut between them) leave it to the health checks, which
+    // check every node they are on.
+    std::map<int, std::vector<int>> blames;
+    for (const ExitRecord& e : w.exits)
+      if (e.kind == "comm-failure") blames[e.rank] = e.blamed;
+    std::vector<int> named;
+    for (const auto& [rank, blamed] : blames)
+      for (int b : blamed) {
+        const auto back = blames.find(b);
+        const bool mutual = back != blames.end() && std::count(back->second.begin(), back->second.end(), rank) > 0;
+        if (!mutual && std::count(named.begin(), named.end(), b) == 0) named.push_back(b);
+        if (mutual) i.suspect_nodes.push_back(node_of_rank(b));
+      }
+    if (!named.empty() || !i.suspect_nodes.empty()) {
+      i.kind = "comm-failure";
+      i.rank = named.empty() ? -1 : named.front();
+      // The rank its peers waited for still beats but made no progress for
+      // longer than they waited: it hangs (stuck outside communication),
+      // and its peers' timeouts are the effect.
+      if (const auto h = w.beats.find(i.rank);
+          h != w.beats.end() && h->second.time_s - h->second.progress_s > 0.5 * comm_timeout_s())
+        i.kind = "hang";
+      const ExitRecord& first = *std::find_if(w.exits.begin(), w.exits.end(),
+                                              [](const ExitRecord& e) { return e.kind == "comm-failure"; });
+      i.message = first.message;
+      failed_at = named.empty() ? first.time_s : last_beat(w, node_of_rank(i.rank), first.time_s);
+    }
+  }
+  if (i.kind.empty()) {
+    // Nothing said: the host whose ranks stopped beating well before the
+    // others did (a host gone with its processes), if there is one.
+    const int stale = stale_node(w);
+    i.kind = "failure";  // an exit nobody explained
+    if (stale >= 0) {
+      i.rank = stale * options_.slots;
+      failed_at = last_beat(w, stale, 0);
+      i.message = fmt::format("the launcher exited {}; the heartbeats of {} stopped first", w.exit_code,
+                              cluster_.name(active_[std::size_t(stale)]));
+    } else {
       i.message = fmt::format("the launcher exited {} and no rank said why (see {})", w.exit_code,
                               (fs::path(options_.run_dir) / "htrun_job.log").string());
+    }
   }
   if (failed_at == 0) failed_at = w.detected_at;
   const std::size_t node_index = i.rank >= 0 ? std::size_t(i.rank / options_.slots) : active_.size();
@@ -305,25 +411,76 @@ Incident Supervisor::classify(const Watch& w) {
     i.node = active_[node_index].id;
     i.host = active_[node_index].host;
   }
+  std::vector<int> suspects;
+  for (int index : i.suspect_nodes)
+    if (index >= 0 && std::count(suspects.begin(), suspects.end(), active_[std::size_t(index)].id) == 0)
+      suspects.push_back(active_[std::size_t(index)].id);
+  i.suspect_nodes = suspects;
   i.exit_code = w.exit_code;
   i.detected_at = w.detected_at;
+  i.failed_at = failed_at;
   i.detection_latency_s = std::max(0.0, w.detected_at - failed_at);
   i.step_reached = w.reached;
   i.steps_lost = std::max<std::int64_t>(0, w.reached - w.checkpoint_step);
   return i;
 }
 
-bool Supervisor::node_healthy(const Node& node) {
-  const std::vector<std::string> check{options_.health_tool,
-                                       "--node",
-                                       std::to_string(node.id),
-                                       "--checks",
-                                       "compute,memory,disk",
-                                       "--ckpt-dir",
-                                       (fs::path(options_.run_dir) / "checkpoints").string()};
-  Job job(cluster_.on_node(node, check, options_.launcher_args), {},
-          (fs::path(options_.run_dir) / fmt::format("health_node{}.txt", node.id)).string(), /*echo=*/false);
-  return job.wait(options_.health_timeout_s, options_.grace_s) == 0;
+int Supervisor::node_of_rank(int rank) const {
+  return rank >= 0 && rank / options_.slots < int(active_.size()) ? rank / options_.slots : -1;
+}
+
+int Supervisor::node_of_host(const std::string& host) const {
+  for (std::size_t n = 0; n < active_.size(); ++n)
+    if (active_[n].host == host || active_[n].host.substr(0, active_[n].host.find('.')) == host) return int(n);
+  return -1;
+}
+
+double Supervisor::last_beat(const Watch& w, int node, double otherwise) const {
+  // The failure came after the node's ranks last beat: the newest of their
+  // beats bounds it from below (to within a heartbeat interval).
+  double last = 0;
+  for (const auto& [rank, h] : w.beats)
+    if (node >= 0 && node_of_rank(rank) == node) last = std::max(last, h.time_s);
+  return last > 0 ? last : otherwise;
+}
+
+int Supervisor::stale_node(const Watch& w) const {
+  // Each node's newest beat; the stalest node, if it fell silent more than
+  // a second (ten default beats of the tests, half a default beat) before
+  // every other node.
+  std::map<int, double> newest;
+  for (const auto& [rank, h] : w.beats)
+    if (const int n = node_of_rank(rank); n >= 0) newest[n] = std::max(newest[n], h.time_s);
+  if (newest.size() < 2) return -1;
+  int stalest = -1;
+  for (const auto& [n, t] : newest)
+    if (stalest < 0 || t < newest[stalest]) stalest = n;
+  for (const auto& [n, t] : newest)
+    if (n != stalest && t - newest[stalest] < 1.0) return -1;
+  return stalest;
+}
+
+std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
+  // Every node at once, each under the health timeout: the checks of a
+  // dead or cut-off host are mostly waiting for a connection, and one after
+  // another they would add up.
+  std::vector<std::unique_ptr<Job>> jobs;
+  for (const Node& node : nodes) {
+    const std::vector<std::string> check{options_.health_tool,
+                                         "--node",
+                                         std::to_string(node.id),
+                                         "--checks",
+                                         "compute,memory,disk",
+                                         "--ckpt-dir",
+                                         (fs::path(options_.run_dir) / "checkpoints").string()};
+    jobs.push_back(std::make_unique<Job>(
+        cluster_.on_node(node, check, options_.launcher_args, options_.connect_timeout_s), std::vector<std::string>{},
+        (fs::path(options_.run_dir) / fmt::format("health_node{}.txt", node.id)).string(), /*echo=*/false));
+  }
+  const double deadline = now_s() + options_.health_timeout_s;
+  std::vector<bool> healthy;
+  for (auto& job : jobs) healthy.push_back(job->wait(std::max(0.0, deadline - now_s()), options_.grace_s) == 0);
+  return healthy;
 }
 
 bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
@@ -332,15 +489,20 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
   // None after a divergence: the loss is summed over every rank, so a
   // non-finite one is the run's numerics, not a node's (a node computing
   // garbage shows as replicas that disagree: corruption, which checks all).
+  // Ranks that named each other (a link cut) name the nodes of both ends.
   std::vector<Node> suspects;
+  const auto& named = incident.suspect_nodes;
   for (const Node& n : active_)
     if (incident.kind != "divergence" &&
-        (incident.node < 0 || incident.kind == "corruption" || n.id == incident.node))
+        (incident.kind == "corruption" || n.id == incident.node ||
+         (incident.node < 0 && (named.empty() || std::count(named.begin(), named.end(), n.id) > 0))))
       suspects.push_back(n);
   // A straggler is cordoned whatever its health check says: the job asked for it.
   const bool cordon_anyway = incident.kind == "straggler" && incident.node >= 0;
-  for (const Node& node : suspects) {
-    const bool ok = !options_.health || node_healthy(node);
+  const std::vector<bool> healthy = options_.health ? nodes_healthy(suspects) : std::vector<bool>(suspects.size(), true);
+  for (std::size_t k = 0; k < suspects.size(); ++k) {
+    const Node& node = suspects[k];
+    const bool ok = healthy[k];
     incident.health.push_back({{"node", node.id}, {"host", node.host}, {"healthy", ok}});
     if (ok && !cordon_anyway) continue;
     const std::string why = ok ? "a persistent straggler" : "failed its health check";
@@ -443,7 +605,8 @@ Report Supervisor::run() {
     }
     // The program failing the same way before any training, with nothing
     // said (a usage error, a missing file), will fail again: stop.
-    const bool early_failure = w.kind.empty() && w.exits.empty() && w.dead_rank < 0 && w.first_step < 0 &&
+    const bool early_failure = w.kind.empty() && w.exits.empty() && w.dead_rank.rank < 0 && w.lost_host.host.empty() &&
+                               w.first_step < 0 &&
                                w.reached == resume_step && w.exit_code < 128;
     if (early_failure && w.exit_code == last_early_failure_code) {
       report.incidents.push_back(incident);

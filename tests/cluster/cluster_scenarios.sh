@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# htrun on a cluster of separate hosts (tests/cluster/testbed.sh: network
+# namespaces, each with its own address, hostname, /dev/shm and sshd): a
+# head node h0 runs htrun over a hostfile of h1, h2 (active) and h3 (spare);
+# the run directory is shared, as on FSx/Lustre. One scenario per call:
+#
+#   testbed     the test bed itself: hostnames, private /dev/shm, ssh between
+#               hosts, a cut link unreachable and healed, a crash ends every
+#               process of the host and its memory, a host slowed by a cgroup
+#   clean       the fault-free run (the others compare their weights with it)
+#   crash       h2 crashes (every process, its memory gone) mid-run: htrun
+#               names h2 from the launcher's report, cordons it, brings in
+#               h3, resumes from memory (h1 holds h2's replica), and ends on
+#               the clean run's weights
+#   partition   h2's link is cut mid-run: htrun names h2 (not the healthy h1),
+#               cordons it, resumes on h1 + h3, ends on the clean weights; the
+#               ranks left on h2 fence themselves (a newer launch's epoch),
+#               so nothing of theirs remains once the link is back
+#
+#   cluster_scenarios.sh HTRUN GPT_TRAIN WORK SCENARIO
+#
+# Each scenario prints a "# measured" line (failure to detection, detection
+# to the first step after recovery, the tier resumed from): the figures of
+# docs/benchmarks.md, never asserted here (the machine is shared).
+set -euo pipefail
+htrun=$(realpath "$1") gpt=$(realpath "$2") work=$(realpath -m "$3") scenario=$4
+here=$(cd "$(dirname "$0")" && pwd)
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail() { echo "FAIL ($scenario): $*"; exit 1; }
+rm -rf "$work"
+mkdir -p "$work"
+shared_clean="$(dirname "$work")/cluster_clean"
+. "$here/testbed.sh"
+# Namespaces need root (CAP_SYS_ADMIN): without them the scenarios skip, saying why.
+if ! ip netns add "htcprobe$$" 2> /dev/null; then
+  echo "SKIP ($scenario): cannot make network namespaces here (needs root and CAP_SYS_ADMIN)"
+  exit 77
+fi
+ip netns del "htcprobe$$"
+tb_up "$work/testbed" 4
+
+steps=240
+text="$work/text.txt"
+for i in $(seq 300); do echo "pack my box with five dozen liquor jugs $i"; done > "$text"
+printf "h1 slots=1\nh2 slots=1\nh3 slots=1\n" > "$work/hosts"
+train=(--text "$text" --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 2 --eval-every 0
+       --eval-samples 4 --sample-tokens 0 --heartbeat 0.1 --steps "$steps" --ckpt-every 100 --mem-ckpt-every 10
+       --zero 2)
+
+start_run() {  # start_run NAME: htrun on h0, in the background ($run_pid)
+  rm -rf "$work/$1"
+  tb_exec h0 "$htrun" --hostfile "$work/hosts" --spares 1 --run-dir "$work/$1" --backoff 0.2 --hang-timeout 15 \
+    --grace 2 --connect-timeout 2 -- "$gpt" "${train[@]}" > "$work/$1.log" 2>&1 &
+  run_pid=$!
+}
+finish_run() {  # finish_run NAME: waits; the run must finish by itself
+  local rc=0
+  wait "$run_pid" || rc=$?
+  [ "$rc" = 0 ] || { tail -30 "$work/$1.log"; fail "htrun exited $rc"; }
+}
+wait_for_step() {  # wait_for_step NAME STEP: until rank 0 completed STEP
+  local i
+  for i in $(seq 1200); do
+    grep -q "\"step\":$2," "$work/$1/metrics.jsonl" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  fail "the run never reached step $2"
+}
+checksums() { python3 "$here/../scripts/checkpoint_checksums.py" "$1/checkpoints/step_$(printf %08d "$steps")"; }
+same_as_clean() {
+  [ -f "$shared_clean/clean/htrun_report.json" ] || fail "no clean run in $shared_clean (scenario clean makes it first)"
+  diff <(checksums "$shared_clean/clean") <(checksums "$work/$1") > /dev/null || fail "final weights differ from the clean run"
+}
+report() {  # report NAME EXPR: a Python expression over the report (r) and its first incident (i)
+  python3 - "$work/$1/htrun_report.json" "$2" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+i = r["incidents"][0] if r["incidents"] else {}
+print(eval(sys.argv[2]))
+PY
+}
+expect_report() {  # expect_report NAME EXPR: EXPR holds
+  [ "$(report "$1" "$2")" = True ] || { cat "$work/$1/htrun_report.json"; fail "the report does not satisfy: $2"; }
+}
+measured() {  # measured NAME FAULT_TIME: the figures, from the report and the fault's own time
+  report "$1" "'# measured: {} of {} at step {}: detected {:.2f} s after the fault, training again {:.2f} s after detection (from {}, step {}), {} step(s) lost'.format(i['kind'], i['host'], i['step_reached'], i['detected_at'] - $2, i.get('recovery_s', -1), i['resume_tier'], i['resumed_from'], i['steps_lost'])"
+}
+
+case "$scenario" in
+  testbed)
+    [ "$(tb_exec h1 hostname)" = h1 ] && [ "$(tb_exec h2 hostname)" = h2 ] || fail "hosts do not have their own names"
+    tb_exec h1 sh -c 'echo x > /dev/shm/ht_testbed_probe'
+    tb_exec h2 test ! -e /dev/shm/ht_testbed_probe || fail "/dev/shm is shared between hosts"
+    [ ! -e /dev/shm/ht_testbed_probe ] || fail "a host's /dev/shm is this machine's"
+    [ "$(tb_exec h0 ssh h2 hostname)" = h2 ] || fail "ssh from h0 to h2 does not reach h2"
+    tb_cut h2
+    if tb_exec h0 ssh -o ConnectTimeout=1 h2 true 2> /dev/null; then fail "h2 answers with its link cut"; fi
+    tb_heal h2
+    [ "$(tb_exec h0 ssh h2 hostname)" = h2 ] || fail "h2 does not answer once its link is back"
+    tb_exec h2 sh -c 'sleep 600 > /dev/null 2>&1 &'
+    tb_crash h2
+    [ -z "$(ip netns pids "$TB_ID-h2")" ] || fail "processes of h2 outlived its crash"
+    tb_boot h2
+    tb_exec h2 test ! -e /dev/shm/ht_testbed_probe || fail "h2's memory survived its crash"
+    tb_exec h1 test -e /dev/shm/ht_testbed_probe || fail "h1's memory went with h2's crash"
+    if tb_slow h3 20; then
+      # The same work on h3 (a fifth of a core) and h1, started as ranks are (ssh).
+      t0=$(date +%s.%N)
+      tb_exec h0 ssh h3 "timeout 20 sh -c 'i=0; while [ \$i -lt 300000 ]; do i=\$((i+1)); done'"
+      t1=$(date +%s.%N)
+      tb_exec h0 ssh h1 "timeout 20 sh -c 'i=0; while [ \$i -lt 300000 ]; do i=\$((i+1)); done'"
+      t2=$(date +%s.%N)
+      awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { exit !(b - a > 2 * (c - b)) }' ||
+        fail "the slowed h3 was not slower than h1"
+    fi
+    echo "test bed: hosts, memory, ssh, cut and heal, crash, slow: all checks passed" ;;
+  clean)
+    start_run clean
+    finish_run clean
+    expect_report clean "r['incidents'] == [] and r['exit_code'] == 0"
+    if [ "$work" != "$shared_clean" ]; then
+      mkdir -p "$shared_clean"
+      rm -rf "$shared_clean/clean"
+      cp -r "$work/clean" "$shared_clean/clean"
+    fi ;;
+  crash)
+    start_run crash
+    wait_for_step crash 125
+    fault=$(date +%s.%N)
+    tb_crash h2
+    finish_run crash
+    expect_report crash "i['kind'] == 'host-lost' and i['host'] == 'h2' and i['node'] == 1"
+    expect_report crash "r['cordoned_nodes'] == [1] and r['active_nodes'] == [0, 2] and len(r['incidents']) == 1"
+    expect_report crash "i['resume_tier'] == 'memory+peer' and i['resumed_from'] > 100"
+    grep -q "host-lost of rank 1 (node 1 (h2)) detected after" "$work/crash.log" || fail "htrun did not say it lost h2"
+    same_as_clean crash
+    measured crash "$fault" ;;
+  partition)
+    start_run partition
+    wait_for_step partition 125
+    fault=$(date +%s.%N)
+    tb_cut h2
+    finish_run partition
+    expect_report partition "i['host'] == 'h2' and i['node'] == 1 and i['kind'] in ('host-lost', 'comm-failure')"
+    expect_report partition "r['cordoned_nodes'] == [1] and r['active_nodes'] == [0, 2]"
+    expect_report partition "all(h['host'] != 'h1' or h['healthy'] for h in i['health'])"
+    same_as_clean partition
+    # The ranks left on h2 were given up: with the link back, none is there.
+    tb_heal h2
+    sleep 1
+    if tb_exec h2 pgrep -f gpt_train > /dev/null; then fail "a rank of the given-up launch still runs on h2"; fi
+    measured partition "$fault" ;;
+  *) fail "unknown scenario" ;;
+esac
