@@ -16,6 +16,11 @@
 #               cordons it, resumes on h1 + h3, ends on the clean weights; the
 #               ranks left on h2 fence themselves (a newer launch's epoch),
 #               so nothing of theirs remains once the link is back
+#   slurm-crash, slurm-partition
+#               the same faults under Slurm (tests/cluster/slurm_testbed.sh:
+#               slurmctld on h0, a slurmd on each host), htrun inside
+#               `salloc -N3 --no-kill`: the job finishes on the spare, the
+#               allocation lives on, h2 is drained and h1 and h3 never are
 #
 #   cluster_scenarios.sh HTRUN GPT_TRAIN WORK SCENARIO
 #
@@ -31,6 +36,7 @@ rm -rf "$work"
 mkdir -p "$work"
 shared_clean="$(dirname "$work")/cluster_clean"
 . "$here/testbed.sh"
+. "$here/slurm_testbed.sh"
 # Namespaces need root (CAP_SYS_ADMIN): without them the scenarios skip, saying why.
 if ! ip netns add "htcprobe$$" 2> /dev/null; then
   echo "SKIP ($scenario): cannot make network namespaces here (needs root and CAP_SYS_ADMIN)"
@@ -47,9 +53,14 @@ train=(--text "$text" --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 -
        --eval-samples 4 --sample-tokens 0 --heartbeat 0.1 --steps "$steps" --ckpt-every 100 --mem-ckpt-every 10
        --zero 2)
 
-start_run() {  # start_run NAME: htrun on h0, in the background ($run_pid)
+start_run() {  # start_run NAME: htrun on h0, in the background ($run_pid); under Slurm for slurm-* scenarios
   rm -rf "$work/$1"
-  tb_exec h0 "$htrun" --hostfile "$work/hosts" --spares 1 --run-dir "$work/$1" --backoff 0.2 --hang-timeout 15 \
+  local nodes=(--hostfile "$work/hosts") launcher=()
+  if [ "${scenario#slurm-}" != "$scenario" ]; then
+    nodes=()
+    launcher=(env SLURM_CONF="$SLURM_CONF" salloc -N3 --ntasks-per-node=1 --no-kill)
+  fi
+  tb_exec h0 "${launcher[@]}" "$htrun" "${nodes[@]}" --spares 1 --run-dir "$work/$1" --backoff 0.2 --hang-timeout 15 \
     --grace 2 --connect-timeout 2 -- "$gpt" "${train[@]}" > "$work/$1.log" 2>&1 &
   run_pid=$!
 }
@@ -150,5 +161,21 @@ case "$scenario" in
     sleep 1
     if tb_exec h2 pgrep -f gpt_train > /dev/null; then fail "a rank of the given-up launch still runs on h2"; fi
     measured partition "$fault" ;;
+  slurm-crash | slurm-partition)
+    tb_slurm_up
+    start_run "$scenario"
+    wait_for_step "$scenario" 125
+    fault=$(date +%s.%N)
+    if [ "$scenario" = slurm-crash ]; then tb_crash h2; else tb_cut h2; fi
+    finish_run "$scenario"
+    expect_report "$scenario" "i['host'] == 'h2' and i['node'] == 1"
+    expect_report "$scenario" "r['cordoned_nodes'] == [1] and r['active_nodes'] == [0, 2]"
+    same_as_clean "$scenario"
+    states=$(tb_sinfo | sort | tr '\n' ' ')
+    case "$states" in
+      "h1 idle h2 drain"*" h3 idle ") ;;
+      *) fail "after the job, Slurm's nodes are '$states': h2 must be drained, h1 and h3 idle" ;;
+    esac
+    measured "$scenario" "$fault" ;;
   *) fail "unknown scenario" ;;
 esac

@@ -61,7 +61,9 @@ tb_boot() {
   # UTS, mount and PID: unshare inside $ns; PID 1 sets the hostname, mounts
   # a fresh tmpfs on /dev/shm and the test bed's /etc/hosts and ~/.ssh over
   # the machine's (private mounts: nothing leaks out), then becomes sshd.
-  ip netns exec "$ns" unshare --uts --mount --pid --fork --propagation private -- bash -c "
+  # nsenter rather than `ip netns exec`, which mounts a sysfs of its own over
+  # /sys and so hides the cgroup file systems (slurmd needs them).
+  nsenter --net="/run/netns/$ns" unshare --uts --mount --pid --fork --propagation private -- bash -c "
     hostname $host
     mount -t tmpfs -o size=512m tmpfs /dev/shm
     mount --bind '$TB_DIR/hosts' /etc/hosts

@@ -229,7 +229,14 @@ std::vector<std::string> Cluster::job_command(const std::vector<Node>& active, i
     case ClusterKind::kSlurm:
       // Block distribution over the nodes in Slurm's order (htrun keeps
       // `active` in that order); a rank killed by a signal ends the step.
+      // --overlap: a step that lost a node never completes in Slurm's
+      // accounting (the node does not report it done), and would hold its
+      // CPUs on the surviving nodes against the next step ("Requested nodes
+      // are busy"); htrun runs one step at a time, so sharing them is safe.
+      // --no-kill: a node that fails does not end the allocation.
       cmd = {"srun",
+             "--overlap",
+             "--no-kill",
              fmt::format("--nodes={}", active.size()),
              fmt::format("--ntasks={}", ranks),
              fmt::format("--ntasks-per-node={}", slots),
@@ -274,15 +281,23 @@ std::vector<std::string> Cluster::on_node(const Node& node, const std::vector<st
 
 std::string Cluster::cordon(const Node& node, const std::string& reason) const {
   if (kind_ != ClusterKind::kSlurm) return "";
-  const std::string cmd = fmt::format("scontrol update NodeName={} State=DRAIN Reason={}", shell_quote(node.host),
-                                      shell_quote("htrun: " + reason));
-  try {
-    capture(cmd);
-    return "";
-  } catch (const std::exception& e) {
-    return fmt::format("could not drain {} in Slurm ({}); htrun will not use it again either way", node.host,
-                       e.what());
+  // DOWN first: Slurm then ends the steps still held on the node (a node that
+  // died mid-step never reports its step done, and, the job kept alive with
+  // --no-kill, the next step would wait for that node's share forever:
+  // "Requested nodes are busy"). DRAIN then keeps it out when its slurmd
+  // comes back, until a person resumes it.
+  std::string warning;
+  for (const char* state : {"DOWN", "DRAIN"}) {
+    const std::string cmd = fmt::format("scontrol update NodeName={} State={} Reason={}", shell_quote(node.host), state,
+                                        shell_quote("htrun: " + reason));
+    try {
+      capture(cmd);
+    } catch (const std::exception& e) {
+      warning = fmt::format("could not mark {} {} in Slurm ({}); htrun will not use it again either way", node.host,
+                            state, e.what());
+    }
   }
+  return warning;
 }
 
 LauncherEvent Cluster::launcher_event(const std::string& line) const {

@@ -219,6 +219,31 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
       job.stop(options_.grace_s);
       break;
     }
+    // A host gone silent: every rank on it stopped beating while the other
+    // nodes' ranks beat on (a host that died with its processes, or lost
+    // the shared run directory). Many beats of margin, at least two seconds:
+    // a busy host may write late, and a false alarm costs a restart.
+    if (all_started && beat_interval_s > 0) {
+      const double silence = std::max(2.0, 10 * beat_interval_s), now = now_s();
+      std::map<int, double> newest;
+      for (const auto& [rank, h] : beats)
+        if (const int n = node_of_rank(rank); n >= 0) newest[n] = std::max(newest[n], h.time_s);
+      for (const auto& [n, t] : newest)
+        if (now - t > silence &&
+            std::any_of(newest.begin(), newest.end(), [&](const auto& o) { return now - o.second < silence / 4; })) {
+          w.kind = "host-lost";
+          w.failed_rank = n * options_.slots;
+          w.failed_at = t;
+          w.message = fmt::format("every rank on {} stopped beating {:.1f} s ago while the others beat on",
+                                  cluster_.name(active_[std::size_t(n)]), now - t);
+          break;
+        }
+      if (w.kind == "host-lost") {
+        w.detected_at = now;
+        job.stop(options_.grace_s);
+        break;
+      }
+    }
     // A hang: progress stalled for the timeout. Peers go on until they
     // block on the hung rank, so the rank that got least far is named (then
     // the one that stopped first).
@@ -336,7 +361,13 @@ Incident Supervisor::classify(const Watch& w) {
       failed_at = e.time_s;
       break;
     }
-  if (i.kind.empty() && w.dead_rank.rank >= 0) {
+  // The launcher's reports: a rank killed, a host lost. A lost host that
+  // was reported first and is not the killed rank's is the cause (srun kills
+  // the other tasks of a step whose node failed, and says so after).
+  const bool lost_first = !w.lost_host.host.empty() &&
+                          (w.dead_rank.rank < 0 || (node_of_host(w.lost_host.host) != node_of_rank(w.dead_rank.rank) &&
+                                                    w.lost_host.time_s <= w.dead_rank.time_s));
+  if (i.kind.empty() && w.dead_rank.rank >= 0 && !lost_first) {
     i.kind = "crash";
     i.rank = w.dead_rank.rank;
     failed_at = last_beat(w, node_of_rank(i.rank), w.dead_rank.time_s);
