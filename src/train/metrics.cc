@@ -18,6 +18,12 @@ std::int64_t now_ms() {
       .count();
 }
 
+// The line of `j`, with the launch's epoch when there is one.
+std::string stamped(nlohmann::json j, std::int64_t epoch) {
+  if (epoch > 0) j["epoch"] = epoch;
+  return j.dump();
+}
+
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& path, std::int64_t epoch) : path_(path), epoch_(epoch) {
@@ -33,11 +39,6 @@ MetricsWriter::~MetricsWriter() {
 void MetricsWriter::write_line(const std::string& line) {
   if (std::fputs(line.c_str(), file_) < 0 || std::fputc('\n', file_) < 0 || std::fflush(file_) != 0)
     throw IoError(ErrorKind::kIo, fmt::format("writing metrics to '{}' failed: {}", path_, std::strerror(errno)));
-}
-
-void MetricsWriter::write_json(nlohmann::json j) {
-  if (epoch_ > 0) j["epoch"] = epoch_;
-  write_line(j.dump());
 }
 
 void MetricsWriter::write_run(const EngineOptions& o, const std::string& model, std::int64_t num_parameters,
@@ -68,7 +69,7 @@ void MetricsWriter::write_run(const EngineOptions& o, const std::string& model, 
                    {"grad_reduce_dtype", dtype_name(o.data_parallel.precision.reduce)},
                    {"seed", o.seed}};
   for (const auto& [key, value] : extra) std::visit([&](const auto& v) { j[key] = v; }, value);
-  write_json(std::move(j));
+  write_line(stamped(std::move(j), epoch_));
 }
 
 void MetricsWriter::write_step(const StepStats& s, const ClientState& extra) {
@@ -78,13 +79,13 @@ void MetricsWriter::write_step(const StepStats& s, const ClientState& extra) {
                    {"loss_scale", s.loss_scale}, {"skipped", s.skipped}, {"skipped_steps", s.skipped_steps},
                    {"checkpoint", s.checkpointed}, {"snapshot", s.snapshotted}};
   for (const auto& [key, value] : extra) std::visit([&](const auto& v) { j[key] = v; }, value);
-  write_json(std::move(j));
+  write_line(stamped(std::move(j), epoch_));
 }
 
 void MetricsWriter::write_eval(std::int64_t step, const EvalStats& e) {
   nlohmann::json j{{"type", "eval"}, {"step", step}, {"val_loss", e.loss}, {"val_samples", e.samples}};
   for (const auto& [name, value] : e.metrics) j["val_" + name] = value;
-  write_json(std::move(j));
+  write_line(stamped(std::move(j), epoch_));
 }
 
 }  // namespace ht::train

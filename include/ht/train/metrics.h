@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "ht/core/client_state.h"
@@ -38,9 +37,6 @@ class MetricsWriter {
 
  private:
   void write_line(const std::string& line);
-  /// `j` with the epoch, as one line.
-  void write_json(nlohmann::json j);
-
   std::FILE* file_;
   std::string path_;
   std::int64_t epoch_ = 0;
