@@ -17,6 +17,7 @@
 #include "ckpt/background_task.h"
 #include "ckpt/manifest.h"
 #include "ckpt/memory_tier.h"
+#include "ckpt/snapshot_image.h"
 #include "ckpt/rank_file.h"
 #include "ckpt/writer_lock.h"
 #include "core/clock.h"
@@ -48,14 +49,17 @@ int agree_min(comm::Communicator& c, int value) {
   return t.data<std::int32_t>()[0];
 }
 
-// The host copies of a rank's slots, with their descriptions: the primary
-// slots only for disk (one copy of each piece in the whole checkpoint), every
-// slot for memory (each rank restores from its own copy). `spare` holds the
-// last copy's buffers, reused when the sizes match: fresh memory's page
-// faults would be most of the stall.
-std::vector<Piece> host_copy(const std::vector<optim::Slot>& slots, optim::Optimizer& optimizer, bool primary_only,
-                             std::vector<Tensor>& spare) {
-  std::vector<Piece> pieces;
+// A rank's slots as pieces: each one's description and its values where
+// they live (any device). The primary slots only for disk (one copy of each
+// piece in the whole checkpoint), every slot for memory (each rank restores
+// from its own copy).
+struct SlotPiece {
+  PieceInfo info;
+  Tensor values;
+};
+std::vector<SlotPiece> slot_pieces(const std::vector<optim::Slot>& slots, optim::Optimizer& optimizer,
+                                   bool primary_only) {
+  std::vector<SlotPiece> pieces;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const optim::Slot& s = slots[i];
     if (primary_only && !s.primary) continue;
@@ -71,18 +75,30 @@ std::vector<Piece> host_copy(const std::vector<optim::Slot>& slots, optim::Optim
       if (!info.layout.tp_split()) info.layout.tp_rank = 0;
       info.begin = s.offset;
       info.end = s.offset + values.numel();
-      const HostMemory host = values.device().is_cpu() ? HostMemory::kPlain : HostMemory::kPinned;
-      Tensor copy;
-      const std::size_t k = pieces.size();
-      if (k < spare.size() && spare[k].numel() == values.numel())
-        copy = spare[k];
-      else
-        copy = Tensor::empty({values.numel()}, DType::kF32, Device::cpu(), MemCategory::kOther, host);
-      copy.copy_from(values.view({-1}));
-      pieces.push_back({std::move(info), std::move(copy)});
+      pieces.push_back({std::move(info), values.view({-1})});
     };
     add("master", s.param);
     for (auto& [kind, t] : optimizer.slot_state(i)) add(kind, t);
+  }
+  return pieces;
+}
+
+// The host copies of the primary slots, for a save to disk. `spare` holds
+// the last copy's buffers, reused when the sizes match: fresh memory's page
+// faults would be most of the stall.
+std::vector<Piece> host_copy(const std::vector<optim::Slot>& slots, optim::Optimizer& optimizer,
+                             std::vector<Tensor>& spare) {
+  std::vector<Piece> pieces;
+  for (SlotPiece& p : slot_pieces(slots, optimizer, /*primary_only=*/true)) {
+    const HostMemory host = p.values.device().is_cpu() ? HostMemory::kPlain : HostMemory::kPinned;
+    Tensor copy;
+    const std::size_t k = pieces.size();
+    if (k < spare.size() && spare[k].numel() == p.values.numel())
+      copy = spare[k];
+    else
+      copy = Tensor::empty({p.values.numel()}, DType::kF32, Device::cpu(), MemCategory::kOther, host);
+    copy.copy_from(p.values);
+    pieces.push_back({std::move(p.info), std::move(copy)});
   }
   return pieces;
 }
@@ -149,7 +165,6 @@ struct Checkpointer::Impl {
 
   std::mutex mu;                      // guards the spare buffers
   std::vector<Tensor> spare_buffers;  // the last save's host copies, for reuse
-  std::vector<Tensor> spare_snapshot_buffers;
   std::optional<detail::MemoryTier> memory;
   std::function<void(std::int64_t, const std::string&)> snapshot_hook;  // fault rehearsals
   // Last: their destructors wait for the tasks in flight, which use the members above.
@@ -311,7 +326,7 @@ std::string Checkpointer::save(const RunState& state, const std::vector<optim::S
   const std::string previous = wait();
   const double waited = now_ms() - t0;
   auto pieces = std::make_shared<std::vector<Piece>>(
-      host_copy(slots, optimizer, /*primary_only=*/true, impl_->spare_buffers));
+      host_copy(slots, optimizer, impl_->spare_buffers));
   stats_ = {};
   stats_.step = state.step;
   impl_->disk_task.start([impl = impl_.get(), state, pieces] {
@@ -338,23 +353,55 @@ std::string Checkpointer::snapshot(const RunState& state, const std::vector<opti
   HT_CHECK(impl_->memory, ErrorKind::kConfig, "snapshot: no memory tier was configured");
   const double t0 = now_ms();
   const std::string previous = wait_snapshot();
-  auto pieces = std::make_shared<std::vector<Piece>>(
-      host_copy(slots, optimizer, /*primary_only=*/false, impl_->spare_snapshot_buffers));
-  if (impl_->snapshot_hook) impl_->snapshot_hook(state.step, "copy");
-  snapshot_stats_ = {};
-  snapshot_stats_.step = state.step;
+  // The training state goes straight into the image's pages (reused from
+  // the older snapshot), each piece's checksum computed as it is copied:
+  // the one pass the training thread waits for.
+  const std::vector<SlotPiece> sources = slot_pieces(slots, optimizer, /*primary_only=*/false);
+  std::vector<std::int64_t> sizes;
+  for (const SlotPiece& p : sources) sizes.push_back(std::int64_t(p.values.nbytes()));
+  const detail::ImageLayout layout = detail::image_layout(sizes);
   Manifest m;
   m.run = state;
   m.layout = impl_->layout;
   m.world = impl_->mesh.world().size();
-  impl_->memory_task->start([impl = impl_.get(), stats = &snapshot_stats_, m = std::move(m), pieces]() mutable {
-    const double cpu0 = thread_cpu_ms();
-    const std::string error = impl->memory->write(m.run.step, std::move(m), *pieces, &stats->write_ms,
-                                                  &stats->replicate_ms, &stats->bytes);
-    keep_buffers(*pieces, impl->mu, impl->spare_snapshot_buffers);
-    stats->cpu_ms = thread_cpu_ms() - cpu0;
-    return error;
-  });
+  std::shared_ptr<detail::MappedFile> image;
+  std::string error;
+  try {
+    image = impl_->memory->begin(state.step, layout.bytes);
+    const std::string file = detail::snapshot_file_name(impl_->memory->rank());
+    for (std::size_t k = 0; k < sources.size(); ++k) {
+      PieceInfo info = sources[k].info;
+      const Tensor& values = sources[k].values;
+      info.offset = layout.offsets[k];
+      info.file = file;
+      info.dataset = detail::dataset_name(info);
+      char* at = image->data() + info.offset;
+      if (values.device().is_cpu()) {
+        info.checksum = detail::copy_checksum64(at, values.data_ptr(), values.nbytes());
+      } else {
+        Tensor into = detail::view_of(image, info.offset, values.numel(), DType::kF32);
+        into.copy_from(values);
+        info.checksum = checksum64(at, values.nbytes());
+      }
+      m.pieces.push_back(std::move(info));
+    }
+    m.files = {{impl_->memory->rank(), file, layout.bytes}};
+  } catch (const std::exception& e) {
+    error = e.what();
+    image.reset();
+  }
+  if (impl_->snapshot_hook) impl_->snapshot_hook(state.step, "copy");
+  snapshot_stats_ = {};
+  snapshot_stats_.step = state.step;
+  snapshot_stats_.bytes = image ? layout.bytes : 0;
+  impl_->memory_task->start(
+      [impl = impl_.get(), stats = &snapshot_stats_, m = std::move(m), image, error]() mutable {
+        const double cpu0 = thread_cpu_ms();
+        const std::string failure =
+            impl->memory->write(m.run.step, std::move(m), std::move(image), error, &stats->write_ms, &stats->replicate_ms);
+        stats->cpu_ms = thread_cpu_ms() - cpu0;
+        return failure;
+      });
   snapshot_stats_.stall_ms = now_ms() - t0;
   return previous;
 }

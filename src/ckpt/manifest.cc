@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -66,7 +67,7 @@ std::uint64_t parse_checksum(const std::string& text) {
 
 }  // namespace
 
-void write_manifest(const std::string& step_dir, const Manifest& m) {
+std::string manifest_text(const Manifest& m) {
   json pieces = json::array();
   for (const PieceInfo& p : m.pieces) {
     pieces.push_back({{"tensor", p.tensor},
@@ -82,6 +83,7 @@ void write_manifest(const std::string& step_dir, const Manifest& m) {
                       {"file", p.file},
                       {"dataset", p.dataset}});
     if (p.real_rows >= 0) pieces.back()["real_rows"] = p.real_rows;  // a padded vocabulary's real rows
+    if (p.offset >= 0) pieces.back()["offset"] = p.offset;           // a raw image's (memory snapshots)
   }
   json files = json::array();
   for (const RankFileEntry& f : m.files) files.push_back({{"rank", f.rank}, {"file", f.file}, {"bytes", f.bytes}});
@@ -108,17 +110,26 @@ void write_manifest(const std::string& step_dir, const Manifest& m) {
                {"world", m.world},
                {"files", files},
                {"pieces", pieces}};
+  return j.dump(1) + "\n";
+}
+
+void write_manifest(const std::string& step_dir, const Manifest& m) {
   const std::string path = (std::filesystem::path(step_dir) / kManifestName).string();
-  ht::detail::write_file(path, j.dump(1) + "\n", /*sync=*/true, "checkpoint manifest");
+  ht::detail::write_file(path, manifest_text(m), /*sync=*/true, "checkpoint manifest");
 }
 
 Manifest read_manifest(const std::string& step_dir) {
   const std::string path = (std::filesystem::path(step_dir) / kManifestName).string();
   std::ifstream in(path);
   HT_CHECK(in.good(), ErrorKind::kIo, "checkpoint '{}' has no readable {}", step_dir, kManifestName);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_manifest(text, path, step_dir);
+}
+
+Manifest parse_manifest(const std::string& text, const std::string& path, const std::string& step_dir) {
   json j;
   try {
-    in >> j;
+    j = json::parse(text);
     Manifest m;
     HT_CHECK(j.at("format") == "hypertrain-checkpoint", ErrorKind::kIo, "'{}' is not a hypertrain checkpoint manifest",
              path);
@@ -166,6 +177,10 @@ Manifest read_manifest(const std::string& step_dir) {
       i.checksum = parse_checksum(p.at("checksum").get<std::string>());
       i.file = p.at("file").get<std::string>();
       i.dataset = p.at("dataset").get<std::string>();
+      if (p.contains("offset")) {
+        i.offset = integer<std::int64_t>(p, "offset");
+        if (i.offset < 0) throw std::invalid_argument("a piece's offset is negative");
+      }
       check_piece_info(i, path);
       m.pieces.push_back(std::move(i));
     }

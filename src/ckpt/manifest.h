@@ -29,10 +29,15 @@ struct Manifest {
   std::vector<PieceInfo> pieces;
 };
 
+/// The text of `m`'s manifest.json.
+std::string manifest_text(const Manifest& m);
 /// Writes `<step dir>/manifest.json` and syncs it.
 void write_manifest(const std::string& step_dir, const Manifest& m);
 /// Reads and checks a step directory's manifest; IoError naming what is wrong.
 Manifest read_manifest(const std::string& step_dir);
+/// The same from the file's text (`path` and `step_dir` name it in errors):
+/// a manifest that came over the network (a memory snapshot's replica).
+Manifest parse_manifest(const std::string& text, const std::string& path, const std::string& step_dir);
 
 
 }  // namespace ht::ckpt::detail

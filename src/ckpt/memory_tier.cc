@@ -45,14 +45,54 @@ void read_bytes(const std::string& path, char* dst, std::int64_t bytes) {
   ::close(fd);
 }
 
-// Removes every step directory of `dir` but the newest `keep` committed
-// ones, and every leftover of an interrupted write.
-void prune(const std::string& dir, std::size_t keep) {
+// The directory for step `step`'s snapshot under `dir` (a rank's, or the
+// replicas it holds), as <step>.tmp, made of the pages already there: a
+// leftover of an interrupted write, else the oldest committed step when two
+// are kept (the newest stays whole until the new one commits), else a new
+// directory. Its manifest goes first, so nothing in it reads as committed.
+std::string recycle(const std::string& dir, std::int64_t step) {
+  const std::string tmp = checkpoint_dir(dir, step) + ".tmp";
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().extension() == ".tmp") fs::remove_all(e.path(), ec);
+  ht::detail::make_directories(dir);
+  if (!fs::exists(tmp)) {
+    std::string from;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == ".tmp") from = e.path().string();
+    const std::vector<CommittedCheckpoint> all = committed_checkpoints(dir);
+    if (from.empty() && all.size() >= 2) from = all.front().dir;
+    if (!from.empty()) {
+      fs::rename(from, tmp, ec);
+      HT_CHECK(!ec, ErrorKind::kIo, "cannot reuse '{}' for the memory snapshot of step {}: {}", from, step,
+               ec.message());
+    }
+  }
+  fs::remove(fs::path(tmp) / kManifestName, ec);
+  ec = ht::detail::make_directories(tmp);
+  HT_CHECK(!ec, ErrorKind::kIo, "cannot create '{}' (is the memory tier's directory writable?): {}", tmp,
+           ec.message());
+  return tmp;
+}
+
+// Writes `m` beside the image in `dir`'s <step>.tmp and renames it into
+// place (`before_rename` between the two: fault rehearsals), then keeps the
+// newest two.
+void commit(std::int64_t step, const Manifest& m, const std::string& dir, const std::function<void()>& before_rename) {
+  const std::string final_dir = checkpoint_dir(dir, step), tmp = final_dir + ".tmp";
+  write_manifest(tmp, m);
+  if (before_rename) before_rename();
+  std::error_code ignored;
+  fs::remove_all(final_dir, ignored);
+  fs::rename(tmp, final_dir);
   const std::vector<CommittedCheckpoint> all = committed_checkpoints(dir);
-  for (std::size_t i = 0; i + keep < all.size(); ++i) fs::remove_all(all[i].dir, ec);
+  for (std::size_t i = 0; i + 2 < all.size(); ++i) fs::remove_all(all[i].dir, ignored);
+}
+
+// `text` as 32-bit words (empty unless `send`).
+Tensor words_of(const std::string& text, bool send) {
+  if (!send) return Tensor::empty({0}, DType::kI32);
+  Tensor t = Tensor::zeros({std::int64_t(text.size() + 3) / 4}, DType::kI32);
+  std::memcpy(t.data_ptr(), text.data(), text.size());
+  return t;
 }
 
 // A snapshot travels as one buffer of 32-bit words: the rank file, then the
@@ -79,7 +119,7 @@ Sizes sizes_of(const Tensor& header) {
 Tensor pack(const std::string& step_dir, int rank, Sizes* sizes) {
   *sizes = {};
   if (step_dir.empty()) return Tensor::empty({0}, DType::kI32);
-  const std::string file = (fs::path(step_dir) / rank_file_name(rank)).string();
+  const std::string file = (fs::path(step_dir) / snapshot_file_name(rank)).string();
   const std::string manifest = (fs::path(step_dir) / kManifestName).string();
   *sizes = {file_bytes(file), file_bytes(manifest)};
   Tensor buffer = Tensor::empty({sizes->words()}, DType::kI32);
@@ -99,7 +139,7 @@ void unpack(const Tensor& buffer, const Sizes& sizes, int rank, const std::strin
   ec = ht::detail::make_directories(tmp);
   HT_CHECK(!ec, ErrorKind::kIo, "cannot create '{}': {}", tmp, ec.message());
   const char* bytes = static_cast<const char*>(buffer.data_ptr());
-  ht::detail::write_file((fs::path(tmp) / rank_file_name(rank)).string(),
+  ht::detail::write_file((fs::path(tmp) / snapshot_file_name(rank)).string(),
                          std::string_view(bytes, std::size_t(sizes.file)), /*sync=*/true, "memory snapshot file");
   ht::detail::write_file((fs::path(tmp) / kManifestName).string(),
                          std::string_view(bytes + sizes.file, std::size_t(sizes.manifest)), /*sync=*/true,
@@ -183,55 +223,67 @@ std::string MemoryTier::replica_dir() const {
   return (fs::path(dir_) / node_ / fmt::format("replica_of_rank_{:05d}", source_)).string();
 }
 
-std::string MemoryTier::write(std::int64_t step, Manifest manifest, std::vector<Piece>& pieces, double* write_ms,
-                              double* replicate_ms, std::int64_t* bytes) {
+std::shared_ptr<MappedFile> MemoryTier::begin(std::int64_t step, std::int64_t bytes) {
+  const std::string tmp = recycle(own_dir(), step);
+  return MappedFile::open((fs::path(tmp) / snapshot_file_name(rank())).string(), bytes);
+}
+
+std::string MemoryTier::write(std::int64_t step, Manifest manifest, std::shared_ptr<MappedFile> image,
+                              std::string error, double* write_ms, double* replicate_ms) {
   const double t0 = now_ms();
   const std::string own = checkpoint_dir(own_dir(), step);
-  std::string error;
-  try {
-    const std::string tmp = own + ".tmp";
-    const std::error_code ec = ht::detail::make_directories(tmp);
-    HT_CHECK(!ec, ErrorKind::kIo, "cannot create '{}' (is the memory tier's directory writable?): {}", tmp,
-             ec.message());
-    const std::string name = rank_file_name(rank());
-    *bytes = write_rank_file((fs::path(tmp) / name).string(), pieces);
-    if (hook_) hook_(step, "write");
-    manifest.files = {{rank(), name, *bytes}};
-    manifest.pieces.clear();
-    for (const Piece& p : pieces) {
-      manifest.pieces.push_back(p.info);
-      manifest.pieces.back().file = name;
+  if (!error.empty()) error = fmt::format("memory snapshot of step {} not written: {}", step, error);
+  if (image) {
+    try {
+      if (hook_) hook_(step, "write");
+      commit(step, manifest, own_dir(), [&] {
+        if (hook_) hook_(step, "commit");
+      });
+    } catch (const std::exception& e) {
+      error = fmt::format("memory snapshot of step {} not written: {}", step, e.what());
+      image.reset();
     }
-    write_manifest(tmp, manifest);
-    if (hook_) hook_(step, "commit");
-    std::error_code ignored;
-    fs::remove_all(own, ignored);
-    fs::rename(tmp, own);  // the commit point
-    prune(own_dir(), 2);
-  } catch (const std::exception& e) {
-    error = fmt::format("memory snapshot of step {} not written: {}", step, e.what());
   }
   const double t1 = now_ms();
   *write_ms = t1 - t0;
   if (hook_) hook_(step, "replicate");
-  // Every rank takes part in the exchange, sending nothing when its own copy failed.
+  // Every rank takes part in the exchange, sending nothing when its own copy
+  // failed: the image's own pages go to the peer, which receives them into
+  // its replica's image (no copy read back, none made in between).
   if (peer_ >= 0) {
     try {
-      Sizes out_sizes, in_sizes;
-      Tensor out = Tensor::empty({0}, DType::kI32);
-      try {  // a copy that cannot be read back is not sent, but the peer still gets its answer
-        if (error.empty()) out = pack(own, rank(), &out_sizes);
-      } catch (const std::exception& e) {
-        error = fmt::format("memory snapshot of step {} not replicated: {}", step, e.what());
-        out_sizes = {};
+      const std::string text = manifest_text(manifest);
+      const Sizes out_sizes = image ? Sizes{image->bytes(), std::int64_t(text.size())} : Sizes{};
+      Tensor in_header = Tensor::empty({4}, DType::kI32);
+      transfer(*comm_, header_of(out_sizes), peer_, in_header, source_);
+      const Sizes in = sizes_of(in_header);
+      std::shared_ptr<MappedFile> replica;
+      std::string replica_error;
+      Tensor in_image = Tensor::empty({0}, DType::kI32);
+      if (in.file > 0) {
+        try {
+          replica = MappedFile::open(
+              (fs::path(recycle(replica_dir(), step)) / snapshot_file_name(source_)).string(), in.file);
+          in_image = view_of(replica, 0, in.file / 4, DType::kI32);
+        } catch (const std::exception& e) {  // received all the same, into scratch, so the peer is not left waiting
+          replica_error = e.what();
+          in_image = Tensor::empty({in.file / 4}, DType::kI32);
+        }
       }
-      const Tensor in = exchange(*comm_, out, out_sizes, peer_, source_, &in_sizes);
-      if (in_sizes.file > 0) {
-        const std::string replicas = replica_dir();
-        unpack(in, in_sizes, source_, checkpoint_dir(replicas, step), [&] {
+      const Tensor out_image = image ? view_of(image, 0, image->bytes() / 4, DType::kI32) : Tensor::empty({0}, DType::kI32);
+      transfer(*comm_, out_image, out_sizes.file > 0 ? peer_ : -1, in_image, in.file > 0 ? source_ : -1);
+      Tensor in_text = Tensor::empty({(in.manifest + 3) / 4}, DType::kI32);
+      transfer(*comm_, words_of(text, out_sizes.manifest > 0), out_sizes.manifest > 0 ? peer_ : -1, in_text,
+               in.manifest > 0 ? source_ : -1);
+      HT_CHECK(replica_error.empty(), ErrorKind::kIo, "{}", replica_error);
+      if (replica) {
+        const std::string where = checkpoint_dir(replica_dir(), step);
+        const Manifest received =
+            parse_manifest(std::string(static_cast<const char*>(in_text.data_ptr()), std::size_t(in.manifest)),
+                           where + " (received from rank " + std::to_string(source_) + ")", where);
+        commit(step, received, replica_dir(), [&] {
           if (hook_) hook_(step, "replica-commit");
         });
-        prune(replicas, 2);
       }
     } catch (const std::exception& e) {
       if (error.empty()) error = fmt::format("memory snapshot of step {} not replicated: {}", step, e.what());

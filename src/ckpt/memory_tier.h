@@ -4,11 +4,12 @@
 // Under the tier's directory (node-local shared memory, /dev/shm by default):
 //   <dir>/<node>/rank_RRRRR/step_NNNNNNNN/               this rank's snapshot
 //   <dir>/<node>/replica_of_rank_RRRRR/step_NNNNNNNN/    the replica it holds of rank R
-// Each step directory is a one-rank checkpoint: rank_RRRRR.h5 (every slot the
-// rank holds, each piece with its checksum) and manifest.json (run state,
-// layout, world), written as <step>.tmp and committed by a rename, so a
-// crash leaves no torn copy under a committed name. The newest two of each
-// are kept.
+// Each step directory is a one-rank checkpoint: rank_RRRRR.snap (a raw image
+// of every slot the rank holds: ckpt/snapshot_image.h; each piece's offset
+// and checksum in the manifest) and manifest.json (run state, layout,
+// world), written as <step>.tmp and committed by a rename, so a crash leaves
+// no torn copy under a committed name. The newest two of each are kept, and
+// the older of them becomes the next step's .tmp (its image's pages reused).
 //
 // The replica's holder ("peer") is the rank of the same local index on the
 // next node, when the nodes hold equal, consecutive blocks of ranks (htrun's
@@ -23,6 +24,7 @@
 
 #include "ckpt/manifest.h"
 #include "ckpt/rank_file.h"
+#include "ckpt/snapshot_image.h"
 #include "ht/comm/communicator.h"
 
 namespace ht::ckpt::detail {
@@ -40,12 +42,19 @@ class MemoryTier {
   std::string own_dir() const;
   std::string replica_dir() const;  // of the source's replica ("" without one)
 
-  /// Writes a snapshot into this node's memory, then sends it to the peer
-  /// and stores the source's (collective over the tier's communicator: every
-  /// rank calls it for the same step, whatever failed locally). Runs on the
-  /// snapshot thread. Returns what went wrong ("" if both copies committed).
-  std::string write(std::int64_t step, Manifest manifest, std::vector<Piece>& pieces, double* write_ms,
-                    double* replicate_ms, std::int64_t* bytes);
+  /// The image of step `step`'s snapshot, `bytes` long, for the host copy
+  /// to write into (on the training thread): the older of the two snapshots
+  /// kept, or a leftover of an interrupted one, becomes <step>.tmp. Throws
+  /// IoError (no room in the tier's file system, say).
+  std::shared_ptr<MappedFile> begin(std::int64_t step, std::int64_t bytes);
+  /// Commits the image begin() gave, filled, with `manifest` (its pieces'
+  /// offsets and checksums), then sends it to the peer and stores the
+  /// source's (collective over the tier's communicator: every rank calls it
+  /// for the same step whatever failed locally; `image` null and `error`
+  /// saying why when this rank has nothing to commit). Runs on the snapshot
+  /// thread. Returns what went wrong ("" if both copies committed).
+  std::string write(std::int64_t step, Manifest manifest, std::shared_ptr<MappedFile> image, std::string error,
+                    double* write_ms, double* replicate_ms);
 
   /// What every rank can load from memory: the newest step, not older than
   /// `at_least`, that each rank has in its own node's memory or its peer holds.

@@ -199,7 +199,46 @@ std::vector<PieceInfo> read_piece_index(const std::string& path, const std::stri
   return out;
 }
 
+namespace {
+
+// A raw image's piece: info.end - info.begin f32 values at info.offset.
+Tensor read_raw_piece(const std::string& path, const PieceInfo& info) {
+  HT_CHECK(info.begin >= 0 && info.end >= info.begin, ErrorKind::kIo,
+           "memory snapshot '{}': piece '{}' is listed with the invalid range [{}, {})", path, info.dataset, info.begin,
+           info.end);
+  const std::int64_t bytes = (info.end - info.begin) * std::int64_t(sizeof(float));
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  HT_CHECK(!ec && info.offset <= std::int64_t(size) && bytes <= std::int64_t(size) - info.offset, ErrorKind::kIo,
+           "memory snapshot '{}': piece '{}' claims bytes [{}, {}), past the file's {}: the file is corrupt or short",
+           path, info.dataset, info.offset, info.offset + bytes, ec ? 0 : size);
+  Tensor data = Tensor::empty({info.end - info.begin}, DType::kF32, Device::cpu(), MemCategory::kOther);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  HT_CHECK(fd >= 0, ErrorKind::kIo, "cannot open memory snapshot '{}': {}", path, std::strerror(errno));
+  auto* dst = static_cast<char*>(data.data_ptr());
+  for (std::int64_t done = 0; done < bytes;) {
+    const ssize_t n = ::pread(fd, dst + done, std::size_t(bytes - done), off_t(info.offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      HT_CHECK(false, ErrorKind::kIo, "cannot read memory snapshot '{}' at byte {}: {}", path, info.offset + done,
+               n == 0 ? "it is shorter" : std::strerror(err));
+    }
+    done += n;
+  }
+  ::close(fd);
+  const std::uint64_t sum = checksum64(data.data_ptr(), data.nbytes());
+  HT_CHECK(sum == info.checksum, ErrorKind::kIo,
+           "memory snapshot '{}': piece '{}' fails its checksum ({:016x}, expected {:016x}): the copy is corrupt", path,
+           info.dataset, sum, info.checksum);
+  return data;
+}
+
+}  // namespace
+
 Tensor read_piece(const std::string& path, const PieceInfo& info) {
+  if (info.offset >= 0) return read_raw_piece(path, info);
   HT_CHECK(H5Fis_hdf5(path.c_str()) > 0, ErrorKind::kIo, "checkpoint file '{}' is missing or not HDF5 (corrupt?)",
            path);
   H5File file(HT_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path));

@@ -26,6 +26,9 @@ struct PieceInfo {
   std::uint64_t checksum = 0;
   std::string file;     // file name within the step directory
   std::string dataset;  // dataset name within the file
+  /// A piece of a raw image (a memory snapshot, ckpt/snapshot_image.h): its
+  /// byte offset in `file`, f32 values back to back. -1: an HDF5 dataset.
+  std::int64_t offset = -1;
 };
 
 struct Piece {
@@ -58,6 +61,7 @@ std::vector<PieceInfo> read_piece_index(const std::string& path, const std::stri
 /// Reads one piece's data and verifies its checksum (IoError naming the file
 /// and dataset otherwise, and before allocating anything when the piece's
 /// range is invalid or claims more values than the file's size could hold).
+/// An HDF5 dataset, or a raw image's bytes at info.offset.
 Tensor read_piece(const std::string& path, const PieceInfo& info);
 
 /// fsync of a file or directory; throws IoError naming it.

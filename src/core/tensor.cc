@@ -63,7 +63,17 @@ Storage::Storage(std::size_t bytes, Device device, MemCategory category, HostMem
   data_ = detail::allocate(bytes, device, category, host);
 }
 
-Storage::~Storage() { detail::deallocate(data_, bytes_, device_, category_, host_); }
+Storage::Storage(void* data, std::size_t bytes, std::shared_ptr<void> owner)
+    : data_(data),
+      bytes_(bytes),
+      device_(Device::cpu()),
+      category_(MemCategory::kOther),
+      host_(HostMemory::kPlain),
+      owner_(std::move(owner)) {}
+
+Storage::~Storage() {
+  if (!owner_) detail::deallocate(data_, bytes_, device_, category_, host_);
+}
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, std::size_t offset_bytes, Shape shape, DType dtype)
     : storage_(std::move(storage)),
@@ -71,6 +81,15 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, std::size_t offset_bytes, Shape
       shape_(std::move(shape)),
       numel_(shape_numel(shape_)),
       dtype_(dtype) {}
+
+Tensor Tensor::from_host_memory(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner) {
+  for (auto d : shape)
+    HT_CHECK(d >= 0, ErrorKind::kInvalidArgument, "tensor shape {} has a negative size", shape_str(shape));
+  HT_CHECK(owner != nullptr && (data != nullptr || shape_numel(shape) == 0), ErrorKind::kInvalidArgument,
+           "from_host_memory: memory of a tensor of shape {} needs its data and an owner", shape_str(shape));
+  const std::size_t bytes = std::size_t(shape_numel(shape)) * dtype_size(dtype);
+  return Tensor(std::make_shared<Storage>(data, bytes, std::move(owner)), 0, shape, dtype);
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemCategory category, HostMemory host) {
   for (auto d : shape)

@@ -20,8 +20,9 @@ std::int64_t TokenWindows::windows() const { return std::int64_t((tokens_.size()
 
 MicroBatch TokenWindows::make(const std::vector<std::int64_t>& starts) const {
   const std::int64_t b = std::int64_t(starts.size());
-  MicroBatch out{.input = Tensor::empty({b, seq_len_}, DType::kI32, Device::cpu(), MemCategory::kActivations),
-                 .target = Tensor::empty({b, seq_len_}, DType::kI32, Device::cpu(), MemCategory::kActivations)};
+  MicroBatch out;
+  out.input = Tensor::empty({b, seq_len_}, DType::kI32, Device::cpu(), MemCategory::kActivations);
+  out.target = Tensor::empty({b, seq_len_}, DType::kI32, Device::cpu(), MemCategory::kActivations);
   for (std::int64_t i = 0; i < b; ++i) {
     const std::int32_t* src = tokens_.data() + starts[std::size_t(i)];
     std::memcpy(out.input.data<std::int32_t>() + i * seq_len_, src, std::size_t(seq_len_) * sizeof(std::int32_t));

@@ -39,7 +39,10 @@ Var Tape::add(Node node, Tensor value) {
 
 Var Tape::input(const Tensor& x) {
   HT_CHECK(input_ < 0, ErrorKind::kInvalidArgument, "a tape has one input; this one has it already");
-  Var v = add({.kind = Kind::kInput, .requires_grad = is_floating(x.dtype())}, x);
+  Node n;
+  n.kind = Kind::kInput;
+  n.requires_grad = is_floating(x.dtype());
+  Var v = add(std::move(n), x);
   input_ = v.node_;
   return v;
 }
@@ -51,7 +54,11 @@ Var Tape::parameter(Parameter& p) {
            "parameter '{}' holds no values here (ZeRO-3 frees a unit's parameters outside its forward and backward): "
            "read a parameter only in the compute() of the module that owns it",
            p.name());
-  return add({.kind = Kind::kParameter, .parameter = &p, .requires_grad = true}, p.data());
+  Node n;
+  n.kind = Kind::kParameter;
+  n.parameter = &p;
+  n.requires_grad = true;
+  return add(std::move(n), p.data());
 }
 
 Var Tape::side_input(const std::string& name) {
@@ -70,11 +77,18 @@ Var Tape::call(Module& m, const Var& x) {
   // The child runs its backward whenever it has parameters (their
   // gradients and hooks) or its input needs a gradient.
   const bool needs = needs_grad(x) || !m.parameters().empty();
-  return add({.kind = Kind::kCall, .inputs = {x.node_}, .module = &m, .requires_grad = needs}, std::move(y));
+  Node n;
+  n.kind = Kind::kCall;
+  n.inputs = {x.node_};
+  n.module = &m;
+  n.requires_grad = needs;
+  return add(std::move(n), std::move(y));
 }
 
 Var Tape::record(Tensor out, const std::vector<Var>& inputs, std::vector<Tensor> saved, Backward backward) {
-  Node n{.kind = Kind::kOp, .saved = std::move(saved), .backward = std::move(backward)};
+  Node n;
+  n.saved = std::move(saved);
+  n.backward = std::move(backward);
   for (const Var& v : inputs) {
     HT_CHECK(v.tape_ == this, ErrorKind::kInvalidArgument,
              "an op mixes Vars of two tapes: a module's compute() may combine only its own values");

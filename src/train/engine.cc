@@ -527,7 +527,9 @@ EvalStats Engine::evaluate() {
     mine.push_back(reports && it != e.metric_sums.end() ? float(it->second) : 0.f);
   }
   const std::vector<float> sums = world_sum(std::move(mine));
-  EvalStats stats{.loss = double(sums[0]) / double(options_.eval_samples), .samples = options_.eval_samples};
+  EvalStats stats;
+  stats.loss = double(sums[0]) / double(options_.eval_samples);
+  stats.samples = options_.eval_samples;
   for (std::size_t i = 0; i < names.size(); ++i)
     stats.metrics[names[i]] = double(sums[i + 1]) / double(options_.eval_samples);
   return stats;

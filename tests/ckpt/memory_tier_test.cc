@@ -104,7 +104,7 @@ class MemoryTier : public ::testing::Test {
 
   std::string own_file(const std::string& mem, int rank, std::int64_t step) const {
     const std::string node = "node" + std::to_string(world_size_ == 4 ? rank / 2 : rank);
-    return fmt::format("{}/{}/rank_{:05d}/step_{:08d}/rank_{:05d}.h5", mem, node, rank, step, rank);
+    return fmt::format("{}/{}/rank_{:05d}/step_{:08d}/rank_{:05d}.snap", mem, node, rank, step, rank);
   }
 
   int world_size_ = 1;

@@ -59,7 +59,7 @@ for launch_no in 0 1 2 3 4 5; do
   # No torn copy under a committed name: every committed snapshot's files are whole.
   for dir in "$work"/killed/memory/node*/*/step_*; do
     case "$dir" in *.tmp | *"*"*) continue ;; esac
-    [ -s "$dir/manifest.json" ] && [ -s "$dir"/rank_*.h5 ] || fail "$dir is committed but incomplete"
+    [ -s "$dir/manifest.json" ] && [ -s "$dir"/rank_*.snap ] || fail "$dir is committed but incomplete"
   done
   if [ "$launch_no" -lt 5 ]; then
     k=${kills[$launch_no]}

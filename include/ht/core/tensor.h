@@ -29,6 +29,10 @@ std::int64_t shape_numel(const Shape& shape);
 class Storage {
  public:
   Storage(std::size_t bytes, Device device, MemCategory category, HostMemory host);
+  /// Host memory the library did not allocate (a mapped file's pages),
+  /// which `owner` keeps alive for as long as this storage lives; the
+  /// storage frees nothing itself and is not counted by the allocator.
+  Storage(void* data, std::size_t bytes, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -44,6 +48,7 @@ class Storage {
   Device device_;
   MemCategory category_;
   HostMemory host_;
+  std::shared_ptr<void> owner_;  // set for borrowed memory (the second constructor)
 };
 
 class Tensor {
@@ -55,6 +60,10 @@ class Tensor {
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu(),
                       MemCategory category = MemCategory::kActivations,
                       HostMemory host = HostMemory::kPlain);
+  /// A host tensor over `data` (at least shape's bytes, suitably aligned),
+  /// memory that `owner` keeps alive while any view of it lives: the pages
+  /// of a mapped file that a checkpoint's memory tier writes and sends.
+  static Tensor from_host_memory(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner);
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu(),
                       MemCategory category = MemCategory::kActivations);
   /// A host tensor holding `values` (T in float, f16, bf16, int32_t).

@@ -281,13 +281,20 @@ std::vector<std::string> Cluster::on_node(const Node& node, const std::vector<st
 
 std::string Cluster::cordon(const Node& node, const std::string& reason) const {
   if (kind_ != ClusterKind::kSlurm) return "";
-  // DOWN first: Slurm then ends the steps still held on the node (a node that
-  // died mid-step never reports its step done, and, the job kept alive with
-  // --no-kill, the next step would wait for that node's share forever:
-  // "Requested nodes are busy"). DRAIN then keeps it out when its slurmd
-  // comes back, until a person resumes it.
+  // A node whose slurmd no longer answers (Slurm marks its state with '*')
+  // is set DOWN first: Slurm then ends the steps it still holds of the job
+  // (a node that died mid-step never reports its step done). A node that
+  // answers is only drained: DOWN would also end an allocation made without
+  // --no-kill, and its slurmd ends its steps itself. DRAIN keeps it out until
+  // a person resumes it.
+  std::vector<const char*> states{"DRAIN"};
+  try {
+    const std::string state = capture(fmt::format("sinfo -h -N -n {} -o %t", shell_quote(node.host)));
+    if (state.find('*') != std::string::npos) states.insert(states.begin(), "DOWN");
+  } catch (const std::exception&) {
+  }
   std::string warning;
-  for (const char* state : {"DOWN", "DRAIN"}) {
+  for (const char* state : states) {
     const std::string cmd = fmt::format("scontrol update NodeName={} State={} Reason={}", shell_quote(node.host), state,
                                         shell_quote("htrun: " + reason));
     try {
