@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/files.h"
 #include "ht/core/error.h"
@@ -30,9 +29,9 @@ std::int64_t now_ms() {
 
 // Writes `text` to `path` through a temporary file and a rename: readers see
 // the old or the new contents, never half of one.
-void write_atomically(const fs::path& path, const std::string& text) {
+void write_atomically(const std::string& path, const std::string& text) {
   try {
-    ht::detail::write_file_replacing(path.string(), text, /*sync=*/false, "record");
+    ht::detail::write_file_replacing(path, text, /*sync=*/false, "record");
   } catch (const std::exception&) {
     // The next write tries again; a missing record is what htrun judges by.
   }
@@ -60,7 +59,7 @@ std::int64_t launch_epoch() {
 }
 
 std::int64_t run_dir_epoch(const std::string& run_dir) {
-  std::ifstream in(fs::path(run_dir) / "launch_epoch");
+  std::ifstream in(launch_epoch_path(run_dir));
   long long epoch = 0;
   return in >> epoch ? std::int64_t(epoch) : 0;
 }
@@ -97,42 +96,16 @@ std::string node_label(int world_rank) {
   return "node" + ids[std::size_t(world_rank / slots)];
 }
 
-std::string exit_kind(int code) {
-  switch (code) {
-    case kExitOk: return "ok";
-    case kExitError: return "error";
-    case kExitCommFailure: return "comm-failure";
-    case kExitHang: return "hang";
-    case kExitDivergence: return "divergence";
-    case kExitPreempted: return "preempted";
-    case kExitCorruption: return "corruption";
-    case kExitStraggler: return "straggler";
-    case kExitFenced: return "fenced";
-    default: return code > 128 ? "crash" : "error";
-  }
-}
-
-int exit_code_for(const std::exception& e) {
-  const auto* err = dynamic_cast<const Error*>(&e);
-  if (!err) return kExitError;
-  switch (err->kind()) {
-    case ErrorKind::kComm: return kExitCommFailure;
-    case ErrorKind::kDivergence: return kExitDivergence;
-    case ErrorKind::kCorruption: return kExitCorruption;
-    default: return kExitError;
-  }
-}
-
 RankGuard::RankGuard(const GuardOptions& options, int rank)
     : options_(options), rank_(rank), epoch_(launch_epoch()) {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   host_ = host;
   // A directory that cannot be made shows as a heartbeat that cannot be written.
-  ht::detail::make_directories(fs::path(options_.run_dir) / "heartbeat");
-  ht::detail::make_directories(fs::path(options_.run_dir) / "exit");
+  ht::detail::make_directories(heartbeat_dir(options_.run_dir));
+  ht::detail::make_directories(exit_record_dir(options_.run_dir));
   std::error_code ec;
-  fs::remove(fs::path(options_.run_dir) / "exit" / fmt::format("rank_{}.json", rank_), ec);
+  fs::remove(exit_record_path(options_.run_dir, rank_), ec);
   last_change_ms_ = now_ms();
   std::signal(SIGTERM, on_preempt);
   std::signal(SIGUSR1, on_preempt);
@@ -145,19 +118,24 @@ RankGuard::~RankGuard() {
   if (thread_.joinable()) thread_.join();
 }
 
-void RankGuard::progress(std::int64_t step, const char* phase) {
+void RankGuard::progress(std::int64_t step, Phase phase) {
   step_ = step;
-  phase_ = phase;
+  phase_ = int(phase);
   last_change_ms_ = now_ms();
 }
 
 bool RankGuard::preempt_requested() const { return g_preempt != 0; }
 
 void RankGuard::write_heartbeat() {
-  const nlohmann::json beat{{"rank", rank_},        {"host", host_},         {"pid", ::getpid()},
-                            {"step", step_.load()}, {"phase", phase_.load()}, {"time_ms", now_ms()},
-                            {"progress_ms", last_change_ms_.load()}, {"epoch", epoch_}};
-  write_atomically(fs::path(options_.run_dir) / "heartbeat" / fmt::format("rank_{}.json", rank_), beat.dump() + "\n");
+  const Heartbeat beat{.rank = rank_,
+                       .host = host_,
+                       .pid = int(::getpid()),
+                       .step = step_.load(),
+                       .phase = Phase(phase_.load()),
+                       .time_ms = now_ms(),
+                       .progress_ms = last_change_ms_.load(),
+                       .epoch = epoch_};
+  write_atomically(heartbeat_path(options_.run_dir, rank_), format_heartbeat(beat) + "\n");
 }
 
 void RankGuard::heartbeat_loop() {
@@ -169,7 +147,8 @@ void RankGuard::heartbeat_loop() {
     // and the supervisor's start timeout covers it.
     if (options_.watchdog.count() > 0 && step_ > 0 && now - last_change_ms_ > options_.watchdog.count())
       exit(kExitHang, fmt::format("watchdog: rank {} made no progress for {:.1f} s in step {} ({})", rank_,
-                                  double(now - last_change_ms_) / 1000.0, step_.load(), phase_.load()));
+                                  double(now - last_change_ms_) / 1000.0, step_.load(),
+                                  phase_name(Phase(phase_.load()))));
     if (now >= next) {
       // Given up by the supervisor: a newer launch owns the run directory.
       // Leave without a record (the directory is the new launch's).
@@ -187,11 +166,17 @@ void RankGuard::heartbeat_loop() {
 
 void RankGuard::record_exit(int code, const std::string& message, const std::vector<int>& blamed) {
   std::fprintf(stderr, "[rank %d] %s: %s\n", rank_, exit_kind(code).c_str(), message.c_str());
-  const nlohmann::json record{{"rank", rank_},   {"code", code},           {"kind", exit_kind(code)},
-                              {"step", step_.load()}, {"phase", phase_.load()}, {"time_ms", now_ms()},
-                              {"message", message},     {"blamed_ranks", blamed}, {"epoch", epoch_}};
+  const ExitRecord record{.rank = rank_,
+                          .code = code,
+                          .kind = exit_kind_of(code),
+                          .step = step_.load(),
+                          .phase = Phase(phase_.load()),
+                          .time_ms = now_ms(),
+                          .message = message,
+                          .blamed_ranks = blamed,
+                          .epoch = epoch_};
   if (superseded(epoch_, options_.run_dir)) return;  // the record would be the new launch's to read
-  write_atomically(fs::path(options_.run_dir) / "exit" / fmt::format("rank_{}.json", rank_), record.dump() + "\n");
+  write_atomically(exit_record_path(options_.run_dir, rank_), format_exit_record(record) + "\n");
   exit_recorded_ = true;
 }
 

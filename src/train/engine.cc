@@ -227,7 +227,7 @@ std::string Engine::save_checkpoint() {
     return fmt::format("checkpoint of step {} not saved: the loss is non-finite ({} steps in a row)", steps_done_,
                        nonfinite_run_);
   if (options_.sdc_every > 0 && replicas_checked_step_ != steps_done_) {
-    progress("replica-check");
+    progress(resilience::Phase::kReplicaCheck);
     check_replicas(steps_done_);
   }
   last_checkpoint_time_ = std::chrono::steady_clock::now();
@@ -282,9 +282,9 @@ std::vector<float> Engine::world_sum(std::vector<float> v) {
   return t.to_vector<float>();
 }
 
-void Engine::progress(const char* phase) {
+void Engine::progress(resilience::Phase phase) {
   if (options_.guard) options_.guard->progress(steps_done_, phase);
-  if (trace_) trace_->phase(phase);
+  if (trace_) trace_->phase(resilience::phase_name(phase));
 }
 
 void Engine::check_replicas(std::int64_t step) {
@@ -400,7 +400,7 @@ StepStats Engine::step() {
   s.step = ++steps_done_;
   s.loss_scale = scaler_.scale();
   if (trace_) trace_->begin_step(s.step);
-  progress("data");
+  progress(resilience::Phase::kData);
   for (const StepHooks& h : hooks_)
     if (h.before_step) h.before_step(s.step);
   // Every rank draws every micro-batch, so the data sources stay in step.
@@ -409,7 +409,7 @@ StepStats Engine::step() {
   dp_->begin_step();
   // Each micro-batch's mean loss weighs 1/k (the sum equals one k-times
   // batch), times the loss scale.
-  progress("forward-backward");
+  progress(resilience::Phase::kForwardBackward);
   // A backward that completes the model's gradients (or, interleaved, one
   // chunk's) lets data parallelism start reducing them.
   const double loss_sum =
@@ -419,14 +419,14 @@ StepStats Engine::step() {
   // The rank's own work this step (slow ranks show here; waiting for peers
   // mostly comes later, in the reduction).
   window_work_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  progress("gradient-reduction");
+  progress(resilience::Phase::kGradientReduction);
   dp_->finish_gradients();
   // The loss is known on the last stage; one tp rank of each dp replica reports it.
   const bool reports = model_->last_stage() && mesh_->coord().tp_rank == 0;
   float my_loss = reports ? float(loss_sum) : 0.f;
   for (const StepHooks& h : hooks_)
     if (h.after_gradients) h.after_gradients(s.step, my_loss);
-  progress("optimizer");
+  progress(resilience::Phase::kOptimizer);
   // A token id a CUDA op skipped stops the step before its gradients are
   // applied (ops/index_errors.h); nothing to read on the CPU.
   ops::raise_index_errors(options_.device);
@@ -445,12 +445,12 @@ StepStats Engine::step() {
       if (h.after_update) h.after_update(s.step);
   }
   if (options_.sdc_every > 0 && s.step % options_.sdc_every == 0) {
-    progress("replica-check");
+    progress(resilience::Phase::kReplicaCheck);
     check_replicas(s.step);
   }
   // One world all-reduce carries the loss, whether any rank was asked to
   // stop and whether rank 0's clock says a checkpoint is due.
-  progress("loss-reduction");
+  progress(resilience::Phase::kLossReduction);
   const bool stop_here = options_.guard && options_.guard->preempt_requested();
   const bool snapshot_busy = checkpointer_ && checkpointer_->snapshot_busy();
   const std::vector<float> sums = world_sum({my_loss, stop_here ? 1.f : 0.f, checkpoint_due_by_time() ? 1.f : 0.f,
@@ -470,7 +470,7 @@ StepStats Engine::step() {
   // worth resuming from. The save waits for the next finite step.
   if (checkpoint_deferred_ && nonfinite_run_ == 0) {
     checkpoint_deferred_ = false;
-    progress("checkpoint");
+    progress(resilience::Phase::kCheckpoint);
     s.checkpoint_error = save_checkpoint();
     s.checkpointed = true;
     for (const StepHooks& h : hooks_)
@@ -482,16 +482,16 @@ StepStats Engine::step() {
     // As before a save: a bit flipped since the last comparison would be
     // resumed from after every failure.
     if (options_.sdc_every > 0 && replicas_checked_step_ != steps_done_) {
-      progress("replica-check");
+      progress(resilience::Phase::kReplicaCheck);
       check_replicas(steps_done_);
     }
-    progress("snapshot");
+    progress(resilience::Phase::kSnapshot);
     s.snapshot_error = checkpointer_->snapshot(run_state(), optimizer_->slots(), *optimizer_);
     s.snapshotted = true;
     last_snapshot_step_ = s.step;
   }
   if (options_.straggler_window > 0 && s.step % options_.straggler_window == 0) check_stragglers(s);
-  progress("step-done");
+  progress(resilience::Phase::kStepDone);
   if (trace_) trace_->end_step(s.step, s.step >= options_.steps);
   std::int64_t targets = 0;
   for (const data::MicroBatch& b : batches) targets += b.target.numel();

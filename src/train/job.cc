@@ -72,7 +72,7 @@ std::unique_ptr<resilience::RankGuard> start_launch_guard(const JobOptions& opti
   const int rank = resilience::launcher_rank();
   if (rank < 0 || !launched_by_mpi()) return nullptr;
   auto guard = std::make_unique<resilience::RankGuard>(guard_options(options), rank);
-  guard->progress(0, "launch");
+  guard->progress(0, resilience::Phase::kLaunch);
   return guard;
 }
 
@@ -118,7 +118,7 @@ Job::Job(const JobOptions& options, resilience::RankGuard* guard)
   HT_CHECK(guard_->rank() == rank(), ErrorKind::kInternal,
            "the launcher named this process rank {}, MPI says {}: heartbeats would be misattributed", guard_->rank(),
            rank());
-  guard_->progress(0, "start");
+  guard_->progress(0, resilience::Phase::kStart);
   if (const char* spec = std::getenv("HT_FAULTS")) {
     faults_ = resilience::FaultPlan::parse(spec);
     faults_.drop_fired(options_.run_dir);

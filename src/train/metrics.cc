@@ -1,27 +1,45 @@
-// JSON Lines metrics.
+// JSON Lines metrics: the run protocol's run, step and eval lines
+// (ht/resilience/run_protocol.h), filled from the engine's options and stats.
 #include "ht/train/metrics.h"
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "ht/config.h"
+#include "ht/resilience/run_protocol.h"
 
 namespace ht::train {
 namespace {
 
+using resilience::FieldValue;
+using resilience::Fields;
+
 // When a line was written, on the wall clock the heartbeats use: htrun tells
 // launches apart, and times recoveries and goodput, by it.
-std::int64_t now_ms() {
+std::int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
-// The line of `j`, with the launch's epoch when there is one.
-std::string stamped(nlohmann::json j, std::int64_t epoch) {
-  if (epoch > 0) j["epoch"] = epoch;
-  return j.dump();
+FieldValue field_of(const ClientValue& v) {
+  return std::visit([](const auto& x) { return FieldValue(x); }, v);
+}
+
+// A program's own fields; on a run line, those htrun reads (where the launch
+// resumed from) go to their own members.
+void add_program_fields(const ClientState& extra, Fields& fields, resilience::RunLine* run = nullptr) {
+  for (const auto& [key, value] : extra) {
+    if (run) {
+      const auto* integer = std::get_if<std::int64_t>(&value);
+      const auto* text = std::get_if<std::string>(&value);
+      const auto* number = std::get_if<double>(&value);
+      if (key == "resumed_from" && integer) { run->resumed_from = *integer; continue; }
+      if (key == "resume_tier" && text) { run->resume_tier = *text; continue; }
+      if (key == "resume_ms" && number) { run->resume_ms = *number; continue; }
+    }
+    fields[key] = field_of(value);
+  }
 }
 
 }  // namespace
@@ -43,49 +61,60 @@ void MetricsWriter::write_line(const std::string& line) {
 
 void MetricsWriter::write_run(const EngineOptions& o, const std::string& model, std::int64_t num_parameters,
                               const std::string& mesh, const ClientState& extra) {
-  nlohmann::json j{{"type", "run"},
-                   {"time_ms", now_ms()},
-                   {"version", HT_VERSION},
-                   {"git_commit", HT_GIT_COMMIT},
-                   {"build_type", HT_BUILD_TYPE},
-                   {"device", o.device.str()},
-                   {"model", model},
-                   {"num_parameters", num_parameters},
-                   {"steps", o.steps},
-                   {"micro_batch", o.micro_batch},
-                   {"grad_accum", o.grad_accum},
-                   {"lr", o.lr},
-                   {"min_lr", o.min_lr},
-                   {"warmup_steps", o.warmup_steps},
-                   {"grad_clip", o.grad_clip},
-                   {"weight_decay", o.adamw.weight_decay},
-                   {"mesh", mesh},
-                   {"zero_stage", o.data_parallel.zero_stage},
-                   {"zero_shard_group", o.data_parallel.shard_group},
-                   {"schedule", parallel::schedule_name(o.schedule)},
-                   {"recompute", nn::recompute_name(o.recompute)},
-                   {"stage_layers", o.stage_layers},
-                   {"precision", precision::policy_name(o.data_parallel.precision)},
-                   {"grad_reduce_dtype", dtype_name(o.data_parallel.precision.reduce)},
-                   {"seed", o.seed}};
-  for (const auto& [key, value] : extra) std::visit([&](const auto& v) { j[key] = v; }, value);
-  write_line(stamped(std::move(j), epoch_));
+  resilience::RunLine run;
+  run.time_ms = wall_ms();
+  run.epoch = epoch_;
+  std::vector<std::int64_t> stage_layers(o.stage_layers.begin(), o.stage_layers.end());
+  run.fields = {{"version", std::string(HT_VERSION)},
+                {"git_commit", std::string(HT_GIT_COMMIT)},
+                {"build_type", std::string(HT_BUILD_TYPE)},
+                {"device", o.device.str()},
+                {"model", model},
+                {"num_parameters", num_parameters},
+                {"steps", o.steps},
+                {"micro_batch", o.micro_batch},
+                {"grad_accum", std::int64_t(o.grad_accum)},
+                {"lr", double(o.lr)},
+                {"min_lr", double(o.min_lr)},
+                {"warmup_steps", o.warmup_steps},
+                {"grad_clip", double(o.grad_clip)},
+                {"weight_decay", double(o.adamw.weight_decay)},
+                {"mesh", mesh},
+                {"zero_stage", std::int64_t(o.data_parallel.zero_stage)},
+                {"zero_shard_group", std::int64_t(o.data_parallel.shard_group)},
+                {"schedule", parallel::schedule_name(o.schedule)},
+                {"recompute", std::string(nn::recompute_name(o.recompute))},
+                {"stage_layers", std::move(stage_layers)},
+                {"precision", precision::policy_name(o.data_parallel.precision)},
+                {"grad_reduce_dtype", std::string(dtype_name(o.data_parallel.precision.reduce))},
+                {"seed", std::uint64_t(o.seed)}};
+  add_program_fields(extra, run.fields, &run);
+  write_line(resilience::format_metrics_line(run));
 }
 
 void MetricsWriter::write_step(const StepStats& s, const ClientState& extra) {
-  nlohmann::json j{{"type", "step"},      {"step", s.step},   {"time_ms", now_ms()}, {"loss", s.loss},
-                   {"lr", s.lr},          {"grad_norm", s.grad_norm}, {"step_ms", s.ms},
-                   {"tokens", s.tokens},  {"tokens_per_s", s.tokens_per_s()},
-                   {"loss_scale", s.loss_scale}, {"skipped", s.skipped}, {"skipped_steps", s.skipped_steps},
-                   {"checkpoint", s.checkpointed}, {"snapshot", s.snapshotted}};
-  for (const auto& [key, value] : extra) std::visit([&](const auto& v) { j[key] = v; }, value);
-  write_line(stamped(std::move(j), epoch_));
+  resilience::StepLine line;
+  line.step = s.step;
+  line.time_ms = wall_ms();
+  line.loss = s.loss;
+  line.lr = s.lr;
+  line.grad_norm = s.grad_norm;
+  line.step_ms = s.ms;
+  line.tokens = s.tokens;
+  line.tokens_per_s = s.tokens_per_s();
+  line.loss_scale = s.loss_scale;
+  line.skipped = s.skipped;
+  line.skipped_steps = s.skipped_steps;
+  line.checkpoint = s.checkpointed;
+  line.snapshot = s.snapshotted;
+  line.epoch = epoch_;
+  add_program_fields(extra, line.fields);
+  write_line(resilience::format_metrics_line(line));
 }
 
 void MetricsWriter::write_eval(std::int64_t step, const EvalStats& e) {
-  nlohmann::json j{{"type", "eval"}, {"step", step}, {"val_loss", e.loss}, {"val_samples", e.samples}};
-  for (const auto& [name, value] : e.metrics) j["val_" + name] = value;
-  write_line(stamped(std::move(j), epoch_));
+  write_line(resilience::format_metrics_line(
+      resilience::EvalLine{.step = step, .val_loss = e.loss, .val_samples = e.samples, .metrics = e.metrics, .epoch = epoch_}));
 }
 
 }  // namespace ht::train

@@ -103,7 +103,7 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
   // An evaluation is labelled with the step it follows (0: before the first).
   auto evaluate = [&](std::int64_t step) {
     if (!validation) return;
-    guard.progress(step, "evaluate");
+    guard.progress(step, resilience::Phase::kEvaluate);
     const EvalStats val = engine.evaluate();
     if (!rank0) return;
     std::string line = fmt::format("step {}/{} | val loss {:.4f}", step, o.steps, val.loss);
@@ -115,7 +115,7 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
   // Resumed at the last step (a relaunch after the final save): nothing to
   // train, evaluate or save; the program's own end still runs.
   if (engine.steps_done() >= o.steps) {
-    guard.progress(engine.steps_done(), "finish");
+    guard.progress(engine.steps_done(), resilience::Phase::kFinish);
     if (rank0) std::printf("# nothing left to train: resumed at step %lld of %lld\n", (long long)engine.steps_done(),
                            (long long)o.steps);
     std::fflush(stdout);
@@ -171,7 +171,7 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
     if (options.after_step) options.after_step(engine, s);
   }
   // At the end the last step is saved too, and every save is waited for.
-  guard.progress(engine.steps_done(), "finish");
+  guard.progress(engine.steps_done(), resilience::Phase::kFinish);
   if (engine.checkpointer()) {
     const std::string error = engine.checkpoint_now();
     if (!error.empty())

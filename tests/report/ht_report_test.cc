@@ -54,7 +54,7 @@ TEST_F(RunDirTest, ReadsEachStepOnceAndSkipsACutLine) {
   EXPECT_DOUBLE_EQ(r.steps[1].loss, 4.5);  // the last record of step 2
   EXPECT_TRUE(r.steps[1].checkpoint);
   ASSERT_EQ(r.evals.size(), 1u);
-  EXPECT_EQ(r.run.value("model", ""), "GPT test");
+  EXPECT_EQ(std::get<std::string>(r.run.fields.at("model")), "GPT test");
   EXPECT_FALSE(r.htrun);
 }
 

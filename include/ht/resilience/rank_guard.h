@@ -3,7 +3,8 @@
 //
 // Heartbeat: a thread rewrites <run_dir>/heartbeat/rank_R.json (rank, host,
 // pid, step, phase, time) every heartbeat interval, atomically, so the
-// supervisor can tell a live rank from a silent one.
+// supervisor can tell a live rank from a silent one. The records, phases and
+// exit codes are the run protocol's (ht/resilience/run_protocol.h).
 // Watchdog: once training has begun (step 1 on), if the step/phase has not
 // changed for `watchdog` seconds the rank writes a diagnostic (step, phase,
 // how long) and exits with kHang. Start-up is left to the supervisor (htrun
@@ -31,25 +32,9 @@
 #include <vector>
 
 #include "ht/resilience/faults.h"
+#include "ht/resilience/run_protocol.h"  // Phase, the exit codes, the records this guard writes
 
 namespace ht::resilience {
-
-/// Exit codes with a meaning for the supervisor (htrun).
-enum ExitCode : int {
-  kExitOk = 0,
-  kExitError = 2,        // an error in the input (configuration, files): retrying cannot help
-  kExitCommFailure = 74, // a collective failed or timed out (a peer is gone or stuck)
-  kExitHang = 75,        // the watchdog saw no progress
-  kExitDivergence = 76,  // non-finite loss for too many steps
-  kExitPreempted = 77,   // SIGTERM/SIGUSR1: checkpoint saved, clean exit
-  kExitCorruption = 78,  // silent data corruption: replicas disagree
-  kExitStraggler = 79,   // a persistent straggler (named in the record), checkpoint saved
-  kExitFenced = 80,      // a newer launch owns the run directory: this one was given up
-};
-std::string exit_kind(int code);
-/// The exit code for an error that ends a rank: kExitCommFailure for
-/// communication, kExitDivergence, kExitCorruption, kExitError otherwise.
-int exit_code_for(const std::exception& e);
 
 /// The world rank the launcher gave this process (OMPI_COMM_WORLD_RANK,
 /// PMIX_RANK, PMI_RANK, SLURM_PROCID), or -1. Known before MPI starts, so a
@@ -87,9 +72,10 @@ class RankGuard {
   RankGuard(const RankGuard&) = delete;
   RankGuard& operator=(const RankGuard&) = delete;
 
-  /// Progress: the step and phase ("forward", "optimizer", "checkpoint"...)
-  /// the rank is in now. Cheap; call it often.
-  void progress(std::int64_t step, const char* phase);
+  /// Progress: the step and phase (Phase::kForwardBackward, kOptimizer,
+  /// kCheckpoint, ...) the rank is in now. Cheap (three atomic stores) and
+  /// callable from any thread; call it often.
+  void progress(std::int64_t step, Phase phase);
   /// Whether SIGTERM or SIGUSR1 arrived.
   bool preempt_requested() const;
   /// Writes the exit record (and says it on stderr) without exiting. Ranks
@@ -115,7 +101,7 @@ class RankGuard {
   std::int64_t epoch_ = 0;
   std::string host_;
   std::atomic<std::int64_t> step_{0};
-  std::atomic<const char*> phase_{"start"};
+  std::atomic<int> phase_{int(Phase::kStart)};
   std::atomic<std::int64_t> last_change_ms_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> exit_recorded_{false};

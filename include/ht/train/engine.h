@@ -277,7 +277,7 @@ class Engine {
   /// accumulation or ZeRO stage.
   void validate_virtual_stages(int pp) const;
   void resume();
-  void progress(const char* phase);
+  void progress(resilience::Phase phase);
   /// Silent-data-corruption check: replicas compare parameter checksums.
   void check_replicas(std::int64_t step);
   /// Straggler detection at the end of a window: fills s.stragglers and s.straggler_ranks.

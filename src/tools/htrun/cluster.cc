@@ -186,9 +186,11 @@ Cluster Cluster::from_slurm(int* slots) {
   return c;
 }
 
-std::string Cluster::name(const Node& node) const {
+std::string node_name(const Node& node) {
   return node.host.empty() ? fmt::format("node {}", node.id) : fmt::format("node {} ({})", node.id, node.host);
 }
+
+std::string Cluster::name(const Node& node) const { return node_name(node); }
 
 std::string Cluster::describe() const {
   switch (kind_) {

@@ -31,6 +31,9 @@ struct Node {
   std::string host;  // empty for a simulated local node
 };
 
+/// How htrun names a node in messages: "node 2", or "node 2 (h2)" with a host.
+std::string node_name(const Node& node);
+
 class Cluster {
  public:
   static Cluster local(int nodes);

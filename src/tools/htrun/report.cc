@@ -9,7 +9,9 @@ namespace htrun {
 nlohmann::json Report::to_json() const {
   nlohmann::json incidents_json = nlohmann::json::array();
   for (const Incident& i : incidents) {
-    nlohmann::json j{{"kind", i.kind},
+    nlohmann::json health = nlohmann::json::array();
+    for (const NodeHealth& h : i.health) health.push_back({{"node", h.node}, {"host", h.host}, {"healthy", h.healthy}});
+    nlohmann::json j{{"kind", ht::resilience::incident_kind_name(i.kind)},
                      {"rank", i.rank},
                      {"node", i.node},
                      {"host", i.host},
@@ -24,7 +26,7 @@ nlohmann::json Report::to_json() const {
                      {"steps_lost", i.steps_lost},
                      {"resumed_from", i.resumed_from},
                      {"resume_tier", i.resume_tier},
-                     {"health", i.health}};
+                     {"health", std::move(health)}};
     if (i.recovery_s) j["recovery_s"] = *i.recovery_s;
     incidents_json.push_back(std::move(j));
   }
@@ -45,7 +47,8 @@ std::string Report::text() const {
       "htrun report: {}; {} restart(s), {} incident(s), cordoned [{}], goodput {:.1f}% ({:.1f} s of {:.1f} s)\n",
       verdict, restarts, incidents.size(), fmt::join(cordoned, ","), 100 * goodput(), productive_s, wall_s);
   for (const Incident& i : incidents)
-    out += fmt::format("  {:<11} rank {} node {}: detected in {:.2f} s, recovered in {}{}, {} step(s) lost\n", i.kind,
+    out += fmt::format("  {:<11} rank {} node {}: detected in {:.2f} s, recovered in {}{}, {} step(s) lost\n",
+                       ht::resilience::incident_kind_name(i.kind),
                        i.rank, i.node, i.detection_latency_s,
                        i.recovery_s ? fmt::format("{:.1f} s", *i.recovery_s) : std::string("-"),
                        i.resume_tier.empty() ? std::string()

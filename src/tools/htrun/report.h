@@ -12,13 +12,21 @@
 #include <string>
 #include <vector>
 
+#include "ht/resilience/run_protocol.h"
+
 namespace htrun {
 
+/// A node's health check after an incident.
+struct NodeHealth {
+  int node = -1;
+  std::string host;
+  bool healthy = false;
+};
+
 struct Incident {
-  /// crash (a rank killed), host-lost (the launcher lost a host), comm-failure
-  /// (ranks named a peer that did not answer), hang, divergence, corruption,
-  /// straggler, preemption, error, failure (unexplained)
-  std::string kind;
+  /// What ended the launch (docs/htrun.md, "Who is to blame"); its name is
+  /// the report's "kind".
+  ht::resilience::IncidentKind kind = ht::resilience::IncidentKind::kFailure;
   int rank = -1;     // the rank at fault, -1 when unknown
   int node = -1;     // its node id
   std::string host;
@@ -41,7 +49,7 @@ struct Incident {
   /// "" when no relaunch trained).
   std::int64_t resumed_from = -1;
   std::string resume_tier;
-  nlohmann::json health = nlohmann::json::array();
+  std::vector<NodeHealth> health;  // the suspects' checks, in the order run
 };
 
 struct Report {

@@ -1,43 +1,42 @@
-// htrun: reading heartbeats, exit records and checkpoints from the run directory.
+// htrun: finding and reading the ranks' files in the run directory.
 #include "htrun/run_files.h"
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include "ht/ckpt/checkpoint.h"
+#include "ht/resilience/rank_guard.h"
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+namespace protocol = ht::resilience;
 
 namespace htrun {
 namespace {
 
-/// Every parsable <dir>/*.json; a file being replaced is skipped (the next
-/// poll reads it).
-std::vector<json> read_json_files(const fs::path& dir) {
-  std::vector<json> out;
+/// The text of every <dir>/*.json (records are small and rewritten whole).
+std::vector<std::string> read_json_files(const std::string& dir) {
+  std::vector<std::string> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     if (e.path().extension() != ".json") continue;
-    try {
-      std::ifstream in(e.path());
-      out.push_back(json::parse(in));
-    } catch (...) {
-    }
+    std::ifstream in(e.path(), std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in) out.push_back(text.str());
   }
   return out;
 }
 
 }  // namespace
 
-MetricsTail::MetricsTail(std::string run_dir) : path_((fs::path(run_dir) / "metrics.jsonl").string()) {}
+MetricsTail::MetricsTail(const std::string& run_dir) : path_(protocol::metrics_path(run_dir)) {}
 
-std::vector<MetricsRecord> MetricsTail::poll() {
-  std::vector<MetricsRecord> out;
+std::vector<protocol::MetricsLine> MetricsTail::poll() {
+  std::vector<protocol::MetricsLine> out;
   std::ifstream in(path_, std::ios::binary);
   if (!in) return out;
   std::string first;
@@ -54,66 +53,37 @@ std::vector<MetricsRecord> MetricsTail::poll() {
     if (in.eof()) break;  // a line still being written: read it whole next time
     offset_ += line.size() + 1;
     try {
-      const json j = json::parse(line);
-      const std::string type = j.value("type", "");
-      if (type != "run" && type != "step") continue;
-      out.push_back({type, j.value("step", std::int64_t(0)), j.value("time_ms", 0.0) / 1000,
-                     j.value("step_ms", 0.0) / 1000, j.value("resumed_from", std::int64_t(-1)),
-                     j.value("resume_tier", std::string()), j.value("epoch", std::int64_t(0))});
-    } catch (...) {
+      if (auto m = protocol::parse_metrics_line(line)) out.push_back(std::move(*m));
+    } catch (const protocol::ProtocolError&) {
+      // damaged: the report counts what it can read
     }
   }
   return out;
 }
 
-std::map<int, Heartbeat> read_heartbeats(const std::string& run_dir, std::int64_t epoch) {
-  std::map<int, Heartbeat> out;
-  for (const json& j : read_json_files(fs::path(run_dir) / "heartbeat")) {
-    try {
-      Heartbeat h{j.value("epoch", std::int64_t(0)),
-                  j.at("rank").get<int>(),
-                  j.at("pid").get<int>(),
-                  j.value("host", ""),
-                  j.at("step").get<std::int64_t>(),
-                  j.at("phase").get<std::string>(),
-                  j.at("time_ms").get<double>() / 1000,
-                  j.at("progress_ms").get<double>() / 1000};
-      if (epoch == 0 || h.epoch == 0 || h.epoch == epoch) out[h.rank] = h;
-    } catch (...) {
-    }
-  }
+std::map<int, protocol::Heartbeat> read_heartbeats(const std::string& run_dir, std::int64_t epoch) {
+  std::map<int, protocol::Heartbeat> out;
+  for (const std::string& text : read_json_files(protocol::heartbeat_dir(run_dir)))
+    if (const auto h = protocol::parse_heartbeat(text); h && protocol::of_launch(h->epoch, epoch)) out[h->rank] = *h;
   return out;
 }
 
-std::vector<ExitRecord> read_exit_records(const std::string& run_dir, std::int64_t epoch) {
-  std::vector<ExitRecord> out;
-  for (const json& j : read_json_files(fs::path(run_dir) / "exit")) {
-    ExitRecord r;
-    r.epoch = j.value("epoch", std::int64_t(0));
-    if (epoch != 0 && r.epoch != 0 && r.epoch != epoch) continue;  // an older launch's
-    r.rank = j.value("rank", -1);
-    r.code = j.value("code", 0);
-    r.kind = j.value("kind", "");
-    r.step = j.value("step", std::int64_t(0));
-    r.phase = j.value("phase", "");
-    r.time_s = j.value("time_ms", 0.0) / 1000;
-    r.message = j.value("message", "");
-    r.blamed = j.value("blamed_ranks", std::vector<int>{});
-    out.push_back(std::move(r));
-  }
+std::vector<protocol::ExitRecord> read_exit_records(const std::string& run_dir, std::int64_t epoch) {
+  std::vector<protocol::ExitRecord> out;
+  for (const std::string& text : read_json_files(protocol::exit_record_dir(run_dir)))
+    if (auto r = protocol::parse_exit_record(text); r && protocol::of_launch(r->epoch, epoch)) out.push_back(std::move(*r));
   // The first to exit first: the others often exit because of it.
-  std::sort(out.begin(), out.end(), [](const ExitRecord& a, const ExitRecord& b) { return a.time_s < b.time_s; });
+  std::sort(out.begin(), out.end(),
+            [](const protocol::ExitRecord& a, const protocol::ExitRecord& b) { return a.time_ms < b.time_ms; });
   return out;
 }
 
 std::int64_t read_launch_epoch(const std::string& run_dir) {
-  std::ifstream in(fs::path(run_dir) / "launch_epoch");
-  long long epoch = 0;
-  return in >> epoch && epoch > 0 ? std::int64_t(epoch) : 0;
+  return std::max<std::int64_t>(0, protocol::run_dir_epoch(run_dir));
 }
 
 void write_launch_epoch(const std::string& run_dir, std::int64_t epoch) {
-  const fs::path path = fs::path(run_dir) / "launch_epoch", tmp = fs::path(run_dir) / "launch_epoch.tmp";
+  const fs::path path = protocol::launch_epoch_path(run_dir), tmp = path.string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << epoch << "\n";
@@ -124,8 +94,8 @@ void write_launch_epoch(const std::string& run_dir, std::int64_t epoch) {
 
 void clear_rank_files(const std::string& run_dir) {
   std::error_code ec;
-  fs::remove_all(fs::path(run_dir) / "heartbeat", ec);
-  fs::remove_all(fs::path(run_dir) / "exit", ec);
+  fs::remove_all(protocol::heartbeat_dir(run_dir), ec);
+  fs::remove_all(protocol::exit_record_dir(run_dir), ec);
 }
 
 std::int64_t latest_checkpoint_step(const std::string& run_dir) {

@@ -22,6 +22,7 @@
 #include "htrun/run_files.h"
 
 namespace fs = std::filesystem;
+namespace protocol = ht::resilience;
 
 namespace htrun {
 namespace {
@@ -31,52 +32,7 @@ void on_signal(int s) { g_stop_signal = s; }
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
-/// Before the first step: MPI coming up ("launch"), or building the model and
-/// loading the checkpoint ("start"); the start timeout covers these.
-bool starting(const Heartbeat& h) { return h.phase == "launch" || h.phase == "start"; }
-
-/// Whether `a` got less far than `b`: an earlier step, an earlier phase of
-/// the step (the trainer's order), or the same place reached earlier.
-bool behind(const Heartbeat& a, const Heartbeat& b) {
-  static const std::vector<std::string> order{"data",          "forward-backward", "gradient-reduction", "optimizer",
-                                              "replica-check", "checkpoint",       "step-done",          "evaluate",
-                                              "finish"};
-  auto place = [](const Heartbeat& h) {
-    const auto it = std::find(order.begin(), order.end(), h.phase);
-    return std::make_pair(h.step, it - order.begin());
-  };
-  if (place(a) != place(b)) return place(a) < place(b);
-  return a.progress_s < b.progress_s;
-}
-
 }  // namespace
-
-struct Supervisor::Watch {
-  // "hang", "preemption" or "no-heartbeat" when the watch itself ended the job
-  std::string kind;
-  std::string message;
-  int failed_rank = -1;
-  double failed_at = 0, detected_at = 0;
-  int exit_code = 0;
-  LauncherEvent dead_rank;  // the launcher's report of a rank killed by a signal (rank -1: none)
-  LauncherEvent lost_host;  // the launcher's report of a host lost (host "": none)
-  std::map<int, Heartbeat> beats;  // the ranks' last heartbeats
-  std::vector<int> orphans;        // ranks that beat on after the launcher was gone
-  std::vector<ExitRecord> exits;  // what the ranks said, oldest first
-  std::int64_t checkpoint_step = 0;  // the newest committed checkpoint when the launch ended
-  std::int64_t resume_step = 0, reached = 0;
-  // The first step this launch was seen to complete (a heartbeat or a step
-  // record), -1 when none: it trained.
-  std::int64_t first_step = -1;
-  double launched_at = 0;
-  // What rank 0 recorded in metrics.jsonl during this launch: training began
-  // (the run line), and each step completed, by step (exact times).
-  bool training_began = false;
-  std::int64_t resumed_from = -1;  // the run line's: where the launch resumed, and from which tier
-  std::string resume_tier;
-  std::map<std::int64_t, MetricsRecord> steps;
-  double last_step_done_s = 0;  // when the newest of them completed
-};
 
 double Supervisor::comm_timeout_s() const { return std::max(1.0, options_.hang_timeout_s * 2.0 / 3.0); }
 
@@ -84,8 +40,9 @@ std::string Supervisor::memory_dir() const {
   return ht::ckpt::default_memory_dir((fs::path(options_.run_dir) / "checkpoints").string());
 }
 
-Supervisor::Supervisor(SupervisorOptions options, Cluster cluster)
-    : options_(std::move(options)), cluster_(std::move(cluster)) {
+Supervisor::Supervisor(SupervisorOptions options, Cluster cluster, Clock clock)
+    : options_(std::move(options)), cluster_(std::move(cluster)), clock_(std::move(clock)) {
+  if (!clock_.now) clock_.now = now_s;
   const auto& nodes = cluster_.nodes();
   if (options_.spares >= int(nodes.size()))
     throw std::runtime_error(fmt::format("htrun: {} spare(s) leave no node to run on ({} in all)", options_.spares,
@@ -93,6 +50,11 @@ Supervisor::Supervisor(SupervisorOptions options, Cluster cluster)
   const std::size_t used = nodes.size() - std::size_t(options_.spares);
   active_.assign(nodes.begin(), nodes.begin() + std::ptrdiff_t(used));
   spares_.assign(nodes.begin() + std::ptrdiff_t(used), nodes.end());
+}
+
+void Supervisor::sleep(double seconds) const {
+  if (clock_.sleep) clock_.sleep(seconds);
+  else sleep_s(seconds);
 }
 
 std::string Supervisor::node_name(int id) const {
@@ -118,17 +80,7 @@ std::string Supervisor::plan() const {
   return out;
 }
 
-// Says whether the ranks' save on preemption left a newer checkpoint than
-// the launch started from: a rerun resumes from the newest either way.
-std::string Supervisor::preemption_verdict(const Watch& w) const {
-  const std::int64_t newest = w.checkpoint_step;
-  if (newest > w.resume_step || (newest == w.reached && newest > 0))
-    return fmt::format("preempted: checkpoint of step {} saved, stopped", newest);
-  return fmt::format("preempted: no new checkpoint (the newest is step {}; the job had reached step {}), stopped",
-                     newest, w.reached);
-}
-
-Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
+Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
   // A new epoch: the ranks of every earlier launch (any left on a host that
   // was cut off) fence themselves, and their records are ignored.
   epoch_ = std::max(epoch_, read_launch_epoch(options_.run_dir)) + 1;
@@ -153,7 +105,8 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
 
   Watch w;
   w.resume_step = w.reached = resume_step;
-  const double launched_at = w.launched_at = now_s();
+  const double launched_at = w.launched_at = now();
+  const Placement placed = placement();
   const int ranks = int(active_.size()) * options_.slots;
   bool all_started = false;
   double beat_interval_s = 0;
@@ -161,32 +114,41 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
   // The ranks' own records of this launch (older lines may be read again
   // until the program truncates the file: they are older than the launch).
   auto read_records = [&] {
-    for (const MetricsRecord& m : metrics.poll()) {
-      if (m.time_s < launched_at || (m.epoch != 0 && m.epoch != epoch_)) continue;
-      if (m.type == "run") {
+    for (const protocol::MetricsLine& line : metrics.poll()) {
+      if (const auto* run = std::get_if<protocol::RunLine>(&line);
+          run && run->time_s() >= launched_at && protocol::of_launch(run->epoch, epoch_)) {
         w.training_began = true;
-        w.resumed_from = m.resumed_from;
-        w.resume_tier = m.resume_tier;
+        w.resumed_from = run->resumed_from;
+        w.resume_tier = run->resume_tier;
       }
-      if (m.type != "step") continue;
-      w.steps[m.step] = m;
-      w.last_step_done_s = std::max(w.last_step_done_s, m.time_s);
+      if (const auto* step = std::get_if<protocol::StepLine>(&line);
+          step && step->time_s() >= launched_at && protocol::of_launch(step->epoch, epoch_)) {
+        w.steps[step->step] = *step;
+        w.last_step_done_s = std::max(w.last_step_done_s, step->time_s());
+      }
     }
   };
+  // Ends the job for what the watch found.
+  auto declare = [&](const Finding& f) {
+    w.kind = f.kind;
+    w.failed_rank = f.rank;
+    w.failed_at = f.failed_at;
+    w.message = f.message;
+  };
   for (;;) {
-    sleep_s(0.1);
+    sleep(0.1);
     const auto beats = read_heartbeats(options_.run_dir, epoch_);
     for (const auto& [rank, h] : beats) {
       // The ranks' beat interval, as seen: the shortest gap between two beats.
       const auto it = w.beats.find(rank);
-      if (it != w.beats.end() && h.time_s > it->second.time_s)
-        beat_interval_s = beat_interval_s > 0 ? std::min(beat_interval_s, h.time_s - it->second.time_s)
-                                              : h.time_s - it->second.time_s;
+      if (it != w.beats.end() && h.time_s() > it->second.time_s())
+        beat_interval_s = beat_interval_s > 0 ? std::min(beat_interval_s, h.time_s() - it->second.time_s())
+                                              : h.time_s() - it->second.time_s();
       w.beats[rank] = h;
     }
     read_records();
     for (const auto& [rank, h] : beats) {
-      const std::int64_t done = completed_step(h.step, h.phase);
+      const std::int64_t done = protocol::completed_step(h.step, h.phase);
       if (done > w.reached) {
         if (w.first_step < 0) w.first_step = done;
         w.reached = done;
@@ -196,18 +158,18 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
       // Pass the preemption on to the ranks themselves (SIGUSR1: a launcher
       // would kill them on TERM): they finish the step, save a checkpoint
       // and exit; then the job ends.
-      w.kind = "preemption";
+      w.kind = IncidentKind::kPreemption;
       for (const auto& [rank, h] : beats)
         if (h.pid > 0 && cluster_.kind() == ClusterKind::kLocal) ::kill(h.pid, SIGUSR1);
       if (cluster_.kind() != ClusterKind::kLocal) job.signal(SIGUSR1);
-      const double deadline = now_s() + std::max(options_.grace_s, 60.0);
-      while (!job.poll() && now_s() < deadline) sleep_s(0.05);
+      const double deadline = now() + std::max(options_.grace_s, 60.0);
+      while (!job.poll() && now() < deadline) sleep(0.05);
       job.stop(options_.grace_s);
-      w.detected_at = w.failed_at = now_s();
+      w.detected_at = w.failed_at = now();
       break;
     }
     if (job.poll()) {
-      w.detected_at = now_s();
+      w.detected_at = now();
       break;
     }
     // A rank killed by a signal, or a host lost: the launcher may take a
@@ -215,92 +177,44 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
     // collective; mpirun cannot reach a host that is gone), so stop the job
     // now.
     if (job.dead_rank().rank >= 0 || !job.lost_host().host.empty()) {
-      w.detected_at = now_s();
+      w.detected_at = now();
       job.stop(options_.grace_s);
       break;
     }
-    // A host gone silent: every rank on it stopped beating while the other
-    // nodes' ranks beat on (a host that died with its processes, or lost
-    // the shared run directory). Many beats of margin, at least two seconds:
-    // a busy host may write late, and a false alarm costs a restart.
-    if (all_started && beat_interval_s > 0) {
-      const double silence = std::max(2.0, 10 * beat_interval_s), now = now_s();
-      std::map<int, double> newest;
-      for (const auto& [rank, h] : beats)
-        if (const int n = node_of_rank(rank); n >= 0) newest[n] = std::max(newest[n], h.time_s);
-      for (const auto& [n, t] : newest)
-        if (now - t > silence &&
-            std::any_of(newest.begin(), newest.end(), [&](const auto& o) { return now - o.second < silence / 4; })) {
-          w.kind = "host-lost";
-          w.failed_rank = n * options_.slots;
-          w.failed_at = t;
-          w.message = fmt::format("every rank on {} stopped beating {:.1f} s ago while the others beat on",
-                                  cluster_.name(active_[std::size_t(n)]), now - t);
-          break;
-        }
-      if (w.kind == "host-lost") {
-        w.detected_at = now;
+    const double t = now();
+    // A host gone silent while the other nodes' ranks beat on (once every
+    // rank has started: a start is the start timeout's).
+    if (all_started)
+      if (const auto silent = silent_host(beats, placed, t, beat_interval_s)) {
+        declare(*silent);
+        w.detected_at = t;
         job.stop(options_.grace_s);
         break;
       }
-    }
-    // A hang: progress stalled for the timeout. Peers go on until they
-    // block on the hung rank, so the rank that got least far is named (then
-    // the one that stopped first).
-    // A step completed is progress of every rank (none completes a step
-    // alone): heartbeats are sampled, the step records are not.
-    const Heartbeat* hung = nullptr;
-    for (const auto& [rank, h] : beats)
-      if (!starting(h) && now_s() - std::max(h.progress_s, w.last_step_done_s) > options_.hang_timeout_s &&
-          (!hung || behind(h, *hung)))
-        hung = &h;
-    if (hung) {
-      w.kind = "hang";
-      w.failed_rank = hung->rank;
-      w.failed_at = hung->progress_s;
-    }
+    // A hang: progress stalled for the timeout.
+    if (const auto hung = hang(beats, t, w.last_step_done_s, options_.hang_timeout_s)) declare(*hung);
     // A start that never ends: a rank that never arrived (no heartbeat: it
     // is stuck before MPI is up, and so are its peers) or never got past
     // start-up. The hang check above cannot see either.
     if (!all_started) {
-      // The laggard: a rank with no heartbeat first, then one whose MPI is
-      // not up (both may be waiting for the first), then one still starting.
-      int laggard = -1;
-      for (int r = 0; r < ranks && laggard < 0; ++r)
-        if (!beats.count(r)) laggard = r;
-      for (const char* phase : {"launch", "start"})
-        for (int r = 0; r < ranks && laggard < 0; ++r)
-          if (beats.at(r).phase == phase) laggard = r;
+      const int laggard = start_laggard(beats, ranks);
       all_started = laggard < 0;
+      const bool timed_out = options_.start_timeout_s > 0 && t - launched_at > options_.start_timeout_s;
       // Heartbeats are sampled: a short launch can start, train and save
       // between two beats. What the ranks recorded tells that it started:
       // training began (every rank is past start-up then: building the
       // engine is collective), a step completed, a checkpoint was committed,
       // or a rank wrote its exit record.
-      if (!all_started && options_.start_timeout_s > 0 && now_s() - launched_at > options_.start_timeout_s)
+      if (!all_started && timed_out)
         all_started = w.training_began || !w.steps.empty() || !read_exit_records(options_.run_dir, epoch_).empty() ||
                       latest_checkpoint_step(options_.run_dir) > resume_step;
-      if (!all_started && options_.start_timeout_s > 0 && now_s() - launched_at > options_.start_timeout_s) {
-        w.kind = "hang";
-        w.failed_rank = laggard;
-        w.failed_at = launched_at + options_.start_timeout_s;
-        w.message = fmt::format("rank {} did not {} within the start timeout ({:g} s)", laggard,
-                                beats.count(laggard) ? "finish starting" : "start", options_.start_timeout_s);
-        // Not one heartbeat from any rank: the program does not keep the
-        // contract (a program on ht::train::Job beats from its first moment).
-        if (beats.empty()) {
-          w.kind = "no-heartbeat";
-          w.failed_rank = -1;
-          w.message = fmt::format(
-              "no rank wrote a heartbeat within the start timeout ({:g} s): '{}' does not keep htrun's contract "
-              "(heartbeats in {}/heartbeat/rank_R.json; programs built on ht::train::Job keep it; see docs/htrun.md)",
-              options_.start_timeout_s, options_.program.empty() ? std::string("the program") : options_.program.front(),
-              options_.run_dir);
-        }
-      }
+      if (!all_started && timed_out)
+        declare(start_not_finished(beats, laggard, launched_at, options_.start_timeout_s,
+                                   options_.program.empty() ? std::string("the program") : options_.program.front(),
+                                   options_.run_dir));
     }
-    if (w.kind == "hang" || w.kind == "no-heartbeat") {
-      w.detected_at = now_s();
+    if (w.kind == IncidentKind::kHang || w.kind == IncidentKind::kNoHeartbeat) {
+      w.detected_at = now();
       job.stop(options_.grace_s);
       break;
     }
@@ -310,13 +224,13 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
   job.finish();  // every line read: the launcher's report of a dead rank may be in the last ones
   read_records();
   if (!w.steps.empty()) {
-    const MetricsRecord& last = w.steps.rbegin()->second;
-    w.reached = std::max(w.reached, last.step);
+    w.reached = std::max(w.reached, w.steps.rbegin()->second.step);
     if (w.first_step < 0) w.first_step = w.steps.begin()->first;
   }
   w.exits = read_exit_records(options_.run_dir, epoch_);
   w.checkpoint_step = latest_checkpoint_step(options_.run_dir);
-  for (const ExitRecord& e : w.exits) w.reached = std::max(w.reached, completed_step(e.step, e.phase));
+  for (const protocol::ExitRecord& e : w.exits)
+    w.reached = std::max(w.reached, protocol::completed_step(e.step, e.phase));
   w.reached = std::max(w.reached, w.checkpoint_step);
   w.exit_code = job.exit_code();
   w.dead_rank = job.dead_rank();
@@ -325,170 +239,19 @@ Supervisor::Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_s
   // A launch that failed with nothing said: ranks that still beat after
   // the launcher is gone are on a host it could not reach to end them (cut
   // off from it), which is the culprit. A beat or two tells.
-  if (w.kind.empty() && job.exit_code() != 0 && w.dead_rank.rank < 0 && w.lost_host.host.empty() && w.exits.empty() &&
+  if (!w.kind && job.exit_code() != 0 && w.dead_rank.rank < 0 && w.lost_host.host.empty() && w.exits.empty() &&
       beat_interval_s > 0) {
-    const double ended_at = now_s(), until = ended_at + std::min(5.0, 2.5 * beat_interval_s);
-    while (w.orphans.empty() && now_s() < until) {
-      sleep_s(0.05);
+    const double ended_at = now(), until = ended_at + std::min(5.0, 2.5 * beat_interval_s);
+    while (w.orphans.empty() && now() < until) {
+      sleep(0.05);
       for (const auto& [rank, h] : read_heartbeats(options_.run_dir, epoch_))
-        if (h.time_s > ended_at && std::count(w.orphans.begin(), w.orphans.end(), rank) == 0) {
+        if (h.time_s() > ended_at && std::count(w.orphans.begin(), w.orphans.end(), rank) == 0) {
           w.orphans.push_back(rank);
           w.beats[rank] = h;
         }
     }
   }
   return w;
-}
-
-Incident Supervisor::classify(const Watch& w) {
-  Incident i;
-  i.kind = w.kind;
-  i.message = w.message;
-  i.rank = w.failed_rank;
-  double failed_at = w.failed_at;
-  // What names the culprit, most direct first: the watch itself (a hang, a
-  // preemption); a rank's own record of its failure (a peer's communication
-  // failure is an effect, not the cause); the launcher's report of a rank
-  // killed or a host lost; the ranks that communication failures name; the
-  // host whose heartbeats stopped first. The rank that got least far is only
-  // the hang check's, for a job that stopped moving with every rank alive.
-  if (i.kind.empty())
-    for (const ExitRecord& e : w.exits) {
-      if (e.kind == "comm-failure" || e.kind == "ok") continue;
-      i.kind = e.kind;
-      i.rank = e.blamed.empty() ? e.rank : e.blamed.front();
-      i.message = e.message;
-      failed_at = e.time_s;
-      break;
-    }
-  // The launcher's reports: a rank killed, a host lost. A lost host that
-  // was reported first and is not the killed rank's is the cause (srun kills
-  // the other tasks of a step whose node failed, and says so after).
-  const bool lost_first = !w.lost_host.host.empty() &&
-                          (w.dead_rank.rank < 0 || (node_of_host(w.lost_host.host) != node_of_rank(w.dead_rank.rank) &&
-                                                    w.lost_host.time_s <= w.dead_rank.time_s));
-  if (i.kind.empty() && w.dead_rank.rank >= 0 && !lost_first) {
-    i.kind = "crash";
-    i.rank = w.dead_rank.rank;
-    failed_at = last_beat(w, node_of_rank(i.rank), w.dead_rank.time_s);
-  }
-  if (i.kind.empty() && !w.lost_host.host.empty()) {
-    const int node = node_of_host(w.lost_host.host);
-    i.kind = "host-lost";
-    i.rank = node >= 0 ? node * options_.slots : -1;
-    i.message = fmt::format("the launcher lost host {}", w.lost_host.host);
-    failed_at = last_beat(w, node, w.lost_host.time_s);
-  }
-  if (i.kind.empty() && !w.orphans.empty()) {
-    // Cut off: its ranks live on, stuck where the cut caught them, so the
-    // last change of their step or phase is when it came.
-    const int node = node_of_rank(w.orphans.front());
-    i.kind = "host-lost";
-    i.rank = w.orphans.front();
-    i.message = fmt::format("rank(s) {} beat on after the launcher was gone: their host is cut off from it",
-                            fmt::join(w.orphans, ","));
-    for (int r : w.orphans)
-      if (node_of_rank(r) == node) failed_at = std::max(failed_at, w.beats.at(r).progress_s);
-  }
-  if (i.kind.empty()) {
-    // Communication failures: the ranks each record names. A rank named by
-    // a rank it did not name itself is the culprit; ranks that name each
-    // other (a link cut between them) leave it to the health checks, which
-    // check every node they are on.
-    std::map<int, std::vector<int>> blames;
-    for (const ExitRecord& e : w.exits)
-      if (e.kind == "comm-failure") blames[e.rank] = e.blamed;
-    std::vector<int> named;
-    for (const auto& [rank, blamed] : blames)
-      for (int b : blamed) {
-        const auto back = blames.find(b);
-        const bool mutual = back != blames.end() && std::count(back->second.begin(), back->second.end(), rank) > 0;
-        if (!mutual && std::count(named.begin(), named.end(), b) == 0) named.push_back(b);
-        if (mutual) i.suspect_nodes.push_back(node_of_rank(b));
-      }
-    if (!named.empty() || !i.suspect_nodes.empty()) {
-      i.kind = "comm-failure";
-      i.rank = named.empty() ? -1 : named.front();
-      // The rank its peers waited for still beats but made no progress for
-      // longer than they waited: it hangs (stuck outside communication),
-      // and its peers' timeouts are the effect.
-      if (const auto h = w.beats.find(i.rank);
-          h != w.beats.end() && h->second.time_s - h->second.progress_s > 0.5 * comm_timeout_s())
-        i.kind = "hang";
-      const ExitRecord& first = *std::find_if(w.exits.begin(), w.exits.end(),
-                                              [](const ExitRecord& e) { return e.kind == "comm-failure"; });
-      i.message = first.message;
-      failed_at = named.empty() ? first.time_s : last_beat(w, node_of_rank(i.rank), first.time_s);
-    }
-  }
-  if (i.kind.empty()) {
-    // Nothing said: the host whose ranks stopped beating well before the
-    // others did (a host gone with its processes), if there is one.
-    const int stale = stale_node(w);
-    i.kind = "failure";  // an exit nobody explained
-    if (stale >= 0) {
-      i.rank = stale * options_.slots;
-      failed_at = last_beat(w, stale, 0);
-      i.message = fmt::format("the launcher exited {}; the heartbeats of {} stopped first", w.exit_code,
-                              cluster_.name(active_[std::size_t(stale)]));
-    } else {
-      i.message = fmt::format("the launcher exited {} and no rank said why (see {})", w.exit_code,
-                              (fs::path(options_.run_dir) / "htrun_job.log").string());
-    }
-  }
-  if (failed_at == 0) failed_at = w.detected_at;
-  const std::size_t node_index = i.rank >= 0 ? std::size_t(i.rank / options_.slots) : active_.size();
-  if (node_index < active_.size()) {
-    i.node = active_[node_index].id;
-    i.host = active_[node_index].host;
-  }
-  std::vector<int> suspects;
-  for (int index : i.suspect_nodes)
-    if (index >= 0 && std::count(suspects.begin(), suspects.end(), active_[std::size_t(index)].id) == 0)
-      suspects.push_back(active_[std::size_t(index)].id);
-  i.suspect_nodes = suspects;
-  i.exit_code = w.exit_code;
-  i.detected_at = w.detected_at;
-  i.failed_at = failed_at;
-  i.detection_latency_s = std::max(0.0, w.detected_at - failed_at);
-  i.step_reached = w.reached;
-  i.steps_lost = std::max<std::int64_t>(0, w.reached - w.checkpoint_step);
-  return i;
-}
-
-int Supervisor::node_of_rank(int rank) const {
-  return rank >= 0 && rank / options_.slots < int(active_.size()) ? rank / options_.slots : -1;
-}
-
-int Supervisor::node_of_host(const std::string& host) const {
-  for (std::size_t n = 0; n < active_.size(); ++n)
-    if (active_[n].host == host || active_[n].host.substr(0, active_[n].host.find('.')) == host) return int(n);
-  return -1;
-}
-
-double Supervisor::last_beat(const Watch& w, int node, double otherwise) const {
-  // The failure came after the node's ranks last beat: the newest of their
-  // beats bounds it from below (to within a heartbeat interval).
-  double last = 0;
-  for (const auto& [rank, h] : w.beats)
-    if (node >= 0 && node_of_rank(rank) == node) last = std::max(last, h.time_s);
-  return last > 0 ? last : otherwise;
-}
-
-int Supervisor::stale_node(const Watch& w) const {
-  // Each node's newest beat; the stalest node, if it fell silent more than
-  // a second (ten default beats of the tests, half a default beat) before
-  // every other node.
-  std::map<int, double> newest;
-  for (const auto& [rank, h] : w.beats)
-    if (const int n = node_of_rank(rank); n >= 0) newest[n] = std::max(newest[n], h.time_s);
-  if (newest.size() < 2) return -1;
-  int stalest = -1;
-  for (const auto& [n, t] : newest)
-    if (stalest < 0 || t < newest[stalest]) stalest = n;
-  for (const auto& [n, t] : newest)
-    if (n != stalest && t - newest[stalest] < 1.0) return -1;
-  return stalest;
 }
 
 std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
@@ -508,33 +271,20 @@ std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
         cluster_.on_node(node, check, options_.launcher_args, options_.connect_timeout_s), std::vector<std::string>{},
         (fs::path(options_.run_dir) / fmt::format("health_node{}.txt", node.id)).string(), /*echo=*/false));
   }
-  const double deadline = now_s() + options_.health_timeout_s;
+  const double deadline = now() + options_.health_timeout_s;
   std::vector<bool> healthy;
-  for (auto& job : jobs) healthy.push_back(job->wait(std::max(0.0, deadline - now_s()), options_.grace_s) == 0);
+  for (auto& job : jobs) healthy.push_back(job->wait(std::max(0.0, deadline - now()), options_.grace_s) == 0);
   return healthy;
 }
 
 bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
-  // The node involved; every node when none is known, or when replicas
-  // disagree (the corruption check names ranks, but any of them may lie).
-  // None after a divergence: the loss is summed over every rank, so a
-  // non-finite one is the run's numerics, not a node's (a node computing
-  // garbage shows as replicas that disagree: corruption, which checks all).
-  // Ranks that named each other (a link cut) name the nodes of both ends.
-  std::vector<Node> suspects;
-  const auto& named = incident.suspect_nodes;
-  for (const Node& n : active_)
-    if (incident.kind != "divergence" &&
-        (incident.kind == "corruption" || n.id == incident.node ||
-         (incident.node < 0 && (named.empty() || std::count(named.begin(), named.end(), n.id) > 0))))
-      suspects.push_back(n);
-  // A straggler is cordoned whatever its health check says: the job asked for it.
-  const bool cordon_anyway = incident.kind == "straggler" && incident.node >= 0;
+  const std::vector<Node> suspects = nodes_to_check(incident, active_);
+  const bool cordon_anyway = cordon_even_if_healthy(incident);
   const std::vector<bool> healthy = options_.health ? nodes_healthy(suspects) : std::vector<bool>(suspects.size(), true);
   for (std::size_t k = 0; k < suspects.size(); ++k) {
     const Node& node = suspects[k];
     const bool ok = healthy[k];
-    incident.health.push_back({{"node", node.id}, {"host", node.host}, {"healthy", ok}});
+    incident.health.push_back({.node = node.id, .host = node.host, .healthy = ok});
     if (ok && !cordon_anyway) continue;
     const std::string why = ok ? "a persistent straggler" : "failed its health check";
     cordoned_.push_back(node);
@@ -573,11 +323,11 @@ Report Supervisor::run() {
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
   Report report;
-  const double wall_start = now_s();
+  const double wall_start = now();
   std::optional<Incident> pending;  // the last incident, until the relaunch
   // Every step completed under htrun, the last time it completed: a step
   // redone after a resume counts once.
-  std::map<std::int64_t, MetricsRecord> completed;
+  std::map<std::int64_t, protocol::StepLine> completed;
   int failures_in_a_row = 0;
   int last_early_failure_code = -1;
   for (;;) {
@@ -597,51 +347,50 @@ Report Supervisor::run() {
     // Recovery: from an incident's detection to the first step completed
     // after it, whichever launch completed it.
     if (!w.steps.empty()) {
-      double first_done_s = w.steps.begin()->second.time_s;
-      for (const auto& [step, m] : w.steps) first_done_s = std::min(first_done_s, m.time_s);
+      double first_done_s = w.steps.begin()->second.time_s();
+      for (const auto& [step, m] : w.steps) first_done_s = std::min(first_done_s, m.time_s());
       for (Incident& i : report.incidents)
         if (!i.recovery_s && first_done_s >= i.detected_at) i.recovery_s = first_done_s - i.detected_at;
     }
     for (const auto& [step, m] : w.steps) completed[step] = m;
-    if (w.kind.empty() && w.exit_code == 0) {
-      report.exit_code = 0;
+    if (!w.kind && w.exit_code == 0) {
+      report.exit_code = kSupervisorFinished;
       report.verdict = "the job finished";
       break;
     }
-    Incident incident = classify(w);
+    Incident incident = classify(w, placement(), comm_timeout_s(),
+                                 (fs::path(options_.run_dir) / "htrun_job.log").string());
     incident.time_s = incident.detected_at - wall_start;
+    const char* kind = protocol::incident_kind_name(incident.kind);
     const std::string who = incident.rank >= 0 ? fmt::format("rank {} ({})", incident.rank, node_name(incident.node))
-                            : incident.kind == "preemption" ? "every rank"
-                                                            : "an unknown rank";
-    std::fprintf(stderr, "htrun: %s of %s detected after %.2f s; the job reached step %lld%s\n", incident.kind.c_str(),
-                 who.c_str(), incident.detection_latency_s, (long long)incident.step_reached,
+                            : incident.kind == IncidentKind::kPreemption ? "every rank"
+                                                                         : "an unknown rank";
+    std::fprintf(stderr, "htrun: %s of %s detected after %.2f s; the job reached step %lld%s\n", kind, who.c_str(),
+                 incident.detection_latency_s, (long long)incident.step_reached,
                  incident.message.empty() ? "" : (": " + incident.message).c_str());
-    // Ranks preempted by someone else (Slurm signals the tasks) saved and
-    // stopped: so does the job.
-    if (incident.kind == "preempted") incident.kind = "preemption";
-    if (incident.kind == "preemption" || incident.kind == "error") {
+    // A preemption (of htrun, or of the ranks by someone else: Slurm
+    // signals the tasks) saved and stopped: so does the job.
+    if (incident.kind == IncidentKind::kPreemption || incident.kind == IncidentKind::kError) {
       report.incidents.push_back(incident);
-      report.exit_code = incident.kind == "preemption" ? 77 : 2;
-      report.verdict = incident.kind == "preemption"
-                           ? preemption_verdict(w)
-                           : "the program failed on its input (exit record kind 'error'); not retried";
+      const bool preempted = incident.kind == IncidentKind::kPreemption;
+      report.exit_code = preempted ? kSupervisorPreempted : kSupervisorNotRetried;
+      report.verdict =
+          preempted ? preemption_verdict(w) : "the program failed on its input (exit record kind 'error'); not retried";
       break;
     }
     // A program that never beat cannot be watched: relaunching cannot help.
-    if (incident.kind == "no-heartbeat") {
+    if (incident.kind == IncidentKind::kNoHeartbeat) {
       report.incidents.push_back(incident);
-      report.exit_code = 2;
+      report.exit_code = kSupervisorNotRetried;
       report.verdict = "the program wrote no heartbeat, so htrun cannot watch it (see docs/htrun.md); not retried";
       break;
     }
     // The program failing the same way before any training, with nothing
     // said (a usage error, a missing file), will fail again: stop.
-    const bool early_failure = w.kind.empty() && w.exits.empty() && w.dead_rank.rank < 0 && w.lost_host.host.empty() &&
-                               w.first_step < 0 &&
-                               w.reached == resume_step && w.exit_code < 128;
+    const bool early_failure = failed_before_training(w);
     if (early_failure && w.exit_code == last_early_failure_code) {
       report.incidents.push_back(incident);
-      report.exit_code = 2;
+      report.exit_code = kSupervisorNotRetried;
       report.verdict = fmt::format("the program failed before training twice in a row (exit {}); see {}", w.exit_code,
                                    (fs::path(options_.run_dir) / "htrun_job.log").string());
       break;
@@ -649,13 +398,13 @@ Report Supervisor::run() {
     last_early_failure_code = early_failure ? w.exit_code : -1;
     if (!replace_bad_nodes(incident, report)) {
       report.incidents.push_back(incident);
-      report.exit_code = 1;
+      report.exit_code = kSupervisorGaveUp;
       break;
     }
     if (report.restarts >= options_.max_restarts) {
       report.incidents.push_back(incident);
       report.verdict = fmt::format("gave up after {} restarts", options_.max_restarts);
-      report.exit_code = 1;
+      report.exit_code = kSupervisorGaveUp;
       break;
     }
     ++report.restarts;
@@ -664,24 +413,21 @@ Report Supervisor::run() {
     // failure is the job's, not a loop. Then it doubles with each failure
     // in a row that made no progress. It runs from the detection: the
     // health checks above count towards it.
-    failures_in_a_row = w.reached > resume_step ? 0 : failures_in_a_row + 1;
-    const double backoff =
-        failures_in_a_row == 0 ? 0.0
-                               : std::min(30.0, options_.backoff_s * double(1 << std::min(failures_in_a_row - 1, 5)));
-    const double relaunch_at = incident.detected_at + backoff;
-    while (now_s() < relaunch_at && !g_stop_signal) sleep_s(0.05);
+    failures_in_a_row = htrun::failures_in_a_row(failures_in_a_row, w.reached, resume_step);
+    const double relaunch_at = incident.detected_at + backoff_s(failures_in_a_row, options_.backoff_s);
+    while (now() < relaunch_at && !g_stop_signal) sleep(0.05);
     if (g_stop_signal) {
       report.incidents.push_back(*pending);
       pending.reset();
-      report.exit_code = 77;
+      report.exit_code = kSupervisorPreempted;
       report.verdict = fmt::format("stopped by a signal before relaunching; the newest checkpoint is step {}",
                                    latest_checkpoint_step(options_.run_dir));
       break;
     }
   }
   if (pending) report.incidents.push_back(*pending);
-  report.wall_s = now_s() - wall_start;
-  for (const auto& [step, m] : completed) report.productive_s += m.step_s;
+  report.wall_s = now() - wall_start;
+  for (const auto& [step, m] : completed) report.productive_s += m.step_ms / 1000;
   for (const Node& n : cordoned_) report.cordoned.push_back(n.id);
   for (const Node& n : active_) report.active.push_back(n.id);
   for (const Node& n : spares_) report.spares_left.push_back(n.id);

@@ -2,10 +2,13 @@
 // replace nodes, relaunch with resume; bounded restarts with back-off.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "htrun/cluster.h"
+#include "htrun/decisions.h"
+#include "htrun/job.h"
 #include "htrun/report.h"
 
 namespace htrun {
@@ -25,33 +28,44 @@ struct SupervisorOptions {
   std::vector<std::string> program;        // the job: program [args]
 };
 
+/// htrun's own exit status (docs/htrun.md): the program's codes where they
+/// mean the same.
+enum SupervisorExit : int {
+  kSupervisorFinished = ht::resilience::kExitOk,
+  kSupervisorGaveUp = 1,  // out of restarts, or a bad node and no spare
+  kSupervisorNotRetried = ht::resilience::kExitError,  // the program's input, or a program that cannot be watched
+  kSupervisorPreempted = ht::resilience::kExitPreempted,  // stopped by a signal; the checkpoint saved
+};
+
+/// The supervisor's time: the wall clock in seconds since the Unix epoch
+/// (the ranks' records use it), and a way to wait on it. Tests give a clock
+/// of their own; the processes it runs (Job) keep the wall clock for their
+/// own deadlines and for the times of the launcher's lines.
+struct Clock {
+  std::function<double()> now = now_s;
+  std::function<void(double seconds)> sleep;  // empty: sleep for real
+};
+
 class Supervisor {
  public:
-  Supervisor(SupervisorOptions options, Cluster cluster);
+  Supervisor(SupervisorOptions options, Cluster cluster, Clock clock = {});
   /// Runs the job to its end (or until it cannot go on) and returns the report.
   Report run();
   /// What run() would launch first (the node set and commands), for --dry-run.
   std::string plan() const;
 
  private:
-  struct Watch;  // one launch as it was watched
   std::vector<std::string> job_command() const;
   Watch launch_and_watch(int launch, std::int64_t resume_step);
-  Incident classify(const Watch& w);
-  /// The index in active_ of the node that holds `rank`, or of `host`; -1 when none.
-  int node_of_rank(int rank) const;
-  int node_of_host(const std::string& host) const;
-  /// When the ranks of active_[node] last beat (`otherwise` when none did).
-  double last_beat(const Watch& w, int node, double otherwise) const;
-  /// The index of the node whose heartbeats stopped well before the others', or -1.
-  int stale_node(const Watch& w) const;
+  Placement placement() const { return {active_, options_.slots}; }
+  double now() const { return clock_.now(); }
+  void sleep(double seconds) const;
   /// Health-checks the suspect nodes of `incident`, cordons the bad ones and
   /// brings in spares (or shrinks). False when the job cannot go on.
   bool replace_bad_nodes(Incident& incident, Report& report);
   /// ht-health on each of `nodes`, all at once; whether each passed.
   std::vector<bool> nodes_healthy(const std::vector<Node>& nodes);
   std::string node_name(int id) const;
-  std::string preemption_verdict(const Watch& w) const;
   /// The memory tiers' directory of the program's checkpoints (the default
   /// one under <run-dir>/checkpoints).
   std::string memory_dir() const;
@@ -61,6 +75,7 @@ class Supervisor {
 
   SupervisorOptions options_;
   Cluster cluster_;
+  Clock clock_;
   std::vector<Node> active_, spares_, cordoned_;
   std::int64_t epoch_ = 0;  // the current launch's (HT_LAUNCH_EPOCH)
 };

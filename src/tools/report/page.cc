@@ -55,10 +55,33 @@ std::string fmt_si(double v) {
                     : fmt::format("{:.3g}", v);
 }
 
-std::string json_text(const nlohmann::json& run, const char* key) {
-  const auto it = run.find(key);
-  if (it == run.end()) return "-";
-  return html_escape(it->is_string() ? it->get<std::string>() : it->dump());
+// A field of the run line as the page shows it: a string as it is, anything
+// else as JSON writes it; "-" when the run did not record it.
+std::string field_text(const resilience::Fields& fields, const char* key) {
+  const auto it = fields.find(key);
+  if (it == fields.end()) return "-";
+  struct Text {
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(std::int64_t i) const { return std::to_string(i); }
+    std::string operator()(std::uint64_t u) const { return std::to_string(u); }
+    std::string operator()(double d) const {
+      if (!std::isfinite(d)) return "null";
+      const std::string t = fmt::format("{}", d);
+      return t.find_first_of(".e") == std::string::npos ? t + ".0" : t;  // as JSON writes a float
+    }
+    std::string operator()(const std::string& t) const { return t; }
+    std::string operator()(const std::vector<std::int64_t>& v) const { return fmt::format("[{}]", fmt::join(v, ",")); }
+  };
+  return html_escape(std::visit(Text{}, it->second));
+}
+
+double field_number(const resilience::Fields& fields, const char* key) {
+  const auto it = fields.find(key);
+  if (it == fields.end()) return 0;
+  if (const auto* i = std::get_if<std::int64_t>(&it->second)) return double(*i);
+  if (const auto* u = std::get_if<std::uint64_t>(&it->second)) return double(*u);
+  if (const auto* d = std::get_if<double>(&it->second)) return *d;
+  return 0;
 }
 
 double median(std::vector<double> v) {
@@ -77,9 +100,9 @@ std::string header(const RunDir& r, double mfu_median) {
   std::vector<double> tps, ms;
   for (const StepRecord& s : r.steps) tps.push_back(s.tokens_per_s), ms.push_back(s.step_ms);
   std::string h = fmt::format("<h1>Run report: {}</h1>\n<p class=\"note\">{} &middot; written by ht-report</p>\n",
-                              json_text(r.run, "model"), html_escape(r.path));
+                              field_text(r.run.fields, "model"), html_escape(r.path));
   h += "<div class=\"cards\">";
-  h += card(fmt::format("{} / {}", last.step, json_text(r.run, "steps")), "steps done / planned");
+  h += card(fmt::format("{} / {}", last.step, field_text(r.run.fields, "steps")), "steps done / planned");
   h += card(fmt::format("{:.4f}", last.loss), "last loss");
   if (!r.evals.empty()) h += card(fmt::format("{:.4f}", r.evals.back().val_loss), "last val loss");
   h += card(fmt_si(median(tps)), "tokens/s (median)");
@@ -102,10 +125,11 @@ std::string header(const RunDir& r, double mfu_median) {
                            {"version", "hypertrain"},
                            {"git_commit", "commit"}};
   for (const auto& [key, label] : keys)
-    if (r.run.contains(key)) h += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", label, json_text(r.run, key));
-  if (r.run.contains("resumed_from"))
+    if (r.run.fields.contains(key))
+      h += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", label, field_text(r.run.fields, key));
+  if (r.run.resumed_from >= 0)
     h += fmt::format("<tr><td>resumed</td><td>from step {} ({} tier, loaded in {:.0f} ms)</td></tr>\n",
-                     json_text(r.run, "resumed_from"), json_text(r.run, "resume_tier"), r.run.value("resume_ms", 0.0));
+                     r.run.resumed_from, html_escape(r.run.resume_tier), r.run.resume_ms);
   return h + "</table>\n";
 }
 
@@ -174,7 +198,7 @@ std::string curves(const RunDir& r, const std::vector<double>& mfu) {
 }
 
 std::string mfu_note(const RunDir& r, const PageOptions& o, int world) {
-  const double n = r.run.value("num_parameters", 0.0);
+  const double n = field_number(r.run.fields, "num_parameters");
   if (o.peak_tflops <= 0)
     return "<p class=\"note\">MFU is not shown: the run records no device peak. Give <code>ht-report --peak-tflops "
            "T</code> (one rank's dense peak in TFLOP/s for the run's precision) to add it.</p>\n";
@@ -187,7 +211,7 @@ std::string mfu_note(const RunDir& r, const PageOptions& o, int world) {
 std::string memory(const RunDir& r) {
   std::map<std::string, Series> by_key;
   for (const StepRecord& s : r.steps)
-    for (const auto& [key, bytes] : s.memory_bytes) {
+    for (const auto& [key, bytes] : memory_bytes(s)) {
       Series& se = by_key[key];
       se.name = key, se.y_key = "bytes";
       se.x.push_back(static_cast<double>(s.step)), se.y.push_back(bytes);
@@ -286,8 +310,10 @@ int mesh_world_size(const std::string& mesh) {
 }
 
 std::string render_page(const RunDir& r, const PageOptions& o) {
-  const int world = std::max(1, mesh_world_size(r.run.value("mesh", "")));
-  const double params = r.run.value("num_parameters", 0.0);
+  const auto mesh = r.run.fields.find("mesh");
+  const auto* mesh_text = mesh == r.run.fields.end() ? nullptr : std::get_if<std::string>(&mesh->second);
+  const int world = std::max(1, mesh_world_size(mesh_text ? *mesh_text : std::string()));
+  const double params = field_number(r.run.fields, "num_parameters");
   std::vector<double> mfu;
   if (o.peak_tflops > 0 && params > 0)
     for (const StepRecord& s : r.steps)
@@ -295,7 +321,7 @@ std::string render_page(const RunDir& r, const PageOptions& o) {
   std::string page = fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>ht-report: {}</title>\n<style>{}</style>"
       "</head>\n<body>\n",
-      json_text(r.run, "model"), kStyle);
+      field_text(r.run.fields, "model"), kStyle);
   page += header(r, mfu.empty() ? std::nan("") : median(mfu));
   page += curves(r, mfu);
   page += mfu_note(r, o, world);

@@ -16,38 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double number(const nlohmann::json& j, const char* key, double fallback = 0) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
-}
-
-bool flag(const nlohmann::json& j, const char* key) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_boolean() && it->get<bool>();
-}
-
-StepRecord step_record(const nlohmann::json& j) {
-  StepRecord s;
-  s.step = static_cast<std::int64_t>(number(j, "step"));
-  s.time_ms = number(j, "time_ms");
-  s.loss = number(j, "loss", std::nan(""));
-  s.lr = number(j, "lr");
-  s.grad_norm = number(j, "grad_norm");
-  s.step_ms = number(j, "step_ms");
-  s.tokens = static_cast<std::int64_t>(number(j, "tokens"));
-  s.tokens_per_s = number(j, "tokens_per_s");
-  s.loss_scale = number(j, "loss_scale", 1);
-  s.skipped = flag(j, "skipped");
-  s.skipped_steps = static_cast<std::int64_t>(number(j, "skipped_steps"));
-  s.checkpoint = flag(j, "checkpoint");
-  s.snapshot = flag(j, "snapshot");
-  for (const auto& [key, value] : j.items())
-    if (key.size() > 6 && key.ends_with("_bytes") && value.is_number()) s.memory_bytes[key] = value.get<double>();
-  return s;
-}
-
 // metrics.jsonl: a run line, step lines, eval lines. A line cut short by a
-// crash (the last one) is skipped; any other line that is not JSON is an error.
+// crash (the last one) is skipped; any other damaged line is an error.
 void read_metrics(const fs::path& file, RunDir& r) {
   std::ifstream in(file);
   if (!in)
@@ -59,24 +29,20 @@ void read_metrics(const fs::path& file, RunDir& r) {
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) lines.push_back(line);
   std::map<std::int64_t, StepRecord> steps;
-  std::map<std::int64_t, double> evals;
+  std::map<std::int64_t, EvalRecord> evals;
   for (std::size_t n = 0; n < lines.size(); ++n) {
-    nlohmann::json j = nlohmann::json::parse(lines[n], nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
+    std::optional<resilience::MetricsLine> line;
+    try {
+      line = resilience::parse_metrics_line(lines[n]);
+    } catch (const resilience::ProtocolError& e) {
       if (n + 1 == lines.size()) break;  // the last line, cut short
       throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("'{}' line {} is not a JSON object: '{:.80}'; the file is damaged", file.string(), n + 1,
-                              lines[n]));
+                  fmt::format("'{}' line {}: {}; the file is damaged", file.string(), n + 1, e.what()));
     }
-    const std::string type = j.value("type", "");
-    if (type == "run") {
-      r.run = std::move(j);
-    } else if (type == "step") {
-      StepRecord s = step_record(j);
-      steps[s.step] = std::move(s);
-    } else if (type == "eval") {
-      evals[static_cast<std::int64_t>(number(j, "step"))] = number(j, "val_loss", std::nan(""));
-    }
+    if (!line) continue;  // a line of another type
+    if (auto* run = std::get_if<resilience::RunLine>(&*line)) r.run = std::move(*run);
+    if (auto* step = std::get_if<StepRecord>(&*line)) steps[step->step] = std::move(*step);
+    if (auto* eval = std::get_if<EvalRecord>(&*line)) evals[eval->step] = std::move(*eval);
   }
   if (steps.empty())
     throw Error(ErrorKind::kInvalidArgument,
@@ -84,7 +50,12 @@ void read_metrics(const fs::path& file, RunDir& r) {
                             "at least one step, then run ht-report again",
                             file.string(), lines.size()));
   for (auto& [step, s] : steps) r.steps.push_back(std::move(s));
-  for (const auto& [step, v] : evals) r.evals.push_back({step, v});
+  for (auto& [step, e] : evals) r.evals.push_back(std::move(e));
+}
+
+double number(const nlohmann::json& j, const char* key, double fallback = 0) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
 }
 
 void read_checkpoints(const fs::path& dir, RunDir& r) {
@@ -129,6 +100,17 @@ void read_job_log(const fs::path& file, RunDir& r) {
 }
 
 }  // namespace
+
+std::map<std::string, double> memory_bytes(const StepRecord& step) {
+  std::map<std::string, double> out;
+  for (const auto& [key, value] : step.fields) {
+    if (key.size() <= 6 || !key.ends_with("_bytes")) continue;
+    if (const auto* i = std::get_if<std::int64_t>(&value)) out[key] = double(*i);
+    else if (const auto* u = std::get_if<std::uint64_t>(&value)) out[key] = double(*u);
+    else if (const auto* d = std::get_if<double>(&value); d && !std::isnan(*d)) out[key] = *d;  // NaN: null
+  }
+  return out;
+}
 
 RunDir read_run_dir(const std::string& path) {
   RunDir r;

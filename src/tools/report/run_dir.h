@@ -10,26 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "ht/resilience/run_protocol.h"
+
 namespace ht::report {
 
-/// One `{"type":"step"}` line of metrics.jsonl (src/train/metrics.cc).
-struct StepRecord {
-  std::int64_t step = 0;
-  double time_ms = 0;  // wall clock (ms since the epoch) when the step completed
-  double loss = 0, lr = 0, grad_norm = 0, step_ms = 0;
-  std::int64_t tokens = 0;  // tokens of the whole job in this step
-  double tokens_per_s = 0, loss_scale = 1;
-  bool skipped = false;
-  std::int64_t skipped_steps = 0;  // skipped so far (cumulative)
-  bool checkpoint = false, snapshot = false;
-  /// Fields ending in `_bytes` (memory figures), if the program recorded any.
-  std::map<std::string, double> memory_bytes;
-};
+/// The lines of metrics.jsonl, as the run protocol reads them
+/// (ht/resilience/run_protocol.h; written by src/train/metrics.cc).
+using StepRecord = ht::resilience::StepLine;
+using EvalRecord = ht::resilience::EvalLine;
 
-struct EvalRecord {
-  std::int64_t step = 0;
-  double val_loss = 0;
-};
+/// A step's fields ending in `_bytes` (memory figures), if the program
+/// recorded any, as numbers.
+std::map<std::string, double> memory_bytes(const StepRecord& step);
 
 /// A progress line of htrun_job.log (`step 12/24 | loss 5.2 | ... | 7 ms | ...`):
 /// it keeps the steps of every launch, where metrics.jsonl keeps the last one's.
@@ -49,9 +41,9 @@ struct CheckpointInfo {
 
 struct RunDir {
   std::string path;
-  nlohmann::json run = nlohmann::json::object();  // the latest `{"type":"run"}` line, {} when none
-  std::vector<StepRecord> steps;                  // in step order, each step once (its last record)
-  std::vector<EvalRecord> evals;
+  ht::resilience::RunLine run;              // the latest run line (no fields when none)
+  std::vector<StepRecord> steps;            // in step order, each step once (its last record)
+  std::vector<EvalRecord> evals;            // in step order, each step once (its last record)
   std::vector<CheckpointInfo> checkpoints;  // in step order
   std::optional<nlohmann::json> htrun;      // htrun_report.json, when htrun ran the job
   std::vector<LoggedStep> logged_steps;     // htrun_job.log, every launch, in log order
@@ -60,7 +52,8 @@ struct RunDir {
 
 /// Reads the run directory. Throws ht::IoError (kIo) when the directory or
 /// metrics.jsonl is missing or unreadable, and (kInvalidArgument) when
-/// metrics.jsonl holds no step or a line that is not JSON; the message names
+/// metrics.jsonl holds no step or a damaged line (not JSON, or a field of the
+/// wrong type) before its last (a crash cuts the last short); the message names
 /// the file and says what to run. htrun's files and the checkpoints are
 /// optional: a damaged manifest is skipped, a damaged htrun_report.json throws.
 RunDir read_run_dir(const std::string& path);

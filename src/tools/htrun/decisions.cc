@@ -1,0 +1,275 @@
+// htrun's decisions (decisions.h): who is to blame, when, what to check, how
+// long to wait. Pure functions of what the supervisor saw.
+#include "htrun/decisions.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+namespace htrun {
+
+using ht::resilience::ExitKind;
+using ht::resilience::Phase;
+
+int Placement::node_of_rank(int rank) const {
+  return rank >= 0 && rank / slots < int(active.size()) ? rank / slots : -1;
+}
+
+int Placement::node_of_host(const std::string& host) const {
+  for (std::size_t n = 0; n < active.size(); ++n)
+    if (active[n].host == host || active[n].host.substr(0, active[n].host.find('.')) == host) return int(n);
+  return -1;
+}
+
+double host_silence_s(double beat_interval_s) { return std::max(2.0, 10 * beat_interval_s); }
+
+std::optional<Finding> silent_host(const std::map<int, Heartbeat>& beats, const Placement& placement, double now_s,
+                                   double beat_interval_s) {
+  if (beat_interval_s <= 0) return std::nullopt;
+  const double silence = host_silence_s(beat_interval_s);
+  std::map<int, double> newest;  // each node's newest beat
+  for (const auto& [rank, h] : beats)
+    if (const int n = placement.node_of_rank(rank); n >= 0) newest[n] = std::max(newest[n], h.time_s());
+  for (const auto& [n, t] : newest)
+    if (now_s - t > silence &&
+        std::any_of(newest.begin(), newest.end(), [&](const auto& o) { return now_s - o.second < silence / 4; }))
+      return Finding{.kind = IncidentKind::kHostLost,
+                     .rank = n * placement.slots,
+                     .failed_at = t,
+                     .message = fmt::format("every rank on {} stopped beating {:.1f} s ago while the others beat on",
+                                            node_name(placement.active[std::size_t(n)]), now_s - t)};
+  return std::nullopt;
+}
+
+bool behind(const Heartbeat& a, const Heartbeat& b) {
+  const auto place = [](const Heartbeat& h) { return std::make_pair(h.step, h.phase); };
+  if (place(a) != place(b)) return place(a) < place(b);
+  return a.progress_ms < b.progress_ms;
+}
+
+std::optional<Finding> hang(const std::map<int, Heartbeat>& beats, double now_s, double last_step_done_s,
+                            double hang_timeout_s) {
+  // A step completed is progress of every rank (none completes a step
+  // alone): heartbeats are sampled, the step records are not.
+  const Heartbeat* hung = nullptr;
+  for (const auto& [rank, h] : beats)
+    if (!ht::resilience::starting(h.phase) && now_s - std::max(h.progress_s(), last_step_done_s) > hang_timeout_s &&
+        (!hung || behind(h, *hung)))
+      hung = &h;
+  if (!hung) return std::nullopt;
+  return Finding{.kind = IncidentKind::kHang, .rank = hung->rank, .failed_at = hung->progress_s(), .message = {}};
+}
+
+int start_laggard(const std::map<int, Heartbeat>& beats, int ranks) {
+  for (int r = 0; r < ranks; ++r)
+    if (!beats.count(r)) return r;
+  for (const Phase phase : {Phase::kLaunch, Phase::kStart})
+    for (int r = 0; r < ranks; ++r)
+      if (beats.at(r).phase == phase) return r;
+  return -1;
+}
+
+Finding start_not_finished(const std::map<int, Heartbeat>& beats, int laggard, double launched_at,
+                           double start_timeout_s, const std::string& program, const std::string& run_dir) {
+  Finding f{.kind = IncidentKind::kHang,
+            .rank = laggard,
+            .failed_at = launched_at + start_timeout_s,
+            .message = fmt::format("rank {} did not {} within the start timeout ({:g} s)", laggard,
+                                   beats.count(laggard) ? "finish starting" : "start", start_timeout_s)};
+  // Not one heartbeat from any rank: the program does not keep the contract
+  // (a program on ht::train::Job beats from its first moment).
+  if (beats.empty()) {
+    f.kind = IncidentKind::kNoHeartbeat;
+    f.rank = -1;
+    f.message = fmt::format(
+        "no rank wrote a heartbeat within the start timeout ({:g} s): '{}' does not keep htrun's contract "
+        "(heartbeats in {}/heartbeat/rank_R.json; programs built on ht::train::Job keep it; see docs/htrun.md)",
+        start_timeout_s, program, run_dir);
+  }
+  return f;
+}
+
+double last_beat(const std::map<int, Heartbeat>& beats, const Placement& placement, int node, double otherwise) {
+  double last = 0;
+  for (const auto& [rank, h] : beats)
+    if (node >= 0 && placement.node_of_rank(rank) == node) last = std::max(last, h.time_s());
+  return last > 0 ? last : otherwise;
+}
+
+int stale_node(const std::map<int, Heartbeat>& beats, const Placement& placement) {
+  // Each node's newest beat; the stalest node, if it fell silent more than
+  // a second (ten default beats of the tests, half a default beat) before
+  // every other node.
+  std::map<int, double> newest;
+  for (const auto& [rank, h] : beats)
+    if (const int n = placement.node_of_rank(rank); n >= 0) newest[n] = std::max(newest[n], h.time_s());
+  if (newest.size() < 2) return -1;
+  int stalest = -1;
+  for (const auto& [n, t] : newest)
+    if (stalest < 0 || t < newest[stalest]) stalest = n;
+  for (const auto& [n, t] : newest)
+    if (n != stalest && t - newest[stalest] < 1.0) return -1;
+  return stalest;
+}
+
+Incident classify(const Watch& w, const Placement& placement, double comm_timeout_s, const std::string& job_log) {
+  Incident i;
+  std::optional<IncidentKind> kind = w.kind;
+  i.message = w.message;
+  i.rank = w.failed_rank;
+  double failed_at = w.failed_at;
+  // What names the culprit, most direct first: the watch itself (a hang, a
+  // preemption); a rank's own record of its failure (a peer's communication
+  // failure is an effect, not the cause); the launcher's report of a rank
+  // killed or a host lost; the ranks that communication failures name; the
+  // host whose heartbeats stopped first. The rank that got least far is only
+  // the hang check's, for a job that stopped moving with every rank alive.
+  if (!kind)
+    for (const ExitRecord& e : w.exits) {
+      const auto own = ht::resilience::incident_of_exit(e.kind);
+      if (!own) continue;
+      kind = own;
+      i.rank = e.blamed_ranks.empty() ? e.rank : e.blamed_ranks.front();
+      i.message = e.message;
+      failed_at = e.time_s();
+      break;
+    }
+  // The launcher's reports: a rank killed, a host lost. A lost host that
+  // was reported first and is not the killed rank's is the cause (srun kills
+  // the other tasks of a step whose node failed, and says so after).
+  const bool lost_first =
+      !w.lost_host.host.empty() &&
+      (w.dead_rank.rank < 0 || (placement.node_of_host(w.lost_host.host) != placement.node_of_rank(w.dead_rank.rank) &&
+                                w.lost_host.time_s <= w.dead_rank.time_s));
+  if (!kind && w.dead_rank.rank >= 0 && !lost_first) {
+    kind = IncidentKind::kCrash;
+    i.rank = w.dead_rank.rank;
+    failed_at = last_beat(w.beats, placement, placement.node_of_rank(i.rank), w.dead_rank.time_s);
+  }
+  if (!kind && !w.lost_host.host.empty()) {
+    const int node = placement.node_of_host(w.lost_host.host);
+    kind = IncidentKind::kHostLost;
+    i.rank = node >= 0 ? node * placement.slots : -1;
+    i.message = fmt::format("the launcher lost host {}", w.lost_host.host);
+    failed_at = last_beat(w.beats, placement, node, w.lost_host.time_s);
+  }
+  if (!kind && !w.orphans.empty()) {
+    // Cut off: its ranks live on, stuck where the cut caught them, so the
+    // last change of their step or phase is when it came.
+    const int node = placement.node_of_rank(w.orphans.front());
+    kind = IncidentKind::kHostLost;
+    i.rank = w.orphans.front();
+    i.message = fmt::format("rank(s) {} beat on after the launcher was gone: their host is cut off from it",
+                            fmt::join(w.orphans, ","));
+    for (int r : w.orphans)
+      if (const auto h = w.beats.find(r); h != w.beats.end() && placement.node_of_rank(r) == node)
+        failed_at = std::max(failed_at, h->second.progress_s());
+  }
+  std::vector<int> suspect_indices;  // into placement.active
+  if (!kind) {
+    // Communication failures: the ranks each record names. A rank named by
+    // a rank it did not name itself is the culprit; ranks that name each
+    // other (a link cut between them) leave it to the health checks, which
+    // check every node they are on.
+    std::map<int, std::vector<int>> blames;
+    for (const ExitRecord& e : w.exits)
+      if (e.kind == ExitKind::kCommFailure) blames[e.rank] = e.blamed_ranks;
+    std::vector<int> named;
+    for (const auto& [rank, blamed] : blames)
+      for (int b : blamed) {
+        const auto back = blames.find(b);
+        const bool mutual = back != blames.end() && std::count(back->second.begin(), back->second.end(), rank) > 0;
+        if (!mutual && std::count(named.begin(), named.end(), b) == 0) named.push_back(b);
+        if (mutual) suspect_indices.push_back(placement.node_of_rank(b));
+      }
+    if (!named.empty() || !suspect_indices.empty()) {
+      kind = IncidentKind::kCommFailure;
+      i.rank = named.empty() ? -1 : named.front();
+      // The rank its peers waited for still beats but made no progress for
+      // longer than they waited: it hangs (stuck outside communication),
+      // and its peers' timeouts are the effect.
+      if (const auto h = w.beats.find(i.rank);
+          h != w.beats.end() && h->second.time_s() - h->second.progress_s() > 0.5 * comm_timeout_s)
+        kind = IncidentKind::kHang;
+      const ExitRecord& first = *std::find_if(w.exits.begin(), w.exits.end(),
+                                              [](const ExitRecord& e) { return e.kind == ExitKind::kCommFailure; });
+      i.message = first.message;
+      failed_at = named.empty() ? first.time_s() : last_beat(w.beats, placement, placement.node_of_rank(i.rank),
+                                                             first.time_s());
+    }
+  }
+  if (!kind) {
+    // Nothing said: the host whose ranks stopped beating well before the
+    // others did (a host gone with its processes), if there is one.
+    const int stale = stale_node(w.beats, placement);
+    kind = IncidentKind::kFailure;  // an exit nobody explained
+    if (stale >= 0) {
+      i.rank = stale * placement.slots;
+      failed_at = last_beat(w.beats, placement, stale, 0);
+      i.message = fmt::format("the launcher exited {}; the heartbeats of {} stopped first", w.exit_code,
+                              node_name(placement.active[std::size_t(stale)]));
+    } else {
+      i.message = fmt::format("the launcher exited {} and no rank said why (see {})", w.exit_code, job_log);
+    }
+  }
+  i.kind = *kind;
+  if (failed_at == 0) failed_at = w.detected_at;
+  const std::size_t node_index =
+      i.rank >= 0 ? std::size_t(i.rank / placement.slots) : placement.active.size();
+  if (node_index < placement.active.size()) {
+    i.node = placement.active[node_index].id;
+    i.host = placement.active[node_index].host;
+  }
+  for (int index : suspect_indices)
+    if (index >= 0 &&
+        std::count(i.suspect_nodes.begin(), i.suspect_nodes.end(), placement.active[std::size_t(index)].id) == 0)
+      i.suspect_nodes.push_back(placement.active[std::size_t(index)].id);
+  i.exit_code = w.exit_code;
+  i.detected_at = w.detected_at;
+  i.failed_at = failed_at;
+  i.detection_latency_s = std::max(0.0, w.detected_at - failed_at);
+  i.step_reached = w.reached;
+  i.steps_lost = std::max<std::int64_t>(0, w.reached - w.checkpoint_step);
+  return i;
+}
+
+std::string preemption_verdict(const Watch& w) {
+  // A rerun resumes from the newest checkpoint either way.
+  const std::int64_t newest = w.checkpoint_step;
+  if (newest > w.resume_step || (newest == w.reached && newest > 0))
+    return fmt::format("preempted: checkpoint of step {} saved, stopped", newest);
+  return fmt::format("preempted: no new checkpoint (the newest is step {}; the job had reached step {}), stopped",
+                     newest, w.reached);
+}
+
+bool failed_before_training(const Watch& w) {
+  return !w.kind && w.exits.empty() && w.dead_rank.rank < 0 && w.lost_host.host.empty() && w.first_step < 0 &&
+         w.reached == w.resume_step && w.exit_code < 128;
+}
+
+std::vector<Node> nodes_to_check(const Incident& incident, const std::vector<Node>& active) {
+  std::vector<Node> suspects;
+  const auto& named = incident.suspect_nodes;
+  for (const Node& n : active)
+    if (incident.kind != IncidentKind::kDivergence &&
+        (incident.kind == IncidentKind::kCorruption || n.id == incident.node ||
+         (incident.node < 0 && (named.empty() || std::count(named.begin(), named.end(), n.id) > 0))))
+      suspects.push_back(n);
+  return suspects;
+}
+
+bool cordon_even_if_healthy(const Incident& incident) {
+  return incident.kind == IncidentKind::kStraggler && incident.node >= 0;
+}
+
+int failures_in_a_row(int before, std::int64_t reached, std::int64_t resume_step) {
+  return reached > resume_step ? 0 : before + 1;
+}
+
+double backoff_s(int failures_in_a_row, double base_s) {
+  if (failures_in_a_row <= 0) return 0.0;
+  return std::min(kMaxBackoffS, base_s * double(1 << std::min(failures_in_a_row - 1, 5)));
+}
+
+}  // namespace htrun

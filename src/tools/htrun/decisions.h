@@ -1,0 +1,164 @@
+// htrun's decisions as pure functions: when the watch ends a launch itself (a
+// host gone silent, a hang, a start that never ends), who is to blame once a
+// launch has ended, which nodes to health-check, how long to wait before the
+// next launch. Each takes what the supervisor saw (the ranks' records, the
+// launcher's report, the active nodes, options, times in seconds since the
+// epoch) and returns values; the supervisor keeps the processes, files and
+// clocks (docs/htrun.md, "Who is to blame"; tests/resilience/htrun_decisions_test.cc).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ht/resilience/run_protocol.h"
+#include "htrun/cluster.h"
+#include "htrun/launcher_event.h"
+#include "htrun/report.h"
+
+namespace htrun {
+
+using ht::resilience::ExitRecord;
+using ht::resilience::Heartbeat;
+using ht::resilience::IncidentKind;
+
+/// Where a launch's ranks run: rank r on active[r / slots], so a node's
+/// ranks are consecutive.
+struct Placement {
+  std::vector<Node> active;
+  int slots = 1;
+
+  /// The index in `active` of the node that holds `rank`; -1 when none does.
+  int node_of_rank(int rank) const;
+  /// The index in `active` of the node on `host` (its name, or its name up
+  /// to the first dot, as launchers shorten it); -1 when none is.
+  int node_of_host(const std::string& host) const;
+};
+
+/// One launch as the supervisor watched it: what the watch itself declared,
+/// and what the ranks and the launcher left when the launch ended.
+struct Watch {
+  /// What the watch saw and ended the job for (a hang, a preemption, a host
+  /// gone silent, no heartbeat at all); nullopt when the job ended by itself.
+  std::optional<IncidentKind> kind;
+  std::string message;
+  int failed_rank = -1;
+  double failed_at = 0, detected_at = 0;
+  int exit_code = 0;        // the launcher's (128 + signal when killed)
+  LauncherEvent dead_rank;  // the launcher's report of a rank killed by a signal (rank -1: none)
+  LauncherEvent lost_host;  // the launcher's report of a host lost (host "": none)
+  std::map<int, Heartbeat> beats;  // the ranks' last heartbeats
+  std::vector<int> orphans;        // ranks that beat on after the launcher was gone
+  std::vector<ExitRecord> exits;   // what the ranks said, oldest first
+  std::int64_t checkpoint_step = 0;  // the newest committed checkpoint when the launch ended
+  std::int64_t resume_step = 0;      // the checkpoint the launch resumed from
+  std::int64_t reached = 0;          // the last step it completed, as far as anything tells
+  /// The first step this launch was seen to complete (a heartbeat or a step
+  /// line), -1 when none: it trained.
+  std::int64_t first_step = -1;
+  double launched_at = 0;
+  // What rank 0 recorded in metrics.jsonl during this launch: training began
+  // (the run line: where it resumed, from which tier), and each step
+  // completed, by step (exact times).
+  bool training_began = false;
+  std::int64_t resumed_from = -1;
+  std::string resume_tier;
+  std::map<std::int64_t, ht::resilience::StepLine> steps;
+  double last_step_done_s = 0;  // when the newest of them completed
+};
+
+/// What the watch declares when it ends a launch itself.
+struct Finding {
+  IncidentKind kind = IncidentKind::kHang;
+  int rank = -1;
+  double failed_at = 0;
+  std::string message;
+};
+
+// ---------------------------------------------------- while a launch runs
+
+/// How long a host's ranks must all be silent for it to be lost: ten beats,
+/// at least 2 s (a busy host may write late; a false alarm costs a restart).
+double host_silence_s(double beat_interval_s);
+/// A host gone silent: every rank of a node stopped beating host_silence_s()
+/// ago or longer, while another node's ranks beat within a quarter of that
+/// (a host that died with its processes, or lost the run directory). The
+/// first such node, its first rank blamed, failed at its newest beat.
+/// nullopt when none is, or `beat_interval_s` is not known (<= 0).
+std::optional<Finding> silent_host(const std::map<int, Heartbeat>& beats, const Placement& placement, double now_s,
+                                   double beat_interval_s);
+
+/// Whether `a` got less far than `b`: an earlier step, an earlier phase of
+/// the step (the protocol's order), or the same place reached earlier.
+bool behind(const Heartbeat& a, const Heartbeat& b);
+/// A hang: a rank past start-up whose progress (its own, or a step any rank
+/// completed, `last_step_done_s`) is older than `hang_timeout_s`. Peers go
+/// on until they block on the hung rank, so the rank that got least far is
+/// named, failed at its last progress.
+std::optional<Finding> hang(const std::map<int, Heartbeat>& beats, double now_s, double last_step_done_s,
+                            double hang_timeout_s);
+
+/// The rank a start waits for among `ranks`: the first with no heartbeat
+/// (stuck before MPI is up, and its peers with it), then the first whose
+/// MPI is not up (kLaunch), then the first still starting (kStart); -1 when
+/// every rank has started.
+int start_laggard(const std::map<int, Heartbeat>& beats, int ranks);
+/// A start that did not end within the start timeout: a hang of `laggard`,
+/// failed at the timeout; or, when no rank wrote any heartbeat, a program
+/// that does not keep the contract (kNoHeartbeat, named by `program`, its
+/// heartbeats expected under `run_dir`).
+Finding start_not_finished(const std::map<int, Heartbeat>& beats, int laggard, double launched_at,
+                           double start_timeout_s, const std::string& program, const std::string& run_dir);
+
+// ---------------------------------------------------- once it has ended
+
+/// When the ranks of active[node] last beat (`otherwise` when none did, or
+/// node < 0): the failure came after, to within a heartbeat interval.
+double last_beat(const std::map<int, Heartbeat>& beats, const Placement& placement, int node, double otherwise);
+/// The index of the node whose heartbeats stopped a second or more before
+/// every other node's, or -1 (fewer than two nodes beat, or none did so).
+int stale_node(const std::map<int, Heartbeat>& beats, const Placement& placement);
+
+/// Who is to blame for the end of launch `w`, most direct first: the watch
+/// itself; a rank's own exit record of its failure; the launcher's report
+/// of a rank killed or a host lost (a lost host reported before a rank
+/// killed elsewhere is the cause); ranks that outlived the launcher; the
+/// ranks communication failures name (a named rank that still beats without
+/// progress for half the ranks' `comm_timeout_s` hangs; ranks naming each
+/// other make both nodes suspects); the node whose heartbeats stopped first;
+/// else an unexplained failure (its message points at `job_log`). Fills
+/// the rank, node and host, the suspects (node ids), the failure time (see
+/// docs/htrun.md), the detection latency and the steps reached and lost.
+Incident classify(const Watch& w, const Placement& placement, double comm_timeout_s, const std::string& job_log);
+
+/// The verdict of a preempted launch: whether its save left a newer
+/// checkpoint than it started from.
+std::string preemption_verdict(const Watch& w);
+/// A launch that failed before any training with nothing said (no exit
+/// record, no launcher report, not killed by a signal): a usage error or a
+/// missing file, which fails again the same way.
+bool failed_before_training(const Watch& w);
+
+// ---------------------------------------------------- before the next
+
+/// The nodes to health-check after `incident`, in `active`'s order: the
+/// node at fault; every node when none is known (or only the suspects, when
+/// there are some) and after a corruption (any replica may lie); none after
+/// a divergence (the loss is summed over every rank: the numerics, not a node).
+std::vector<Node> nodes_to_check(const Incident& incident, const std::vector<Node>& active);
+/// Whether the node at fault is cordoned even when its check passes: a
+/// named straggler (the job asked for it).
+bool cordon_even_if_healthy(const Incident& incident);
+
+/// Launches in a row that failed without training past their checkpoint,
+/// counting the one that just ended (`reached` from `resume_step`): 0 after
+/// one that made progress.
+int failures_in_a_row(int before, std::int64_t reached, std::int64_t resume_step);
+inline constexpr double kMaxBackoffS = 30;
+/// The wait before the next launch, from the detection: none after progress,
+/// then `base_s`, doubling with each failure in a row, at most kMaxBackoffS.
+double backoff_s(int failures_in_a_row, double base_s);
+
+}  // namespace htrun

@@ -1,0 +1,53 @@
+// Fuzz target: the run protocol's readers (ht/resilience/run_protocol.h) on
+// whatever a crash, a disk or a person leaves in a heartbeat, an exit record
+// or a line of metrics.jsonl. The input's first byte picks the reader, the
+// rest is the text. Nothing may crash; a metrics line may only be refused
+// with ProtocolError; and what was read, written again, reads back to the
+// same text (one writer and one reader for each record).
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "fuzz_input.h"
+#include "ht/resilience/run_protocol.h"
+
+namespace {
+
+using namespace ht::resilience;
+
+// `first`, read from the input, written and read again: the same text.
+template <class Record, class Parse, class Format>
+void round_trip(const std::optional<Record>& first, Parse parse, Format format) {
+  if (!first) return;
+  const std::string written = format(*first);
+  std::optional<Record> second;
+  try {
+    second = parse(written);
+  } catch (const ProtocolError& e) {
+    throw std::logic_error("a line the protocol wrote is refused (" + std::string(e.what()) + "): " + written);
+  }
+  if (!second) throw std::logic_error("a record the protocol wrote does not read back: " + written);
+  if (format(*second) != written) throw std::logic_error("a record changed on its way back: " + written);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::string text(ht::fuzz::as_text(data + 1, size - 1));
+  switch (data[0] % 3) {
+    case 0: round_trip(parse_heartbeat(text), parse_heartbeat, format_heartbeat); break;
+    case 1: round_trip(parse_exit_record(text), parse_exit_record, format_exit_record); break;
+    default: {
+      std::optional<MetricsLine> line;
+      try {
+        line = parse_metrics_line(text);
+      } catch (const ProtocolError&) {
+        return 0;  // a damaged line, refused by name
+      }
+      round_trip(line, parse_metrics_line, format_metrics_line);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,414 @@
+// htrun's decisions (src/tools/htrun/decisions.h) on hand-made watches: who
+// is blamed and when it failed for each way a launch ends, what the watch
+// declares by itself, which nodes are health-checked, the back-off; and the
+// supervisor's back-off on its own clock, with a launcher that always fails.
+#include "htrun/decisions.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "htrun/supervisor.h"
+
+namespace htrun {
+namespace {
+
+namespace fs = std::filesystem;
+using ht::resilience::ExitKind;
+using ht::resilience::Phase;
+
+// Two nodes of two slots: ranks 0 and 1 on node 0 (host h0), 2 and 3 on node 1 (h1).
+Placement two_nodes() { return {{{0, "h0"}, {1, "h1"}}, 2}; }
+
+Heartbeat beat(int rank, double time_s, double progress_s, std::int64_t step = 5, Phase phase = Phase::kData) {
+  return {.rank = rank,
+          .host = rank < 2 ? "h0" : "h1",
+          .pid = 100 + rank,
+          .step = step,
+          .phase = phase,
+          .time_ms = std::llround(time_s * 1000),
+          .progress_ms = std::llround(progress_s * 1000),
+          .epoch = 1};
+}
+
+ExitRecord record(int rank, ExitKind kind, double time_s, std::vector<int> blamed = {}, std::string message = "") {
+  return {.rank = rank,
+          .code = 0,
+          .kind = kind,
+          .step = 5,
+          .phase = Phase::kGradientReduction,
+          .time_ms = std::llround(time_s * 1000),
+          .message = std::move(message),
+          .blamed_ranks = std::move(blamed),
+          .epoch = 1};
+}
+
+// A launch that ended at t = 100 s (the launcher exited 1) after every rank
+// beat at t = 99; it resumed from step 4 and reached step 6.
+Watch ended() {
+  Watch w;
+  w.exit_code = 1;
+  w.detected_at = 100;
+  w.resume_step = 4;
+  w.reached = 6;
+  w.checkpoint_step = 4;
+  for (int r = 0; r < 4; ++r) w.beats[r] = beat(r, 99, 98);
+  return w;
+}
+
+Incident judge(const Watch& w) { return classify(w, two_nodes(), /*comm_timeout_s=*/10, "run/htrun_job.log"); }
+
+TEST(HtrunClassify, CrashNamedByTheLauncher) {
+  Watch w = ended();
+  w.exit_code = 137;
+  w.dead_rank = {.rank = 3, .host = "", .time_s = 99.8};
+  w.beats[2] = beat(2, 99.4, 98);
+  w.beats[3] = beat(3, 99.1, 98);
+  const Incident i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kCrash);
+  EXPECT_EQ(i.rank, 3);
+  EXPECT_EQ(i.node, 1);
+  EXPECT_EQ(i.host, "h1");
+  EXPECT_DOUBLE_EQ(i.failed_at, 99.4) << "the newest beat of the node's ranks";
+  EXPECT_NEAR(i.detection_latency_s, 0.6, 1e-9);
+  EXPECT_EQ(i.step_reached, 6);
+  EXPECT_EQ(i.steps_lost, 2);
+  EXPECT_EQ(i.exit_code, 137);
+  // No beat from that node: the launcher's line is the failure time.
+  w.beats.erase(2), w.beats.erase(3);
+  EXPECT_DOUBLE_EQ(judge(w).failed_at, 99.8);
+}
+
+TEST(HtrunClassify, HostLostBeforeARankKilledElsewhereBlamesTheHost) {
+  // srun: the node of h1 failed, then srun ended rank 0's task.
+  Watch w = ended();
+  w.lost_host = {.rank = -1, .host = "h1", .time_s = 99.5};
+  w.dead_rank = {.rank = 0, .host = "", .time_s = 99.6};
+  w.beats[2] = beat(2, 97, 96);
+  w.beats[3] = beat(3, 97.5, 96);
+  Incident i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kHostLost);
+  EXPECT_EQ(i.rank, 2) << "the host's first rank";
+  EXPECT_EQ(i.node, 1);
+  EXPECT_EQ(i.message, "the launcher lost host h1");
+  EXPECT_DOUBLE_EQ(i.failed_at, 97.5);
+  // Reported after the rank was killed: the crash is the cause.
+  w.lost_host.time_s = 99.7;
+  i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kCrash);
+  EXPECT_EQ(i.rank, 0);
+  // The killed rank's own host lost: the rank is named.
+  w.lost_host = {.rank = -1, .host = "h0", .time_s = 99.5};
+  EXPECT_EQ(judge(w).kind, IncidentKind::kCrash);
+  // A lost host alone; named by its short name.
+  w.dead_rank = {};
+  w.lost_host = {.rank = -1, .host = "h1", .time_s = 99.5};
+  Placement long_names{{{0, "h0.cluster"}, {1, "h1.cluster"}}, 2};
+  i = classify(w, long_names, 10, "log");
+  EXPECT_EQ(i.kind, IncidentKind::kHostLost);
+  EXPECT_EQ(i.node, 1);
+  // A host no node is on: no rank, the launcher's line the failure time.
+  w.lost_host.host = "elsewhere";
+  i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kHostLost);
+  EXPECT_EQ(i.rank, -1);
+  EXPECT_DOUBLE_EQ(i.failed_at, 99.5);
+}
+
+TEST(HtrunClassify, RanksThatOutlivedTheLauncher) {
+  Watch w = ended();
+  w.orphans = {2, 3};
+  w.beats[2] = beat(2, 101, 95.5);
+  w.beats[3] = beat(3, 101, 96.25);
+  const Incident i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kHostLost);
+  EXPECT_EQ(i.rank, 2);
+  EXPECT_EQ(i.node, 1);
+  EXPECT_NE(i.message.find("rank(s) 2,3 beat on after the launcher was gone"), std::string::npos) << i.message;
+  EXPECT_DOUBLE_EQ(i.failed_at, 96.25) << "their last progress: when the cut caught them";
+}
+
+TEST(HtrunClassify, CommunicationFailures) {
+  // A rank named by peers it did not name: the culprit, failed at its node's last beat.
+  Watch w = ended();
+  w.exits = {record(0, ExitKind::kCommFailure, 99.2, {3}, "all_reduce timed out"),
+             record(1, ExitKind::kCommFailure, 99.3, {3})};
+  w.beats[2] = beat(2, 97, 97);
+  w.beats[3] = beat(3, 97.2, 97.2);
+  Incident i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kCommFailure);
+  EXPECT_EQ(i.rank, 3);
+  EXPECT_EQ(i.node, 1);
+  EXPECT_EQ(i.message, "all_reduce timed out");
+  EXPECT_DOUBLE_EQ(i.failed_at, 97.2);
+  EXPECT_TRUE(i.suspect_nodes.empty());
+  // Still beating, without progress for more than half the ranks' timeout: a hang.
+  w.beats[3] = beat(3, 99.5, 90);
+  i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kHang);
+  EXPECT_EQ(i.rank, 3);
+  EXPECT_DOUBLE_EQ(i.failed_at, 99.5);
+  // Ranks that name each other (a link cut): no culprit, both nodes suspects.
+  w = ended();
+  w.exits = {record(0, ExitKind::kCommFailure, 99.2, {2}), record(2, ExitKind::kCommFailure, 99.4, {0})};
+  i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kCommFailure);
+  EXPECT_EQ(i.rank, -1);
+  EXPECT_EQ(i.node, -1);
+  EXPECT_EQ(i.suspect_nodes, (std::vector<int>{1, 0}));
+  EXPECT_DOUBLE_EQ(i.failed_at, 99.2) << "the first record";
+  const auto checked = nodes_to_check(i, two_nodes().active);
+  ASSERT_EQ(checked.size(), 2u);
+  EXPECT_EQ(checked[0].id, 0);
+  EXPECT_EQ(checked[1].id, 1);
+}
+
+TEST(HtrunClassify, ExitRecordsOfTheirOwnFailure) {
+  Watch w = ended();
+  // A peer's communication failure first, then the rank that diverged: the divergence is the cause.
+  w.exits = {record(2, ExitKind::kCommFailure, 99.0, {1}), record(1, ExitKind::kDivergence, 99.1, {}, "loss nan")};
+  Incident i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kDivergence);
+  EXPECT_EQ(i.rank, 1);
+  EXPECT_EQ(i.message, "loss nan");
+  EXPECT_DOUBLE_EQ(i.failed_at, 99.1);
+  // A straggler named by the record's writer.
+  w.exits = {record(0, ExitKind::kStraggler, 99.0, {3})};
+  i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kStraggler);
+  EXPECT_EQ(i.rank, 3);
+  EXPECT_EQ(i.node, 1);
+  // Ranks preempted by someone else (Slurm signalled them).
+  w.exits = {record(0, ExitKind::kPreempted, 99.0), record(1, ExitKind::kPreempted, 99.0)};
+  EXPECT_EQ(judge(w).kind, IncidentKind::kPreemption);
+  // The watch's own finding comes before any record.
+  w.kind = IncidentKind::kHang;
+  w.failed_rank = 2;
+  w.failed_at = 90;
+  i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kHang);
+  EXPECT_EQ(i.rank, 2);
+  EXPECT_DOUBLE_EQ(i.detection_latency_s, 10);
+}
+
+TEST(HtrunClassify, NothingSaidIsAFailure) {
+  Watch w = ended();
+  Incident i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kFailure);
+  EXPECT_EQ(i.rank, -1);
+  EXPECT_EQ(i.message, "the launcher exited 1 and no rank said why (see run/htrun_job.log)");
+  EXPECT_DOUBLE_EQ(i.failed_at, 100) << "nothing tells: the detection";
+  EXPECT_DOUBLE_EQ(i.detection_latency_s, 0);
+  // A node whose beats stopped a second or more before the other's.
+  w.beats[2] = beat(2, 97.5, 97);
+  w.beats[3] = beat(3, 97.9, 97);
+  i = judge(w);
+  EXPECT_EQ(i.kind, IncidentKind::kFailure);
+  EXPECT_EQ(i.rank, 2);
+  EXPECT_DOUBLE_EQ(i.failed_at, 97.9);
+  EXPECT_EQ(i.message, "the launcher exited 1; the heartbeats of node 1 (h1) stopped first");
+  // Within a second: no node stands out.
+  w.beats[3] = beat(3, 98.2, 97);
+  EXPECT_EQ(judge(w).rank, -1);
+  EXPECT_EQ(stale_node(w.beats, two_nodes()), -1);
+}
+
+TEST(HtrunWatch, ASilentHost) {
+  std::map<int, Heartbeat> beats;
+  for (int r = 0; r < 4; ++r) beats[r] = beat(r, r < 2 ? 99.9 : 97, 90);
+  const auto f = silent_host(beats, two_nodes(), 100, /*beat_interval_s=*/0.1);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->kind, IncidentKind::kHostLost);
+  EXPECT_EQ(f->rank, 2);
+  EXPECT_DOUBLE_EQ(f->failed_at, 97);
+  EXPECT_EQ(f->message, "every rank on node 1 (h1) stopped beating 3.0 s ago while the others beat on");
+  // Not yet: 2 s at least, ten beats of a slower interval.
+  EXPECT_DOUBLE_EQ(host_silence_s(0.1), 2);
+  EXPECT_DOUBLE_EQ(host_silence_s(0.5), 5);
+  EXPECT_FALSE(silent_host(beats, two_nodes(), 100, 0.5));
+  // Every node silent (the run directory, not a host) or the interval unknown.
+  for (int r = 0; r < 2; ++r) beats[r] = beat(r, 97.5, 90);
+  EXPECT_FALSE(silent_host(beats, two_nodes(), 100, 0.1));
+  EXPECT_FALSE(silent_host(beats, two_nodes(), 100, 0));
+}
+
+TEST(HtrunWatch, HangNamesTheRankThatGotLeastFar) {
+  // Both ranks in step 5, stalled: the one in an earlier phase of the step
+  // got less far. Loss reduction and snapshot are phases of the step (an
+  // order that lacked them put them after "finish").
+  std::map<int, Heartbeat> beats{{0, beat(0, 99, 10, 5, Phase::kCheckpoint)}, {1, beat(1, 99, 10, 5, Phase::kLossReduction)}};
+  auto f = hang(beats, 100, 0, 30);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->kind, IncidentKind::kHang);
+  EXPECT_EQ(f->rank, 1);
+  EXPECT_DOUBLE_EQ(f->failed_at, 10);
+  beats = {{0, beat(0, 99, 10, 5, Phase::kStepDone)}, {1, beat(1, 99, 10, 5, Phase::kSnapshot)}};
+  EXPECT_EQ(hang(beats, 100, 0, 30)->rank, 1);
+  beats = {{0, beat(0, 99, 10, 5, Phase::kFinish)}, {1, beat(1, 99, 10, 5, Phase::kLossReduction)}};
+  EXPECT_EQ(hang(beats, 100, 0, 30)->rank, 1);
+  // An earlier step; then the same place, reached earlier.
+  beats = {{0, beat(0, 99, 10, 4, Phase::kFinish)}, {1, beat(1, 99, 10, 5, Phase::kData)}};
+  EXPECT_EQ(hang(beats, 100, 0, 30)->rank, 0);
+  beats = {{0, beat(0, 99, 12, 5, Phase::kData)}, {1, beat(1, 99, 11, 5, Phase::kData)}};
+  EXPECT_EQ(hang(beats, 100, 0, 30)->rank, 1);
+  // A step completed recently is everyone's progress; a rank starting up is the start timeout's.
+  EXPECT_FALSE(hang(beats, 100, 80, 30));
+  beats = {{0, beat(0, 99, 10, 0, Phase::kStart)}, {1, beat(1, 99, 10, 0, Phase::kLaunch)}};
+  EXPECT_FALSE(hang(beats, 100, 0, 30));
+  EXPECT_TRUE(behind(beat(0, 1, 1, 5, Phase::kLossReduction), beat(1, 1, 1, 5, Phase::kCheckpoint)));
+  EXPECT_FALSE(behind(beat(0, 1, 1, 5, Phase::kSnapshot), beat(1, 1, 1, 5, Phase::kReplicaCheck)));
+}
+
+TEST(HtrunWatch, AStartThatNeverEnds) {
+  std::map<int, Heartbeat> beats{{0, beat(0, 9, 9, 0, Phase::kStart)}, {2, beat(2, 9, 9, 0, Phase::kLaunch)},
+                                 {3, beat(3, 9, 9, 0, Phase::kLaunch)}};
+  EXPECT_EQ(start_laggard(beats, 4), 1) << "no heartbeat first";
+  beats[1] = beat(1, 9, 9, 0, Phase::kStart);
+  EXPECT_EQ(start_laggard(beats, 4), 2) << "then MPI not up";
+  beats[2] = beats[3] = beat(2, 9, 9, 1, Phase::kData);
+  EXPECT_EQ(start_laggard(beats, 4), 0) << "then still starting";
+  beats[0] = beats[1] = beat(0, 9, 9, 1, Phase::kData);
+  EXPECT_EQ(start_laggard(beats, 4), -1);
+
+  beats.erase(1);
+  Finding f = start_not_finished(beats, 1, 50, 5, "gpt_train", "runs/x");
+  EXPECT_EQ(f.kind, IncidentKind::kHang);
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_DOUBLE_EQ(f.failed_at, 55);
+  EXPECT_EQ(f.message, "rank 1 did not start within the start timeout (5 s)");
+  EXPECT_EQ(start_not_finished(beats, 0, 50, 5, "gpt_train", "runs/x").message,
+            "rank 0 did not finish starting within the start timeout (5 s)");
+  f = start_not_finished({}, 0, 50, 5, "gpt_train", "runs/x");
+  EXPECT_EQ(f.kind, IncidentKind::kNoHeartbeat);
+  EXPECT_EQ(f.rank, -1);
+  EXPECT_NE(f.message.find("'gpt_train' does not keep htrun's contract (heartbeats in runs/x/heartbeat/rank_R.json"),
+            std::string::npos)
+      << f.message;
+}
+
+TEST(HtrunNext, NodesHealthCheckedForEachKind) {
+  const std::vector<Node> active{{0, ""}, {1, ""}, {2, ""}};
+  auto ids = [&](const Incident& i) {
+    std::vector<int> out;
+    for (const Node& n : nodes_to_check(i, active)) out.push_back(n.id);
+    return out;
+  };
+  Incident i;
+  i.node = 1;
+  for (IncidentKind k : {IncidentKind::kCrash, IncidentKind::kHostLost, IncidentKind::kHang, IncidentKind::kStraggler,
+                         IncidentKind::kCommFailure, IncidentKind::kFailure}) {
+    i.kind = k;
+    EXPECT_EQ(ids(i), std::vector<int>{1}) << incident_kind_name(k);
+  }
+  i.kind = IncidentKind::kDivergence;
+  EXPECT_TRUE(ids(i).empty()) << "the numerics, not a node";
+  i.kind = IncidentKind::kCorruption;
+  EXPECT_EQ(ids(i), (std::vector<int>{0, 1, 2})) << "any replica may lie";
+  i.kind = IncidentKind::kFailure;
+  i.node = -1;
+  EXPECT_EQ(ids(i), (std::vector<int>{0, 1, 2})) << "no node known";
+  i.kind = IncidentKind::kCommFailure;
+  i.suspect_nodes = {2, 0};
+  EXPECT_EQ(ids(i), (std::vector<int>{0, 2})) << "the ends of a cut link";
+
+  i = {};
+  i.kind = IncidentKind::kStraggler;
+  i.node = 2;
+  EXPECT_TRUE(cordon_even_if_healthy(i));
+  i.node = -1;
+  EXPECT_FALSE(cordon_even_if_healthy(i));
+  i.kind = IncidentKind::kHang;
+  i.node = 2;
+  EXPECT_FALSE(cordon_even_if_healthy(i));
+}
+
+TEST(HtrunNext, BackoffDoublesUpToItsCap) {
+  EXPECT_EQ(failures_in_a_row(0, 4, 4), 1);
+  EXPECT_EQ(failures_in_a_row(1, 4, 4), 2);
+  EXPECT_EQ(failures_in_a_row(3, 5, 4), 0) << "a launch that trained past its checkpoint";
+  EXPECT_DOUBLE_EQ(backoff_s(0, 1), 0);
+  EXPECT_DOUBLE_EQ(backoff_s(1, 1), 1);
+  EXPECT_DOUBLE_EQ(backoff_s(2, 1), 2);
+  EXPECT_DOUBLE_EQ(backoff_s(3, 1), 4);
+  EXPECT_DOUBLE_EQ(backoff_s(5, 1), 16);
+  EXPECT_DOUBLE_EQ(backoff_s(6, 1), kMaxBackoffS);
+  EXPECT_DOUBLE_EQ(backoff_s(40, 0.5), 16) << "the doubling stops at 32 times the base";
+  EXPECT_DOUBLE_EQ(backoff_s(3, 10), kMaxBackoffS);
+}
+
+TEST(HtrunNext, FailedBeforeTrainingAndPreemption) {
+  Watch w;
+  w.exit_code = 1;
+  w.resume_step = w.reached = 4;
+  EXPECT_TRUE(failed_before_training(w));
+  w.exit_code = 137;
+  EXPECT_FALSE(failed_before_training(w)) << "killed by a signal";
+  w.exit_code = 1;
+  w.first_step = 5;
+  EXPECT_FALSE(failed_before_training(w)) << "it trained";
+  w.first_step = -1;
+  w.exits = {record(0, ExitKind::kError, 1)};
+  EXPECT_FALSE(failed_before_training(w)) << "it said why";
+
+  Watch p;
+  p.resume_step = 4, p.reached = 7, p.checkpoint_step = 7;
+  EXPECT_EQ(preemption_verdict(p), "preempted: checkpoint of step 7 saved, stopped");
+  p.checkpoint_step = 4;
+  EXPECT_EQ(preemption_verdict(p),
+            "preempted: no new checkpoint (the newest is step 4; the job had reached step 7), stopped");
+}
+
+// The supervisor on a clock of the test's own: a launcher that fails at once
+// with a new code each time (so no "twice in a row" stop) is relaunched
+// after a back-off of 1, 2 and 4 s of that clock, with no real waiting,
+// until the restarts run out.
+TEST(HtrunSupervisor, BackoffOnItsOwnClock) {
+  const fs::path dir = fs::temp_directory_path() / ("htrun_decisions_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path launcher = dir / "launcher.sh";
+  std::ofstream(launcher) << "#!/bin/sh\nn=$(cat '" << (dir / "count").string()
+                          << "' 2>/dev/null || echo 0)\nn=$((n + 1))\necho $n > '" << (dir / "count").string()
+                          << "'\nexit $((2 + n))\n";
+  fs::permissions(launcher, fs::perms::owner_all);
+
+  double clock_s = 1000;
+  double backoff_sleeps_s = 0;  // the back-off waits in steps of 0.05 s, the watch polls in 0.1 s
+  Clock clock{.now = [&] { return clock_s; },
+              .sleep = [&](double s) {
+                clock_s += s;
+                if (s < 0.075) backoff_sleeps_s += s;
+                ::usleep(1000);  // let the launcher run
+              }};
+  SupervisorOptions o;
+  o.run_dir = (dir / "run").string();
+  o.max_restarts = 3;
+  o.backoff_s = 1;
+  o.start_timeout_s = 0;
+  o.health = false;
+  o.program = {"train"};
+  Cluster cluster = Cluster::local(1);
+  cluster.set_mpirun(launcher.string());
+  const auto wall_start = std::chrono::steady_clock::now();
+  const Report report = Supervisor(o, cluster, clock).run();
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+
+  EXPECT_EQ(report.exit_code, kSupervisorGaveUp);
+  EXPECT_EQ(report.verdict, "gave up after 3 restarts");
+  EXPECT_EQ(report.restarts, 3);
+  ASSERT_EQ(report.incidents.size(), 4u);
+  for (const Incident& i : report.incidents) EXPECT_EQ(i.kind, IncidentKind::kFailure);
+  EXPECT_EQ(report.incidents.back().exit_code, 6);
+  EXPECT_NEAR(backoff_sleeps_s, 1 + 2 + 4, 0.2);
+  EXPECT_GE(report.wall_s, 7) << "the report's wall time is the supervisor's clock";
+  EXPECT_LT(wall_s, 5) << "the back-off waited on the test's clock";
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace htrun
