@@ -394,6 +394,7 @@ std::string Checkpointer::snapshot(const RunState& state, const std::vector<opti
   snapshot_stats_ = {};
   snapshot_stats_.step = state.step;
   snapshot_stats_.bytes = image ? layout.bytes : 0;
+  snapshot_stats_.fresh_image = image && impl_->memory->last_image_fresh();
   impl_->memory_task->start(
       [impl = impl_.get(), stats = &snapshot_stats_, m = std::move(m), image, error]() mutable {
         const double cpu0 = thread_cpu_ms();

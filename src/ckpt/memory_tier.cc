@@ -45,34 +45,6 @@ void read_bytes(const std::string& path, char* dst, std::int64_t bytes) {
   ::close(fd);
 }
 
-// The directory for step `step`'s snapshot under `dir` (a rank's, or the
-// replicas it holds), as <step>.tmp, made of the pages already there: a
-// leftover of an interrupted write, else the oldest committed step when two
-// are kept (the newest stays whole until the new one commits), else a new
-// directory. Its manifest goes first, so nothing in it reads as committed.
-std::string recycle(const std::string& dir, std::int64_t step) {
-  const std::string tmp = checkpoint_dir(dir, step) + ".tmp";
-  std::error_code ec;
-  ht::detail::make_directories(dir);
-  if (!fs::exists(tmp)) {
-    std::string from;
-    for (const auto& e : fs::directory_iterator(dir, ec))
-      if (e.path().extension() == ".tmp") from = e.path().string();
-    const std::vector<CommittedCheckpoint> all = committed_checkpoints(dir);
-    if (from.empty() && all.size() >= 2) from = all.front().dir;
-    if (!from.empty()) {
-      fs::rename(from, tmp, ec);
-      HT_CHECK(!ec, ErrorKind::kIo, "cannot reuse '{}' for the memory snapshot of step {}: {}", from, step,
-               ec.message());
-    }
-  }
-  fs::remove(fs::path(tmp) / kManifestName, ec);
-  ec = ht::detail::make_directories(tmp);
-  HT_CHECK(!ec, ErrorKind::kIo, "cannot create '{}' (is the memory tier's directory writable?): {}", tmp,
-           ec.message());
-  return tmp;
-}
-
 // Writes `m` beside the image in `dir`'s <step>.tmp and renames it into
 // place (`before_rename` between the two: fault rehearsals), then keeps the
 // newest two.
@@ -223,9 +195,76 @@ std::string MemoryTier::replica_dir() const {
   return (fs::path(dir_) / node_ / fmt::format("replica_of_rank_{:05d}", source_)).string();
 }
 
+// The directory for step `step`'s snapshot under `dir`, as <step>.tmp, made
+// of what is already there: a leftover of an interrupted write, else the
+// oldest committed step when two are kept (the newest stays whole until the
+// new one commits), else a new directory; its manifest goes first, so
+// nothing in it reads as committed. Its image `file`, `bytes` long, keeps
+// the mapping it had: pages of a mapping written before take writes at
+// memory speed, where a fresh mapping's first write of each page costs
+// about a microsecond (1.1 s for the 124M model's 742 MB on the reference
+// VM, against 45 ms once mapped: docs/benchmarks.md).
+std::shared_ptr<MappedFile> MemoryTier::image_for(const std::string& dir, ImageCache& cache, std::int64_t step,
+                                                  const std::string& file, std::int64_t bytes, bool* fresh) {
+  const std::string name = fs::path(checkpoint_dir(dir, step)).filename().string();
+  const std::string tmp = checkpoint_dir(dir, step) + ".tmp";
+  std::error_code ec;
+  ht::detail::make_directories(dir);
+  std::string from_name = name;  // whose directory (and mapping) this becomes
+  if (!fs::exists(tmp)) {
+    std::string from;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == ".tmp") from = e.path().string();
+    const std::vector<CommittedCheckpoint> all = committed_checkpoints(dir);
+    if (from.empty() && all.size() >= 2) from = all.front().dir;
+    if (!from.empty()) {
+      fs::rename(from, tmp, ec);
+      HT_CHECK(!ec, ErrorKind::kIo, "cannot reuse '{}' for the memory snapshot of step {}: {}", from, step,
+               ec.message());
+      from_name = fs::path(from).stem().string();  // "step_00000010" of ".../step_00000010[.tmp]"
+      if (fs::path(from).extension() != ".tmp") from_name = fs::path(from).filename().string();
+    }
+  }
+  fs::remove(fs::path(tmp) / kManifestName, ec);
+  ec = ht::detail::make_directories(tmp);
+  HT_CHECK(!ec, ErrorKind::kIo, "cannot create '{}' (is the memory tier's directory writable?): {}", tmp,
+           ec.message());
+  const std::string path = (fs::path(tmp) / file).string();
+  std::shared_ptr<MappedFile> mapped;
+  if (const auto it = cache.find(from_name);
+      it != cache.end() && it->second->bytes() == bytes && fs::exists(path, ec)) {
+    mapped = it->second;
+    cache.erase(it);
+  } else {
+    mapped = MappedFile::open(path, bytes);
+    if (fresh) *fresh = true;
+  }
+  // Only the mappings of directories still there stay (a step pruned or
+  // recycled goes), and this one under its new name.
+  for (auto it = cache.begin(); it != cache.end();)
+    it = fs::exists(fs::path(dir) / it->first, ec) ? std::next(it) : cache.erase(it);
+  cache[name] = mapped;
+  return mapped;
+}
+
+void MemoryTier::prepare_spare(const std::string& dir, ImageCache& cache, const std::string& file,
+                               std::int64_t bytes) {
+  if (cache.size() >= 2) return;
+  const std::string spare = (fs::path(dir) / "step_spare.tmp").string();
+  std::error_code ec;
+  if (fs::exists(spare, ec)) return;
+  ec = ht::detail::make_directories(spare);
+  if (ec) return;  // the next snapshot maps its image itself
+  try {
+    cache["step_spare"] = MappedFile::open((fs::path(spare) / file).string(), bytes, /*touch=*/true);
+  } catch (const std::exception&) {
+    fs::remove_all(spare, ec);
+  }
+}
+
 std::shared_ptr<MappedFile> MemoryTier::begin(std::int64_t step, std::int64_t bytes) {
-  const std::string tmp = recycle(own_dir(), step);
-  return MappedFile::open((fs::path(tmp) / snapshot_file_name(rank())).string(), bytes);
+  last_fresh_ = false;
+  return image_for(own_dir(), own_images_, step, snapshot_file_name(rank()), bytes, &last_fresh_);
 }
 
 std::string MemoryTier::write(std::int64_t step, Manifest manifest, std::shared_ptr<MappedFile> image,
@@ -239,6 +278,7 @@ std::string MemoryTier::write(std::int64_t step, Manifest manifest, std::shared_
       commit(step, manifest, own_dir(), [&] {
         if (hook_) hook_(step, "commit");
       });
+      prepare_spare(own_dir(), own_images_, snapshot_file_name(rank()), image->bytes());
     } catch (const std::exception& e) {
       error = fmt::format("memory snapshot of step {} not written: {}", step, e.what());
       image.reset();
@@ -262,8 +302,7 @@ std::string MemoryTier::write(std::int64_t step, Manifest manifest, std::shared_
       Tensor in_image = Tensor::empty({0}, DType::kI32);
       if (in.file > 0) {
         try {
-          replica = MappedFile::open(
-              (fs::path(recycle(replica_dir(), step)) / snapshot_file_name(source_)).string(), in.file);
+          replica = image_for(replica_dir(), replica_images_, step, snapshot_file_name(source_), in.file);
           in_image = view_of(replica, 0, in.file / 4, DType::kI32);
         } catch (const std::exception& e) {  // received all the same, into scratch, so the peer is not left waiting
           replica_error = e.what();
@@ -284,6 +323,7 @@ std::string MemoryTier::write(std::int64_t step, Manifest manifest, std::shared_
         commit(step, received, replica_dir(), [&] {
           if (hook_) hook_(step, "replica-commit");
         });
+        prepare_spare(replica_dir(), replica_images_, snapshot_file_name(source_), in.file);
       }
     } catch (const std::exception& e) {
       if (error.empty()) error = fmt::format("memory snapshot of step {} not replicated: {}", step, e.what());

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,8 @@ class MemoryTier {
   /// kept, or a leftover of an interrupted one, becomes <step>.tmp. Throws
   /// IoError (no room in the tier's file system, say).
   std::shared_ptr<MappedFile> begin(std::int64_t step, std::int64_t bytes);
+  /// Whether the last begin() mapped its image afresh (SnapshotStats::fresh_image).
+  bool last_image_fresh() const { return last_fresh_; }
   /// Commits the image begin() gave, filled, with `manifest` (its pieces'
   /// offsets and checksums), then sends it to the peer and stores the
   /// source's (collective over the tier's communicator: every rank calls it
@@ -80,10 +83,23 @@ class MemoryTier {
   void set_phase_hook(PhaseHook hook) { hook_ = std::move(hook); }
 
  private:
+  // The mappings of the images this rank keeps (its own, and the replicas
+  // it holds), by their step directory's name ("step_00000012").
+  using ImageCache = std::map<std::string, std::shared_ptr<MappedFile>>;
+  std::shared_ptr<MappedFile> image_for(const std::string& dir, ImageCache& cache, std::int64_t step,
+                                        const std::string& file, std::int64_t bytes, bool* fresh = nullptr);
+  /// Until `dir` has two images mapped, maps and writes a spare one of
+  /// `bytes` ahead of time (<dir>/step_spare.tmp, which the next step takes
+  /// over), on the snapshot thread, so that the next snapshot's copy is not
+  /// the first write of fresh pages.
+  void prepare_spare(const std::string& dir, ImageCache& cache, const std::string& file, std::int64_t bytes);
+
   std::string dir_, node_;
   std::unique_ptr<comm::Communicator> comm_;
   int peer_ = -1, source_ = -1;
   PhaseHook hook_;
+  ImageCache own_images_, replica_images_;
+  bool last_fresh_ = false;
 };
 
 }  // namespace ht::ckpt::detail

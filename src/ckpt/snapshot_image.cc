@@ -55,7 +55,7 @@ ImageLayout image_layout(const std::vector<std::int64_t>& piece_bytes) {
   return l;
 }
 
-std::shared_ptr<MappedFile> MappedFile::open(const std::string& path, std::int64_t bytes) {
+std::shared_ptr<MappedFile> MappedFile::open(const std::string& path, std::int64_t bytes, bool touch) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)
     throw IoError(ErrorKind::kIo, fmt::format("cannot open memory snapshot image '{}': {}", path, std::strerror(errno)));
@@ -81,6 +81,7 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path, std::int64
                     fmt::format("cannot map memory snapshot image '{}' ({} bytes): {}", path, bytes, std::strerror(err)));
     }
   }
+  if (touch && data) std::memset(data, 0, std::size_t(bytes));
   return std::shared_ptr<MappedFile>(new MappedFile(path, fd, data, bytes));
 }
 

@@ -41,9 +41,12 @@ ImageLayout image_layout(const std::vector<std::int64_t>& piece_bytes);
 class MappedFile {
  public:
   /// Opens (creating) `path`, makes it `bytes` long and maps it with its
-  /// pages faulted in now (a reused file's are there already). Throws
-  /// IoError naming the path (no space in the tmpfs, say).
-  static std::shared_ptr<MappedFile> open(const std::string& path, std::int64_t bytes);
+  /// pages faulted in now (a reused file's are there already); with `touch`,
+  /// also writes every page once, so that the mapping takes writes at memory
+  /// speed from then on (a mapping's first write of each page is slow:
+  /// memory_tier.cc). Throws IoError naming the path (no space in the
+  /// tmpfs, say).
+  static std::shared_ptr<MappedFile> open(const std::string& path, std::int64_t bytes, bool touch = false);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

@@ -1,6 +1,10 @@
 // htrun's reading of its launcher's output: which lines name a rank killed
 // or a host lost, for each kind of node set, and which name nothing.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "htrun/cluster.h"
 
@@ -46,6 +50,29 @@ TEST(LauncherEvent, OrdinaryLinesNameNothing) {
     EXPECT_EQ(e.rank, -1) << line;
     EXPECT_EQ(e.host, "") << line;
   }
+}
+
+// The ranks on other machines get only the variables mpirun names with -x:
+// the launch's epoch and communication timeout must be among them, or a
+// cut-off rank of an old launch would not fence itself.
+TEST(JobCommand, HostfileExportsTheLaunchVariables) {
+  const std::filesystem::path hostfile =
+      std::filesystem::temp_directory_path() / ("launcher_event_test_" + std::to_string(::getpid()));
+  std::ofstream(hostfile) << "h1 slots=2\nh2 slots=2\n";
+  int slots = 0;
+  const Cluster c = Cluster::from_hostfile(hostfile.string(), &slots);
+  std::filesystem::remove(hostfile);
+  ASSERT_EQ(slots, 2);
+  const std::vector<std::string> cmd =
+      c.job_command(c.nodes(), slots, {"prog"}, {}, {"HT_LAUNCH_EPOCH=3", "HT_COMM_TIMEOUT=10"});
+  auto exported = [&](const std::string& name) {
+    for (std::size_t i = 0; i + 1 < cmd.size(); ++i)
+      if (cmd[i] == "-x" && cmd[i + 1] == name) return true;
+    return false;
+  };
+  EXPECT_TRUE(exported("HT_LAUNCH_EPOCH"));
+  EXPECT_TRUE(exported("HT_COMM_TIMEOUT"));
+  EXPECT_EQ(cmd.back(), "prog");
 }
 
 }  // namespace

@@ -120,6 +120,11 @@ struct SnapshotStats {
   double replicate_ms = 0;  // background: the exchange with the peer, and storing its replica
   double cpu_ms = 0;        // the snapshot thread's own CPU time (what it takes from training on busy cores)
   std::int64_t bytes = 0;   // this rank's snapshot file
+  /// The copy went into pages mapped afresh (a run's first snapshot, or a
+  /// changed size): slower than the snapshots after it, so not what an
+  /// interval should be chosen by (the next image is mapped and written
+  /// ahead of time, in the background).
+  bool fresh_image = false;
 };
 
 /// Where the last load_latest() found its state.

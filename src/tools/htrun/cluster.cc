@@ -50,12 +50,14 @@ std::vector<std::string> hosts_of(const std::vector<Node>& nodes) {
 
 /// mpirun passes its own environment only to ranks on its own machine;
 /// these variables (hypertrain's, and the threading and device settings) go
-/// to the other machines by name, sorted.
-std::vector<std::string> exported_env_flags() {
+/// to the other machines by name, sorted: those of htrun's environment and
+/// those the launch sets (`launch_env`, "NAME=value").
+std::vector<std::string> exported_env_flags(const std::vector<std::string>& launch_env) {
   static const char* const kPrefixes[] = {"HT_", "OMP_", "OPENBLAS_", "NCCL_", "CUDA_VISIBLE_DEVICES"};
   std::vector<std::string> names;
-  for (char** e = environ; *e; ++e) {
-    const std::string entry(*e);
+  std::vector<std::string> entries(launch_env);
+  for (char** e = environ; *e; ++e) entries.emplace_back(*e);
+  for (const std::string& entry : entries) {
     const std::string name = entry.substr(0, entry.find('='));
     for (const char* prefix : kPrefixes)
       if (name.rfind(prefix, 0) == 0) {
@@ -64,6 +66,7 @@ std::vector<std::string> exported_env_flags() {
       }
   }
   std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
   std::vector<std::string> flags;
   for (const std::string& name : names) flags.insert(flags.end(), {"-x", name});
   return flags;
@@ -205,7 +208,8 @@ std::string Cluster::describe() const {
 
 std::vector<std::string> Cluster::job_command(const std::vector<Node>& active, int slots,
                                               const std::vector<std::string>& program,
-                                              const std::vector<std::string>& launcher_args) const {
+                                              const std::vector<std::string>& launcher_args,
+                                              const std::vector<std::string>& env) const {
   const std::string ranks = std::to_string(int(active.size()) * slots);
   // When a rank dies, mpirun ends the others with TERM and, a second later,
   // KILL. The ranks take TERM as a preemption, which cannot finish with a
@@ -225,7 +229,7 @@ std::vector<std::string> Cluster::job_command(const std::vector<Node>& active, i
       // By slot: a node's ranks are consecutive, in the order of --host.
       cmd = {mpirun_, "-np", ranks, "--host", fmt::format("{}", fmt::join(hosts, ",")), "--map-by", "slot"};
       cmd.insert(cmd.end(), kill_at_once.begin(), kill_at_once.end());
-      for (const std::string& flag : exported_env_flags()) cmd.push_back(flag);
+      for (const std::string& flag : exported_env_flags(env)) cmd.push_back(flag);
       break;
     }
     case ClusterKind::kSlurm:
@@ -270,7 +274,7 @@ std::vector<std::string> Cluster::on_node(const Node& node, const std::vector<st
       cmd = {mpirun_, "-np", "1", "--host", node.host + ":1", "--mca", "plm_rsh_args",
              fmt::format("-o ConnectTimeout={} -o ServerAliveInterval=2 -o ServerAliveCountMax=2",
                          std::max(1, int(connect_timeout_s)))};
-      for (const std::string& flag : exported_env_flags()) cmd.push_back(flag);
+      for (const std::string& flag : exported_env_flags({})) cmd.push_back(flag);
       break;
     case ClusterKind::kSlurm:
       cmd = {"srun", "--nodes=1", "--ntasks=1", "--nodelist=" + node.host, "--overlap"};

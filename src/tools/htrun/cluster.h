@@ -53,13 +53,16 @@ class Cluster {
 
   /// The launcher command that runs `program` with `slots` ranks on each of
   /// `active` (in order: rank r is on active[r / slots]), with
-  /// `launcher_args` passed to mpirun/srun. With a hostfile, the HT_*,
-  /// OMP_*, OPENBLAS_*, NCCL_* and CUDA_VISIBLE_DEVICES variables set here
-  /// are exported to the ranks (mpirun -x); srun exports the whole
-  /// environment itself.
+  /// `launcher_args` passed to mpirun/srun. `env` ("NAME=value") is what
+  /// the launch sets for its ranks in the launcher's environment (the
+  /// launch epoch, the communication timeout). With a hostfile, those and
+  /// the HT_*, OMP_*, OPENBLAS_*, NCCL_* and CUDA_VISIBLE_DEVICES variables
+  /// set here are exported to the ranks by name (mpirun -x); srun exports
+  /// the whole environment itself.
   std::vector<std::string> job_command(const std::vector<Node>& active, int slots,
                                        const std::vector<std::string>& program,
-                                       const std::vector<std::string>& launcher_args) const;
+                                       const std::vector<std::string>& launcher_args,
+                                       const std::vector<std::string>& env = {}) const;
   /// Environment the job needs ("NAME=value").
   std::vector<std::string> job_env() const;
   /// `command` run once on `node` (health checks), through the same

@@ -63,10 +63,10 @@ std::string Supervisor::node_name(int id) const {
   return fmt::format("node {}", id);
 }
 
-std::vector<std::string> Supervisor::job_command() const {
+std::vector<std::string> Supervisor::job_command(const std::vector<std::string>& env) const {
   std::vector<std::string> program = options_.program;
   program.insert(program.end(), {"--run-dir", options_.run_dir, "--resume", "auto"});
-  return cluster_.job_command(active_, options_.slots, program, options_.launcher_args);
+  return cluster_.job_command(active_, options_.slots, program, options_.launcher_args, env);
 }
 
 std::string Supervisor::plan() const {
@@ -100,7 +100,7 @@ Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
   env.push_back(fmt::format("HT_LAUNCH_EPOCH={}", epoch_));
   if (cluster_.kind() == ClusterKind::kLocal)
     env.push_back(fmt::format("HT_SIMULATED_NODES={}:{}", options_.slots, fmt::join(ids, ",")));
-  Job job(job_command(), env, (fs::path(options_.run_dir) / "htrun_job.log").string(), /*echo=*/true,
+  Job job(job_command(env), env, (fs::path(options_.run_dir) / "htrun_job.log").string(), /*echo=*/true,
           [this](const std::string& line) { return cluster_.launcher_event(line); });
 
   Watch w;

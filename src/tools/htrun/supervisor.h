@@ -55,7 +55,7 @@ class Supervisor {
   std::string plan() const;
 
  private:
-  std::vector<std::string> job_command() const;
+  std::vector<std::string> job_command(const std::vector<std::string>& env = {}) const;
   Watch launch_and_watch(int launch, std::int64_t resume_step);
   Placement placement() const { return {active_, options_.slots}; }
   double now() const { return clock_.now(); }
