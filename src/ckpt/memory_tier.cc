@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "core/clock.h"
 #include "core/files.h"
@@ -166,7 +167,8 @@ MemoryTier::MemoryTier(std::string dir, std::string node, std::unique_ptr<comm::
   Tensor all = Tensor::empty({2 * world}, DType::kI32);
   comm_->all_gather(mine, all)->wait();
   const std::vector<std::int32_t> v = all.to_vector<std::int32_t>();
-  std::vector<int> node_of(std::size_t(world), 0);
+  std::vector<int>& node_of = node_of_;
+  node_of.assign(std::size_t(world), 0);
   std::map<std::pair<int, int>, int> index;  // label hash -> node number, in order of first rank
   for (int r = 0; r < world; ++r)
     node_of[std::size_t(r)] =
@@ -263,6 +265,10 @@ void MemoryTier::prepare_spare(const std::string& dir, ImageCache& cache, const 
 }
 
 std::shared_ptr<MappedFile> MemoryTier::begin(std::int64_t step, std::int64_t bytes) {
+  if (first_begin_) {
+    first_begin_ = false;
+    remove_stale_dirs();
+  }
   last_fresh_ = false;
   return image_for(own_dir(), own_images_, step, snapshot_file_name(rank()), bytes, &last_fresh_);
 }
@@ -333,33 +339,90 @@ std::string MemoryTier::write(std::int64_t step, Manifest manifest, std::shared_
   return error;
 }
 
-int MemoryTier::Plan::pulled() const { return int(std::count(from_peer.begin(), from_peer.end(), true)); }
+int MemoryTier::Plan::pulled() const { return int(std::count_if(holder.begin(), holder.end(), [](int h) { return h >= 0; })); }
+
+namespace {
+// The rank a directory of a node's memory holds ("rank_R", "replica_of_rank_R"), -1 for another name.
+int subject_of(const std::string& name) {
+  for (const std::string prefix : {"rank_", "replica_of_rank_"})
+    if (name.rfind(prefix, 0) == 0 && name.size() == prefix.size() + 5 &&
+        std::all_of(name.begin() + std::ptrdiff_t(prefix.size()), name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return std::stoi(name.substr(prefix.size()));
+  return -1;
+}
+}  // namespace
+
+std::string MemoryTier::held_copy(int subject, std::int64_t step) const {
+  for (const std::string name : {fmt::format("rank_{:05d}", subject), fmt::format("replica_of_rank_{:05d}", subject)}) {
+    const std::string d = checkpoint_dir((fs::path(dir_) / node_ / name).string(), step);
+    std::error_code ec;
+    if (fs::exists(fs::path(d) / kManifestName, ec)) return d;
+  }
+  return "";
+}
+
+void MemoryTier::remove_stale_dirs() const {
+  // The node's lowest rank decides for the node; its ranks write only
+  // their own directories and the replicas of their sources.
+  const int me = rank(), world = comm_->size();
+  std::set<std::string> kept;
+  for (int r = 0; r < world; ++r) {
+    if (node_of_[std::size_t(r)] != node_of_[std::size_t(me)]) continue;
+    if (r < me) return;
+    kept.insert(fmt::format("rank_{:05d}", r));
+    if (source_ >= 0) kept.insert(fmt::format("replica_of_rank_{:05d}", (r - (me - source_) + world) % world));
+  }
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(fs::path(dir_) / node_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (subject_of(name) >= 0 && !kept.count(name)) {
+      std::error_code ignored;
+      fs::remove_all(e.path(), ignored);
+    }
+  }
+}
 
 MemoryTier::Plan MemoryTier::newest_common(std::int64_t at_least) {
   const int world = comm_->size();
-  std::vector<std::int32_t> mine = newest_two(own_dir());
-  for (std::int32_t s : newest_two(replica_dir())) mine.push_back(s);
-  Tensor all = Tensor::empty({4 * world}, DType::kI32);
-  comm_->all_gather(Tensor::from_vector(mine, {4}), all)->wait();
+  // What this node holds, as (rank, step) pairs: every directory of its
+  // memory, its newest two steps.
+  std::vector<std::int32_t> mine;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(fs::path(dir_) / node_, ec)) {
+    const int subject = subject_of(e.path().filename().string());
+    if (subject < 0 || subject >= world) continue;
+    for (std::int32_t s : newest_two(e.path().string()))
+      if (s >= 0 && s >= at_least) mine.insert(mine.end(), {subject, s});
+  }
+  Tensor counts = Tensor::empty({world}, DType::kI32);
+  comm_->all_gather(Tensor::from_vector(std::vector<std::int32_t>{std::int32_t(mine.size())}, {1}), counts)->wait();
+  const std::vector<std::int32_t> count = counts.to_vector<std::int32_t>();
+  const std::int32_t width = std::max(2, *std::max_element(count.begin(), count.end()));
+  mine.resize(std::size_t(width), -1);
+  Tensor all = Tensor::empty({std::int64_t(width) * world}, DType::kI32);
+  comm_->all_gather(Tensor::from_vector(mine, {width}), all)->wait();
   const std::vector<std::int32_t> v = all.to_vector<std::int32_t>();
-  auto own_has = [&](int r, std::int64_t s) { return v[std::size_t(4 * r)] == s || v[std::size_t(4 * r + 1)] == s; };
-  // Rank r's replica is held by its peer, the rank whose source r is.
-  auto peer_has = [&](int r, std::int64_t s) {
-    if (peer_ < 0) return false;
-    const int slots = (peer_ - rank() + world) % world;
-    const int holder = (r + slots) % world;
-    return v[std::size_t(4 * holder + 2)] == s || v[std::size_t(4 * holder + 3)] == s;
-  };
+  // holds[{r, s}]: the ranks whose node holds rank r's snapshot of step s.
+  std::map<std::pair<int, std::int64_t>, std::vector<int>> holds;
   std::vector<std::int64_t> candidates;
-  for (std::int32_t s : v)
-    if (s >= 0 && s >= at_least) candidates.push_back(s);
+  for (int q = 0; q < world; ++q)
+    for (std::int32_t k = 0; k + 1 < count[std::size_t(q)]; k += 2) {
+      const std::int32_t subject = v[std::size_t(q * width + k)], s = v[std::size_t(q * width + k + 1)];
+      holds[{subject, s}].push_back(q);
+      candidates.push_back(s);
+    }
   std::sort(candidates.rbegin(), candidates.rend());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
   for (std::int64_t s : candidates) {
-    Plan plan{s, std::vector<bool>(std::size_t(world), false)};
+    Plan plan{s, std::vector<int>(std::size_t(world), -1)};
     bool everyone = true;
     for (int r = 0; r < world && everyone; ++r) {
-      everyone = own_has(r, s) || peer_has(r, s);
-      plan.from_peer[std::size_t(r)] = !own_has(r, s);
+      const auto it = holds.find({r, s});
+      everyone = it != holds.end();
+      if (!everyone) break;
+      const bool on_its_node = std::any_of(it->second.begin(), it->second.end(),
+                                           [&](int q) { return node_of_[std::size_t(q)] == node_of_[std::size_t(r)]; });
+      if (!on_its_node) plan.holder[std::size_t(r)] = it->second.front();
     }
     if (everyone) return plan;
   }
@@ -367,33 +430,43 @@ MemoryTier::Plan MemoryTier::newest_common(std::int64_t at_least) {
 }
 
 std::string MemoryTier::fetch(const Plan& plan) {
-  const std::string own = checkpoint_dir(own_dir(), plan.step);
+  const int me = rank();
   std::string error;
-  if (peer_ >= 0 && plan.pulled() > 0) {
-    // Each rank sends the replica it holds when its source needs it, and
-    // receives its own copy from its peer when it needs it.
-    const bool source_needs = plan.from_peer[std::size_t(source_)];
-    const bool i_need = plan.from_peer[std::size_t(rank())];
+  // Each copy not on its rank's node travels from its holder, one transfer
+  // after another in rank order (every rank walks the same list, so the
+  // pairs meet), into the rank's own directory.
+  for (int r = 0; r < comm_->size(); ++r) {
+    const int from = plan.holder[std::size_t(r)];
+    if (from < 0 || (me != from && me != r)) continue;
     Sizes out_sizes, in_sizes;
     Tensor out = Tensor::empty({0}, DType::kI32);
-    try {
-      if (source_needs) out = pack(checkpoint_dir(replica_dir(), plan.step), source_, &out_sizes);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "warning: [rank %d] the replica of rank %d's memory snapshot of step %lld is unreadable: %s\n",
-                   rank(), source_, (long long)plan.step, e.what());
-      out_sizes = {};
+    if (me == from) {
+      try {
+        out = pack(held_copy(r, plan.step), r, &out_sizes);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "warning: [rank %d] the copy of rank %d's memory snapshot of step %lld is unreadable: %s\n",
+                     me, r, (long long)plan.step, e.what());
+        out_sizes = {};
+      }
     }
-    const Tensor in = exchange(*comm_, out, out_sizes, source_needs ? source_ : -1, i_need ? peer_ : -1, &in_sizes);
-    if (i_need) {
-      HT_CHECK(in_sizes.file > 0, ErrorKind::kIo,
-               "rank {}, which holds this rank's replica, could not send the memory snapshot of step {}", peer_,
-               plan.step);
-      unpack(in, in_sizes, rank(), own);
+    const Tensor in = exchange(*comm_, out, out_sizes, me == from ? r : -1, me == r ? from : -1, &in_sizes);
+    if (me != r) continue;
+    if (in_sizes.file <= 0) {
+      error = fmt::format("rank {}, whose node holds this rank's memory snapshot of step {}, could not send it", from,
+                          plan.step);
+      continue;
+    }
+    try {
+      unpack(in, in_sizes, me, checkpoint_dir(own_dir(), plan.step));
+    } catch (const std::exception& e) {
+      error = e.what();
     }
   }
-  HT_CHECK(fs::exists(fs::path(own) / kManifestName), ErrorKind::kIo,
-           "memory snapshot of step {} is missing from '{}'", plan.step, own);
-  return own;
+  HT_CHECK(error.empty(), ErrorKind::kIo, "{}", error);
+  const std::string held = held_copy(me, plan.step);
+  HT_CHECK(!held.empty(), ErrorKind::kIo, "memory snapshot of step {} of rank {} is missing from '{}'", plan.step, me,
+           (fs::path(dir_) / node_).string());
+  return held;
 }
 
 void MemoryTier::discard() {

@@ -14,6 +14,12 @@
 // The replica's holder ("peer") is the rank of the same local index on the
 // next node, when the nodes hold equal, consecutive blocks of ranks (htrun's
 // and mpirun's by-slot placement); with one node there is none.
+//
+// A resume finds rank R's state wherever a node still holds it — under
+// rank_R or replica_of_rank_R, whichever rank wrote it there before the
+// nodes changed (a spare brought in moves the ranks): read in place on the
+// node the new rank R runs on, else sent by a rank of the node that holds it.
+// Directories no rank of the node writes any more go at its first snapshot.
 #pragma once
 
 #include <cstdint>
@@ -60,16 +66,17 @@ class MemoryTier {
                     double* write_ms, double* replicate_ms);
 
   /// What every rank can load from memory: the newest step, not older than
-  /// `at_least`, that each rank has in its own node's memory or its peer holds.
+  /// `at_least`, of which each rank's state is in its own node's memory or
+  /// in another node's.
   struct Plan {
-    std::int64_t step = -1;       // -1: none
-    std::vector<bool> from_peer;  // per rank: its copy comes from the peer
+    std::int64_t step = -1;   // -1: none
+    std::vector<int> holder;  // per rank: the rank that sends its copy, -1 when its node holds it
     int pulled() const;
   };
   /// Collective.
   Plan newest_common(std::int64_t at_least);
   /// Collective: brings the plan's snapshot into this node's memory (from
-  /// the peer where the plan says so) and returns its step directory.
+  /// its holder where the plan says so) and returns its step directory.
   /// Throws (after taking part in every transfer) when this rank's copy
   /// could not be had.
   std::string fetch(const Plan& plan);
@@ -94,9 +101,18 @@ class MemoryTier {
   /// the first write of fresh pages.
   void prepare_spare(const std::string& dir, ImageCache& cache, const std::string& file, std::int64_t bytes);
 
+  /// The step directory of `subject`'s snapshot of `step` on this node
+  /// (its own or a replica, whoever wrote it), "" when there is none.
+  std::string held_copy(int subject, std::int64_t step) const;
+  /// Removes the directories of this node that no rank of it writes any
+  /// more (left by ranks placed otherwise before a resume).
+  void remove_stale_dirs() const;
+
   std::string dir_, node_;
   std::unique_ptr<comm::Communicator> comm_;
   int peer_ = -1, source_ = -1;
+  std::vector<int> node_of_;  // per rank: its node's number
+  bool first_begin_ = true;
   PhaseHook hook_;
   ImageCache own_images_, replica_images_;
   bool last_fresh_ = false;

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,13 +90,22 @@ class MemoryTier : public ::testing::Test {
 
   // Resumes and checks where from, then trains to the end: every loss and
   // every final weight equal to the reference's.
-  void resume_and_compare(const test::GPTRunOptions& o, std::int64_t step, const std::string& tier, int pulled) {
+  // `after_first_step` runs once the first step's snapshot is written.
+  void resume_and_compare(const test::GPTRunOptions& o, std::int64_t step, const std::string& tier, int pulled,
+                          const std::function<void()>& after_first_step = {}) {
     test::GPTEngine t(o, data_, mesh_.get());
     ASSERT_EQ(t.engine.resumed_from(), step);
     EXPECT_EQ(t.engine.checkpointer()->last_load().tier, tier);
     EXPECT_EQ(t.engine.checkpointer()->last_load().pulled, pulled);
     std::vector<float> resumed;
-    for (std::int64_t i = step; i < 2 * kSteps; ++i) resumed.push_back(t.engine.step().loss);
+    for (std::int64_t i = step; i < 2 * kSteps; ++i) {
+      resumed.push_back(t.engine.step().loss);
+      if (i == step && after_first_step) {
+        EXPECT_EQ(t.engine.checkpointer()->wait_snapshot(), "");
+        mesh_->world().barrier()->wait();
+        after_first_step();
+      }
+    }
     EXPECT_EQ(resumed, std::vector<float>(straight_.begin() + step, straight_.end()));
     const std::map<std::string, Tensor> weights = t.engine.full_parameters();
     for (const auto& [name, want] : straight_weights_)
@@ -132,6 +143,30 @@ TEST_F(MemoryTier, ALostNodesRanksPullTheirCopyFromThePeer) {
   if (mesh_->world().rank() == 0) fs::remove_all(dir.path() + "/mem/node1");
   mesh_->world().barrier()->wait();
   resume_and_compare(o, kSteps, "memory+peer", world_size_ / 2);
+}
+
+// The first node is lost and a spare comes last: every rank moves, so each
+// finds its state under another rank's directory. The ranks now on node 1
+// read the replicas node 1 holds in place; those on the spare (node 2) get
+// their copies from node 1's ranks, which held them as their own.
+TEST_F(MemoryTier, TheFirstNodeLostEveryRankFindsItsCopyWhereverItIs) {
+  if (world_size_ == 1) GTEST_SKIP() << "one node: no peer holds a replica";
+  const test::SharedTempDir dir(mesh_->world(), "ht_mem_tier_moved");
+  const test::GPTRunOptions o = train_and_stop(dir);
+  if (mesh_->world().rank() == 0) fs::remove_all(dir.path() + "/mem/node0");
+  mesh_->world().barrier()->wait();
+  ::setenv("HT_SIMULATED_NODES", world_size_ == 4 ? "2:1,2" : "1:1,2", 1);
+  const std::string node1 = dir.path() + "/mem/node1";
+  resume_and_compare(o, kSteps, "memory+peer", world_size_ / 2, [&] {
+    // Node 1 keeps only what its ranks write now: their own snapshots and
+    // the replicas of their sources (node 2's ranks).
+    std::set<std::string> names;
+    for (const fs::directory_entry& e : fs::directory_iterator(node1)) names.insert(e.path().filename().string());
+    const std::set<std::string> want =
+        world_size_ == 4 ? std::set<std::string>{"rank_00000", "rank_00001", "replica_of_rank_00002", "replica_of_rank_00003"}
+                         : std::set<std::string>{"rank_00000", "replica_of_rank_00001"};
+    EXPECT_EQ(names, want);
+  });
 }
 
 TEST_F(MemoryTier, ADamagedSnapshotFallsBackToDisk) {

@@ -16,6 +16,14 @@
 #               cordons it, resumes on h1 + h3, ends on the clean weights; the
 #               ranks left on h2 fence themselves (a newer launch's epoch),
 #               so nothing of theirs remains once the link is back
+#   chaos       a fault-free run, then the same run with a host crash or a
+#               cut link every CHAOS_EVERY s (default 20; crashes and cuts
+#               in turn, on a host the job runs on), each host brought back
+#               (booted, healed) CHAOS_REPAIR s later (default 8) so that
+#               htrun readmits it as a spare (--readmit-after); CHAOS_STEPS
+#               steps (default 8000, about a minute of training). The chaos
+#               run must end on the fault-free run's weights, blame only
+#               hosts that were hit, and cordon no other
 #   slurm-crash, slurm-partition
 #               the same faults under Slurm (tests/cluster/slurm_testbed.sh:
 #               slurmctld on h0, a slurmd on each host), htrun inside
@@ -53,6 +61,7 @@ train=(--text "$text" --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 -
        --eval-samples 4 --sample-tokens 0 --heartbeat 0.1 --steps "$steps" --ckpt-every 100 --mem-ckpt-every 10
        --zero 2)
 
+htrun_args=(--hang-timeout 15)
 start_run() {  # start_run NAME: htrun on h0, in the background ($run_pid); under Slurm for slurm-* scenarios
   rm -rf "$work/$1"
   local nodes=(--hostfile "$work/hosts") launcher=()
@@ -60,7 +69,7 @@ start_run() {  # start_run NAME: htrun on h0, in the background ($run_pid); unde
     nodes=()
     launcher=(env SLURM_CONF="$SLURM_CONF" salloc -N3 --ntasks-per-node=1 --no-kill)
   fi
-  tb_exec h0 "${launcher[@]}" "$htrun" "${nodes[@]}" --spares 1 --run-dir "$work/$1" --backoff 0.2 --hang-timeout 15 \
+  tb_exec h0 "${launcher[@]}" "$htrun" "${nodes[@]}" --spares 1 --run-dir "$work/$1" --backoff 0.2 "${htrun_args[@]}" \
     --grace 2 --connect-timeout 2 -- "$gpt" "${train[@]}" > "$work/$1.log" 2>&1 &
   run_pid=$!
 }
@@ -161,6 +170,87 @@ case "$scenario" in
     sleep 1
     if tb_exec h2 pgrep -f gpt_train > /dev/null; then fail "a rank of the given-up launch still runs on h2"; fi
     measured partition "$fault" ;;
+  chaos)
+    steps=${CHAOS_STEPS:-8000} every=${CHAOS_EVERY:-20} repair=${CHAOS_REPAIR:-8}
+    for i in "${!train[@]}"; do
+      case "${train[$i]}" in
+        --steps) train[i + 1]=$steps ;;
+        --ckpt-every) train[i + 1]=2000 ;;
+      esac
+    done
+    # A partition must be a named communication failure within seconds:
+    # the ranks' timeout is two thirds of the hang timeout.
+    htrun_args=(--hang-timeout 6 --readmit-after 5 --max-restarts 100)
+    start_run fault_free
+    finish_run fault_free
+    start_run chaos
+    : > "$work/faults"
+    n=0
+    while kill -0 "$run_pid" 2> /dev/null; do
+      sleep "$every"
+      # A host the current launch runs on, once it trains (its ranks beat
+      # with the newest epoch past start-up).
+      host=
+      for i in $(seq 200); do
+        kill -0 "$run_pid" 2> /dev/null || break
+        host=$(python3 - "$work/chaos" "$n" <<'PY'
+import glob, json, sys
+run, n = sys.argv[1], int(sys.argv[2])
+try:
+    epoch = int(open(run + "/launch_epoch").read())
+except (OSError, ValueError):
+    sys.exit()
+hosts = set()
+for f in glob.glob(run + "/heartbeat/rank_*.json"):
+    try:
+        b = json.load(open(f))
+    except (OSError, ValueError):
+        continue
+    if b.get("epoch") == epoch and b.get("step", 0) > 0:
+        hosts.add(b["host"])
+if len(hosts) == 2:
+    print(sorted(hosts)[n % 2])
+PY
+)
+        [ -n "$host" ] && break
+        sleep 0.1
+      done
+      [ -n "$host" ] || break
+      at=$(date +%s.%N)
+      if [ $((n % 2)) = 0 ]; then kind=crash; tb_crash "$host"; else kind=cut; tb_cut "$host"; fi
+      echo "$at $kind $host" >> "$work/faults"
+      n=$((n + 1))
+      sleep "$repair"
+      if [ "$kind" = crash ]; then tb_boot "$host"; else tb_heal "$host"; fi
+    done
+    finish_run chaos
+    [ "$n" -ge 2 ] || fail "only $n fault(s) fell in the run: give it more steps (CHAOS_STEPS)"
+    diff <(checksums "$work/fault_free") <(checksums "$work/chaos") > /dev/null ||
+      fail "the chaos run's final weights differ from the fault-free run's"
+    hit=$(awk '{print $3}' "$work/faults" | sort -u | tr '\n' ' ')
+    expect_report chaos "all(x['host'] in '$hit'.split() for x in r['incidents']) and len(r['incidents']) >= 1"
+    python3 - "$work" "$n" <<'PY' || fail "a host that was not hit was cordoned, or an incident blamed one"
+import json, sys
+work, n = sys.argv[1], int(sys.argv[2])
+r = json.load(open(work + "/chaos/htrun_report.json"))
+clean = json.load(open(work + "/fault_free/htrun_report.json"))
+hosts = {0: "h1", 1: "h2", 2: "h3"}
+hit = {line.split()[2] for line in open(work + "/faults")}
+assert all(hosts[c] in hit for c in r["cordoned_nodes"]), r["cordoned_nodes"]
+kinds = [i["kind"] for i in r["incidents"]]
+faults = sorted(float(line.split()[0]) for line in open(work + "/faults"))
+# Each incident from the fault before its detection (the real fault time).
+detect = [i["detected_at"] - max(t for t in faults if t <= i["detected_at"]) for i in r["incidents"]]
+print("# measured: chaos: {} faults in {:.0f} s ({}), {} incident(s) ({}), {} restart(s), readmitted {}; goodput {:.1f}% "
+      "against the fault-free run's {:.1f}%: {:.1f}% of it; mean detection {:.2f} s, mean recovery {:.2f} s; "
+      "final weights equal".format(
+          n, r["wall_s"], ", ".join(l.split()[1] + " " + l.split()[2] for l in open(work + "/faults")),
+          len(kinds), ", ".join(kinds), r["restarts"], r.get("readmitted_nodes"), 100 * r["goodput"],
+          100 * clean["goodput"], 100 * r["goodput"] / clean["goodput"],
+          sum(detect) / len(detect),
+          sum(i.get("recovery_s", 0) for i in r["incidents"]) / len(kinds)))
+PY
+    ;;
   slurm-crash | slurm-partition)
     tb_slurm_up
     start_run "$scenario"

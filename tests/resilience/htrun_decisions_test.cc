@@ -367,6 +367,14 @@ TEST(HtrunNext, FailedBeforeTrainingAndPreemption) {
 // with a new code each time (so no "twice in a row" stop) is relaunched
 // after a back-off of 1, 2 and 4 s of that clock, with no real waiting,
 // until the restarts run out.
+TEST(HtrunNext, NodesToReadmitAfterTheirTime) {
+  const std::map<int, double> cordoned_at{{3, 100.0}, {1, 110.0}, {2, 119.5}};
+  EXPECT_EQ(nodes_to_readmit(cordoned_at, 120, 10), (std::vector<int>{1, 3})) << "in id order, at the limit included";
+  EXPECT_EQ(nodes_to_readmit(cordoned_at, 120, 0), (std::vector<int>{1, 2, 3}));
+  EXPECT_TRUE(nodes_to_readmit(cordoned_at, 1e9, -1).empty()) << "a negative delay: never";
+  EXPECT_TRUE(nodes_to_readmit({}, 120, 0).empty());
+}
+
 TEST(HtrunSupervisor, BackoffOnItsOwnClock) {
   const fs::path dir = fs::temp_directory_path() / ("htrun_decisions_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);

@@ -263,6 +263,14 @@ bool cordon_even_if_healthy(const Incident& incident) {
   return incident.kind == IncidentKind::kStraggler && incident.node >= 0;
 }
 
+std::vector<int> nodes_to_readmit(const std::map<int, double>& cordoned_at, double now_s, double readmit_after_s) {
+  std::vector<int> out;
+  if (readmit_after_s < 0) return out;
+  for (const auto& [id, at] : cordoned_at)
+    if (now_s - at >= readmit_after_s) out.push_back(id);
+  return out;
+}
+
 int failures_in_a_row(int before, std::int64_t reached, std::int64_t resume_step) {
   return reached > resume_step ? 0 : before + 1;
 }

@@ -152,6 +152,11 @@ std::vector<Node> nodes_to_check(const Incident& incident, const std::vector<Nod
 /// named straggler (the job asked for it).
 bool cordon_even_if_healthy(const Incident& incident);
 
+/// The cordoned nodes (id -> when cordoned) to health-check again, so that
+/// those that pass return as spares: each cordoned `readmit_after_s` ago or
+/// longer, in id order; none when `readmit_after_s` < 0 (never readmit).
+std::vector<int> nodes_to_readmit(const std::map<int, double>& cordoned_at, double now_s, double readmit_after_s);
+
 /// Launches in a row that failed without training past their checkpoint,
 /// counting the one that just ended (`reached` from `resume_step`): 0 after
 /// one that made progress.

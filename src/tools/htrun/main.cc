@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
   app.add_option("--connect-timeout", o.connect_timeout_s,
                  "seconds a health check may take to reach a host (ssh's ConnectTimeout; hostfile nodes)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--readmit-after", o.readmit_after_s,
+                 "seconds after which a cordoned node is health-checked again at the next incident, and returns as a "
+                 "spare when it passes (the ranks left on it by earlier launches ended first); default: never. Not "
+                 "under Slurm, where a drained node returns when an administrator resumes it");
   app.add_flag("--allow-shrink", o.allow_shrink, "with no spare left, continue on fewer nodes");
   app.add_flag("!--no-health", o.health, "skip ht-health before relaunching");
   app.add_option("--mpirun", mpirun, "the MPI launcher for local and hostfile nodes");
@@ -95,6 +99,12 @@ int main(int argc, char** argv) {
                              : (std::getenv("SLURM_JOB_ID") && !local) ? htrun::Cluster::from_slurm(&source_slots)
                                                                          : htrun::Cluster::local(nodes + o.spares);
     cluster.set_mpirun(mpirun);
+    if (o.readmit_after_s >= 0 && cluster.kind() == htrun::ClusterKind::kSlurm) {
+      std::fprintf(stderr,
+                   "htrun: --readmit-after is not for a Slurm allocation: htrun drains a bad node, and it returns when "
+                   "an administrator resumes it (scontrol update nodename=... state=resume)\n");
+      return 2;
+    }
     o.slots = slots > 0 ? slots : source_slots > 0 ? source_slots : 1;
     htrun::Supervisor supervisor(o, std::move(cluster));
     if (dry_run) {

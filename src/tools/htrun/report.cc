@@ -39,13 +39,15 @@ nlohmann::json Report::to_json() const {
           {"incidents", incidents_json},
           {"cordoned_nodes", cordoned},
           {"active_nodes", active},
-          {"spares_left", spares_left}};
+          {"spares_left", spares_left},
+          {"readmitted_nodes", readmitted}};
 }
 
 std::string Report::text() const {
   std::string out = fmt::format(
       "htrun report: {}; {} restart(s), {} incident(s), cordoned [{}], goodput {:.1f}% ({:.1f} s of {:.1f} s)\n",
       verdict, restarts, incidents.size(), fmt::join(cordoned, ","), 100 * goodput(), productive_s, wall_s);
+  if (!readmitted.empty()) out += fmt::format("  readmitted as spares: [{}]\n", fmt::join(readmitted, ","));
   for (const Incident& i : incidents)
     out += fmt::format("  {:<11} rank {} node {}: detected in {:.2f} s, recovered in {}{}, {} step(s) lost\n",
                        ht::resilience::incident_kind_name(i.kind),

@@ -60,6 +60,7 @@ struct Report {
   int restarts = 0;
   std::vector<Incident> incidents;
   std::vector<int> cordoned, active, spares_left;
+  std::vector<int> readmitted;  // cordoned nodes that passed a later check and returned as spares, in order
 
   double goodput() const { return wall_s > 0 ? productive_s / wall_s : 0.0; }
   nlohmann::json to_json() const;

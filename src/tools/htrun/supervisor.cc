@@ -277,10 +277,48 @@ std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
   return healthy;
 }
 
+void Supervisor::end_old_ranks(const Node& node) {
+  const auto it = rank_pids_.find(node.host);
+  if (node.host.empty() || it == rank_pids_.end()) return;
+  // Only a process whose command line holds the run directory is ended: a
+  // pid may have been reused by then.
+  std::string pids;
+  for (int pid : it->second) pids += fmt::format(" {}", pid);
+  const std::vector<std::string> command{
+      "sh", "-c",
+      "for p in" + pids + "; do grep -qaF -- \"$1\" /proc/$p/cmdline 2>/dev/null && kill -KILL $p && echo \"ended $p\"; done; true",
+      "sh", options_.run_dir};
+  Job job(cluster_.on_node(node, command, options_.launcher_args, options_.connect_timeout_s), {},
+          (fs::path(options_.run_dir) / fmt::format("old_ranks_node{}.txt", node.id)).string(), /*echo=*/false);
+  if (job.wait(options_.health_timeout_s, options_.grace_s) == 0) rank_pids_.erase(it);
+}
+
+void Supervisor::readmit(const std::vector<Node>& candidates, const std::vector<bool>& healthy, Report& report) {
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    if (!healthy[k]) continue;
+    const Node& node = candidates[k];
+    end_old_ranks(node);
+    std::erase_if(cordoned_, [&](const Node& n) { return n.id == node.id; });
+    cordoned_at_.erase(node.id);
+    spares_.push_back(node);
+    report.readmitted.push_back(node.id);
+    std::fprintf(stderr, "htrun: %s passed its health check again: back as a spare\n", cluster_.name(node).c_str());
+  }
+}
+
 bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
   const std::vector<Node> suspects = nodes_to_check(incident, active_);
   const bool cordon_anyway = cordon_even_if_healthy(incident);
-  const std::vector<bool> healthy = options_.health ? nodes_healthy(suspects) : std::vector<bool>(suspects.size(), true);
+  // Cordoned nodes due for another look are checked in the same batch: a
+  // node back in shape can replace the one failing now.
+  std::vector<Node> candidates;
+  for (int id : nodes_to_readmit(cordoned_at_, now(), options_.readmit_after_s))
+    for (const Node& n : cordoned_)
+      if (n.id == id) candidates.push_back(n);
+  std::vector<Node> checked = suspects;
+  checked.insert(checked.end(), candidates.begin(), candidates.end());
+  std::vector<bool> healthy = options_.health ? nodes_healthy(checked) : std::vector<bool>(checked.size(), true);
+  readmit(candidates, std::vector<bool>(healthy.begin() + std::ptrdiff_t(suspects.size()), healthy.end()), report);
   for (std::size_t k = 0; k < suspects.size(); ++k) {
     const Node& node = suspects[k];
     const bool ok = healthy[k];
@@ -288,6 +326,7 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
     if (ok && !cordon_anyway) continue;
     const std::string why = ok ? "a persistent straggler" : "failed its health check";
     cordoned_.push_back(node);
+    cordoned_at_[node.id] = now();
     // A simulated node's memory goes with it, as a real node's would: its
     // ranks' snapshots then come from their peers' replicas.
     if (cluster_.kind() == ClusterKind::kLocal) {
@@ -333,6 +372,8 @@ Report Supervisor::run() {
   for (;;) {
     const std::int64_t resume_step = latest_checkpoint_step(options_.run_dir);
     const Watch w = launch_and_watch(report.restarts + 1, resume_step);
+    for (const auto& [rank, beat] : w.beats)
+      if (!beat.host.empty() && beat.pid > 0) rank_pids_[beat.host].insert(beat.pid);
     if (pending) {
       // The relaunch says where it resumed (its run line): the steps lost
       // are those past that step, whichever tier held it.

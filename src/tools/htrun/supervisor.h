@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,9 @@ struct SupervisorOptions {
   double connect_timeout_s = 10;
   double start_timeout_s = 900;  // launch to every rank's first heartbeat past "start"; 0: none
   bool allow_shrink = false, health = true;
+  /// Seconds after which a cordoned node is health-checked again (at the
+  /// next incident) and, when it passes, returns as a spare; < 0: never.
+  double readmit_after_s = -1;
   std::string health_tool;                 // ht-health
   std::vector<std::string> launcher_args;  // passed to mpirun / srun
   std::vector<std::string> program;        // the job: program [args]
@@ -63,6 +68,13 @@ class Supervisor {
   /// Health-checks the suspect nodes of `incident`, cordons the bad ones and
   /// brings in spares (or shrinks). False when the job cannot go on.
   bool replace_bad_nodes(Incident& incident, Report& report);
+  /// Returns to the spares the nodes of `candidates` whose check passed
+  /// (`healthy`), once the ranks of earlier launches left on them are ended.
+  void readmit(const std::vector<Node>& candidates, const std::vector<bool>& healthy, Report& report);
+  /// Kills what is left on `node` of the ranks earlier launches ran there
+  /// (a host cut off keeps its processes): each pid its heartbeats gave that
+  /// still runs this run directory's program.
+  void end_old_ranks(const Node& node);
   /// ht-health on each of `nodes`, all at once; whether each passed.
   std::vector<bool> nodes_healthy(const std::vector<Node>& nodes);
   std::string node_name(int id) const;
@@ -77,6 +89,9 @@ class Supervisor {
   Cluster cluster_;
   Clock clock_;
   std::vector<Node> active_, spares_, cordoned_;
+  std::map<int, double> cordoned_at_;  // node id -> when it was cordoned
+  /// The pids of the ranks every launch ran, by host (from their heartbeats).
+  std::map<std::string, std::set<int>> rank_pids_;
   std::int64_t epoch_ = 0;  // the current launch's (HT_LAUNCH_EPOCH)
 };
 
