@@ -102,8 +102,8 @@ PY
 expect_report() {  # expect_report NAME EXPR: EXPR holds
   [ "$(report "$1" "$2")" = True ] || { cat "$work/$1/htrun_report.json"; fail "the report does not satisfy: $2"; }
 }
-measured() {  # measured NAME FAULT_TIME: the figures, from the report and the fault's own time
-  report "$1" "'# measured: {} of {} at step {}: detected {:.2f} s after the fault, training again {:.2f} s after detection (from {}, step {}), {} step(s) lost'.format(i['kind'], i['host'], i['step_reached'], i['detected_at'] - $2, i.get('recovery_s', -1), i['resume_tier'], i['resumed_from'], i['steps_lost'])"
+measured() {  # measured NAME FAULT_TIME: the figures, from the report and the fault's own time (also in WORK/measured.txt)
+  report "$1" "'# measured: {} of {} at step {}: detected {:.2f} s after the fault, training again {:.2f} s after detection (from {}, step {}), {} step(s) lost'.format(i['kind'], i['host'], i['step_reached'], i['detected_at'] - $2, i.get('recovery_s', -1), i['resume_tier'], i['resumed_from'], i['steps_lost'])" | tee "$work/measured.txt"
 }
 
 case "$scenario" in
@@ -186,8 +186,10 @@ case "$scenario" in
     start_run chaos
     : > "$work/faults"
     n=0
+    next=$(date +%s.%N)
     while kill -0 "$run_pid" 2> /dev/null; do
-      sleep "$every"
+      next=$(awk -v t="$next" -v e="$every" 'BEGIN { printf "%.3f", t + e }')
+      sleep "$(awk -v t="$next" -v now="$(date +%s.%N)" 'BEGIN { d = t - now; printf "%.3f", (d > 0 ? d : 0) }')"
       # A host the current launch runs on, once it trains (its ranks beat
       # with the newest epoch past start-up).
       host=
@@ -229,7 +231,7 @@ PY
       fail "the chaos run's final weights differ from the fault-free run's"
     hit=$(awk '{print $3}' "$work/faults" | sort -u | tr '\n' ' ')
     expect_report chaos "all(x['host'] in '$hit'.split() for x in r['incidents']) and len(r['incidents']) >= 1"
-    python3 - "$work" "$n" <<'PY' || fail "a host that was not hit was cordoned, or an incident blamed one"
+    python3 - "$work" "$n" <<'PY' > "$work/measured.txt" || fail "a host that was not hit was cordoned, or an incident blamed one"
 import json, sys
 work, n = sys.argv[1], int(sys.argv[2])
 r = json.load(open(work + "/chaos/htrun_report.json"))
@@ -250,6 +252,7 @@ print("# measured: chaos: {} faults in {:.0f} s ({}), {} incident(s) ({}), {} re
           sum(detect) / len(detect),
           sum(i.get("recovery_s", 0) for i in r["incidents"]) / len(kinds)))
 PY
+    cat "$work/measured.txt"
     ;;
   slurm-crash | slurm-partition)
     tb_slurm_up
@@ -261,7 +264,16 @@ PY
     expect_report "$scenario" "i['host'] == 'h2' and i['node'] == 1"
     expect_report "$scenario" "r['cordoned_nodes'] == [1] and r['active_nodes'] == [0, 2]"
     same_as_clean "$scenario"
-    states=$(tb_sinfo | sort | tr '\n' ' ')
+    # The allocation ends after htrun: Slurm takes a moment to complete it
+    # on each node (states "comp", then "drng" to "drain").
+    for i in $(seq 100); do
+      states=$(tb_sinfo | sort | tr '\n' ' ')
+      case "$states" in
+        "h1 idle h2 drain"*" h3 idle ") break ;;
+        *comp* | *drng*) sleep 0.2 ;;
+        *) break ;;
+      esac
+    done
     case "$states" in
       "h1 idle h2 drain"*" h3 idle ") ;;
       *) fail "after the job, Slurm's nodes are '$states': h2 must be drained, h1 and h3 idle" ;;

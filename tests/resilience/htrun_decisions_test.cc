@@ -367,6 +367,20 @@ TEST(HtrunNext, FailedBeforeTrainingAndPreemption) {
 // with a new code each time (so no "twice in a row" stop) is relaunched
 // after a back-off of 1, 2 and 4 s of that clock, with no real waiting,
 // until the restarts run out.
+TEST(HtrunNext, ALostHostIsCordonedUncheckedOnlyWithASpareReady) {
+  Incident lost;
+  lost.kind = IncidentKind::kHostLost;
+  lost.node = 1;
+  EXPECT_TRUE(cordon_unchecked(lost, true));
+  EXPECT_FALSE(cordon_unchecked(lost, false)) << "no spare: a host that passes its check keeps the job going";
+  Incident crash = lost;
+  crash.kind = IncidentKind::kCrash;
+  EXPECT_FALSE(cordon_unchecked(crash, true)) << "a rank that crashed says nothing of its host";
+  Incident unknown = lost;
+  unknown.node = -1;
+  EXPECT_FALSE(cordon_unchecked(unknown, true));
+}
+
 TEST(HtrunNext, NodesToReadmitAfterTheirTime) {
   const std::map<int, double> cordoned_at{{3, 100.0}, {1, 110.0}, {2, 119.5}};
   EXPECT_EQ(nodes_to_readmit(cordoned_at, 120, 10), (std::vector<int>{1, 3})) << "in id order, at the limit included";

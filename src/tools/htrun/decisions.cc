@@ -263,6 +263,10 @@ bool cordon_even_if_healthy(const Incident& incident) {
   return incident.kind == IncidentKind::kStraggler && incident.node >= 0;
 }
 
+bool cordon_unchecked(const Incident& incident, bool spare_ready) {
+  return incident.kind == IncidentKind::kHostLost && incident.node >= 0 && spare_ready;
+}
+
 std::vector<int> nodes_to_readmit(const std::map<int, double>& cordoned_at, double now_s, double readmit_after_s) {
   std::vector<int> out;
   if (readmit_after_s < 0) return out;

@@ -152,6 +152,12 @@ std::vector<Node> nodes_to_check(const Incident& incident, const std::vector<Nod
 /// named straggler (the job asked for it).
 bool cordon_even_if_healthy(const Incident& incident);
 
+/// Whether the node at fault is cordoned without a health check: a host
+/// lost (the launcher's report, its heartbeats, its ranks cut off from the
+/// launcher) while a spare is ready to take its place. Its check could only
+/// wait out the connect timeout; `--readmit-after` checks it later. Without
+/// a spare the check runs: a host that passes keeps the job going.
+bool cordon_unchecked(const Incident& incident, bool spare_ready);
 /// The cordoned nodes (id -> when cordoned) to health-check again, so that
 /// those that pass return as spares: each cordoned `readmit_after_s` ago or
 /// longer, in id order; none when `readmit_after_s` < 0 (never readmit).

@@ -10,7 +10,7 @@ nlohmann::json Report::to_json() const {
   nlohmann::json incidents_json = nlohmann::json::array();
   for (const Incident& i : incidents) {
     nlohmann::json health = nlohmann::json::array();
-    for (const NodeHealth& h : i.health) health.push_back({{"node", h.node}, {"host", h.host}, {"healthy", h.healthy}});
+    for (const NodeHealth& h : i.health) health.push_back({{"node", h.node}, {"host", h.host}, {"healthy", h.healthy}, {"checked", h.checked}});
     nlohmann::json j{{"kind", ht::resilience::incident_kind_name(i.kind)},
                      {"rank", i.rank},
                      {"node", i.node},

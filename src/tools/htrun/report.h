@@ -21,6 +21,7 @@ struct NodeHealth {
   int node = -1;
   std::string host;
   bool healthy = false;
+  bool checked = true;  // false: cordoned unchecked (a host lost, a spare ready)
 };
 
 struct Incident {

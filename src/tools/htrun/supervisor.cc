@@ -315,16 +315,23 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
   for (int id : nodes_to_readmit(cordoned_at_, now(), options_.readmit_after_s))
     for (const Node& n : cordoned_)
       if (n.id == id) candidates.push_back(n);
-  std::vector<Node> checked = suspects;
+  const bool unchecked = options_.health && cordon_unchecked(incident, !spares_.empty());
+  std::vector<Node> checked;
+  for (const Node& n : suspects)
+    if (!unchecked || n.id != incident.node) checked.push_back(n);
+  const std::size_t suspects_checked = checked.size();
   checked.insert(checked.end(), candidates.begin(), candidates.end());
-  std::vector<bool> healthy = options_.health ? nodes_healthy(checked) : std::vector<bool>(checked.size(), true);
-  readmit(candidates, std::vector<bool>(healthy.begin() + std::ptrdiff_t(suspects.size()), healthy.end()), report);
-  for (std::size_t k = 0; k < suspects.size(); ++k) {
+  const std::vector<bool> results = options_.health ? nodes_healthy(checked) : std::vector<bool>(checked.size(), true);
+  readmit(candidates, std::vector<bool>(results.begin() + std::ptrdiff_t(suspects_checked), results.end()), report);
+  for (std::size_t k = 0, next = 0; k < suspects.size(); ++k) {
     const Node& node = suspects[k];
-    const bool ok = healthy[k];
-    incident.health.push_back({.node = node.id, .host = node.host, .healthy = ok});
+    const bool skipped = unchecked && node.id == incident.node;
+    const bool ok = !skipped && results[next++];
+    incident.health.push_back({.node = node.id, .host = node.host, .healthy = ok, .checked = !skipped});
     if (ok && !cordon_anyway) continue;
-    const std::string why = ok ? "a persistent straggler" : "failed its health check";
+    const std::string why = ok        ? "a persistent straggler"
+                            : skipped ? "was lost"
+                                      : "failed its health check";
     cordoned_.push_back(node);
     cordoned_at_[node.id] = now();
     // A simulated node's memory goes with it, as a real node's would: its
