@@ -367,6 +367,22 @@ TEST(HtrunNext, FailedBeforeTrainingAndPreemption) {
 // with a new code each time (so no "twice in a row" stop) is relaunched
 // after a back-off of 1, 2 and 4 s of that clock, with no real waiting,
 // until the restarts run out.
+TEST(HtrunWatch, ARecordedCommunicationFailureEndsTheLaunch) {
+  ExitRecord named{.rank = 0, .code = 74, .kind = ht::resilience::ExitKind::kCommFailure, .time_ms = 5000,
+                   .blamed_ranks = {1}};
+  ExitRecord later = named;
+  later.rank = 2;
+  later.time_ms = 4000;
+  EXPECT_EQ(comm_failure_recorded({named, later}), 4.0) << "the first record's time";
+  ExitRecord unnamed = named;
+  unnamed.blamed_ranks.clear();
+  EXPECT_FALSE(comm_failure_recorded({unnamed})) << "no peer named: the launch ends by itself";
+  ExitRecord diverged = named;
+  diverged.kind = ht::resilience::ExitKind::kDivergence;
+  EXPECT_FALSE(comm_failure_recorded({diverged})) << "ranks that leave on purpose leave together";
+  EXPECT_FALSE(comm_failure_recorded({}));
+}
+
 TEST(HtrunNext, ALostHostIsCordonedUncheckedOnlyWithASpareReady) {
   Incident lost;
   lost.kind = IncidentKind::kHostLost;

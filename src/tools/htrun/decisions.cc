@@ -267,6 +267,14 @@ bool cordon_unchecked(const Incident& incident, bool spare_ready) {
   return incident.kind == IncidentKind::kHostLost && incident.node >= 0 && spare_ready;
 }
 
+std::optional<double> comm_failure_recorded(const std::vector<ExitRecord>& exits) {
+  std::optional<double> first;
+  for (const ExitRecord& e : exits)
+    if (e.kind == ht::resilience::ExitKind::kCommFailure && !e.blamed_ranks.empty())
+      first = std::min(first.value_or(e.time_s()), e.time_s());
+  return first;
+}
+
 std::vector<int> nodes_to_readmit(const std::map<int, double>& cordoned_at, double now_s, double readmit_after_s) {
   std::vector<int> out;
   if (readmit_after_s < 0) return out;

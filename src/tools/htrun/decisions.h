@@ -90,6 +90,17 @@ double host_silence_s(double beat_interval_s);
 std::optional<Finding> silent_host(const std::map<int, Heartbeat>& beats, const Placement& placement, double now_s,
                                    double beat_interval_s);
 
+/// How long the watch waits, after a rank's record of a communication
+/// failure, for its peers' records before it ends the launch: ranks time out
+/// on the same collective at about the same time, and ranks that name each
+/// other (a link cut between them) must both be heard.
+inline constexpr double kCommFailureSettleS = 1.0;
+/// The time of the first record of a communication failure that names a
+/// peer among `exits` (the ranks of a launch), nullopt when none does: its
+/// writer is leaving, and its peers stay blocked in the collective while
+/// the launcher may take long to end (a host cut off).
+std::optional<double> comm_failure_recorded(const std::vector<ExitRecord>& exits);
+
 /// Whether `a` got less far than `b`: an earlier step, an earlier phase of
 /// the step (the protocol's order), or the same place reached earlier.
 bool behind(const Heartbeat& a, const Heartbeat& b);

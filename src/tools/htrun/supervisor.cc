@@ -135,8 +135,10 @@ Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
     w.failed_at = f.failed_at;
     w.message = f.message;
   };
+  std::optional<double> comm_failure_at;  // when the watch read the first record of a communication failure
   for (;;) {
     sleep(0.1);
+    poll_readmissions();
     const auto beats = read_heartbeats(options_.run_dir, epoch_);
     for (const auto& [rank, h] : beats) {
       // The ranks' beat interval, as seen: the shortest gap between two beats.
@@ -218,6 +220,16 @@ Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
       job.stop(options_.grace_s);
       break;
     }
+    // A rank's collective timed out and it named the peer: end the launch
+    // once its peers had a moment to say theirs (classify reads them all).
+    if (!comm_failure_at) {
+      comm_failure_at = comm_failure_recorded(read_exit_records(options_.run_dir, epoch_));
+      if (comm_failure_at) comm_failure_at = now();
+    } else if (now() - *comm_failure_at >= kCommFailureSettleS) {
+      w.detected_at = *comm_failure_at;
+      job.stop(options_.grace_s);
+      break;
+    }
   }
   // Heartbeats are sampled: the step records, the exit records and the
   // checkpoints may know of later steps.
@@ -254,27 +266,59 @@ Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
   return w;
 }
 
+std::unique_ptr<Job> Supervisor::start_health_check(const Node& node) const {
+  const std::vector<std::string> check{options_.health_tool,
+                                       "--node",
+                                       std::to_string(node.id),
+                                       "--checks",
+                                       "compute,memory,disk",
+                                       "--ckpt-dir",
+                                       (fs::path(options_.run_dir) / "checkpoints").string()};
+  return std::make_unique<Job>(cluster_.on_node(node, check, options_.launcher_args, options_.connect_timeout_s),
+                               std::vector<std::string>{},
+                               (fs::path(options_.run_dir) / fmt::format("health_node{}.txt", node.id)).string(),
+                               /*echo=*/false);
+}
+
 std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
   // Every node at once, each under the health timeout: the checks of a
   // dead or cut-off host are mostly waiting for a connection, and one after
   // another they would add up.
   std::vector<std::unique_ptr<Job>> jobs;
-  for (const Node& node : nodes) {
-    const std::vector<std::string> check{options_.health_tool,
-                                         "--node",
-                                         std::to_string(node.id),
-                                         "--checks",
-                                         "compute,memory,disk",
-                                         "--ckpt-dir",
-                                         (fs::path(options_.run_dir) / "checkpoints").string()};
-    jobs.push_back(std::make_unique<Job>(
-        cluster_.on_node(node, check, options_.launcher_args, options_.connect_timeout_s), std::vector<std::string>{},
-        (fs::path(options_.run_dir) / fmt::format("health_node{}.txt", node.id)).string(), /*echo=*/false));
-  }
+  for (const Node& node : nodes) jobs.push_back(start_health_check(node));
   const double deadline = now() + options_.health_timeout_s;
   std::vector<bool> healthy;
   for (auto& job : jobs) healthy.push_back(job->wait(std::max(0.0, deadline - now()), options_.grace_s) == 0);
   return healthy;
+}
+
+void Supervisor::poll_readmissions() {
+  if (!options_.health) return;
+  for (int id : nodes_to_readmit(cordoned_at_, now(), options_.readmit_after_s))
+    if (!readmit_checks_.count(id))
+      for (const Node& n : cordoned_)
+        if (n.id == id) readmit_checks_[id] = {start_health_check(n), now()};
+  for (auto it = readmit_checks_.begin(); it != readmit_checks_.end();) {
+    auto& [job, started_at] = it->second;
+    const bool over_time = now() - started_at > options_.health_timeout_s;
+    if (!job->poll() && !over_time) {
+      ++it;
+      continue;
+    }
+    if (over_time) job->stop(options_.grace_s);
+    const int id = it->first;
+    const bool ok = !over_time && job->exit_code() == 0;
+    it = readmit_checks_.erase(it);
+    for (const Node& n : cordoned_)
+      if (n.id == id) {
+        if (ok) {
+          readmit({n}, {true});
+        } else {
+          cordoned_at_[id] = now();  // not yet: look again after another --readmit-after
+        }
+        break;
+      }
+  }
 }
 
 void Supervisor::end_old_ranks(const Node& node) {
@@ -293,7 +337,7 @@ void Supervisor::end_old_ranks(const Node& node) {
   if (job.wait(options_.health_timeout_s, options_.grace_s) == 0) rank_pids_.erase(it);
 }
 
-void Supervisor::readmit(const std::vector<Node>& candidates, const std::vector<bool>& healthy, Report& report) {
+void Supervisor::readmit(const std::vector<Node>& candidates, const std::vector<bool>& healthy) {
   for (std::size_t k = 0; k < candidates.size(); ++k) {
     if (!healthy[k]) continue;
     const Node& node = candidates[k];
@@ -301,7 +345,7 @@ void Supervisor::readmit(const std::vector<Node>& candidates, const std::vector<
     std::erase_if(cordoned_, [&](const Node& n) { return n.id == node.id; });
     cordoned_at_.erase(node.id);
     spares_.push_back(node);
-    report.readmitted.push_back(node.id);
+    readmitted_.push_back(node.id);
     std::fprintf(stderr, "htrun: %s passed its health check again: back as a spare\n", cluster_.name(node).c_str());
   }
 }
@@ -310,7 +354,8 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
   const std::vector<Node> suspects = nodes_to_check(incident, active_);
   const bool cordon_anyway = cordon_even_if_healthy(incident);
   // Cordoned nodes due for another look are checked in the same batch: a
-  // node back in shape can replace the one failing now.
+  // node back in shape can replace the one failing now. (The watch checks
+  // them while the job runs, too; a check of it still running is dropped.)
   std::vector<Node> candidates;
   for (int id : nodes_to_readmit(cordoned_at_, now(), options_.readmit_after_s))
     for (const Node& n : cordoned_)
@@ -322,7 +367,7 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
   const std::size_t suspects_checked = checked.size();
   checked.insert(checked.end(), candidates.begin(), candidates.end());
   const std::vector<bool> results = options_.health ? nodes_healthy(checked) : std::vector<bool>(checked.size(), true);
-  readmit(candidates, std::vector<bool>(results.begin() + std::ptrdiff_t(suspects_checked), results.end()), report);
+  readmit(candidates, std::vector<bool>(results.begin() + std::ptrdiff_t(suspects_checked), results.end()));
   for (std::size_t k = 0, next = 0; k < suspects.size(); ++k) {
     const Node& node = suspects[k];
     const bool skipped = unchecked && node.id == incident.node;
@@ -479,6 +524,7 @@ Report Supervisor::run() {
   for (const Node& n : cordoned_) report.cordoned.push_back(n.id);
   for (const Node& n : active_) report.active.push_back(n.id);
   for (const Node& n : spares_) report.spares_left.push_back(n.id);
+  report.readmitted = readmitted_;
   std::ofstream(fs::path(options_.run_dir) / "htrun_report.json") << report.to_json().dump(1) << "\n";
   // Simulated nodes' memory is this machine's: the run is over, free it
   // (the checkpoints on disk stay). A program finishing frees its own.

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -70,7 +71,12 @@ class Supervisor {
   bool replace_bad_nodes(Incident& incident, Report& report);
   /// Returns to the spares the nodes of `candidates` whose check passed
   /// (`healthy`), once the ranks of earlier launches left on them are ended.
-  void readmit(const std::vector<Node>& candidates, const std::vector<bool>& healthy, Report& report);
+  void readmit(const std::vector<Node>& candidates, const std::vector<bool>& healthy);
+  /// While a launch runs: starts the health check of each cordoned node due
+  /// for readmission, and readmits those whose check passed (one that
+  /// failed is looked at again after another --readmit-after).
+  void poll_readmissions();
+  std::unique_ptr<Job> start_health_check(const Node& node) const;
   /// Kills what is left on `node` of the ranks earlier launches ran there
   /// (a host cut off keeps its processes): each pid its heartbeats gave that
   /// still runs this run directory's program.
@@ -90,6 +96,9 @@ class Supervisor {
   Clock clock_;
   std::vector<Node> active_, spares_, cordoned_;
   std::map<int, double> cordoned_at_;  // node id -> when it was cordoned
+  /// Readmission checks running while the job runs: node id -> the check, when it started.
+  std::map<int, std::pair<std::unique_ptr<Job>, double>> readmit_checks_;
+  std::vector<int> readmitted_;  // node ids, in the order they came back
   /// The pids of the ranks every launch ran, by host (from their heartbeats).
   std::map<std::string, std::set<int>> rank_pids_;
   std::int64_t epoch_ = 0;  // the current launch's (HT_LAUNCH_EPOCH)
