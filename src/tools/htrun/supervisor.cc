@@ -295,7 +295,7 @@ std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
 void Supervisor::poll_readmissions() {
   if (!options_.health) return;
   for (int id : nodes_to_readmit(cordoned_at_, now(), options_.readmit_after_s))
-    if (!readmit_checks_.count(id))
+    if (!readmit_checks_.count(id) && now() >= readmit_retry_at_[id])
       for (const Node& n : cordoned_)
         if (n.id == id) readmit_checks_[id] = {start_health_check(n), now()};
   for (auto it = readmit_checks_.begin(); it != readmit_checks_.end();) {
@@ -307,14 +307,19 @@ void Supervisor::poll_readmissions() {
     }
     if (over_time) job->stop(options_.grace_s);
     const int id = it->first;
-    const bool ok = !over_time && job->exit_code() == 0;
-    it = readmit_checks_.erase(it);
+    const int code = over_time ? -1 : job->exit_code();
+    const bool ok = code == 0;
+    it = readmit_checks_.erase(it);  // `job` is gone from here on
     for (const Node& n : cordoned_)
       if (n.id == id) {
         if (ok) {
           readmit({n}, {true});
         } else {
-          cordoned_at_[id] = now();  // not yet: look again after another --readmit-after
+          std::fprintf(stderr, "htrun: %s is not back yet (its health check %s); next look in %g s\n",
+                       cluster_.name(n).c_str(),
+                       over_time ? "took too long" : fmt::format("exited {}", code).c_str(),
+                       options_.readmit_after_s);
+          readmit_retry_at_[id] = now() + options_.readmit_after_s;
         }
         break;
       }
@@ -344,6 +349,7 @@ void Supervisor::readmit(const std::vector<Node>& candidates, const std::vector<
     end_old_ranks(node);
     std::erase_if(cordoned_, [&](const Node& n) { return n.id == node.id; });
     cordoned_at_.erase(node.id);
+    readmit_retry_at_.erase(node.id);
     spares_.push_back(node);
     readmitted_.push_back(node.id);
     std::fprintf(stderr, "htrun: %s passed its health check again: back as a spare\n", cluster_.name(node).c_str());
@@ -359,7 +365,10 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
   std::vector<Node> candidates;
   for (int id : nodes_to_readmit(cordoned_at_, now(), options_.readmit_after_s))
     for (const Node& n : cordoned_)
-      if (n.id == id) candidates.push_back(n);
+      if (n.id == id) {
+        readmit_checks_.erase(id);
+        candidates.push_back(n);
+      }
   const bool unchecked = options_.health && cordon_unchecked(incident, !spares_.empty());
   std::vector<Node> checked;
   for (const Node& n : suspects)

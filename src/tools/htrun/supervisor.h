@@ -74,7 +74,8 @@ class Supervisor {
   void readmit(const std::vector<Node>& candidates, const std::vector<bool>& healthy);
   /// While a launch runs: starts the health check of each cordoned node due
   /// for readmission, and readmits those whose check passed (one that
-  /// failed is looked at again after another --readmit-after).
+  /// failed is looked at again after another --readmit-after, and at the
+  /// next incident).
   void poll_readmissions();
   std::unique_ptr<Job> start_health_check(const Node& node) const;
   /// Kills what is left on `node` of the ranks earlier launches ran there
@@ -96,6 +97,11 @@ class Supervisor {
   Clock clock_;
   std::vector<Node> active_, spares_, cordoned_;
   std::map<int, double> cordoned_at_;  // node id -> when it was cordoned
+  /// Node id -> the earliest time for the watch's next readmission check of
+  /// it after one failed (an incident checks a due node whatever this says:
+  /// the job needs a spare then, and a check made while training shared the
+  /// machine may have failed for that).
+  std::map<int, double> readmit_retry_at_;
   /// Readmission checks running while the job runs: node id -> the check, when it started.
   std::map<int, std::pair<std::unique_ptr<Job>, double>> readmit_checks_;
   std::vector<int> readmitted_;  // node ids, in the order they came back
