@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A cluster of hosts on this machine for tests: each host is a set of Linux
 # namespaces of its own (network: its own address on a private bridge; UTS:
-# its own hostname; mount: its own /dev/shm, /etc/hosts and ~/.ssh; PID: its
+# its own hostname; mount: its own /dev/shm, /etc/hosts, ~/.ssh, ~/.bashrc; PID: its
 # processes die with it) running its own sshd, so Open MPI and Slurm start
 # ranks on it as on a real host. Traffic flows only between the namespaces
 # made here: the bridge lives in a namespace of its own and nothing connects
@@ -59,8 +59,9 @@ tb_boot() {
   mkdir -p "$hd/shm"
   # Network: the host's end of its veth pair (made by tb_up) lives in $ns.
   # UTS, mount and PID: unshare inside $ns; PID 1 sets the hostname, mounts
-  # a fresh tmpfs on /dev/shm and the test bed's /etc/hosts and ~/.ssh over
-  # the machine's (private mounts: nothing leaks out), then becomes sshd.
+  # a fresh tmpfs on /dev/shm and the test bed's /etc/hosts, ~/.ssh and
+  # ~/.bashrc over the machine's (private mounts: nothing leaks out), then
+  # becomes sshd.
   # nsenter rather than `ip netns exec`, which mounts a sysfs of its own over
   # /sys and so hides the cgroup file systems (slurmd needs them).
   nsenter --net="/run/netns/$ns" unshare --uts --mount --pid --fork --propagation private -- bash -c "
@@ -68,6 +69,7 @@ tb_boot() {
     mount -t tmpfs -o size=512m tmpfs /dev/shm
     mount --bind '$TB_DIR/hosts' /etc/hosts
     mkdir -p /root/.ssh && mount --bind '$TB_DIR/ssh' /root/.ssh
+    if [ -f /root/.bashrc ]; then mount --bind '$TB_DIR/bashrc' /root/.bashrc; fi
     mount -t proc proc /proc
     exec /usr/sbin/sshd -D -e -f '$TB_DIR/sshd_config' -o ListenAddress=$(tb_addr "$host") -o PidFile=none
   " > "$hd/sshd.log" 2>&1 &
@@ -123,6 +125,9 @@ Host *
   ServerAliveCountMax 2
 CFG
   chmod 700 "$TB_DIR/ssh"
+  # The hosts' ~/.bashrc: bash runs it for every ssh command, and this
+  # machine's (a pyenv set-up, say) is not theirs (measured: 0.5 s a command).
+  echo "# ~/.bashrc of a test bed host: empty" > "$TB_DIR/bashrc"
   chmod 600 "$TB_DIR/ssh/"*
   cat > "$TB_DIR/sshd_config" <<CFG
 HostKey $TB_DIR/host_key
