@@ -17,7 +17,8 @@
 #               ranks left on h2 fence themselves (a newer launch's epoch),
 #               so nothing of theirs remains once the link is back
 #   chaos       a fault-free run, then the same run with a host crash or a
-#               cut link every CHAOS_EVERY s (default 20; crashes and cuts
+#               cut link every CHAOS_EVERY s (default 20, or a third of the
+#               fault-free run's time when that is shorter; crashes and cuts
 #               in turn, on a host the job runs on), each host brought back
 #               (booted, healed) CHAOS_REPAIR s later (default 8) so that
 #               htrun readmits it as a spare (--readmit-after); CHAOS_STEPS
@@ -183,6 +184,12 @@ case "$scenario" in
     htrun_args=(--hang-timeout 6 --readmit-after 5 --max-restarts 100)
     start_run fault_free
     finish_run fault_free
+    # At least three faults must fall in the run however fast this machine
+    # steps: no more than a third of the fault-free run's time apart.
+    if [ -z "${CHAOS_EVERY:-}" ]; then
+      every=$(report fault_free "'%.1f' % min($every, r['wall_s'] / 3)")
+      repair=$(awk -v e="$every" -v r="$repair" 'BEGIN { printf "%.1f", (r < e / 2 ? r : e / 2) }')
+    fi
     start_run chaos
     : > "$work/faults"
     n=0
@@ -231,7 +238,7 @@ PY
       fail "the chaos run's final weights differ from the fault-free run's"
     hit=$(awk '{print $3}' "$work/faults" | sort -u | tr '\n' ' ')
     expect_report chaos "all(x['host'] in '$hit'.split() for x in r['incidents']) and len(r['incidents']) >= 1"
-    python3 - "$work" "$n" <<'PY' > "$work/measured.txt" || fail "a host that was not hit was cordoned, or an incident blamed one"
+    python3 - "$work" "$n" "$every" <<'PY' > "$work/measured.txt" || fail "a host that was not hit was cordoned, or an incident blamed one"
 import json, sys
 work, n = sys.argv[1], int(sys.argv[2])
 r = json.load(open(work + "/chaos/htrun_report.json"))
@@ -243,10 +250,10 @@ kinds = [i["kind"] for i in r["incidents"]]
 faults = sorted(float(line.split()[0]) for line in open(work + "/faults"))
 # Each incident from the fault before its detection (the real fault time).
 detect = [i["detected_at"] - max(t for t in faults if t <= i["detected_at"]) for i in r["incidents"]]
-print("# measured: chaos: {} faults in {:.0f} s ({}), {} incident(s) ({}), {} restart(s), readmitted {}; goodput {:.1f}% "
+print("# measured: chaos: {} faults in {:.0f} s, every {} s ({}), {} incident(s) ({}), {} restart(s), readmitted {}; goodput {:.1f}% "
       "against the fault-free run's {:.1f}%: {:.1f}% of it; mean detection {:.2f} s, mean recovery {:.2f} s; "
       "final weights equal".format(
-          n, r["wall_s"], ", ".join(l.split()[1] + " " + l.split()[2] for l in open(work + "/faults")),
+          n, r["wall_s"], sys.argv[3], ", ".join(l.split()[1] + " " + l.split()[2] for l in open(work + "/faults")),
           len(kinds), ", ".join(kinds), r["restarts"], r.get("readmitted_nodes"), 100 * r["goodput"],
           100 * clean["goodput"], 100 * r["goodput"] / clean["goodput"],
           sum(detect) / len(detect),
