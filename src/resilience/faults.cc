@@ -19,7 +19,7 @@ namespace {
 
 constexpr const char* kForms =
     "crash:rank=R:step=S, hang:rank=R:step=S, nan:step=S, slow:rank=R:factor=F, bitflip:rank=R:step=S, "
-    "ckpt-corrupt:step=S, node-unhealthy:node=N, snapshot-crash:rank=R:step=S:phase=P (P: copy, write, commit, "
+    "ckpt-corrupt:step=S, node-unhealthy:node=N[:while=FILE], snapshot-crash:rank=R:step=S:phase=P (P: copy, write, commit, "
     "replicate, replica-commit)";
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -91,9 +91,11 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
           f.node = std::stoi(value, &used);
         else if (key == "phase")
           f.phase = value, used = value.size();
+        else if (key == "while")
+          f.while_file = value, used = value.size();
         else
-          HT_CHECK(false, ErrorKind::kConfig, "HT_FAULTS entry '{}': unknown key '{}' (rank, step, factor, node, phase)", entry,
-                   key);
+          HT_CHECK(false, ErrorKind::kConfig,
+                   "HT_FAULTS entry '{}': unknown key '{}' (rank, step, factor, node, phase, while)", entry, key);
       } catch (const std::logic_error&) {
         used = 0;
       }
@@ -102,6 +104,8 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
     }
     HT_CHECK(f.kind != FaultKind::kNodeUnhealthy || f.node >= 0, ErrorKind::kConfig,
              "HT_FAULTS entry '{}': node-unhealthy needs node=N", entry);
+    HT_CHECK(f.kind == FaultKind::kNodeUnhealthy || f.while_file.empty(), ErrorKind::kConfig,
+             "HT_FAULTS entry '{}': only node-unhealthy takes while=FILE (unhealthy while FILE exists)", entry);
     HT_CHECK(f.kind == FaultKind::kSnapshotCrash ? is_snapshot_phase(f.phase) : f.phase.empty(), ErrorKind::kConfig,
              "HT_FAULTS entry '{}': {}", entry,
              f.kind == FaultKind::kSnapshotCrash ? "snapshot-crash needs phase=copy, write, commit, replicate or "
@@ -127,7 +131,9 @@ std::optional<Fault> FaultPlan::find(FaultKind kind, int rank, std::int64_t step
 
 bool FaultPlan::node_unhealthy(int node) const {
   for (const Fault& f : faults_)
-    if (f.kind == FaultKind::kNodeUnhealthy && f.node == node) return true;
+    if (f.kind == FaultKind::kNodeUnhealthy && f.node == node &&
+        (f.while_file.empty() || std::filesystem::exists(f.while_file)))
+      return true;
   return false;
 }
 

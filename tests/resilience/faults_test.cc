@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+
+#include <filesystem>
 
 #include "ht/resilience/faults.h"
 #include "test_util.h"
@@ -27,6 +30,12 @@ TEST(FaultPlan, ParsesEveryKindAndMatchesRankAndStep) {
   EXPECT_EQ(slow->factor, 3.0);
   EXPECT_TRUE(p.node_unhealthy(2));
   EXPECT_FALSE(p.node_unhealthy(1));
+  const std::string file = testing::TempDir() + "/faults_test_unhealthy";
+  std::ofstream(file) << "x";
+  const FaultPlan repairable = FaultPlan::parse("node-unhealthy:node=1:while=" + file);
+  EXPECT_TRUE(repairable.node_unhealthy(1));
+  std::filesystem::remove(file);
+  EXPECT_FALSE(repairable.node_unhealthy(1)) << "the file gone: repaired";
   EXPECT_TRUE(FaultPlan::parse("").empty());
   const FaultPlan k = FaultPlan::parse("snapshot-crash:rank=1:step=6:phase=replica-commit");
   ASSERT_EQ(k.faults().size(), 1u);
@@ -42,6 +51,8 @@ TEST(FaultPlan, BadEntriesFailClearly) {
   EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("crash:rank=x"); }, ErrorKind::kConfig, {"'x' is not a number"}));
   EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("crash:when=3"); }, ErrorKind::kConfig, {"unknown key 'when'"}));
   EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("node-unhealthy"); }, ErrorKind::kConfig, {"needs node=N"}));
+  EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("crash:rank=1:step=3:while=/x"); }, ErrorKind::kConfig,
+                                 {"only node-unhealthy takes while"}));
   EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("snapshot-crash:rank=1:step=6"); }, ErrorKind::kConfig,
                                  {"snapshot-crash needs phase=copy, write, commit, replicate or replica-commit"}));
   EXPECT_TRUE(test::throws_error([] { FaultPlan::parse("snapshot-crash:step=6:phase=later"); }, ErrorKind::kConfig,

@@ -162,6 +162,30 @@ PY
     HT_FAULTS="crash:rank=1:step=10,node-unhealthy:node=1" run spare --spares 1
     finished spare; expect spare "node 1 failed its health check: cordoned, spare node 2 brought in"
     expect spare "launch 2: 2 node(s) \[0,2\]"; same_as_fault_free spare ;;
+  readmit)
+    # Node 1 fails its check after the crash and is cordoned; once the run
+    # trains on the spare, node 1 is repaired (its fault's file removed), a
+    # check while the job runs finds it well, and it returns as a spare. Rank
+    # 0's steps are slowed (about 0.3 s here) so that the run outlasts that.
+    broken="$work/node1_broken"
+    touch "$broken"
+    HT_FAULTS="slow:rank=0:factor=100,crash:rank=1:step=10,node-unhealthy:node=1:while=$broken" \
+      run readmit --spares 1 --readmit-after 0.5 &
+    for _ in $(seq 600); do
+      grep -q "node 1 is not back yet" "$work/readmit.log" 2>/dev/null && break
+      sleep 0.1
+    done
+    rm -f "$broken"
+    wait
+    finished readmit; expect readmit "node 1 failed its health check: cordoned, spare node 2 brought in"
+    expect readmit "node 1 is not back yet (its health check exited 1)"
+    expect readmit "node 1 passed its health check again: back as a spare"
+    python3 - "$work/readmit/htrun_report.json" <<'PY' || fail "the report does not show node 1 readmitted"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["readmitted_nodes"] == [1] and r["cordoned_nodes"] == [] and r["spares_left"] == [1] and len(r["incidents"]) == 1, r
+PY
+    same_as_fault_free readmit ;;
   corrupt)
     HT_FAULTS="ckpt-corrupt:step=8,crash:rank=0:step=10" run corrupt
     finished corrupt; expect corrupt "checkpoint .*step_00000008 is corrupt or incomplete; falling back to step 4"

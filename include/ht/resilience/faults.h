@@ -41,6 +41,7 @@ struct Fault {
   double factor = 1.0;      // slow
   int node = -1;            // node-unhealthy
   std::string phase;        // snapshot-crash
+  std::string while_file;   // node-unhealthy: only while this file exists (removing it repairs the node)
   std::string text;         // the entry as written, its identity
 };
 
@@ -55,6 +56,8 @@ class FaultPlan {
   /// The first fault of `kind` for `rank` at `step` (step -1 matches any).
   /// For nan, a fault from an earlier step also matches (it persists).
   std::optional<Fault> find(FaultKind kind, int rank, std::int64_t step) const;
+  /// Whether a node-unhealthy fault marks `node`: for good, or while its
+  /// while=FILE exists.
   bool node_unhealthy(int node) const;
   /// Drops the faults listed (by text) in `<run_dir>/faults_fired.txt`.
   void drop_fired(const std::string& run_dir);

@@ -6,7 +6,7 @@
 //   mpirun -np 2 ht-health --mpi --json     collectives across the ranks; rank 0
 //                                           prints every rank's report
 //
-// Environment: HT_FAULTS (node-unhealthy:node=N fails node N's compute check),
+// Environment: HT_FAULTS (node-unhealthy:node=N fails node N's compute check; with :while=FILE only while FILE exists),
 // HT_COMM_TIMEOUT (with --mpi; --timeout overrides it).
 // Exit status: 0 healthy, 1 unhealthy (or the checks could not be completed),
 // 2 usage or configuration error.

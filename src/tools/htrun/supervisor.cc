@@ -292,12 +292,21 @@ std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
   return healthy;
 }
 
+std::vector<Node> Supervisor::due_for_readmission() const {
+  std::vector<Node> due;
+  for (int id : nodes_to_readmit(cordoned_at_, now(), options_.readmit_after_s))
+    for (const Node& n : cordoned_)
+      if (n.id == id) due.push_back(n);
+  return due;
+}
+
 void Supervisor::poll_readmissions() {
   if (!options_.health) return;
-  for (int id : nodes_to_readmit(cordoned_at_, now(), options_.readmit_after_s))
-    if (!readmit_checks_.count(id) && now() >= readmit_retry_at_[id])
-      for (const Node& n : cordoned_)
-        if (n.id == id) readmit_checks_[id] = {start_health_check(n), now()};
+  for (const Node& n : due_for_readmission()) {
+    const auto retry = readmit_retry_at_.find(n.id);
+    if (!readmit_checks_.count(n.id) && (retry == readmit_retry_at_.end() || now() >= retry->second))
+      readmit_checks_[n.id] = {start_health_check(n), now()};
+  }
   for (auto it = readmit_checks_.begin(); it != readmit_checks_.end();) {
     auto& [job, started_at] = it->second;
     const bool over_time = now() - started_at > options_.health_timeout_s;
@@ -313,7 +322,7 @@ void Supervisor::poll_readmissions() {
     for (const Node& n : cordoned_)
       if (n.id == id) {
         if (ok) {
-          readmit({n}, {true});
+          readmit(Node(n));  // a copy: readmit removes it from cordoned_
         } else {
           std::fprintf(stderr, "htrun: %s is not back yet (its health check %s); next look in %g s\n",
                        cluster_.name(n).c_str(),
@@ -342,18 +351,14 @@ void Supervisor::end_old_ranks(const Node& node) {
   if (job.wait(options_.health_timeout_s, options_.grace_s) == 0) rank_pids_.erase(it);
 }
 
-void Supervisor::readmit(const std::vector<Node>& candidates, const std::vector<bool>& healthy) {
-  for (std::size_t k = 0; k < candidates.size(); ++k) {
-    if (!healthy[k]) continue;
-    const Node& node = candidates[k];
-    end_old_ranks(node);
-    std::erase_if(cordoned_, [&](const Node& n) { return n.id == node.id; });
-    cordoned_at_.erase(node.id);
-    readmit_retry_at_.erase(node.id);
-    spares_.push_back(node);
-    readmitted_.push_back(node.id);
-    std::fprintf(stderr, "htrun: %s passed its health check again: back as a spare\n", cluster_.name(node).c_str());
-  }
+void Supervisor::readmit(const Node& node) {
+  end_old_ranks(node);
+  std::erase_if(cordoned_, [&](const Node& n) { return n.id == node.id; });
+  cordoned_at_.erase(node.id);
+  readmit_retry_at_.erase(node.id);
+  spares_.push_back(node);
+  readmitted_.push_back(node.id);
+  std::fprintf(stderr, "htrun: %s passed its health check again: back as a spare\n", cluster_.name(node).c_str());
 }
 
 bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
@@ -362,13 +367,8 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
   // Cordoned nodes due for another look are checked in the same batch: a
   // node back in shape can replace the one failing now. (The watch checks
   // them while the job runs, too; a check of it still running is dropped.)
-  std::vector<Node> candidates;
-  for (int id : nodes_to_readmit(cordoned_at_, now(), options_.readmit_after_s))
-    for (const Node& n : cordoned_)
-      if (n.id == id) {
-        readmit_checks_.erase(id);
-        candidates.push_back(n);
-      }
+  const std::vector<Node> candidates = due_for_readmission();
+  for (const Node& n : candidates) readmit_checks_.erase(n.id);
   const bool unchecked = options_.health && cordon_unchecked(incident, !spares_.empty());
   std::vector<Node> checked;
   for (const Node& n : suspects)
@@ -376,7 +376,8 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
   const std::size_t suspects_checked = checked.size();
   checked.insert(checked.end(), candidates.begin(), candidates.end());
   const std::vector<bool> results = options_.health ? nodes_healthy(checked) : std::vector<bool>(checked.size(), true);
-  readmit(candidates, std::vector<bool>(results.begin() + std::ptrdiff_t(suspects_checked), results.end()));
+  for (std::size_t k = 0; k < candidates.size(); ++k)
+    if (results[suspects_checked + k]) readmit(candidates[k]);
   for (std::size_t k = 0, next = 0; k < suspects.size(); ++k) {
     const Node& node = suspects[k];
     const bool skipped = unchecked && node.id == incident.node;

@@ -69,9 +69,11 @@ class Supervisor {
   /// Health-checks the suspect nodes of `incident`, cordons the bad ones and
   /// brings in spares (or shrinks). False when the job cannot go on.
   bool replace_bad_nodes(Incident& incident, Report& report);
-  /// Returns to the spares the nodes of `candidates` whose check passed
-  /// (`healthy`), once the ranks of earlier launches left on them are ended.
-  void readmit(const std::vector<Node>& candidates, const std::vector<bool>& healthy);
+  /// The cordoned nodes out for --readmit-after or longer, in id order.
+  std::vector<Node> due_for_readmission() const;
+  /// Returns `node`, whose check passed, to the spares, once the ranks of
+  /// earlier launches left on it are ended.
+  void readmit(const Node& node);
   /// While a launch runs: starts the health check of each cordoned node due
   /// for readmission, and readmits those whose check passed (one that
   /// failed is looked at again after another --readmit-after, and at the
