@@ -3,6 +3,11 @@
 set(HT_WITH_CUDA "AUTO" CACHE STRING "Build the CUDA backend: AUTO (if the toolkit is found), ON or OFF")
 set_property(CACHE HT_WITH_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(HT_CUDA_ARCHITECTURES "90" CACHE STRING "CUDA architectures to compile for (CMAKE_CUDA_ARCHITECTURES syntax)")
+# The emulated device (emu/): kernels/*.cu compiled by the host compiler and
+# run on the CPU, the CUDA runtime, cuBLAS and NCCL stood in for by emu/'s
+# libraries. No nvcc is needed; Device::cuda(i) exists and every --device
+# cuda path runs. For testing the CUDA code where no GPU is: see docs/emulation.md.
+option(HT_CUDA_EMULATION "Build the CUDA backend against the emulated device (no GPU, no nvcc)" OFF)
 
 if(CMAKE_SOURCE_DIR STREQUAL PROJECT_SOURCE_DIR)
   set(_ht_top_level ON)

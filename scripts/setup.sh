@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libeigen3-dev libopenblas-openmp-dev
+  libboost-context-dev  # emu/: the emulated CUDA device runs each CUDA thread as a fiber
   libhdf5-dev hdf5-tools
   libfmt-dev nlohmann-json3-dev libcli11-dev
   openmpi-bin libopenmpi-dev

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "ht/config.h"
 #include "ht/core/error.h"
 
 namespace ht::detail {
@@ -21,6 +22,13 @@ void resolve(void* lib, const char* name, const std::string& path, F& fn) {
            CUBLAS_VER_MAJOR);
 }
 
+#if HT_CUDA_EMULATED
+// The emulated device's cuBLAS is linked (emu/src/cublas.cc): nothing to open.
+CublasApi open_cublas() {
+  return CublasApi{&cublasCreate_v2,  &cublasDestroy_v2,      &cublasSetStream_v2, &cublasSetMathMode,
+                   &cublasGemmStridedBatchedEx_64, &cublasGetStatusString, &cublasGetStatusName};
+}
+#else
 CublasApi open_cublas() {
   const std::string name = fmt::format("libcublas.so.{}", CUBLAS_VER_MAJOR);
   std::string path = name;
@@ -45,6 +53,7 @@ CublasApi open_cublas() {
   resolve(lib, "cublasGetStatusName", path, api.status_name);
   return api;  // the library stays open for the process's life
 }
+#endif
 
 }  // namespace
 

@@ -116,6 +116,14 @@ std::vector<float> special_floats(std::size_t n, std::mt19937& rng) {
 
 void expect_outputs_match(const Outputs& want, const Outputs& got, double rtol) {
   ASSERT_EQ(want.size(), got.size());
+  // An output whose exact value is zero (attention's dq and dk with a single
+  // key) holds only the rounding of terms as large as the case's other
+  // outputs; its own largest value is no scale for it. So every output is
+  // also allowed rtol of the largest value of any output of the case.
+  double case_scale = 0.0;
+  for (const auto& [name, w] : want)
+    for (float v : w.to_vector<float>())
+      if (std::isfinite(v)) case_scale = std::max(case_scale, double(std::abs(v)));
   for (std::size_t i = 0; i < want.size(); ++i) {
     SCOPED_TRACE("output '" + want[i].first + "'");
     const Tensor& w = want[i].second;
@@ -133,7 +141,7 @@ void expect_outputs_match(const Outputs& want, const Outputs& got, double rtol) 
     if (rtol == 0)
       EXPECT_TRUE(same_bits(gv, wv));
     else
-      EXPECT_TRUE(test::all_close(gv, test::to_double(wv), rtol));
+      EXPECT_TRUE(test::all_close(gv, test::to_double(wv), rtol, rtol * case_scale));
   }
 }
 
