@@ -182,6 +182,24 @@ cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
+// The runtime's typed forms (cuda_runtime.h's C++ templates).
+template <typename T>
+cudaError_t cudaMalloc(T** ptr, std::size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
+template <typename T>
+cudaError_t cudaMallocHost(T** ptr, std::size_t bytes) {
+  return cudaMallocHost(reinterpret_cast<void**>(ptr), bytes);
+}
+template <typename T>
+cudaError_t cudaMallocAsync(T** ptr, std::size_t bytes, cudaStream_t stream) {
+  return cudaMallocAsync(reinterpret_cast<void**>(ptr), bytes, stream);
+}
+template <typename T>
+cudaError_t cudaMallocFromPoolAsync(T** ptr, std::size_t bytes, cudaMemPool_t pool, cudaStream_t stream) {
+  return cudaMallocFromPoolAsync(reinterpret_cast<void**>(ptr), bytes, pool, stream);
+}
+
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value);
 template <typename... P>
 cudaError_t cudaFuncSetAttribute(void (*func)(P...), cudaFuncAttribute attr, int value) {
@@ -213,6 +231,8 @@ inline constexpr int warpSize = 32;
 
 inline void __syncthreads() { ::ht::emu::sync_block(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { ::ht::emu::warp_collective(mask, 0, ::ht::emu::WarpOp::kSync, 0, 32); }
+/// Sleeps the calling thread (and so its block, which runs on one host thread).
+void __nanosleep(unsigned ns);
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 

@@ -7,6 +7,7 @@
 #include <boost/context/fiber.hpp>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -525,3 +526,5 @@ cudaError_t launch_kernel(const LaunchConfig& config, std::function<void()> body
 }
 
 }  // namespace ht::emu
+
+void __nanosleep(unsigned ns) { std::this_thread::sleep_for(std::chrono::nanoseconds(ns)); }

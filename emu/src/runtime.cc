@@ -185,7 +185,12 @@ cudaError_t cudaDeviceSynchronize() {
 }
 
 cudaError_t cudaDeviceReset() {
+  // As after a GPU's reset, the failure is over; allocations stay (the
+  // runtime's reset frees them; code that resets allocates again anyway).
   drain_all();
+  std::lock_guard lock(g_mutex);
+  g_sticky = cudaSuccess;
+  t_last_error = cudaSuccess;
   return cudaSuccess;
 }
 
