@@ -41,6 +41,7 @@ if(HT_CUDA_EMULATION)
   find_package(Boost 1.74 REQUIRED COMPONENTS context)
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
   set(HT_HAVE_CUDA ON)
+  set(HT_HAVE_NCCL ON)  # emu/'s, between the processes of one host
   set(HT_CUDA_EMULATED ON)
 elseif(NOT HT_WITH_CUDA STREQUAL "OFF")
   include(CheckLanguage)

@@ -104,13 +104,22 @@ struct Grid {
   int helpers = 0;     // pool threads working on it (under the pool's lock)
 };
 
-/// One CUDA thread: its fiber and what it waits for.
+/// A fiber that runs the block's threads that have not started, one after
+/// another, until one of them waits: then the scheduler starts another. A
+/// kernel without barriers or warp operations runs its block on one fiber,
+/// at the cost of function calls; one that synchronises gets a fiber per
+/// thread waiting.
+struct Fiber {
+  ctx::fiber self;  // empty once it has run out of threads
+  ctx::fiber back;  // the scheduler's, while it runs
+};
+
+/// One CUDA thread: where it runs and what it waits for.
 struct Lane : Thread {
-  enum class State : std::uint8_t { kRunnable, kBarrier, kWarp, kDone };
-  State state = State::kRunnable;
-  int rank = 0;  // its index in the block
-  ctx::fiber fiber;  // its own (empty until it first runs, and once it ended)
-  ctx::fiber back;   // the scheduler's, while the lane runs
+  enum class State : std::uint8_t { kUnstarted, kRunnable, kBarrier, kWarp, kDone };
+  State state = State::kUnstarted;
+  int rank = 0;             // its index in the block
+  Fiber* fiber = nullptr;   // once started
   // Its part of a warp operation.
   std::uint64_t value = 0, result = 0;
   int arg = 0, width = 32;
@@ -175,15 +184,21 @@ class BlockRun {
     std::vector<int> order(static_cast<std::size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     std::mt19937_64 rng(grid_.seed * 0x9E3779B97F4A7C15ULL + linear_);
+    if (grid_.seed != 0) std::shuffle(order.begin(), order.end(), rng);
+    start_order_ = order;  // threads start in this order
     while (done_ < n && error_.empty()) {
       if (grid_.seed != 0) std::shuffle(order.begin(), order.end(), rng);
       bool ran = false;
       for (int r : order) {
         Lane& l = lanes_[std::size_t(r)];
         if (l.state != Lane::State::kRunnable) continue;
-        resume(l);
+        resume(*l.fiber);
         ran = true;
         if (!error_.empty()) break;
+      }
+      if (!ran && error_.empty() && next_start_ < n) {
+        start_fiber();
+        ran = true;
       }
       if (ran || !error_.empty()) continue;
       if (at_barrier_ == n) {
@@ -264,10 +279,17 @@ class BlockRun {
  private:
   Lane& lane() { return static_cast<Lane&>(*detail::current); }
 
-  void resume(Lane& l) {
-    if (!l.fiber) {
-      l.fiber = ctx::fiber(std::allocator_arg, StackAllocator{}, [this, &l](ctx::fiber&& back) {
-        l.back = std::move(back);
+  // A fiber that takes the threads not yet started, in start order.
+  void start_fiber() {
+    fibers_.emplace_back();
+    Fiber* f = &fibers_.back();
+    f->self = ctx::fiber(std::allocator_arg, StackAllocator{}, [this, f](ctx::fiber&& back) {
+      f->back = std::move(back);
+      while (next_start_ < int(lanes_.size()) && error_.empty()) {
+        Lane& l = lanes_[std::size_t(start_order_[std::size_t(next_start_++)])];
+        l.fiber = f;
+        l.state = Lane::State::kRunnable;
+        detail::current = &l;
         try {
           grid_.body();
         } catch (const ctx::detail::forced_unwind&) {
@@ -275,19 +297,24 @@ class BlockRun {
         } catch (const std::exception& e) {
           fail(l, std::string("threw ") + e.what());
         }
+        detail::current = nullptr;
         l.state = Lane::State::kDone;
         ++done_;
-        return std::move(l.back);
-      });
-    }
-    detail::current = &l;
-    l.fiber = std::move(l.fiber).resume();
+      }
+      return std::move(f->back);
+    });
+    resume(*f);
+  }
+
+  void resume(Fiber& f) {
+    f.self = std::move(f.self).resume();
     detail::current = nullptr;
   }
 
+  // The calling thread waits: back to the scheduler until it is runnable.
   void yield(Lane& l) {
     detail::current = nullptr;
-    l.back = std::move(l.back).resume();
+    l.fiber->back = std::move(l.fiber->back).resume();
     detail::current = &l;
   }
 
@@ -361,6 +388,9 @@ class BlockRun {
   std::uint64_t linear_ = 0;
   std::vector<Lane> lanes_;
   std::vector<Warp> warps_;
+  std::deque<Fiber> fibers_;     // stable addresses; destroyed (unwound) with the block
+  std::vector<int> start_order_;
+  int next_start_ = 0;
   int at_barrier_ = 0, done_ = 0;
   std::string error_;
 };

@@ -55,11 +55,17 @@ struct CUstream_st {
   std::thread worker;  // last: it starts running at construction
 };
 
-struct CUevent_st {
+/// What an event's records and waits share: a wait enqueued before the
+/// event is destroyed still ends when the record it captured is reached.
+struct EventState {
   std::mutex m;
   std::condition_variable cv;
   std::uint64_t recorded = 0, reached = 0;  // records made, and how many of them the stream has reached
   std::chrono::steady_clock::time_point when{};
+};
+
+struct CUevent_st {
+  std::shared_ptr<EventState> state = std::make_shared<EventState>();
   bool timing = true;
 };
 
@@ -192,57 +198,58 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlag
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (!event) return set_last_error(cudaErrorInvalidResourceHandle);
-  // The runtime lets a recorded event complete before releasing it.
-  std::unique_lock lock(event->m);
-  event->cv.wait(lock, [&] { return event->reached >= event->recorded; });
-  lock.unlock();
-  delete event;
+  delete event;  // records and waits still enqueued hold its state
   return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   CUstream_st* s = resolve(stream);
   if (!event || !s) return set_last_error(cudaErrorInvalidResourceHandle);
+  std::shared_ptr<EventState> e = event->state;
   std::uint64_t record;
   {
-    std::lock_guard lock(event->m);
-    record = ++event->recorded;
+    std::lock_guard lock(e->m);
+    record = ++e->recorded;
   }
-  enqueue(s, [event, record] {
-    std::lock_guard lock(event->m);
-    event->reached = std::max(event->reached, record);
-    event->when = std::chrono::steady_clock::now();
-    event->cv.notify_all();
+  enqueue(s, [e, record] {
+    std::lock_guard lock(e->m);
+    e->reached = std::max(e->reached, record);
+    e->when = std::chrono::steady_clock::now();
+    e->cv.notify_all();
   });
   return result(cudaSuccess);
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!event) return set_last_error(cudaErrorInvalidResourceHandle);
-  std::lock_guard lock(event->m);
+  EventState& e = *event->state;
+  std::lock_guard lock(e.m);
   if (sticky_error() != cudaSuccess) return sticky_error();
-  return event->reached >= event->recorded ? cudaSuccess : cudaErrorNotReady;
+  return e.reached >= e.recorded ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!event) return set_last_error(cudaErrorInvalidResourceHandle);
-  std::unique_lock lock(event->m);
-  const std::uint64_t record = event->recorded;
-  event->cv.wait(lock, [&] { return event->reached >= record; });
+  EventState& e = *event->state;
+  std::unique_lock lock(e.m);
+  const std::uint64_t record = e.recorded;
+  e.cv.wait(lock, [&] { return e.reached >= record; });
   return result(cudaSuccess);
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
   CUstream_st* s = resolve(stream);
   if (!event || !s) return set_last_error(cudaErrorInvalidResourceHandle);
+  std::shared_ptr<EventState> e = event->state;
   std::uint64_t record;
   {
-    std::lock_guard lock(event->m);
-    record = event->recorded;  // the work captured by the latest record, as the runtime does
+    std::lock_guard lock(e->m);
+    record = e->recorded;  // the work captured by the latest record, as the runtime does
   }
-  enqueue(s, [event, record] {
-    std::unique_lock lock(event->m);
-    event->cv.wait(lock, [&] { return event->reached >= record; });
+  if (record == 0) return result(cudaSuccess);  // never recorded: nothing to wait for
+  enqueue(s, [e, record] {
+    std::unique_lock lock(e->m);
+    e->cv.wait(lock, [&] { return e->reached >= record; });
   });
   return result(cudaSuccess);
 }
@@ -252,6 +259,6 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (!start->timing || !end->timing) return set_last_error(cudaErrorInvalidResourceHandle);
   if (cudaEventQuery(start) != cudaSuccess || cudaEventQuery(end) != cudaSuccess)
     return set_last_error(cudaErrorNotReady);
-  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  *ms = std::chrono::duration<float, std::milli>(end->state->when - start->state->when).count();
   return cudaSuccess;
 }
