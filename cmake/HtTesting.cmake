@@ -11,6 +11,16 @@ find_package(GTest REQUIRED)
 
 set(HT_MPIEXEC_EXTRA_FLAGS --oversubscribe --bind-to none CACHE STRING "Extra mpiexec flags for tests")
 
+# Every program the tests labelled gpu run: `cmake --build B --target
+# ht_gpu_tests` builds just them (the emulated device's build tree, which
+# runs only `ctest -L gpu`).
+add_custom_target(ht_gpu_tests)
+function(_ht_gpu_test target labels)
+  if("gpu" IN_LIST labels)
+    add_dependencies(ht_gpu_tests ${target})
+  endif()
+endfunction()
+
 # Test binaries parse GoogleTest, the standard library and the library's
 # tensor once, from one precompiled header (tests/test_util.h, which most
 # tests include) instead of once per binary. The first test of each kind
@@ -48,6 +58,7 @@ function(ht_add_test name)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
     ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
+  _ht_gpu_test(${name} "${T_LABELS}")
   if("gpu" IN_LIST T_LABELS)
     # A GPU test whose every case skipped (no device) is reported as skipped, not passed.
     set_tests_properties(${name} PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  PASSED  \\] 0 tests")
@@ -78,6 +89,7 @@ function(ht_add_mpi_test name)
     _ht_test_pch(${name} mpi "${T_LIBS}")
   endif()
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  _ht_gpu_test(${name} "${T_LABELS}")
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()

@@ -162,7 +162,6 @@ TEST(EmuDevice, ARaceShowsAsAResultThatDependsOnTheThreadOrder) {
 TEST(EmuDevice, ABarrierSomeThreadsNeverReachIsAnErrorNamingThem) {
   int* d = device_copy(std::vector<int>(32, 0));
   early_exit_barrier_kernel<<<1, 32>>>(d);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess) << "the launch itself is fine";
   const std::string what = failure_after_sync();
   EXPECT_NE(what.find("kernel early_exit_barrier_kernel"), std::string::npos) << what;
   EXPECT_NE(what.find("block (0,0,0)"), std::string::npos) << what;
