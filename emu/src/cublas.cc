@@ -141,6 +141,7 @@ cublasStatus_t cublasGemmStridedBatchedEx_64(cublasHandle_t handle, cublasOperat
                     blasint(ldc));
       else
         for (float& v : cf) v *= beta;
+      if (ht::emu::fault_injected("gemm-wrong")) cf[0] += 1.f;
       for (std::int64_t j = 0; j < n; ++j)
         for (std::int64_t r = 0; r < m; ++r) store(t, ci, j * ldc + r, cf[std::size_t(j * ldc + r)]);
     }

@@ -24,6 +24,12 @@ cudaError_t sticky_error();
 /// sticky_error() if set, else `e`: the value every API call returns.
 cudaError_t result(cudaError_t e);
 
+/// A fault injected into the emulated device (HT_EMU_FAULTS, a comma-separated
+/// list): "device-lost" (no work on any stream happens, and the first is
+/// a sticky failure, as a GPU that fell off the bus), "gemm-wrong" (cuBLAS's results are off by one in their first
+/// element, as silent corruption). For the health checks' tests.
+bool fault_injected(const char* name);
+
 // Devices ---------------------------------------------------------------------
 
 int device_count();

@@ -44,6 +44,14 @@ cudaError_t result(cudaError_t e) {
   return set_last_error(sticky != cudaSuccess ? sticky : e);
 }
 
+bool fault_injected(const char* name) {
+  static const std::string faults = [] {
+    const char* env = std::getenv("HT_EMU_FAULTS");
+    return "," + std::string(env ? env : "") + ",";
+  }();
+  return faults.find("," + std::string(name) + ",") != std::string::npos;
+}
+
 int device_count() {
   static const int count = [] {
     const char* env = std::getenv("HT_EMU_DEVICES");

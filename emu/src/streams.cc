@@ -33,7 +33,10 @@ struct CUstream_st {
       std::function<void()> work = std::move(queue.front());
       queue.pop_front();
       lock.unlock();
-      work();
+      if (ht::emu::fault_injected("device-lost"))  // the device fell off the bus: nothing it was given happens
+        ht::emu::fail_device(cudaErrorLaunchFailure, "injected device failure (HT_EMU_FAULTS=device-lost)");
+      else
+        work();
       lock.lock();
       ++completed;
       cv.notify_all();
