@@ -62,6 +62,9 @@ void* device_allocate(std::size_t bytes);
 /// Frees (after checking the bytes past its end): its pages are
 /// quarantined, so that a later access faults. False: not a live allocation.
 bool device_free(void* ptr);
+/// Checks that nothing was written past the end of the live allocation at
+/// `ptr` (into the bytes before its guard page); else the device fails.
+void check_past_end(void* ptr);
 /// Bytes of the live allocation at `ptr`, or 0.
 std::size_t allocation_bytes(const void* ptr);
 /// Bytes of device memory in use.

@@ -27,7 +27,11 @@
 namespace ht::emu {
 namespace {
 
-constexpr std::size_t kAlignment = 256;      // cudaMalloc's alignment
+// cudaMalloc promises 256-byte alignment; the emulated device gives 16 (what
+// any vector type needs), so that an allocation ends at most 15 bytes before
+// its guard page: an overrun past those faults at once, and one within them
+// is found by the canary when it changed a byte.
+constexpr std::size_t kAlignment = 16;
 constexpr unsigned char kFresh = 0xFF;       // all-ones: NaN in f32, f16 and bf16; -1 in integers
 constexpr unsigned char kCanary = 0xA5;      // the bytes between an allocation's end and its guard page
 constexpr std::size_t kQuarantineMaps = 4096;
@@ -136,8 +140,7 @@ void* device_allocate(std::size_t bytes) {
   char* b = static_cast<char*>(base);
   mprotect(b, page, PROT_NONE);
   mprotect(b + page + data_pages, page, PROT_NONE);
-  // As close to the guard page after it as the alignment allows: most
-  // overruns fault at once, the rest write the canary checked at free.
+  // As close to the guard page after it as the alignment allows.
   char* end = b + page + data_pages;
   char* user = end - data;
   std::memset(user, kFresh, bytes);
@@ -148,22 +151,34 @@ void* device_allocate(std::size_t bytes) {
   return user;
 }
 
+namespace {
+
+// The bytes between an allocation's end and its guard page still hold the
+// canary; else the device fails, naming the allocation. g_mutex held.
+void check_canary(Mapping& m) {
+  const char* end = m.base + m.span - page_size();
+  for (const char* c = m.user + m.bytes; c < end; ++c)
+    if (static_cast<unsigned char>(*c) != kCanary) {
+      fail_device(cudaErrorIllegalAddress, "out-of-bounds write: byte " + std::to_string(c - (m.user + m.bytes)) +
+                                               " past the end of a " + std::to_string(m.bytes) +
+                                               "-byte allocation was written (found when it was freed)");
+      std::memset(m.user + m.bytes, kCanary, std::size_t(end - (m.user + m.bytes)));  // reported once
+      return;
+    }
+}
+
+}  // namespace
+
+void check_past_end(void* ptr) {
+  std::lock_guard lock(g_mutex);
+  if (Mapping* m = const_cast<Mapping*>(mapping_of(ptr)); m && !m->freed && m->user == ptr) check_canary(*m);
+}
+
 bool device_free(void* ptr) {
   std::lock_guard lock(g_mutex);
   Mapping* m = const_cast<Mapping*>(mapping_of(ptr));
   if (!m || m->freed || m->user != ptr) return false;
-  const char* end = m->base + m->span - page_size();
-  for (const char* c = m->user + m->bytes; c < end; ++c)
-    if (static_cast<unsigned char>(*c) != kCanary) {
-      const std::string kernel = running_kernel_description();
-      std::fprintf(stderr,
-                   "ht-emu: out-of-bounds write: byte %zu past the end of a %zu-byte allocation was written (found "
-                   "when it was freed)\n",
-                   std::size_t(c - (m->user + m->bytes)), m->bytes);
-      fail_device(cudaErrorIllegalAddress,
-                  "out-of-bounds write past the end of a " + std::to_string(m->bytes) + "-byte allocation");
-      break;
-    }
+  check_canary(*m);
   madvise(m->base, m->span, MADV_DONTNEED);
   mprotect(m->base, m->span, PROT_NONE);
   m->freed = true;
@@ -218,6 +233,7 @@ struct CUmemPoolHandle_st {
     std::lock_guard lock(m);
     auto it = live.find(p);
     if (it == live.end()) return;
+    ht::emu::check_past_end(p);  // a pool's block is checked at each free, not only when it is returned
     used -= it->second;
     cached.emplace(it->second, p);
     live.erase(it);

@@ -240,11 +240,13 @@ TEST(EmuDevice, FreshDeviceMemoryReadsAsNaN) {
 
 TEST(EmuDevice, AWritePastTheEndInsideTheAlignmentIsFoundWhenFreed) {
   float* d = nullptr;
-  ASSERT_EQ(cudaMalloc(&d, 1000 * sizeof(float)), cudaSuccess);  // 4000 bytes: 96 of slack before the guard page
-  fill_kernel<<<4, 256>>>(d, 1000, -1.f);
+  // 4004 bytes: 16-byte alignment leaves 12 before the guard page.
+  ASSERT_EQ(cudaMalloc(&d, 1001 * sizeof(float)), cudaSuccess);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(d) % 16, 0u);
+  fill_kernel<<<4, 256>>>(d, 1001, -1.f);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(cudaFree(d), cudaErrorIllegalAddress);
-  EXPECT_NE(std::string(cudaGetErrorString(cudaErrorIllegalAddress)).find("past the end of a 4000-byte allocation"),
+  EXPECT_NE(std::string(cudaGetErrorString(cudaErrorIllegalAddress)).find("byte 0 past the end of a 4004-byte allocation was written"),
             std::string::npos);
   cudaDeviceReset();
 }
