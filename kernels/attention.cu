@@ -4,9 +4,9 @@
 // thread block per tile, f32 on CUDA cores and f16/bf16 inputs on tensor
 // cores (WMMA 16x16x16, f32 accumulation).
 //
-// NOTE: this code has been compiled but has never run on a GPU. The CPU
-// driver (src/ops/cpu/attention.cc) implements the same algorithm and is
-// tested; tests/ops/ops_cuda_test.cc compares the two when a device exists.
+// NOTE: this code has never run on a GPU; it runs on the emulated device
+// (docs/emulation.md), where tests/ops/ops_cuda_test.cc compares it with the
+// CPU driver (src/ops/cpu/attention.cc), which implements the same algorithm.
 //
 // Kept simple rather than fast: square tiles of kTile query rows and keys in
 // shared memory, the head dimension D padded with zeros to Dp, a multiple of
