@@ -139,29 +139,26 @@ struct CommState {
     return ncclSuccess;
   }
 
+  /// Sets this rank's `counters` entry to `s`, then waits until every rank's is.
+  ncclResult_t meet(Counter* counters, std::uint64_t s, const char* what) {
+    counters[rank].v.store(s, std::memory_order_release);
+    return wait(
+        [&] {
+          for (int i = 0; i < n; ++i)
+            if (counters[i].v.load(std::memory_order_acquire) < s) return false;
+          return true;
+        },
+        what);
+  }
+
   /// One collective step: `put` fills this rank's slot, then every rank's
   /// slot is readable in `take`.
   ncclResult_t exchange(const std::function<void(char*)>& put, const std::function<void()>& take, const char* what) {
     const std::uint64_t s = ++step;
     put(slot(rank));
-    h->arrive[rank].v.store(s, std::memory_order_release);
-    ncclResult_t r = wait(
-        [&] {
-          for (int i = 0; i < n; ++i)
-            if (h->arrive[i].v.load(std::memory_order_acquire) < s) return false;
-          return true;
-        },
-        what);
-    if (r != ncclSuccess) return r;
+    if (ncclResult_t r = meet(h->arrive, s, what); r != ncclSuccess) return r;
     take();
-    h->leave[rank].v.store(s, std::memory_order_release);
-    return wait(
-        [&] {
-          for (int i = 0; i < n; ++i)
-            if (h->leave[i].v.load(std::memory_order_acquire) < s) return false;
-          return true;
-        },
-        what);
+    return meet(h->leave, s, what);
   }
 };
 
@@ -472,27 +469,11 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   const std::uint64_t k = ++c.splits;
   c.h->split_color[c.rank].store(color);
   c.h->split_key[c.rank].store(key);
-  c.h->split_arrive[c.rank].v.store(k, std::memory_order_release);
-  ncclResult_t r = c.wait(
-      [&] {
-        for (int i = 0; i < c.n; ++i)
-          if (c.h->split_arrive[i].v.load(std::memory_order_acquire) < k) return false;
-        return true;
-      },
-      "ncclCommSplit");
-  if (r != ncclSuccess) return r;
+  if (ncclResult_t r = c.meet(c.h->split_arrive, k, "ncclCommSplit"); r != ncclSuccess) return r;
   std::vector<std::pair<int, int>> members;  // (key, parent rank) of this colour
   for (int i = 0; i < c.n; ++i)
     if (c.h->split_color[i].load() == color) members.emplace_back(c.h->split_key[i].load(), i);
-  c.h->split_leave[c.rank].v.store(k, std::memory_order_release);
-  r = c.wait(
-      [&] {
-        for (int i = 0; i < c.n; ++i)
-          if (c.h->split_leave[i].v.load(std::memory_order_acquire) < k) return false;
-        return true;
-      },
-      "ncclCommSplit");
-  if (r != ncclSuccess) return r;
+  if (ncclResult_t r = c.meet(c.h->split_leave, k, "ncclCommSplit"); r != ncclSuccess) return r;
   if (color == NCCL_SPLIT_NOCOLOR) {
     *newcomm = nullptr;
     return ncclSuccess;
@@ -580,14 +561,18 @@ ncclResult_t ncclGroupEnd() {
   return launch(std::move(ops));
 }
 
-ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t t, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t stream) {
-  if (!valid_op(op)) return refuse(ncclInvalidArgument, "ncclAllReduce: unknown reduction");
-  if (count > 0 && (!sendbuff || !recvbuff)) return refuse(ncclInvalidArgument, "ncclAllReduce: a null buffer");
+namespace {
+
+/// All-reduce (root < 0: every rank gets the result) or reduce to `root`.
+ncclResult_t reduce_call(const char* name, const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t t,
+                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  if (!valid_op(op)) return refuse(ncclInvalidArgument, std::string(name) + ": unknown reduction");
+  if (comm && root >= comm->s->n) return refuse(ncclInvalidArgument, std::string(name) + ": root out of range");
+  if (count > 0 && (!sendbuff || !recvbuff)) return refuse(ncclInvalidArgument, std::string(name) + ": a null buffer");
   const std::size_t es = type_bytes(t);
   Op o;
   o.stream = stream;
-  o.name = "ncclAllReduce";
+  o.name = name;
   o.collective = [=](CommState& c) {
     const std::size_t per = kSlotBytes / std::max<std::size_t>(es, 1);
     for (std::size_t at = 0; at < count; at += per) {
@@ -596,11 +581,12 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t cou
       char* dst = static_cast<char*>(recvbuff) + at * es;
       const ncclResult_t r = c.exchange([&](char* slot) { std::memcpy(slot, src, k * es); },
                                         [&] {
+                                          if (root >= 0 && c.rank != root) return;
                                           std::vector<const char*> parts;
                                           for (int i = 0; i < c.n; ++i) parts.push_back(c.slot(i));
                                           reduce(t, op, parts, dst, k);
                                         },
-                                        "ncclAllReduce");
+                                        name);
       if (r != ncclSuccess) return r;
     }
     return ncclSuccess;
@@ -608,33 +594,17 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t cou
   return submit(comm, std::move(o), count, t);
 }
 
+}  // namespace
+
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t t, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream) {
+  return reduce_call("ncclAllReduce", sendbuff, recvbuff, count, t, op, -1, comm, stream);
+}
+
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t t, ncclRedOp_t op,
                         int root, ncclComm_t comm, cudaStream_t stream) {
-  if (!valid_op(op)) return refuse(ncclInvalidArgument, "ncclReduce: unknown reduction");
-  if (comm && (root < 0 || root >= comm->s->n)) return refuse(ncclInvalidArgument, "ncclReduce: root out of range");
-  const std::size_t es = type_bytes(t);
-  Op o;
-  o.stream = stream;
-  o.name = "ncclReduce";
-  o.collective = [=](CommState& c) {
-    const std::size_t per = kSlotBytes / std::max<std::size_t>(es, 1);
-    for (std::size_t at = 0; at < count; at += per) {
-      const std::size_t k = std::min(per, count - at);
-      const char* src = static_cast<const char*>(sendbuff) + at * es;
-      char* dst = static_cast<char*>(recvbuff) + at * es;
-      const ncclResult_t r = c.exchange([&](char* slot) { std::memcpy(slot, src, k * es); },
-                                        [&] {
-                                          if (c.rank != root) return;
-                                          std::vector<const char*> parts;
-                                          for (int i = 0; i < c.n; ++i) parts.push_back(c.slot(i));
-                                          reduce(t, op, parts, dst, k);
-                                        },
-                                        "ncclReduce");
-      if (r != ncclSuccess) return r;
-    }
-    return ncclSuccess;
-  };
-  return submit(comm, std::move(o), count, t);
+  if (root < 0) return refuse(ncclInvalidArgument, "ncclReduce: root out of range");
+  return reduce_call("ncclReduce", sendbuff, recvbuff, count, t, op, root, comm, stream);
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t recvcount, ncclDataType_t t,

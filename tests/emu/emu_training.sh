@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Training on the emulated device (HT_CUDA_EMULATION) equals training on the
-# CPU: gpt_train and llama_train, one rank and under mpirun with dp2 ZeRO-3,
-# tp2 and pp2, every step's loss within 1e-5 (fp32) or 1e-2 (bf16) of the
-# CPU run's; and a checkpoint written on one device resumes on the other to
+# CPU: gpt_train and llama_train, one rank and under mpirun with dp2 ZeRO-3
+# (fp32 and bf16), tp2 and pp2, every step's loss within 1e-5 (fp32) or 1e-2
+# (bf16) of the CPU run's; and a checkpoint written on one device resumes on the other to
 # the uninterrupted run's losses, bit for bit in fp32.
 # Usage: emu_training.sh GPT_TRAIN LLAMA_TRAIN MPIEXEC WORK_DIR
 set -euo pipefail
@@ -44,13 +44,15 @@ pair() {
   compare "$name" "$rtol"
 }
 
-pair gpt_fp32 1e-5 "$gpt"
-pair gpt_bf16 1e-2 "$gpt" --precision bf16
-pair llama_fp32 1e-5 "$llama"
-pair gpt_dp2_zero3 1e-5 "${np2[@]}" "$gpt" --zero 3
-pair gpt_tp2 1e-5 "${np2[@]}" "$gpt" --tp 2
-pair gpt_pp2 1e-5 "${np2[@]}" "$gpt" --pp 2
-pair llama_dp2_zero3_bf16 1e-2 "${np2[@]}" "$llama" --zero 3 --precision bf16
+for model in gpt llama; do
+  exe=$([ "$model" = gpt ] && echo "$gpt" || echo "$llama")
+  pair ${model}_fp32 1e-5 "$exe"
+  pair ${model}_bf16 1e-2 "$exe" --precision bf16
+  pair ${model}_dp2_zero3 1e-5 "${np2[@]}" "$exe" --zero 3
+  pair ${model}_dp2_zero3_bf16 1e-2 "${np2[@]}" "$exe" --zero 3 --precision bf16
+  pair ${model}_tp2 1e-5 "${np2[@]}" "$exe" --tp 2
+  pair ${model}_pp2 1e-5 "${np2[@]}" "$exe" --pp 2
+done
 
 # A checkpoint at step 3 on one device (the run then crashes at step 4)
 # resumes on the other to the uninterrupted CPU run's losses, bit for bit.
