@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <queue>
 #include <random>
 #include <string>
 #include <thread>
@@ -180,33 +181,14 @@ class BlockRun {
   bool run() {
     BlockRun* const outer = t_block;
     t_block = this;
-    const int n = int(lanes_.size());
-    std::vector<int> order(static_cast<std::size_t>(n));
-    std::iota(order.begin(), order.end(), 0);
-    std::mt19937_64 rng(grid_.seed * 0x9E3779B97F4A7C15ULL + linear_);
-    if (grid_.seed != 0) std::shuffle(order.begin(), order.end(), rng);
-    start_order_ = order;  // threads start in this order
-    while (done_ < n && error_.empty()) {
-      if (grid_.seed != 0) std::shuffle(order.begin(), order.end(), rng);
-      bool ran = false;
-      for (int r : order) {
-        Lane& l = lanes_[std::size_t(r)];
-        if (l.state != Lane::State::kRunnable) continue;
-        resume(*l.fiber);
-        ran = true;
-        if (!error_.empty()) break;
-      }
-      if (!ran && error_.empty() && next_start_ < n) {
-        start_fiber();
-        ran = true;
-      }
-      if (ran || !error_.empty()) continue;
-      if (at_barrier_ == n) {
-        for (Lane& l : lanes_) l.state = Lane::State::kRunnable;
-        at_barrier_ = 0;
-      } else {
-        diagnose_stall();
-      }
+    start_order_.resize(lanes_.size());
+    std::iota(start_order_.begin(), start_order_.end(), 0);
+    if (grid_.seed != 0) {
+      std::mt19937_64 rng(grid_.seed * 0x9E3779B97F4A7C15ULL + linear_);
+      draw_priorities(rng);
+      run_by_priority();
+    } else {
+      run_in_order();
     }
     t_block = outer;
     return error_.empty();
@@ -279,6 +261,79 @@ class BlockRun {
  private:
   Lane& lane() { return static_cast<Lane&>(*detail::current); }
 
+  // Threads start in index order, and each round resumes every runnable
+  // thread once, lowest index first.
+  void run_in_order() {
+    const int n = int(lanes_.size());
+    while (done_ < n && error_.empty()) {
+      bool ran = false;
+      for (Lane& l : lanes_) {
+        if (l.state != Lane::State::kRunnable) continue;
+        resume(*l.fiber);
+        ran = true;
+        if (!error_.empty()) break;
+      }
+      if (!ran && error_.empty() && next_start_ < n) {
+        start_fiber();
+        ran = true;
+      }
+      if (!ran && error_.empty()) all_waiting();
+    }
+  }
+
+  // A random priority for each warp, and for each lane within its warp;
+  // threads start in priority order.
+  void draw_priorities(std::mt19937_64& rng) {
+    const std::size_t n = lanes_.size();
+    std::vector<std::uint32_t> warp_rank(warps_.size()), lane_rank(32);
+    std::iota(warp_rank.begin(), warp_rank.end(), 0u);
+    std::shuffle(warp_rank.begin(), warp_rank.end(), rng);
+    std::iota(lane_rank.begin(), lane_rank.end(), 0u);
+    std::shuffle(lane_rank.begin(), lane_rank.end(), rng);
+    priority_.resize(n);
+    for (std::size_t r = 0; r < n; ++r) priority_[r] = warp_rank[r / 32] * 32 + lane_rank[r % 32];
+    std::sort(start_order_.begin(), start_order_.end(),
+              [&](int a, int b) { return priority_[std::size_t(a)] > priority_[std::size_t(b)]; });
+  }
+
+  // Each step runs the thread of highest priority that can run (or starts
+  // the next one, if its priority is higher): a warp runs ahead through
+  // several barrier-free stretches, warp operations included, before a
+  // lower one runs its first. That is what exposes a missing barrier
+  // between two uses of shared memory, which an order that lets every
+  // thread take one stretch in turn would hide.
+  void run_by_priority() {
+    const int n = int(lanes_.size());
+    while (done_ < n && error_.empty()) {
+      const bool can_start = next_start_ < n;
+      if (ready_.empty() && !can_start) {
+        all_waiting();
+        continue;
+      }
+      const std::uint32_t next_priority =
+          can_start ? priority_[std::size_t(start_order_[std::size_t(next_start_)])] : 0;
+      if (ready_.empty() || (can_start && next_priority > ready_.top().first)) {
+        start_fiber();
+        continue;
+      }
+      Lane& l = lanes_[std::size_t(ready_.top().second)];
+      ready_.pop();
+      resume(*l.fiber);
+    }
+  }
+
+  // No thread can run: a barrier every thread reached opens, else the block is stuck.
+  void all_waiting() {
+    if (at_barrier_ != int(lanes_.size())) return diagnose_stall();
+    at_barrier_ = 0;
+    for (Lane& l : lanes_) mark_runnable(l);
+  }
+
+  void mark_runnable(Lane& l) {
+    l.state = Lane::State::kRunnable;
+    if (grid_.seed != 0) ready_.emplace(priority_[std::size_t(l.rank)], l.rank);
+  }
+
   // A fiber that takes the threads not yet started, in start order.
   void start_fiber() {
     fibers_.emplace_back();
@@ -349,7 +404,7 @@ class BlockRun {
       } else {
         l.result = lanes_[std::size_t(first + src)].value;
       }
-      if (l.state == Lane::State::kWarp) l.state = Lane::State::kRunnable;
+      if (l.state == Lane::State::kWarp) mark_runnable(l);
     }
     w.arrived = 0;
   }
@@ -390,6 +445,9 @@ class BlockRun {
   std::vector<Warp> warps_;
   std::deque<Fiber> fibers_;     // stable addresses; destroyed (unwound) with the block
   std::vector<int> start_order_;
+  // Seeded order: each thread's priority, and the waiting threads that can run again, highest first.
+  std::vector<std::uint32_t> priority_;
+  std::priority_queue<std::pair<std::uint32_t, int>> ready_;
   int next_start_ = 0;
   int at_barrier_ = 0, done_ = 0;
   std::string error_;
