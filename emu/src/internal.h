@@ -33,7 +33,6 @@ bool fault_injected(const char* name);
 // Devices ---------------------------------------------------------------------
 
 int device_count();
-int current_device();
 /// The limit of a kernel's dynamic shared memory (cudaFuncSetAttribute).
 std::size_t max_dynamic_shared(const void* function);
 inline constexpr std::size_t kDefaultSharedBytes = 48 * 1024;
@@ -65,8 +64,6 @@ bool device_free(void* ptr);
 /// Checks that nothing was written past the end of the live allocation at
 /// `ptr` (into the bytes before its guard page); else the device fails.
 void check_past_end(void* ptr);
-/// Bytes of the live allocation at `ptr`, or 0.
-std::size_t allocation_bytes(const void* ptr);
 /// Bytes of device memory in use.
 std::size_t device_bytes_in_use();
 inline constexpr std::size_t kDeviceMemoryBytes = std::size_t(80) << 30;

@@ -95,7 +95,7 @@ void ensure_signal_stack() {
 struct Grid {
   LaunchConfig config;
   std::function<void()> body;
-  std::uint64_t seed = 0;  // 0: threads in order; else a shuffled order per round
+  std::uint64_t seed = 0;  // 0: threads in index order; else by priorities drawn from it
   std::uint64_t blocks = 0;
   std::atomic<std::uint64_t> next{0}, finished{0};
   std::atomic<bool> failed{false};
@@ -220,10 +220,7 @@ class BlockRun {
     else if (w.arrived != 0 && (w.mask != mask || w.op != op))
       fail(l, std::string(op_name(op)) + " with mask " + hex(mask) + " while lane " + std::to_string(w.first) +
                   " of the warp waits in " + op_name(w.op) + " with mask " + hex(w.mask));
-    if (!error_.empty()) {
-      l.state = Lane::State::kDone;
-      yield(l);  // never resumed: the block has failed
-    }
+    stop_if_failed(l);
     if (w.arrived == 0) {
       w.mask = mask;
       w.op = op;
@@ -235,6 +232,7 @@ class BlockRun {
     w.arrived |= 1u << id;
     if (w.arrived == mask) {
       complete(w, l.rank / 32 * 32);
+      stop_if_failed(l);  // a bad shuffle fails the block: its lanes go no further
     } else {
       l.state = Lane::State::kWarp;
       yield(l);
@@ -377,8 +375,20 @@ class BlockRun {
     if (error_.empty()) error_ = where(l) + ": " + what;
   }
 
+  // After a failure the calling thread never runs again: the scheduler stops
+  // and the block's fibers are unwound.
+  void stop_if_failed(Lane& l) {
+    if (error_.empty()) return;
+    l.state = Lane::State::kDone;
+    yield(l);
+  }
+
   // The lanes of warp `w` (lanes first..first+31) all reached the operation.
   void complete(Warp& w, int first) {
+    std::uint64_t ballot = 0;
+    if (w.op == WarpOp::kBallot)
+      for (int j = 0; j < 32; ++j)
+        if ((w.mask & (1u << j)) && lanes_[std::size_t(first + j)].value != 0) ballot |= 1u << j;
     for (int i = 0; i < 32; ++i) {
       if ((w.mask & (1u << i)) == 0) continue;
       Lane& l = lanes_[std::size_t(first + i)];
@@ -393,10 +403,7 @@ class BlockRun {
         case WarpOp::kUp: src = i - l.arg >= seg ? i - l.arg : i; break;
       }
       if (w.op == WarpOp::kBallot) {
-        std::uint64_t bits = 0;
-        for (int j = 0; j < 32; ++j)
-          if ((w.mask & (1u << j)) && lanes_[std::size_t(first + j)].value != 0) bits |= 1u << j;
-        l.result = bits;
+        l.result = ballot;
       } else if (src < 0 || src >= 32 || (w.mask & (1u << src)) == 0) {
         fail(l, std::string(op_name(w.op)) + " reads lane " + std::to_string(src) + ", which is not in the mask " +
                     hex(w.mask));

@@ -188,12 +188,6 @@ bool device_free(void* ptr) {
   return true;
 }
 
-std::size_t allocation_bytes(const void* ptr) {
-  std::lock_guard lock(g_mutex);
-  const Mapping* m = mapping_of(ptr);
-  return m && !m->freed && m->user == ptr ? m->bytes : 0;
-}
-
 std::size_t device_bytes_in_use() { return g_in_use.load(); }
 
 void refill_fresh(void* ptr, std::size_t bytes) { std::memset(ptr, kFresh, bytes); }
@@ -257,11 +251,7 @@ std::mutex g_pools_mutex;
 std::map<void*, CUmemPoolHandle_st*> g_pool_of;  // every pool allocation's pool
 
 CUmemPoolHandle_st* default_pool() {
-  static auto* pool = [] {
-    auto* p = new CUmemPoolHandle_st;
-    p->release_threshold = 0;
-    return p;
-  }();
+  static auto* pool = new CUmemPoolHandle_st;  // release threshold 0, as the runtime's default pool
   return pool;
 }
 

@@ -74,16 +74,16 @@ struct CommState {
   Header* h = nullptr;
   std::atomic<bool> aborted{false};
   std::atomic<int> async_error{ncclSuccess};
-  std::mutex m;             // last_error; and one operation at a time on the segment
-  std::mutex exec;
+  std::mutex m;     // last_error
+  std::mutex exec;  // one group at a time on the segment
   std::string last_error;
   std::uint64_t step = 0;   // collective steps taken (under exec)
   std::uint64_t splits = 0; // splits made (host calls, in the same order on every rank)
-  bool unlinked = false;
+  std::atomic<bool> unlinked{false};  // the name is gone (rank 0 unlinks it once every rank joined)
 
   ~CommState() {
     if (base) munmap(base, segment_bytes(n));
-    if (rank == 0 && !unlinked) shm_unlink(id.c_str());
+    if (rank == 0 && !unlinked.exchange(true)) shm_unlink(id.c_str());
   }
 
   char* slot(int r) const { return base + sizeof(Header) + std::size_t(r) * kSlotBytes; }
@@ -107,10 +107,7 @@ struct CommState {
 
   bool all_joined() {
     if (h->joined.load(std::memory_order_acquire) < n) return false;
-    if (rank == 0 && !unlinked) {  // every rank has it open: the name can go
-      shm_unlink(id.c_str());
-      unlinked = true;
-    }
+    if (rank == 0 && !unlinked.exchange(true)) shm_unlink(id.c_str());  // every rank has it open
     return true;
   }
 
@@ -159,6 +156,19 @@ struct CommState {
     if (ncclResult_t r = meet(h->arrive, s, what); r != ncclSuccess) return r;
     take();
     return meet(h->leave, s, what);
+  }
+
+  /// A collective over `count` elements in steps of at most `per`:
+  /// put(at, k, slot) and take(at, k) as in exchange(), for elements [at, at + k).
+  ncclResult_t steps(std::size_t count, std::size_t per, const char* what,
+                     const std::function<void(std::size_t, std::size_t, char*)>& put,
+                     const std::function<void(std::size_t, std::size_t)>& take) {
+    for (std::size_t at = 0; at < count; at += per) {
+      const std::size_t k = std::min(per, count - at);
+      const ncclResult_t r = exchange([&](char* slot) { put(at, k, slot); }, [&] { take(at, k); }, what);
+      if (r != ncclSuccess) return r;
+    }
+    return ncclSuccess;
   }
 };
 
@@ -574,22 +584,17 @@ ncclResult_t reduce_call(const char* name, const void* sendbuff, void* recvbuff,
   o.stream = stream;
   o.name = name;
   o.collective = [=](CommState& c) {
-    const std::size_t per = kSlotBytes / std::max<std::size_t>(es, 1);
-    for (std::size_t at = 0; at < count; at += per) {
-      const std::size_t k = std::min(per, count - at);
-      const char* src = static_cast<const char*>(sendbuff) + at * es;
-      char* dst = static_cast<char*>(recvbuff) + at * es;
-      const ncclResult_t r = c.exchange([&](char* slot) { std::memcpy(slot, src, k * es); },
-                                        [&] {
-                                          if (root >= 0 && c.rank != root) return;
-                                          std::vector<const char*> parts;
-                                          for (int i = 0; i < c.n; ++i) parts.push_back(c.slot(i));
-                                          reduce(t, op, parts, dst, k);
-                                        },
-                                        name);
-      if (r != ncclSuccess) return r;
-    }
-    return ncclSuccess;
+    return c.steps(
+        count, kSlotBytes / es, name,
+        [&](std::size_t at, std::size_t k, char* slot) {
+          std::memcpy(slot, static_cast<const char*>(sendbuff) + at * es, k * es);
+        },
+        [&](std::size_t at, std::size_t k) {
+          if (root >= 0 && c.rank != root) return;
+          std::vector<const char*> parts;
+          for (int i = 0; i < c.n; ++i) parts.push_back(c.slot(i));
+          reduce(t, op, parts, static_cast<char*>(recvbuff) + at * es, k);
+        });
   };
   return submit(comm, std::move(o), count, t);
 }
@@ -616,24 +621,18 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t
   o.name = "ncclReduceScatter";
   o.collective = [=](CommState& c) {
     // Each step carries a piece of every rank's block: n pieces per slot.
-    const std::size_t per = kSlotBytes / std::max<std::size_t>(es, 1) / std::size_t(c.n);
-    for (std::size_t at = 0; at < recvcount; at += per) {
-      const std::size_t k = std::min(per, recvcount - at);
-      const ncclResult_t r = c.exchange(
-          [&](char* slot) {
-            for (int b = 0; b < c.n; ++b)
-              std::memcpy(slot + std::size_t(b) * k * es,
-                          static_cast<const char*>(sendbuff) + (std::size_t(b) * recvcount + at) * es, k * es);
-          },
-          [&] {
-            std::vector<const char*> parts;
-            for (int i = 0; i < c.n; ++i) parts.push_back(c.slot(i) + std::size_t(c.rank) * k * es);
-            reduce(t, op, parts, static_cast<char*>(recvbuff) + at * es, k);
-          },
-          "ncclReduceScatter");
-      if (r != ncclSuccess) return r;
-    }
-    return ncclSuccess;
+    return c.steps(
+        recvcount, kSlotBytes / es / std::size_t(c.n), "ncclReduceScatter",
+        [&](std::size_t at, std::size_t k, char* slot) {
+          for (int b = 0; b < c.n; ++b)
+            std::memcpy(slot + std::size_t(b) * k * es,
+                        static_cast<const char*>(sendbuff) + (std::size_t(b) * recvcount + at) * es, k * es);
+        },
+        [&](std::size_t at, std::size_t k) {
+          std::vector<const char*> parts;
+          for (int i = 0; i < c.n; ++i) parts.push_back(c.slot(i) + std::size_t(c.rank) * k * es);
+          reduce(t, op, parts, static_cast<char*>(recvbuff) + at * es, k);
+        });
   };
   return submit(comm, std::move(o), recvcount, t);
 }
@@ -645,19 +644,15 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, std::size_t sen
   o.stream = stream;
   o.name = "ncclAllGather";
   o.collective = [=](CommState& c) {
-    const std::size_t per = kSlotBytes / std::max<std::size_t>(es, 1);
-    for (std::size_t at = 0; at < sendcount; at += per) {
-      const std::size_t k = std::min(per, sendcount - at);
-      const ncclResult_t r = c.exchange(
-          [&](char* slot) { std::memcpy(slot, static_cast<const char*>(sendbuff) + at * es, k * es); },
-          [&] {
-            for (int i = 0; i < c.n; ++i)
-              std::memcpy(static_cast<char*>(recvbuff) + (std::size_t(i) * sendcount + at) * es, c.slot(i), k * es);
-          },
-          "ncclAllGather");
-      if (r != ncclSuccess) return r;
-    }
-    return ncclSuccess;
+    return c.steps(
+        sendcount, kSlotBytes / es, "ncclAllGather",
+        [&](std::size_t at, std::size_t k, char* slot) {
+          std::memcpy(slot, static_cast<const char*>(sendbuff) + at * es, k * es);
+        },
+        [&](std::size_t at, std::size_t k) {
+          for (int i = 0; i < c.n; ++i)
+            std::memcpy(static_cast<char*>(recvbuff) + (std::size_t(i) * sendcount + at) * es, c.slot(i), k * es);
+        });
   };
   return submit(comm, std::move(o), sendcount, t);
 }
@@ -670,17 +665,14 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t cou
   o.stream = stream;
   o.name = "ncclBroadcast";
   o.collective = [=](CommState& c) {
-    const std::size_t per = kSlotBytes / std::max<std::size_t>(es, 1);
-    for (std::size_t at = 0; at < count; at += per) {
-      const std::size_t k = std::min(per, count - at);
-      const ncclResult_t r = c.exchange(
-          [&](char* slot) {
-            if (c.rank == root) std::memcpy(slot, static_cast<const char*>(sendbuff) + at * es, k * es);
-          },
-          [&] { std::memmove(static_cast<char*>(recvbuff) + at * es, c.slot(root), k * es); }, "ncclBroadcast");
-      if (r != ncclSuccess) return r;
-    }
-    return ncclSuccess;
+    return c.steps(
+        count, kSlotBytes / es, "ncclBroadcast",
+        [&](std::size_t at, std::size_t k, char* slot) {
+          if (c.rank == root) std::memcpy(slot, static_cast<const char*>(sendbuff) + at * es, k * es);
+        },
+        [&](std::size_t at, std::size_t k) {
+          std::memmove(static_cast<char*>(recvbuff) + at * es, c.slot(root), k * es);
+        });
   };
   return submit(comm, std::move(o), count, t);
 }

@@ -61,8 +61,6 @@ int device_count() {
   return count;
 }
 
-int current_device() { return t_device; }
-
 std::size_t max_dynamic_shared(const void* function) {
   std::lock_guard lock(g_mutex);
   auto it = g_max_dynamic_shared.find(function);
