@@ -72,6 +72,14 @@ def parse_args():
     p.add_argument("--seq", type=int, default=0, help="tokens per sequence (0: the config's)")
     p.add_argument("--repeats", type=int, default=1,
                    help="alternate hypertrain and PyTorch runs this many times; medians are reported")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where both sides train: cpu, or cuda (the first GPU; PyTorch's CUDA build on the same device)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="compute dtype: fp32, or bf16 (hypertrain's bf16 compute with f32 master weights; PyTorch's "
+                        "autocast to bf16 with f32 parameters)")
+    p.add_argument("--attention", default="matmul", choices=["matmul", "sdpa"],
+                   help="PyTorch's attention: matmul (matmul + masked softmax, as written below) or sdpa "
+                        "(F.scaled_dot_product_attention, PyTorch's fused kernels: its fastest path on a GPU)")
     p.add_argument("--openblas-coretype", default=None,
                    help="set OPENBLAS_CORETYPE for both sides (e.g. SkylakeX, Haswell); default: as inherited. "
                         "OpenBLAS 0.3.21 runs its slow Prescott kernels on CPUs it does not recognise")
@@ -116,7 +124,8 @@ def run_hypertrain(args, name):
         sys.exit(f"compare_pytorch: {exe} not found; build it: ninja -C {args.build} train_throughput")
     cmd = [exe, "--config", name, "--threads", str(args.threads), "--json",
            "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--batch", str(args.batch), "--seq", str(args.seq)]
+           "--batch", str(args.batch), "--seq", str(args.seq),
+           "--device", args.device, "--precision", args.precision]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"compare_pytorch: {' '.join(cmd)} failed with exit code {proc.returncode}:\n{proc.stderr}")
@@ -127,7 +136,19 @@ def run_hypertrain(args, name):
     return run, result
 
 
-def build_torch_gpt(torch, kind, vocab, context, n_layer, n_head, n_embd):
+def causal_attention(torch, q, k, v, hs, attention):
+    """(b, heads, t, hs) -> (b, heads, t, hs): written as matmul + masked softmax, or PyTorch's fused kernel."""
+    F = torch.nn.functional
+    if attention == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    t = q.shape[2]
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+    return att @ v
+
+
+def build_torch_gpt(torch, attention, device, kind, vocab, context, n_layer, n_head, n_embd):
     nn = torch.nn
     F = torch.nn.functional
 
@@ -144,11 +165,7 @@ def build_torch_gpt(torch, kind, vocab, context, n_layer, n_head, n_embd):
             q = q.view(b, t, n_head, hs).transpose(1, 2)
             k = k.view(b, t, n_head, hs).transpose(1, 2)
             v = v.view(b, t, n_head, hs).transpose(1, 2)
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-            mask = torch.ones(t, t, dtype=torch.bool).tril()
-            att = att.masked_fill(~mask, float("-inf"))
-            att = F.softmax(att, dim=-1)
-            y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+            y = causal_attention(torch, q, k, v, hs, attention).transpose(1, 2).contiguous().view(b, t, c)
             return self.c_proj(y)
 
     class MLP(nn.Module):
@@ -190,7 +207,7 @@ def build_torch_gpt(torch, kind, vocab, context, n_layer, n_head, n_embd):
 
         def forward(self, idx, targets):
             t = idx.shape[1]
-            x = self.wte(idx) + self.wpe(torch.arange(t))
+            x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
             for block in self.h:
                 x = block(x)
             logits = F.linear(self.ln_f(x), self.wte.weight)  # tied head
@@ -199,7 +216,7 @@ def build_torch_gpt(torch, kind, vocab, context, n_layer, n_head, n_embd):
     return GPT()
 
 
-def build_torch_llama(torch, kind, vocab, context, n_layer, n_head, n_kv_head, n_embd, ffn, rope_theta):
+def build_torch_llama(torch, attention, device, kind, vocab, context, n_layer, n_head, n_kv_head, n_embd, ffn, rope_theta):
     """hypertrain's Llama written plainly: RMSNorm, rotate-half rotary embeddings, grouped-query attention
     (key/value heads repeated), SwiGLU, untied head, no biases, N(0, 0.02) matrices."""
     nn = torch.nn
@@ -207,7 +224,7 @@ def build_torch_llama(torch, kind, vocab, context, n_layer, n_head, n_kv_head, n
     hs = n_embd // n_head
     inv_freq = 1.0 / (rope_theta ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
     angles = torch.outer(torch.arange(context, dtype=torch.float32), inv_freq)
-    cos, sin = angles.cos(), angles.sin()
+    cos, sin = angles.cos().to(device), angles.sin().to(device)
 
     def rope(x):  # (b, heads, t, hs)
         t = x.shape[2]
@@ -238,10 +255,8 @@ def build_torch_llama(torch, kind, vocab, context, n_layer, n_head, n_kv_head, n
             v = self.v_proj(x).view(b, t, n_kv_head, hs).transpose(1, 2)
             k = k.repeat_interleave(n_head // n_kv_head, dim=1)
             v = v.repeat_interleave(n_head // n_kv_head, dim=1)
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-            mask = torch.ones(t, t, dtype=torch.bool).tril()
-            att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
-            return self.o_proj((att @ v).transpose(1, 2).contiguous().view(b, t, c))
+            y = causal_attention(torch, q, k, v, hs, attention)
+            return self.o_proj(y.transpose(1, 2).contiguous().view(b, t, c))
 
     class MLP(nn.Module):
         def __init__(self):
@@ -295,7 +310,9 @@ def run_pytorch(torch, args, name):
     vocab = model_spec["vocab"]
     torch.manual_seed(1337)
     build = build_torch_gpt if model_spec["kind"] == "gpt" else build_torch_llama
-    model = build(torch, **model_spec)
+    device = torch.device(args.device)
+    model = build(torch, args.attention, device, **model_spec).to(device)
+    autocast = torch.autocast(device_type=args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     # As hypertrain's AdamW: decay on matrices and embeddings, none on biases and norm gains (vectors).
     decay = [p for n, p in model.named_parameters() if p.dim() > 1]
     no_decay = [p for n, p in model.named_parameters() if p.dim() <= 1]
@@ -306,13 +323,14 @@ def run_pytorch(torch, args, name):
     for i in range(warmup + steps):
         c0 = time.process_time()
         t0 = time.perf_counter()
-        idx = torch.randint(0, vocab, (batch, seq + 1))
-        loss = model(idx[:, :-1], idx[:, 1:])
+        idx = torch.randint(0, vocab, (batch, seq + 1), device=device)
+        with autocast:
+            loss = model(idx[:, :-1], idx[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        loss_value = loss.item()
+        loss_value = loss.item()  # waits for the device: the optimizer's kernels were queued before
         ms = (time.perf_counter() - t0) * 1000.0
         if i >= warmup:
             step_ms.append(ms)
@@ -333,7 +351,9 @@ def main():
     torch = import_torch()
     torch.set_num_threads(args.threads)
     names = GROUPS.get(args.config, [args.config])
-    print(f"# compare_pytorch: torch {torch.__version__} ({sys.executable}), threads {args.threads} on both sides, "
+    device_name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
+    print(f"# compare_pytorch: torch {torch.__version__} ({sys.executable}), device {device_name}, "
+          f"precision {args.precision}, pytorch attention {args.attention}, threads {args.threads} on both sides, "
           f"{args.repeats} repeat(s), OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}, "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}", flush=True)
     print(f"# pytorch: {torch_blas_description()}", flush=True)

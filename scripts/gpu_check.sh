@@ -1,184 +1,294 @@
 #!/usr/bin/env bash
 # The one-shot acceptance run of hypertrain's CUDA path on one GPU machine
-# (sized for at most 10 minutes on one H200). Each check is a row of the
-# summary table printed at the end (also written to $OUT/gpu_check.txt when
-# OUT is set, with each check's log beside it); the exit status is non-zero
-# when any check fails.
+# (sized for under 10 minutes on one H200). Each check is a row of the
+# summary table, rewritten after every check to $OUT/gpu_check.txt (OUT set)
+# or out/gpu_check/gpu_check.txt, with every check's log packed beside it in
+# logs.tgz; the exit status is non-zero when any check fails.
 #
-#   scripts/gpu_check.sh [--dry-run] [--build DIR] [--arch SM]
-#   scripts/gpu_check.sh --fetch-debs    (on a Debian 12 machine with apt)
+#   scripts/gpu_check.sh [--build DIR | --prebuilt BUNDLE] [--arch SM]
+#                        [--only CHECKS] [--deadline SECONDS] [--dry-run]
+#   scripts/gpu_check.sh --bundle [--build DIR]
 #
-# Checks, in order:
-#   build        configure with CUDA for the device's architecture and build
-#                what the checks run
-#   gpu-tests    the ctest label "gpu", with zero tests skipped
-#   memcheck     compute-sanitizer memcheck on the small cases of every kernel
-#   racecheck    compute-sanitizer racecheck on the same
-#   gpt-fp32     gpt_train on the CPU and on CUDA (through the NCCL data
-#                plane): per-step losses equal within 1e-4 (relative)
+# --bundle (on a build machine, after `cmake --build DIR` with CUDA) packs the
+# programs the checks run, every library they load except the C and C++
+# runtimes, the CUDA driver and NCCL, and Open MPI's plugins and help files
+# into .gpu_bundle.tar.xz (git-ignored; carry it to the GPU machine). With
+# --prebuilt .gpu_bundle.tar.xz the checks run those programs against those
+# libraries (NCCL and cuBLAS are the GPU machine's own): a GPU image without
+# the project's Debian packages needs no build. Without --prebuilt the first
+# check configures and builds DIR (default build-gpu) there.
+#
+# Checks, in order (--only takes a comma list of these names):
+#   probe        what the machine has: GPU, driver, OS, the libraries the
+#                programs resolve, NCCL and cuBLAS found, mpirun -np 2
+#   build        (without --prebuilt) configure with CUDA for the device's
+#                architecture and build what the checks run
+#   gpu-tests    the ctest label "gpu" (cublas_api_test, ops_cuda_test,
+#                allocator_cuda_test, nccl_communicator_test on 1 rank,
+#                routing_communicator_test on 2 and 4), none skipped
+#   gpt-fp32     gpt_train on the CPU and on CUDA: per-step losses equal
+#                within 1e-4 (relative)
 #   gpt-bf16     the same in bf16, within 1e-2
 #   llama-fp32   llama_train, as gpt-fp32
 #   llama-bf16   llama_train, as gpt-bf16
-#   throughput   train_throughput --device cuda, GPT-2 124M at B8 x T1024 in
-#                fp32 and bf16 (MFU against the device's own measured peak)
-#   nsys         cudaMalloc / cudaFree / synchronisation counts per step
-#                (skipped where nsys is not installed)
+#   throughput   bench/compare_pytorch.py --device cuda: GPT-2 124M at
+#                B8 x T1024 in fp32 and bf16 and Llama-124M in bf16, each
+#                against PyTorch on the same GPU (fused attention), side by
+#                side; train_throughput's MFU against the measured peak
 #   nccl-bench   ht-collectives-bench --backend nccl: #wrong must be 0
-#
-# A bare GPU image may lack the project's Debian packages (MPI, HDF5,
-# OpenBLAS, fmt, CLI11, GoogleTest). --fetch-debs, run on a Debian 12
-# machine, downloads them into .gpu_debs/ (git-ignored; carry it to the GPU
-# machine); a run that finds .gpu_debs/ unpacks them under /opt/ht-deps and
-# uses each library only where the system has none of that name.
+#   memcheck     compute-sanitizer memcheck on ops_cuda_test's small cases
+#   racecheck    compute-sanitizer racecheck on the same
+#   nsys         cudaMalloc / cudaFree / synchronisation counts per step
+#                (skipped where nsys is not on the PATH)
+# Each check has a time limit, cut to what is left of --deadline (default
+# 540 s from the start); a check with under 20 s left is skipped, by name.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 
 dry_run=0
 build_dir=build-gpu
+prebuilt=""
 arch=""
+only=""
+deadline=540
 mode=check
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
     --build) build_dir="$2"; shift ;;
+    --prebuilt) prebuilt="$2"; shift ;;
     --arch) arch="$2"; shift ;;
-    --fetch-debs) mode=fetch ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    --only) only="$2"; shift ;;
+    --deadline) deadline="$2"; shift ;;
+    --bundle) mode=bundle ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 
-# Debian packages the build and the checks need beyond a CUDA image's own
-# compiler, CMake, ninja and Python.
-debs=(
-  libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev libgfortran5
-  libhdf5-dev libhdf5-103-1 libhdf5-cpp-103-1 libhdf5-hl-100 libsz2 libaec0 libaec-dev
-  libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev libeigen3-dev
-  libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libpmix2 libhwloc15 libevent-core-2.1-7
-  libevent-pthreads-2.1-7 libfabric1 libucx0 libpsm2-2 libibverbs1 librdmacm1 libnl-3-200 libnl-route-3-200
-  libgtest-dev libgmock-dev
-)
+# The programs the checks run, as paths in a build tree.
+programs=(examples/gpt/gpt_train examples/llama/llama_train bench/train_throughput bench/ht-collectives-bench
+          tests/cublas_api_test tests/ops_cuda_test tests/allocator_cuda_test tests/nccl_communicator_test
+          tests/routing_communicator_test)
+ompi_lib=lib/x86_64-linux-gnu/openmpi      # Debian's Open MPI, below its prefix /usr
+pmix_lib=lib/x86_64-linux-gnu/pmix2
 
-if [ "$mode" = fetch ]; then
-  mkdir -p .gpu_debs
-  (cd .gpu_debs && apt-get download "${debs[@]}") || { echo "gpu_check.sh: apt-get download failed" >&2; exit 1; }
-  du -sh .gpu_debs
+# --- --bundle: pack the built programs and what they load -----------------
+if [ "$mode" = bundle ]; then
+  [ "$build_dir" = build-gpu ] && [ ! -d build-gpu ] && build_dir=build
+  for p in "${programs[@]}" src/libhypertrain.so.0; do
+    [ -e "$build_dir/$p" ] || { echo "gpu_check.sh: $build_dir/$p is missing; build it: cmake --build $build_dir" >&2; exit 1; }
+  done
+  grep -q '^HT_HAVE_CUDA:INTERNAL=ON\|^HT_CUDA_ARCHITECTURES' "$build_dir/CMakeCache.txt" 2> /dev/null ||
+    echo "gpu_check.sh: warning: $build_dir may not be a CUDA build" >&2
+  stage="$(mktemp -d)"
+  trap 'rm -rf "$stage"' EXIT
+  mkdir -p "$stage/bin" "$stage/lib" "$stage/ompi/usr/bin" "$stage/ompi/usr/share" "$stage/ompi/usr/$ompi_lib/lib" \
+    "$stage/ompi/usr/$pmix_lib/lib"
+  for p in "${programs[@]}" src/libhypertrain.so.0; do
+    mkdir -p "$stage/bin/$(dirname "$p")"
+    cp -L "$build_dir/$p" "$stage/bin/$p"
+  done
+  cp -L /usr/bin/orterun "$stage/ompi/usr/bin/orterun"
+  ln -s orterun "$stage/ompi/usr/bin/mpirun"
+  cp -rL "/usr/$ompi_lib/lib/openmpi3" "$stage/ompi/usr/$ompi_lib/lib/"
+  cp -rL "/usr/$pmix_lib/lib/pmix" "$stage/ompi/usr/$pmix_lib/lib/"
+  cp -rL "/usr/$pmix_lib/share" "$stage/ompi/usr/$pmix_lib/"
+  cp -rL /usr/share/openmpi "$stage/ompi/usr/share/"
+  # Every library loaded, by the name the loader asks for, except the C and
+  # C++ runtimes (the GPU machine's are as new or newer), the CUDA driver and
+  # NCCL (the GPU machine's own).
+  for f in "$stage"/bin/*/* "$stage"/bin/*/*/* "$stage/ompi/usr/bin/orterun" "$stage"/ompi/usr/lib/*/*/lib/*/*.so; do
+    [ -f "$f" ] && ldd "$f" 2> /dev/null
+  done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
+    grep -vE '^(libc|libm|libpthread|libdl|librt|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcuda|libnccl|libhypertrain)\.so' |
+    while read -r name path; do cp -L "$path" "$stage/lib/$name"; done
+  git rev-parse --short HEAD > "$stage/REVISION" 2> /dev/null
+  grep -E '^(CMAKE_BUILD_TYPE|HT_CUDA_ARCHITECTURES):' "$build_dir/CMakeCache.txt" >> "$stage/REVISION"
+  tar -C "$stage" -cJf .gpu_bundle.tar.xz . || exit 1
+  echo "gpu_check.sh: .gpu_bundle.tar.xz ($(du -h .gpu_bundle.tar.xz | cut -f1), $(ls "$stage/lib" | wc -l) libraries," \
+    "from $build_dir at $(head -1 "$stage/REVISION")); on the GPU machine: scripts/gpu_check.sh --prebuilt .gpu_bundle.tar.xz"
   exit 0
 fi
 
-out="${OUT:-$root/out/gpu_check}"
-mkdir -p "$out"
+# --- where results go -------------------------------------------------------
+if [ -n "${OUT:-}" ]; then out="$OUT"; work=/tmp/gpu_check; else out="$root/out/gpu_check"; work="$out"; fi
+mkdir -p "$out" "$work"
 rows=()
 failed=0
+started=$SECONDS
+
+summary() {  # the table so far, and the logs beside it
+  {
+    echo "# gpu_check $(git rev-parse --short HEAD 2> /dev/null)${prebuilt:+ (prebuilt $(head -1 "$bundle/REVISION" 2> /dev/null))}" \
+      "on $(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1), $((SECONDS - started)) s"
+    printf '%-11s %-5s %6s  %s\n' check state s detail
+    printf '%s\n' "${rows[@]}"
+  } > "$out/gpu_check.txt"
+  [ "$work" = "$out" ] || tar -C "$work" -czf "$out/logs.tgz" --exclude='*.h5' --exclude='*.bin' . 2> /dev/null
+}
 
 row() {  # row NAME STATUS SECONDS DETAIL (a dry run records what would run)
   if [ "$dry_run" = 1 ]; then set -- "$1" - - "would run"; fi
   rows+=("$(printf '%-11s %-5s %6s  %s' "$1" "$2" "$3" "$4")")
+  echo "${rows[-1]}"
   [ "$2" = FAIL ] && failed=1
+  summary
   return 0
 }
 
-# run_check NAME LIMIT_S COMMAND...: runs the command under a time limit with
-# its output in $out/NAME.log; returns its status.
+wanted() {  # wanted NAME: is this check asked for?
+  [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]
+}
+
+# run_check NAME LIMIT_S COMMAND...: runs the command under a time limit cut
+# to the deadline, its output in $work/NAME.log; returns its status (125: no
+# time was left, and the row says so).
 run_check() {
   local name="$1" limit="$2"
   shift 2
   if [ "$dry_run" = 1 ]; then
     echo "[$name] (at most ${limit} s) $*"
-    : > "$out/$name.log"
+    : > "$work/$name.log"
     return 0
   fi
+  local left=$((deadline - (SECONDS - started) - 10))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 20 ]; then
+    last_seconds=0
+    echo "no time left before the ${deadline} s deadline" > "$work/$name.log"
+    return 125
+  fi
   local start=$SECONDS
-  timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1
+  # A shell function of this script runs in a child bash (exported below).
+  if declare -F "$1" > /dev/null; then set -- bash -c "$1"; fi
+  timeout --kill-after=10 "$limit" "$@" > "$work/$name.log" 2>&1
   local rc=$?
   last_seconds=$((SECONDS - start))
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] && echo "gpu_check.sh: stopped at its ${limit} s limit" >> "$work/$name.log"
   return $rc
 }
 last_seconds=0
 
-# Dependencies carried as .debs: unpacked aside, each library used only where
-# the system has no library of that name.
-use_carried_debs() {
-  [ -d .gpu_debs ] || return 0
-  local prefix=/opt/ht-deps
-  if [ "$dry_run" = 1 ]; then
-    echo "[deps] unpack .gpu_debs/*.deb under $prefix; fall back to its libraries, headers and mpirun"
-    return 0
-  fi
-  mkdir -p "$prefix/fallback"
-  for f in .gpu_debs/*.deb; do dpkg -x "$f" "$prefix"; done
-  local libdir="$prefix/usr/lib/x86_64-linux-gnu"
-  for so in "$libdir"/*.so*; do
-    local name
-    name="$(basename "$so")"
-    ldconfig -p | grep -q " $name " || ln -sf "$so" "$prefix/fallback/$name"
-  done
-  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$prefix/fallback:$libdir/openblas-openmp:$libdir/openmpi/lib"
-  export CMAKE_PREFIX_PATH="$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export CPATH="$prefix/usr/include:$prefix/usr/include/hdf5/serial:$libdir/openmpi/include${CPATH:+:$CPATH}"
-  export LIBRARY_PATH="$prefix/fallback:$libdir${LIBRARY_PATH:+:$LIBRARY_PATH}"
-  export PATH="$PATH:$prefix/usr/bin"
-  export OPAL_PREFIX="$prefix/usr"  # Open MPI relocated: its components and help files
+fail_detail() {  # fail_detail NAME RC PATTERN: why a check failed, in one line
+  if [ "$2" = 125 ]; then echo "skipped: no time left before the deadline"
+  elif [ "$2" = 124 ] || [ "$2" = 137 ]; then echo "timed out after ${last_seconds} s"
+  else grep -E "$3" "$work/$1.log" | head -1 | cut -c1-160; fi
 }
 
-use_carried_debs
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive
+# --- the programs and their libraries ----------------------------------------
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive GTEST_COLOR=no
+mpirun=mpirun
+if [ -n "$prebuilt" ]; then
+  [ -f "$prebuilt" ] || { echo "gpu_check.sh: $prebuilt not found; make it with scripts/gpu_check.sh --bundle" >&2; exit 2; }
+  bundle=/tmp/ht-gpu-bundle
+  rm -rf "$bundle" && mkdir -p "$bundle" && tar -C "$bundle" -xJf "$prebuilt" || exit 2
+  bin="$bundle/bin"
+  # The machine's NCCL and cuBLAS, wherever its CUDA or Python packages put them.
+  cuda_dirs=""
+  for name in libnccl.so.2 libcublas.so.13; do
+    ldconfig -p | grep -q " $name " && continue
+    found="$(find /usr/local /usr/lib /opt -name "$name" 2> /dev/null | head -1)"
+    [ -n "$found" ] && cuda_dirs="$cuda_dirs:$(dirname "$found")"
+  done
+  export LD_LIBRARY_PATH="$bin/src:$bundle/lib$cuda_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Open MPI and PMIx relocated into the bundle, with Debian's settings.
+  export OPAL_PREFIX="$bundle/ompi/usr" PMIX_MCA_mca_base_component_path="$bundle/ompi/usr/$pmix_lib/lib/pmix"
+  export OMPI_MCA_btl='^uct,openib,ofi' OMPI_MCA_pml='^ucx' OMPI_MCA_mtl='^ofi' OMPI_MCA_osc='^ucx,pt2pt' \
+    OMPI_MCA_btl_base_warn_component_unused=0
+  mpirun="$OPAL_PREFIX/bin/mpirun"
+else
+  bin="$build_dir"
+fi
 
 if [ -z "$arch" ]; then
-  arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')"
+  arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -1 | tr -d '.')"
   [ -n "$arch" ] || arch=90
 fi
-if [ "$dry_run" = 0 ] && ! nvidia-smi -L > /dev/null 2>&1; then
+if [ "$dry_run" = 0 ] && [ "$only" != probe ] && ! nvidia-smi -L > /dev/null 2>&1; then
   echo "gpu_check.sh: no GPU visible (nvidia-smi -L failed); use --dry-run to see what would run" >&2
   exit 2
 fi
 
-# The programs the checks run, and every test labelled gpu (test names less
-# their _npN suffix are their targets).
-targets=(gpt_train llama_train train_throughput ht-collectives-bench)
-gen=()
-command -v ninja > /dev/null && gen=(-G Ninja)
-if run_check build 360 bash -c "cmake -S . -B '$build_dir' ${gen[*]} -DCMAKE_BUILD_TYPE=Release -DHT_WITH_CUDA=ON \
-    -DHT_CUDA_ARCHITECTURES=$arch && gpu_tests=\$(ctest --test-dir '$build_dir' -N -L gpu | \
-    sed -n 's/^ *Test *#[0-9]*: \\([A-Za-z0-9_]*\\)/\\1/p' | sed 's/_np[0-9]*$//' | sort -u) && \
-    cmake --build '$build_dir' --parallel \$(nproc) --target ${targets[*]} \$gpu_tests"; then
-  row build PASS "$last_seconds" "sm_$arch, $build_dir"
-else
-  row build FAIL "$last_seconds" "see build.log"
-fi
-bin="$build_dir"
+# What the checks written as shell functions read, in their child bash.
+export bin mpirun work
 
-# The gpu label: every test must run (a skip here means the GPU path did not).
-if run_check gpu-tests 240 ctest --test-dir "$build_dir" -L gpu --output-on-failure; then
-  skipped=$(grep -c -E "\*\*\*Skipped|\[  SKIPPED \]" "$out/gpu-tests.log" 2>/dev/null)
-  if [ "$dry_run" = 1 ]; then row gpu-tests
-  elif [ "${skipped:-0}" = 0 ]; then row gpu-tests PASS "$last_seconds" "$(grep -E 'tests passed' "$out/gpu-tests.log")"
-  else row gpu-tests FAIL "$last_seconds" "$skipped skipped"; fi
-else
-  row gpu-tests FAIL "$last_seconds" "$(grep -E 'tests passed|tests failed' "$out/gpu-tests.log" | head -1)"
-fi
-
-# compute-sanitizer on every kernel's cases in ops_cuda_test (small shapes).
-for tool in memcheck racecheck; do
-  if ! command -v compute-sanitizer > /dev/null && [ "$dry_run" = 0 ]; then
-    row "$tool" SKIP 0 "compute-sanitizer not installed"
-    continue
-  fi
-  if run_check "$tool" 150 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$bin/tests/ops_cuda_test"; then
-    row "$tool" PASS "$last_seconds" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -1)"
+# --- probe ------------------------------------------------------------------
+probe() {
+  echo "## GPU"; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm --format=csv
+  echo "## OS"; grep PRETTY_NAME /etc/os-release; uname -r; ldd --version | head -1; nproc
+  echo "## CUDA"; command -v nvcc && nvcc --version | tail -2
+  for name in libnccl.so.2 libcublas.so.13; do
+    echo "$name: $(ldconfig -p | grep " $name " | head -1) $(find /usr/local /usr/lib /opt -name "$name" 2> /dev/null | tr '\n' ' ')"
+  done
+  echo "## tools"; for t in compute-sanitizer nsys ncu python3; do echo "$t: $(command -v $t)"; done
+  python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'
+  echo "## libraries of gpt_train"; ldd "$bin/examples/gpt/gpt_train"
+  echo "## mpirun -np 2"; "$mpirun" -np 2 --oversubscribe --bind-to none hostname
+  "$bin/examples/gpt/gpt_train" --help | head -3
+}
+export -f probe
+if wanted probe; then
+  if run_check probe 60 probe && ! grep -q "not found" "$work/probe.log"; then
+    row probe PASS "$last_seconds" "$(sed -n 2p "$work/probe.log" | cut -c1-100)"
   else
-    row "$tool" FAIL "$last_seconds" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|FAILED' "$out/$tool.log" | head -1)"
+    row probe FAIL "$last_seconds" "$(grep -m1 -E 'not found|rror' "$work/probe.log" | cut -c1-160)"
   fi
-done
+fi
 
-# CPU against CUDA: the same short run, losses step by step from metrics.jsonl.
-text="$out/text.txt"
+# --- build (without --prebuilt) ----------------------------------------------
+if [ -z "$prebuilt" ] && wanted build; then
+  gen=()
+  command -v ninja > /dev/null && gen=(-G Ninja)
+  targets=(gpt_train llama_train train_throughput ht-collectives-bench cublas_api_test ops_cuda_test
+           allocator_cuda_test nccl_communicator_test routing_communicator_test)
+  if run_check build 360 bash -c "cmake -S . -B '$build_dir' ${gen[*]} -DCMAKE_BUILD_TYPE=Release -DHT_WITH_CUDA=ON \
+      -DHT_CUDA_ARCHITECTURES=$arch && cmake --build '$build_dir' --parallel \$(nproc) --target ${targets[*]}"; then
+    row build PASS "$last_seconds" "sm_$arch, $build_dir"
+  else
+    row build FAIL "$last_seconds" "$(fail_detail build $? 'rror')"
+  fi
+fi
+
+# --- the gpu label ------------------------------------------------------------
+# As ctest runs them (tests/CMakeLists.txt), without ctest: a prebuilt tree's
+# test files name the paths of the machine that built it. A skip here means
+# the GPU path did not run.
+gpu_tests() {
+  local t status=0
+  for t in "tests/cublas_api_test" "tests/ops_cuda_test" "tests/allocator_cuda_test" \
+           "mpi 1 tests/nccl_communicator_test" "mpi 2 tests/routing_communicator_test" \
+           "mpi 4 tests/routing_communicator_test"; do
+    echo "### $t"
+    if [[ "$t" == mpi* ]]; then
+      read -r _ np prog <<< "$t"
+      "$mpirun" -np "$np" --oversubscribe --bind-to none "$bin/$prog" || { echo "### FAILED: $t"; status=1; }
+    else
+      "$bin/$t" || { echo "### FAILED: $t"; status=1; }
+    fi
+  done
+  return $status
+}
+export -f gpu_tests
+if wanted gpu-tests; then
+  run_check gpu-tests 150 gpu_tests
+  rc=$?
+  passed=$(grep -cE '^\[  PASSED  \]' "$work/gpu-tests.log")
+  skipped=$(grep -cE '^\[  SKIPPED \] [A-Za-z]|tests skipped on rank' "$work/gpu-tests.log")
+  if [ "$dry_run" = 1 ]; then row gpu-tests
+  elif [ "$rc" = 0 ] && [ "$skipped" = 0 ]; then row gpu-tests PASS "$last_seconds" "6 runs passed, 0 tests skipped"
+  elif [ "$rc" = 0 ]; then row gpu-tests FAIL "$last_seconds" "skips: $(grep -m1 -E '^\[  SKIPPED \] [A-Za-z]' "$work/gpu-tests.log")"
+  else row gpu-tests FAIL "$last_seconds" "$passed of 6 runs passed; $(fail_detail gpu-tests $rc '^### FAILED|FAILED  \]')"
+  fi
+fi
+
+# --- CPU against CUDA: the same short run, losses step by step -----------------
+text="$work/text.txt"
 [ "$dry_run" = 1 ] || for i in $(seq 400); do echo "sphinx of black quartz, judge my vow; pack my box $i"; done > "$text"
 compare_losses() {  # compare_losses CPU_RUN CUDA_RUN TOLERANCE: prints the largest relative difference
-  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" <<'EOF'
+  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" << 'EOF'
 import json, sys
 def losses(path):
     return [json.loads(l)["loss"] for l in open(path) if '"type":"step"' in l]
@@ -192,58 +302,94 @@ EOF
 }
 for model in gpt llama; do
   for prec in fp32 bf16; do
+    name="$model-$prec"
+    wanted "$name" || continue
     tol=1e-4
     [ "$prec" = bf16 ] && tol=1e-2
-    name="$model-$prec"
     args=(--text "$text" --layers 2 --heads 4 --embd 128 --context 64 --seq-len 64 --micro-batch 8 --steps 20
           --eval-samples 0 --sample-tokens 0 --precision "$prec" --seed 7)
     [ "$model" = llama ] && args+=(--kv-heads 2)
-    if run_check "$name" 120 bash -c "'$bin/examples/$model/${model}_train' ${args[*]} --device cpu --run-dir '$out/$name-cpu' \
-        && '$bin/examples/$model/${model}_train' ${args[*]} --device cuda --run-dir '$out/$name-cuda'"; then
+    exe="$bin/examples/$model/${model}_train"
+    rm -rf "$work/$name-cpu" "$work/$name-cuda"
+    if run_check "$name" 90 bash -c "'$exe' ${args[*]} --device cpu --run-dir '$work/$name-cpu' \
+        && '$exe' ${args[*]} --device cuda --run-dir '$work/$name-cuda'"; then
       if [ "$dry_run" = 1 ]; then row "$name"
-      elif detail=$(compare_losses "$out/$name-cpu" "$out/$name-cuda" "$tol"); then row "$name" PASS "$last_seconds" "$detail"
+      elif detail=$(compare_losses "$work/$name-cpu" "$work/$name-cuda" "$tol"); then row "$name" PASS "$last_seconds" "$detail"
       else row "$name" FAIL "$last_seconds" "$detail"; fi
     else
-      row "$name" FAIL "$last_seconds" "$(tail -1 "$out/$name.log")"
+      row "$name" FAIL "$last_seconds" "$(fail_detail "$name" $? 'rror|what')"
     fi
   done
 done
 
-# Throughput: GPT-2 124M, B8 x T1024, fp32 and bf16.
-if run_check throughput 240 "$bin/bench/train_throughput" --device cuda --config 124m --batch 8 --seq 1024 \
-    --precision fp32,bf16 --steps 10 --warmup 3; then
-  row throughput PASS "$last_seconds" "$(grep -E '^124m' "$out/throughput.log" | tr -s ' ' | cut -c1-120 | paste -sd';')"
-else
-  row throughput FAIL "$last_seconds" "$(tail -1 "$out/throughput.log")"
-fi
-
-# Allocations and synchronisations per step, where Nsight Systems exists.
-if command -v nsys > /dev/null || [ "$dry_run" = 1 ]; then
-  if run_check nsys 150 bash -c "nsys profile --trace cuda --stats true -o '$out/steps' --force-overwrite true \
-      '$bin/examples/gpt/gpt_train' --text '$text' --layers 2 --heads 4 --embd 128 --context 64 --seq-len 64 \
-      --micro-batch 8 --steps 20 --eval-samples 0 --sample-tokens 0 --device cuda --run-dir '$out/nsys-run'"; then
-    counts=$(grep -E "cudaMalloc|cudaFree|Synchronize" "$out/nsys.log" | awk '{print $NF "=" $(NF-6)}' | paste -sd' ')
-    row nsys PASS "$last_seconds" "calls over 20 steps: ${counts:-none}"
+# --- throughput against PyTorch on the same GPU --------------------------------
+throughput() {
+  local run
+  for run in "124m fp32" "124m bf16" "llama-124m bf16"; do
+    read -r config prec <<< "$run"
+    echo "### $config $prec"
+    python3 bench/compare_pytorch.py --build "$bin" --device cuda --precision "$prec" --attention sdpa \
+      --config "$config" --batch 8 --seq 1024 --steps 10 --warmup 3 --threads "$(nproc)" || return 1
+  done
+}
+export -f throughput
+if wanted throughput; then
+  if run_check throughput 200 throughput; then
+    row throughput PASS "$last_seconds" "ours/pytorch tok/s: $(awk '/^### / {run = $2 " " $3}
+      /^config / {for (i = 1; i < NF; i++) if ($i == "ratio") {printf "%s%s %s", sep, run, $(i + 1); sep = ", "; break}}' \
+      "$work/throughput.log")"
   else
-    row nsys FAIL "$last_seconds" "$(tail -1 "$out/nsys.log")"
+    row throughput FAIL "$last_seconds" "$(fail_detail throughput $? 'rror|failed')"
   fi
-else
-  row nsys SKIP 0 "nsys not installed"
 fi
 
-# NCCL collectives: every result checked (#wrong summed over ranks).
-launch=()
-command -v mpirun > /dev/null && launch=(mpirun -np 1)
-if run_check nccl-bench 120 "${launch[@]}" "$bin/bench/ht-collectives-bench" --backend nccl -b 8 -e 64M -f 4 -n 5 -w 2; then
-  row nccl-bench PASS "$last_seconds" "#wrong 0; $(grep -E 'Avg bus bandwidth' "$out/nccl-bench.log" | head -1)"
-else
-  row nccl-bench FAIL "$last_seconds" "$(grep -E 'wrong|error' "$out/nccl-bench.log" | head -1)"
+# --- NCCL collectives, every result checked --------------------------------------
+if wanted nccl-bench; then
+  if run_check nccl-bench 60 "$mpirun" -np 1 "$bin/bench/ht-collectives-bench" --backend nccl -o all -b 8 -e 256M -f 4 -n 5 -w 2; then
+    row nccl-bench PASS "$last_seconds" "#wrong 0 in $(grep -c '^# world_size' "$work/nccl-bench.log") operations, 8 B to 256 MiB"
+  else
+    row nccl-bench FAIL "$last_seconds" "$(fail_detail nccl-bench $? 'wrong|rror')"
+  fi
 fi
 
-{
-  echo "# gpu_check $(git rev-parse --short HEAD 2>/dev/null) on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
-  printf '%-11s %-5s %6s  %s\n' check state s detail
-  printf '%s\n' "${rows[@]}"
-} | tee "$out/gpu_check.txt"
+# --- compute-sanitizer on the small kernel cases -----------------------------------
+small_cases() {  # ops_cuda_test's cases with no dimension of 300 or more, as a gtest filter
+  "$bin/tests/ops_cuda_test" --gtest_list_tests | awk '/^[^ ]/ {s = $1} /^  / {print s $1}' |
+    python3 -c "import re, sys; print(':'.join(n.strip() for n in sys.stdin
+      if all(int(x) < 300 for x in re.findall(r'\d+', n.strip().split('/')[-1]))))"
+}
+for tool in memcheck racecheck; do
+  wanted "$tool" || continue
+  if ! command -v compute-sanitizer > /dev/null && [ "$dry_run" = 0 ]; then
+    row "$tool" SKIP 0 "compute-sanitizer not installed"
+    continue
+  fi
+  filter="$( [ "$dry_run" = 1 ] || small_cases)"
+  if run_check "$tool" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$bin/tests/ops_cuda_test" --gtest_filter="$filter"; then
+    row "$tool" PASS "$last_seconds" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$work/$tool.log" | tail -1)"
+  else
+    row "$tool" FAIL "$last_seconds" "$(fail_detail "$tool" $? 'ERROR SUMMARY|RACECHECK SUMMARY|FAILED')"
+  fi
+done
+
+# --- allocations and synchronisations per step, where Nsight Systems exists --------
+if wanted nsys; then
+  if command -v nsys > /dev/null || [ "$dry_run" = 1 ]; then
+    if run_check nsys 120 bash -c "nsys profile --trace cuda --stats true -o '$work/steps' --force-overwrite true \
+        '$bin/examples/gpt/gpt_train' --text '$text' --layers 2 --heads 4 --embd 128 --context 64 --seq-len 64 \
+        --micro-batch 8 --steps 20 --eval-samples 0 --sample-tokens 0 --device cuda --run-dir '$work/nsys-run'"; then
+      counts=$(grep -E "cudaMalloc|cudaFree|Synchronize" "$work/nsys.log" | awk '{print $NF "=" $(NF-6)}' | paste -sd' ')
+      row nsys PASS "$last_seconds" "calls over 20 steps: ${counts:-none}"
+    else
+      row nsys FAIL "$last_seconds" "$(fail_detail nsys $? 'rror')"
+    fi
+  else
+    row nsys SKIP 0 "nsys not on the PATH"
+  fi
+fi
+
+summary
+cat "$out/gpu_check.txt"
 [ "$dry_run" = 1 ] && exit 0
 exit $failed
