@@ -38,6 +38,9 @@
 #   nccl-bench   ht-collectives-bench --backend nccl: #wrong must be 0
 #   memcheck     compute-sanitizer memcheck on ops_cuda_test's small cases
 #   racecheck    compute-sanitizer racecheck on the same
+#   kernels      ncu: GPU time per kernel over one GPT-2 124M bf16 step at
+#                B8 x T1024, the kernels that take most, and their sum
+#                against the step's wall time
 #   nsys         cudaMalloc / cudaFree / synchronisation counts per step
 #                (skipped where nsys is not on the PATH)
 # Each check has a time limit, cut to what is left of --deadline (default
@@ -275,12 +278,12 @@ export -f gpu_tests
 if wanted gpu-tests; then
   run_check gpu-tests 150 gpu_tests
   rc=$?
-  passed=$(grep -cE '^\[  PASSED  \]' "$work/gpu-tests.log")
+  failed_runs=$(grep -c '^### FAILED' "$work/gpu-tests.log")
   skipped=$(grep -cE '^\[  SKIPPED \] [A-Za-z]|tests skipped on rank' "$work/gpu-tests.log")
   if [ "$dry_run" = 1 ]; then row gpu-tests
   elif [ "$rc" = 0 ] && [ "$skipped" = 0 ]; then row gpu-tests PASS "$last_seconds" "6 runs passed, 0 tests skipped"
   elif [ "$rc" = 0 ]; then row gpu-tests FAIL "$last_seconds" "skips: $(grep -m1 -E '^\[  SKIPPED \] [A-Za-z]' "$work/gpu-tests.log")"
-  else row gpu-tests FAIL "$last_seconds" "$passed of 6 runs passed; $(fail_detail gpu-tests $rc '^### FAILED|FAILED  \]')"
+  else row gpu-tests FAIL "$last_seconds" "$failed_runs of 6 runs failed; $(fail_detail gpu-tests $rc 'FAILED  \]|^### FAILED')"
   fi
 fi
 
@@ -372,6 +375,41 @@ for tool in memcheck racecheck; do
     row "$tool" FAIL "$last_seconds" "$(fail_detail "$tool" $? 'ERROR SUMMARY|RACECHECK SUMMARY|FAILED')"
   fi
 done
+
+# --- where a step's GPU time goes ---------------------------------------------------
+kernels() {
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+    "$bin/bench/train_throughput" --device cuda --config 124m --batch 8 --seq 1024 --precision bf16 \
+    --steps 1 --warmup 0 --peak-runs 1 --peak-size 256 > "$work/kernels.csv" || return 1
+  python3 - "$work/kernels.csv" << 'EOF'
+import collections, csv, re, sys
+rows = list(csv.reader(line for line in open(sys.argv[1]) if line.startswith('"')))
+head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
+name_col, time_col = rows[head].index("Kernel Name"), rows[head].index("gpu__time_duration.sum")
+units = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0}
+first = head + 2 if rows[head + 1][time_col] in units else head + 1  # a row of units, or none
+scale = units.get(rows[head + 1][time_col], 1e-6)
+total, count = collections.Counter(), collections.Counter()
+for r in rows[first:]:
+    name = re.sub(r"[<(].*", "", r[name_col]).replace("void ", "").strip()
+    total[name] += float(r[time_col].replace(",", "")) * scale
+    count[name] += 1
+whole = sum(total.values())
+print(f"kernels: {sum(count.values())} launches, {whole:.1f} ms of GPU time in one step (peak GEMM included)")
+for name, ms in total.most_common(20):
+    print(f"{ms:9.2f} ms {100 * ms / whole:5.1f}%  {count[name]:5d}x  {name}")
+EOF
+}
+export -f kernels
+if wanted kernels; then
+  if ! command -v ncu > /dev/null && [ "$dry_run" = 0 ]; then
+    row kernels SKIP 0 "ncu not installed"
+  elif run_check kernels 150 kernels; then
+    row kernels PASS "$last_seconds" "$(grep -m1 '^kernels:' "$work/kernels.log" | cut -c10-); top: $(grep -m1 -E '^ +[0-9.]+ ms' "$work/kernels.log" | tr -s ' ')"
+  else
+    row kernels FAIL "$last_seconds" "$(fail_detail kernels $? 'rror|ERR')"
+  fi
+fi
 
 # --- allocations and synchronisations per step, where Nsight Systems exists --------
 if wanted nsys; then
