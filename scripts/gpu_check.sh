@@ -386,12 +386,12 @@ import collections, csv, re, sys
 rows = list(csv.reader(line for line in open(sys.argv[1]) if line.startswith('"')))
 head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
 name_col, time_col = rows[head].index("Kernel Name"), rows[head].index("gpu__time_duration.sum")
-units = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0}
+units = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}
 first = head + 2 if rows[head + 1][time_col] in units else head + 1  # a row of units, or none
 scale = units.get(rows[head + 1][time_col], 1e-6)
 total, count = collections.Counter(), collections.Counter()
 for r in rows[first:]:
-    name = re.sub(r"[<(].*", "", r[name_col]).replace("void ", "").strip()
+    name = re.sub(r"[<(].*", "", r[name_col].replace("(anonymous namespace)::", "").replace("<unnamed>::", "")).replace("void ", "").strip()
     total[name] += float(r[time_col].replace(",", "")) * scale
     count[name] += 1
 whole = sum(total.values())

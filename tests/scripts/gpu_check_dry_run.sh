@@ -11,7 +11,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 OUT="$work/dry" bash "$script" --dry-run --build "$work/never-built" > "$work/dry.txt" 2>&1 || \
   { cat "$work/dry.txt"; fail "--dry-run exited non-zero"; }
-for check in build gpu-tests memcheck racecheck gpt-fp32 gpt-bf16 llama-fp32 llama-bf16 throughput nsys nccl-bench; do
+for check in probe build gpu-tests gpt-fp32 gpt-bf16 llama-fp32 llama-bf16 throughput nccl-bench memcheck racecheck kernels nsys; do
   grep -q "^\[$check\] (at most [0-9]* s) " "$work/dry.txt" || { cat "$work/dry.txt"; fail "no command for $check"; }
   grep -q "^$check  *- " "$work/dry.txt" || { cat "$work/dry.txt"; fail "no summary row for $check"; }
 done
