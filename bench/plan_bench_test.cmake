@@ -3,7 +3,7 @@
 # non-zero exit or a missing summary line.
 # Figures are not checked (the machine is noisy).
 #   cmake -DEXE=<bench> -DMPIEXEC=<mpiexec> -DFLAGS="-n;2;..." -P plan_bench_test.cmake
-set(args --layers 4 --heads 2 --embd 64 --vocab 256 --seq 32 --global-batch 4 --steps 1 --warmup 1 --rounds 2
+set(args --layers 4 --heads 2 --embd 64 --vocab 256 --context 32 --seq 32 --global-batch 4 --steps 1 --warmup 1 --rounds 2
     "--layouts" "1,1,0,2;1,2,0,1,full;1,2,0,1,none,zb-h1;1,2,0,1,none,interleaved,2")
 execute_process(COMMAND ${MPIEXEC} ${FLAGS} ${EXE} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}${err}")

@@ -43,6 +43,7 @@
 #include "ht/comm/mpi_communicator.h"
 #include "ht/comm/mpi_runtime.h"
 #include "ht/core/memory.h"
+#include "ht/models/model_flags.h"
 #include "ht/plan/search.h"
 
 namespace ht::bench {
@@ -51,9 +52,8 @@ namespace {
 using nlohmann::json;
 
 struct Args {
-  std::string model = "gpt";
-  int layers = 4, heads = 4, kv_heads = 2;
-  std::int64_t embd = 256, vocab = 512, vocab_multiple = 1, seq = 128, ffn = 0;
+  models::ModelFlags model = models::ModelFlags::either("gpt-small", "llama-small");
+  std::int64_t seq = 128;
   std::int64_t global_batch = 16;
   std::int64_t steps = 2, warmup = 1;
   int rounds = 1;
@@ -152,8 +152,7 @@ struct Measured {
 };
 
 Measured run_layout(const Args& a, const plan::LayoutChoice& l, const nn::ModelSpec& spec,
-                    const models::GPTConfig* gpt, const models::LlamaConfig* llama, const data::TokenSplits& splits,
-                    const comm::CommOptions& copts) {
+                    const models::ModelConfig& config, const data::TokenSplits& splits, const comm::CommOptions& copts) {
   comm::DeviceMesh mesh(comm::make_mpi_world(copts), l.tp, l.pp);
   train::EngineOptions o;
   o.micro_batch = l.micro_batch;
@@ -173,8 +172,8 @@ Measured run_layout(const Args& a, const plan::LayoutChoice& l, const nn::ModelS
   std::vector<double> times;
   std::vector<std::int64_t> peaks(kMemCategoryCount, 0);
   {
-    std::unique_ptr<LmEngine> engine = gpt ? std::make_unique<LmEngine>(o, *gpt, splits, a.seq, &mesh)
-                                           : std::make_unique<LmEngine>(o, *llama, splits, a.seq, &mesh);
+    std::unique_ptr<LmEngine> engine = std::visit(
+        [&](const auto& c) { return std::make_unique<LmEngine>(o, c, splits, a.seq, &mesh); }, config);
     for (std::int64_t i = 0; i < a.warmup; ++i) (*engine)->step();
     mesh.world().barrier()->wait();
     reset_memory_peaks();
@@ -212,15 +211,8 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
   CLI::App app{"The plan layer's memory and time models against measured runs of the same layouts"};
   app.option_defaults()->always_capture_default();
   Args a;
-  app.add_option("--model", a.model, "gpt or llama");
-  app.add_option("--layers", a.layers, "blocks");
-  app.add_option("--heads", a.heads, "attention heads");
-  app.add_option("--kv-heads", a.kv_heads, "key/value heads (llama)");
-  app.add_option("--embd", a.embd, "width");
-  app.add_option("--ffn", a.ffn, "llama's MLP hidden size (0: 8/3 x width rounded to 64)");
-  app.add_option("--vocab", a.vocab, "vocabulary");
-  app.add_option("--vocab-multiple", a.vocab_multiple, "pad the vocabulary rows to a multiple of this");
-  app.add_option("--seq", a.seq, "tokens per row (the model's context)");
+  a.model.add_to(app);
+  app.add_option("--seq", a.seq, "tokens per row (at most the model's --context)");
   app.add_option("--global-batch", a.global_batch, "rows per optimizer step");
   app.add_option("--steps", a.steps, "measured steps per layout");
   app.add_option("--warmup", a.warmup, "steps before measuring");
@@ -240,21 +232,17 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
   const bool print = world->rank() == 0;
   const precision::Policy policy = precision::parse_policy(a.precision);
 
-  models::GPTConfig gpt{.vocab_size = a.vocab, .context = a.seq, .n_layer = a.layers, .n_head = a.heads,
-                        .n_embd = a.embd, .vocab_multiple = a.vocab_multiple};
-  models::LlamaConfig llama{.vocab_size = a.vocab, .context = a.seq, .n_layer = a.layers, .n_head = a.heads,
-                            .n_kv_head = a.kv_heads, .n_embd = a.embd,
-                            .ffn_hidden = a.ffn > 0 ? a.ffn : (a.embd * 8 / 3 + 63) / 64 * 64,
-                            .vocab_multiple = a.vocab_multiple};
-  HT_CHECK(a.model == "gpt" || a.model == "llama", ErrorKind::kConfig, "--model '{}': choose gpt or llama", a.model);
-  const bool is_gpt = a.model == "gpt";
-  const nn::ModelSpec spec = is_gpt ? gpt.spec(a.seq) : llama.spec(a.seq);
+  const models::ModelConfig config = a.model.resolve();
+  HT_CHECK(a.seq > 0 && a.seq <= models::context(config), ErrorKind::kConfig,
+           "--seq {} must lie in [1, the model's context {}]; raise --context", a.seq, models::context(config));
+  const nn::ModelSpec spec = models::spec(config, a.seq);
+  const auto [embd, heads] = std::visit([](const auto& c) { return std::pair{c.n_embd, c.n_head}; }, config);
 
   // The machine, measured by every rank at once at the model's shapes.
   plan::ProbeOptions po;
   po.gemm_m = std::max<std::int64_t>(a.global_batch / world->size(), 1) * a.seq;
-  po.gemm_k = a.embd, po.gemm_n = 4 * a.embd;
-  po.attn_batch = 2, po.attn_seq = a.seq, po.attn_heads = a.heads, po.attn_head_dim = a.embd / a.heads;
+  po.gemm_k = embd, po.gemm_n = 4 * embd;
+  po.attn_batch = 2, po.attn_seq = a.seq, po.attn_heads = heads, po.attn_head_dim = embd / heads;
   const plan::MachineProfile profile = plan::probe_profile(po, world.get(), world->size());
 
   std::vector<plan::LayoutChoice> layouts;
@@ -283,7 +271,7 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
 
   const std::int64_t window = a.seq + 1;
   const data::TokenSplits splits =
-      random_tokens(a.vocab, std::max<std::int64_t>(window * a.global_batch * 4, 1 << 15), 2 * window, 2024);
+      random_tokens(models::vocab_size(config), std::max<std::int64_t>(window * a.global_batch * 4, 1 << 15), 2 * window, 2024);
   if (print && !a.json) {
     std::printf("# ht-plan-bench %s | %d ranks | global batch %lld x %lld | %s\n", spec.description.c_str(),
                 world->size(), (long long)a.global_batch, (long long)a.seq, a.precision.c_str());
@@ -301,7 +289,7 @@ int bench(int argc, char** argv, const comm::MpiRuntime&) {
   for (int round = 0; round < a.rounds; ++round) {
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = (k + std::size_t(round)) % n;
-      Measured m = run_layout(a, layouts[i], spec, is_gpt ? &gpt : nullptr, is_gpt ? nullptr : &llama, splits, copts);
+      Measured m = run_layout(a, layouts[i], spec, config, splits, copts);
       round_ms[std::size_t(round)][i] = m.step_ms;
       if (round == 0) {
         runs[i] = std::move(m);

@@ -16,7 +16,9 @@ trap 'rm -f "$out"' EXIT
 for model in gpt llama; do
   for np in $nps; do
     echo "# $model, $np rank(s), $rounds rounds of $steps steps, $precision" >&2
-    mpirun -np "$np" --oversubscribe --bind-to none "$bench" --model "$model" --layers 4 --heads 4 --kv-heads 2 \
+    llama_sizes=()
+    [ "$model" = llama ] && llama_sizes=(--kv-heads 2 --ffn 704)
+    mpirun -np "$np" --oversubscribe --bind-to none "$bench" --model "$model" --layers 4 --heads 4 "${llama_sizes[@]}" --context 128 \
       --embd 256 --vocab 512 --seq 128 --global-batch 16 --steps "$steps" --warmup 2 --rounds "$rounds" \
       --precision "$precision" --json 2>/dev/null | grep '"type":"plan_summary"' | sed "s/^/$model $np /" >> "$out"
   done

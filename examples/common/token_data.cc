@@ -146,12 +146,13 @@ std::string escape_unprintable(std::string_view bytes) {
 }
 
 int train_language_model(const char* program, train::TrainFlags& flags, const TokenDataFlags& data,
-                         const SampleFlags& sample, std::int64_t vocab_size, std::int64_t context,
-                         const std::function<void(int tp, int pp)>& check_layout,
-                         const std::function<std::unique_ptr<models::CausalLM>(const nn::Placement&)>& make_model) {
+                         const SampleFlags& sample, const models::ModelFlags& model) {
+  flags.model_spec = [&] { return models::spec(model.resolve(), data.seq_len); };  // for --auto and --dry-run
   return train::run_job(program, flags, [&](train::Job& job) {
-    check_layout(flags.job.tp, flags.job.pp);
-    const data::TokenSplits splits = data.load(job, vocab_size, context);
+    const models::ModelConfig config = model.resolve();
+    models::validate_parallel(config, flags.job.tp, flags.job.pp);
+    const auto make_model = [&](const nn::Placement& at) { return models::make_model(config, at); };
+    const data::TokenSplits splits = data.load(job, models::vocab_size(config), models::context(config));
     if (data.prepare_only) return;
     data::TokenBatches batches(splits, data.seq_len);
     train::Engine engine(job, flags.engine, make_model, batches);

@@ -13,6 +13,7 @@
 
 #include "ht/data/token_batches.h"
 #include "ht/models/causal_lm.h"
+#include "ht/models/model_flags.h"
 #include "ht/train/engine.h"
 #include "ht/train/flags.h"
 #include "ht/train/job.h"
@@ -56,14 +57,12 @@ struct SampleFlags {
 /// hex), so that a sampled control byte never reaches the terminal raw.
 std::string escape_unprintable(std::string_view bytes);
 
-/// What gpt_train and llama_train do once their flags are parsed: prepare
-/// the token data, build `make_model` on the engine, fit (the run policy of
-/// ht/train/run.h) and print a sample. `check_layout(tp, pp)` refuses a
-/// layout the model cannot split over; `vocab_size` and `context` are the
-/// model's. Returns the process's exit code (train::run_job).
+/// What gpt_train and llama_train do once their flags are parsed: resolve
+/// the model's flags (a bad preset or size ends the job with its message),
+/// describe the model for --auto and --dry-run, prepare the token data,
+/// build the model on the engine, fit (the run policy of ht/train/run.h) and
+/// print a sample. Returns the process's exit code (train::run_job).
 int train_language_model(const char* program, train::TrainFlags& flags, const TokenDataFlags& data,
-                         const SampleFlags& sample, std::int64_t vocab_size, std::int64_t context,
-                         const std::function<void(int tp, int pp)>& check_layout,
-                         const std::function<std::unique_ptr<models::CausalLM>(const nn::Placement&)>& make_model);
+                         const SampleFlags& sample, const models::ModelFlags& model);
 
 }  // namespace ht::examples

@@ -97,6 +97,10 @@ std::int64_t LlamaConfig::padded_vocab_size() const {
   return (vocab_size + m - 1) / m * m;
 }
 
+std::int64_t LlamaConfig::ffn_for_width(std::int64_t n_embd) {
+  return (8 * n_embd / 3 + 255) / 256 * 256;
+}
+
 std::int64_t LlamaConfig::num_parameters() const {
   const std::int64_t c = n_embd, kv = c / n_head * n_kv_head;
   const std::int64_t per_block = 2 * c + (c * c + 2 * c * kv + c * c) + 3 * c * ffn_hidden;

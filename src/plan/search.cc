@@ -240,9 +240,9 @@ PlanResult search_plans(const PlanRequest& rq, int top) {
 
 std::string format_plans(const PlanResult& r, const PlanRequest& rq) {
   std::string s = fmt::format(
-      "# ht-plan {} | {} ranks ({} per node) | global batch {} x {} tokens | {} | {} GiB per rank, {} usable | "
-      "profile: {}\n",
-      rq.model.description, rq.world, rq.profile.ranks_per_node, rq.global_batch, rq.model.seq_len,
+      "# ht-plan {} | {} parameters | {} ranks ({} per node) | global batch {} x {} tokens | {} | {} GiB per rank, "
+      "{} usable | profile: {}\n",
+      rq.model.description, rq.model.num_parameters(), rq.world, rq.profile.ranks_per_node, rq.global_batch, rq.model.seq_len,
       precision::policy_name(rq.precision), gib(rq.profile.memory_gib * kGiB), gib(r.budget_bytes), rq.profile.name);
   s += fmt::format("# {} layouts considered, {} fit, searched in {:.0f} ms\n", r.considered, r.fitting, r.search_ms);
   s += fmt::format("{:>3} {:<46} {:>9} {:>10} {:>9} {:>7} {:>6}  {}\n", "#", "layout", "step ms", "tokens/s",

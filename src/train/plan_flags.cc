@@ -76,8 +76,9 @@ std::string TrainFlags::dry_run_report(int world_size) const {
   const nn::ModelSpec spec = model_spec();
   const plan::LayoutChoice l = layout(world_size);
   const std::vector<plan::StageMemory> stages = plan::estimate_memory(spec, l);
-  std::string s = fmt::format("# dry run: {} on {} ranks as {} ({} x {} tokens a step): memory per rank by stage\n",
-                              spec.description, world_size, l.str(), l.global_batch(), spec.seq_len);
+  std::string s = fmt::format(
+      "# dry run: {} | {} parameters | {} ranks as {} ({} x {} tokens a step): memory per rank by stage\n",
+      spec.description, spec.num_parameters(), world_size, l.str(), l.global_batch(), spec.seq_len);
   s += stage_table(stages);
   const double peak = plan::peak_bytes(stages);
   if (plan_memory_gib > 0)

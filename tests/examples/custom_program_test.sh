@@ -51,7 +51,7 @@ case "$case" in
     grep -q '"model":"MLP 16-64-4"' "$work/one/metrics.jsonl" || fail "the run line does not name the model"
     # The planner sizes the program's own model from its spec, without training.
     run dry -- --dry-run --micro-batch 256
-    grep -q "^# dry run: MLP 16-64-4 on 1 ranks as tp1 pp1 dp1 zero0 mb256x1" "$work/dry.out" || fail "no dry-run line"
+    grep -q "^# dry run: MLP 16-64-4 | [0-9]* parameters | 1 ranks as tp1 pp1 dp1 zero0 mb256x1" "$work/dry.out" || fail "no dry-run line"
     grep -q "^step " "$work/dry.out" && fail "--dry-run trained" ;;
   zero3)
     run one -- --steps 40 --micro-batch 64

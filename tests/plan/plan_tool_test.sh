@@ -6,6 +6,10 @@
 #   errors    a bad preset, a missing or broken profile, nothing fitting: exit 2 and a message saying what
 #   dry-run   gpt_train --dry-run alone and under mpirun (pp 2): the per-stage table, no training;
 #             llama_train --dry-run
+#   presets   every preset (ht-plan --list-presets): ht-plan and gpt_train / llama_train
+#             --preset P --dry-run describe the same model, with the same parameter count
+#             and the same heaviest-stage memory for one layout; a preset of the other
+#             architecture and a Llama size for a GPT are refused by name
 #   auto      mpirun -np 2 gpt_train --auto: the plan printed, the mesh it chose, training runs;
 #             ranks whose profiles plan different layouts, and --auto on cuda without a
 #             profile, each refused with what to give
@@ -82,7 +86,7 @@ PY
   dry-run)
     "$gpt" --dry-run --run-dir "$work/one" --micro-batch 4 > "$work/one.txt" 2>&1
     cat "$work/one.txt"
-    grep -q "^# dry run: GPT L6 H6 C384 V256 T256 on 1 ranks as tp1 pp1 dp1 zero0 mb4x1" "$work/one.txt" || fail "no dry-run header"
+    grep -q "^# dry run: GPT L6 H6 C384 V256 T256 | [0-9]* parameters | 1 ranks as tp1 pp1 dp1 zero0 mb4x1" "$work/one.txt" || fail "no dry-run header"
     grep -q "nothing was trained" "$work/one.txt" || fail "no closing line"
     grep -q "^step " "$work/one.txt" && fail "it trained"
     [ -e "$work/one/tokens.h5" ] && fail "it prepared data"
@@ -93,6 +97,37 @@ PY
     "$llama" --dry-run --run-dir "$work/llama" --recompute full > "$work/llama.txt" 2>&1
     cat "$work/llama.txt"
     grep -q "^# dry run: Llama .* full" "$work/llama.txt" || fail "llama_train: no dry-run header" ;;
+  presets)
+    "$plan" --list-presets > "$work/presets.txt"
+    cat "$work/presets.txt"
+    [ "$(wc -l < "$work/presets.txt")" -ge 10 ] || fail "fewer than 10 presets"
+    # One rank of plenty of memory, so that every preset's one layout fits.
+    python3 -c "import json, sys; p = json.load(open(sys.argv[1])); p['memory_gib'] = 1e6; p['ranks_per_node'] = 1; print(json.dumps(p))" \
+      "$profile" > "$work/big.json"
+    layout=(--micro-batch 1 --grad-accum 1 --zero 0 --recompute none --schedule 1f1b --precision bf16)
+    while read -r name arch _; do
+      "$plan" --preset "$name" --world 1 --global-batch 1 --seq 256 --profile "$work/big.json" --tp 1 --pp 1 \
+        --zero 0 --recompute none --schedule 1f1b --precision bf16 --top 1 --json - > "$work/$name.json"
+      exe="$gpt"
+      [ "$arch" = llama ] && exe="$llama"
+      "$exe" --preset "$name" --dry-run --seq-len 256 --run-dir "$work/$name" "${layout[@]}" > "$work/$name.txt" 2>&1 \
+        || { cat "$work/$name.txt"; fail "$(basename "$exe") --preset $name --dry-run failed"; }
+      python3 - "$work/$name.json" "$work/$name.txt" "$name" <<'PY' || fail "$name: ht-plan and the dry run differ"
+import json, re, sys
+plan, dry, name = json.load(open(sys.argv[1])), open(sys.argv[2]).read(), sys.argv[3]
+head = re.search(r"^# dry run: (.*) \| (\d+) parameters \| 1 ranks as (\S+ \S+ \S+ \S+ \S+)", dry, re.M)
+peak = re.search(r"^# heaviest stage ([0-9.]+) GiB", dry, re.M)
+assert head and peak, dry
+best = plan["plans"][0]
+assert int(head.group(2)) == plan["parameters"], (head.group(2), plan["parameters"])
+assert head.group(1) == plan["model"], (head.group(1), plan["model"])
+assert abs(float(peak.group(1)) - best["peak_bytes"] / 2**30) < 0.0005, (peak.group(1), best["peak_bytes"] / 2**30)
+print(f"{name}: {head.group(1)}, {plan['parameters']} parameters, {peak.group(1)} GiB at {head.group(3)}: equal")
+PY
+    done < "$work/presets.txt"
+    expect_usage "llama2-7b is a llama model" "$gpt" --preset llama2-7b --dry-run --run-dir "$work/wrong"
+    expect_usage "is a Llama size" "$plan" --model gpt --kv-heads 4 --world 1 --profile "$profile"
+    expect_usage "preset 'gpt5' is not known: choose gpt-small" "$llama" --preset gpt5 --dry-run --run-dir "$work/wrong" ;;
   auto)
     "${np2[@]}" "$gpt" --auto --run-dir "$work/auto" --layers 2 --embd 64 --heads 2 --seq-len 32 --context 32 \
       --micro-batch 2 --grad-accum 2 --steps 2 --eval-samples 4 --sample-tokens 4 > "$work/auto.txt" 2>&1 || {

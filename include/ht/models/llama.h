@@ -50,6 +50,9 @@ struct LlamaConfig {
   void validate_parallel(int tp, int pp) const;
   /// vocab_size rounded up to a multiple of vocab_multiple.
   std::int64_t padded_vocab_size() const;
+  /// Llama's rule for the SwiGLU MLP's hidden size of a width: 8/3 of it
+  /// rounded up to a multiple of 256 (384 -> 1024, 4096 -> 11008).
+  static std::int64_t ffn_for_width(std::int64_t n_embd);
   /// As stored: the padded vocabulary's rows included.
   std::int64_t num_parameters() const;
   /// Matmul FLOPs of one forward+backward per token: 6 N (N without the

@@ -21,8 +21,7 @@
 #include "ht/comm/mpi_communicator.h"
 #include "ht/comm/mpi_runtime.h"
 #include "ht/core/error.h"
-#include "ht/models/gpt.h"
-#include "ht/models/llama.h"
+#include "ht/models/model_flags.h"
 #include "ht/plan/search.h"
 
 namespace {
@@ -33,52 +32,6 @@ bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
     if (std::getenv(v)) return true;
   return false;
-}
-
-struct ModelFlags {
-  std::string model = "gpt", preset;
-  int n_layer = 12, n_head = 12, n_kv_head = 4;
-  std::int64_t n_embd = 768, vocab = 50257, vocab_multiple = 128, context = 1024, ffn_hidden = 0;
-};
-
-/// The presets' sizes, over the flags' defaults.
-void apply_preset(ModelFlags& m) {
-  if (m.preset.empty()) return;
-  if (m.preset == "gpt2-124m") {
-    m = {.model = "gpt", .preset = m.preset, .n_layer = 12, .n_head = 12, .n_embd = 768, .vocab = 50257,
-         .vocab_multiple = 128, .context = 1024};
-  } else if (m.preset == "gpt2-1.5b") {
-    m = {.model = "gpt", .preset = m.preset, .n_layer = 48, .n_head = 25, .n_embd = 1600, .vocab = 50257,
-         .vocab_multiple = 128, .context = 1024};
-  } else if (m.preset == "llama2-7b") {
-    m = {.model = "llama", .preset = m.preset, .n_layer = 32, .n_head = 32, .n_kv_head = 32, .n_embd = 4096,
-         .vocab = 32000, .vocab_multiple = 128, .context = 4096, .ffn_hidden = 11008};
-  } else if (m.preset == "llama2-70b") {
-    m = {.model = "llama", .preset = m.preset, .n_layer = 80, .n_head = 64, .n_kv_head = 8, .n_embd = 8192,
-         .vocab = 32000, .vocab_multiple = 128, .context = 4096, .ffn_hidden = 28672};
-  } else {
-    throw ht::Error(ht::ErrorKind::kConfig,
-                    fmt::format("--preset '{}' is not known: choose gpt2-124m, gpt2-1.5b, llama2-7b or llama2-70b",
-                                m.preset));
-  }
-}
-
-ht::nn::ModelSpec model_spec(ModelFlags m, std::int64_t seq) {
-  apply_preset(m);
-  if (seq <= 0) seq = m.context;
-  if (m.model == "gpt") {
-    ht::models::GPTConfig c{.vocab_size = m.vocab, .context = m.context, .n_layer = m.n_layer, .n_head = m.n_head,
-                            .n_embd = m.n_embd, .vocab_multiple = m.vocab_multiple};
-    return c.spec(seq);
-  }
-  if (m.model == "llama") {
-    ht::models::LlamaConfig c{.vocab_size = m.vocab, .context = m.context, .n_layer = m.n_layer,
-                              .n_head = m.n_head, .n_kv_head = m.n_kv_head, .n_embd = m.n_embd,
-                              .ffn_hidden = m.ffn_hidden > 0 ? m.ffn_hidden : 4 * m.n_embd,
-                              .vocab_multiple = m.vocab_multiple};
-    return c.spec(seq);
-  }
-  throw ht::Error(ht::ErrorKind::kConfig, fmt::format("--model '{}' is not known: choose gpt or llama", m.model));
 }
 
 std::vector<ht::nn::Recompute> parse_recompute_list(const std::vector<std::string>& names) {
@@ -93,23 +46,16 @@ int main(int argc, char** argv) {
   CLI::App app{"Plan a training layout: the fastest tp x pp x dp, ZeRO stage, micro-batch, schedule and "
                "recomputation that fit in memory, from a memory and a time model"};
   app.option_defaults()->always_capture_default();
-  ModelFlags m;
+  ht::models::ModelFlags m = ht::models::ModelFlags::either("gpt2-124m", "llama-124m");
   std::int64_t seq = 0, global_batch = 16, max_micro_batch = 0;
   int world = 0, top = 10, ranks_per_node = 0, virtual_stages = 2;
   double margin = 0.10, memory_gib = 0;
   std::string precision = "fp32", profile_path, save_profile, json_path;
   std::vector<int> tps, pps, zeros;
   std::vector<std::string> recomputes, schedules;
-  app.add_option("--preset", m.preset, "a model: gpt2-124m, gpt2-1.5b, llama2-7b, llama2-70b (overrides the sizes)");
-  app.add_option("--model", m.model, "gpt or llama (with the sizes below)");
-  app.add_option("--n-layer", m.n_layer, "blocks");
-  app.add_option("--n-head", m.n_head, "attention heads");
-  app.add_option("--kv-heads", m.n_kv_head, "key/value heads (llama)");
-  app.add_option("--n-embd", m.n_embd, "width");
-  app.add_option("--ffn-hidden", m.ffn_hidden, "the MLP's hidden size (llama; 0: 4 x width)");
-  app.add_option("--vocab-size", m.vocab, "vocabulary");
-  app.add_option("--vocab-multiple", m.vocab_multiple, "pad the vocabulary rows to a multiple of this");
-  app.add_option("--context", m.context, "the model's context");
+  m.add_to(app);
+  bool list_presets = false;
+  app.add_flag("--list-presets", list_presets, "print the model presets (name, architecture, sizes, parameters) and exit");
   app.add_option("--seq", seq, "tokens per row (0: the context)");
   app.add_option("--world", world, "ranks (0: the launcher's world, or 1)");
   app.add_option("--global-batch", global_batch, "rows per optimizer step")->check(CLI::PositiveNumber);
@@ -137,6 +83,13 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kUsage;
   }
 
+  if (list_presets) {
+    for (const ht::models::ModelPreset& p : ht::models::model_presets())
+      std::printf("%-12s %-5s %-52s %14lld parameters  %s\n", p.name.c_str(),
+                  std::string(ht::models::architecture(p.config)).c_str(), ht::models::describe(p.config).c_str(),
+                  static_cast<long long>(ht::models::num_parameters(p.config)), p.about.c_str());
+    return 0;
+  }
   std::unique_ptr<ht::comm::MpiRuntime> runtime;
   std::unique_ptr<ht::comm::Communicator> comm;
   try {
@@ -146,7 +99,8 @@ int main(int argc, char** argv) {
     }
     const bool rank0 = !comm || comm->rank() == 0;
     ht::plan::PlanRequest rq;
-    rq.model = model_spec(m, seq);
+    const ht::models::ModelConfig model = m.resolve();
+    rq.model = ht::models::spec(model, seq > 0 ? seq : ht::models::context(model));
     rq.world = world > 0 ? world : (comm ? comm->size() : 1);
     rq.global_batch = global_batch;
     rq.precision = ht::precision::parse_policy(precision);

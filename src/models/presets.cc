@@ -1,0 +1,111 @@
+// The bundled models' presets and what a ModelConfig of either architecture answers.
+#include "ht/models/presets.h"
+
+#include <fmt/format.h>
+
+#include "ht/core/error.h"
+
+namespace ht::models {
+
+const std::vector<ModelPreset>& model_presets() {
+  static const std::vector<ModelPreset> presets = {
+      {"gpt-small", GPTConfig{.vocab_size = 256, .context = 256, .n_layer = 6, .n_head = 6, .n_embd = 384},
+       "gpt_train's default: bytes as tokens"},
+      {"gpt2-124m",
+       GPTConfig{.vocab_size = 50257, .context = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_multiple = 128},
+       "GPT-2 small (OpenAI, 2019)"},
+      {"gpt2-350m",
+       GPTConfig{.vocab_size = 50257, .context = 1024, .n_layer = 24, .n_head = 16, .n_embd = 1024, .vocab_multiple = 128},
+       "GPT-2 medium"},
+      {"gpt2-774m",
+       GPTConfig{.vocab_size = 50257, .context = 1024, .n_layer = 36, .n_head = 20, .n_embd = 1280, .vocab_multiple = 128},
+       "GPT-2 large"},
+      {"gpt2-1.5b",
+       GPTConfig{.vocab_size = 50257, .context = 1024, .n_layer = 48, .n_head = 25, .n_embd = 1600, .vocab_multiple = 128},
+       "GPT-2 XL"},
+      {"llama-small",
+       LlamaConfig{.vocab_size = 256, .context = 256, .n_layer = 6, .n_head = 6, .n_kv_head = 2, .n_embd = 384,
+                   .ffn_hidden = 1024},
+       "llama_train's default: bytes as tokens"},
+      {"llama-124m",
+       LlamaConfig{.vocab_size = 50257, .context = 1024, .n_layer = 12, .n_head = 12, .n_kv_head = 4, .n_embd = 768,
+                   .ffn_hidden = 2048, .vocab_multiple = 128},
+       "a Llama of GPT-2 small's width and vocabulary"},
+      {"llama-1b",
+       LlamaConfig{.vocab_size = 32000, .context = 2048, .n_layer = 22, .n_head = 32, .n_kv_head = 4, .n_embd = 2048,
+                   .ffn_hidden = 5632, .vocab_multiple = 128},
+       "TinyLlama 1.1B"},
+      {"llama2-7b",
+       LlamaConfig{.vocab_size = 32000, .context = 4096, .n_layer = 32, .n_head = 32, .n_kv_head = 32, .n_embd = 4096,
+                   .ffn_hidden = 11008, .vocab_multiple = 128},
+       "Llama 2 7B (Meta, 2023)"},
+      {"llama2-13b",
+       LlamaConfig{.vocab_size = 32000, .context = 4096, .n_layer = 40, .n_head = 40, .n_kv_head = 40, .n_embd = 5120,
+                   .ffn_hidden = 13824, .vocab_multiple = 128},
+       "Llama 2 13B"},
+      {"llama2-70b",
+       LlamaConfig{.vocab_size = 32000, .context = 4096, .n_layer = 80, .n_head = 64, .n_kv_head = 8, .n_embd = 8192,
+                   .ffn_hidden = 28672, .vocab_multiple = 128},
+       "Llama 2 70B"},
+      {"llama3-8b",
+       LlamaConfig{.vocab_size = 128256, .context = 8192, .n_layer = 32, .n_head = 32, .n_kv_head = 8, .n_embd = 4096,
+                   .ffn_hidden = 14336, .rope_theta = 500000.f, .vocab_multiple = 128},
+       "Llama 3 8B (Meta, 2024)"},
+  };
+  return presets;
+}
+
+std::string preset_names() {
+  std::string names;
+  for (const ModelPreset& p : model_presets()) names += (names.empty() ? "" : ", ") + p.name;
+  return names;
+}
+
+const ModelPreset& find_preset(std::string_view name) {
+  for (const ModelPreset& p : model_presets())
+    if (p.name == name) return p;
+  throw Error(ErrorKind::kConfig, fmt::format("preset '{}' is not known: choose {}", name, preset_names()));
+}
+
+std::string_view architecture(const ModelConfig& config) {
+  return std::holds_alternative<GPTConfig>(config) ? "gpt" : "llama";
+}
+
+std::string describe(const ModelConfig& config) {
+  return std::visit(
+      [](const auto& c) {
+        return std::string(std::is_same_v<std::decay_t<decltype(c)>, GPTConfig> ? "GPT " : "Llama ") + c.str();
+      },
+      config);
+}
+
+std::int64_t num_parameters(const ModelConfig& config) {
+  return std::visit([](const auto& c) { return c.num_parameters(); }, config);
+}
+
+double flops_per_token(const ModelConfig& config, std::int64_t seq_len) {
+  return std::visit([&](const auto& c) { return c.flops_per_token(seq_len); }, config);
+}
+
+nn::ModelSpec spec(const ModelConfig& config, std::int64_t seq_len) {
+  return std::visit([&](const auto& c) { return c.spec(seq_len); }, config);
+}
+
+std::int64_t vocab_size(const ModelConfig& config) {
+  return std::visit([](const auto& c) { return c.vocab_size; }, config);
+}
+
+std::int64_t context(const ModelConfig& config) {
+  return std::visit([](const auto& c) { return c.context; }, config);
+}
+
+void validate_parallel(const ModelConfig& config, int tp, int pp) {
+  std::visit([&](const auto& c) { c.validate_parallel(tp, pp); }, config);
+}
+
+std::unique_ptr<CausalLM> make_model(const ModelConfig& config, const nn::Placement& placement) {
+  if (const auto* gpt = std::get_if<GPTConfig>(&config)) return std::make_unique<GPT>(*gpt, placement);
+  return std::make_unique<Llama>(std::get<LlamaConfig>(config), placement);
+}
+
+}  // namespace ht::models
