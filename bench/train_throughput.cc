@@ -65,6 +65,7 @@
 #include "ht/ops/cast.h"
 #include "ht/ops/matmul.h"
 #include "ht/precision/policy.h"
+#include "ht/train/mfu.h"
 
 using namespace ht;
 using bench::median;
@@ -168,37 +169,6 @@ long minor_faults() {
 
 void synchronize(Device device, const Tensor& t) {
   if (device.is_cuda()) (void)t.item(0);  // a one-element copy to the host waits for the queue
-}
-
-/// Best GFLOP/s of `runs` square GEMMs of side n in `dtype` (f32
-/// accumulation) through ht::ops::matmul.
-double measure_peak_gflops(Device device, DType dtype, std::int64_t n, int runs) {
-  Tensor a = Tensor::empty({n, n}, DType::kF32), b = Tensor::empty({n, n}, DType::kF32);
-  Rng rng(7);
-  for (Tensor* t : {&a, &b}) {
-    float* p = t->data<float>();
-    for (std::int64_t i = 0; i < t->numel(); ++i) p[i] = rng.uniform() - 0.5f;
-  }
-  a = a.to(device);
-  b = b.to(device);
-  if (dtype != DType::kF32) {
-    Tensor a16 = Tensor::empty({n, n}, dtype, device), b16 = Tensor::empty({n, n}, dtype, device);
-    ops::cast(a, a16);
-    ops::cast(b, b16);
-    a = a16;
-    b = b16;
-  }
-  Tensor c = Tensor::empty({n, n}, dtype, device);
-  ops::matmul(a, b, c);  // warm-up: thread pool, page faults, cuBLAS handle
-  synchronize(device, c);
-  double best_s = 1e30;
-  for (int r = 0; r < runs; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    ops::matmul(a, b, c);
-    synchronize(device, c);
-    best_s = std::min(best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return 2.0 * double(n) * double(n) * double(n) / best_s * 1e-9;
 }
 
 /// The GEMM peak (GFLOP/s) each precision's MFU divides by, by precision name.
@@ -342,7 +312,7 @@ Peaks print_preamble(const Args& a, Device device) {
   // widened), so the f32 peak is the bound; a GPU's tensor cores run 16-bit
   // GEMMs several times faster, so each compute dtype gets its own peak.
   Peaks peaks;
-  const double f32_peak = measure_peak_gflops(device, DType::kF32, a.peak_size, a.peak_runs);
+  const double f32_peak = train::measure_gemm_peak_gflops(device, DType::kF32, a.peak_size, a.peak_runs);
   peaks["fp32"] = f32_peak;  // always measured: the JSON's peak_gflops
   std::printf("# peak %.1f GFLOP/s (f32 GEMM %lld^3 through ht::ops::matmul, best of %d)\n", f32_peak,
               (long long)a.peak_size, a.peak_runs);
@@ -353,7 +323,7 @@ Peaks print_preamble(const Args& a, Device device) {
       peaks[name] = f32_peak;
       continue;
     }
-    peaks[name] = measure_peak_gflops(device, policy.compute, a.peak_size, a.peak_runs);
+    peaks[name] = train::measure_gemm_peak_gflops(device, policy.compute, a.peak_size, a.peak_runs);
     std::printf("# peak %s %.1f GFLOP/s (%s GEMM %lld^3, f32 accumulation, best of %d)\n", name.c_str(),
                 peaks[name], std::string(dtype_name(policy.compute)).c_str(), (long long)a.peak_size, a.peak_runs);
   }

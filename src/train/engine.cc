@@ -509,6 +509,7 @@ StepStats Engine::step() {
   std::int64_t targets = 0;
   for (const data::MicroBatch& b : batches) targets += b.target.numel();
   s.tokens = targets * mesh_->layout().dp_size();
+  if (!batches.empty()) s.flops_per_token = model_->flops_per_token(batches.front().input.shape());
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   // The mean step time the snapshot interval is measured against, less the saves' stalls.
   const double work = s.ms - (s.snapshotted ? checkpointer_->last_snapshot().stall_ms : 0.0) -

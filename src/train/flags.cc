@@ -80,6 +80,8 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--straggler-window", t.straggler_window, "steps per straggler window (0: no detection)");
   app.add_option("--straggler-threshold", t.straggler_threshold, "a straggler's work per step over the median");
   app.add_option("--straggler-windows", t.straggler_windows, "slow windows in a row before a straggler is reported");
+  app.add_option("--peak-tflops", fit.peak_tflops,
+                 "one rank's dense peak TFLOP/s for the step's GEMMs, for MFU (0: measured before the first step)");
   app.add_option("--straggler-action", fit.straggler_action,
                  "report: print a straggler and go on; exit: checkpoint and exit so htrun replaces its node");
   app.add_option("--sdc-every", t.sdc_every, "steps between replica parameter checksum comparisons (0: never)");

@@ -5,7 +5,9 @@
 #include <filesystem>
 #include <memory>
 
+#include "ht/config.h"
 #include "ht/train/metrics.h"
+#include "ht/train/mfu.h"
 
 namespace ht::train {
 
@@ -65,13 +67,33 @@ void print_preamble(Engine& engine, const FitOptions& fit) {
                 o.ckpt_dir.c_str(), o.ckpt_keep);
 }
 
-std::string progress_line(Engine& engine, const StepStats& s) {
+/// One rank's peak TFLOP/s and where it comes from: given, or measured on
+/// this rank's device (ht/train/mfu.h). On the CPU a 1024^3 GEMM: its rate
+/// is within a few percent of a larger one's and it costs ~50 ms.
+struct Peak {
+  double tflops = 0;
+  std::string source;
+};
+
+Peak run_peak(const Engine& engine, const FitOptions& options) {
+  if (options.peak_tflops > 0) return {options.peak_tflops, "given with --peak-tflops"};
+  const EngineOptions& o = engine.options();
+  const DType dtype = peak_dtype(o.device, o.data_parallel.precision.compute);
+  // A GPU reaches its rate only on a large GEMM; the emulated device runs it
+  // on the host, where 1024 is plenty (and 4096 would cost seconds).
+  const std::int64_t n = o.device.is_cuda() && !HT_CUDA_EMULATED ? 4096 : 1024;
+  return {measure_gemm_peak_gflops(o.device, dtype, n, 3) / 1000.0,
+          fmt::format("{} GEMM {}^3 measured on {}, best of 3", dtype_name(dtype), n, o.device.str())};
+}
+
+std::string progress_line(Engine& engine, const StepStats& s, double mfu) {
   std::string scale;
   if (engine.loss_scaler().enabled())
     scale = fmt::format(" | scale {:g}{}", s.loss_scale,
                         s.skipped ? fmt::format(" | SKIPPED (overflow; {} so far)", s.skipped_steps) : "");
-  return fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f}{} | {:.0f} ms | {} tok/s{}", s.step,
+  return fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f}{} | {:.0f} ms | {} tok/s{}{}", s.step,
                      engine.options().steps, s.loss, s.lr, s.grad_norm, scale, s.ms, human_count(s.tokens_per_s()),
+                     mfu > 0 ? fmt::format(" | MFU {:.1f}%", mfu) : "",
                      s.checkpointed ? fmt::format(" | checkpoint ({:.0f} ms stall)",
                                                   engine.checkpointer()->last_save().stall_ms)
                                     : "");
@@ -86,12 +108,17 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
   resilience::RankGuard& guard = job.guard();
   const bool validation = o.eval_samples > 0 && engine.data().has_validation();
   std::unique_ptr<MetricsWriter> metrics;
+  Peak peak;
   if (rank0) {
+    peak = run_peak(engine, options);
     print_preamble(engine, options);
+    std::printf("# MFU against %.3g TFLOP/s a rank (%s)\n", peak.tflops, peak.source.c_str());
     metrics = std::make_unique<MetricsWriter>((fs::path(job.options().run_dir) / "metrics.jsonl").string(),
                                               guard.epoch());
     // Where the run resumed from, for htrun's report: the step, the tier and how long the load took.
     ClientState fields = options.run_fields;
+    fields["peak_tflops"] = peak.tflops;
+    fields["peak_source"] = peak.source;
     if (engine.checkpointer() && engine.checkpointer()->last_load().step >= 0) {
       const ckpt::LoadStats& load = engine.checkpointer()->last_load();
       fields["resumed_from"] = load.step;
@@ -130,9 +157,15 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
   for (std::int64_t i = engine.steps_done(); i < o.steps; ++i) {
     const StepStats s = engine.step();
     if (rank0) {
-      std::printf("%s\n", progress_line(engine, s).c_str());
+      const double mfu = mfu_percent(s.flops_per_token, s.tokens_per_s(), engine.mesh().world().size(), peak.tflops);
+      std::printf("%s\n", progress_line(engine, s, mfu).c_str());
       std::fflush(stdout);
-      metrics->write_step(s, options.step_fields ? options.step_fields(engine, s) : ClientState{});
+      ClientState fields = options.step_fields ? options.step_fields(engine, s) : ClientState{};
+      if (s.flops_per_token > 0) {
+        fields["flops_per_token"] = s.flops_per_token;
+        fields["mfu"] = mfu;
+      }
+      metrics->write_step(s, fields);
     }
     for (const std::string* error : {&s.checkpoint_error, &s.snapshot_error})
       if (!error->empty()) std::fprintf(stderr, "warning: %s; training goes on\n", error->c_str());

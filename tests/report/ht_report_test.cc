@@ -123,6 +123,24 @@ TEST_F(RunDirTest, PageHasOnePointPerStepAndSaysWhatIsMissing) {
   EXPECT_EQ(count(with_peak, "data-mfu-percent=\"1920\""), 3u);
 }
 
+TEST_F(RunDirTest, MfuTakesTheRunsOwnFlopsPerTokenAndPeak) {
+  // As a training program records them: the peak in the run line, the
+  // model's own FLOPs per token (not 6N) in every step line.
+  write("metrics.jsonl",
+        R"({"type":"run","model":"GPT test","num_parameters":1000,"mesh":"pp1 x dp2 x tp1","steps":2,"peak_tflops":1e-6,"peak_source":"measured"}
+{"type":"step","step":1,"time_ms":1,"loss":5.0,"step_ms":10,"tokens":64,"tokens_per_s":6400,"loss_scale":1,"skipped":false,"skipped_steps":0,"checkpoint":false,"flops_per_token":2000,"mfu":640}
+{"type":"step","step":2,"time_ms":2,"loss":4.0,"step_ms":10,"tokens":64,"tokens_per_s":6400,"loss_scale":1,"skipped":false,"skipped_steps":0,"checkpoint":false,"flops_per_token":2000,"mfu":640}
+)");
+  const RunDir r = read_run_dir(dir_.string());
+  // 2000 x 6400 / (2 ranks x 1e-6 TFLOP/s) = 640%, with no --peak-tflops given.
+  const std::string page = render_page(r, {});
+  EXPECT_EQ(count(page, "data-mfu-percent=\"640\""), 2u);
+  EXPECT_EQ(count(page, "MFU is not shown"), 0u);
+  EXPECT_EQ(count(page, "the run's: measured"), 1u);
+  // A peak given to ht-report replaces the run's.
+  EXPECT_EQ(count(render_page(r, {.peak_tflops = 2e-6}), "data-mfu-percent=\"320\""), 2u);
+}
+
 TEST(SvgChart, EveryPointIsAnElement) {
   Series s{.name = "loss", .color = "#000", .y_key = "loss", .x = {1, 2, 3, 4, 5}, .y = {5, 4, std::nan(""), 3, 2}};
   const std::string svg = line_chart({.id = "c", .title = "t"}, {s});

@@ -130,6 +130,10 @@ TEST(Engine, ReportsTheModelAndRunsWithoutValidation) {
   const StepStats s = t.engine.step();
   EXPECT_TRUE(std::isfinite(s.loss));
   EXPECT_EQ(s.tokens, 4 * 3 * 16);
+  // MFU's numerator is the model's own count at the step's sequence length
+  // (attention included), not 6N.
+  EXPECT_EQ(s.flops_per_token, o.model.flops_per_token(16));
+  EXPECT_GT(s.flops_per_token, 6.0 * double(o.model.num_parameters() - 32 * 32));
   EXPECT_TRUE(test::throws_error([&] { t.engine.evaluate(); }, ErrorKind::kConfig, {"--eval-samples is 0"}));
 }
 

@@ -167,6 +167,9 @@ struct StepStats {
   std::string snapshot_error;      // a previous snapshot's failure, reported once
   double ms = 0.0;
   std::int64_t tokens = 0;  // target elements of the whole global batch
+  /// The model's FLOPs per token at this step's micro-batch shape
+  /// (nn::Model::flops_per_token; 0 when the model does not say).
+  double flops_per_token = 0;
   double tokens_per_s() const { return ms > 0 ? double(tokens) * 1000.0 / ms : 0.0; }
 };
 

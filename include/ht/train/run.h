@@ -23,6 +23,10 @@
 namespace ht::train {
 
 struct FitOptions {
+  /// One rank's dense peak in TFLOP/s for the step's GEMMs, which MFU
+  /// divides by; 0: rank 0 measures it before the first step
+  /// (ht/train/mfu.h).
+  double peak_tflops = 0;
   /// "report": print a straggler and go on; "exit": checkpoint, then exit
   /// (79) so that htrun replaces the straggler's node.
   std::string straggler_action = "report";

@@ -197,15 +197,46 @@ std::string curves(const RunDir& r, const std::vector<double>& mfu) {
   return out;
 }
 
+/// One rank's peak: --peak-tflops, else the run's own (measured or given to it).
+double peak_tflops(const RunDir& r, const PageOptions& o) {
+  return o.peak_tflops > 0 ? o.peak_tflops : field_number(r.run.fields, "peak_tflops");
+}
+
+/// Whether the steps carry the model's own FLOPs per token (runs from before that was recorded do not).
+bool steps_have_flops(const RunDir& r) {
+  return !r.steps.empty() && field_number(r.steps.front().fields, "flops_per_token") > 0;
+}
+
+/// MFU in percent, one a step: the model's own FLOPs per token as the run
+/// recorded them (6N for runs that did not), over the ranks' peak; none
+/// without a peak.
+std::vector<double> mfu_series(const RunDir& r, const PageOptions& o, int world) {
+  const double peak = peak_tflops(r, o), params = field_number(r.run.fields, "num_parameters");
+  std::vector<double> mfu;
+  if (peak <= 0 || !(params > 0 || steps_have_flops(r))) return mfu;
+  for (const StepRecord& s : r.steps) {
+    const double flops = steps_have_flops(r) ? field_number(s.fields, "flops_per_token") : 6 * params;
+    mfu.push_back(100 * flops * s.tokens_per_s / (world * peak * 1e12));
+  }
+  return mfu;
+}
+
 std::string mfu_note(const RunDir& r, const PageOptions& o, int world) {
-  const double n = field_number(r.run.fields, "num_parameters");
-  if (o.peak_tflops <= 0)
+  const double peak = peak_tflops(r, o);
+  if (peak <= 0)
     return "<p class=\"note\">MFU is not shown: the run records no device peak. Give <code>ht-report --peak-tflops "
            "T</code> (one rank's dense peak in TFLOP/s for the run's precision) to add it.</p>\n";
+  const std::string source = o.peak_tflops > 0 ? "given with --peak-tflops"
+                                               : fmt::format("the run's: {}", field_text(r.run.fields, "peak_source"));
+  if (steps_have_flops(r))
+    return fmt::format(
+        "<p class=\"note\">MFU = the model's FLOPs per token ({} at this run's sequence length, attention included) "
+        "&times; tokens/s / ({} rank(s) &times; {:.3g} TFLOP/s peak, {}).</p>\n",
+        fmt_si(field_number(r.steps.front().fields, "flops_per_token")), world, peak, source);
   return fmt::format(
-      "<p class=\"note\">MFU = 6 &times; {} parameters &times; tokens/s / ({} rank(s) &times; {} "
-      "TFLOP/s peak given with --peak-tflops); 6N per token leaves out attention's FLOPs.</p>\n",
-      fmt_si(n), world, o.peak_tflops);
+      "<p class=\"note\">MFU = 6 &times; {} parameters &times; tokens/s / ({} rank(s) &times; {:.3g} "
+      "TFLOP/s peak, {}); 6N per token leaves out attention's FLOPs (the run recorded no FLOPs per token).</p>\n",
+      fmt_si(field_number(r.run.fields, "num_parameters")), world, peak, source);
 }
 
 std::string memory(const RunDir& r) {
@@ -313,11 +344,7 @@ std::string render_page(const RunDir& r, const PageOptions& o) {
   const auto mesh = r.run.fields.find("mesh");
   const auto* mesh_text = mesh == r.run.fields.end() ? nullptr : std::get_if<std::string>(&mesh->second);
   const int world = std::max(1, mesh_world_size(mesh_text ? *mesh_text : std::string()));
-  const double params = field_number(r.run.fields, "num_parameters");
-  std::vector<double> mfu;
-  if (o.peak_tflops > 0 && params > 0)
-    for (const StepRecord& s : r.steps)
-      mfu.push_back(100 * 6 * params * s.tokens_per_s / (world * o.peak_tflops * 1e12));
+  const std::vector<double> mfu = mfu_series(r, o, world);
   std::string page = fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>ht-report: {}</title>\n<style>{}</style>"
       "</head>\n<body>\n",
