@@ -22,6 +22,7 @@
 #include "ckpt/writer_lock.h"
 #include "core/clock.h"
 #include "core/files.h"
+#include "ht/comm/agreement.h"
 #include "ht/ckpt/checkpoint.h"
 #include "ht/config.h"
 #include "ht/nn/tensor_parallel.h"
@@ -40,13 +41,6 @@ double thread_cpu_ms() {
   timespec t{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return double(t.tv_sec) * 1e3 + double(t.tv_nsec) / 1e6;
-}
-
-// The verdict of every rank: the minimum of `value` over the group.
-int agree_min(comm::Communicator& c, int value) {
-  Tensor t = Tensor::from_vector(std::vector<std::int32_t>{value}, {1});
-  c.all_reduce(t, t, comm::ReduceOp::kMin)->wait();
-  return t.data<std::int32_t>()[0];
 }
 
 // A rank's slots as pieces: each one's description and its values where
@@ -191,7 +185,7 @@ struct Checkpointer::Impl {
     keep_buffers(pieces, mu, spare_buffers);
     if (options.commit_delay.count() > 0) std::this_thread::sleep_for(options.commit_delay);
     try {
-      const bool all_written = agree_min(*comm, error.empty() ? 1 : 0) == 1;
+      const bool all_written = comm::agree_min(*comm, error.empty() ? 1 : 0) == 1;
       if (rank == 0 && all_written) commit(step, run, tmp);
       if (!all_written && error.empty()) error = "another rank could not write its file";
       if (!all_written && rank == 0) {
@@ -281,7 +275,7 @@ Checkpointer::Checkpointer(const CheckpointOptions& options, comm::DeviceMesh& m
         if (e.path().extension() == ".tmp") fs::remove_all(e.path(), ignored);
     }
   }
-  const int created = agree_min(world, locked_out ? -1 : error.empty() ? 1 : 0);
+  const int created = comm::agree_min(world, locked_out ? -1 : error.empty() ? 1 : 0);
   // Every rank reads the holder itself (the directory is on a file system all ranks see).
   HT_CHECK(created != -1, ErrorKind::kIo, "{}",
            detail::writer_lock_message(options_.dir, detail::read_writer_lock(options_.dir)));
@@ -298,7 +292,7 @@ Checkpointer::Checkpointer(const CheckpointOptions& options, comm::DeviceMesh& m
   } else if (error.empty()) {
     error = "rank 0 could not create it";
   }
-  const bool ok = agree_min(world, error.empty() ? 1 : 0) == 1;
+  const bool ok = comm::agree_min(world, error.empty() ? 1 : 0) == 1;
   HT_CHECK(ok, ErrorKind::kIo,
            "checkpoint directory '{}' is not usable{}: choose a writable --ckpt-dir on a file system every rank sees",
            options_.dir, error.empty() ? " on another rank" : fmt::format(" ({})", error));
@@ -410,7 +404,7 @@ std::string Checkpointer::snapshot(const RunState& state, const std::vector<opti
 void Checkpointer::discard_memory(bool final_saved) {
   if (!impl_->memory) return;
   wait_snapshot();  // and, agreed below, no rank still sends a replica
-  if (agree_min(impl_->mesh.world(), final_saved ? 1 : 0) == 1) impl_->memory->discard();
+  if (comm::agree_min(impl_->mesh.world(), final_saved ? 1 : 0) == 1) impl_->memory->discard();
 }
 
 namespace {
@@ -580,7 +574,7 @@ std::optional<RunState> Checkpointer::load_latest(const std::string& expected_mo
       } catch (const std::exception& e) {
         message = e.what();
       }
-      const int verdict = agree_min(world, status);
+      const int verdict = comm::agree_min(world, status);
       if (verdict == kLoaded) {
         load_stats_ = {plan.step, plan.pulled() > 0 ? "memory+peer" : "memory", plan.pulled(), now_ms() - t0};
         return run;
@@ -601,7 +595,7 @@ std::optional<RunState> Checkpointer::load_latest(const std::string& expected_mo
     RunState run;
     std::string message;
     const Status status = load_dir(dir, expected_model, slots, optimizer, nullptr, 0, &run, &message);
-    const int verdict = agree_min(world, status);
+    const int verdict = comm::agree_min(world, status);
     if (verdict == kLoaded) {
       load_stats_ = {steps[k], "disk", 0, now_ms() - t0};
       return run;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "ht/comm/agreement.h"
 #include "ht/comm/self_communicator.h"
 #include "ht/data/sample_ranges.h"
 #include "ht/nn/model_chunks.h"
@@ -122,16 +123,7 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   if (at.dp_rank == 0 && at.tp_rank == 0)
     for (const nn::Parameter* p : model_->parameters())
       if (!p->layout().pp_tied_copy) mine += shape_numel(p->full_shape());
-  // Summed exactly as two 32-bit halves (a float sum rounds above 2^24).
-  comm::Communicator& world = mesh_->world();
-  Tensor counts = Tensor::empty({2 * world.size()}, DType::kI32);
-  world.all_gather(Tensor::from_vector(std::vector<std::int32_t>{std::int32_t(mine & 0x7fffffff),
-                                                                  std::int32_t(mine >> 31)},
-                                       {2}),
-                   counts)
-      ->wait();
-  const std::vector<std::int32_t> c = counts.to_vector<std::int32_t>();
-  for (std::size_t r = 0; r < c.size(); r += 2) num_parameters_ += std::int64_t(c[r]) + (std::int64_t(c[r + 1]) << 31);
+  num_parameters_ = comm::sum_i64(mesh_->world(), mine);
   data_.attach({.dp_rank = at.dp_rank,
                 .dp_size = layout.dp_size(),
                 .micro_batch = options_.micro_batch,
@@ -310,16 +302,12 @@ void Engine::check_replicas(std::int64_t step) {
     const Tensor host = p->data().to(Device::cpu());
     h = (h ^ ckpt::checksum64(host.data_ptr(), host.nbytes())) * 0x100000001b3ull;
   }
-  const std::vector<std::int32_t> mine{std::int32_t(h & 0xffffffffu), std::int32_t(h >> 32)};
   comm::Communicator& dp = mesh_->dp_group();
-  Tensor all = Tensor::empty({2 * dp.size()}, DType::kI32);
-  dp.all_gather(Tensor::from_vector(mine, {2}), all)->wait();
-  const std::vector<std::int32_t> v = all.to_vector<std::int32_t>();
+  const std::vector<std::uint64_t> v = comm::all_gather_u64(dp, h);
   std::vector<int> agree(std::size_t(dp.size()), 0);
   for (int a = 0; a < dp.size(); ++a)
     for (int b = 0; b < dp.size(); ++b)
-      if (v[std::size_t(2 * a)] == v[std::size_t(2 * b)] && v[std::size_t(2 * a + 1)] == v[std::size_t(2 * b + 1)])
-        ++agree[std::size_t(a)];
+      if (v[std::size_t(a)] == v[std::size_t(b)]) ++agree[std::size_t(a)];
   const int most = *std::max_element(agree.begin(), agree.end());
   if (most == dp.size()) return;  // every replica agrees with every other
   // The odd ones out; with no majority (two replicas) every rank is suspect.

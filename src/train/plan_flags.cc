@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "ht/comm/communicator.h"
+#include "ht/comm/agreement.h"
 #include "ht/core/error.h"
 #include "ht/plan/search.h"
 #include "ht/train/flags.h"
@@ -25,18 +25,6 @@ int ranks_on_this_node(int world_size) {
       if (n > 0) return n;
     }
   return world_size;
-}
-
-/// Whether every rank of `world` holds the same `text` (compares a hash's min and max).
-bool same_everywhere(comm::Communicator& world, const std::string& text) {
-  if (world.size() == 1) return true;
-  const std::size_t h = std::hash<std::string>{}(text);
-  const auto part = [&](int shift) { return float((h >> shift) & 0xffffff); };  // exact in a float
-  Tensor in = Tensor::from_vector(std::vector<float>{part(0), part(24), part(48)}, {3});
-  Tensor lo = Tensor::empty({3}, DType::kF32, Device::cpu()), hi = Tensor::empty({3}, DType::kF32, Device::cpu());
-  world.all_reduce(in, lo, comm::ReduceOp::kMin)->wait();
-  world.all_reduce(in, hi, comm::ReduceOp::kMax)->wait();
-  return lo.to_vector<float>() == hi.to_vector<float>();
 }
 
 std::string stage_table(const std::vector<plan::StageMemory>& stages) {
@@ -106,7 +94,7 @@ void TrainFlags::apply_auto_plan(comm::Communicator& world, JobOptions& job_opti
   }
   const plan::PlanResult result = plan::search_plans(rq, 3);
   const plan::LayoutChoice& best = result.plans.at(0).layout;
-  HT_CHECK(same_everywhere(world, best.str() + fmt::format(" {}", fmt::join(best.stage_layers, ","))),
+  HT_CHECK(comm::all_equal(world, best.str() + fmt::format(" {}", fmt::join(best.stage_layers, ","))),
            ErrorKind::kConfig,
            "--auto: the ranks planned different layouts (their machine profiles differ); give them one with "
            "--plan-profile FILE");

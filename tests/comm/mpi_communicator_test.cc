@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include "ht/comm/agreement.h"
 #include "ht/comm/comm_env.h"
 #include "ht/comm/flight_recorder.h"
 #include "ht/comm/mesh_layout.h"
@@ -109,6 +110,27 @@ TEST(MpiCommunicator, IdentifiesTheWorld) {
   EXPECT_EQ(world().size(), size);
   EXPECT_EQ(world().name(), "world");
   EXPECT_EQ(world().device(), Device::cpu());
+}
+
+// The agreement collectives: exact 64-bit values (each rank's above 2^32,
+// differing in the low bits a float reduction would round away).
+TEST(Agreement, SixtyFourBitValuesAndTextAreExact) {
+  Communicator& c = world();
+  const int r = c.rank(), n = c.size();
+  const std::uint64_t mine = (std::uint64_t(7) << 40) + std::uint64_t(r) * 3 + 1;
+  const std::vector<std::uint64_t> all = all_gather_u64(c, mine);
+  ASSERT_EQ(all.size(), std::size_t(n));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(all[std::size_t(i)], (std::uint64_t(7) << 40) + std::uint64_t(i) * 3 + 1);
+  EXPECT_EQ(agree_min_u64(c, mine), (std::uint64_t(7) << 40) + 1);
+  EXPECT_EQ(agree_max_u64(c, mine), (std::uint64_t(7) << 40) + std::uint64_t(n - 1) * 3 + 1);
+  const std::int64_t big = (std::int64_t(1) << 40) + r - 5;
+  EXPECT_EQ(sum_i64(c, big), std::int64_t(n) * ((std::int64_t(1) << 40) - 5) + std::int64_t(n) * (n - 1) / 2);
+  EXPECT_EQ(sum_i64(c, -std::int64_t(r)), -std::int64_t(n) * (n - 1) / 2);
+  EXPECT_EQ(agree_min(c, r == n - 1 ? 0 : 1), 0);  // one rank saying no is the group's no
+  EXPECT_TRUE(all_equal_u64(c, 0xfeedfacecafebeefull));
+  EXPECT_FALSE(all_equal_u64(c, mine));  // n >= 2: the ranks' values differ
+  EXPECT_TRUE(all_equal(c, "tp2 pp2 dp1 zero1"));
+  EXPECT_FALSE(all_equal(c, r == 0 ? "tp2 pp2 dp1 zero1" : "tp2 pp2 dp1 zero2"));
 }
 
 TEST(MpiCommunicator, AllReduceEveryDTypeSizeAndOp) {
