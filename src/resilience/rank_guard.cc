@@ -1,6 +1,8 @@
 // ht::resilience::RankGuard.
 #include "ht/resilience/rank_guard.h"
 
+#include "ht/core/launcher_env.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,14 +40,6 @@ void write_atomically(const std::string& path, const std::string& text) {
 }
 
 }  // namespace
-
-int launcher_rank() {
-  // SLURM_PROCID last: an MPI launcher inside an allocation (hydra) leaves
-  // its proxy's value in every rank.
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if (const char* value = std::getenv(v); value && *value) return std::atoi(value);
-  return -1;
-}
 
 std::int64_t launch_epoch() {
   const char* value = std::getenv("HT_LAUNCH_EPOCH");

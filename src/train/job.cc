@@ -24,22 +24,6 @@ void JobOptions::validate() const {
            "--heartbeat ({} s) must be positive and --watchdog ({} s) non-negative", heartbeat_s, watchdog_s);
 }
 
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
-int launcher_local_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
-    if (const char* s = std::getenv(v)) {
-      char* end = nullptr;
-      const long r = std::strtol(s, &end, 10);
-      if (end != s && *end == '\0' && r >= 0 && r < (1 << 20)) return int(r);
-    }
-  return 0;
-}
-
 Device rank_device(Device requested, int local_rank, int device_count) {
   if (!requested.is_cuda()) return requested;
   HT_CHECK(cuda_compiled(), ErrorKind::kNotSupported,
@@ -69,7 +53,7 @@ resilience::GuardOptions guard_options(const JobOptions& o) {
 }  // namespace
 
 std::unique_ptr<resilience::RankGuard> start_launch_guard(const JobOptions& options) {
-  const int rank = resilience::launcher_rank();
+  const int rank = launcher_rank();
   if (rank < 0 || !launched_by_mpi()) return nullptr;
   auto guard = std::make_unique<resilience::RankGuard>(guard_options(options), rank);
   guard->progress(0, resilience::Phase::kLaunch);

@@ -8,6 +8,7 @@
 
 #include "ht/comm/agreement.h"
 #include "ht/core/error.h"
+#include "ht/core/launcher_env.h"
 #include "ht/plan/search.h"
 #include "ht/train/flags.h"
 
@@ -15,17 +16,6 @@ namespace ht::train {
 namespace {
 
 constexpr double kGiB = double(1 << 30);
-
-/// Ranks of the job on this node, from the launcher (Open MPI, Slurm); the
-/// world's size when none says (a job on one machine).
-int ranks_on_this_node(int world_size) {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS"})
-    if (const char* s = std::getenv(v)) {
-      const int n = std::atoi(s);
-      if (n > 0) return n;
-    }
-  return world_size;
-}
 
 std::string stage_table(const std::vector<plan::StageMemory>& stages) {
   std::string s = fmt::format("# {:>5} {:>6} {:>10} {:>10} {:>10} {:>12} {:>10} {:>10}\n", "stage", "blocks",
@@ -90,7 +80,7 @@ void TrainFlags::apply_auto_plan(comm::Communicator& world, JobOptions& job_opti
   } else {  // a host probe (TrainFlags::resolve refused one for GPUs)
     plan::ProbeOptions po;
     po.memory_gib = plan_memory_gib;
-    rq.profile = plan::probe_profile(po, &world, ranks_on_this_node(world.size()));
+    rq.profile = plan::probe_profile(po, &world, launcher_local_size(world.size()));
   }
   const plan::PlanResult result = plan::search_plans(rq, 3);
   const plan::LayoutChoice& best = result.plans.at(0).layout;

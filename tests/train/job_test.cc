@@ -63,6 +63,23 @@ TEST_F(LocalRankEnv, ReadsTheLaunchersVariable) {
   EXPECT_EQ(launcher_local_rank(), 1);
 }
 
+TEST_F(LocalRankEnv, RankAndLocalSizeComeFromTheLauncherToo) {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                        "SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS"})
+    unsetenv(v);
+  EXPECT_EQ(launcher_rank(), -1);
+  EXPECT_EQ(launcher_local_size(5), 5);
+  setenv("SLURM_PROCID", "9", 1);
+  EXPECT_EQ(launcher_rank(), 9);
+  setenv("PMIX_RANK", "2", 1);  // an MPI launcher's rank ahead of Slurm's
+  EXPECT_EQ(launcher_rank(), 2);
+  setenv("SLURM_NTASKS_PER_NODE", "0", 1);  // not a size: ignored
+  EXPECT_EQ(launcher_local_size(5), 5);
+  setenv("MPI_LOCALNRANKS", "8", 1);
+  EXPECT_EQ(launcher_local_size(5), 8);
+  for (const char* v : {"PMIX_RANK", "SLURM_PROCID", "SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS"}) unsetenv(v);
+}
+
 TEST_F(LocalRankEnv, IgnoresGarbage) {
   setenv("OMPI_COMM_WORLD_LOCAL_RANK", "two", 1);
   setenv("SLURM_LOCALID", "-1", 1);

@@ -36,12 +36,6 @@
 
 namespace ht::resilience {
 
-/// The world rank the launcher gave this process (OMPI_COMM_WORLD_RANK,
-/// PMIX_RANK, PMI_RANK, SLURM_PROCID), or -1. Known before MPI starts, so a
-/// guard can beat while it does: a supervisor then tells a rank that never
-/// started from peers waiting for it.
-int launcher_rank();
-
 /// This launch's epoch (HT_LAUNCH_EPOCH, set by htrun), or 0 when there is
 /// none (no fencing). Throws kConfig when the variable is not a number >= 0.
 std::int64_t launch_epoch();

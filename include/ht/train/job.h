@@ -3,7 +3,7 @@
 // built on the library keeps without code of its own.
 //
 // Construction, in this order: when a launcher names the rank (mpirun, srun:
-// resilience::launcher_rank), heartbeats start at once under
+// launcher_rank, ht/core/launcher_env.h), heartbeats start at once under
 // <run_dir>/heartbeat, before MPI, so that a supervisor can tell a rank that
 // never started from peers waiting for it; MPI then joins every rank of
 // MPI_COMM_WORLD (a process started without a launcher is a job of one) and
@@ -28,6 +28,7 @@
 #include "ht/comm/device_mesh.h"
 #include "ht/comm/mpi_runtime.h"
 #include "ht/core/device.h"
+#include "ht/core/launcher_env.h"
 #include "ht/core/stream.h"
 #include "ht/resilience/faults.h"
 #include "ht/resilience/rank_guard.h"
@@ -54,13 +55,6 @@ struct JobOptions {
   void validate() const;
 };
 
-/// Whether this process was started by an MPI launcher (mpirun, or srun
-/// with PMIx): then the job spans every rank of MPI_COMM_WORLD.
-bool launched_by_mpi();
-/// This process's rank among the job's processes on its node, from the
-/// launcher's environment (Open MPI, Slurm, MPICH/Hydra, torchrun); 0 when
-/// none says.
-int launcher_local_rank();
 /// The device a rank computes on: `requested` itself on the CPU; on CUDA,
 /// index (requested.index + local_rank) mod device_count. Throws
 /// kNotSupported when no CUDA device is visible, kConfig when the requested

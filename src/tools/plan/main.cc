@@ -21,18 +21,13 @@
 #include "ht/comm/mpi_communicator.h"
 #include "ht/comm/mpi_runtime.h"
 #include "ht/core/error.h"
+#include "ht/core/launcher_env.h"
 #include "ht/models/model_flags.h"
 #include "ht/plan/search.h"
 
 namespace {
 
 constexpr int kUsage = 2;
-
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
-    if (std::getenv(v)) return true;
-  return false;
-}
 
 std::vector<ht::nn::Recompute> parse_recompute_list(const std::vector<std::string>& names) {
   std::vector<ht::nn::Recompute> v;
@@ -93,7 +88,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<ht::comm::MpiRuntime> runtime;
   std::unique_ptr<ht::comm::Communicator> comm;
   try {
-    if (launched_by_mpi()) {
+    if (ht::launched_by_mpi()) {
       runtime = std::make_unique<ht::comm::MpiRuntime>(&argc, &argv);
       comm = ht::comm::make_mpi_world(ht::comm::comm_options_from_env());
     }
