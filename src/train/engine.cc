@@ -401,12 +401,44 @@ StepStats Engine::step() {
   s.step = ++steps_done_;
   s.loss_scale = scaler_.scale();
   if (trace_) trace_->begin_step(s.step);
+  const std::vector<data::MicroBatch> batches = draw_step(s);
+  const float my_loss = forward_backward(s, batches, start);
+  apply_update(s);
+  if (options_.sdc_every > 0 && s.step % options_.sdc_every == 0) {
+    progress(resilience::Phase::kReplicaCheck);
+    check_replicas(s.step);
+  }
+  const StepVotes votes = agree_on_step(s, my_loss);
+  save_if_due(s, votes);
+  if (options_.straggler_window > 0 && s.step % options_.straggler_window == 0) check_stragglers(s);
+  progress(resilience::Phase::kStepDone);
+  if (trace_) trace_->end_step(s.step, s.step >= options_.steps);
+  std::int64_t targets = 0;
+  for (const data::MicroBatch& b : batches) targets += b.target.numel();
+  s.tokens = targets * mesh_->layout().dp_size();
+  if (!batches.empty()) s.flops_per_token = model_->flops_per_token(batches.front().input.shape());
+  s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  // The mean step time the snapshot interval is measured against, less the saves' stalls.
+  const double work = s.ms - (s.snapshotted ? checkpointer_->last_snapshot().stall_ms : 0.0) -
+                      (s.checkpointed ? checkpointer_->last_save().stall_ms : 0.0);
+  step_ms_mean_ = step_ms_mean_ > 0 ? 0.8 * step_ms_mean_ + 0.2 * work : work;
+  for (const StepHooks& h : hooks_)
+    if (h.after_step) h.after_step(s);
+  return s;
+}
+
+std::vector<data::MicroBatch> Engine::draw_step(const StepStats& s) {
   progress(resilience::Phase::kData);
   for (const StepHooks& h : hooks_)
     if (h.before_step) h.before_step(s.step);
   // Every rank draws every micro-batch, so the data sources stay in step.
-  const std::vector<data::MicroBatch> batches = draw_training();
+  std::vector<data::MicroBatch> batches = draw_training();
   consumed_samples_ += global_batch();
+  return batches;
+}
+
+float Engine::forward_backward(const StepStats& s, const std::vector<data::MicroBatch>& batches,
+                               std::chrono::steady_clock::time_point start) {
   dp_->begin_step();
   // Each micro-batch's mean loss weighs 1/k (the sum equals one k-times
   // batch), times the loss scale.
@@ -427,6 +459,10 @@ StepStats Engine::step() {
   float my_loss = reports ? float(loss_sum) : 0.f;
   for (const StepHooks& h : hooks_)
     if (h.after_gradients) h.after_gradients(s.step, my_loss);
+  return my_loss;
+}
+
+void Engine::apply_update(StepStats& s) {
   progress(resilience::Phase::kOptimizer);
   // A token id a CUDA op skipped stops the step before its gradients are
   // applied (ops/index_errors.h); nothing to read on the CPU.
@@ -439,27 +475,26 @@ StepStats Engine::step() {
   s.skipped = scaler_.enabled() ? scaler_.update(!finite) : !finite;
   s.skipped_steps = scaler_.state().skipped_steps;
   s.lr = schedule_.lr(s.step - 1);
-  if (!s.skipped) {
-    optimizer_->step(s.lr, optim::clip_coefficient(s.grad_norm, options_.grad_clip));
-    dp_->after_step();
-    for (const StepHooks& h : hooks_)
-      if (h.after_update) h.after_update(s.step);
-  }
-  if (options_.sdc_every > 0 && s.step % options_.sdc_every == 0) {
-    progress(resilience::Phase::kReplicaCheck);
-    check_replicas(s.step);
-  }
-  // One world all-reduce carries the loss, whether any rank was asked to
-  // stop and whether rank 0's clock says a checkpoint is due.
+  if (s.skipped) return;
+  optimizer_->step(s.lr, optim::clip_coefficient(s.grad_norm, options_.grad_clip));
+  dp_->after_step();
+  for (const StepHooks& h : hooks_)
+    if (h.after_update) h.after_update(s.step);
+}
+
+Engine::StepVotes Engine::agree_on_step(StepStats& s, float my_loss) {
+  // One world all-reduce carries the loss and every rank's vote: whether it
+  // was asked to stop, and rank 0's clock on checkpoints and snapshots.
   progress(resilience::Phase::kLossReduction);
   const bool stop_here = options_.guard && options_.guard->preempt_requested();
   const bool snapshot_busy = checkpointer_ && checkpointer_->snapshot_busy();
-  const std::vector<float> sums = world_sum({my_loss, stop_here ? 1.f : 0.f, checkpoint_due_by_time() ? 1.f : 0.f,
-                                             snapshot_due(s.step) ? 1.f : 0.f, snapshot_busy ? 1.f : 0.f});
+  const auto vote = [](bool yes) { return yes ? 1.f : 0.f; };
+  const std::vector<float> sums = world_sum({my_loss, vote(stop_here), vote(checkpoint_due_by_time()),
+                                             vote(snapshot_due(s.step)), vote(snapshot_busy)});
+  const StepVotes votes{.stop = sums[1] > 0.f, .checkpoint_by_time = sums[2] > 0.f, .snapshot_due = sums[3] > 0.f,
+                        .snapshot_busy = sums[4] > 0.f};
   s.loss = float(double(sums[0]) / double(options_.grad_accum * mesh_->layout().dp_size()));
-  s.stop_requested = sums[1] > 0.f;
-  checkpoint_deferred_ = checkpointer_ && (checkpoint_deferred_ || sums[2] > 0.f ||
-                                           (options_.ckpt_every > 0 && s.step % options_.ckpt_every == 0));
+  s.stop_requested = votes.stop;
   // Divergence: the loss non-finite for too many steps in a row (an overflow
   // that loss scaling handles does not count: its loss is finite).
   nonfinite_run_ = std::isfinite(s.loss) ? 0 : nonfinite_run_ + 1;
@@ -467,6 +502,12 @@ StepStats Engine::step() {
            "the loss has been non-finite for {} steps in a row (step {}): training diverged; resume from an earlier "
            "checkpoint with a lower learning rate",
            nonfinite_run_, s.step);
+  return votes;
+}
+
+void Engine::save_if_due(StepStats& s, const StepVotes& votes) {
+  checkpoint_deferred_ = checkpointer_ && (checkpoint_deferred_ || votes.checkpoint_by_time ||
+                                           (options_.ckpt_every > 0 && s.step % options_.ckpt_every == 0));
   // Not while the loss is non-finite: a state that may be diverging is not
   // worth resuming from. The save waits for the next finite step.
   if (checkpoint_deferred_ && nonfinite_run_ == 0) {
@@ -479,33 +520,17 @@ StepStats Engine::step() {
   }
   // A memory snapshot when rank 0 says it is due and no rank is still
   // writing the last one (never a wait in the step); not of a suspect state.
-  if (sums[3] > 0.f && sums[4] == 0.f && nonfinite_run_ == 0) {
-    // As before a save: a bit flipped since the last comparison would be
-    // resumed from after every failure.
-    if (options_.sdc_every > 0 && replicas_checked_step_ != steps_done_) {
-      progress(resilience::Phase::kReplicaCheck);
-      check_replicas(steps_done_);
-    }
-    progress(resilience::Phase::kSnapshot);
-    s.snapshot_error = checkpointer_->snapshot(run_state(), optimizer_->slots(), *optimizer_);
-    s.snapshotted = true;
-    last_snapshot_step_ = s.step;
+  if (!votes.snapshot_due || votes.snapshot_busy || nonfinite_run_ != 0) return;
+  // As before a save: a bit flipped since the last comparison would be
+  // resumed from after every failure.
+  if (options_.sdc_every > 0 && replicas_checked_step_ != steps_done_) {
+    progress(resilience::Phase::kReplicaCheck);
+    check_replicas(steps_done_);
   }
-  if (options_.straggler_window > 0 && s.step % options_.straggler_window == 0) check_stragglers(s);
-  progress(resilience::Phase::kStepDone);
-  if (trace_) trace_->end_step(s.step, s.step >= options_.steps);
-  std::int64_t targets = 0;
-  for (const data::MicroBatch& b : batches) targets += b.target.numel();
-  s.tokens = targets * mesh_->layout().dp_size();
-  if (!batches.empty()) s.flops_per_token = model_->flops_per_token(batches.front().input.shape());
-  s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  // The mean step time the snapshot interval is measured against, less the saves' stalls.
-  const double work = s.ms - (s.snapshotted ? checkpointer_->last_snapshot().stall_ms : 0.0) -
-                      (s.checkpointed ? checkpointer_->last_save().stall_ms : 0.0);
-  step_ms_mean_ = step_ms_mean_ > 0 ? 0.8 * step_ms_mean_ + 0.2 * work : work;
-  for (const StepHooks& h : hooks_)
-    if (h.after_step) h.after_step(s);
-  return s;
+  progress(resilience::Phase::kSnapshot);
+  s.snapshot_error = checkpointer_->snapshot(run_state(), optimizer_->slots(), *optimizer_);
+  s.snapshotted = true;
+  last_snapshot_step_ = s.step;
 }
 
 EvalStats Engine::evaluate() {

@@ -292,6 +292,23 @@ class Engine {
   bool snapshot_due(std::int64_t step);
   /// The sum over the world of `v` (one value per rank).
   std::vector<float> world_sum(std::vector<float> v);
+  /// What the ranks decided together in a step's one control all-reduce
+  /// (each true when any rank voted for it).
+  struct StepVotes {
+    bool stop = false;                // a rank was asked to stop (preemption)
+    bool checkpoint_by_time = false;  // rank 0's clock: a time-based checkpoint is due
+    bool snapshot_due = false;        // rank 0's count: a memory snapshot is due
+    bool snapshot_busy = false;       // a rank is still writing the last snapshot
+  };
+  // The step's phases, in order (step() runs them).
+  std::vector<data::MicroBatch> draw_step(const StepStats& s);
+  /// Returns this rank's share of the loss sum (0 on ranks that do not report it).
+  float forward_backward(const StepStats& s, const std::vector<data::MicroBatch>& batches,
+                         std::chrono::steady_clock::time_point start);
+  void apply_update(StepStats& s);
+  /// The loss, the votes, and the divergence check on the agreed loss.
+  StepVotes agree_on_step(StepStats& s, float my_loss);
+  void save_if_due(StepStats& s, const StepVotes& votes);
   /// This rank's micro-batches of the next step (training) or of an evaluation.
   std::vector<data::MicroBatch> draw_training();
   std::vector<data::MicroBatch> draw_validation();
