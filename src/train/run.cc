@@ -99,6 +99,73 @@ std::string progress_line(Engine& engine, const StepStats& s, double mfu) {
                                     : "");
 }
 
+/// The run line of metrics.jsonl: the engine's settings, the program's own
+/// fields, the MFU peak, and where the run resumed from (htrun's report
+/// reads the step, the tier and how long the load took).
+void write_run_record(MetricsWriter& metrics, Engine& engine, const FitOptions& options, const Peak& peak) {
+  ClientState fields = options.run_fields;
+  fields["peak_tflops"] = peak.tflops;
+  fields["peak_source"] = peak.source;
+  if (engine.checkpointer() && engine.checkpointer()->last_load().step >= 0) {
+    const ckpt::LoadStats& load = engine.checkpointer()->last_load();
+    fields["resumed_from"] = load.step;
+    fields["resume_tier"] = load.tier;
+    fields["resume_ms"] = load.ms;
+  }
+  metrics.write_run(engine.options(), engine.model_description(), engine.num_parameters(),
+                    engine.mesh().layout().str(), fields);
+}
+
+/// Rank 0's progress line and step record, MFU included.
+void report_step(MetricsWriter& metrics, Engine& engine, const FitOptions& options, const StepStats& s,
+                 const Peak& peak) {
+  const double mfu = mfu_percent(s.flops_per_token, s.tokens_per_s(), engine.mesh().world().size(), peak.tflops);
+  std::printf("%s\n", progress_line(engine, s, mfu).c_str());
+  std::fflush(stdout);
+  ClientState fields = options.step_fields ? options.step_fields(engine, s) : ClientState{};
+  if (s.flops_per_token > 0) {
+    fields["flops_per_token"] = s.flops_per_token;
+    fields["mfu"] = mfu;
+  }
+  metrics.write_step(s, fields);
+}
+
+/// Ends the process after step `s` when a rank was asked to stop
+/// (preemption) or, with --straggler-action exit, a straggler was found:
+/// a checkpoint of this very step first, then the exit record and code.
+void stop_if_asked(Job& job, Engine& engine, const FitOptions& options, const StepStats& s) {
+  const bool rank0 = job.rank0();
+  resilience::RankGuard& guard = job.guard();
+  // A preemption in the same step wins: the job stops, nothing is replaced.
+  const bool straggler_exit = options.straggler_action == "exit" && !s.straggler_ranks.empty() && !s.stop_requested;
+  if (!s.stop_requested && !straggler_exit) return;
+  // Preemption (SIGTERM/SIGUSR1 on any rank), or a straggler the run
+  // must not keep: finish here with a checkpoint.
+  if (straggler_exit && rank0)
+    for (int r : s.straggler_ranks)  // a rehearsed slowness belongs to the node htrun now replaces
+      if (const auto slow = job.faults().find(resilience::FaultKind::kSlow, r, -1))
+        resilience::record_fired(job.options().run_dir, *slow);
+  const int code = straggler_exit ? resilience::kExitStraggler : resilience::kExitPreempted;
+  const std::string why = straggler_exit ? fmt::format("straggler at step {}: {}", s.step, s.stragglers)
+                                         : fmt::format("preempted at step {}", s.step);
+  const std::vector<int> blamed = straggler_exit ? s.straggler_ranks : std::vector<int>{};
+  std::string error = "no checkpoint directory, nothing saved";
+  if (engine.checkpointer()) error = engine.checkpoint_now();
+  if (rank0)
+    std::printf("# %s at step %lld: %s\n", straggler_exit ? "straggler" : "preempted", (long long)s.step,
+                error.empty() ? "checkpoint committed" : error.c_str());
+  std::fflush(stdout);
+  // Said and recorded before the last collectives: once one rank exits
+  // the launcher may end the others at once (htrun's mpirun does), and
+  // rank 0 commits the checkpoint before it enters them.
+  guard.record_exit(code, why, blamed);
+  // The disk holds this very step: no snapshot is newer, and the job
+  // may come back on other nodes.
+  if (engine.checkpointer()) engine.checkpointer()->discard_memory(error.empty());
+  engine.mesh().world().barrier()->wait();
+  guard.exit(code, why, blamed);
+}
+
 }  // namespace
 
 void fit(Job& job, Engine& engine, const FitOptions& options) {
@@ -115,17 +182,7 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
     std::printf("# MFU against %.3g TFLOP/s a rank (%s)\n", peak.tflops, peak.source.c_str());
     metrics = std::make_unique<MetricsWriter>((fs::path(job.options().run_dir) / "metrics.jsonl").string(),
                                               guard.epoch());
-    // Where the run resumed from, for htrun's report: the step, the tier and how long the load took.
-    ClientState fields = options.run_fields;
-    fields["peak_tflops"] = peak.tflops;
-    fields["peak_source"] = peak.source;
-    if (engine.checkpointer() && engine.checkpointer()->last_load().step >= 0) {
-      const ckpt::LoadStats& load = engine.checkpointer()->last_load();
-      fields["resumed_from"] = load.step;
-      fields["resume_tier"] = load.tier;
-      fields["resume_ms"] = load.ms;
-    }
-    metrics->write_run(o, engine.model_description(), engine.num_parameters(), engine.mesh().layout().str(), fields);
+    write_run_record(*metrics, engine, options, peak);
   }
   // An evaluation is labelled with the step it follows (0: before the first).
   auto evaluate = [&](std::int64_t step) {
@@ -156,50 +213,12 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
   if (engine.steps_done() == 0) evaluate(0);
   for (std::int64_t i = engine.steps_done(); i < o.steps; ++i) {
     const StepStats s = engine.step();
-    if (rank0) {
-      const double mfu = mfu_percent(s.flops_per_token, s.tokens_per_s(), engine.mesh().world().size(), peak.tflops);
-      std::printf("%s\n", progress_line(engine, s, mfu).c_str());
-      std::fflush(stdout);
-      ClientState fields = options.step_fields ? options.step_fields(engine, s) : ClientState{};
-      if (s.flops_per_token > 0) {
-        fields["flops_per_token"] = s.flops_per_token;
-        fields["mfu"] = mfu;
-      }
-      metrics->write_step(s, fields);
-    }
+    if (rank0) report_step(*metrics, engine, options, s, peak);
     for (const std::string* error : {&s.checkpoint_error, &s.snapshot_error})
       if (!error->empty()) std::fprintf(stderr, "warning: %s; training goes on\n", error->c_str());
     if (rank0 && !s.stragglers.empty())
       std::fprintf(stderr, "straggler at step %lld: %s\n", (long long)s.step, s.stragglers.c_str());
-    // A preemption in the same step wins: the job stops, nothing is replaced.
-    const bool straggler_exit = options.straggler_action == "exit" && !s.straggler_ranks.empty() && !s.stop_requested;
-    if (s.stop_requested || straggler_exit) {
-      // Preemption (SIGTERM/SIGUSR1 on any rank), or a straggler the run
-      // must not keep: finish here with a checkpoint.
-      if (straggler_exit && rank0)
-        for (int r : s.straggler_ranks)  // a rehearsed slowness belongs to the node htrun now replaces
-          if (const auto slow = job.faults().find(resilience::FaultKind::kSlow, r, -1))
-            resilience::record_fired(job.options().run_dir, *slow);
-      const int code = straggler_exit ? resilience::kExitStraggler : resilience::kExitPreempted;
-      const std::string why = straggler_exit ? fmt::format("straggler at step {}: {}", s.step, s.stragglers)
-                                             : fmt::format("preempted at step {}", s.step);
-      const std::vector<int> blamed = straggler_exit ? s.straggler_ranks : std::vector<int>{};
-      std::string error = "no checkpoint directory, nothing saved";
-      if (engine.checkpointer()) error = engine.checkpoint_now();
-      if (rank0)
-        std::printf("# %s at step %lld: %s\n", straggler_exit ? "straggler" : "preempted", (long long)s.step,
-                    error.empty() ? "checkpoint committed" : error.c_str());
-      std::fflush(stdout);
-      // Said and recorded before the last collectives: once one rank exits
-      // the launcher may end the others at once (htrun's mpirun does), and
-      // rank 0 commits the checkpoint before it enters them.
-      guard.record_exit(code, why, blamed);
-      // The disk holds this very step: no snapshot is newer, and the job
-      // may come back on other nodes.
-      if (engine.checkpointer()) engine.checkpointer()->discard_memory(error.empty());
-      engine.mesh().world().barrier()->wait();
-      guard.exit(code, why, blamed);
-    }
+    stop_if_asked(job, engine, options, s);
     if ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == o.steps) evaluate(s.step);
     if (options.after_step) options.after_step(engine, s);
   }
