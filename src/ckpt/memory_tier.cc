@@ -353,7 +353,7 @@ int subject_of(const std::string& name) {
 }  // namespace
 
 std::string MemoryTier::held_copy(int subject, std::int64_t step) const {
-  for (const std::string name : {fmt::format("rank_{:05d}", subject), fmt::format("replica_of_rank_{:05d}", subject)}) {
+  for (const std::string& name : {fmt::format("rank_{:05d}", subject), fmt::format("replica_of_rank_{:05d}", subject)}) {
     const std::string d = checkpoint_dir((fs::path(dir_) / node_ / name).string(), step);
     std::error_code ec;
     if (fs::exists(fs::path(d) / kManifestName, ec)) return d;

@@ -77,19 +77,160 @@ double layer_params(const nn::ModelSpec& model, const std::vector<int>& stage_la
   return n;
 }
 
-std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const LayoutChoice& l) {
-  const std::vector<std::vector<int>> stage_layers = stage_layers_of(model, l);
+namespace {
+
+/// A rank's parameter elements, and its ZeRO-3 units (one per layer, in
+/// execution order; a layer using another's weight on this stage gathers
+/// that unit again).
+struct RankParams {
+  double params = 0;
+  double shared_unit = 0;     // a unit whose weight a later layer of the stage uses too (GPT's wte)
+  double tied_elsewhere = 0;  // a layer using a weight of another stage (the last stage's tied head)
+  std::vector<double> units;      // each layer's gathered elements
+  std::vector<double> own_units;  // each layer's own, the shared unit left out
+};
+
+RankParams rank_params(const nn::ModelSpec& model, const std::vector<int>& layers, int tp) {
+  RankParams p;
+  for (int i : layers) {
+    const nn::LayerSpec& ls = model.layers[std::size_t(i)];
+    const double n = layer_params(model, layers, i, tp);
+    const auto shared_at = std::find(layers.begin(), layers.end(), ls.shares_with);
+    double gathered = n;
+    if (ls.shares_with >= 0 && shared_at != layers.end()) {
+      p.shared_unit = double(model.layers[std::size_t(ls.shares_with)].params(tp));
+      gathered += p.shared_unit;
+      // The shared unit's gradient is counted whole below, not as one in flight.
+      p.own_units[std::size_t(shared_at - layers.begin())] = 0;
+    }
+    // Its gradient is reduced with the other stage's copy only when the
+    // step's gradients are finished, so it stays whole all backward.
+    const bool tied_across_stages = ls.shares_with >= 0 && shared_at == layers.end();
+    if (tied_across_stages) p.tied_elsewhere += n;
+    p.params += n;
+    p.units.push_back(gathered);
+    p.own_units.push_back(tied_across_stages ? 0.0 : n);
+  }
+  return p;
+}
+
+/// The most elements two consecutive units hold (the one computing, the next prefetched or in flight).
+double largest_pair(const std::vector<double>& u) {
+  double best = u.empty() ? 0.0 : u[0];
+  for (std::size_t k = 0; k + 1 < u.size(); ++k) best = std::max(best, u[k] + u[k + 1]);
+  return best;
+}
+
+/// Gradient bytes of a rank: the ZeRO stage's share, and the full-size
+/// gradients ZeRO-2 and -3 write before they reduce-scatter them.
+double gradient_bytes(const RankParams& p, const LayoutChoice& l, const StateBytes& per) {
   const double c = double(dtype_size(l.precision.compute)), r = double(dtype_size(l.precision.reduce));
   const bool converts = l.precision.compute != l.precision.reduce;
-  const double tokens = double(l.micro_batch) * double(model.seq_len);
-  const int mode = int(l.recompute);
+  double grads = per.grads * p.params;
+  if (l.zero == 2) {
+    // Backward writes each bucket's full gradients (compute dtype, and the
+    // reduction dtype's copy when they differ) before its reduce-scatter,
+    // and frees them once it has completed: an upper bound, every bucket's
+    // at once (one bucket holds a small model's all; accumulation keeps
+    // them for the whole step).
+    grads += p.params * (c + (converts ? r : 0.0));
+  } else if (l.zero == 3) {
+    // Backward writes a unit's gradients (compute dtype) while the unit
+    // after it in the forward order, whose backward came first, still
+    // holds its own and their reduction-dtype copy: DataParallel drops
+    // both once that reduce-scatter is done, when the first of this
+    // unit's gradients is ready (it keeps one reduction in flight). A unit
+    // whose weight a later layer uses too (the head's tied wte) gets its
+    // gradient from that layer first and keeps it all backward, and so
+    // does a layer tied to another stage's weight; their reduction copies
+    // come last, once the other units' reductions are done. With
+    // accumulation the compute-dtype gradients stay all step, and one
+    // unit's reduction copy at a time comes on top.
+    const double copy = converts ? r : 0.0;
+    const double kept = p.shared_unit + p.tied_elsewhere;
+    double writing = 0, largest = kept;
+    for (std::size_t k = 0; k < p.own_units.size(); ++k) {
+      const double before = k + 1 < p.own_units.size() ? p.own_units[k + 1] * (c + copy) : 0.0;
+      writing = std::max(writing, p.own_units[k] * c + before);
+      largest = std::max(largest, p.own_units[k]);
+    }
+    grads += l.grad_accum > 1 ? p.params * c + largest * copy : std::max(writing + kept * c, kept * (c + copy));
+  }
+  return grads;
+}
 
+/// One model chunk's activations per token: what its forward keeps, and the
+/// peak of its backward sweep: before layer i's backward, everything up to i
+/// is still kept and i's working set comes on top (with full recomputation,
+/// i's whole forward again); the layers after i are freed (ZB-H1: but for
+/// what B leaves for W, LayerSpec::deferred, until W).
+struct ChunkActivations {
+  double kept = 0, sweep_peak = 0;
+};
+
+ChunkActivations chunk_activations(const nn::ModelSpec& model, const std::vector<int>& chunk, const LayoutChoice& l) {
+  const double c = double(dtype_size(l.precision.compute));
+  const int mode = int(l.recompute);
+  const bool zero_bubble = l.schedule == parallel::Schedule::kZeroBubbleH1;
+  ChunkActivations a;
+  std::vector<double> saved_of, held_of, workspace_of, deferred_of;
+  for (int i : chunk) {
+    const nn::LayerSpec& ls = model.layers[std::size_t(i)];
+    const bool block = ls.role == nn::LayerRole::kBlock;
+    const double saved = ls.saved[std::size_t(block ? mode : 0)].bytes(l.tp, c);
+    double w = ls.backward_workspace.bytes(l.tp, c);
+    // Full recomputation: the block's forward again, less its input (kept
+    // already, and the same storage its first layer keeps). Selective
+    // recomputes attention's output only once the MLP's backward is done
+    // and its activations are freed: no higher peak.
+    if (block && l.recompute == nn::Recompute::kFull) w += ls.saved[0].bytes(l.tp, c) - saved;
+    saved_of.push_back(saved);
+    held_of.push_back(ls.held.bytes(l.tp, c));
+    workspace_of.push_back(w);
+    deferred_of.push_back(zero_bubble ? ls.deferred.bytes(l.tp, c) : 0.0);
+    a.kept += saved;
+  }
+  double remaining = a.kept;
+  for (std::size_t i = saved_of.size(); i-- > 0;) {
+    a.sweep_peak = std::max(a.sweep_peak, remaining + workspace_of[i]);
+    remaining += deferred_of[i] - (saved_of[i] - held_of[i]);
+  }
+  a.sweep_peak = std::max(a.sweep_peak, remaining);  // the end of B, what W is to read
+  return a;
+}
+
+/// The rank's activation peak per token: `in_flight` micro-batches of its
+/// chunk kept and the newest one's backward sweep; interleaved, the chunks
+/// in flight differ in size (the last holds the logits), so the rank's
+/// table is walked: each forward adds its chunk's activations, each
+/// backward peaks at its chunk's sweep and frees them.
+double activation_peak(const std::vector<ChunkActivations>& chunks, const LayoutChoice& l, int stage, int in_flight) {
+  if (chunks.size() == 1) return chunks[0].kept * (in_flight - 1) + chunks[0].sweep_peak;
+  double held = 0, peak = 0;
+  for (const parallel::Action& a : parallel::stage_actions(l.schedule, stage, l.pp, l.grad_accum, l.virtual_stages)) {
+    const ChunkActivations& chunk = chunks[std::size_t(a.chunk)];
+    if (a.kind == parallel::ActionKind::kForward) peak = std::max(peak, held += chunk.kept);
+    if (a.kind == parallel::ActionKind::kBackward) {
+      peak = std::max(peak, held - chunk.kept + chunk.sweep_peak);
+      held -= chunk.kept;
+    }
+  }
+  return peak;
+}
+
+}  // namespace
+
+std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const LayoutChoice& l) {
+  const std::vector<std::vector<int>> stage_layers = stage_layers_of(model, l);
+  const double c = double(dtype_size(l.precision.compute));
+  const double tokens = double(l.micro_batch) * double(model.seq_len);
+  const StateBytes per = state_bytes_per_parameter(l.zero, l.shards(), l.precision);
   std::vector<StageMemory> out;
   for (int st = 0; st < l.pp; ++st) {
     // The rank's layers: its one stage's, or its chunks' (interleaved), in order.
     const std::vector<std::vector<int>> chunks = rank_chunks(stage_layers, l, st);
     std::vector<int> layers;
-    for (const std::vector<int>& c : chunks) layers.insert(layers.end(), c.begin(), c.end());
+    for (const std::vector<int>& chunk : chunks) layers.insert(layers.end(), chunk.begin(), chunk.end());
     StageMemory m;
     m.stage = st;
     m.first_block = model.num_blocks();
@@ -98,134 +239,20 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
         ++m.blocks;
         m.first_block = std::min(m.first_block, i - model.first_block());
       }
-
-    // Parameter elements of this rank, and the ZeRO-3 units (one per layer,
-    // in execution order; a layer using another's weight on this stage
-    // gathers that unit again).
-    double params = 0;
-    double shared_unit = 0;  // a unit whose weight a later layer of the stage uses too (GPT's wte)
-    double tied_elsewhere = 0;  // a layer using a weight of another stage (the last stage's tied head)
-    std::vector<double> units;         // each layer's gathered elements
-    std::vector<double> own_units;     // each layer's own, the shared unit left out
-    for (int i : layers) {
-      const nn::LayerSpec& ls = model.layers[std::size_t(i)];
-      const double n = layer_params(model, layers, i, l.tp);
-      const auto shared_at = std::find(layers.begin(), layers.end(), ls.shares_with);
-      double gathered = n;
-      if (ls.shares_with >= 0 && shared_at != layers.end()) {
-        shared_unit = double(model.layers[std::size_t(ls.shares_with)].params(l.tp));
-        gathered += shared_unit;
-        // The shared unit's gradient is counted whole below, not as one in flight.
-        own_units[std::size_t(shared_at - layers.begin())] = 0;
-      }
-      // Its gradient is reduced with the other stage's copy only when the
-      // step's gradients are finished, so it stays whole all backward.
-      const bool tied_across_stages = ls.shares_with >= 0 && shared_at == layers.end();
-      if (tied_across_stages) tied_elsewhere += n;
-      params += n;
-      units.push_back(gathered);
-      own_units.push_back(tied_across_stages ? 0.0 : n);
-    }
-    // The most elements two consecutive units hold (the one computing, the next prefetched or in flight).
-    const auto largest_pair = [](const std::vector<double>& u) {
-      double best = u.empty() ? 0.0 : u[0];
-      for (std::size_t k = 0; k + 1 < u.size(); ++k) best = std::max(best, u[k] + u[k + 1]);
-      return best;
-    };
-    auto& b = m.bytes;
-    const auto cat = [&](MemCategory k) -> double& { return b[std::size_t(k)]; };
+    const auto cat = [&](MemCategory k) -> double& { return m.bytes[std::size_t(k)]; };
     // Model state.
-    const StateBytes per = state_bytes_per_parameter(l.zero, l.shards(), l.precision);
-    cat(MemCategory::kParameters) = per.params * params + (l.zero >= 3 ? c * largest_pair(units) : 0.0);
-    cat(MemCategory::kOptimizerState) = per.optim * params;
-    double grads = per.grads * params;
-    if (l.zero == 2) {
-      // Backward writes each bucket's full gradients (compute dtype, and the
-      // reduction dtype's copy when they differ) before its reduce-scatter,
-      // and frees them once it has completed: an upper bound, every bucket's
-      // at once (one bucket holds a small model's all; accumulation keeps
-      // them for the whole step).
-      grads += params * (c + (converts ? r : 0.0));
-    } else if (l.zero == 3) {
-      // Backward writes a unit's gradients (compute dtype) while the unit
-      // after it in the forward order, whose backward came first, still
-      // holds its own and their reduction-dtype copy: DataParallel drops
-      // both once that reduce-scatter is done, when the first of this
-      // unit's gradients is ready (it keeps one reduction in flight). A unit
-      // whose weight a later layer uses too (the head's tied wte) gets its
-      // gradient from that layer first and keeps it all backward, and so
-      // does a layer tied to another stage's weight; their reduction copies
-      // come last, once the other units' reductions are done. With
-      // accumulation the compute-dtype gradients stay all step, and one
-      // unit's reduction copy at a time comes on top.
-      const double copy = converts ? r : 0.0;
-      const double kept = shared_unit + tied_elsewhere;
-      double writing = 0, largest = kept;
-      for (std::size_t k = 0; k < own_units.size(); ++k) {
-        const double before = k + 1 < own_units.size() ? own_units[k + 1] * (c + copy) : 0.0;
-        writing = std::max(writing, own_units[k] * c + before);
-        largest = std::max(largest, own_units[k]);
-      }
-      grads += l.grad_accum > 1 ? params * c + largest * copy : std::max(writing + kept * c, kept * (c + copy));
-    }
-    cat(MemCategory::kGradients) = grads;
-
-    // Activations: what the micro-batches in flight keep, and the backward
-    // sweep of the newest one: before layer i's backward, everything up to i
-    // is still kept and i's working set comes on top (with full
-    // recomputation, i's whole forward again); the layers after i are freed
-    // (ZB-H1: but for what B leaves for W, LayerSpec::deferred, until W).
+    const RankParams p = rank_params(model, layers, l.tp);
+    cat(MemCategory::kParameters) = per.params * p.params + (l.zero >= 3 ? c * largest_pair(p.units) : 0.0);
+    cat(MemCategory::kOptimizerState) = per.optim * p.params;
+    cat(MemCategory::kGradients) = gradient_bytes(p, l, per);
+    // Activations: what the micro-batches in flight keep, the newest one's
+    // backward sweep, and the activation received from the previous stage.
     m.in_flight = in_flight(l.schedule, st, l.pp, l.grad_accum, l.virtual_stages);
-    const bool zero_bubble = l.schedule == parallel::Schedule::kZeroBubbleH1;
-    std::vector<double> kept_of_chunk, sweep_of_chunk;
-    for (const std::vector<int>& chunk : chunks) {
-      double kept = 0, sweep_peak = 0;
-      std::vector<double> saved_of, held_of, workspace_of, deferred_of;
-      for (int i : chunk) {
-        const nn::LayerSpec& ls = model.layers[std::size_t(i)];
-        const bool block = ls.role == nn::LayerRole::kBlock;
-        const double saved = ls.saved[std::size_t(block ? mode : 0)].bytes(l.tp, c);
-        double w = ls.backward_workspace.bytes(l.tp, c);
-        // Full recomputation: the block's forward again, less its input (kept
-        // already, and the same storage its first layer keeps). Selective
-        // recomputes attention's output only once the MLP's backward is done
-        // and its activations are freed: no higher peak.
-        if (block && l.recompute == nn::Recompute::kFull) w += ls.saved[0].bytes(l.tp, c) - saved;
-        saved_of.push_back(saved);
-        held_of.push_back(ls.held.bytes(l.tp, c));
-        workspace_of.push_back(w);
-        deferred_of.push_back(zero_bubble ? ls.deferred.bytes(l.tp, c) : 0.0);
-        kept += saved;
-      }
-      double remaining = kept;
-      for (std::size_t i = saved_of.size(); i-- > 0;) {
-        sweep_peak = std::max(sweep_peak, remaining + workspace_of[i]);
-        remaining += deferred_of[i] - (saved_of[i] - held_of[i]);
-      }
-      sweep_peak = std::max(sweep_peak, remaining);  // the end of B, what W is to read
-      kept_of_chunk.push_back(kept);
-      sweep_of_chunk.push_back(sweep_peak);
-    }
-    double peak = kept_of_chunk[0] * (m.in_flight - 1) + sweep_of_chunk[0];
-    if (chunks.size() > 1) {
-      // Interleaved: the chunks in flight differ in size (the last holds the
-      // logits), so the rank's table is walked: each forward adds its chunk's
-      // activations, each backward peaks at its chunk's sweep and frees them.
-      double held = 0;
-      peak = 0;
-      for (const parallel::Action& a :
-           parallel::stage_actions(l.schedule, st, l.pp, l.grad_accum, l.virtual_stages)) {
-        const double kept = kept_of_chunk[std::size_t(a.chunk)];
-        if (a.kind == parallel::ActionKind::kForward) peak = std::max(peak, held += kept);
-        if (a.kind == parallel::ActionKind::kBackward) {
-          peak = std::max(peak, held - kept + sweep_of_chunk[std::size_t(a.chunk)]);
-          held -= kept;
-        }
-      }
-    }
+    std::vector<ChunkActivations> per_chunk;
+    for (const std::vector<int>& chunk : chunks) per_chunk.push_back(chunk_activations(model, chunk, l));
     const double width = double(model.width) * c;
     const bool receives = st > 0 || chunks.size() > 1;
-    cat(MemCategory::kActivations) = tokens * (peak + (receives ? width : 0.0));
+    cat(MemCategory::kActivations) = tokens * (activation_peak(per_chunk, l, st, m.in_flight) + (receives ? width : 0.0));
     // The pipeline's transfer buffers (one micro-batch each way).
     cat(MemCategory::kCommunication) = l.pp > 1 ? 2.0 * tokens * width : 0.0;
     out.push_back(m);
