@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <numeric>
 #include <tuple>
 
@@ -87,37 +88,18 @@ std::vector<int> balanced_stage_layers(const nn::ModelSpec& model, const LayoutC
   return per;
 }
 
-PlanResult search_plans(const PlanRequest& rq, int top) {
-  rq.validate();
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
+
+/// Every layout the search weighs: each tp x pp x dp of the world the model
+/// splits over, micro-batch, recomputation, schedule, stage split (by count,
+/// and balanced by modelled time where that differs; over pp v virtual
+/// stages when interleaved), ZeRO stage and shard group (whole dp, or one
+/// node's dp ranks), less those the engine would refuse.
+std::vector<LayoutChoice> candidate_layouts(const PlanRequest& rq) {
   const nn::ModelSpec& model = rq.model;
-  const MachineProfile& prof = rq.profile;
-  PlanResult res;
-  res.budget_bytes = prof.memory_gib * kGiB * (1.0 - rq.memory_margin);
   const int blocks = model.num_blocks();
-
-  std::vector<Plan> fitting;
-  // The best fitting plan and the smallest need among all, per family, for the reasons.
-  struct Family {
-    const Plan* best = nullptr;
-    Plan best_copy;
-    double least_bytes = 1e300;
-    bool any = false;
-  };
-  std::map<std::string, Family> families;
-  double least_bytes = 1e300;
-  std::string least_layout;
-  const auto note = [&](const std::string& family, const Plan& p, bool fits) {
-    Family& f = families[family];
-    f.any = true;
-    f.least_bytes = std::min(f.least_bytes, p.peak_bytes);
-    if (fits && (!f.best || better(p, f.best_copy))) {
-      f.best_copy = p;
-      f.best = &f.best_copy;
-    }
-  };
-
   std::map<std::tuple<int, int, int, std::int64_t>, std::vector<int>> balanced_cache;
+  std::vector<LayoutChoice> out;
   for (int tp : or_all(rq.tp, divisors(rq.world))) {
     if (rq.world % tp != 0 || !model.splits_over(tp)) continue;
     for (int pp : or_all(rq.pp, divisors(rq.world / tp))) {
@@ -126,24 +108,21 @@ PlanResult search_plans(const PlanRequest& rq, int top) {
       if (rq.global_batch % dp != 0) continue;
       const std::int64_t per_dp = rq.global_batch / dp;
       std::vector<int> shard_groups{0};
-      const int node_dp = prof.ranks_per_node / tp;  // dp ranks inside one node (pp outermost)
+      const int node_dp = rq.profile.ranks_per_node / tp;  // dp ranks inside one node (pp outermost)
       if (node_dp > 1 && node_dp < dp && dp % node_dp == 0) shard_groups.push_back(node_dp);
       for (std::int64_t mb : divisors(per_dp)) {
         if (rq.max_micro_batch > 0 && mb > rq.max_micro_batch) continue;
         const int accum = int(per_dp / mb);
         for (nn::Recompute rc : or_all(rq.recompute, {nn::Recompute::kNone, nn::Recompute::kSelective,
                                                          nn::Recompute::kFull})) {
-          // Stage splits: by count, and balanced by modelled time when that
-          // differs; over pp v virtual stages for the interleaved schedule.
           const auto splits_of = [&](int stages) {
             std::vector<std::vector<int>> splits{{}};
             if (stages > 1) {
               LayoutChoice probe{.tp = tp, .pp = stages, .dp = dp, .micro_batch = mb, .recompute = rc,
                                  .precision = rq.precision, .stage_layers = {}};
               auto& cached = balanced_cache[{tp, stages, int(rc), mb}];
-              if (cached.empty()) cached = balanced_stage_layers(model, probe, prof);
-              const std::vector<int> by_count = blocks_per_stage(probe, blocks);
-              if (cached != by_count) splits.push_back(cached);
+              if (cached.empty()) cached = balanced_stage_layers(model, probe, rq.profile);
+              if (cached != blocks_per_stage(probe, blocks)) splits.push_back(cached);
             }
             return splits;
           };
@@ -160,63 +139,78 @@ PlanResult search_plans(const PlanRequest& rq, int top) {
                   if (zero == 0 && sg != 0) continue;
                   if (dp == 1 && zero > 0) continue;  // nothing to shard over
                   if (!parallel::layout_problem(sched, v, pp, accum, zero).empty()) continue;  // the engine would refuse it
-                  LayoutChoice l{.tp = tp, .pp = pp, .dp = dp, .zero = zero, .shard_group = sg,
-                                 .micro_batch = mb, .grad_accum = accum, .schedule = sched, .virtual_stages = v,
-                                 .recompute = rc, .precision = rq.precision, .stage_layers = split};
-                  Plan p;
-                  p.layout = l;
-                  p.memory = estimate_memory(model, l);
-                  p.peak_bytes = peak_bytes(p.memory);
-                  ++res.considered;
-                  if (p.peak_bytes < least_bytes) least_bytes = p.peak_bytes, least_layout = l.str();
-                  const bool fits = p.peak_bytes <= res.budget_bytes;
-                  p.time = estimate_time(model, l, prof);
-                  note(fmt::format("tp{}", tp), p, fits);
-                  note(fmt::format("pp{}", pp), p, fits);
-                  note(fmt::format("zero{}", zero), p, fits);
-                  note(fmt::format("recompute {}", nn::recompute_name(rc)), p, fits);
-                  if (pp > 1) note("schedule " + parallel::schedule_name(sched), p, fits);
-                  if (tp == 1 && pp == 1 && zero == 0) note("ddp", p, fits);
-                  if (!fits) continue;
-                  ++res.fitting;
-                  fitting.push_back(std::move(p));
+                  out.push_back({.tp = tp, .pp = pp, .dp = dp, .zero = zero, .shard_group = sg, .micro_batch = mb,
+                                 .grad_accum = accum, .schedule = sched, .virtual_stages = v, .recompute = rc,
+                                 .precision = rq.precision, .stage_layers = split});
                 }
           }
         }
       }
     }
   }
-  HT_CHECK(!fitting.empty(), ErrorKind::kConfig,
-           "no layout of {} on {} ranks with a global batch of {} fits in {} GiB per rank ({:.0f}% kept free): the "
-           "smallest needs {} GiB ({}); give more ranks or memory, a smaller global batch, or a shorter sequence",
-           model.description, rq.world, rq.global_batch, gib(prof.memory_gib * kGiB), rq.memory_margin * 100,
-           gib(least_bytes), least_layout.empty() ? "none was possible" : least_layout);
-  std::sort(fitting.begin(), fitting.end(), better);
-  const Plan& best = fitting.front();
+  return out;
+}
 
-  // Why the best wins, and what rules out the obvious others.
+/// For the reasons: per family of layouts ("tp2", "zero3", "ddp", ...) the
+/// best fitting plan and the smallest need.
+class Families {
+ public:
+  void note(const Plan& p, bool fits) {
+    const LayoutChoice& l = p.layout;
+    add(fmt::format("tp{}", l.tp), p, fits);
+    add(fmt::format("pp{}", l.pp), p, fits);
+    add(fmt::format("zero{}", l.zero), p, fits);
+    add(fmt::format("recompute {}", nn::recompute_name(l.recompute)), p, fits);
+    if (l.pp > 1) add("schedule " + parallel::schedule_name(l.schedule), p, fits);
+    if (l.tp == 1 && l.pp == 1 && l.zero == 0) add("ddp", p, fits);
+  }
+
+  /// "<label>: best is ... x% slower" or "<label>: nothing fits ...", when
+  /// the family was searched and its best is not `best` itself.
+  void compare(const std::string& family, const std::string& label, const Plan& best, double budget,
+               std::vector<std::string>& reasons) const {
+    const auto it = families_.find(family);
+    if (it == families_.end()) return;
+    const Family& f = it->second;
+    if (!f.best) {
+      reasons.push_back(fmt::format("{}: nothing fits (the smallest needs {} GiB of {})", label, gib(f.least_bytes),
+                                    gib(budget)));
+    } else if (f.best->layout.str() != best.layout.str() || f.best->layout.stage_layers != best.layout.stage_layers) {
+      reasons.push_back(fmt::format("{}: best is {} at {:.1f} ms, {:.0f}% slower", label, f.best->layout.str(),
+                                    f.best->time.step_ms, (f.best->time.step_ms / best.time.step_ms - 1) * 100));
+    }
+  }
+
+ private:
+  struct Family {
+    std::optional<Plan> best;
+    double least_bytes = 1e300;
+  };
+  void add(const std::string& family, const Plan& p, bool fits) {
+    Family& f = families_[family];
+    f.least_bytes = std::min(f.least_bytes, p.peak_bytes);
+    if (fits && (!f.best || better(p, *f.best))) f.best = p;
+  }
+  std::map<std::string, Family> families_;
+};
+
+/// Why the best wins, and what rules out the obvious others.
+std::vector<std::string> reasons_for(const Plan& best, const Families& families, const PlanRequest& rq,
+                                     double budget) {
   const TimeEstimate& bt = best.time;
-  res.reasons.push_back(fmt::format(
+  std::vector<std::string> reasons{fmt::format(
       "{} wins: {:.1f} ms a step ({:.0f} tokens/s): pipeline {:.1f} ms (bubble {:.0f}%), exposed data-parallel "
       "communication {:.1f} ms, optimizer {:.1f} ms; its heaviest stage needs {} of {} GiB",
       best.layout.str(), bt.step_ms, bt.tokens_per_s, bt.pipeline_ms, bt.bubble * 100, bt.dp_exposed_ms,
-      bt.optimizer_ms, gib(best.peak_bytes), gib(res.budget_bytes)));
+      bt.optimizer_ms, gib(best.peak_bytes), gib(budget))};
   const auto compare = [&](const std::string& family, const std::string& label) {
-    const auto it = families.find(family);
-    if (it == families.end() || !it->second.any) return;
-    const Family& f = it->second;
-    if (!f.best) {
-      res.reasons.push_back(fmt::format("{}: nothing fits (the smallest needs {} GiB of {})", label,
-                                        gib(f.least_bytes), gib(res.budget_bytes)));
-    } else if (f.best->layout.str() != best.layout.str() || f.best->layout.stage_layers != best.layout.stage_layers) {
-      res.reasons.push_back(fmt::format("{}: best is {} at {:.1f} ms, {:.0f}% slower", label, f.best->layout.str(),
-                                        f.best->time.step_ms, (f.best->time.step_ms / bt.step_ms - 1) * 100));
-    }
+    families.compare(family, label, best, budget, reasons);
   };
   compare("ddp", "plain data parallelism (tp1 pp1 zero0)");
+  const int per_node = rq.profile.ranks_per_node;
   for (int tp : divisors(rq.world)) {
     std::string label = fmt::format("tp {}", tp);
-    if (tp > prof.ranks_per_node) label += fmt::format(" (crosses the node boundary: {} ranks per node)", prof.ranks_per_node);
+    if (tp > per_node) label += fmt::format(" (crosses the node boundary: {} ranks per node)", per_node);
     if (tp != best.layout.tp) compare(fmt::format("tp{}", tp), label);
   }
   for (int pp : divisors(rq.world))
@@ -231,7 +225,42 @@ PlanResult search_plans(const PlanRequest& rq, int top) {
                                  parallel::Schedule::kZeroBubbleH1})
     if (best.layout.pp == 1 || sch != best.layout.schedule)
       compare("schedule " + parallel::schedule_name(sch), "schedule " + parallel::schedule_name(sch));
+  return reasons;
+}
 
+}  // namespace
+
+PlanResult search_plans(const PlanRequest& rq, int top) {
+  rq.validate();
+  const auto t0 = std::chrono::steady_clock::now();
+  const nn::ModelSpec& model = rq.model;
+  PlanResult res;
+  res.budget_bytes = rq.profile.memory_gib * kGiB * (1.0 - rq.memory_margin);
+  std::vector<Plan> fitting;
+  Families families;
+  double least_bytes = 1e300;
+  std::string least_layout;
+  for (const LayoutChoice& l : candidate_layouts(rq)) {
+    Plan p;
+    p.layout = l;
+    p.memory = estimate_memory(model, l);
+    p.peak_bytes = peak_bytes(p.memory);
+    ++res.considered;
+    if (p.peak_bytes < least_bytes) least_bytes = p.peak_bytes, least_layout = l.str();
+    const bool fits = p.peak_bytes <= res.budget_bytes;
+    p.time = estimate_time(model, l, rq.profile);
+    families.note(p, fits);
+    if (!fits) continue;
+    ++res.fitting;
+    fitting.push_back(std::move(p));
+  }
+  HT_CHECK(!fitting.empty(), ErrorKind::kConfig,
+           "no layout of {} on {} ranks with a global batch of {} fits in {} GiB per rank ({:.0f}% kept free): the "
+           "smallest needs {} GiB ({}); give more ranks or memory, a smaller global batch, or a shorter sequence",
+           model.description, rq.world, rq.global_batch, gib(rq.profile.memory_gib * kGiB), rq.memory_margin * 100,
+           gib(least_bytes), least_layout.empty() ? "none was possible" : least_layout);
+  std::sort(fitting.begin(), fitting.end(), better);
+  res.reasons = reasons_for(fitting.front(), families, rq, res.budget_bytes);
   if (int(fitting.size()) > top) fitting.resize(std::size_t(std::max(top, 1)));
   res.plans = std::move(fitting);
   res.search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
