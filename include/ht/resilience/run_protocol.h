@@ -234,8 +234,10 @@ struct StepLine {
   bool skipped = false;             // an overflow: no update
   std::int64_t skipped_steps = 0;   // so far
   bool checkpoint = false, snapshot = false;  // a save, a memory snapshot of this step started
-  /// The program's own fields (FitOptions::step_fields: "*_bytes", ...); a
-  /// field named as one of the line's own above is not written.
+  /// The program's own fields (FitOptions::step_fields: "*_bytes", ...) and
+  /// fit's "flops_per_token" (the model's own, at the step's shape) and
+  /// "mfu" (percent, against the run line's "peak_tflops"); a field named as
+  /// one of the line's own above is not written.
   Fields fields;
   std::int64_t epoch = 0;
 
