@@ -114,7 +114,8 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp_group(), options_.schedule,
                                                    options_.data_parallel.precision.compute, options_.seed);
   optimizer_ = std::make_unique<optim::AdamW>(dp_->slots(), options_.adamw);
-  schedule_ = {options_.lr, options_.min_lr, options_.warmup_steps, std::max<std::int64_t>(options_.steps, 1)};
+  schedule_ = {options_.lr, options_.min_lr, options_.warmup_steps, std::max<std::int64_t>(options_.steps, 1),
+               options_.lr_decay};
   scaler_ = precision::LossScaler(
       options_.force_loss_scaling || options_.data_parallel.precision.needs_loss_scaling(), options_.loss_scaler);
   // The whole model's size: each stage's parameters counted once (tp rank 0
@@ -474,7 +475,9 @@ void Engine::apply_update(StepStats& s) {
   const bool finite = std::isfinite(s.grad_norm);
   s.skipped = scaler_.enabled() ? scaler_.update(!finite) : !finite;
   s.skipped_steps = scaler_.state().skipped_steps;
-  s.lr = schedule_.lr(s.step - 1);
+  s.lr = options_.lr_schedule ? options_.lr_schedule(s.step - 1) : schedule_.lr(s.step - 1);
+  HT_CHECK(std::isfinite(s.lr) && s.lr >= 0.f, ErrorKind::kConfig,
+           "the learning-rate schedule gave {} for step {}: it must be finite and >= 0", s.lr, s.step);
   if (s.skipped) return;
   optimizer_->step(s.lr, optim::clip_coefficient(s.grad_norm, options_.grad_clip));
   dp_->after_step();

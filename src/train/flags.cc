@@ -96,7 +96,8 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--loss-scale-hysteresis", t.loss_scaler.hysteresis, "overflows tolerated before the scale halves");
   app.add_option("--min-loss-scale", t.loss_scaler.min_scale, "the loss scale never drops below this");
   app.add_option("--lr", t.lr, "peak learning rate");
-  app.add_option("--min-lr", t.min_lr, "final learning rate of the cosine schedule");
+  app.add_option("--min-lr", t.min_lr, "final learning rate of the schedule");
+  app.add_option("--lr-decay", lr_decay, "after warm-up, from --lr to --min-lr at the last step: cosine, linear or constant");
   app.add_option("--warmup", t.warmup_steps, "linear warm-up steps");
   app.add_option("--clip", t.grad_clip, "max global gradient norm (0: off)");
   app.add_option("--weight-decay", t.adamw.weight_decay, "AdamW decoupled weight decay");
@@ -130,6 +131,7 @@ void TrainFlags::resolve() {
   } catch (const Error& e) {
     throw Error(ErrorKind::kConfig, fmt::format("--recompute: {}", e.message()));
   }
+  engine.lr_decay = optim::parse_decay(lr_decay);
   engine.data_parallel.precision = precision::parse_policy(precision);
   engine.data_parallel.precision.reduce = precision::parse_policy(grad_reduce).compute;
   engine.data_parallel.bucket_bytes = std::int64_t(bucket_mb * double(1 << 20));

@@ -13,8 +13,8 @@
 namespace ht::optim {
 namespace {
 
-TEST(CosineSchedule, WarmupPeakCosineFloor) {
-  const CosineSchedule s{1e-3f, 1e-4f, 10, 110};
+TEST(LrSchedule, WarmupPeakCosineFloor) {
+  const LrSchedule s{1e-3f, 1e-4f, 10, 110};
   EXPECT_FLOAT_EQ(s.lr(0), 1e-4f);
   EXPECT_FLOAT_EQ(s.lr(9), 1e-3f);
   EXPECT_FLOAT_EQ(s.lr(10), 1e-3f);
@@ -22,6 +22,21 @@ TEST(CosineSchedule, WarmupPeakCosineFloor) {
   EXPECT_FLOAT_EQ(s.lr(110), 1e-4f);
   EXPECT_FLOAT_EQ(s.lr(500), 1e-4f);
   for (int i = 11; i < 110; ++i) EXPECT_LE(s.lr(i), s.lr(i - 1));
+}
+
+TEST(LrSchedule, LinearAndConstantDecay) {
+  const LrSchedule linear{1e-3f, 1e-4f, 10, 110, Decay::kLinear};
+  EXPECT_FLOAT_EQ(linear.lr(9), 1e-3f);  // the same warm-up
+  EXPECT_FLOAT_EQ(linear.lr(10), 1e-3f);
+  EXPECT_NEAR(linear.lr(35), 7.75e-4f, 1e-9);  // a quarter of the way down a straight line
+  EXPECT_NEAR(linear.lr(85), 3.25e-4f, 1e-9);
+  EXPECT_FLOAT_EQ(linear.lr(110), 1e-4f);
+  const LrSchedule constant{1e-3f, 1e-4f, 10, 110, Decay::kConstant};
+  EXPECT_FLOAT_EQ(constant.lr(4), 5e-4f);
+  for (int i = 10; i < 110; ++i) EXPECT_FLOAT_EQ(constant.lr(i), 1e-3f);
+  EXPECT_FLOAT_EQ(constant.lr(110), 1e-4f);  // min_lr once the run's steps are done, as the others
+  EXPECT_EQ(parse_decay("linear"), Decay::kLinear);
+  EXPECT_TRUE(test::throws_error([] { parse_decay("step"); }, ErrorKind::kConfig, {"choose cosine, linear or constant"}));
 }
 
 TEST(Clip, NormOverAllTensorsAndCoefficient) {

@@ -137,6 +137,32 @@ TEST(Engine, ReportsTheModelAndRunsWithoutValidation) {
   EXPECT_TRUE(test::throws_error([&] { t.engine.evaluate(); }, ErrorKind::kConfig, {"--eval-samples is 0"}));
 }
 
+TEST(Engine, TheScheduleIsTheProgramsChoice) {
+  const data::TokenSplits data = synthetic_text();
+  test::GPTRunOptions o = small_options();
+  o.engine.eval_samples = 0;
+  o.engine.warmup_steps = 0;
+  o.engine.lr = 1e-3f;
+  o.engine.min_lr = 1e-4f;
+  ASSERT_EQ(o.engine.steps, 6);
+  o.engine.lr_decay = optim::Decay::kLinear;
+  {
+    test::GPTEngine t(o, data);  // 6 steps from lr 1e-3 down a straight line to min_lr 1e-4
+    EXPECT_FLOAT_EQ(t.engine.step().lr, 1e-3f);
+    EXPECT_FLOAT_EQ(t.engine.step().lr, 1e-3f - 0.9e-3f / 6);
+  }
+  o.engine.lr_schedule = [](std::int64_t step) { return 1e-3f / float(step + 1); };  // the program's own
+  {
+    test::GPTEngine t(o, data);
+    EXPECT_FLOAT_EQ(t.engine.step().lr, 1e-3f);
+    EXPECT_FLOAT_EQ(t.engine.step().lr, 5e-4f);
+  }
+  o.engine.lr_schedule = [](std::int64_t) { return std::nanf(""); };
+  test::GPTEngine bad(o, data);
+  EXPECT_TRUE(test::throws_error([&] { bad.engine.step(); }, ErrorKind::kConfig,
+                                 {"the learning-rate schedule gave nan for step 1"}));
+}
+
 // The factory must build the model for the placement it is given: one built
 // for another pipeline stage, or none at all, is refused before training.
 TEST(Engine, AModelBuiltForAnotherPlacementIsRefused) {

@@ -57,6 +57,11 @@ struct EngineOptions {
   float lr = 1e-3f;
   float min_lr = 1e-4f;
   std::int64_t warmup_steps = 20;
+  /// The decay after warm-up, from lr to min_lr at `steps` (optim::LrSchedule).
+  optim::Decay lr_decay = optim::Decay::kCosine;
+  /// A program's own schedule: the learning rate of 0-based step (replaces
+  /// the one above; lr, min_lr and warmup_steps then only bound it).
+  std::function<float(std::int64_t step)> lr_schedule;
   float grad_clip = 1.f;  // max global norm; <= 0 disables
   optim::AdamWOptions adamw;
   std::uint64_t seed = 1337;  // weights and data order
@@ -325,7 +330,7 @@ class Engine {
   std::unique_ptr<parallel::DataParallel> dp_;
   std::unique_ptr<parallel::Pipeline> pipeline_;
   std::unique_ptr<optim::AdamW> optimizer_;
-  optim::CosineSchedule schedule_;
+  optim::LrSchedule schedule_;
   precision::LossScaler scaler_;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;
   std::vector<StepHooks> hooks_;

@@ -36,6 +36,7 @@ struct TrainFlags {
   int virtual_stages = 0;  // --virtual-stages; 0: 2 under the interleaved schedule, else 1
   std::string recompute = "none";
   std::string precision = "fp32";
+  std::string lr_decay = "cosine";
   std::string grad_reduce = "fp32";
   std::string resume;    // "" or "auto"
   std::string ckpt_dir;  // default <run-dir>/checkpoints
