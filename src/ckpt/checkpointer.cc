@@ -518,6 +518,12 @@ Status load_dir(const std::string& dir, const std::string& expected_model, const
                              dir, m.run.model, expected_model);
       return kWrongModel;
     }
+    if (m.run.optimizer != optimizer.name()) {
+      *message = fmt::format("checkpoint '{}' holds the state of optimizer {}, but this run steps with {}: resume with "
+                             "the same --optimizer, or use another --ckpt-dir",
+                             dir, m.run.optimizer, optimizer.name());
+      return kWrongModel;
+    }
     if (layout && (m.layout != *layout || m.world != world)) {
       *message = fmt::format("it was taken under layout {} on {} ranks, and this run is {} on {}", m.layout, m.world,
                              *layout, world);

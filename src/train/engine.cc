@@ -20,6 +20,8 @@
 namespace ht::train {
 
 void EngineOptions::validate() const {
+  HT_CHECK(make_optimizer || optimizer == "adamw" || optimizer == "sgd", ErrorKind::kConfig,
+           "--optimizer '{}' is not known: choose adamw or sgd", optimizer);
   HT_CHECK(steps >= 0, ErrorKind::kConfig, "--steps must be >= 0, got {}", steps);
   HT_CHECK(micro_batch > 0, ErrorKind::kConfig, "--micro-batch must be positive, got {}", micro_batch);
   HT_CHECK(grad_accum > 0, ErrorKind::kConfig, "--grad-accum must be positive, got {}", grad_accum);
@@ -113,7 +115,14 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
                                                  [seed](const nn::Parameter& p) { return p.initial_value(seed); });
   pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp_group(), options_.schedule,
                                                    options_.data_parallel.precision.compute, options_.seed);
-  optimizer_ = std::make_unique<optim::AdamW>(dp_->slots(), options_.adamw);
+  if (options_.make_optimizer) {
+    optimizer_ = options_.make_optimizer(dp_->slots());
+    HT_CHECK(optimizer_ != nullptr, ErrorKind::kConfig, "EngineOptions::make_optimizer returned no optimizer");
+  } else if (options_.optimizer == "sgd") {
+    optimizer_ = std::make_unique<optim::SGD>(dp_->slots(), options_.sgd);
+  } else {
+    optimizer_ = std::make_unique<optim::AdamW>(dp_->slots(), options_.adamw);
+  }
   schedule_ = {options_.lr, options_.min_lr, options_.warmup_steps, std::max<std::int64_t>(options_.steps, 1),
                options_.lr_decay};
   scaler_ = precision::LossScaler(
@@ -233,6 +242,7 @@ ckpt::RunState Engine::run_state() const {
           .optimizer_steps = optimizer_->step_count(),
           .scaler = scaler_.state(),
           .model = description_,
+          .optimizer = optimizer_->name(),
           .consumed_samples = consumed_samples_,
           .data = stream ? data_.state() : ClientState{},
           .stream_shard = stream_shard(),

@@ -100,7 +100,9 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--lr-decay", lr_decay, "after warm-up, from --lr to --min-lr at the last step: cosine, linear or constant");
   app.add_option("--warmup", t.warmup_steps, "linear warm-up steps");
   app.add_option("--clip", t.grad_clip, "max global gradient norm (0: off)");
+  app.add_option("--optimizer", t.optimizer, "adamw or sgd (with momentum; a checkpoint resumes only with its own)");
   app.add_option("--weight-decay", t.adamw.weight_decay, "AdamW decoupled weight decay");
+  app.add_option("--momentum", t.sgd.momentum, "SGD momentum (0: none)");
   app.add_option("--eval-every", t.eval_every, "steps between validation passes (0: only at the end)");
   app.add_option("--eval-samples", t.eval_samples,
                  "validation samples per pass, the same under every layout (0: no validation)");

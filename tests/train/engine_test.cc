@@ -482,6 +482,43 @@ TEST(Engine, CheckpointNowSavesTheCurrentStepOnce) {
   EXPECT_EQ(committed(o.engine.ckpt_dir), (std::vector<std::string>{"step_00000002", "step_00000003"}));
 }
 
+// SGD instead of AdamW: it trains, its state is its momentum, its
+// checkpoints resume with SGD, and a checkpoint of one optimizer is refused
+// by name to a run of the other (the state would not fit).
+TEST(Engine, TheOptimizerIsAChoiceAndACheckpointKeepsItsOwn) {
+  const data::TokenSplits data = synthetic_text();
+  test::GPTRunOptions o = small_options();
+  o.engine.eval_samples = 0;
+  const test::TempDir ckpt("ht_engine_test_optimizer");
+  o.engine.ckpt_dir = ckpt.path().string();
+  o.engine.optimizer = "sgd";
+  o.engine.sgd.momentum = 0.9f;
+  o.engine.lr = 0.05f;
+  o.engine.min_lr = 0.05f;
+  {
+    test::GPTEngine t(o, data);
+    EXPECT_EQ(t.engine.optimizer().name(), "sgd");
+    ASSERT_FALSE(t.engine.optimizer().slots().empty());
+    ASSERT_EQ(t.engine.optimizer().slot_state(0).size(), 1u);
+    EXPECT_EQ(t.engine.optimizer().slot_state(0)[0].first, "momentum");
+    const float first = t.engine.step().loss;
+    float last = first;
+    for (int i = 0; i < 4; ++i) last = t.engine.step().loss;
+    EXPECT_LT(last, first);
+    EXPECT_EQ(t.engine.checkpoint_now(), "");
+  }
+  o.engine.resume = true;
+  {
+    test::GPTEngine t(o, data);  // SGD resumes SGD
+    EXPECT_EQ(t.engine.resumed_from(), 5);
+  }
+  o.engine.optimizer = "adamw";
+  EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data); }, ErrorKind::kConfig,
+                                 {"holds the state of optimizer sgd, but this run steps with adamw"}));
+  o.engine.optimizer = "lamb";
+  EXPECT_TRUE(test::throws_error([&] { o.engine.validate(); }, ErrorKind::kConfig, {"choose adamw or sgd"}));
+}
+
 // While a process holds a checkpoint directory's writer lock, a run that
 // would write there is refused at once (kIo, exit code 2 from a program),
 // naming the directory and the holder; once the holder is killed (-9, no

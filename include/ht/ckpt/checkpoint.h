@@ -65,6 +65,9 @@ struct RunState {
   precision::LossScalerState scaler;
   /// The model (nn::Model::describe()); a resume must match it.
   std::string model;
+  /// The optimizer whose state the checkpoint holds (optim::Optimizer::name();
+  /// "adamw" in checkpoints from before it was recorded); a resume must match it.
+  std::string optimizer = "adamw";
   /// Training samples consumed before the next step (the engine's data
   /// position; data/data_source.h). -1: not recorded (an older checkpoint).
   std::int64_t consumed_samples = -1;

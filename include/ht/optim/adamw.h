@@ -20,6 +20,7 @@ class AdamW : public Optimizer {
   AdamW(std::vector<Slot> slots, const AdamWOptions& options);
 
   void step(float lr, float grad_scale = 1.f) override;
+  std::string name() const override { return "adamw"; }
   std::vector<std::pair<std::string, Tensor>> slot_state(std::size_t i) override;
   const AdamWOptions& options() const { return options_; }
 

@@ -42,6 +42,9 @@ class Optimizer {
   /// multiplied by `grad_scale` (gradient clipping and loss unscaling fold in
   /// here, so neither needs its own pass over the gradients).
   virtual void step(float lr, float grad_scale = 1.f) = 0;
+  /// "adamw", "sgd", or a program's own: checkpoints record it, and a
+  /// resume with another optimizer is refused (its state would not fit).
+  virtual std::string name() const = 0;
   /// Steps taken so far.
   std::int64_t step_count() const { return step_count_; }
   void set_step_count(std::int64_t n) { step_count_ = n; }

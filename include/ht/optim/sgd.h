@@ -16,6 +16,7 @@ class SGD : public Optimizer {
   SGD(std::vector<Slot> slots, const SgdOptions& options);
 
   void step(float lr, float grad_scale = 1.f) override;
+  std::string name() const override { return "sgd"; }
   /// {("momentum", buffer)}, or nothing without momentum.
   std::vector<std::pair<std::string, Tensor>> slot_state(std::size_t i) override;
 

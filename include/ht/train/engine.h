@@ -35,6 +35,7 @@
 #include "ht/nn/model.h"
 #include "ht/optim/adamw.h"
 #include "ht/optim/lr_schedule.h"
+#include "ht/optim/sgd.h"
 #include "ht/parallel/data_parallel.h"
 #include "ht/parallel/pipeline.h"
 #include "ht/precision/loss_scaler.h"
@@ -63,7 +64,14 @@ struct EngineOptions {
   /// the one above; lr, min_lr and warmup_steps then only bound it).
   std::function<float(std::int64_t step)> lr_schedule;
   float grad_clip = 1.f;  // max global norm; <= 0 disables
+  /// The optimizer: "adamw" (the default, with `adamw`) or "sgd" (with
+  /// `sgd`); or a program's own, built over the rank's slots by
+  /// `make_optimizer` (which then replaces the choice; its name() goes into
+  /// checkpoints).
+  std::string optimizer = "adamw";
   optim::AdamWOptions adamw;
+  optim::SgdOptions sgd;
+  std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::Slot>)> make_optimizer;
   std::uint64_t seed = 1337;  // weights and data order
   std::int64_t eval_every = 25;  // 0: only at the end
   /// Validation samples per evaluation, spread over the data-parallel ranks
@@ -265,7 +273,7 @@ class Engine {
   parallel::DataParallel& data_parallel() { return *dp_; }
   parallel::Pipeline& pipeline() { return *pipeline_; }
   data::DataSource& data() { return data_; }
-  optim::AdamW& optimizer() { return *optimizer_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
   const EngineOptions& options() const { return options_; }
   /// Rows per optimizer step over the whole mesh (micro_batch x grad_accum x dp).
   std::int64_t global_batch() const;
@@ -329,7 +337,7 @@ class Engine {
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<parallel::DataParallel> dp_;
   std::unique_ptr<parallel::Pipeline> pipeline_;
-  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
   optim::LrSchedule schedule_;
   precision::LossScaler scaler_;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;
