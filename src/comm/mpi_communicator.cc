@@ -1,19 +1,19 @@
 // MpiCommunicator: argument checks on the caller's thread, Work handles, and
-// the world factory. The operations themselves run in comm/mpi_engine.cc.
+// the world factory. The operations themselves run in comm/mpi_worker.cc.
 #include "ht/comm/mpi_communicator.h"
 
 #include <climits>
 #include <thread>
 
 #include "comm/collective_args.h"
-#include "comm/mpi_engine.h"
+#include "comm/mpi_worker.h"
 #include "core/mpi_check.h"
 #include "ht/comm/mpi_runtime.h"
 
 namespace ht::comm {
 
 using detail::CollectiveGroup;
-using detail::Engine;
+using detail::MpiWorker;
 using detail::Op;
 using detail::OpBody;
 using detail::OpKind;
@@ -27,7 +27,7 @@ namespace {
 // (keeping the engine alive: a Work may outlive its communicator).
 class MpiWork final : public Work {
  public:
-  MpiWork(std::shared_ptr<Engine> engine, std::shared_ptr<WorkState> state)
+  MpiWork(std::shared_ptr<MpiWorker> engine, std::shared_ptr<WorkState> state)
       : engine_(std::move(engine)), state_(std::move(state)) {}
 
   void wait() override {
@@ -64,7 +64,7 @@ class MpiWork final : public Work {
     std::rethrow_exception(e);
   }
 
-  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<MpiWorker> engine_;
   std::shared_ptr<WorkState> state_;
 };
 
@@ -82,7 +82,7 @@ void check_host_tensor(const CollectiveGroup& g, const char* op, const Tensor& t
 }
 
 /// The group as the shared argument checks (comm/collective_args.h) name it.
-CollectiveGroup group_of(const Engine& e) {
+CollectiveGroup group_of(const MpiWorker& e) {
   return CollectiveGroup{"MPI", e.name(), e.rank(), e.size(), Device::cpu(), &check_host_tensor};
 }
 
@@ -98,7 +98,7 @@ OpSignature signature(OpKind kind, std::int64_t count, DType dtype, int root = -
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {}
+MpiCommunicator::MpiCommunicator(std::shared_ptr<MpiWorker> engine) : engine_(std::move(engine)) {}
 
 // The engine itself may live on in Work handles; its thread does not.
 MpiCommunicator::~MpiCommunicator() { engine_->shutdown(); }
@@ -108,7 +108,7 @@ int MpiCommunicator::size() const { return engine_->size(); }
 const std::string& MpiCommunicator::name() const { return engine_->name(); }
 
 namespace {
-WorkPtr submit(const std::shared_ptr<Engine>& engine, OpSignature sig, OpBody body, int peer = -1, int peer2 = -1) {
+WorkPtr submit(const std::shared_ptr<MpiWorker>& engine, OpSignature sig, OpBody body, int peer = -1, int peer2 = -1) {
   auto op = std::make_unique<Op>();
   op->work = std::make_shared<WorkState>();
   op->work->sig = sig;
@@ -206,7 +206,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const s
   engine_->enqueue(std::move(op));
   MpiWork(engine_, state).wait();
   if (!request->data) return nullptr;
-  auto engine = std::make_shared<Engine>(std::move(request->data), std::move(request->control), name,
+  auto engine = std::make_shared<MpiWorker>(std::move(request->data), std::move(request->control), name,
                                          engine_->options());
   return std::make_unique<MpiCommunicator>(std::move(engine));
 }
@@ -238,7 +238,7 @@ std::unique_ptr<Communicator> make_mpi_world(const CommOptions& options) {
                         {}, {});
     comm = detail::MpiComm(c);
   }
-  auto engine = std::make_shared<Engine>(std::move(comms[0]), std::move(comms[1]), "world", options);
+  auto engine = std::make_shared<MpiWorker>(std::move(comms[0]), std::move(comms[1]), "world", options);
   return std::make_unique<MpiCommunicator>(std::move(engine));
 }
 

@@ -1,4 +1,4 @@
-// Engine's control channel and deadline diagnosis.
+// MpiWorker's control channel and deadline diagnosis.
 //
 // Every MpiCommunicator owns a second duplicate of its group, the control
 // communicator, carrying only small fixed-size messages. Its communication
@@ -11,7 +11,7 @@
 // number says where it is instead, and silence means dead or hung.
 #include <algorithm>
 
-#include "comm/mpi_engine.h"
+#include "comm/mpi_worker.h"
 #include "core/mpi_check.h"
 #include "ht/comm/flight_recorder.h"
 
@@ -35,7 +35,7 @@ std::string ranks_text(const std::vector<int>& ranks) {
 
 }  // namespace
 
-void Engine::service_control() {
+void MpiWorker::service_control() {
   const MPI_Comm c = control_.get();
   // Sends that have completed release their buffers.
   for (std::size_t i = 0; i < sends_.size();) {
@@ -105,7 +105,7 @@ void Engine::service_control() {
   }
 }
 
-void Engine::on_deadline(WorkState& w) {
+void MpiWorker::on_deadline(WorkState& w) {
   std::lock_guard serial(diag_serial_mu_);
   if (w.status.load() != WorkState::kPending) return;
   if (broken_) {
@@ -119,7 +119,7 @@ void Engine::on_deadline(WorkState& w) {
   w.settle(err, [&] { abort(fmt::format("{} timed out", w.describe())); });
 }
 
-std::exception_ptr Engine::diagnose(const WorkState& w, std::chrono::milliseconds waited, const std::string& context) {
+std::exception_ptr MpiWorker::diagnose(const WorkState& w, std::chrono::milliseconds waited, const std::string& context) {
   const bool collective = is_collective(OpKind(w.sig.kind));
   std::vector<int> peers;
   if (collective) {
@@ -175,7 +175,7 @@ std::exception_ptr Engine::diagnose(const WorkState& w, std::chrono::millisecond
   return std::make_exception_ptr(CommTimeout(text, std::move(arrived), std::move(missing), std::move(blame)));
 }
 
-std::vector<int> Engine::suspects(const std::vector<int>& missing, const std::vector<bool>& answered, bool asked) const {
+std::vector<int> MpiWorker::suspects(const std::vector<int>& missing, const std::vector<bool>& answered, bool asked) const {
   std::vector<int> silent, all;
   for (int r : missing) {
     all.push_back(world_of_[std::size_t(r)]);
@@ -184,7 +184,7 @@ std::vector<int> Engine::suspects(const std::vector<int>& missing, const std::ve
   return silent.empty() ? all : silent;
 }
 
-std::string Engine::arrival_text(const WorkState& w, const std::vector<PeerStatus>& replies,
+std::string MpiWorker::arrival_text(const WorkState& w, const std::vector<PeerStatus>& replies,
                                  const std::vector<bool>& answered, bool asked, std::chrono::milliseconds budget,
                                  std::vector<int>& arrived, std::vector<int>& missing) const {
   const bool collective = is_collective(OpKind(w.sig.kind));

@@ -100,7 +100,7 @@ struct OpBody {
   bool point_to_point = false;
 };
 
-struct SplitRequest;  // comm/mpi_engine.h
+struct SplitRequest;  // comm/mpi_worker.h
 
 /// One queued or in-flight operation.
 struct Op {

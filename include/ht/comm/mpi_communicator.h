@@ -37,7 +37,7 @@
 namespace ht::comm {
 
 namespace detail {
-class Engine;
+class MpiWorker;
 }
 
 /// Where the small collectives of an MpiCommunicator ran (see
@@ -86,10 +86,10 @@ class MpiCommunicator final : public Communicator {
   CallerPathCounts caller_path_counts() const;
 
   /// Internal: use make_mpi_world() or split().
-  explicit MpiCommunicator(std::shared_ptr<detail::Engine> engine);
+  explicit MpiCommunicator(std::shared_ptr<detail::MpiWorker> engine);
 
  private:
-  std::shared_ptr<detail::Engine> engine_;
+  std::shared_ptr<detail::MpiWorker> engine_;
 };
 
 /// A communicator over all processes of the MPI job (a duplicate of

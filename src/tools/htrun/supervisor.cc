@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "ht/ckpt/checkpoint.h"
-#include "htrun/job.h"
+#include "htrun/child_process.h"
 #include "htrun/run_files.h"
 
 namespace fs = std::filesystem;
@@ -100,7 +100,7 @@ Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
   env.push_back(fmt::format("HT_LAUNCH_EPOCH={}", epoch_));
   if (cluster_.kind() == ClusterKind::kLocal)
     env.push_back(fmt::format("HT_SIMULATED_NODES={}:{}", options_.slots, fmt::join(ids, ",")));
-  Job job(job_command(env), env, (fs::path(options_.run_dir) / "htrun_job.log").string(), /*echo=*/true,
+  ChildProcess job(job_command(env), env, (fs::path(options_.run_dir) / "htrun_job.log").string(), /*echo=*/true,
           [this](const std::string& line) { return cluster_.launcher_event(line); });
 
   Watch w;
@@ -266,7 +266,7 @@ Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
   return w;
 }
 
-std::unique_ptr<Job> Supervisor::start_health_check(const Node& node) const {
+std::unique_ptr<ChildProcess> Supervisor::start_health_check(const Node& node) const {
   const std::vector<std::string> check{options_.health_tool,
                                        "--node",
                                        std::to_string(node.id),
@@ -274,7 +274,7 @@ std::unique_ptr<Job> Supervisor::start_health_check(const Node& node) const {
                                        "compute,memory,disk",
                                        "--ckpt-dir",
                                        (fs::path(options_.run_dir) / "checkpoints").string()};
-  return std::make_unique<Job>(cluster_.on_node(node, check, options_.launcher_args, options_.connect_timeout_s),
+  return std::make_unique<ChildProcess>(cluster_.on_node(node, check, options_.launcher_args, options_.connect_timeout_s),
                                std::vector<std::string>{},
                                (fs::path(options_.run_dir) / fmt::format("health_node{}.txt", node.id)).string(),
                                /*echo=*/false);
@@ -284,7 +284,7 @@ std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
   // Every node at once, each under the health timeout: the checks of a
   // dead or cut-off host are mostly waiting for a connection, and one after
   // another they would add up.
-  std::vector<std::unique_ptr<Job>> jobs;
+  std::vector<std::unique_ptr<ChildProcess>> jobs;
   for (const Node& node : nodes) jobs.push_back(start_health_check(node));
   const double deadline = now() + options_.health_timeout_s;
   std::vector<bool> healthy;
@@ -346,7 +346,7 @@ void Supervisor::end_old_ranks(const Node& node) {
       "sh", "-c",
       "for p in" + pids + "; do grep -qaF -- \"$1\" /proc/$p/cmdline 2>/dev/null && kill -KILL $p && echo \"ended $p\"; done; true",
       "sh", options_.run_dir};
-  Job job(cluster_.on_node(node, command, options_.launcher_args, options_.connect_timeout_s), {},
+  ChildProcess job(cluster_.on_node(node, command, options_.launcher_args, options_.connect_timeout_s), {},
           (fs::path(options_.run_dir) / fmt::format("old_ranks_node{}.txt", node.id)).string(), /*echo=*/false);
   if (job.wait(options_.health_timeout_s, options_.grace_s) == 0) rank_pids_.erase(it);
 }

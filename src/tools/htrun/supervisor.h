@@ -11,7 +11,7 @@
 
 #include "htrun/cluster.h"
 #include "htrun/decisions.h"
-#include "htrun/job.h"
+#include "htrun/child_process.h"
 #include "htrun/report.h"
 
 namespace htrun {
@@ -45,7 +45,7 @@ enum SupervisorExit : int {
 
 /// The supervisor's time: the wall clock in seconds since the Unix epoch
 /// (the ranks' records use it), and a way to wait on it. Tests give a clock
-/// of their own; the processes it runs (Job) keep the wall clock for their
+/// of their own; the processes it runs (ChildProcess) keep the wall clock for their
 /// own deadlines and for the times of the launcher's lines.
 struct Clock {
   std::function<double()> now = now_s;
@@ -79,7 +79,7 @@ class Supervisor {
   /// failed is looked at again after another --readmit-after, and at the
   /// next incident).
   void poll_readmissions();
-  std::unique_ptr<Job> start_health_check(const Node& node) const;
+  std::unique_ptr<ChildProcess> start_health_check(const Node& node) const;
   /// Kills what is left on `node` of the ranks earlier launches ran there
   /// (a host cut off keeps its processes): each pid its heartbeats gave that
   /// still runs this run directory's program.
@@ -105,7 +105,7 @@ class Supervisor {
   /// machine may have failed for that).
   std::map<int, double> readmit_retry_at_;
   /// Readmission checks running while the job runs: node id -> the check, when it started.
-  std::map<int, std::pair<std::unique_ptr<Job>, double>> readmit_checks_;
+  std::map<int, std::pair<std::unique_ptr<ChildProcess>, double>> readmit_checks_;
   std::vector<int> readmitted_;  // node ids, in the order they came back
   /// The pids of the ranks every launch ran, by host (from their heartbeats).
   std::map<std::string, std::set<int>> rank_pids_;

@@ -49,15 +49,15 @@ struct PeerStatus {
   std::int32_t pad = 0;
 };
 
-class Engine {
+class MpiWorker {
  public:
   /// Takes ownership of the data and control communicators (duplicates made
   /// for this group alone) and starts the communication thread.
-  Engine(MpiComm data, MpiComm control, std::string name, CommOptions options);
+  MpiWorker(MpiComm data, MpiComm control, std::string name, CommOptions options);
   /// Aborts unless finalised, then joins the thread. Never throws.
-  ~Engine();
-  Engine(const Engine&) = delete;
-  Engine& operator=(const Engine&) = delete;
+  ~MpiWorker();
+  MpiWorker(const MpiWorker&) = delete;
+  MpiWorker& operator=(const MpiWorker&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }

@@ -1,5 +1,5 @@
-// htrun's Job: fork/exec in a process group, output tee, stop.
-#include "htrun/job.h"
+// htrun's ChildProcess: fork/exec in a process group, output tee, stop.
+#include "htrun/child_process.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -21,12 +21,12 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Job::Job(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log_path,
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log_path,
          bool echo, LineParser parser)
     : echo_(echo), parser_(std::move(parser)), log_path_(log_path) {
   if (argv.empty()) throw std::invalid_argument("htrun: an empty command");
   // Everything the child needs is built before fork: the reader thread of
-  // another Job may hold the allocator's lock at that moment, and the child
+  // another ChildProcess may hold the allocator's lock at that moment, and the child
   // must not allocate until exec.
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -66,19 +66,19 @@ Job::Job(const std::vector<std::string>& argv, const std::vector<std::string>& e
   reader_ = std::thread([this, fd = fds[0]] { pump(fd); });
 }
 
-Job::~Job() {
+ChildProcess::~ChildProcess() {
   if (!done_) stop(2.0);
   finish();
 }
 
-void Job::finish(double drain_s) {
+void ChildProcess::finish(double drain_s) {
   const double deadline = now_s() + drain_s;
   while (!reader_done_ && now_s() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   stop_reading_ = true;
   if (reader_.joinable()) reader_.join();
 }
 
-void Job::pump(int fd) {
+void ChildProcess::pump(int fd) {
   std::ofstream log(log_path_, std::ios::app);
   std::string line;
   char buf[4096];
@@ -119,17 +119,17 @@ void Job::pump(int fd) {
   reader_done_ = true;
 }
 
-LauncherEvent Job::dead_rank() const {
+LauncherEvent ChildProcess::dead_rank() const {
   std::lock_guard lock(events_mu_);
   return dead_rank_;
 }
 
-LauncherEvent Job::lost_host() const {
+LauncherEvent ChildProcess::lost_host() const {
   std::lock_guard lock(events_mu_);
   return lost_host_;
 }
 
-bool Job::poll() {
+bool ChildProcess::poll() {
   if (done_) return true;
   const pid_t r = ::waitpid(pid_, &status_, WNOHANG);
   if (r == pid_) done_ = true;
@@ -140,7 +140,7 @@ bool Job::poll() {
   return done_;
 }
 
-int Job::wait(double timeout_s, double grace_s) {
+int ChildProcess::wait(double timeout_s, double grace_s) {
   const double deadline = now_s() + timeout_s;
   while (!poll() && now_s() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   stop(grace_s);
@@ -148,17 +148,17 @@ int Job::wait(double timeout_s, double grace_s) {
   return exit_code();
 }
 
-int Job::exit_code() const {
+int ChildProcess::exit_code() const {
   if (WIFEXITED(status_)) return WEXITSTATUS(status_);
   if (WIFSIGNALED(status_)) return 128 + WTERMSIG(status_);
   return -1;
 }
 
-void Job::signal(int sig) {
+void ChildProcess::signal(int sig) {
   if (!done_) ::kill(pid_, sig);
 }
 
-void Job::stop(double grace_s) {
+void ChildProcess::stop(double grace_s) {
   if (done_) return;
   ::kill(-pid_, SIGTERM);
   const double deadline = now_s() + grace_s;

@@ -1,9 +1,9 @@
-// Engine: the communication thread of one MpiCommunicator — queue, issue
+// MpiWorker: the communication thread of one MpiCommunicator — queue, issue
 // (or run a small collective on the caller's thread), poll with back-off,
 // complete, split, the debug-mode signature check, and the lifecycle
 // (finalize, abort, shutdown). The control channel and the
 // deadline diagnosis are in mpi_diagnosis.cc.
-#include "comm/mpi_engine.h"
+#include "comm/mpi_worker.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -47,7 +47,7 @@ int recorder_peer(const WorkState& w) { return w.sig.root >= 0 ? w.sig.root : w.
 
 }  // namespace
 
-Engine::Engine(MpiComm data, MpiComm control, std::string name, CommOptions options)
+MpiWorker::MpiWorker(MpiComm data, MpiComm control, std::string name, CommOptions options)
     : name_(std::move(name)), options_(std::move(options)), data_(std::move(data)), control_(std::move(control)) {
   HT_MPI_CHECK(MPI_Comm_rank(data_.get(), &rank_));
   HT_MPI_CHECK(MPI_Comm_size(data_.get(), &size_));
@@ -66,14 +66,14 @@ Engine::Engine(MpiComm data, MpiComm control, std::string name, CommOptions opti
   thread_ = std::thread([this] { run(); });
 }
 
-Engine::~Engine() { shutdown(); }
+MpiWorker::~MpiWorker() { shutdown(); }
 
-std::string Engine::broken_reason() const {
+std::string MpiWorker::broken_reason() const {
   std::lock_guard lock(mu_);
   return broken_reason_;
 }
 
-void Engine::check_usable() const {
+void MpiWorker::check_usable() const {
   std::lock_guard lock(mu_);
   if (finalized_ || (stop_ && !broken_))
     throw CommError(ErrorKind::kComm, fmt::format("communicator '{}' has been finalised", name_));
@@ -83,7 +83,7 @@ void Engine::check_usable() const {
                                                   name_, broken_reason_));
 }
 
-void Engine::enqueue(std::unique_ptr<Op> op) {
+void MpiWorker::enqueue(std::unique_ptr<Op> op) {
   WorkState& w = *op->work;
   const OpKind kind = OpKind(w.sig.kind);
   bool on_caller = false;
@@ -139,7 +139,7 @@ void Engine::enqueue(std::unique_ptr<Op> op) {
 // qualifies: nothing queued or in flight, one step, no point-to-point
 // messages (which a later ring could match), no debug-mode check (itself a
 // collective on the control communicator).
-bool Engine::may_run_on_caller(const Op& op) const {
+bool MpiWorker::may_run_on_caller(const Op& op) const {
   const OpKind kind = OpKind(op.work->sig.kind);
   return is_collective(kind) && kind != OpKind::kSplit && !op.body.next && !op.body.point_to_point &&
          op.body.payload_bytes <= kCallerMaxBytes && !options_.debug && queue_.empty() && in_flight_count_ == 0 &&
@@ -150,7 +150,7 @@ bool Engine::may_run_on_caller(const Op& op) const {
 // there; a late peer, a failure or an abort hands it to the communication
 // thread, whose polling, deadline and diagnosis then cover it as if it had
 // been started there.
-void Engine::run_on_caller(std::unique_ptr<Op> op, std::exception_ptr start_error) {
+void MpiWorker::run_on_caller(std::unique_ptr<Op> op, std::exception_ptr start_error) {
   if (start_error) {
     hand_off(std::move(op), start_error);
     return;
@@ -182,7 +182,7 @@ void Engine::run_on_caller(std::unique_ptr<Op> op, std::exception_ptr start_erro
 
 // The thread takes every hand-off: it does not finish shutting down while a
 // caller still polls an operation (see shutdown_thread_side).
-void Engine::hand_off(std::unique_ptr<Op> op, std::exception_ptr error) {
+void MpiWorker::hand_off(std::unique_ptr<Op> op, std::exception_ptr error) {
   {
     std::lock_guard lock(mu_);
     handed_off_.push_back({std::move(op), error});
@@ -194,12 +194,12 @@ void Engine::hand_off(std::unique_ptr<Op> op, std::exception_ptr error) {
   drained_cv_.notify_all();
 }
 
-CallerPathCounts Engine::caller_path_counts() const {
+CallerPathCounts MpiWorker::caller_path_counts() const {
   std::lock_guard lock(mu_);
   return path_counts_;
 }
 
-void Engine::abort(const std::string& reason) noexcept {
+void MpiWorker::abort(const std::string& reason) noexcept {
   try {
     std::lock_guard lock(mu_);
     if (!broken_) {
@@ -213,7 +213,7 @@ void Engine::abort(const std::string& reason) noexcept {
   drained_cv_.notify_all();
 }
 
-void Engine::finalize(std::chrono::milliseconds timeout) {
+void MpiWorker::finalize(std::chrono::milliseconds timeout) {
   std::shared_ptr<WorkState> stuck;
   {
     std::unique_lock lock(mu_);
@@ -255,12 +255,12 @@ void Engine::finalize(std::chrono::milliseconds timeout) {
   finalized_ = true;
 }
 
-void Engine::join_thread() noexcept {
+void MpiWorker::join_thread() noexcept {
   std::lock_guard lock(join_mu_);
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
-void Engine::shutdown() noexcept {
+void MpiWorker::shutdown() noexcept {
   bool need_abort;
   {
     std::lock_guard lock(mu_);
@@ -278,7 +278,7 @@ void Engine::shutdown() noexcept {
 
 // ---- the communication thread ----
 
-void Engine::run() noexcept {
+void MpiWorker::run() noexcept {
   // Sleeps of tens of microseconds need a timer slack below the default 50 us.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   const std::string thread_name = ("htc " + name_).substr(0, 15);
@@ -292,7 +292,7 @@ void Engine::run() noexcept {
   shutdown_thread_side();
 }
 
-void Engine::loop() {
+void MpiWorker::loop() {
   PollBackoff backoff;
   backoff.reset_idle();
   bool was_idle = true;
@@ -331,7 +331,7 @@ void Engine::loop() {
   }
 }
 
-void Engine::adopt_handed_off() {
+void MpiWorker::adopt_handed_off() {
   std::vector<HandOff> taken;
   {
     std::lock_guard lock(mu_);
@@ -349,19 +349,19 @@ void Engine::adopt_handed_off() {
   }
 }
 
-bool Engine::stepped_in_flight() const {
+bool MpiWorker::stepped_in_flight() const {
   for (const auto& op : in_flight_)
     if (op->body.next) return true;
   return false;
 }
 
-std::size_t Engine::largest_in_flight() const {
+std::size_t MpiWorker::largest_in_flight() const {
   std::size_t most = 0;
   for (const auto& op : in_flight_) most = std::max(most, op->body.payload_bytes);
   return most;
 }
 
-bool Engine::poll_once() {
+bool MpiWorker::poll_once() {
   service_control();
   bool progress = false;
   if (has_handed_off_.load()) {
@@ -387,7 +387,7 @@ bool Engine::poll_once() {
   return progress;
 }
 
-bool Engine::poll_until(const std::function<bool()>& done, std::size_t payload_bytes) {
+bool MpiWorker::poll_until(const std::function<bool()>& done, std::size_t payload_bytes) {
   PollBackoff backoff;
   backoff.reset(payload_bytes);
   for (;;) {
@@ -399,7 +399,7 @@ bool Engine::poll_until(const std::function<bool()>& done, std::size_t payload_b
   }
 }
 
-void Engine::pause(PollBackoff& backoff, bool wake_on_queue) {
+void MpiWorker::pause(PollBackoff& backoff, bool wake_on_queue) {
   switch (backoff.next()) {
     case PollBackoff::Action::kSpin: return;
     case PollBackoff::Action::kYield: sched_yield(); return;
@@ -414,7 +414,7 @@ void Engine::pause(PollBackoff& backoff, bool wake_on_queue) {
   }
 }
 
-void Engine::start(std::unique_ptr<Op> op) {
+void MpiWorker::start(std::unique_ptr<Op> op) {
   try {
     const OpKind kind = OpKind(op->work->sig.kind);
     if (options_.debug && is_collective(kind)) check_signatures(*op);
@@ -436,7 +436,7 @@ void Engine::start(std::unique_ptr<Op> op) {
 // control communicator; all see the same table, so all reach the same
 // verdict, and on a mismatch none issues the data collective: nothing hangs
 // and no buffer is written with another call's data.
-void Engine::check_signatures(Op& op) {
+void MpiWorker::check_signatures(Op& op) {
   const WorkState& w = *op.work;
   op.gathered.assign(std::size_t(size_), OpSignature{});
   HT_MPI_CHECK(MPI_Iallgather(&w.sig, int(sizeof(OpSignature)), MPI_BYTE, op.gathered.data(),
@@ -485,7 +485,7 @@ void Engine::check_signatures(Op& op) {
 // deadline covers: once it completes, every rank is at the split and the
 // blocking call returns promptly. The control communicator of the new group
 // is then duplicated with the nonblocking MPI_Comm_idup.
-void Engine::run_split(Op& op) {
+void MpiWorker::run_split(Op& op) {
   SplitRequest& s = *op.split;
   const WorkState& w = *op.work;
   auto aborted = [&] {
@@ -516,7 +516,7 @@ void Engine::run_split(Op& op) {
   HT_MPI_CHECK(MPI_Comm_set_errhandler(s.control.get(), MPI_ERRORS_RETURN));
 }
 
-bool Engine::test_in_flight() {
+bool MpiWorker::test_in_flight() {
   bool progress = false;
   for (std::size_t i = 0; i < in_flight_.size();) {
     Op& op = *in_flight_[i];
@@ -560,7 +560,7 @@ bool Engine::test_in_flight() {
   return progress;
 }
 
-void Engine::complete(std::unique_ptr<Op> op, std::exception_ptr error) {
+void MpiWorker::complete(std::unique_ptr<Op> op, std::exception_ptr error) {
   if (error) {
     fail_op(std::move(op), error);
     return;
@@ -584,7 +584,7 @@ void Engine::complete(std::unique_ptr<Op> op, std::exception_ptr error) {
 
 // Raises coll_completed_ to `seq`; the caller's thread and the communication
 // thread may complete operations at the same time.
-void Engine::note_completed(std::uint64_t seq) {
+void MpiWorker::note_completed(std::uint64_t seq) {
   std::uint64_t seen = coll_completed_.load();
   while (seen < seq && !coll_completed_.compare_exchange_weak(seen, seq)) {
   }
@@ -592,7 +592,7 @@ void Engine::note_completed(std::uint64_t seq) {
 
 // A failed operation leaves the group out of step (this rank did not take
 // part, or took part only partly), so the whole communicator is aborted.
-void Engine::fail_op(std::unique_ptr<Op> op, std::exception_ptr error) {
+void MpiWorker::fail_op(std::unique_ptr<Op> op, std::exception_ptr error) {
   WorkState& w = *op->work;
   // Broken before the waiter wakes, so that its next call is refused.
   abort(fmt::format("{} failed: {}", w.describe(), what_of(error)));
@@ -608,7 +608,7 @@ void Engine::fail_op(std::unique_ptr<Op> op, std::exception_ptr error) {
 
 // An operation in flight when the communicator was aborted fails; MPI may
 // still write into its buffers, so it is kept until its requests complete.
-void Engine::abandon(std::unique_ptr<Op> op, const std::string& reason) {
+void MpiWorker::abandon(std::unique_ptr<Op> op, const std::string& reason) {
   WorkState& w = *op->work;
   if (w.settle(std::make_exception_ptr(CommError(
           ErrorKind::kComm,
@@ -623,7 +623,7 @@ void Engine::abandon(std::unique_ptr<Op> op, const std::string& reason) {
   drained_cv_.notify_all();
 }
 
-void Engine::handle_abort() {
+void MpiWorker::handle_abort() {
   abort_handled_.store(true);
   const std::string reason = broken_reason();
   std::deque<std::unique_ptr<Op>> queued;
@@ -654,7 +654,7 @@ void Engine::handle_abort() {
   }
 }
 
-void Engine::shutdown_thread_side() noexcept {
+void MpiWorker::shutdown_thread_side() noexcept {
   try {
     {
       // A caller polls an operation for at most kCallerPoll before it

@@ -16,7 +16,7 @@
 
 namespace htrun {
 
-class Job {
+class ChildProcess {
  public:
   /// Called for each line of output: what it reports, if anything.
   using LineParser = std::function<LauncherEvent(const std::string& line)>;
@@ -24,11 +24,11 @@ class Job {
   /// Starts `argv` (argv[0] looked up on PATH) with `env` ("NAME=value")
   /// added to the environment. Its stdout and stderr go to `log_path`, and
   /// to our stdout when `echo`.
-  Job(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log_path,
+  ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log_path,
       bool echo, LineParser parser = {});
-  ~Job();
-  Job(const Job&) = delete;
-  Job& operator=(const Job&) = delete;
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
 
   /// Non-blocking: true once the child has exited.
   bool poll();
