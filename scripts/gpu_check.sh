@@ -125,7 +125,8 @@ started=$SECONDS
 
 summary() {  # the table so far, and the logs beside it
   {
-    echo "# gpu_check $(git rev-parse --short HEAD 2> /dev/null)${prebuilt:+ (prebuilt $(head -1 "$bundle/REVISION" 2> /dev/null))}" \
+    # The programs' revision: a bundle's own (the checkout beside it may be another's).
+    echo "# gpu_check of ${prebuilt:+$(head -1 "$bundle/REVISION" 2> /dev/null) (prebuilt)}${prebuilt:-$(git rev-parse --short HEAD 2> /dev/null)}" \
       "on $(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1), $((SECONDS - started)) s"
     printf '%-11s %-5s %6s  %s\n' check state s detail
     printf '%s\n' "${rows[@]}"
