@@ -19,6 +19,21 @@
 
 namespace ht::train {
 
+namespace {
+
+/// The program's own optimizer, else the one --optimizer names, over the rank's slots.
+std::unique_ptr<optim::Optimizer> make_optimizer(const EngineOptions& o, std::vector<optim::Slot> slots) {
+  if (o.make_optimizer) {
+    std::unique_ptr<optim::Optimizer> own = o.make_optimizer(std::move(slots));
+    HT_CHECK(own != nullptr, ErrorKind::kConfig, "EngineOptions::make_optimizer returned no optimizer");
+    return own;
+  }
+  if (o.optimizer == "sgd") return std::make_unique<optim::SGD>(std::move(slots), o.sgd);
+  return std::make_unique<optim::AdamW>(std::move(slots), o.adamw);
+}
+
+}  // namespace
+
 void EngineOptions::validate() const {
   HT_CHECK(make_optimizer || optimizer == "adamw" || optimizer == "sgd", ErrorKind::kConfig,
            "--optimizer '{}' is not known: choose adamw or sgd", optimizer);
@@ -115,14 +130,7 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
                                                  [seed](const nn::Parameter& p) { return p.initial_value(seed); });
   pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp_group(), options_.schedule,
                                                    options_.data_parallel.precision.compute, options_.seed);
-  if (options_.make_optimizer) {
-    optimizer_ = options_.make_optimizer(dp_->slots());
-    HT_CHECK(optimizer_ != nullptr, ErrorKind::kConfig, "EngineOptions::make_optimizer returned no optimizer");
-  } else if (options_.optimizer == "sgd") {
-    optimizer_ = std::make_unique<optim::SGD>(dp_->slots(), options_.sgd);
-  } else {
-    optimizer_ = std::make_unique<optim::AdamW>(dp_->slots(), options_.adamw);
-  }
+  optimizer_ = make_optimizer(options_, dp_->slots());
   schedule_ = {options_.lr, options_.min_lr, options_.warmup_steps, std::max<std::int64_t>(options_.steps, 1),
                options_.lr_decay};
   scaler_ = precision::LossScaler(
