@@ -50,9 +50,12 @@ struct Mapping {
 };
 
 std::mutex g_mutex;
-std::map<std::uintptr_t, Mapping> g_maps;  // by base: live and quarantined
-std::deque<std::uintptr_t> g_quarantine;
-std::map<std::uintptr_t, std::size_t> g_pinned;  // cudaMallocHost's blocks: start, bytes
+// The registry's containers are never destroyed: a stream's thread may still
+// run a queued free while the process exits and static objects go away.
+// (std::mutex's destructor does nothing, so the mutexes may stay plain.)
+std::map<std::uintptr_t, Mapping>& g_maps = *new std::map<std::uintptr_t, Mapping>;  // by base: live and quarantined
+std::deque<std::uintptr_t>& g_quarantine = *new std::deque<std::uintptr_t>;
+std::map<std::uintptr_t, std::size_t>& g_pinned = *new std::map<std::uintptr_t, std::size_t>;  // cudaMallocHost's blocks
 std::atomic<std::size_t> g_in_use{0};
 
 // Which mapping holds `p`, guard pages included; nullptr if none. g_mutex held.
@@ -248,7 +251,7 @@ namespace ht::emu {
 namespace {
 
 std::mutex g_pools_mutex;
-std::map<void*, CUmemPoolHandle_st*> g_pool_of;  // every pool allocation's pool
+std::map<void*, CUmemPoolHandle_st*>& g_pool_of = *new std::map<void*, CUmemPoolHandle_st*>;  // never destroyed, as g_maps
 
 CUmemPoolHandle_st* default_pool() {
   static auto* pool = new CUmemPoolHandle_st;  // release threshold 0, as the runtime's default pool

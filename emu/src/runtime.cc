@@ -17,7 +17,7 @@ thread_local int t_device = 0;
 std::mutex g_mutex;
 cudaError_t g_sticky = cudaSuccess;
 std::string* g_sticky_message = nullptr;  // leaked: cudaGetErrorString's result must outlive every caller
-std::map<const void*, std::size_t> g_max_dynamic_shared;
+std::map<const void*, std::size_t>& g_max_dynamic_shared = *new std::map<const void*, std::size_t>;  // never destroyed: streams' threads may launch at exit
 
 }  // namespace
 

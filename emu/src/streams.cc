@@ -76,7 +76,7 @@ namespace ht::emu {
 namespace {
 
 std::mutex g_streams_mutex;
-std::set<CUstream_st*> g_streams;  // every live stream, the legacy one included
+std::set<CUstream_st*>& g_streams = *new std::set<CUstream_st*>;  // every live stream, the legacy one included; never destroyed (streams' threads may outlive static objects)
 
 CUstream_st* legacy() {
   static CUstream_st* const stream = [] {
