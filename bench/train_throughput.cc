@@ -319,11 +319,12 @@ Peaks print_preamble(const Args& a, Device device) {
   for (const std::string& prec : a.precisions) {
     const precision::Policy policy = precision::parse_policy(prec);
     const std::string name = precision::policy_name(policy);
-    if (!device.is_cuda() || policy.compute == DType::kF32) {
+    const DType dtype = train::peak_dtype(device, policy.compute);  // fit's choice: f32 on the CPU
+    if (dtype == DType::kF32) {
       peaks[name] = f32_peak;
       continue;
     }
-    peaks[name] = train::measure_gemm_peak_gflops(device, policy.compute, a.peak_size, a.peak_runs);
+    peaks[name] = train::measure_gemm_peak_gflops(device, dtype, a.peak_size, a.peak_runs);
     std::printf("# peak %s %.1f GFLOP/s (%s GEMM %lld^3, f32 accumulation, best of %d)\n", name.c_str(),
                 peaks[name], std::string(dtype_name(policy.compute)).c_str(), (long long)a.peak_size, a.peak_runs);
   }

@@ -127,6 +127,8 @@ PY
     done < "$work/presets.txt"
     expect_usage "llama2-7b is a llama model" "$gpt" --preset llama2-7b --dry-run --run-dir "$work/wrong"
     expect_usage "is a Llama size" "$plan" --model gpt --kv-heads 4 --world 1 --profile "$profile"
+    expect_usage "--model says gpt" "$plan" --model gpt --preset llama2-7b --world 1 --profile "$profile"
+    expect_usage "--model 'bert' is not known" "$plan" --model bert --world 1 --profile "$profile"
     expect_usage "preset 'gpt5' is not known: choose gpt-small" "$llama" --preset gpt5 --dry-run --run-dir "$work/wrong" ;;
   auto)
     "${np2[@]}" "$gpt" --auto --run-dir "$work/auto" --layers 2 --embd 64 --heads 2 --seq-len 32 --context 32 \

@@ -515,6 +515,11 @@ TEST(Engine, TheOptimizerIsAChoiceAndACheckpointKeepsItsOwn) {
   o.engine.optimizer = "adamw";
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data); }, ErrorKind::kConfig,
                                  {"holds the state of optimizer sgd, but this run steps with adamw"}));
+  o.engine.make_optimizer = [](std::vector<optim::Slot>) { return std::unique_ptr<optim::Optimizer>(); };
+  o.engine.resume = false;
+  EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data); }, ErrorKind::kConfig,
+                                 {"make_optimizer returned no optimizer"}));
+  o.engine.make_optimizer = {};
   o.engine.optimizer = "lamb";
   EXPECT_TRUE(test::throws_error([&] { o.engine.validate(); }, ErrorKind::kConfig, {"choose adamw or sgd"}));
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <regex>
 
+#include "ht/train/mfu.h"
 #include "report/svg_chart.h"
 
 namespace ht::report {
@@ -212,11 +213,12 @@ bool steps_have_flops(const RunDir& r) {
 /// without a peak.
 std::vector<double> mfu_series(const RunDir& r, const PageOptions& o, int world) {
   const double peak = peak_tflops(r, o), params = field_number(r.run.fields, "num_parameters");
+  const bool recorded = steps_have_flops(r);
   std::vector<double> mfu;
-  if (peak <= 0 || !(params > 0 || steps_have_flops(r))) return mfu;
+  if (peak <= 0 || !(params > 0 || recorded)) return mfu;
   for (const StepRecord& s : r.steps) {
-    const double flops = steps_have_flops(r) ? field_number(s.fields, "flops_per_token") : 6 * params;
-    mfu.push_back(100 * flops * s.tokens_per_s / (world * peak * 1e12));
+    const double flops = recorded ? field_number(s.fields, "flops_per_token") : 6 * params;
+    mfu.push_back(ht::train::mfu_percent(flops, s.tokens_per_s, world, peak));
   }
   return mfu;
 }
