@@ -83,9 +83,8 @@ constexpr std::int64_t kSeqLen = 32;
 /// The options of every engine here: one row of 32 tokens, checkpoints under a.dir.
 train::EngineOptions engine_options(const Args& a) {
   train::EngineOptions o;
-  o.micro_batch = 1;
+  o.layout = {.tp = a.tp, .pp = a.pp, .zero = a.zero, .micro_batch = 1};
   o.eval_samples = 8;
-  o.data_parallel.zero_stage = a.zero;
   o.ckpt_dir = a.dir;
   o.ckpt_keep = 2;
   return o;
@@ -155,7 +154,7 @@ double measure_load(const Args& a, const data::TokenSplits& data, int tp, int pp
   comm::DeviceMesh mesh(comm::make_mpi_world(), tp, pp);
   train::EngineOptions r = engine_options(a);
   r.resume = true;
-  r.data_parallel.zero_stage = zero;
+  r.layout.tp = tp, r.layout.pp = pp, r.layout.zero = zero;
   layout = fmt::format("{}, zero {}", mesh.layout().str(), zero);
   const double t0 = now_ms();
   bench::LmEngine t(r, a.model(), data, kSeqLen, &mesh);

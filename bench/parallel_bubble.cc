@@ -51,9 +51,9 @@ void measure_bubble(const ParallelArgs& a, comm::DeviceMesh& mesh, const models:
   comm::Communicator& world = mesh.world();
   const bool print = world.rank() == 0;
   train::EngineOptions o = base_options(a);
-  o.schedule = parallel::parse_schedule(schedule);
-  if (o.schedule == parallel::Schedule::kInterleaved) o.virtual_stages = a.virtual_stages;
-  o.grad_accum = m;
+  o.layout.schedule = parallel::parse_schedule(schedule);
+  if (o.layout.schedule == parallel::Schedule::kInterleaved) o.layout.virtual_stages = a.virtual_stages;
+  o.layout.grad_accum = m;
   const data::TokenSplits splits = splits_for(a, model, mesh.layout().dp_size());
   LmEngine engine(o, model, splits, a.seq, &mesh);
   double compute_ms = 0, idle_ms = 0;

@@ -10,7 +10,7 @@ namespace ht::bench {
 
 train::EngineOptions base_options(const ParallelArgs& a) {
   train::EngineOptions o;
-  o.micro_batch = a.micro_batch;
+  o.layout = {.tp = a.tp, .pp = a.pp, .micro_batch = a.micro_batch};
   o.steps = a.warmup + a.steps;
   o.warmup_steps = 1;
   o.eval_samples = 8;

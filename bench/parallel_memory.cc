@@ -121,7 +121,7 @@ RankMemory step_engine(const ParallelArgs& a, comm::DeviceMesh& mesh, const mode
       m.saved_peak = std::max(m.saved_peak, engine->pipeline().stats().peak_saved_bytes);
       if (print)
         std::fprintf(stderr, "# memory %s zero %d: step %lld/%lld %.0f ms, loss %.4f, scale %g%s\n", prec.c_str(),
-                     o.data_parallel.zero_stage, (long long)(i + 1), (long long)(a.warmup + a.steps), s.ms, s.loss,
+                     o.layout.zero, (long long)(i + 1), (long long)(a.warmup + a.steps), s.ms, s.loss,
                      double(s.loss_scale), s.skipped ? " (skipped: overflow)" : "");
     }
     m.current = host_bytes(false);
@@ -140,12 +140,12 @@ MemoryResult measure_memory(const ParallelArgs& a, comm::DeviceMesh& mesh, const
   comm::Communicator& world = mesh.world();
   const int ranks = world.size();
   train::EngineOptions o = base_options(a);
-  o.data_parallel.zero_stage = z;
-  o.data_parallel.precision = precision::parse_policy(prec);
+  o.layout.zero = z;
+  o.precision = precision::parse_policy(prec);
   const RankMemory m = step_engine(a, mesh, model, splits, o, prec, num_parameters);
   MemoryResult r;
-  r.precision = precision::policy_name(o.data_parallel.precision);
-  r.policy = o.data_parallel.precision;
+  r.precision = precision::policy_name(o.precision);
+  r.policy = o.precision;
   r.zero = z;
   const std::vector<std::int64_t> all_current = gather_i64(world, m.current);
   r.current = max_over_ranks(all_current, ranks);

@@ -23,7 +23,7 @@
 
 #include "parallel_common.h"
 #include "ht/core/memory.h"
-#include "ht/parallel/layout.h"
+#include "ht/parallel/tables.h"
 
 namespace ht::bench {
 namespace {
@@ -89,11 +89,11 @@ class OverlapBench {
   OverlapBench(const ParallelArgs& a, comm::DeviceMesh& mesh, const models::GPTConfig& model)
       : mesh_(mesh), splits_(splits_for(a, model, mesh.layout().dp_size())) {
     train::EngineOptions o = base_options(a);
-    o.data_parallel.zero_stage = 0;
-    o.data_parallel.bucket_bytes = a.bucket_bytes;
+    o.layout.zero = 0;
+    o.bucket_bytes = a.bucket_bytes;
     engine_ = std::make_unique<LmEngine>(o, model, splits_, a.seq, &mesh);
     if (a.one_bucket) {
-      o.data_parallel.bucket_bytes = std::int64_t(1) << 62;
+      o.bucket_bytes = std::int64_t(1) << 62;
       single_ = std::make_unique<LmEngine>(o, model, splits_, a.seq, &mesh);
     }
     buckets_ = ddp_bucket_numels((*engine_)->model(), a.bucket_bytes);

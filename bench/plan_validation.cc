@@ -129,8 +129,9 @@ std::vector<plan::LayoutChoice> default_layouts(const nn::ModelSpec& spec, int w
       const int accum = pp > 1 ? 2 * pp : 1;
       if ((gb / dp) % accum) continue;
       for (int zero : dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}) {
-        plan::LayoutChoice l{.tp = tp, .pp = pp, .dp = dp, .zero = zero, .micro_batch = gb / dp / accum,
-                             .grad_accum = accum, .precision = p};
+        plan::LayoutChoice l{{.tp = tp, .pp = pp, .dp = dp, .zero = zero, .micro_batch = gb / dp / accum,
+                             .grad_accum = accum},
+                            nn::Recompute::kNone, p};
         out.push_back(l);
         if (out.size() == 1)
           for (nn::Recompute rc : {nn::Recompute::kSelective, nn::Recompute::kFull}) {
@@ -155,19 +156,13 @@ Measured run_layout(const Args& a, const plan::LayoutChoice& l, const nn::ModelS
                     const models::ModelConfig& config, const data::TokenSplits& splits, const comm::CommOptions& copts) {
   comm::DeviceMesh mesh(comm::make_mpi_world(copts), l.tp, l.pp);
   train::EngineOptions o;
-  o.micro_batch = l.micro_batch;
-  o.grad_accum = l.grad_accum;
+  o.layout = l;
   o.steps = a.warmup + a.steps;
   o.warmup_steps = 1;
   o.eval_samples = 0;
   o.eval_every = 0;
-  o.data_parallel.zero_stage = l.zero;
-  o.data_parallel.shard_group = l.shard_group;
-  o.data_parallel.precision = l.precision;
-  o.schedule = l.schedule;
-  o.virtual_stages = l.virtual_stages;
+  o.precision = l.precision;
   o.recompute = l.recompute;
-  o.stage_layers = l.stage_layers;
   Measured r;
   std::vector<double> times;
   std::vector<std::int64_t> peaks(kMemCategoryCount, 0);

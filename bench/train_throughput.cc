@@ -201,10 +201,10 @@ struct Result {
 
 Result run_config(const Spec& spec, const std::string& prec, nn::Recompute recompute, Device device, int repeat) {
   train::EngineOptions o;
-  o.data_parallel.precision = precision::parse_policy(prec);
+  o.precision = precision::parse_policy(prec);
   o.recompute = recompute;
   o.device = device;
-  o.micro_batch = spec.batch;
+  o.layout.micro_batch = spec.batch;
   o.steps = spec.warmup + spec.steps;
   o.warmup_steps = 1;
   // Random tokens: speed does not depend on the data, and no dataset is needed.
@@ -215,7 +215,7 @@ Result run_config(const Spec& spec, const std::string& prec, nn::Recompute recom
       [&](const auto& model) { return std::make_unique<bench::LmEngine>(o, model, splits, spec.seq); },
       spec.model.config);
   bench::LmEngine& engine = *built;
-  Result r{spec, precision::policy_name(o.data_parallel.precision), engine->model().num_parameters(), {}, {},
+  Result r{spec, precision::policy_name(o.precision), engine->model().num_parameters(), {}, {},
            0.f, 0.f, 0, {}, std::string(host_allocator_name(host_allocator())), repeat, {},
            nn::recompute_name(recompute)};
   const Tensor& probe = engine->model().parameters().front()->data();

@@ -46,7 +46,7 @@ inline GPTRunOptions tiny_gpt_options(std::int64_t steps) {
   GPTRunOptions o;
   o.model = {.vocab_size = 256, .context = 32, .n_layer = 2, .n_head = 2, .n_embd = 32};
   o.seq_len = 16;
-  o.engine.micro_batch = 4;
+  o.engine.layout.micro_batch = 4;
   o.engine.steps = steps;
   o.engine.warmup_steps = 2;
   o.engine.lr = 3e-3f;

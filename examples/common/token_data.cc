@@ -150,7 +150,7 @@ int train_language_model(const char* program, train::TrainFlags& flags, const To
   flags.model_spec = [&] { return models::spec(model.resolve(), data.seq_len); };  // for --auto and --dry-run
   return train::run_job(program, flags, [&](train::Job& job) {
     const models::ModelConfig config = model.resolve();
-    models::validate_parallel(config, flags.job.tp, flags.job.pp);
+    models::validate_parallel(config, flags.engine.layout.tp, flags.engine.layout.pp);
     const auto make_model = [&](const nn::Placement& at) { return models::make_model(config, at); };
     const data::TokenSplits splits = data.load(job, models::vocab_size(config), models::context(config));
     if (data.prepare_only) return;

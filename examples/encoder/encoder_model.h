@@ -19,7 +19,7 @@
 #include "ht/nn/linear.h"
 #include "ht/nn/model.h"
 #include "ht/ops/cast.h"
-#include "ht/parallel/layout.h"
+#include "ht/parallel/tables.h"
 
 namespace ht::examples {
 

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   train::TrainFlags flags;
   flags.job.run_dir = "runs/encoder";
   flags.engine.steps = 200;
-  flags.engine.micro_batch = 16;
+  flags.engine.layout.micro_batch = 16;
   flags.engine.lr = 3e-3f;
   flags.engine.min_lr = 3e-4f;
   flags.engine.warmup_steps = 10;

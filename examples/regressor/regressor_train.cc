@@ -15,7 +15,7 @@
 #include "ht/nn/mlp.h"
 #include "ht/nn/model.h"
 #include "ht/nn/sequential.h"
-#include "ht/parallel/layout.h"
+#include "ht/parallel/tables.h"
 #include "ht/train/flags.h"
 
 using namespace ht;
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   train::TrainFlags flags;
   flags.job.run_dir = "runs/regressor";
   flags.engine.steps = 200;
-  flags.engine.micro_batch = 32;
+  flags.engine.layout.micro_batch = 32;
   flags.engine.lr = 3e-3f;
   flags.engine.min_lr = 3e-4f;
   flags.engine.warmup_steps = 10;

@@ -7,7 +7,7 @@
 
 #include "ht/ops/cross_entropy.h"
 #include "ht/ops/matmul.h"
-#include "ht/parallel/layout.h"
+#include "ht/parallel/tables.h"
 
 namespace ht::models {
 namespace {

@@ -9,7 +9,7 @@
 #include "ht/nn/self_attention.h"
 #include "ht/nn/swiglu_mlp.h"
 #include "ht/ops/elementwise.h"
-#include "ht/parallel/layout.h"
+#include "ht/parallel/tables.h"
 
 namespace ht::models {
 namespace {

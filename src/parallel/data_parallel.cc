@@ -9,7 +9,7 @@
 #include "core/clock.h"
 #include "ht/ops/cast.h"
 #include "ht/optim/clip.h"
-#include "ht/parallel/layout.h"
+#include "ht/parallel/tables.h"
 #include "parallel/flat_group.h"
 
 namespace ht::parallel {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "ht/comm/work.h"
-#include "ht/parallel/layout.h"
+#include "ht/parallel/tables.h"
 #include "ht/nn/parameter.h"
 
 namespace ht::parallel::detail {

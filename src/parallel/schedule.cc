@@ -29,7 +29,7 @@ std::string schedule_name(Schedule s) {
   return "?";
 }
 
-std::string layout_problem(Schedule schedule, int virtual_stages, int stages, int micro_batches, int zero_stage) {
+std::string schedule_problem(Schedule schedule, int virtual_stages, int stages, int micro_batches, int zero_stage) {
   const int v = virtual_stages, p = stages, m = micro_batches;
   if (schedule != Schedule::kInterleaved)
     return v == 1 ? std::string()

@@ -48,12 +48,11 @@ StateBytes state_bytes_per_parameter(int zero, int shards, const precision::Poli
 
 std::vector<std::vector<int>> stage_layers_of(const nn::ModelSpec& model, const LayoutChoice& l) {
   model.validate();
-  HT_CHECK(l.tp > 0 && l.pp > 0 && l.dp > 0 && l.micro_batch > 0 && l.grad_accum > 0, ErrorKind::kConfig,
-           "layout {}: every size must be positive", l.str());
-  HT_CHECK(model.splits_over(l.tp), ErrorKind::kConfig, "{} does not split over tp {}", model.description, l.tp);
-  const std::string problem = parallel::layout_problem(l.schedule, l.virtual_stages, l.pp, l.grad_accum, l.zero);
+  const std::string problem = parallel::layout_problem(l);
   HT_CHECK(problem.empty(), ErrorKind::kConfig, "layout {}: {}", l.str(), problem);
-  const std::vector<int> blocks = blocks_per_stage(l, model.num_blocks());
+  HT_CHECK(l.dp > 0, ErrorKind::kConfig, "layout {}: the planner needs the data-parallel size (dp > 0)", l.str());
+  HT_CHECK(model.splits_over(l.tp), ErrorKind::kConfig, "{} does not split over tp {}", model.description, l.tp);
+  const std::vector<int> blocks = l.layers_per_stage(model.num_blocks());
   const int n = l.model_stages();
   std::vector<std::vector<int>> stages(static_cast<std::size_t>(n));
   int next_block = model.first_block();

@@ -15,7 +15,7 @@
 #include <tuple>
 
 #include "ht/core/error.h"
-#include "ht/parallel/layout.h"
+#include "ht/parallel/tables.h"
 
 namespace ht::plan {
 namespace {
@@ -118,11 +118,10 @@ std::vector<LayoutChoice> candidate_layouts(const PlanRequest& rq) {
           const auto splits_of = [&](int stages) {
             std::vector<std::vector<int>> splits{{}};
             if (stages > 1) {
-              LayoutChoice probe{.tp = tp, .pp = stages, .dp = dp, .micro_batch = mb, .recompute = rc,
-                                 .precision = rq.precision, .stage_layers = {}};
+              const LayoutChoice probe{{.tp = tp, .pp = stages, .dp = dp, .micro_batch = mb}, rc, rq.precision};
               auto& cached = balanced_cache[{tp, stages, int(rc), mb}];
               if (cached.empty()) cached = balanced_stage_layers(model, probe, rq.profile);
-              if (cached != blocks_per_stage(probe, blocks)) splits.push_back(cached);
+              if (cached != probe.layers_per_stage(blocks)) splits.push_back(cached);
             }
             return splits;
           };
@@ -138,10 +137,11 @@ std::vector<LayoutChoice> candidate_layouts(const PlanRequest& rq) {
                 for (int sg : shard_groups) {
                   if (zero == 0 && sg != 0) continue;
                   if (dp == 1 && zero > 0) continue;  // nothing to shard over
-                  if (!parallel::layout_problem(sched, v, pp, accum, zero).empty()) continue;  // the engine would refuse it
-                  out.push_back({.tp = tp, .pp = pp, .dp = dp, .zero = zero, .shard_group = sg, .micro_batch = mb,
-                                 .grad_accum = accum, .schedule = sched, .virtual_stages = v, .recompute = rc,
-                                 .precision = rq.precision, .stage_layers = split});
+                  const parallel::Layout layout{.tp = tp, .pp = pp, .dp = dp, .zero = zero, .shard_group = sg,
+                                                .micro_batch = mb, .grad_accum = accum, .schedule = sched,
+                                                .virtual_stages = v, .stage_layers = split};
+                  if (!parallel::layout_problem(layout).empty()) continue;  // the engine would refuse it
+                  out.push_back({layout, rc, rq.precision});
                 }
           }
         }
@@ -323,7 +323,7 @@ std::string plans_to_json(const PlanResult& r, const PlanRequest& rq) {
                        {"virtual_stages", l.virtual_stages},
                        {"recompute", nn::recompute_name(l.recompute)},
                        {"precision", precision::policy_name(l.precision)},
-                       {"stage_layers", blocks_per_stage(l, rq.model.num_blocks())},
+                       {"stage_layers", l.layers_per_stage(rq.model.num_blocks())},
                        {"name", l.str()}}},
                      {"stages", stages},
                      {"peak_bytes", p.peak_bytes},

@@ -12,7 +12,7 @@
 #include "ht/ops/index_errors.h"
 #include "ht/optim/clip.h"
 #include "ht/parallel/gather_parameters.h"
-#include "ht/parallel/layout.h"
+#include "ht/parallel/tables.h"
 #include "ht/train/job.h"
 #include "ht/train/rehearsals.h"
 #include "train/trace_session.h"
@@ -38,8 +38,7 @@ void EngineOptions::validate() const {
   HT_CHECK(make_optimizer || optimizer == "adamw" || optimizer == "sgd", ErrorKind::kConfig,
            "--optimizer '{}' is not known: choose adamw or sgd", optimizer);
   HT_CHECK(steps >= 0, ErrorKind::kConfig, "--steps must be >= 0, got {}", steps);
-  HT_CHECK(micro_batch > 0, ErrorKind::kConfig, "--micro-batch must be positive, got {}", micro_batch);
-  HT_CHECK(grad_accum > 0, ErrorKind::kConfig, "--grad-accum must be positive, got {}", grad_accum);
+  layout.validate();
   HT_CHECK(lr > 0.f && min_lr >= 0.f && min_lr <= lr, ErrorKind::kConfig,
            "learning rates must satisfy 0 <= min_lr ({}) <= lr ({}), lr > 0", min_lr, lr);
   HT_CHECK(warmup_steps >= 0 && eval_every >= 0 && eval_samples >= 0, ErrorKind::kConfig,
@@ -53,15 +52,11 @@ void EngineOptions::validate() const {
                recompute == nn::Recompute::kFull,
            ErrorKind::kConfig, "recompute {} is not an activation recomputation mode: choose none, selective or full",
            int(recompute));
-  // Each count >= 1; the stage count is the mesh's, checked there.
-  parallel::stage_boundaries(stage_layers, int(stage_layers.size()), virtual_stages);
+  HT_CHECK(bucket_bytes > 0, ErrorKind::kConfig, "the gradient bucket size must be positive, got {} bytes",
+           bucket_bytes);
   HT_CHECK(trace_path.empty() || (trace_first >= 1 && trace_first <= trace_last), ErrorKind::kConfig,
            "--trace-steps {}-{}: give the first and last step to trace, 1 <= first <= last (e.g. 3-5)", trace_first,
            trace_last);
-}
-
-std::vector<int> EngineOptions::stage_boundaries(int pp) const {
-  return parallel::stage_boundaries(stage_layers, model_stages(pp), virtual_stages);
 }
 
 namespace {
@@ -77,19 +72,18 @@ comm::DeviceMesh* mesh_or_own(comm::DeviceMesh* mesh, std::unique_ptr<comm::Devi
 Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, data::DataSource& data,
                comm::DeviceMesh* mesh)
     : options_((options.validate(), options)), data_(data), mesh_(mesh_or_own(mesh, own_mesh_)) {
-  const comm::MeshLayout& layout = mesh_->layout();
   const comm::MeshCoord& at = mesh_->coord();
-  options_.data_parallel.validate(layout.dp_size());
+  options_.layout = options_.layout.on_mesh(mesh_->layout());  // dp resolved
+  const parallel::Layout& layout = options_.layout;
   // The model is built without storage: each flat group of the parallel
   // layer is filled from the parameters' initial values (and, under ZeRO-3,
   // sharded at once), so no rank holds the model twice, or whole under
   // ZeRO-3, and every layout starts from the same values.
-  const int pp = layout.pp_size(), v = options_.virtual_stages;
-  validate_virtual_stages(pp);
+  const int pp = layout.pp, v = layout.virtual_stages;
   const nn::Placement placement{
       .device = options_.device,
       .tp = nn::TensorParallel{&mesh_->tp_group()},
-      .stage = {.rank = at.pp_rank, .size = pp, .boundaries = options_.stage_boundaries(pp)},
+      .stage = {.rank = at.pp_rank, .size = pp, .boundaries = layout.stage_boundaries()},
       .defer_storage = true};
   if (v == 1) {
     model_ = build_model(make_model, placement);
@@ -120,21 +114,24 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   }
   description_ = model_->describe();
   model_->set_recompute(options_.recompute);
-  if (!options_.stage_layers.empty())
-    stage_split_ = options_.stage_layers;
-  else if (model_->num_layers() >= options_.model_stages(pp))
-    stage_split_ =
-        parallel::layers_per_stage(parallel::partition_by_count(model_->num_layers(), options_.model_stages(pp)));
+  if (!layout.stage_layers.empty())
+    stage_split_ = layout.stage_layers;
+  else if (model_->num_layers() >= layout.model_stages())
+    stage_split_ = layout.layers_per_stage(model_->num_layers());
   const std::uint64_t seed = options_.seed;
-  dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, options_.data_parallel,
+  const parallel::DataParallelOptions dp_options{.zero_stage = layout.zero,
+                                                 .shard_group = layout.shard_group,
+                                                 .bucket_bytes = options_.bucket_bytes,
+                                                 .precision = options_.precision};
+  dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, dp_options,
                                                  [seed](const nn::Parameter& p) { return p.initial_value(seed); });
-  pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp_group(), options_.schedule,
-                                                   options_.data_parallel.precision.compute, options_.seed);
+  pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp_group(), layout.schedule,
+                                                   options_.precision.compute, options_.seed);
   optimizer_ = make_optimizer(options_, dp_->slots());
   schedule_ = {options_.lr, options_.min_lr, options_.warmup_steps, std::max<std::int64_t>(options_.steps, 1),
                options_.lr_decay};
   scaler_ = precision::LossScaler(
-      options_.force_loss_scaling || options_.data_parallel.precision.needs_loss_scaling(), options_.loss_scaler);
+      options_.force_loss_scaling || options_.precision.needs_loss_scaling(), options_.loss_scaler);
   // The whole model's size: each stage's parameters counted once (tp rank 0
   // of the first replica), tied copies not again.
   std::int64_t mine = 0;
@@ -143,8 +140,8 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
       if (!p->layout().pp_tied_copy) mine += shape_numel(p->full_shape());
   num_parameters_ = comm::sum_i64(mesh_->world(), mine);
   data_.attach({.dp_rank = at.dp_rank,
-                .dp_size = layout.dp_size(),
-                .micro_batch = options_.micro_batch,
+                .dp_size = layout.dp,
+                .micro_batch = layout.micro_batch,
                 .seed = options_.seed});
   if (!options_.ckpt_dir.empty()) {
     checkpointer_ = std::make_unique<ckpt::Checkpointer>(
@@ -185,12 +182,6 @@ std::unique_ptr<nn::Model> Engine::build_model(const ModelFactory& make_model, c
            "(--stage-layers): build the model with the placement it is given",
            model->describe(), fmt::join(model->stage().boundaries, ","), fmt::join(want.boundaries, ","));
   return model;
-}
-
-void Engine::validate_virtual_stages(int pp) const {
-  const std::string problem = parallel::layout_problem(options_.schedule, options_.virtual_stages, pp,
-                                                       options_.grad_accum, options_.data_parallel.zero_stage);
-  HT_CHECK(problem.empty(), ErrorKind::kConfig, "{}", problem);
 }
 
 Engine::Engine(Job& job, EngineOptions options, const ModelFactory& make_model, data::DataSource& data)
@@ -297,7 +288,7 @@ std::string Engine::checkpoint_now() {
 std::string Engine::wait_for_checkpoint() { return checkpointer_ ? checkpointer_->wait() : std::string(); }
 
 std::int64_t Engine::global_batch() const {
-  return options_.micro_batch * options_.grad_accum * mesh_->layout().dp_size();
+  return options_.layout.global_batch();
 }
 
 std::vector<float> Engine::world_sum(std::vector<float> v) {
@@ -315,7 +306,7 @@ void Engine::check_replicas(std::int64_t step) {
   replicas_checked_step_ = step;
   // Replicas (the same tp rank and stage in every dp group) hold identical
   // parameters after the update; one 64-bit checksum each is compared.
-  if (mesh_->layout().dp_size() < 2 || options_.data_parallel.zero_stage == 3) return;
+  if (mesh_->layout().dp_size() < 2 || options_.layout.zero == 3) return;
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (nn::Parameter* p : model_->parameters()) {
     const Tensor host = p->data().to(Device::cpu());
@@ -370,7 +361,7 @@ bool Engine::checkpoint_due_by_time() const {
 
 std::string Engine::stream_shard() const {
   if (data_.random_access()) return "";
-  return fmt::format("dp {} x micro-batch {}", mesh_->layout().dp_size(), options_.micro_batch);
+  return fmt::format("dp {} x micro-batch {}", mesh_->layout().dp_size(), options_.layout.micro_batch);
 }
 
 void Engine::check_drawn(const data::MicroBatch& b, std::int64_t rows, const char* what, std::int64_t first) const {
@@ -389,9 +380,9 @@ void Engine::check_drawn(const data::MicroBatch& b, std::int64_t rows, const cha
 
 std::vector<data::MicroBatch> Engine::draw_training() {
   const comm::MeshLayout& layout = mesh_->layout();
-  const std::int64_t rows = options_.micro_batch;
+  const std::int64_t rows = options_.layout.micro_batch;
   std::vector<data::MicroBatch> batches;
-  for (int j = 0; j < options_.grad_accum; ++j) {
+  for (int j = 0; j < options_.layout.grad_accum; ++j) {
     const data::SampleRange r =
         data::training_range(consumed_samples_, j, mesh_->coord().dp_rank, layout.dp_size(), rows);
     data::MicroBatch b = data_.random_access() ? data_.samples(r.first, r.count) : data_.next();
@@ -405,7 +396,7 @@ std::vector<data::MicroBatch> Engine::draw_training() {
 std::vector<data::MicroBatch> Engine::draw_validation() {
   std::vector<data::MicroBatch> batches;
   for (const data::SampleRange& r : data::validation_ranges(options_.eval_samples, mesh_->coord().dp_rank,
-                                                           mesh_->layout().dp_size(), options_.micro_batch)) {
+                                                           mesh_->layout().dp_size(), options_.layout.micro_batch)) {
     data::MicroBatch b = data_.validation_samples(r.first, r.count);
     b.first_sample = r.first;
     check_drawn(b, r.count, "a validation micro-batch", r.first);
@@ -465,7 +456,7 @@ float Engine::forward_backward(const StepStats& s, const std::vector<data::Micro
   // A backward that completes the model's gradients (or, interleaved, one
   // chunk's) lets data parallelism start reducing them.
   const double loss_sum =
-      pipeline_->train_step(batches, s.loss_scale / float(options_.grad_accum), [&](nn::Model* completes) {
+      pipeline_->train_step(batches, s.loss_scale / float(options_.layout.grad_accum), [&](nn::Model* completes) {
         if (completes) dp_->set_final_part(*completes);
       });
   // The rank's own work this step (slow ranks show here; waiting for peers
@@ -514,7 +505,7 @@ Engine::StepVotes Engine::agree_on_step(StepStats& s, float my_loss) {
                                              vote(snapshot_due(s.step)), vote(snapshot_busy)});
   const StepVotes votes{.stop = sums[1] > 0.f, .checkpoint_by_time = sums[2] > 0.f, .snapshot_due = sums[3] > 0.f,
                         .snapshot_busy = sums[4] > 0.f};
-  s.loss = float(double(sums[0]) / double(options_.grad_accum * mesh_->layout().dp_size()));
+  s.loss = float(double(sums[0]) / double(options_.layout.grad_accum * mesh_->layout().dp_size()));
   s.stop_requested = votes.stop;
   // Divergence: the loss non-finite for too many steps in a row (an overflow
   // that loss scaling handles does not count: its loss is finite).

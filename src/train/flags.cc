@@ -39,16 +39,17 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--run-dir", job.run_dir, "where metrics.jsonl, heartbeats and exit records go");
   app.add_option("--device", device,
                  "cpu, cuda or cuda:N (N counts from each rank's first GPU: cuda gives every rank of a node its own)");
-  app.add_option("--micro-batch", t.micro_batch, "rows per micro-batch and data-parallel rank");
-  app.add_option("--grad-accum", t.grad_accum, "micro-batches per optimizer step (the pipeline's micro-batches)");
-  app.add_option("--tp", job.tp, "tensor-parallel ranks")->check(CLI::PositiveNumber);
-  app.add_option("--pp", job.pp, "pipeline stages (contiguous layers each)")->check(CLI::PositiveNumber);
-  app.add_option("--stage-layers", t.stage_layers,
+  parallel::Layout& l = t.layout;
+  app.add_option("--micro-batch", l.micro_batch, "rows per micro-batch and data-parallel rank");
+  app.add_option("--grad-accum", l.grad_accum, "micro-batches per optimizer step (the pipeline's micro-batches)");
+  app.add_option("--tp", l.tp, "tensor-parallel ranks")->check(CLI::PositiveNumber);
+  app.add_option("--pp", l.pp, "pipeline stages (contiguous layers each)")->check(CLI::PositiveNumber);
+  app.add_option("--stage-layers", l.stage_layers,
                  "layers on each pipeline stage, one count per stage, e.g. 3,5,5,3 (default: by count)")
       ->delimiter(',');
-  app.add_option("--zero", t.data_parallel.zero_stage, "0: data parallel (DDP); 1, 2, 3: ZeRO stage")
+  app.add_option("--zero", l.zero, "0: data parallel (DDP); 1, 2, 3: ZeRO stage")
       ->check(CLI::Range(0, 3));
-  app.add_option("--zero-shard-group", t.data_parallel.shard_group,
+  app.add_option("--zero-shard-group", l.shard_group,
                  "ranks per ZeRO shard group (hybrid sharding; 0: all data-parallel ranks)");
   app.add_option("--bucket-mb", bucket_mb, "gradient bucket size in MiB (data parallelism)")->check(CLI::PositiveNumber);
   app.add_option("--schedule", schedule,
@@ -122,21 +123,22 @@ void TrainFlags::add_to(CLI::App& app) {
 
 void TrainFlags::resolve() {
   engine.device = job.device = parse_device(device);
-  engine.schedule = parallel::parse_schedule(schedule);
-  const bool interleaved = engine.schedule == parallel::Schedule::kInterleaved;
+  parallel::Layout& l = engine.layout;
+  l.schedule = parallel::parse_schedule(schedule);
+  const bool interleaved = l.schedule == parallel::Schedule::kInterleaved;
   HT_CHECK(interleaved || virtual_stages <= 1, ErrorKind::kConfig,
            "--virtual-stages {} asks for model chunks, which only --schedule interleaved has (--schedule {})",
            virtual_stages, schedule);
-  engine.virtual_stages = interleaved ? (virtual_stages > 0 ? virtual_stages : 2) : 1;
+  l.virtual_stages = interleaved ? (virtual_stages > 0 ? virtual_stages : 2) : 1;
   try {
     engine.recompute = nn::parse_recompute(recompute);
   } catch (const Error& e) {
     throw Error(ErrorKind::kConfig, fmt::format("--recompute: {}", e.message()));
   }
   engine.lr_decay = optim::parse_decay(lr_decay);
-  engine.data_parallel.precision = precision::parse_policy(precision);
-  engine.data_parallel.precision.reduce = precision::parse_policy(grad_reduce).compute;
-  engine.data_parallel.bucket_bytes = std::int64_t(bucket_mb * double(1 << 20));
+  engine.precision = precision::parse_policy(precision);
+  engine.precision.reduce = precision::parse_policy(grad_reduce).compute;
+  engine.bucket_bytes = std::int64_t(bucket_mb * double(1 << 20));
   HT_CHECK(resume.empty() || resume == "auto", ErrorKind::kConfig,
            "--resume '{}' is not supported: use --resume auto (the newest good checkpoint in the checkpoint directory)",
            resume);
@@ -157,9 +159,9 @@ void TrainFlags::resolve() {
   }
   if (engine.ckpt_every > 0 || engine.ckpt_every_s > 0 || engine.resume || !ckpt_dir.empty())
     engine.ckpt_dir = ckpt_dir.empty() ? (std::filesystem::path(job.run_dir) / "checkpoints").string() : ckpt_dir;
+  job.tp = l.tp, job.pp = l.pp;  // the job splits its mesh from the layout
   job.validate();
-  engine.validate();
-  engine.stage_boundaries(job.pp);  // one count per stage, before any process starts
+  engine.validate();  // the layout too, before any process starts
   fit.validate();
   HT_CHECK(!(auto_plan || dry_run) || model_spec, ErrorKind::kConfig,
            "--auto and --dry-run need the program to describe its model (TrainFlags::model_spec); this one does not");

@@ -64,7 +64,8 @@ void MetricsWriter::write_run(const EngineOptions& o, const std::string& model, 
   resilience::RunLine run;
   run.time_ms = wall_ms();
   run.epoch = epoch_;
-  std::vector<std::int64_t> stage_layers(o.stage_layers.begin(), o.stage_layers.end());
+  const parallel::Layout& l = o.layout;
+  std::vector<std::int64_t> stage_layers(l.stage_layers.begin(), l.stage_layers.end());
   run.fields = {{"version", std::string(HT_VERSION)},
                 {"git_commit", std::string(HT_GIT_COMMIT)},
                 {"build_type", std::string(HT_BUILD_TYPE)},
@@ -72,8 +73,9 @@ void MetricsWriter::write_run(const EngineOptions& o, const std::string& model, 
                 {"model", model},
                 {"num_parameters", num_parameters},
                 {"steps", o.steps},
-                {"micro_batch", o.micro_batch},
-                {"grad_accum", std::int64_t(o.grad_accum)},
+                {"layout", l.name()},
+                {"micro_batch", l.micro_batch},
+                {"grad_accum", std::int64_t(l.grad_accum)},
                 {"lr", double(o.lr)},
                 {"min_lr", double(o.min_lr)},
                 {"warmup_steps", o.warmup_steps},
@@ -82,13 +84,14 @@ void MetricsWriter::write_run(const EngineOptions& o, const std::string& model, 
                 {"optimizer", o.make_optimizer ? std::string("the program's own") : o.optimizer},
                 {"weight_decay", double(o.optimizer == "sgd" ? o.sgd.weight_decay : o.adamw.weight_decay)},
                 {"mesh", mesh},
-                {"zero_stage", std::int64_t(o.data_parallel.zero_stage)},
-                {"zero_shard_group", std::int64_t(o.data_parallel.shard_group)},
-                {"schedule", parallel::schedule_name(o.schedule)},
+                {"zero_stage", std::int64_t(l.zero)},
+                {"zero_shard_group", std::int64_t(l.shard_group)},
+                {"schedule", parallel::schedule_name(l.schedule)},
+                {"virtual_stages", std::int64_t(l.virtual_stages)},
                 {"recompute", std::string(nn::recompute_name(o.recompute))},
                 {"stage_layers", std::move(stage_layers)},
-                {"precision", precision::policy_name(o.data_parallel.precision)},
-                {"grad_reduce_dtype", std::string(dtype_name(o.data_parallel.precision.reduce))},
+                {"precision", precision::policy_name(o.precision)},
+                {"grad_reduce_dtype", std::string(dtype_name(o.precision.reduce))},
                 {"seed", std::uint64_t(o.seed)}};
   add_program_fields(extra, run.fields, &run);
   write_line(resilience::format_metrics_line(run));

@@ -31,22 +31,7 @@ std::string stage_table(const std::vector<plan::StageMemory>& stages) {
 }  // namespace
 
 plan::LayoutChoice TrainFlags::layout(int world_size) const {
-  plan::LayoutChoice l;
-  l.tp = job.tp, l.pp = job.pp;
-  HT_CHECK(world_size % (l.tp * l.pp) == 0, ErrorKind::kConfig, "--tp {} x --pp {} does not divide the {} ranks",
-           l.tp, l.pp, world_size);
-  l.dp = world_size / (l.tp * l.pp);
-  l.zero = engine.data_parallel.zero_stage;
-  l.shard_group = engine.data_parallel.shard_group;
-  l.micro_batch = engine.micro_batch;
-  l.grad_accum = engine.grad_accum;
-  l.schedule = engine.schedule;
-  l.virtual_stages = engine.virtual_stages;
-  l.recompute = engine.recompute;
-  l.precision = engine.data_parallel.precision;
-  l.stage_layers = engine.stage_layers;
-  l.bucket_bytes = engine.data_parallel.bucket_bytes;
-  return l;
+  return {engine.layout.on_world(world_size), engine.recompute, engine.precision, engine.bucket_bytes};
 }
 
 std::string TrainFlags::dry_run_report(int world_size) const {
@@ -73,7 +58,7 @@ void TrainFlags::apply_auto_plan(comm::Communicator& world, JobOptions& job_opti
   plan::PlanRequest rq;
   rq.model = model_spec();
   rq.world = world.size();
-  rq.precision = engine.data_parallel.precision;
+  rq.precision = engine.precision;
   rq.global_batch = global_batch > 0 ? global_batch : layout(world.size()).global_batch();
   if (!plan_profile.empty()) {
     rq.profile = plan::load_profile(plan_profile);
@@ -84,20 +69,14 @@ void TrainFlags::apply_auto_plan(comm::Communicator& world, JobOptions& job_opti
   }
   const plan::PlanResult result = plan::search_plans(rq, 3);
   const plan::LayoutChoice& best = result.plans.at(0).layout;
-  HT_CHECK(comm::all_equal(world, best.str() + fmt::format(" {}", fmt::join(best.stage_layers, ","))),
+  HT_CHECK(comm::all_equal(world, best.str() + " " + best.name()),
            ErrorKind::kConfig,
            "--auto: the ranks planned different layouts (their machine profiles differ); give them one with "
            "--plan-profile FILE");
+  engine.layout = best;  // the parallel::Layout part of the choice
+  engine.recompute = best.recompute;
   job_options.tp = job.tp = best.tp;
   job_options.pp = job.pp = best.pp;
-  engine.data_parallel.zero_stage = best.zero;
-  engine.data_parallel.shard_group = best.shard_group;
-  engine.micro_batch = best.micro_batch;
-  engine.grad_accum = best.grad_accum;
-  engine.schedule = best.schedule;
-  engine.virtual_stages = best.virtual_stages;
-  engine.recompute = best.recompute;
-  engine.stage_layers = best.stage_layers;
   engine.validate();
   if (world.rank() == 0) {
     std::string text = plan::format_plans(result, rq);

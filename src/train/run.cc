@@ -31,24 +31,24 @@ namespace {
 void print_preamble(Engine& engine, const FitOptions& fit) {
   const EngineOptions& o = engine.options();
   const comm::MeshLayout& layout = engine.mesh().layout();
-  const parallel::DataParallelOptions& dp = o.data_parallel;
+  const parallel::Layout& l = o.layout;
   for (const std::string& line : fit.preamble) std::printf("%s\n", line.c_str());
   std::printf("# model %s, %s parameters, device %s, precision %s%s\n", engine.model_description().c_str(),
               human_count(double(engine.num_parameters())).c_str(), o.device.str().c_str(),
-              precision::policy_name(dp.precision).c_str(),
+              precision::policy_name(o.precision).c_str(),
               engine.loss_scaler().enabled()
                   ? fmt::format(" (dynamic loss scale from {:g})", engine.loss_scaler().scale()).c_str()
                   : "");
   std::printf("# mesh %s, zero %d%s, schedule %s%s; global batch %lld rows (micro-batch %lld x %d accumulation x dp %d)\n",
-              layout.str().c_str(), dp.zero_stage,
-              dp.shard_group > 0 ? fmt::format(" (shard group {})", dp.shard_group).c_str() : "",
-              parallel::schedule_name(o.schedule).c_str(),
+              layout.str().c_str(), l.zero,
+              l.shard_group > 0 ? fmt::format(" (shard group {})", l.shard_group).c_str() : "",
+              parallel::schedule_name(l.schedule).c_str(),
               o.recompute != nn::Recompute::kNone ? fmt::format(", recompute {}", nn::recompute_name(o.recompute)).c_str()
                                                   : "",
-              (long long)engine.global_batch(), (long long)o.micro_batch, o.grad_accum, layout.dp_size());
+              (long long)engine.global_batch(), (long long)l.micro_batch, l.grad_accum, l.dp);
   if (layout.pp_size() > 1 && !engine.stage_split().empty())
     std::printf("# stages %s layers (%s)\n", fmt::format("{}", fmt::join(engine.stage_split(), "+")).c_str(),
-                o.stage_layers.empty() ? "by count" : "--stage-layers");
+                l.stage_layers.empty() ? "by count" : "--stage-layers");
   if (engine.resumed_from() > 0) {
     const ckpt::LoadStats& load = engine.checkpointer()->last_load();
     std::printf("# resumed from step %lld (%s, in %.0f ms%s)\n", (long long)engine.resumed_from(),
@@ -78,7 +78,7 @@ struct Peak {
 Peak run_peak(const Engine& engine, const FitOptions& options) {
   if (options.peak_tflops > 0) return {options.peak_tflops, "given with --peak-tflops"};
   const EngineOptions& o = engine.options();
-  const DType dtype = peak_dtype(o.device, o.data_parallel.precision.compute);
+  const DType dtype = peak_dtype(o.device, o.precision.compute);
   // A GPU reaches its rate only on a large GEMM; the emulated device runs it
   // on the host, where 1024 is plenty (and 4096 would cost seconds).
   const std::int64_t n = o.device.is_cuda() && !HT_CUDA_EMULATED ? 4096 : 1024;

@@ -40,6 +40,18 @@ struct Side {
   std::vector<int> stage_layers = {};  // chosen layers per stage (empty: by count)
   int virtual_stages = 1;              // model chunks per pipeline rank (interleaved 1F1B)
   int dp() const { return np / (tp * pp); }
+  /// The side as the engine runs it (2 micro-batches a step).
+  parallel::Layout layout() const {
+    return {.tp = tp,
+            .pp = pp,
+            .dp = dp(),
+            .zero = zero,
+            .micro_batch = micro_batch,
+            .grad_accum = 2,
+            .schedule = virtual_stages > 1 ? parallel::Schedule::kInterleaved : parallel::Schedule::k1F1B,
+            .virtual_stages = virtual_stages,
+            .stage_layers = stage_layers};
+  }
 };
 
 struct Case {
@@ -58,18 +70,12 @@ test::GPTRunOptions options_for(const Case& c, const Side& s) {
   o.model = c.odd_model ? models::GPTConfig{.vocab_size = 61, .context = 16, .n_layer = 3, .n_head = 3, .n_embd = 30}
                         : models::GPTConfig{.vocab_size = 64, .context = 16, .n_layer = 5, .n_head = 4, .n_embd = 32};
   o.seq_len = 8;
-  o.engine.micro_batch = s.micro_batch;
-  o.engine.grad_accum = 2;
+  o.engine.layout = s.layout();
   o.engine.steps = kSavedSteps + kContinuedSteps;
   o.engine.warmup_steps = 2;
   o.engine.lr = 3e-3f;
   o.engine.eval_samples = 16;
-  o.engine.data_parallel = {.zero_stage = s.zero, .bucket_bytes = 16 << 10};
-  o.engine.stage_layers = s.stage_layers;
-  if (s.virtual_stages > 1) {
-    o.engine.schedule = parallel::Schedule::kInterleaved;
-    o.engine.virtual_stages = s.virtual_stages;
-  }
+  o.engine.bucket_bytes = 16 << 10;
   return o;
 }
 

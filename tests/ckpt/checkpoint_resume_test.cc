@@ -29,8 +29,8 @@ test::GPTRunOptions small() {
   test::GPTRunOptions o;
   o.model = {.vocab_size = 64, .context = 16, .n_layer = 4, .n_head = 4, .n_embd = 32};
   o.seq_len = 8;
-  o.engine.micro_batch = 2;
-  o.engine.grad_accum = 2;
+  o.engine.layout.micro_batch = 2;
+  o.engine.layout.grad_accum = 2;
   o.engine.steps = 8;
   o.engine.warmup_steps = 2;
   o.engine.lr = 3e-3f;
@@ -47,17 +47,20 @@ test::LlamaRunOptions small_llama() {
   return o;
 }
 
-struct Layout {
+/// The mesh, the ZeRO stage and the precision a resume is tried in.
+struct Setup {
   int tp = 1, pp = 1, zero = 0;
   std::string precision = "fp32";
 };
 
 template <typename Engine, typename Options>
-void bit_exact_resume(const Layout& l, Options o, const std::string& name) {
+void bit_exact_resume(const Setup& l, Options o, const std::string& name) {
   const data::TokenSplits data = test::pangram_text(64);
   comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp);
-  o.engine.data_parallel.zero_stage = l.zero;
-  o.engine.data_parallel.precision = precision::parse_policy(l.precision);
+  o.engine.layout.tp = l.tp;
+  o.engine.layout.pp = l.pp;
+  o.engine.layout.zero = l.zero;
+  o.engine.precision = precision::parse_policy(l.precision);
   const int n = 4;
 
   std::vector<float> straight;
@@ -92,11 +95,11 @@ void bit_exact_resume(const Layout& l, Options o, const std::string& name) {
   }
 }
 
-void bit_exact_resume(const Layout& l, const std::string& name) {
+void bit_exact_resume(const Setup& l, const std::string& name) {
   bit_exact_resume<test::GPTEngine>(l, small(), name);
 }
 
-void llama_bit_exact_resume(const Layout& l, const std::string& name) {
+void llama_bit_exact_resume(const Setup& l, const std::string& name) {
   bit_exact_resume<test::LlamaEngine>(l, small_llama(), "llama_" + name);
 }
 
@@ -118,7 +121,7 @@ TEST(Checkpoint, AMissingShardIsNamedAndNotResumedFrom) {
   const data::TokenSplits data = test::pangram_text(64);
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 1);
   test::GPTRunOptions o = small();
-  o.engine.data_parallel.zero_stage = 2;
+  o.engine.layout.zero = 2;
   const test::SharedTempDir ckpt(mesh.world(), "ht_ckpt_test_missing_shard");
   o.engine.ckpt_dir = ckpt.path();
   {

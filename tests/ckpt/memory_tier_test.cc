@@ -28,28 +28,29 @@ namespace fs = std::filesystem;
 
 constexpr int kSteps = 3;  // steps before the stop, and after the resume
 
-struct Layout {
-  int tp = 1, zero = 0;
+/// The layout tried on a world of each size, and its simulated nodes.
+struct Case {
+  parallel::Layout layout;
   const char* nodes = "1:0";  // HT_SIMULATED_NODES
 };
 
-Layout setup_for(int world) {
-  if (world == 4) return {.tp = 2, .zero = 1, .nodes = "2:0,1"};
-  if (world == 2) return {.tp = 1, .zero = 3, .nodes = "1:0,1"};
+Case setup_for(int world) {
+  if (world == 4) return {.layout = {.tp = 2, .zero = 1}, .nodes = "2:0,1"};
+  if (world == 2) return {.layout = {.zero = 3}, .nodes = "1:0,1"};
   return {};
 }
 
-test::GPTRunOptions options(const Layout& s) {
+test::GPTRunOptions options(const Case& s) {
   test::GPTRunOptions o;
   o.model = {.vocab_size = 64, .context = 16, .n_layer = 2, .n_head = 4, .n_embd = 32};
   o.seq_len = 8;
-  o.engine.micro_batch = 2;
-  o.engine.grad_accum = 2;
+  o.engine.layout = s.layout;
+  o.engine.layout.micro_batch = 2;
+  o.engine.layout.grad_accum = 2;
   o.engine.steps = 2 * kSteps;
   o.engine.warmup_steps = 2;
   o.engine.lr = 3e-3f;
   o.engine.eval_samples = 0;
-  o.engine.data_parallel.zero_stage = s.zero;
   return o;
 }
 
@@ -59,7 +60,7 @@ class MemoryTier : public ::testing::Test {
     world_size_ = test::world_size();
     setup_ = setup_for(world_size_);
     ::setenv("HT_SIMULATED_NODES", setup_.nodes, 1);
-    mesh_ = std::make_unique<comm::DeviceMesh>(comm::make_mpi_world(), setup_.tp, 1);
+    mesh_ = std::make_unique<comm::DeviceMesh>(comm::make_mpi_world(), setup_.layout.tp, setup_.layout.pp);
     // The reference: 2 x kSteps steps without a stop.
     test::GPTEngine t(options(setup_), data_, mesh_.get());
     for (int i = 0; i < 2 * kSteps; ++i) straight_.push_back(t.engine.step().loss);
@@ -119,7 +120,7 @@ class MemoryTier : public ::testing::Test {
   }
 
   int world_size_ = 1;
-  Layout setup_;
+  Case setup_;
   std::unique_ptr<comm::DeviceMesh> mesh_;
   const data::TokenSplits data_ = test::pangram_text(64);
   std::vector<float> straight_;

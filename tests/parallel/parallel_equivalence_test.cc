@@ -16,7 +16,7 @@
 #include <mpi.h>
 
 #include "ht/comm/mpi_communicator.h"
-#include "ht/parallel/layout.h"
+#include "ht/parallel/tables.h"
 #include "lm_engine.h"
 #include "mpi_test_util.h"
 #include "test_util.h"
@@ -24,61 +24,70 @@
 namespace ht::train {
 namespace {
 
-struct Layout {
-  std::string name;
-  int np, tp, pp, zero;
-  int shard_group = 0;
-  parallel::Schedule schedule = parallel::Schedule::k1F1B;
-  int grad_accum = 1;
-  bool odd_model = false;  // counts divisible by nothing (dp-only layouts)
-  bool llama = false;      // the Llama instead of the GPT
+using parallel::Layout;
+using parallel::Schedule;
+
+/// One layout on one model. Every case runs micro-batches of 2 rows on
+/// layout.world() processes.
+struct Case {
+  Layout layout;
+  bool odd_model = false;     // counts divisible by nothing (dp-only layouts)
+  bool llama = false;         // the Llama instead of the GPT
   bool padded_vocab = false;  // 61 ids in 64 rows (a multiple of 16): split over tp only with the padding
-  std::vector<int> stage_layers = {};  // chosen layers per stage (empty: by count)
-  int virtual_stages = 1;  // model chunks per pipeline rank (the interleaved schedule)
-  int n_layer = 0;         // 0: the model's own (5 for the GPT, 3 for the Llama)
+  int n_layer = 0;            // 0: the model's own (5 for the GPT, 3 for the Llama)
+
+  Case(Layout l, bool odd = false, bool llama_model = false, bool padded = false, int layers = 0)
+      : layout(std::move(l)), odd_model(odd), llama(llama_model), padded_vocab(padded), n_layer(layers) {
+    layout.micro_batch = 2;
+  }
+  int np() const { return layout.world(); }
+  /// The layout's own name, after the model when it is not the plain GPT.
+  std::string name() const {
+    std::string n = llama ? "llama_" : odd_model ? "odd_gpt_" : "";
+    n += layout.name();
+    if (padded_vocab) n += "_padded_vocab";
+    if (n_layer > 0) n += "_" + std::to_string(n_layer) + "_layers";
+    return n;
+  }
 };
 
-void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 
-std::string layout_name(const ::testing::TestParamInfo<Layout>& info) { return info.param.name; }
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name(); }
 
-test::GPTRunOptions options_for(const Layout& l) {
+test::GPTRunOptions options_for(const Case& c) {
   test::GPTRunOptions o;
   // Odd model: parameter counts that no dp size divides (flat groups pad).
   // Otherwise heads and vocabulary split over tp 4, and 5 layers split
   // unevenly over 2 and 4 stages.
-  o.model = l.odd_model ? models::GPTConfig{.vocab_size = 61, .context = 16, .n_layer = 3, .n_head = 3, .n_embd = 30}
+  o.model = c.odd_model ? models::GPTConfig{.vocab_size = 61, .context = 16, .n_layer = 3, .n_head = 3, .n_embd = 30}
                         : models::GPTConfig{.vocab_size = 64, .context = 16, .n_layer = 5, .n_head = 4, .n_embd = 32};
-  if (l.padded_vocab) {
+  if (c.padded_vocab) {
     o.model.vocab_size = 61;
     o.model.vocab_multiple = 16;
   }
   o.seq_len = 8;
-  o.engine.micro_batch = 2;
-  o.engine.grad_accum = l.grad_accum;
+  o.engine.layout = c.layout;
   o.engine.steps = 20;
   o.engine.warmup_steps = 3;
   o.engine.lr = 1e-3f;
   o.engine.min_lr = 1e-4f;
   o.engine.grad_clip = 1.f;
   o.engine.eval_samples = 16;
-  o.engine.data_parallel = {.zero_stage = l.zero, .shard_group = l.shard_group, .bucket_bytes = 16 << 10};
-  o.engine.schedule = l.schedule;
-  o.engine.virtual_stages = l.virtual_stages;
-  o.engine.stage_layers = l.stage_layers;
-  if (l.n_layer > 0) o.model.n_layer = l.n_layer;
+  o.engine.bucket_bytes = 16 << 10;
+  if (c.n_layer > 0) o.model.n_layer = c.n_layer;
   return o;
 }
 
 // Two query heads per key/value head; the key/value heads, the MLP's hidden
 // units and the vocabulary split over tp 2; 3 layers split unevenly over 2
 // stages.
-test::LlamaRunOptions llama_options_for(const Layout& l) {
-  const test::GPTRunOptions g = options_for(l);
+test::LlamaRunOptions llama_options_for(const Case& c) {
+  const test::GPTRunOptions g = options_for(c);
   test::LlamaRunOptions o;
   o.model = {.vocab_size = 64, .context = 16, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32,
              .ffn_hidden = 48};
-  if (l.n_layer > 0) o.model.n_layer = l.n_layer;
+  if (c.n_layer > 0) o.model.n_layer = c.n_layer;
   o.seq_len = g.seq_len;
   o.engine = g.engine;
   return o;
@@ -130,7 +139,8 @@ Distance distance(const Tensor& got, const Tensor& want, const std::string& name
 
 // `data_vocab`: the pangram text's vocabulary (at most the model's).
 template <typename Engine, typename Options>
-void expect_matches_one_process(const Layout& l, const Options& options, std::int64_t data_vocab) {
+void expect_matches_one_process(const Case& c, const Options& options, std::int64_t data_vocab) {
+  const Layout& l = c.layout;
   const data::TokenSplits data = test::pangram_text(data_vocab);
   comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp);
   const int dp = mesh.layout().dp_size();
@@ -139,16 +149,13 @@ void expect_matches_one_process(const Layout& l, const Options& options, std::in
   if (mesh.rank() == 0) {
     // One process on the whole batch: dp times the micro-batch, same accumulation.
     Options one = options;
-    one.engine.micro_batch *= dp;
-    one.engine.data_parallel = {};
-    one.engine.stage_layers = {};
-    one.engine.schedule = parallel::Schedule::k1F1B;
-    one.engine.virtual_stages = 1;
+    one.engine.layout.micro_batch *= dp;  // the rest of the layout: one process, tp1 pp1 dp1 zero0
+    one.engine.layout = {.micro_batch = one.engine.layout.micro_batch, .grad_accum = l.grad_accum};
     Engine reference(one, data);
     ref = train(reference.engine, int(options.engine.steps));
   }
   Engine trainer(options, data, &mesh);
-  EXPECT_EQ(trainer.engine.global_batch(), options.engine.micro_batch * dp * options.engine.grad_accum);
+  EXPECT_EQ(trainer.engine.global_batch(), options.engine.layout.micro_batch * dp * options.engine.layout.grad_accum);
   if (!l.stage_layers.empty()) {
     // This rank's stage holds the blocks the split chose ("h.3..." or "layers.3..."), no others.
     EXPECT_EQ(trainer.engine.stage_split(), l.stage_layers);
@@ -158,7 +165,7 @@ void expect_matches_one_process(const Layout& l, const Options& options, std::in
     std::set<int> blocks;
     for (const nn::Parameter* p : trainer.engine.model().parameters()) {
       const std::string& n = p->name();
-      const std::string prefix = l.llama ? "layers." : "h.";
+      const std::string prefix = c.llama ? "layers." : "h.";
       if (n.rfind(prefix, 0) == 0) blocks.insert(std::stoi(n.substr(prefix.size())));
     }
     std::set<int> want;
@@ -201,91 +208,85 @@ void expect_matches_one_process(const Layout& l, const Options& options, std::in
     all.norm2 += d.norm2;
   }
   EXPECT_LE(all.relative(), 1e-5) << "final weights of the whole model";
-  std::printf("%s: loss %.5f -> %.5f; final weights rel err %.2e (worst tensor %s %.2e)\n", l.name.c_str(),
+  std::printf("%s: loss %.5f -> %.5f; final weights rel err %.2e (worst tensor %s %.2e)\n", c.name().c_str(),
               ref.losses.front(), ref.losses.back(), all.relative(), worst_name.c_str(), worst);
 }
 
-class Equivalence : public ::testing::TestWithParam<Layout> {};
+class Equivalence : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Equivalence, MatchesOneProcess) {
-  const Layout l = GetParam();
-  if (test::world_size() != l.np) GTEST_SKIP() << l.name << " runs with " << l.np << " processes";
-  if (l.llama)
-    expect_matches_one_process<test::LlamaEngine>(l, llama_options_for(l), 64);
+  const Case c = GetParam();
+  if (test::world_size() != c.np()) GTEST_SKIP() << c.name() << " runs with " << c.np() << " processes";
+  if (c.llama)
+    expect_matches_one_process<test::LlamaEngine>(c, llama_options_for(c), 64);
   else
-    expect_matches_one_process<test::GPTEngine>(l, options_for(l), 61);
+    expect_matches_one_process<test::GPTEngine>(c, options_for(c), 61);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, Equivalence,
     ::testing::Values(
-        Layout{"dp2", 2, 1, 1, 0, 0, parallel::Schedule::k1F1B, 1, true}, Layout{"dp2_accum3", 2, 1, 1, 0, 0, parallel::Schedule::k1F1B, 3, true},
-        Layout{"zero1_dp2", 2, 1, 1, 1, 0, parallel::Schedule::k1F1B, 1, true}, Layout{"zero2_dp2", 2, 1, 1, 2, 0, parallel::Schedule::k1F1B, 1, true},
-        Layout{"zero3_dp2", 2, 1, 1, 3, 0, parallel::Schedule::k1F1B, 2, true}, Layout{"tp2", 2, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, false},
-        Layout{"pp2_gpipe", 2, 1, 2, 0, 0, parallel::Schedule::kGPipe, 3, false},
-        Layout{"pp2_1f1b", 2, 1, 2, 0, 0, parallel::Schedule::k1F1B, 3, false},
+        Case{{.dp = 2}, true}, Case{{.dp = 2, .grad_accum = 3}, true},
+        Case{{.dp = 2, .zero = 1}, true}, Case{{.dp = 2, .zero = 2}, true},
+        Case{{.dp = 2, .zero = 3, .grad_accum = 2}, true}, Case{{.tp = 2, .dp = 1}},
+        Case{{.pp = 2, .dp = 1, .grad_accum = 3, .schedule = Schedule::kGPipe}},
+        Case{{.pp = 2, .dp = 1, .grad_accum = 3}},
         // Chosen stages (--stage-layers) of the 5 blocks: a light first
         // stage, then a light last one (by count: 3 + 2).
-        Layout{"pp2_1f1b_layers_1_4", 2, 1, 2, 0, 0, parallel::Schedule::k1F1B, 3, false, false, false, {1, 4}},
-        Layout{"pp2_gpipe_layers_4_1", 2, 1, 2, 0, 0, parallel::Schedule::kGPipe, 2, false, false, false, {4, 1}},
-        Layout{"dp4", 4, 1, 1, 0, 0, parallel::Schedule::k1F1B, 1, true}, Layout{"zero1_dp4", 4, 1, 1, 1, 0, parallel::Schedule::k1F1B, 1, true},
-        Layout{"zero2_dp4", 4, 1, 1, 2, 0, parallel::Schedule::k1F1B, 1, true}, Layout{"zero3_dp4", 4, 1, 1, 3, 0, parallel::Schedule::k1F1B, 1, true},
-        Layout{"zero3_dp4_shard2", 4, 1, 1, 3, 2, parallel::Schedule::k1F1B, 1, true},
-        Layout{"zero2_dp4_shard2", 4, 1, 1, 2, 2, parallel::Schedule::k1F1B, 2, true},
-        Layout{"tp4", 4, 4, 1, 0, 0, parallel::Schedule::k1F1B, 1, false},
-        Layout{"pp4_gpipe", 4, 1, 4, 0, 0, parallel::Schedule::kGPipe, 4, false},
-        Layout{"pp4_1f1b", 4, 1, 4, 0, 0, parallel::Schedule::k1F1B, 4, false},
-        Layout{"pp4_1f1b_layers_1_1_2_1", 4, 1, 4, 0, 0, parallel::Schedule::k1F1B, 4, false, false, false,
-               {1, 1, 2, 1}},
-        Layout{"dp2_tp2", 4, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, false},
-        Layout{"dp2_pp2", 4, 1, 2, 0, 0, parallel::Schedule::k1F1B, 2, false}, Layout{"tp2_pp2", 4, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false},
-        Layout{"zero3_dp2_tp2", 4, 2, 1, 3, 0, parallel::Schedule::k1F1B, 1, false},
-        Layout{"zero2_dp2_pp2", 4, 1, 2, 2, 0, parallel::Schedule::k1F1B, 2, false},
-        Layout{"dp2_tp2_pp2", 8, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false},
-        Layout{"zero1_dp2_tp2_pp2", 8, 2, 2, 1, 0, parallel::Schedule::kGPipe, 2, false},
-        Layout{"zero3_dp2_tp2_pp2", 8, 2, 2, 3, 0, parallel::Schedule::k1F1B, 2, false},
+        Case{{.pp = 2, .dp = 1, .grad_accum = 3, .stage_layers = {1, 4}}},
+        Case{{.pp = 2, .dp = 1, .grad_accum = 2, .schedule = Schedule::kGPipe, .stage_layers = {4, 1}}},
+        Case{{.dp = 4}, true}, Case{{.dp = 4, .zero = 1}, true},
+        Case{{.dp = 4, .zero = 2}, true}, Case{{.dp = 4, .zero = 3}, true},
+        Case{{.dp = 4, .zero = 3, .shard_group = 2}, true},
+        Case{{.dp = 4, .zero = 2, .shard_group = 2, .grad_accum = 2}, true},
+        Case{{.tp = 4, .dp = 1}},
+        Case{{.pp = 4, .dp = 1, .grad_accum = 4, .schedule = Schedule::kGPipe}},
+        Case{{.pp = 4, .dp = 1, .grad_accum = 4}},
+        Case{{.pp = 4, .dp = 1, .grad_accum = 4, .stage_layers = {1, 1, 2, 1}}},
+        Case{{.tp = 2, .dp = 2}},
+        Case{{.pp = 2, .dp = 2, .grad_accum = 2}}, Case{{.tp = 2, .pp = 2, .dp = 1, .grad_accum = 2}},
+        Case{{.tp = 2, .dp = 2, .zero = 3}},
+        Case{{.pp = 2, .dp = 2, .zero = 2, .grad_accum = 2}},
+        Case{{.tp = 2, .pp = 2, .dp = 2, .grad_accum = 2}},
+        Case{{.tp = 2, .pp = 2, .dp = 2, .zero = 1, .grad_accum = 2, .schedule = Schedule::kGPipe}},
+        Case{{.tp = 2, .pp = 2, .dp = 2, .zero = 3, .grad_accum = 2}},
         // The padding rows' logits must stay out of the loss on every rank,
         // and the tied wte's padding out of the gradient sum across stages.
-        Layout{"tp2_padded_vocab", 2, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, false, false, true},
-        Layout{"zero1_tp2_pp2_padded_vocab", 8, 2, 2, 1, 0, parallel::Schedule::k1F1B, 2, false, false, true},
+        Case{{.tp = 2, .dp = 1}, false, false, true},
+        Case{{.tp = 2, .pp = 2, .dp = 2, .zero = 1, .grad_accum = 2}, false, false, true},
         // Llama: the key/value heads and the packed gate_up split over tp.
-        Layout{"llama_zero3_dp2", 2, 1, 1, 3, 0, parallel::Schedule::k1F1B, 2, false, true},
-        Layout{"llama_tp2", 2, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, false, true},
-        Layout{"llama_pp2_1f1b_accum3", 2, 1, 2, 0, 0, parallel::Schedule::k1F1B, 3, false, true},
-        Layout{"llama_pp2_gpipe_accum2", 2, 1, 2, 0, 0, parallel::Schedule::kGPipe, 2, false, true},
-        Layout{"llama_pp2_layers_1_2", 2, 1, 2, 0, 0, parallel::Schedule::k1F1B, 2, false, true, false, {1, 2}},
-        Layout{"llama_zero3_dp2_tp2", 4, 2, 1, 3, 0, parallel::Schedule::k1F1B, 1, false, true},
-        Layout{"llama_tp2_pp2_accum2", 4, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false, true},
-        Layout{"llama_dp2_tp2_pp2", 8, 2, 2, 0, 0, parallel::Schedule::k1F1B, 2, false, true},
-        Layout{"llama_zero3_dp2_tp2_pp2", 8, 2, 2, 3, 0, parallel::Schedule::k1F1B, 2, false, true},
+        Case{{.dp = 2, .zero = 3, .grad_accum = 2}, false, true},
+        Case{{.tp = 2, .dp = 1}, false, true},
+        Case{{.pp = 2, .dp = 1, .grad_accum = 3}, false, true},
+        Case{{.pp = 2, .dp = 1, .grad_accum = 2, .schedule = Schedule::kGPipe}, false, true},
+        Case{{.pp = 2, .dp = 1, .grad_accum = 2, .stage_layers = {1, 2}}, false, true},
+        Case{{.tp = 2, .dp = 2, .zero = 3}, false, true},
+        Case{{.tp = 2, .pp = 2, .dp = 1, .grad_accum = 2}, false, true},
+        Case{{.tp = 2, .pp = 2, .dp = 2, .grad_accum = 2}, false, true},
+        Case{{.tp = 2, .pp = 2, .dp = 2, .zero = 3, .grad_accum = 2}, false, true},
         // ZB-H1: the weight gradients deferred, so data parallelism and
         // ZeRO see them complete only in the last W.
-        Layout{"pp2_zbh1_accum3", 2, 1, 2, 0, 0, parallel::Schedule::kZeroBubbleH1, 3, false},
-        Layout{"llama_pp2_zbh1_accum3", 2, 1, 2, 0, 0, parallel::Schedule::kZeroBubbleH1, 3, false, true},
-        Layout{"pp4_zbh1_accum4", 4, 1, 4, 0, 0, parallel::Schedule::kZeroBubbleH1, 4, false},
-        Layout{"dp2_pp2_zbh1", 4, 1, 2, 0, 0, parallel::Schedule::kZeroBubbleH1, 2, false},
-        Layout{"tp2_pp2_zbh1", 4, 2, 2, 0, 0, parallel::Schedule::kZeroBubbleH1, 2, false},
-        Layout{"zero3_dp2_pp2_zbh1", 4, 1, 2, 3, 0, parallel::Schedule::kZeroBubbleH1, 2, false},
+        Case{{.pp = 2, .dp = 1, .grad_accum = 3, .schedule = Schedule::kZeroBubbleH1}},
+        Case{{.pp = 2, .dp = 1, .grad_accum = 3, .schedule = Schedule::kZeroBubbleH1}, false, true},
+        Case{{.pp = 4, .dp = 1, .grad_accum = 4, .schedule = Schedule::kZeroBubbleH1}},
+        Case{{.pp = 2, .dp = 2, .grad_accum = 2, .schedule = Schedule::kZeroBubbleH1}},
+        Case{{.tp = 2, .pp = 2, .dp = 1, .grad_accum = 2, .schedule = Schedule::kZeroBubbleH1}},
+        Case{{.pp = 2, .dp = 2, .zero = 3, .grad_accum = 2, .schedule = Schedule::kZeroBubbleH1}},
         // Interleaved: v chunks per rank around the ring (5 layers over 4
         // virtual stages, 8 over 8).
-        Layout{"pp2_interleaved_accum4", 2, 1, 2, 0, 0, parallel::Schedule::kInterleaved, 4, false, false, false, {},
-               2},
-        Layout{"llama_pp2_interleaved_accum2", 2, 1, 2, 0, 0, parallel::Schedule::kInterleaved, 2, false, true, false,
-               {}, 2, 4},
-        Layout{"pp4_interleaved_accum4", 4, 1, 4, 0, 0, parallel::Schedule::kInterleaved, 4, false, false, false, {},
-               2, 8},
-        Layout{"pp2_interleaved_v3_accum2", 2, 1, 2, 0, 0, parallel::Schedule::kInterleaved, 2, false, false, false,
-               {}, 3, 6},
-        Layout{"tp2_pp2_interleaved", 4, 2, 2, 0, 0, parallel::Schedule::kInterleaved, 2, false, false, false, {}, 2},
-        Layout{"zero1_dp2_pp2_interleaved_layers", 4, 1, 2, 1, 0, parallel::Schedule::kInterleaved, 2, false, false,
-               false, {2, 1, 1, 1}, 2}),
-    layout_name);
+        Case{{.pp = 2, .dp = 1, .grad_accum = 4, .schedule = Schedule::kInterleaved, .virtual_stages = 2}},
+        Case{{.pp = 2, .dp = 1, .grad_accum = 2, .schedule = Schedule::kInterleaved, .virtual_stages = 2}, false, true, false, 4},
+        Case{{.pp = 4, .dp = 1, .grad_accum = 4, .schedule = Schedule::kInterleaved, .virtual_stages = 2}, false, false, false, 8},
+        Case{{.pp = 2, .dp = 1, .grad_accum = 2, .schedule = Schedule::kInterleaved, .virtual_stages = 3}, false, false, false, 6},
+        Case{{.tp = 2, .pp = 2, .dp = 1, .grad_accum = 2, .schedule = Schedule::kInterleaved, .virtual_stages = 2}},
+        Case{{.pp = 2, .dp = 2, .zero = 1, .grad_accum = 2, .schedule = Schedule::kInterleaved, .virtual_stages = 2, .stage_layers = {2, 1, 1, 1}}}),
+    case_name);
 
 // Layouts that cannot split the model are refused before any training, on every rank.
 TEST(UnevenSplits, HeadsNotDivisibleByTpFailClearly) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
   const data::TokenSplits data = test::pangram_text(61);
-  test::GPTRunOptions o = options_for(Layout{"odd", 2, 2, 1, 0, 0, parallel::Schedule::k1F1B, 1, true});
+  test::GPTRunOptions o = options_for(Case{{.tp = 2, .dp = 1}, true});
   o.model.vocab_size = 62;  // the vocabulary would split; the 3 heads do not
   comm::DeviceMesh mesh(comm::make_mpi_world(), 2, 1);
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig, {"n_head=3 does not split over --tp 2"}));
@@ -294,7 +295,7 @@ TEST(UnevenSplits, HeadsNotDivisibleByTpFailClearly) {
 TEST(UnevenSplits, MoreStagesThanLayersFailClearly) {
   if (test::world_size() != 4) GTEST_SKIP() << "runs with 4 processes";
   const data::TokenSplits data = test::pangram_text(61);
-  test::GPTRunOptions o = options_for(Layout{"odd", 4, 1, 4, 0, 0, parallel::Schedule::k1F1B, 1, true});  // 3 layers
+  test::GPTRunOptions o = options_for(Case{{.pp = 4, .dp = 1}, true});  // 3 layers
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 4);
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig, {"3 layers cannot fill 4 pipeline stages"}));
 }
@@ -304,11 +305,11 @@ TEST(UnevenSplits, ChosenStagesThatDoNotFitFailClearly) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
   const data::TokenSplits data = test::pangram_text(61);
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 2);
-  test::GPTRunOptions o = options_for(Layout{"pp2", 2, 1, 2, 0});  // 5 layers
-  o.engine.stage_layers = {1, 3};
+  test::GPTRunOptions o = options_for(Case{{.pp = 2, .dp = 1}});  // 5 layers
+  o.engine.layout.stage_layers = {1, 3};
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
                                  {"--stage-layers 1,3 sums to 4 layers but the model has 5", "e.g. --stage-layers 3,2"}));
-  o.engine.stage_layers = {1, 1, 3};
+  o.engine.layout.stage_layers = {1, 1, 3};
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
                                  {"--stage-layers 1,1,3 gives 3 pipeline stages but the pipeline has 2 (--pp 2)"}));
 }
@@ -318,39 +319,39 @@ TEST(UnevenSplits, InterleavedOutsideItsLimitsFailsClearly) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
   const data::TokenSplits data = test::pangram_text(61);
   test::GPTRunOptions o = options_for(
-      Layout{"pp2_interleaved", 2, 1, 2, 0, 0, parallel::Schedule::kInterleaved, 3, false, false, false, {}, 2});
+      Case{{.pp = 2, .dp = 1, .grad_accum = 3, .schedule = Schedule::kInterleaved, .virtual_stages = 2}});
   {
     comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 2);
     EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
                                    {"--grad-accum 3 must be a multiple of 2 (e.g. 4)"}));
-    o.engine.grad_accum = 2;
-    o.engine.virtual_stages = 3;  // 6 virtual stages, 5 layers
+    o.engine.layout.grad_accum = 2;
+    o.engine.layout.virtual_stages = 3;  // 6 virtual stages, 5 layers
     EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
                                    {"5 layers cannot fill 6 pipeline stages",
                                     "split into 6 virtual stages, --pp 2 x --virtual-stages 3"}));
-    o.engine.virtual_stages = 2;
+    o.engine.layout.virtual_stages = 2;
     // --stage-layers counts the 4 virtual stages; a split the model refuses says so, with one that works.
-    o.engine.stage_layers = {1, 1, 1, 1};
+    o.engine.layout.stage_layers = {1, 1, 1, 1};
     EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
                                    {"--stage-layers 1,1,1,1 sums to 4 layers but the model has 5",
                                     "e.g. --stage-layers 2,1,1,1", "the stages above are virtual stages",
                                     "--pp 2 x --virtual-stages 2"}));
-    o.engine.stage_layers = {2, 3};
+    o.engine.layout.stage_layers = {2, 3};
     EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
                                    {"--stage-layers 2,3 gives 2 virtual stages but the interleaved pipeline has 4 "
                                     "virtual stages (--pp 2 x --virtual-stages 2)",
                                     "e.g. --stage-layers 2,1,1,1"}));
-    o.engine.stage_layers = {};
-    o.engine.data_parallel.zero_stage = 3;
+    o.engine.layout.stage_layers = {};
+    o.engine.layout.zero = 3;
     EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
                                    {"--schedule interleaved with --zero 3 is not supported"}));
-    o.engine.data_parallel.zero_stage = 0;
-    o.engine.schedule = parallel::Schedule::k1F1B;
+    o.engine.layout.zero = 0;
+    o.engine.layout.schedule = Schedule::k1F1B;
     EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig,
                                    {"--virtual-stages 2: model chunks per pipeline rank are for --schedule interleaved"}));
   }
   comm::DeviceMesh dp_only(comm::make_mpi_world(), 1, 1);
-  o.engine.schedule = parallel::Schedule::kInterleaved;
+  o.engine.layout = {.dp = 2, .micro_batch = 2, .grad_accum = 2, .schedule = Schedule::kInterleaved, .virtual_stages = 2};
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &dp_only); }, ErrorKind::kConfig,
                                  {"--schedule interleaved needs at least 2 pipeline ranks (--pp), got 1"}));
 }
@@ -358,7 +359,7 @@ TEST(UnevenSplits, InterleavedOutsideItsLimitsFailsClearly) {
 TEST(UnevenSplits, ShardGroupMustDivideDp) {
   if (test::world_size() != 4) GTEST_SKIP() << "runs with 4 processes";
   const data::TokenSplits data = test::pangram_text(61);
-  test::GPTRunOptions o = options_for(Layout{"odd", 4, 1, 1, 3, 3, parallel::Schedule::k1F1B, 1, true});
+  test::GPTRunOptions o = options_for(Case{{.dp = 4, .zero = 3, .shard_group = 3}, true});
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 1);
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data, &mesh); }, ErrorKind::kConfig, {"--zero-shard-group 3 must divide the data-parallel size 4"}));
 }
@@ -367,7 +368,7 @@ TEST(UnevenSplits, ShardGroupMustDivideDp) {
 // training, on every rank, naming the value.
 TEST(UnevenSplits, LlamaKvHeadsNotDivisibleByTpFailClearly) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
-  test::LlamaRunOptions o = llama_options_for(Layout{"mqa_tp2", 2, 2, 1, 0});
+  test::LlamaRunOptions o = llama_options_for(Case{{.tp = 2, .dp = 1}});
   o.model.n_kv_head = 1;  // multi-query: one key/value head cannot split over 2 ranks
   const data::TokenSplits data = test::pangram_text(o.model.vocab_size);
   comm::DeviceMesh mesh(comm::make_mpi_world(), 2, 1);

@@ -11,7 +11,7 @@
 #include "ht/nn/model.h"
 #include "ht/nn/tensor_parallel.h"
 #include "ht/parallel/data_parallel.h"
-#include "ht/parallel/layout.h"
+#include "ht/parallel/tables.h"
 #include "ht/parallel/pipeline.h"
 #include "test_util.h"
 

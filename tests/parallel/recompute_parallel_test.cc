@@ -22,14 +22,16 @@ namespace {
 
 using nn::Recompute;
 
-struct Layout {
-  std::string name;
-  int np, tp, pp, zero;
-  int grad_accum = 1;
+using parallel::Layout;
+
+/// A layout (micro-batches of 2 rows) on the GPT or the Llama.
+struct Case {
+  Layout layout;
   bool llama = false;
+  std::string name() const { return (llama ? "llama_" : "") + layout.name(); }
 };
 
-void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 
 struct Bits {
   std::vector<std::uint32_t> losses, norms, weights;
@@ -40,10 +42,10 @@ void append_bits(const Tensor& t, std::vector<std::uint32_t>& out) {
 }
 
 template <typename Engine, typename Options>
-Bits train(const Options& options, const Layout& l, Recompute mode, const data::TokenSplits& data) {
+Bits train(const Options& options, Recompute mode, const data::TokenSplits& data) {
   Options o = options;
   o.engine.recompute = mode;
-  comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp);
+  comm::DeviceMesh mesh(comm::make_mpi_world(), o.engine.layout.tp, o.engine.layout.pp);
   Engine e(o, data, &mesh);
   Bits b;
   for (std::int64_t i = 0; i < o.engine.steps; ++i) {
@@ -56,52 +58,53 @@ Bits train(const Options& options, const Layout& l, Recompute mode, const data::
 }
 
 template <typename Engine, typename Options>
-void expect_same_bits(const Options& o, const Layout& l, const data::TokenSplits& data) {
-  const Bits none = train<Engine>(o, l, Recompute::kNone, data);
+void expect_same_bits(const Options& o, const data::TokenSplits& data) {
+  const std::string name = o.engine.layout.name();
+  const Bits none = train<Engine>(o, Recompute::kNone, data);
   for (Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
-    const Bits got = train<Engine>(o, l, mode, data);
-    const char* name = nn::recompute_name(mode);
-    EXPECT_EQ(got.losses, none.losses) << l.name << " " << name << ": losses";
-    EXPECT_EQ(got.norms, none.norms) << l.name << " " << name << ": gradient norms";
-    EXPECT_EQ(got.weights, none.weights) << l.name << " " << name << ": final weights";
+    const Bits got = train<Engine>(o, mode, data);
+    const char* how = nn::recompute_name(mode);
+    EXPECT_EQ(got.losses, none.losses) << name << " " << how << ": losses";
+    EXPECT_EQ(got.norms, none.norms) << name << " " << how << ": gradient norms";
+    EXPECT_EQ(got.weights, none.weights) << name << " " << how << ": final weights";
   }
   if (test::world_rank() == 0) EXPECT_FALSE(none.weights.empty());
 }
 
-class RecomputeLayouts : public ::testing::TestWithParam<Layout> {};
+class RecomputeLayouts : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RecomputeLayouts, SameBitsAsNoRecomputation) {
-  const Layout l = GetParam();
-  if (test::world_size() != l.np) GTEST_SKIP() << l.name << " runs with " << l.np << " processes";
+  const Case c = GetParam();
+  if (test::world_size() != c.layout.world())
+    GTEST_SKIP() << c.name() << " runs with " << c.layout.world() << " processes";
   test::GPTRunOptions g;
   g.model = {.vocab_size = 64, .context = 16, .n_layer = 3, .n_head = 4, .n_embd = 32};
   g.seq_len = 16;
-  g.engine.micro_batch = 2;
-  g.engine.grad_accum = l.grad_accum;
+  g.engine.layout = c.layout;
   g.engine.steps = 3;
   g.engine.warmup_steps = 1;
   g.engine.eval_samples = 0;
-  g.engine.data_parallel = {.zero_stage = l.zero, .bucket_bytes = 16 << 10};
-  g.engine.schedule = parallel::Schedule::k1F1B;
+  g.engine.bucket_bytes = 16 << 10;
   const data::TokenSplits data = test::pangram_text(64);
-  if (!l.llama) return expect_same_bits<test::GPTEngine>(g, l, data);
+  if (!c.llama) return expect_same_bits<test::GPTEngine>(g, data);
   test::LlamaRunOptions o;
   o.model = {.vocab_size = 64, .context = 16, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32,
              .ffn_hidden = 48};
   o.seq_len = g.seq_len;
   o.engine = g.engine;
-  expect_same_bits<test::LlamaEngine>(o, l, data);
+  expect_same_bits<test::LlamaEngine>(o, data);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, RecomputeLayouts,
-                         ::testing::Values(Layout{"zero3_dp2", 2, 1, 1, 3, 2}, Layout{"tp2", 2, 2, 1, 0},
-                                           Layout{"pp2_1f1b", 2, 1, 2, 0, 3},
-                                           Layout{"llama_zero3_dp2", 2, 1, 1, 3, 2, true},
-                                           Layout{"llama_tp2", 2, 2, 1, 0, 1, true},
-                                           Layout{"llama_pp2_1f1b", 2, 1, 2, 0, 3, true},
-                                           Layout{"zero3_dp2_tp2", 4, 2, 1, 3, 2},
-                                           Layout{"llama_zero3_dp2_tp2", 4, 2, 1, 3, 2, true}),
-                         [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
+                         ::testing::Values(Case{{.dp = 2, .zero = 3, .micro_batch = 2, .grad_accum = 2}},
+                                           Case{{.tp = 2, .dp = 1, .micro_batch = 2}},
+                                           Case{{.pp = 2, .dp = 1, .micro_batch = 2, .grad_accum = 3}},
+                                           Case{{.dp = 2, .zero = 3, .micro_batch = 2, .grad_accum = 2}, true},
+                                           Case{{.tp = 2, .dp = 1, .micro_batch = 2}, true},
+                                           Case{{.pp = 2, .dp = 1, .micro_batch = 2, .grad_accum = 3}, true},
+                                           Case{{.tp = 2, .dp = 2, .zero = 3, .micro_batch = 2, .grad_accum = 2}},
+                                           Case{{.tp = 2, .dp = 2, .zero = 3, .micro_batch = 2, .grad_accum = 2}, true}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name(); });
 
 }  // namespace
 }  // namespace ht::train

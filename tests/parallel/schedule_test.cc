@@ -391,16 +391,16 @@ TEST(Schedule, NamesAndBadArguments) {
 
 // The layouts each schedule runs under, as the engine and the planner ask.
 TEST(Schedule, LayoutProblemsNameTheFlag) {
-  EXPECT_EQ(layout_problem(Schedule::k1F1B, 1, 1, 3, 3), "");
-  EXPECT_EQ(layout_problem(Schedule::kInterleaved, 2, 2, 4, 2), "");
+  EXPECT_EQ(schedule_problem(Schedule::k1F1B, 1, 1, 3, 3), "");
+  EXPECT_EQ(schedule_problem(Schedule::kInterleaved, 2, 2, 4, 2), "");
   const auto says = [](const std::string& got, const std::string& want) {
     EXPECT_NE(got.find(want), std::string::npos) << got;
   };
-  says(layout_problem(Schedule::kZeroBubbleH1, 2, 2, 4, 0), "--virtual-stages 2: model chunks per pipeline rank");
-  says(layout_problem(Schedule::kInterleaved, 0, 2, 4, 0), "--virtual-stages 0 is not a number of model chunks");
-  says(layout_problem(Schedule::kInterleaved, 2, 1, 4, 0), "needs at least 2 pipeline ranks (--pp), got 1");
-  says(layout_problem(Schedule::kInterleaved, 2, 4, 6, 0), "--grad-accum 6 must be a multiple of 4 (e.g. 8)");
-  says(layout_problem(Schedule::kInterleaved, 2, 2, 4, 3), "with --zero 3 is not supported");
+  says(schedule_problem(Schedule::kZeroBubbleH1, 2, 2, 4, 0), "--virtual-stages 2: model chunks per pipeline rank");
+  says(schedule_problem(Schedule::kInterleaved, 0, 2, 4, 0), "--virtual-stages 0 is not a number of model chunks");
+  says(schedule_problem(Schedule::kInterleaved, 2, 1, 4, 0), "needs at least 2 pipeline ranks (--pp), got 1");
+  says(schedule_problem(Schedule::kInterleaved, 2, 4, 6, 0), "--grad-accum 6 must be a multiple of 4 (e.g. 8)");
+  says(schedule_problem(Schedule::kInterleaved, 2, 2, 4, 3), "with --zero 3 is not supported");
 }
 
 // Evaluation with chunks: each micro-batch around the ring in turn, every

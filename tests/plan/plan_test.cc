@@ -129,7 +129,7 @@ TEST(MemoryModel, ZeroBubbleAndInterleavedStages) {
   const nn::ModelSpec s = models::GPTConfig{.vocab_size = 256, .context = 128, .n_layer = 8, .n_head = 4,
                                             .n_embd = 256}
                               .spec(128);
-  plan::LayoutChoice l{.tp = 1, .pp = 2, .dp = 1, .micro_batch = 2, .grad_accum = 4};
+  plan::LayoutChoice l{{.tp = 1, .pp = 2, .dp = 1, .micro_batch = 2, .grad_accum = 4}};
   const std::vector<plan::StageMemory> one = plan::estimate_memory(s, l);
   l.schedule = parallel::Schedule::kZeroBubbleH1;
   const std::vector<plan::StageMemory> zb = plan::estimate_memory(s, l);
@@ -174,7 +174,7 @@ TEST(MemoryModel, Zero3KeepsTheTiedHeadsGradientWhole) {
   const nn::ModelSpec s = models::GPTConfig{.vocab_size = 512, .context = 128, .n_layer = 4, .n_head = 4,
                                             .n_embd = 256}
                               .spec(128);
-  const plan::LayoutChoice l{.tp = 1, .pp = 2, .dp = 2, .zero = 3, .micro_batch = 8, .grad_accum = 1};
+  const plan::LayoutChoice l{{.tp = 1, .pp = 2, .dp = 2, .zero = 3, .micro_batch = 8, .grad_accum = 1}};
   const std::vector<int> last = plan::stage_layers_of(s, l).at(1);
   ASSERT_GE(s.layers[std::size_t(last.back())].shares_with, 0) << "the last layer is the tied head";
   double params = 0, head = 0, pair = 0, previous = 0;
@@ -205,7 +205,7 @@ TEST(MemoryModel, Zero3MixedPrecisionGradientsAsMeasured) {
                                             .n_embd = 256}
                               .spec(128);
   const precision::Policy bf16{.compute = DType::kBF16, .reduce = DType::kF32};
-  plan::LayoutChoice l{.tp = 1, .pp = 1, .dp = 4, .zero = 3, .micro_batch = 4, .grad_accum = 1, .precision = bf16};
+  plan::LayoutChoice l{{.tp = 1, .pp = 1, .dp = 4, .zero = 3, .micro_batch = 4, .grad_accum = 1}, nn::Recompute::kNone, bf16};
   EXPECT_NEAR(plan::estimate_memory(s, l)[0].of(MemCategory::kGradients), 9969152.0, 9969152.0 * 1e-3);
   l.micro_batch = 1, l.grad_accum = 4;
   EXPECT_NEAR(plan::estimate_memory(s, l)[0].of(MemCategory::kGradients), 13128192.0, 13128192.0 * 1e-3);
@@ -224,7 +224,7 @@ TEST(MemoryModel, PerStageNotAveraged) {
   const nn::ModelSpec s = models::GPTConfig{.vocab_size = 50257, .context = 1024, .n_layer = 12, .n_head = 12,
                                             .n_embd = 768, .vocab_multiple = 128}
                               .spec(1024);
-  plan::LayoutChoice l{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 2, .grad_accum = 8};
+  plan::LayoutChoice l{{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 2, .grad_accum = 8}};
   const std::vector<plan::StageMemory> m = plan::estimate_memory(s, l);
   ASSERT_EQ(m.size(), 4u);
   // 1F1B: stage s holds p - s micro-batches; the last holds the logits and the head's wte copy.
@@ -237,7 +237,7 @@ TEST(MemoryModel, PerStageNotAveraged) {
   l.schedule = parallel::Schedule::kGPipe;
   EXPECT_EQ(plan::estimate_memory(s, l)[3].in_flight, 8);
   // Recomputation keeps less, in order; tp divides the split part.
-  l = {.tp = 1, .pp = 1, .dp = 1, .micro_batch = 4};
+  l = {{.tp = 1, .pp = 1, .dp = 1, .micro_batch = 4}};
   double act[3];
   for (int r = 0; r < 3; ++r) {
     l.recompute = Recompute(r);
@@ -249,13 +249,13 @@ TEST(MemoryModel, PerStageNotAveraged) {
   l.tp = 4;
   EXPECT_LT(plan::estimate_memory(s, l)[0].of(MemCategory::kActivations), 0.6 * act[0]);
   // ZeRO-3 over 8 ranks holds about an eighth of the state.
-  l = {.tp = 1, .pp = 1, .dp = 8, .zero = 3, .micro_batch = 1};
+  l = {{.tp = 1, .pp = 1, .dp = 8, .zero = 3, .micro_batch = 1}};
   const auto z3 = plan::estimate_memory(s, l)[0];
   l.zero = 0;
   const auto z0 = plan::estimate_memory(s, l)[0];
   EXPECT_LT(z3.of(MemCategory::kOptimizerState), z0.of(MemCategory::kOptimizerState) / 7.9);
   // Uneven splits are what they say.
-  l = {.tp = 1, .pp = 3, .dp = 1, .micro_batch = 1, .grad_accum = 3, .stage_layers = {2, 6, 4}};
+  l = {{.tp = 1, .pp = 3, .dp = 1, .micro_batch = 1, .grad_accum = 3, .stage_layers = {2, 6, 4}}};
   const auto uneven = plan::estimate_memory(s, l);
   EXPECT_EQ(uneven[0].blocks, 2);
   EXPECT_EQ(uneven[1].first_block, 2);
@@ -278,14 +278,14 @@ TEST(TimeModel, PipelineBubbleAndRecomputation) {
                                             .n_embd = 512}
                               .spec(256);
   const plan::MachineProfile prof = cluster();
-  plan::LayoutChoice l{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 1, .grad_accum = 4, .stage_layers = {2, 2, 2, 2}};
+  plan::LayoutChoice l{{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 1, .grad_accum = 4, .stage_layers = {2, 2, 2, 2}}};
   const plan::TimeEstimate t4 = plan::estimate_time(s, l, prof);
   l.grad_accum = 16;
   const plan::TimeEstimate t16 = plan::estimate_time(s, l, prof);
   // Nearly equal stages: the bubble is about (p - 1) / (m + p - 1).
   EXPECT_NEAR(t4.bubble, 3.0 / 7.0, 0.06);
   EXPECT_NEAR(t16.bubble, 3.0 / 19.0, 0.04);
-  l = {.tp = 1, .pp = 1, .dp = 1, .micro_batch = 4};
+  l = {{.tp = 1, .pp = 1, .dp = 1, .micro_batch = 4}};
   const double none = plan::estimate_time(s, l, prof).step_ms;
   l.recompute = Recompute::kSelective;
   const double selective = plan::estimate_time(s, l, prof).step_ms;
@@ -297,7 +297,7 @@ TEST(TimeModel, PipelineBubbleAndRecomputation) {
 
   // Interleaved divides 1F1B's fill and drain by v; ZB-H1 fills them with
   // the weight gradients (about a third left where B and W cost the same).
-  l = {.tp = 1, .pp = 4, .dp = 1, .micro_batch = 1, .grad_accum = 8};
+  l = {{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 1, .grad_accum = 8}};
   const plan::TimeEstimate base = plan::estimate_time(s, l, prof);
   l.schedule = parallel::Schedule::kZeroBubbleH1;
   const plan::TimeEstimate zb = plan::estimate_time(s, l, prof);
@@ -354,7 +354,7 @@ TEST(Search, BalancesStagesWithTheHeadCounted) {
   const nn::ModelSpec s = models::GPTConfig{.vocab_size = 50257, .context = 1024, .n_layer = 16, .n_head = 12,
                                             .n_embd = 768, .vocab_multiple = 128}
                               .spec(1024);
-  const plan::LayoutChoice l{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 1, .grad_accum = 8};
+  const plan::LayoutChoice l{{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 1, .grad_accum = 8}};
   const std::vector<int> split = plan::balanced_stage_layers(s, l, cluster());
   ASSERT_EQ(split.size(), 4u);
   EXPECT_EQ(std::accumulate(split.begin(), split.end(), 0), 16);
@@ -462,14 +462,14 @@ TEST(TimeModel, OversubscribedPipelinesCostTheNodesWork) {
   shared.cores_per_node = 2;
   EXPECT_DOUBLE_EQ(own.oversubscription(), 1.0);
   EXPECT_DOUBLE_EQ(shared.oversubscription(), 2.0);
-  plan::LayoutChoice l{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 2, .grad_accum = 8};
+  plan::LayoutChoice l{{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 2, .grad_accum = 8}};
   const plan::TimeEstimate alone = plan::estimate_time(s, l, own), crowded = plan::estimate_time(s, l, shared);
   double sum = 0;
   for (const plan::StageTime& st : crowded.stages) sum += st.total_ms();
   EXPECT_NEAR(crowded.pipeline_ms, std::max(8.0 * sum / 4, alone.pipeline_ms / 2), 1e-9);
   EXPECT_LT(crowded.pipeline_ms, alone.pipeline_ms);
   EXPECT_LT(crowded.bubble, alone.bubble);
-  l = {.tp = 1, .pp = 1, .dp = 4, .micro_batch = 16};
+  l = {{.tp = 1, .pp = 1, .dp = 4, .micro_batch = 16}};
   EXPECT_DOUBLE_EQ(plan::estimate_time(s, l, shared).step_ms, plan::estimate_time(s, l, own).step_ms);
 }
 

@@ -20,13 +20,13 @@ test::GPTRunOptions small(const std::string& precision) {
   test::GPTRunOptions o;
   o.model = {.vocab_size = 64, .context = 16, .n_layer = 2, .n_head = 2, .n_embd = 32};
   o.seq_len = 16;
-  o.engine.micro_batch = 4;
+  o.engine.layout.micro_batch = 4;
   o.engine.steps = 200;
   o.engine.warmup_steps = 10;
   o.engine.lr = 3e-3f;
   o.engine.min_lr = 3e-4f;
   o.engine.eval_samples = 16;
-  o.engine.data_parallel.precision = precision::parse_policy(precision);
+  o.engine.precision = precision::parse_policy(precision);
   return o;
 }
 
@@ -35,7 +35,7 @@ TEST(MixedPrecision, OverflowOnOneRankSkipsTheSameStepEverywhere) {
   const data::TokenSplits data = test::pangram_text(64);
   test::GPTRunOptions o = small("fp16");
   o.engine.steps = 6;
-  o.engine.grad_accum = 2;
+  o.engine.layout = {.tp = 2, .pp = 2, .micro_batch = 4, .grad_accum = 2};
   o.engine.loss_scaler.initial_scale = 1024.f;  // far from f16 overflow: only the injected one happens
   o.engine.loss_scaler.hysteresis = 1;
   const int culprit = 5, bad_step = 3;

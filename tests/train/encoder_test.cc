@@ -130,7 +130,7 @@ train::ModelFactory encoder() {
 TEST(Encoder, LearnsToCountThroughThePaddingMask) {
   train::EngineOptions o;
   o.steps = 150;
-  o.micro_batch = 32;
+  o.layout.micro_batch = 32;
   o.lr = 5e-3f;
   o.min_lr = 5e-4f;
   o.warmup_steps = 10;

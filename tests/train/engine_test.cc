@@ -57,9 +57,9 @@ std::vector<float> all_weights(Engine& e) {
 TEST(Engine, AccumulationEqualsOneLargerBatch) {
   const data::TokenSplits data = synthetic_text();
   test::GPTRunOptions big = small_options(), acc = small_options();
-  big.engine.micro_batch = 8;
-  acc.engine.micro_batch = 2;
-  acc.engine.grad_accum = 4;
+  big.engine.layout.micro_batch = 8;
+  acc.engine.layout.micro_batch = 2;
+  acc.engine.layout.grad_accum = 4;
   test::GPTEngine a(big, data), b(acc, data);
   for (int i = 0; i < 3; ++i) {
     const StepStats sa = a.engine.step(), sb = b.engine.step();
@@ -106,7 +106,7 @@ TEST(Engine, BadOptionsAreRefused) {
                                    {"sequence length 64", "context 32"}));
   }
   o = small_options();
-  o.engine.grad_accum = 0;
+  o.engine.layout.grad_accum = 0;
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data); }, ErrorKind::kConfig, {"--grad-accum"}));
   o = small_options();
   o.model.vocab_size = 100;
@@ -122,7 +122,7 @@ TEST(Engine, ReportsTheModelAndRunsWithoutValidation) {
   const data::TokenSplits data = synthetic_text();
   test::GPTRunOptions o = small_options();
   o.engine.eval_samples = 0;
-  o.engine.grad_accum = 3;
+  o.engine.layout.grad_accum = 3;
   test::GPTEngine t(o, data);
   EXPECT_EQ(t.engine.num_parameters(), o.model.num_parameters());
   EXPECT_EQ(t.engine.model_description(), "GPT L2 H2 C32 V256 T32");
@@ -188,22 +188,22 @@ TEST(Engine, AModelBuiltForAnotherPlacementIsRefused) {
 TEST(Engine, StageLayersAreChecked) {
   const data::TokenSplits data = synthetic_text();
   test::GPTRunOptions o = small_options();  // 2 layers, one process: pp 1
-  o.engine.stage_layers = {1, 1};
+  o.engine.layout.stage_layers = {1, 1};
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data); }, ErrorKind::kConfig,
                                  {"--stage-layers 1,1 gives 2 pipeline stages but the pipeline has 1 (--pp 1)",
                                   "e.g. --stage-layers 2 (2 layers, split by count)"}));
-  o.engine.stage_layers = {2, 0};
+  o.engine.layout.stage_layers = {2, 0};
   EXPECT_TRUE(test::throws_error([&] { o.engine.validate(); }, ErrorKind::kConfig,
                                  {"--stage-layers 2,0: stage 1 would hold 0 layers", "e.g. --stage-layers 1,1"}));
-  o.engine.virtual_stages = 2;  // as under --schedule interleaved: the counts are of virtual stages
+  o.engine.layout.virtual_stages = 2;  // as under --schedule interleaved: the counts are of virtual stages
   EXPECT_TRUE(test::throws_error([&] { o.engine.validate(); }, ErrorKind::kConfig,
                                  {"--stage-layers 2,0: virtual stage 1 would hold 0 layers",
                                   "every virtual stage needs at least one", "e.g. --stage-layers 1,1"}));
-  o.engine.virtual_stages = 1;
-  o.engine.stage_layers = {3};
+  o.engine.layout.virtual_stages = 1;
+  o.engine.layout.stage_layers = {3};
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data); }, ErrorKind::kConfig,
                                  {"--stage-layers 3 sums to 3 layers but the model has 2", "e.g. --stage-layers 2"}));
-  o.engine.stage_layers = {2};
+  o.engine.layout.stage_layers = {2};
   EXPECT_EQ(test::GPTEngine(o, data).engine.stage_split(), std::vector<int>{2});
   // A factory that drops the chosen split is refused like one built for another stage.
   data::TokenBatches batches(data, o.seq_len);
@@ -215,7 +215,7 @@ TEST(Engine, StageLayersAreChecked) {
   };
   EXPECT_TRUE(test::throws_error([&] { Engine e(o.engine, by_count, batches); }, ErrorKind::kInvalidArgument,
                                  {"with pipeline stage boundaries {}", "the engine asked for {0,2}"}));
-  o.engine.stage_layers = {};
+  o.engine.layout.stage_layers = {};
   EXPECT_EQ(test::GPTEngine(o, data).engine.stage_split(), std::vector<int>{2});
 
   // The flag, as gpt_train and llama_train take it; checked against --pp before any process starts.
@@ -226,7 +226,7 @@ TEST(Engine, StageLayersAreChecked) {
     std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
     app.parse(args);
     flags.resolve();
-    return flags.engine.stage_layers;
+    return flags.engine.layout.stage_layers;
   };
   EXPECT_EQ(parse({"--pp", "4", "--stage-layers", "3,5,5,3"}), (std::vector<int>{3, 5, 5, 3}));
   EXPECT_TRUE(parse({"--pp", "2"}).empty());
@@ -256,7 +256,7 @@ TEST(Engine, StageLayersAreChecked) {
 TEST(Engine, StepHooksRunAtTheirPoints) {
   const data::TokenSplits data = synthetic_text();
   test::GPTRunOptions o = small_options();
-  o.engine.grad_accum = 2;
+  o.engine.layout.grad_accum = 2;
   test::GPTEngine twin(o, data);  // the same run without hooks
   const test::TempDir ckpt("ht_engine_test_hooks");  // removed at the end, pass or fail
   o.engine.ckpt_dir = ckpt.path().string();
@@ -415,8 +415,8 @@ TEST(Engine, AStreamResumesOnlyInTheShareItWasDrawnIn) {
     ASSERT_EQ(e.resumed_from(), 2);
     for (int i = 2; i < 4; ++i) EXPECT_EQ(e.step().loss, straight[std::size_t(i)]) << "step " << i + 1;
   }
-  o.engine.micro_batch = 2;
-  o.engine.grad_accum = 2;
+  o.engine.layout.micro_batch = 2;
+  o.engine.layout.grad_accum = 2;
   EXPECT_TRUE(test::throws_error(
       [&] {
         TokenStream stream(data);
@@ -435,8 +435,8 @@ TEST(Engine, AStreamResumesOnlyInTheShareItWasDrawnIn) {
   ASSERT_NE(at, std::string::npos);
   text.erase(at, text.find(',', at) + 1 - at);
   std::ofstream(manifest) << text;
-  o.engine.micro_batch = 4;
-  o.engine.grad_accum = 1;
+  o.engine.layout.micro_batch = 4;
+  o.engine.layout.grad_accum = 1;
   test::GPTRunOptions random = o;
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(random, data); }, ErrorKind::kConfig,
                                  {"records no consumed samples", "older"}));

@@ -217,9 +217,9 @@ test::GPTRunOptions gpt_options(DType compute) {
   test::GPTRunOptions o = test::tiny_gpt_options(3);
   o.model = {.vocab_size = 64, .context = 32, .n_layer = 4, .n_head = 2, .n_embd = 64};
   o.seq_len = 32;
-  o.engine.grad_accum = 2;
+  o.engine.layout.grad_accum = 2;
   o.engine.eval_samples = 0;
-  o.engine.data_parallel.precision.compute = compute;
+  o.engine.precision.compute = compute;
   return o;
 }
 

@@ -120,7 +120,7 @@ enum class ActionKind {
 /// (ZeRO-3 gathers each of the model's units around its use, and a rank's
 /// chunks would be one unit each). The engine, the plan's models and its
 /// search all ask it.
-std::string layout_problem(Schedule schedule, int virtual_stages, int stages, int micro_batches, int zero_stage);
+std::string schedule_problem(Schedule schedule, int virtual_stages, int stages, int micro_batches, int zero_stage);
 
 /// "recv-forward", "forward", ..., "send-backward-recv-forward", "backward-input",
 /// "backward-weight", "send-forward-recv-forward", "send-backward-recv-backward".

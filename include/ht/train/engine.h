@@ -37,6 +37,7 @@
 #include "ht/optim/lr_schedule.h"
 #include "ht/optim/sgd.h"
 #include "ht/parallel/data_parallel.h"
+#include "ht/parallel/layout.h"
 #include "ht/parallel/pipeline.h"
 #include "ht/precision/loss_scaler.h"
 #include "ht/resilience/rank_guard.h"
@@ -53,8 +54,16 @@ using ModelFactory = std::function<std::unique_ptr<nn::Model>(const nn::Placemen
 struct EngineOptions {
   Device device = Device::cpu();
   std::int64_t steps = 100;
-  std::int64_t micro_batch = 8;  // rows per micro-batch and data-parallel rank
-  int grad_accum = 1;            // micro-batches per optimizer step
+  /// The run's layout: the mesh (tp and pp must be the mesh's; dp 0 or
+  /// the mesh's), ZeRO stage and shard group, rows per micro-batch and data-
+  /// parallel rank, micro-batches per optimizer step, the pipeline schedule,
+  /// its virtual stages and stage split (parallel/layout.h). Under the
+  /// interleaved schedule the model is built virtual_stages times per rank,
+  /// chunk c as virtual stage c pp + rank of pp v (nn::ModelChunks). Chosen
+  /// stage sizes (stage_layers, e.g. {3, 5, 5, 3}: a lighter first and last
+  /// stage make room for the embedding and the head) reach the model as its
+  /// placement's stage boundaries.
+  parallel::Layout layout{.micro_batch = 8};
   float lr = 1e-3f;
   float min_lr = 1e-4f;
   std::int64_t warmup_steps = 20;
@@ -78,33 +87,17 @@ struct EngineOptions {
   /// (data::validation_ranges): the same samples under every layout. 0: no
   /// validation.
   std::int64_t eval_samples = 64;
-  /// Data parallelism / ZeRO (the mesh gives dp, tp and pp).
-  parallel::DataParallelOptions data_parallel;
-  parallel::Schedule schedule = parallel::Schedule::k1F1B;
-  /// Model chunks per pipeline rank under the interleaved schedule (v >= 2,
-  /// Megatron's virtual pipeline size; 1 with the other schedules): the
-  /// model is built v times per rank, chunk c as virtual stage c pp + rank
-  /// of pp v (nn::ModelChunks), and stage_layers, when given, has pp v
-  /// counts. The interleaved schedule needs pp >= 2, grad_accum a multiple
-  /// of pp, and ZeRO stage 0-2.
-  int virtual_stages = 1;
+  /// Mixed precision: the dtypes of the working copies and gradients, and
+  /// the dtype gradients are reduced in (f32 masters always); f16 scales the
+  /// loss dynamically (bf16 and f32 do not, unless forced).
+  precision::Policy precision;
+  /// Target gradient bucket size (ZeRO stages 0-2).
+  std::int64_t bucket_bytes = std::int64_t(25) << 20;
   /// Activation recomputation (nn/module.h), applied to the model once
   /// it is built (nn::Model::set_recompute): kSelective recomputes the
   /// attention core in backward, kFull each block from its input. Losses
   /// and gradients are the same bits under every mode.
   nn::Recompute recompute = nn::Recompute::kNone;
-  /// Pipeline stages of chosen sizes: the model's layers on each stage, in
-  /// order, one count >= 1 per stage (the mesh's pp of them) summing to the
-  /// model's layer count, e.g. {3, 5, 5, 3} (--stage-layers 3,5,5,3): a
-  /// lighter first and last stage make room for the embedding and the head.
-  /// Empty: by count (the first n_layers % pp stages one layer more). The
-  /// model gets them as its placement's stage boundaries.
-  std::vector<int> stage_layers;
-  /// The pipeline's stages as the model is split: pp, or pp v virtual
-  /// stages under the interleaved schedule.
-  int model_stages(int pp) const { return pp * virtual_stages; }
-  /// Mixed precision: data_parallel.precision chooses the dtypes; f16 scales
-  /// the loss dynamically (bf16 and f32 do not, unless forced).
   precision::LossScalerOptions loss_scaler;
   bool force_loss_scaling = false;
   /// Checkpoints: saved every ckpt_every steps and/or every ckpt_every_s
@@ -153,14 +146,8 @@ struct EngineOptions {
   std::string trace_path;
   std::int64_t trace_first = 3, trace_last = 5;
 
-  /// Throws kConfig naming the bad value.
+  /// Throws kConfig naming the bad value (the layout's by layout_problem).
   void validate() const;
-  /// stage_layers as the placement's stage boundaries for a mesh of `pp`
-  /// pipeline ranks, model_stages(pp) stages (empty: by count); throws
-  /// kConfig, naming the values and a valid --stage-layers, when there are
-  /// not model_stages(pp) counts or one is below 1 (speaking of pp x v
-  /// virtual stages under the interleaved schedule).
-  std::vector<int> stage_boundaries(int pp) const;
 };
 
 struct StepStats {
@@ -274,6 +261,7 @@ class Engine {
   parallel::Pipeline& pipeline() { return *pipeline_; }
   data::DataSource& data() { return data_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
+  /// The options the engine runs with: the program's, with layout.dp resolved to the mesh's.
   const EngineOptions& options() const { return options_; }
   /// Rows per optimizer step over the whole mesh (micro_batch x grad_accum x dp).
   std::int64_t global_batch() const;
@@ -281,7 +269,7 @@ class Engine {
   std::int64_t num_parameters() const { return num_parameters_; }
   /// The model's description (nn::Model::describe), the same on every rank.
   const std::string& model_description() const { return description_; }
-  /// The layers on each pipeline stage: options().stage_layers, or the
+  /// The layers on each pipeline stage: options().layout.stage_layers, or the
   /// split by count of the model's nn::Model::num_layers(); empty when the
   /// model does not say how many layers it has.
   const std::vector<int>& stage_split() const { return stage_split_; }
@@ -289,9 +277,6 @@ class Engine {
  private:
   /// The factory's model for `placement`, checked to be built for it.
   std::unique_ptr<nn::Model> build_model(const ModelFactory& make_model, const nn::Placement& placement) const;
-  /// Throws kConfig when virtual_stages does not fit the schedule, pp,
-  /// accumulation or ZeRO stage.
-  void validate_virtual_stages(int pp) const;
   void resume();
   void progress(resilience::Phase phase);
   /// Silent-data-corruption check: replicas compare parameter checksums.
