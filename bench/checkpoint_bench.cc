@@ -118,7 +118,7 @@ double raw_write_ms(const std::string& source, const std::string& dir) {
 /// measures the disk beside it; fills the save figures of `out`.
 void measure_saves(const Args& a, const data::TokenSplits& data, nlohmann::json& out) {
   comm::DeviceMesh mesh(comm::make_mpi_world(), a.tp, a.pp);
-  out["layout"] = fmt::format("{}, zero {}", mesh.layout().str(), a.zero);
+  out["layout"] = fmt::format("{}, zero {}", mesh.shape().str(), a.zero);
   if (mesh.rank() == 0) fs::remove_all(a.dir);
   mesh.world().barrier()->wait();
   bench::LmEngine t(engine_options(a), a.model(), data, kSeqLen, &mesh);
@@ -155,7 +155,7 @@ double measure_load(const Args& a, const data::TokenSplits& data, int tp, int pp
   train::EngineOptions r = engine_options(a);
   r.resume = true;
   r.layout.tp = tp, r.layout.pp = pp, r.layout.zero = zero;
-  layout = fmt::format("{}, zero {}", mesh.layout().str(), zero);
+  layout = fmt::format("{}, zero {}", mesh.shape().str(), zero);
   const double t0 = now_ms();
   bench::LmEngine t(r, a.model(), data, kSeqLen, &mesh);
   const double ms = now_ms() - t0;

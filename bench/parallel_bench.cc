@@ -115,7 +115,7 @@ void validate(const ParallelArgs& a, int world_size) {
            "--mode bubble needs a pipeline: --pp 2 or more (got --pp {} on {} ranks)", a.pp, world_size);
 }
 
-void print_run_json(const ParallelArgs& a, const comm::MpiRuntime& runtime, const comm::MeshLayout& layout,
+void print_run_json(const ParallelArgs& a, const comm::MpiRuntime& runtime, const comm::MeshShape& layout,
                     const models::GPTConfig& model, const comm::CommOptions& copts) {
   nlohmann::json run = build_json();
   run.update({{"type", "run"},
@@ -139,7 +139,7 @@ void print_run_json(const ParallelArgs& a, const comm::MpiRuntime& runtime, cons
   print_json_line(run);
 }
 
-void print_preamble(const ParallelArgs& a, const comm::MpiRuntime& runtime, const comm::MeshLayout& layout,
+void print_preamble(const ParallelArgs& a, const comm::MpiRuntime& runtime, const comm::MeshShape& layout,
                     const models::GPTConfig& model, const comm::CommOptions& copts) {
   std::printf("# ht-parallel-bench %s: %s\n", a.mode.c_str(), ht::build_description().c_str());
   std::printf("# world %d = pp %d x dp %d x tp %d, host %s; model %s, micro-batch %lld x %lld\n",
@@ -175,9 +175,9 @@ int parallel_bench(int argc, char** argv, const comm::MpiRuntime& runtime) {
   comm::DeviceMesh mesh(comm::make_mpi_world(copts), a.tp, a.pp);
   if (print) {
     if (a.json)
-      print_run_json(a, runtime, mesh.layout(), model, copts);
+      print_run_json(a, runtime, mesh.shape(), model, copts);
     else
-      print_preamble(a, runtime, mesh.layout(), model, copts);
+      print_preamble(a, runtime, mesh.shape(), model, copts);
     std::fflush(stdout);
   }
   int rc = 0;

@@ -54,7 +54,7 @@ void measure_bubble(const ParallelArgs& a, comm::DeviceMesh& mesh, const models:
   o.layout.schedule = parallel::parse_schedule(schedule);
   if (o.layout.schedule == parallel::Schedule::kInterleaved) o.layout.virtual_stages = a.virtual_stages;
   o.layout.grad_accum = m;
-  const data::TokenSplits splits = splits_for(a, model, mesh.layout().dp_size());
+  const data::TokenSplits splits = splits_for(a, model, mesh.shape().dp_size());
   LmEngine engine(o, model, splits, a.seq, &mesh);
   double compute_ms = 0, idle_ms = 0;
   std::int64_t peak = 0;
@@ -164,7 +164,7 @@ void print_json(const ParallelArgs& a, const models::GPTConfig& model, int p, co
 
 int run_bubble(const ParallelArgs& a, comm::DeviceMesh& mesh, const models::GPTConfig& model) {
   const bool print = mesh.world().rank() == 0;
-  const int p = mesh.layout().pp_size();
+  const int p = mesh.shape().pp_size();
   std::vector<BubbleRow> rows;
   for (const std::string& schedule : a.schedules)
     for (int m : a.micro_batches) measure_bubble(a, mesh, model, schedule, m, rows);
@@ -173,7 +173,7 @@ int run_bubble(const ParallelArgs& a, comm::DeviceMesh& mesh, const models::GPTC
   });
   std::vector<std::string> notes;
   const bool saved_ok = check_saved(rows, p, notes);
-  if (print && !a.json) print_table(a, model, p, mesh.layout().dp_size(), rows, saved_ok, notes);
+  if (print && !a.json) print_table(a, model, p, mesh.shape().dp_size(), rows, saved_ok, notes);
   if (print && a.json) print_json(a, model, p, rows, saved_ok);
   return saved_ok ? 0 : 1;
 }

@@ -370,7 +370,7 @@ json summary_json(const MemoryReport& m, const std::string& prec) {
 
 int run_memory(const ParallelArgs& a, comm::DeviceMesh& mesh, const models::GPTConfig& model) {
   MemoryReport m;
-  m.shards = mesh.layout().dp_size();
+  m.shards = mesh.shape().dp_size();
   const data::TokenSplits splits = splits_for(a, model, m.shards);
   for (const std::string& prec : a.precisions)
     for (int z : a.zero_stages) m.results.push_back(measure_memory(a, mesh, model, splits, prec, z, m.num_parameters));

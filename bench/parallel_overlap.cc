@@ -87,7 +87,7 @@ struct OverlapRun {
 class OverlapBench {
  public:
   OverlapBench(const ParallelArgs& a, comm::DeviceMesh& mesh, const models::GPTConfig& model)
-      : mesh_(mesh), splits_(splits_for(a, model, mesh.layout().dp_size())) {
+      : mesh_(mesh), splits_(splits_for(a, model, mesh.shape().dp_size())) {
     train::EngineOptions o = base_options(a);
     o.layout.zero = 0;
     o.bucket_bytes = a.bucket_bytes;
@@ -237,7 +237,7 @@ int run_overlap(const ParallelArgs& a, comm::DeviceMesh& mesh, const models::GPT
                    st.exposed_ms, st.serial_ms, 100 * st.hidden);
     if (timed) run.steps.push_back(st);
   }
-  const int dp = mesh.layout().dp_size();
+  const int dp = mesh.shape().dp_size();
   if (print && !a.json) print_table(a, model, dp, run);
   if (print && a.json) print_json(a, model, dp, run);
   return 0;

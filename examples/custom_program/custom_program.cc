@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   train::TrainFlags flags;
   flags.job.run_dir = "runs/custom";
   flags.engine.steps = 150;
-  flags.engine.micro_batch = 64;
+  flags.engine.layout.micro_batch = 64;
   flags.engine.lr = 1e-2f;
   flags.engine.min_lr = 1e-3f;
   flags.engine.warmup_steps = 10;

@@ -298,7 +298,7 @@ Checkpointer::Checkpointer(const CheckpointOptions& options, comm::DeviceMesh& m
            options_.dir, error.empty() ? " on another rank" : fmt::format(" ({})", error));
   impl_ = std::make_unique<Impl>(mesh, options_, &stats_);
   impl_->writer_lock = std::move(lock);
-  impl_->layout = mesh.layout().str();
+  impl_->layout = mesh.shape().str();
   impl_->comm = world.split(0, world.rank(), "ckpt");
   if (!options_.memory_dir.empty()) {
     impl_->memory.emplace(options_.memory_dir, options_.node.empty() ? "node" : options_.node,

@@ -98,6 +98,7 @@ std::string manifest_text(const Manifest& m) {
                  {"optimizer_steps", r.optimizer_steps},
                  {"model", r.model},
                  {"optimizer", r.optimizer},
+                 {"layout", r.layout},
                  {"consumed_samples", r.consumed_samples},
                  {"data", to_json(r.data)},
                  {"stream_shard", r.stream_shard},
@@ -146,6 +147,7 @@ Manifest parse_manifest(const std::string& text, const std::string& path, const 
     m.run.model = r.at("model").get<std::string>();
     // Absent in checkpoints written before the optimizer was a choice: AdamW's.
     m.run.optimizer = r.contains("optimizer") ? r.at("optimizer").get<std::string>() : "adamw";
+    if (r.contains("layout")) m.run.layout = r.at("layout").get<std::string>();
     // Absent in checkpoints written before the engine counted samples.
     if (r.contains("consumed_samples")) m.run.consumed_samples = integer<std::int64_t>(r, "consumed_samples");
     m.run.data = from_json(r.at("data"), "data");

@@ -1,5 +1,5 @@
 // DeviceMesh: the per-axis communicators of a pp x dp x tp mesh, split from
-// the world by MeshLayout's arithmetic.
+// the world by MeshShape's arithmetic.
 #include "ht/comm/device_mesh.h"
 
 #include <fmt/format.h>
@@ -9,12 +9,12 @@
 namespace ht::comm {
 namespace {
 
-// The layout for `world`, or a kConfig error that says it was the mesh that
-// could not be built (MeshLayout's message names the sizes and the choices).
-MeshLayout checked_layout(const Communicator* world, int tp, int pp) {
+// The shape for `world`, or a kConfig error that says it was the mesh that
+// could not be built (MeshShape's message names the sizes and the choices).
+MeshShape checked_shape(const Communicator* world, int tp, int pp) {
   HT_CHECK(world != nullptr, ErrorKind::kInvalidArgument, "DeviceMesh needs a world communicator, got null");
   try {
-    return MeshLayout(world->size(), tp, pp);
+    return MeshShape(world->size(), tp, pp);
   } catch (const Error& e) {
     throw Error(e.kind(), fmt::format("cannot build the device mesh (tp={}, pp={}) over '{}' of {} ranks: {}", tp,
                                       pp, world->name(), world->size(), e.message()));
@@ -33,16 +33,16 @@ int coordinate(const MeshCoord& c, MeshAxis axis) {
 }  // namespace
 
 DeviceMesh::DeviceMesh(std::unique_ptr<Communicator> world, int tp, int pp)
-    : world_(std::move(world)), layout_(checked_layout(world_.get(), tp, pp)), coord_(layout_.coord(world_->rank())) {
+    : world_(std::move(world)), shape_(checked_shape(world_.get(), tp, pp)), coord_(shape_.coord(world_->rank())) {
   // Every rank makes the three splits in the same order; each is collective
-  // over the world and names its group by the colour, which MeshLayout makes
+  // over the world and names its group by the colour, which MeshShape makes
   // the same for all members and distinct between groups.
   const auto split_axis = [&](MeshAxis axis) {
-    const int colour = layout_.group_index(world_->rank(), axis);
+    const int colour = shape_.group_index(world_->rank(), axis);
     auto group = world_->split(colour, coordinate(coord_, axis), fmt::format("{}.{}", axis_name(axis), colour));
-    HT_CHECK(group != nullptr && group->size() == layout_.size(axis), ErrorKind::kInternal,
-             "split of '{}' for the {} axis gave a group of {} ranks where the layout {} says {}", world_->name(),
-             axis_name(axis), group ? group->size() : 0, layout_.str(), layout_.size(axis));
+    HT_CHECK(group != nullptr && group->size() == shape_.size(axis), ErrorKind::kInternal,
+             "split of '{}' for the {} axis gave a group of {} ranks where the shape {} says {}", world_->name(),
+             axis_name(axis), group ? group->size() : 0, shape_.str(), shape_.size(axis));
     return group;
   };
   tp_ = split_axis(MeshAxis::kTp);

@@ -55,10 +55,10 @@ void DataParallelOptions::validate(int dp) const {
 DataParallel::DataParallel(nn::Model& model, comm::DeviceMesh& mesh, const DataParallelOptions& options,
                            InitialValues initial_values)
     : model_(model), mesh_(mesh), options_(options), initial_values_(std::move(initial_values)) {
-  const comm::MeshLayout& layout = mesh.layout();
+  const comm::MeshShape& shape = mesh.shape();
   const comm::MeshCoord& at = mesh.coord();
-  options_.validate(layout.dp_size());
-  const HybridShard h = hybrid_shard(layout.dp_size(), options_.shard_group, at.dp_rank, options_.zero_stage);
+  options_.validate(shape.dp_size());
+  const HybridShard h = hybrid_shard(shape.dp_size(), options_.shard_group, at.dp_rank, options_.zero_stage);
   shards_ = h.shards;
   shard_rank_ = h.shard_rank;
   replicas_ = h.replicas;
@@ -77,7 +77,7 @@ DataParallel::DataParallel(nn::Model& model, comm::DeviceMesh& mesh, const DataP
 DataParallel::~DataParallel() = default;
 
 void DataParallel::setup_tied_weights() {
-  const comm::MeshLayout& layout = mesh_.layout();
+  const comm::MeshShape& shape = mesh_.shape();
   const comm::MeshCoord& at = mesh_.coord();
   const int stage = model_.stage().rank;
   std::vector<nn::Parameter*> params = model_.parameters();
@@ -101,7 +101,7 @@ void DataParallel::setup_tied_weights() {
       param->layout().pp_tied_copy = stage != t.stages.front();
     }
     // The copies of one (dp, tp) position, ordered by stage.
-    const int color = holds ? at.dp_rank * layout.tp_size() + at.tp_rank : -1;
+    const int color = holds ? at.dp_rank * shape.tp_size() + at.tp_rank : -1;
     tied_.emplace_back(param, mesh_.world().split(color, at.pp_rank, fmt::format("tied.{}.{}", t.name, color)));
   }
 }

@@ -75,15 +75,15 @@ std::vector<Piece> recv_pieces(comm::Communicator& world, int src) {
 }  // namespace
 
 std::map<std::string, Tensor> gather_full_parameters(nn::Model& model, DataParallel& dp, comm::DeviceMesh& mesh) {
-  const comm::MeshLayout& layout = mesh.layout();
+  const comm::MeshShape& shape = mesh.shape();
   comm::Communicator& world = mesh.world();
   dp.gather_all();
   std::map<std::string, std::vector<Tensor>> parts;  // name -> part per tp rank
   std::map<std::string, nn::ParamLayout> layouts;
   std::map<std::string, Tensor> tied_copies;
-  for (int pp = 0; pp < layout.pp_size(); ++pp)
-    for (int tp = 0; tp < layout.tp_size(); ++tp) {
-      const int src = layout.rank({.tp_rank = tp, .dp_rank = 0, .pp_rank = pp});
+  for (int pp = 0; pp < shape.pp_size(); ++pp)
+    for (int tp = 0; tp < shape.tp_size(); ++tp) {
+      const int src = shape.rank({.tp_rank = tp, .dp_rank = 0, .pp_rank = pp});
       if (world.rank() == src && src != 0) send_pieces(world, local_pieces(model), 0);
       if (world.rank() != 0) continue;
       for (Piece& piece : src == 0 ? local_pieces(model) : recv_pieces(world, src)) {

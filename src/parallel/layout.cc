@@ -47,7 +47,7 @@ Layout Layout::on_world(int world_size) const {
   return l;
 }
 
-Layout Layout::on_mesh(const comm::MeshLayout& mesh) const {
+Layout Layout::on_mesh(const comm::MeshShape& mesh) const {
   HT_CHECK(tp == mesh.tp_size() && pp == mesh.pp_size(), ErrorKind::kConfig,
            "the layout {} has tp {} and pp {}, but the mesh it runs on has tp {} and pp {}: build the mesh from the "
            "layout (JobOptions::tp, pp), or give the layout the mesh's sizes",

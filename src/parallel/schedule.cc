@@ -444,6 +444,132 @@ int compute_ticks(ActionKind kind, const SimCosts& costs) {
   }
 }
 
+// The first action that names a chunk or a stage that does not exist;
+// empty when none.
+std::string table_problem(const std::vector<std::vector<Action>>& tables, const Ring& ring) {
+  const int p = int(tables.size());
+  const bool chunked = ring.chunks > 1;
+  for (int s = 0; s < p; ++s)
+    for (std::size_t i = 0; i < tables[std::size_t(s)].size(); ++i) {
+      const Action& a = tables[std::size_t(s)][i];
+      if (a.chunk < 0 || a.recv_chunk < 0)
+        return fmt::format("stage {} action {} ({}) names a negative chunk", s, i, action_str(a, chunked));
+      for (const Half& h : halves(a, s, ring))
+        if (h.from < 0 || h.to < 0)
+          return fmt::format("stage {} action {} ({}) would {}, which does not exist in {} stages{}", s, i,
+                             action_str(a, chunked), half_str(h, ring), p,
+                             chunked ? fmt::format(" of {} chunks", ring.chunks) : std::string());
+    }
+  return {};
+}
+
+// The simulator between two ticks: each stage's next action, whether it is
+// posted, its transfer halves still pending and the ticks its compute or
+// load has left.
+struct Simulation {
+  const std::vector<std::vector<Action>>& tables;
+  const SimCosts& costs;
+  Ring ring;
+  std::vector<std::size_t> pc;
+  std::vector<std::vector<Half>> pending;
+  std::vector<bool> posted;
+  std::vector<int> ticks_left;
+
+  Simulation(const std::vector<std::vector<Action>>& t, const SimCosts& c, Ring r)
+      : tables(t), costs(c), ring(r), pc(t.size(), 0), pending(t.size()), posted(t.size(), false),
+        ticks_left(t.size(), 0) {}
+
+  int stages() const { return int(tables.size()); }
+  bool done(int s) const { return pc[std::size_t(s)] >= tables[std::size_t(s)].size(); }
+  const Action& current(int s) const { return tables[std::size_t(s)][pc[std::size_t(s)]]; }
+  std::string str(int s) const { return action_str(current(s), ring.chunks > 1); }
+
+  // Every stage without a posted action posts its next.
+  void post() {
+    for (int s = 0; s < stages(); ++s)
+      if (!done(s) && !posted[std::size_t(s)]) {
+        pending[std::size_t(s)] = halves(current(s), s, ring);
+        ticks_left[std::size_t(s)] = compute_ticks(current(s).kind, costs);
+        posted[std::size_t(s)] = true;
+      }
+  }
+
+  // Matches pending sends with pending receives on the same link; returns
+  // the halves left pending. A pair that meets with another micro-batch,
+  // direction or producer sets `problem`.
+  std::vector<std::vector<Half>> match(int tick, bool& progress, std::string& problem) const {
+    std::vector<std::vector<Half>> left = pending;
+    for (int s = 0; s < stages(); ++s)
+      for (const Half& h : pending[std::size_t(s)]) {
+        if (!h.send) continue;
+        std::vector<Half>& peer = left[std::size_t(h.to)];
+        const auto it = std::find_if(peer.begin(), peer.end(),
+                                     [&](const Half& q) { return !q.send && q.from == h.from && q.to == h.to; });
+        if (it == peer.end()) continue;
+        if (it->forward != h.forward || it->micro_batch != h.micro_batch || it->producer != h.producer) {
+          problem = mismatch(tick, s, h, *it);
+          return left;
+        }
+        peer.erase(it);
+        std::vector<Half>& mine = left[std::size_t(s)];
+        mine.erase(std::find_if(mine.begin(), mine.end(), [&](const Half& q) {
+          return q.send && q.from == h.from && q.to == h.to;
+        }));
+        progress = true;
+      }
+    return left;
+  }
+
+  std::string mismatch(int tick, int s, const Half& h, const Half& q) const {
+    if (ring.chunks == 1 && q.forward == h.forward)
+      return fmt::format("tick {}: stage {} sends the {} of micro-batch {} to stage {}, which receives micro-batch {}",
+                         tick, s, h.forward ? "activation" : "gradient", h.micro_batch, h.to, q.micro_batch);
+    return fmt::format("tick {}: stage {} sends the {} of micro-batch {} from virtual stage {} to stage {}, which "
+                       "expects the {} of micro-batch {} from virtual stage {}",
+                       tick, s, h.forward ? "activation" : "gradient", h.micro_batch, h.producer, h.to,
+                       q.forward ? "activation" : "gradient", q.micro_batch, q.producer);
+  }
+
+  // Completes what finished at `tick` (a compute or load once its ticks
+  // are spent, a transfer once all its halves matched) into `order`;
+  // returns whether every stage is done.
+  bool complete(std::vector<std::vector<Half>> left, int tick, bool& progress, std::vector<SimEvent>& order) {
+    bool all_done = true;
+    for (int s = 0; s < stages(); ++s) {
+      if (done(s)) continue;
+      const bool had_halves = !halves(current(s), s, ring).empty();
+      pending[std::size_t(s)] = std::move(left[std::size_t(s)]);
+      if (pending[std::size_t(s)].empty()) {
+        if (!had_halves) {
+          progress = true;
+          if (--ticks_left[std::size_t(s)] > 0) {
+            all_done = false;
+            continue;
+          }
+        }
+        order.push_back({s, int(pc[std::size_t(s)]), tick});
+        ++pc[std::size_t(s)];
+        posted[std::size_t(s)] = false;
+      }
+      all_done = all_done && done(s);
+    }
+    return all_done;
+  }
+
+  // Every stage not done, its action and the halves it waits on.
+  std::string blocked() const {
+    std::string out;
+    for (int s = 0; s < stages(); ++s) {
+      if (done(s)) continue;
+      std::vector<std::string> waits;
+      for (const Half& h : pending[std::size_t(s)]) waits.push_back(half_str(h, ring));
+      out += fmt::format("{}stage {} at action {} ({}: {})", out.empty() ? "" : "; ", s, pc[std::size_t(s)], str(s),
+                         fmt::join(waits, ", "));
+    }
+    return out;
+  }
+};
+
 }  // namespace
 
 SimResult simulate(const std::vector<std::vector<Action>>& tables, const SimCosts& costs) {
@@ -459,113 +585,25 @@ SimResult simulate(const std::vector<std::vector<Action>>& tables, const SimCost
   // complete (in-order matching per link follows, since each rank posts one
   // action at a time). An action completes when all its halves have; the
   // rank then posts its next.
-  const int p = int(tables.size());
   SimResult r;
-  Ring ring{p, 1};
+  Ring ring{int(tables.size()), 1};
   for (const auto& t : tables)
     for (const Action& a : t) ring.chunks = std::max({ring.chunks, a.chunk + 1, a.recv_chunk + 1});
-  const bool chunked = ring.chunks > 1;
-  const auto str = [&](int s, std::size_t i) { return action_str(tables[std::size_t(s)][i], chunked); };
-  for (int s = 0; s < p; ++s)
-    for (std::size_t i = 0; i < tables[std::size_t(s)].size(); ++i) {
-      const Action& a = tables[std::size_t(s)][i];
-      if (a.chunk < 0 || a.recv_chunk < 0) {
-        r.problem = fmt::format("stage {} action {} ({}) names a negative chunk", s, i, str(s, i));
-        return r;
-      }
-      for (const Half& h : halves(a, s, ring))
-        if (h.from < 0 || h.to < 0) {
-          r.problem = fmt::format("stage {} action {} ({}) would {}, which does not exist in {} stages{}", s, i,
-                                  str(s, i), half_str(h, ring), p,
-                                  chunked ? fmt::format(" of {} chunks", ring.chunks) : std::string());
-          return r;
-        }
-    }
-
-  const std::size_t stages = tables.size();
-  std::vector<std::size_t> pc(stages, 0);
-  std::vector<std::vector<Half>> pending(stages);
-  std::vector<bool> posted(stages, false);
-  std::vector<int> ticks_left(stages, 0);  // of the current compute or load
-  auto done = [&](int s) { return pc[std::size_t(s)] >= tables[std::size_t(s)].size(); };
+  r.problem = table_problem(tables, ring);
+  if (!r.problem.empty()) return r;
+  Simulation sim(tables, costs, ring);
   for (int tick = 1;; ++tick) {
-    for (int s = 0; s < p; ++s)
-      if (!done(s) && !posted[std::size_t(s)]) {
-        const Action& a = tables[std::size_t(s)][pc[std::size_t(s)]];
-        pending[std::size_t(s)] = halves(a, s, ring);
-        ticks_left[std::size_t(s)] = compute_ticks(a.kind, costs);
-        posted[std::size_t(s)] = true;
-      }
-    // Match pending sends with pending receives on the same link.
-    std::vector<std::vector<Half>> left = pending;
+    sim.post();
     bool progress = false;
-    for (int s = 0; s < p; ++s)
-      for (const Half& h : pending[std::size_t(s)]) {
-        if (!h.send) continue;
-        std::vector<Half>& peer = left[std::size_t(h.to)];
-        const auto it = std::find_if(peer.begin(), peer.end(),
-                                     [&](const Half& q) { return !q.send && q.from == h.from && q.to == h.to; });
-        if (it == peer.end()) continue;
-        if (it->forward != h.forward || it->micro_batch != h.micro_batch || it->producer != h.producer) {
-          if (!chunked && it->forward == h.forward)
-            r.problem = fmt::format("tick {}: stage {} sends the {} of micro-batch {} to stage {}, which receives "
-                                    "micro-batch {}",
-                                    tick, s, h.forward ? "activation" : "gradient", h.micro_batch, h.to,
-                                    it->micro_batch);
-          else
-            r.problem = fmt::format("tick {}: stage {} sends the {} of micro-batch {} from virtual stage {} to "
-                                    "stage {}, which expects the {} of micro-batch {} from virtual stage {}",
-                                    tick, s, h.forward ? "activation" : "gradient", h.micro_batch, h.producer, h.to,
-                                    it->forward ? "activation" : "gradient", it->micro_batch, it->producer);
-          r.ticks = tick;
-          return r;
-        }
-        peer.erase(it);
-        std::vector<Half>& mine = left[std::size_t(s)];
-        mine.erase(std::find_if(mine.begin(), mine.end(), [&](const Half& q) {
-          return q.send && q.from == h.from && q.to == h.to;
-        }));
-        progress = true;
-      }
-    bool all_done = true;
-    for (int s = 0; s < p; ++s) {
-      if (done(s)) continue;
-      const std::size_t i = pc[std::size_t(s)];
-      const bool had_halves = !halves(tables[std::size_t(s)][i], s, ring).empty();
-      pending[std::size_t(s)] = left[std::size_t(s)];
-      if (pending[std::size_t(s)].empty()) {
-        // A compute or load completes once its ticks are spent; a transfer
-        // once all its halves matched.
-        if (!had_halves) {
-          progress = true;
-          if (--ticks_left[std::size_t(s)] > 0) {
-            all_done = false;
-            continue;
-          }
-        }
-        r.order.push_back({s, int(i), tick});
-        ++pc[std::size_t(s)];
-        posted[std::size_t(s)] = false;
-      }
-      all_done = all_done && done(s);
-    }
-    if (all_done) {
+    std::vector<std::vector<Half>> left = sim.match(tick, progress, r.problem);
+    r.ticks = tick;
+    if (!r.problem.empty()) return r;
+    if (sim.complete(std::move(left), tick, progress, r.order)) {
       r.completed = true;
-      r.ticks = tick;
       return r;
     }
     if (!progress) {
-      std::string blocked;
-      for (int s = 0; s < p; ++s) {
-        if (done(s)) continue;
-        const std::size_t i = pc[std::size_t(s)];
-        std::vector<std::string> waits;
-        for (const Half& h : pending[std::size_t(s)]) waits.push_back(half_str(h, ring));
-        blocked += fmt::format("{}stage {} at action {} ({}: {})", blocked.empty() ? "" : "; ", s, i, str(s, i),
-                               fmt::join(waits, ", "));
-      }
-      r.problem = fmt::format("deadlock at tick {}: {}", tick, blocked);
-      r.ticks = tick;
+      r.problem = fmt::format("deadlock at tick {}: {}", tick, sim.blocked());
       return r;
     }
   }

@@ -73,7 +73,7 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
                comm::DeviceMesh* mesh)
     : options_((options.validate(), options)), data_(data), mesh_(mesh_or_own(mesh, own_mesh_)) {
   const comm::MeshCoord& at = mesh_->coord();
-  options_.layout = options_.layout.on_mesh(mesh_->layout());  // dp resolved
+  options_.layout = options_.layout.on_mesh(mesh_->shape());  // dp resolved
   const parallel::Layout& layout = options_.layout;
   // The model is built without storage: each flat group of the parallel
   // layer is filled from the parameters' initial values (and, under ZeRO-3,
@@ -242,6 +242,7 @@ ckpt::RunState Engine::run_state() const {
           .scaler = scaler_.state(),
           .model = description_,
           .optimizer = optimizer_->name(),
+          .layout = options_.layout.name(),
           .consumed_samples = consumed_samples_,
           .data = stream ? data_.state() : ClientState{},
           .stream_shard = stream_shard(),
@@ -306,7 +307,7 @@ void Engine::check_replicas(std::int64_t step) {
   replicas_checked_step_ = step;
   // Replicas (the same tp rank and stage in every dp group) hold identical
   // parameters after the update; one 64-bit checksum each is compared.
-  if (mesh_->layout().dp_size() < 2 || options_.layout.zero == 3) return;
+  if (mesh_->shape().dp_size() < 2 || options_.layout.zero == 3) return;
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (nn::Parameter* p : model_->parameters()) {
     const Tensor host = p->data().to(Device::cpu());
@@ -361,7 +362,7 @@ bool Engine::checkpoint_due_by_time() const {
 
 std::string Engine::stream_shard() const {
   if (data_.random_access()) return "";
-  return fmt::format("dp {} x micro-batch {}", mesh_->layout().dp_size(), options_.layout.micro_batch);
+  return fmt::format("dp {} x micro-batch {}", mesh_->shape().dp_size(), options_.layout.micro_batch);
 }
 
 void Engine::check_drawn(const data::MicroBatch& b, std::int64_t rows, const char* what, std::int64_t first) const {
@@ -379,12 +380,12 @@ void Engine::check_drawn(const data::MicroBatch& b, std::int64_t rows, const cha
 }
 
 std::vector<data::MicroBatch> Engine::draw_training() {
-  const comm::MeshLayout& layout = mesh_->layout();
+  const comm::MeshShape& shape = mesh_->shape();
   const std::int64_t rows = options_.layout.micro_batch;
   std::vector<data::MicroBatch> batches;
   for (int j = 0; j < options_.layout.grad_accum; ++j) {
     const data::SampleRange r =
-        data::training_range(consumed_samples_, j, mesh_->coord().dp_rank, layout.dp_size(), rows);
+        data::training_range(consumed_samples_, j, mesh_->coord().dp_rank, shape.dp_size(), rows);
     data::MicroBatch b = data_.random_access() ? data_.samples(r.first, r.count) : data_.next();
     b.first_sample = r.first;
     check_drawn(b, rows, "a training micro-batch", r.first);
@@ -396,7 +397,7 @@ std::vector<data::MicroBatch> Engine::draw_training() {
 std::vector<data::MicroBatch> Engine::draw_validation() {
   std::vector<data::MicroBatch> batches;
   for (const data::SampleRange& r : data::validation_ranges(options_.eval_samples, mesh_->coord().dp_rank,
-                                                           mesh_->layout().dp_size(), options_.layout.micro_batch)) {
+                                                           mesh_->shape().dp_size(), options_.layout.micro_batch)) {
     data::MicroBatch b = data_.validation_samples(r.first, r.count);
     b.first_sample = r.first;
     check_drawn(b, r.count, "a validation micro-batch", r.first);
@@ -425,7 +426,7 @@ StepStats Engine::step() {
   if (trace_) trace_->end_step(s.step, s.step >= options_.steps);
   std::int64_t targets = 0;
   for (const data::MicroBatch& b : batches) targets += b.target.numel();
-  s.tokens = targets * mesh_->layout().dp_size();
+  s.tokens = targets * mesh_->shape().dp_size();
   if (!batches.empty()) s.flops_per_token = model_->flops_per_token(batches.front().input.shape());
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   // The mean step time the snapshot interval is measured against, less the saves' stalls.
@@ -505,7 +506,7 @@ Engine::StepVotes Engine::agree_on_step(StepStats& s, float my_loss) {
                                              vote(snapshot_due(s.step)), vote(snapshot_busy)});
   const StepVotes votes{.stop = sums[1] > 0.f, .checkpoint_by_time = sums[2] > 0.f, .snapshot_due = sums[3] > 0.f,
                         .snapshot_busy = sums[4] > 0.f};
-  s.loss = float(double(sums[0]) / double(options_.layout.grad_accum * mesh_->layout().dp_size()));
+  s.loss = float(double(sums[0]) / double(options_.layout.grad_accum * mesh_->shape().dp_size()));
   s.stop_requested = votes.stop;
   // Divergence: the loss non-finite for too many steps in a row (an overflow
   // that loss scaling handles does not count: its loss is finite).

@@ -149,6 +149,8 @@ int run_job(const char* program, const std::function<JobOptions()>& resolve, con
     launch_guard = start_launch_guard(options);
     job = std::make_unique<Job>(options, launch_guard.get());
     body(*job);
+    if (const std::optional<ExitDecision>& d = job->exit_decision())
+      job->guard().exit(d->code, d->reason, d->blamed);  // recorded by fit before its last collective
     job->finish();
     return resilience::kExitOk;
   } catch (const std::exception& e) {

@@ -30,7 +30,7 @@ namespace {
 
 void print_preamble(Engine& engine, const FitOptions& fit) {
   const EngineOptions& o = engine.options();
-  const comm::MeshLayout& layout = engine.mesh().layout();
+  const comm::MeshShape& shape = engine.mesh().shape();
   const parallel::Layout& l = o.layout;
   for (const std::string& line : fit.preamble) std::printf("%s\n", line.c_str());
   std::printf("# model %s, %s parameters, device %s, precision %s%s\n", engine.model_description().c_str(),
@@ -40,13 +40,13 @@ void print_preamble(Engine& engine, const FitOptions& fit) {
                   ? fmt::format(" (dynamic loss scale from {:g})", engine.loss_scaler().scale()).c_str()
                   : "");
   std::printf("# mesh %s, zero %d%s, schedule %s%s; global batch %lld rows (micro-batch %lld x %d accumulation x dp %d)\n",
-              layout.str().c_str(), l.zero,
+              shape.str().c_str(), l.zero,
               l.shard_group > 0 ? fmt::format(" (shard group {})", l.shard_group).c_str() : "",
               parallel::schedule_name(l.schedule).c_str(),
               o.recompute != nn::Recompute::kNone ? fmt::format(", recompute {}", nn::recompute_name(o.recompute)).c_str()
                                                   : "",
               (long long)engine.global_batch(), (long long)l.micro_batch, l.grad_accum, l.dp);
-  if (layout.pp_size() > 1 && !engine.stage_split().empty())
+  if (shape.pp_size() > 1 && !engine.stage_split().empty())
     std::printf("# stages %s layers (%s)\n", fmt::format("{}", fmt::join(engine.stage_split(), "+")).c_str(),
                 l.stage_layers.empty() ? "by count" : "--stage-layers");
   if (engine.resumed_from() > 0) {
@@ -113,7 +113,7 @@ void write_run_record(MetricsWriter& metrics, Engine& engine, const FitOptions& 
     fields["resume_ms"] = load.ms;
   }
   metrics.write_run(engine.options(), engine.model_description(), engine.num_parameters(),
-                    engine.mesh().layout().str(), fields);
+                    engine.mesh().shape().str(), fields);
 }
 
 /// Rank 0's progress line and step record, MFU included.
@@ -130,15 +130,16 @@ void report_step(MetricsWriter& metrics, Engine& engine, const FitOptions& optio
   metrics.write_step(s, fields);
 }
 
-/// Ends the process after step `s` when a rank was asked to stop
-/// (preemption) or, with --straggler-action exit, a straggler was found:
-/// a checkpoint of this very step first, then the exit record and code.
-void stop_if_asked(Job& job, Engine& engine, const FitOptions& options, const StepStats& s) {
+/// Whether the run stops after step `s` because a rank was asked to stop
+/// (preemption) or, with --straggler-action exit, a straggler was found: a
+/// checkpoint of this very step first, then the exit record, and the job
+/// told how to end (Job::end_with).
+bool stop_if_asked(Job& job, Engine& engine, const FitOptions& options, const StepStats& s) {
   const bool rank0 = job.rank0();
   resilience::RankGuard& guard = job.guard();
   // A preemption in the same step wins: the job stops, nothing is replaced.
   const bool straggler_exit = options.straggler_action == "exit" && !s.straggler_ranks.empty() && !s.stop_requested;
-  if (!s.stop_requested && !straggler_exit) return;
+  if (!s.stop_requested && !straggler_exit) return false;
   // Preemption (SIGTERM/SIGUSR1 on any rank), or a straggler the run
   // must not keep: finish here with a checkpoint.
   if (straggler_exit && rank0)
@@ -163,7 +164,8 @@ void stop_if_asked(Job& job, Engine& engine, const FitOptions& options, const St
   // may come back on other nodes.
   if (engine.checkpointer()) engine.checkpointer()->discard_memory(error.empty());
   engine.mesh().world().barrier()->wait();
-  guard.exit(code, why, blamed);
+  job.end_with({.code = code, .reason = why, .blamed = blamed});
+  return true;
 }
 
 }  // namespace
@@ -218,7 +220,7 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
       if (!error->empty()) std::fprintf(stderr, "warning: %s; training goes on\n", error->c_str());
     if (rank0 && !s.stragglers.empty())
       std::fprintf(stderr, "straggler at step %lld: %s\n", (long long)s.step, s.stragglers.c_str());
-    stop_if_asked(job, engine, options, s);
+    if (stop_if_asked(job, engine, options, s)) return;
     if ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == o.steps) evaluate(s.step);
     if (options.after_step) options.after_step(engine, s);
   }

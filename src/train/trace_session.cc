@@ -139,7 +139,7 @@ void TraceSession::write() {
                    {{"hypertrain_trace", 1},
                     {"rank", rank},
                     {"world_size", mesh_.world().size()},
-                    {"mesh", mesh_.layout().str()},
+                    {"mesh", mesh_.shape().str()},
                     {"coord", {{"pp", c.pp_rank}, {"dp", c.dp_rank}, {"tp", c.tp_rank}}},
                     {"steps", {first_traced_, last_traced_}},
                     {"time_zero", "the end of a world barrier before the first traced step (microseconds)"},

@@ -98,7 +98,7 @@ void on_side(comm::Communicator& world, const Side& s, const std::string& name,
     std::unique_ptr<comm::Communicator> sub = world.split(world.rank() < s.np ? 0 : -1, world.rank(), name);
     if (sub) {
       comm::DeviceMesh mesh(std::move(sub), s.tp, s.pp);
-      EXPECT_EQ(mesh.layout().dp_size(), s.dp());
+      EXPECT_EQ(mesh.shape().dp_size(), s.dp());
       run(&mesh);
       mesh.finalize(60s);
     }

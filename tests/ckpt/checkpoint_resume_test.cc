@@ -134,6 +134,8 @@ TEST(Checkpoint, AMissingShardIsNamedAndNotResumedFrom) {
   if (mesh.world().rank() == 0) {
     const fs::path manifest = fs::path(o.engine.ckpt_dir) / "step_00000001" / "manifest.json";
     nlohmann::json m = nlohmann::json::parse(std::ifstream(manifest));
+    // The layout it was saved under, by the name the layout gives itself.
+    EXPECT_EQ(m.at("run").at("layout"), "zero2_dp2_tp1_pp1_1f1b_mb2_acc2");
     auto& pieces = m.at("pieces");
     // A tensor cut between the two shards: drop its second piece, leaving a gap.
     const auto it = std::find_if(pieces.begin(), pieces.end(),

@@ -217,6 +217,7 @@ TEST_F(MemoryTier, AnotherLayoutResumesFromDisk) {
   test::GPTRunOptions o = train_and_stop(dir);
   // Snapshots of dp2 x tp2; the run comes back as dp4.
   comm::DeviceMesh dp4(comm::make_mpi_world(), 1, 1);
+  o.engine.layout.tp = 1;
   test::GPTEngine t(o, data_, &dp4);
   EXPECT_EQ(t.engine.resumed_from(), 1);
   EXPECT_EQ(t.engine.checkpointer()->last_load().tier, "disk");

@@ -1,4 +1,4 @@
-// DeviceMesh under mpirun: every axis communicator holds the ranks MeshLayout
+// DeviceMesh under mpirun: every axis communicator holds the ranks MeshShape
 // says, in coordinate order, under the right name, and reduces over exactly
 // them; a tp x pp that does not divide the world is a clear start-up error.
 // Expected values come from the layout and the world size, never assumed.
@@ -31,25 +31,25 @@ Tensor i32_tensor(const std::vector<std::int32_t>& v) {
 void check_mesh(int tp, int pp) {
   const int rank = world().rank(), size = world().size();
   DeviceMesh mesh(world_copy("mesh_world"), tp, pp);
-  const MeshLayout& layout = mesh.layout();
-  EXPECT_EQ(layout.tp_size(), tp);
-  EXPECT_EQ(layout.pp_size(), pp);
-  EXPECT_EQ(layout.dp_size(), size / (tp * pp));
+  const MeshShape& shape = mesh.shape();
+  EXPECT_EQ(shape.tp_size(), tp);
+  EXPECT_EQ(shape.pp_size(), pp);
+  EXPECT_EQ(shape.dp_size(), size / (tp * pp));
   EXPECT_EQ(mesh.rank(), rank);
   EXPECT_EQ(mesh.world().size(), size);
-  EXPECT_EQ(mesh.coord(), layout.coord(rank));
+  EXPECT_EQ(mesh.coord(), shape.coord(rank));
   EXPECT_EQ(&mesh.axis(MeshAxis::kTp), &mesh.tp_group());
   EXPECT_EQ(&mesh.axis(MeshAxis::kDp), &mesh.dp_group());
   EXPECT_EQ(&mesh.axis(MeshAxis::kPp), &mesh.pp_group());
 
-  const MeshCoord c = layout.coord(rank);
+  const MeshCoord c = shape.coord(rank);
   for (MeshAxis axis : {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp}) {
     SCOPED_TRACE(axis_name(axis));
     Communicator& group = mesh.axis(axis);
-    const std::vector<int> members = layout.group(rank, axis);
+    const std::vector<int> members = shape.group(rank, axis);
     EXPECT_EQ(mesh.group(axis), members);
-    EXPECT_EQ(group.name(), axis_name(axis) + "." + std::to_string(layout.group_index(rank, axis)));
-    EXPECT_EQ(group.size(), layout.size(axis));
+    EXPECT_EQ(group.name(), axis_name(axis) + "." + std::to_string(shape.group_index(rank, axis)));
+    EXPECT_EQ(group.size(), shape.size(axis));
     EXPECT_EQ(group.rank(), axis == MeshAxis::kTp ? c.tp_rank : axis == MeshAxis::kDp ? c.dp_rank : c.pp_rank);
 
     // Each rank contributes its world rank (and a multiple): the sums are the group's.

@@ -18,7 +18,7 @@
 #include "ht/comm/agreement.h"
 #include "ht/comm/comm_env.h"
 #include "ht/comm/flight_recorder.h"
-#include "ht/comm/mesh_layout.h"
+#include "ht/comm/mesh_shape.h"
 #include "ht/comm/mpi_communicator.h"
 #include "ht/comm/work.h"
 #include "ht/core/memory.h"
@@ -360,11 +360,11 @@ TEST(MpiCommunicator, BarrierAndManyOperationsInFlight) {
 }
 
 // The 2x2 mesh at 4 ranks (tp 2 x dp size/2 in general): the tp and dp groups
-// from split hold the ranks MeshLayout says, in order, and reduce over them.
+// from split hold the ranks MeshShape says, in order, and reduce over them.
 TEST(MpiCommunicator, SplitIntoMeshGroups) {
   const int rank = world().rank(), size = world().size();
   if (size % 2 != 0) GTEST_SKIP() << "needs an even world size";
-  const MeshLayout mesh(size, /*tp=*/2, /*pp=*/1);
+  const MeshShape mesh(size, /*tp=*/2, /*pp=*/1);
   for (MeshAxis axis : {MeshAxis::kTp, MeshAxis::kDp}) {
     const int index = mesh.group_index(rank, axis);
     const std::string name = axis_name(axis) + "." + std::to_string(index);

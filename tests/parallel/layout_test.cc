@@ -107,8 +107,8 @@ TEST(Layout, OnAWorldResolvesDataParallelRanks) {
 }
 
 TEST(Layout, OnAMeshTakesItsSizes) {
-  EXPECT_EQ((Layout{.tp = 2, .pp = 2}).on_mesh(comm::MeshLayout(8, 2, 2)).dp, 2);
-  EXPECT_TRUE(throws_error([] { Layout{.tp = 1, .pp = 2}.on_mesh(comm::MeshLayout(8, 2, 2)); }, ErrorKind::kConfig,
+  EXPECT_EQ((Layout{.tp = 2, .pp = 2}).on_mesh(comm::MeshShape(8, 2, 2)).dp, 2);
+  EXPECT_TRUE(throws_error([] { Layout{.tp = 1, .pp = 2}.on_mesh(comm::MeshShape(8, 2, 2)); }, ErrorKind::kConfig,
                            {"has tp 1 and pp 2", "the mesh it runs on has tp 2 and pp 2"}));
 }
 

@@ -143,7 +143,7 @@ void expect_matches_one_process(const Case& c, const Options& options, std::int6
   const Layout& l = c.layout;
   const data::TokenSplits data = test::pangram_text(data_vocab);
   comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp);
-  const int dp = mesh.layout().dp_size();
+  const int dp = mesh.shape().dp_size();
 
   RunResult ref;
   if (mesh.rank() == 0) {

@@ -192,14 +192,20 @@ TEST(Engine, StageLayersAreChecked) {
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data); }, ErrorKind::kConfig,
                                  {"--stage-layers 1,1 gives 2 pipeline stages but the pipeline has 1 (--pp 1)",
                                   "e.g. --stage-layers 2 (2 layers, split by count)"}));
+  // The options alone (a layout of 2 stages, as --pp 2 would give): before any mesh.
+  o.engine.layout.pp = 2;
   o.engine.layout.stage_layers = {2, 0};
   EXPECT_TRUE(test::throws_error([&] { o.engine.validate(); }, ErrorKind::kConfig,
                                  {"--stage-layers 2,0: stage 1 would hold 0 layers", "e.g. --stage-layers 1,1"}));
-  o.engine.layout.virtual_stages = 2;  // as under --schedule interleaved: the counts are of virtual stages
+  // Under --schedule interleaved the counts are of virtual stages, pp x v of them.
+  o.engine.layout.schedule = parallel::Schedule::kInterleaved;
+  o.engine.layout.virtual_stages = 2;
+  o.engine.layout.grad_accum = 2;
+  o.engine.layout.stage_layers = {2, 0, 1, 1};
   EXPECT_TRUE(test::throws_error([&] { o.engine.validate(); }, ErrorKind::kConfig,
-                                 {"--stage-layers 2,0: virtual stage 1 would hold 0 layers",
-                                  "every virtual stage needs at least one", "e.g. --stage-layers 1,1"}));
-  o.engine.layout.virtual_stages = 1;
+                                 {"--stage-layers 2,0,1,1: virtual stage 1 would hold 0 layers",
+                                  "every virtual stage needs at least one", "e.g. --stage-layers 1,1,1,1"}));
+  o.engine.layout = small_options().engine.layout;  // one process again
   o.engine.layout.stage_layers = {3};
   EXPECT_TRUE(test::throws_error([&] { test::GPTEngine t(o, data); }, ErrorKind::kConfig,
                                  {"--stage-layers 3 sums to 3 layers but the model has 2", "e.g. --stage-layers 2"}));
@@ -235,17 +241,17 @@ TEST(Engine, StageLayersAreChecked) {
   EXPECT_TRUE(test::throws_error([&] { parse({"--pp", "2", "--stage-layers", "4,0"}); }, ErrorKind::kConfig,
                                  {"stage 1 would hold 0 layers"}));
   // Interleaved: one count per virtual stage, pp x v of them; the errors say so and offer a value that works.
-  EXPECT_EQ(parse({"--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2", "--stage-layers", "1,2,2,1"}),
+  EXPECT_EQ(parse({"--pp", "2", "--grad-accum", "2", "--schedule", "interleaved", "--virtual-stages", "2", "--stage-layers", "1,2,2,1"}),
             (std::vector<int>{1, 2, 2, 1}));
-  EXPECT_EQ(parse({"--pp", "2", "--schedule", "interleaved", "--stage-layers", "1,1,1,1"}),
+  EXPECT_EQ(parse({"--pp", "2", "--grad-accum", "2", "--schedule", "interleaved", "--stage-layers", "1,1,1,1"}),
             (std::vector<int>{1, 1, 1, 1}));  // --virtual-stages 2 by default
-  EXPECT_TRUE(test::throws_error([&] { parse({"--pp", "2", "--schedule", "interleaved", "--stage-layers", "3,3"}); },
+  EXPECT_TRUE(test::throws_error([&] { parse({"--pp", "2", "--grad-accum", "2", "--schedule", "interleaved", "--stage-layers", "3,3"}); },
                                  ErrorKind::kConfig,
                                  {"--stage-layers 3,3 gives 2 virtual stages but the interleaved pipeline has 4 virtual "
                                   "stages (--pp 2 x --virtual-stages 2)",
                                   "one layer count per virtual stage", "e.g. --stage-layers 2,2,1,1"}));
   EXPECT_TRUE(test::throws_error(
-      [&] { parse({"--pp", "2", "--schedule", "interleaved", "--virtual-stages", "3", "--stage-layers", "2,0,1,1,1,1"}); },
+      [&] { parse({"--pp", "2", "--grad-accum", "2", "--schedule", "interleaved", "--virtual-stages", "3", "--stage-layers", "2,0,1,1,1,1"}); },
       ErrorKind::kConfig, {"virtual stage 1 would hold 0 layers", "e.g. --stage-layers 1,1,1,1,1,1"}));
 }
 

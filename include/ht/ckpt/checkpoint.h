@@ -68,6 +68,10 @@ struct RunState {
   /// The optimizer whose state the checkpoint holds (optim::Optimizer::name();
   /// "adamw" in checkpoints from before it was recorded); a resume must match it.
   std::string optimizer = "adamw";
+  /// The layout the run was saved under (parallel::Layout::name(), e.g.
+  /// "zero1_dp2_tp2_pp2_1f1b_mb8"; empty in older checkpoints). A record:
+  /// a checkpoint loads into any layout.
+  std::string layout;
   /// Training samples consumed before the next step (the engine's data
   /// position; data/data_source.h). -1: not recorded (an older checkpoint).
   std::int64_t consumed_samples = -1;

@@ -1,10 +1,10 @@
 // ht::comm::DeviceMesh: the communicators of a 3-D mesh pp x dp x tp, built
 // once at start-up from the world communicator and the requested tp and pp.
 //
-// The rank arithmetic is MeshLayout's (mesh_layout.h): dp = world / (tp * pp),
+// The rank arithmetic is MeshShape's (mesh_shape.h): dp = world / (tp * pp),
 // rank order tp fastest, then dp, then pp. The mesh owns the world and one
 // communicator per axis, each a split of the world with colour
-// MeshLayout::group_index and key the coordinate along the axis, so a rank's
+// MeshShape::group_index and key the coordinate along the axis, so a rank's
 // position in its tp group is its tp coordinate. Groups are named
 // "<axis>.<group index>" ("tp.0", "dp.1", "pp.0"), as messages and flight-
 // recorder dumps show them. An axis of size 1 still has its (one-rank)
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "ht/comm/communicator.h"
-#include "ht/comm/mesh_layout.h"
+#include "ht/comm/mesh_shape.h"
 
 namespace ht::comm {
 
@@ -39,12 +39,12 @@ class DeviceMesh {
   DeviceMesh(const DeviceMesh&) = delete;
   DeviceMesh& operator=(const DeviceMesh&) = delete;
 
-  const MeshLayout& layout() const { return layout_; }
+  const MeshShape& shape() const { return shape_; }
   /// This rank in the world, and its coordinates in the mesh.
   int rank() const { return world_->rank(); }
   const MeshCoord& coord() const { return coord_; }
   /// The world ranks of this rank's group along `axis`, by coordinate.
-  std::vector<int> group(MeshAxis axis) const { return layout_.group(rank(), axis); }
+  std::vector<int> group(MeshAxis axis) const { return shape_.group(rank(), axis); }
 
   Communicator& world() const { return *world_; }
   Communicator& tp_group() const { return *tp_; }
@@ -60,7 +60,7 @@ class DeviceMesh {
 
  private:
   std::unique_ptr<Communicator> world_;  // declared first: destroyed after the groups split from it
-  MeshLayout layout_;
+  MeshShape shape_;
   MeshCoord coord_;
   std::unique_ptr<Communicator> tp_, dp_, pp_;
 };

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "ht/comm/mesh_layout.h"
+#include "ht/comm/mesh_shape.h"
 #include "ht/parallel/schedule.h"
 
 namespace ht::parallel {
@@ -62,7 +62,7 @@ struct Layout {
   Layout on_world(int world_size) const;
   /// The same checked against a mesh already split: tp and pp must be the
   /// mesh's (kConfig naming both, otherwise), dp resolved to its dp.
-  Layout on_mesh(const comm::MeshLayout& mesh) const;
+  Layout on_mesh(const comm::MeshShape& mesh) const;
   /// Throws kConfig with layout_problem's text when it is not empty.
   void validate() const;
 

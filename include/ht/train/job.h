@@ -13,7 +13,8 @@
 // this run directory.
 //
 // run_job() runs a program's body inside a Job and turns whatever ends it
-// into what htrun reads: an exception becomes the exit record
+// into what htrun reads: a decision to stop (Job::end_with: preemption, a
+// straggler) its exit record and code; an exception becomes the exit record
 // <run_dir>/exit/rank_R.json and the exit code of its kind (resilience::
 // exit_code_for: 2 for bad input, 74 communication, 76 divergence, 78
 // corruption), and the process ends at once with _Exit, without waiting in
@@ -23,7 +24,9 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "ht/comm/device_mesh.h"
 #include "ht/comm/mpi_runtime.h"
@@ -53,6 +56,16 @@ struct JobOptions {
 
   /// Throws kConfig naming the bad value.
   void validate() const;
+};
+
+/// How a run that stops early but in order ends (preemption, a straggler to
+/// replace): the exit code htrun reads, the reason and the world ranks
+/// blamed. fit() hands it to the job (Job::end_with); run_job ends the
+/// process with it once the program's body has returned.
+struct ExitDecision {
+  int code = 0;
+  std::string reason;
+  std::vector<int> blamed;
 };
 
 /// The device a rank computes on: `requested` itself on the CPU; on CUDA,
@@ -109,6 +122,13 @@ class Job {
   /// Finalises the mesh's communicators (collective, within 60 s).
   void finish();
 
+  /// Ends the run with `decision` when the body returns (run_job writes the
+  /// exit record, unless it was written, and exits with its code; no
+  /// finish(): peers may already be leaving). fit() calls it on a stop;
+  /// code after fit() can tell by exit_decision().
+  void end_with(ExitDecision decision) { exit_decision_ = std::move(decision); }
+  const std::optional<ExitDecision>& exit_decision() const { return exit_decision_; }
+
  private:
   JobOptions options_;
   Device device_;
@@ -119,13 +139,14 @@ class Job {
   std::unique_ptr<comm::MpiRuntime> mpi_;
   std::unique_ptr<comm::DeviceMesh> mesh_;
   resilience::FaultPlan faults_;
+  std::optional<ExitDecision> exit_decision_;
 };
 
 /// Runs `body` in a Job built from `options` and returns 0 when it returns.
 /// Whatever it throws (or the Job's construction throws) is printed as
 /// "<program>: <message>" and ends the process with the exit record and
-/// code htrun reads; see above. A body ends the process itself for
-/// preemption and straggler exits (Job::guard().exit).
+/// code htrun reads; see above. A body that ends with Job::end_with (fit on
+/// preemption or a straggler) exits with that decision's code.
 int run_job(const char* program, const JobOptions& options, const std::function<void(Job&)>& body);
 /// The same with options from `resolve` (parsing flags, say), called first:
 /// what it throws is a usage error (printed, exit 2, no exit record).

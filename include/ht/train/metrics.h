@@ -27,7 +27,7 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  /// `model` as nn::Model::describe(), `mesh` as MeshLayout::str() ("pp2 x
+  /// `model` as nn::Model::describe(), `mesh` as MeshShape::str() ("pp2 x
   /// dp2 x tp2"); `extra` fields (the program's own: "seq_len") join the line.
   void write_run(const EngineOptions& options, const std::string& model, std::int64_t num_parameters,
                  const std::string& mesh = "pp1 x dp1 x tp1", const ClientState& extra = {});

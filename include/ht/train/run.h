@@ -53,7 +53,9 @@ struct FitOptions {
 /// to engine.options().steps under the policy above. Collective. The
 /// engine must have been built for `job` (Engine(job, ...)). Resumed at the
 /// last step, it returns at once after `at_end` ("# nothing left to train"):
-/// no evaluation, no save.
+/// no evaluation, no save. On a stop (preemption, a straggler exit) it
+/// returns after the checkpoint without `at_end`, the job holding the exit
+/// decision (Job::exit_decision) that run_job ends the process with.
 void fit(Job& job, Engine& engine, const FitOptions& options = {});
 
 /// "1.23M", "4.5k", "12": counts for people.

@@ -80,7 +80,64 @@ std::string Supervisor::plan() const {
   return out;
 }
 
-Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
+// What one launch's watch carries from one poll to the next.
+struct Supervisor::WatchState {
+  Watch w;
+  Placement placed;
+  int ranks = 0;               // every rank of the launch
+  bool all_started = false;    // every rank got past start-up
+  double beat_interval_s = 0;  // the ranks' beat interval, as seen: the shortest gap between two beats
+  std::optional<double> comm_failure_at;  // when the watch read the first record of a communication failure
+  MetricsTail metrics;
+  std::int64_t epoch = 0;
+
+  WatchState(const std::string& run_dir, std::int64_t launch_epoch) : metrics(run_dir), epoch(launch_epoch) {}
+
+  // The ranks' own records of this launch (older lines may be read again
+  // until the program truncates the file: they are older than the launch).
+  void read_records() {
+    for (const protocol::MetricsLine& line : metrics.poll()) {
+      if (const auto* run = std::get_if<protocol::RunLine>(&line);
+          run && run->time_s() >= w.launched_at && protocol::of_launch(run->epoch, epoch)) {
+        w.training_began = true;
+        w.resumed_from = run->resumed_from;
+        w.resume_tier = run->resume_tier;
+      }
+      if (const auto* step = std::get_if<protocol::StepLine>(&line);
+          step && step->time_s() >= w.launched_at && protocol::of_launch(step->epoch, epoch)) {
+        w.steps[step->step] = *step;
+        w.last_step_done_s = std::max(w.last_step_done_s, step->time_s());
+      }
+    }
+  }
+  // New heartbeats: the beat interval and the furthest step completed.
+  void take_beats(const std::map<int, protocol::Heartbeat>& beats) {
+    for (const auto& [rank, h] : beats) {
+      const auto it = w.beats.find(rank);
+      if (it != w.beats.end() && h.time_s() > it->second.time_s())
+        beat_interval_s = beat_interval_s > 0 ? std::min(beat_interval_s, h.time_s() - it->second.time_s())
+                                              : h.time_s() - it->second.time_s();
+      w.beats[rank] = h;
+    }
+    read_records();
+    for (const auto& [rank, h] : beats) {
+      const std::int64_t done = protocol::completed_step(h.step, h.phase);
+      if (done > w.reached) {
+        if (w.first_step < 0) w.first_step = done;
+        w.reached = done;
+      }
+    }
+  }
+  // The watch found `f`: the launch ends for it.
+  void declare(const Finding& f) {
+    w.kind = f.kind;
+    w.failed_rank = f.rank;
+    w.failed_at = f.failed_at;
+    w.message = f.message;
+  }
+};
+
+std::unique_ptr<ChildProcess> Supervisor::start_launch(int launch, std::int64_t resume_step) {
   // A new epoch: the ranks of every earlier launch (any left on a host that
   // was cut off) fence themselves, and their records are ignored.
   epoch_ = std::max(epoch_, read_launch_epoch(options_.run_dir)) + 1;
@@ -100,141 +157,111 @@ Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
   env.push_back(fmt::format("HT_LAUNCH_EPOCH={}", epoch_));
   if (cluster_.kind() == ClusterKind::kLocal)
     env.push_back(fmt::format("HT_SIMULATED_NODES={}:{}", options_.slots, fmt::join(ids, ",")));
-  ChildProcess job(job_command(env), env, (fs::path(options_.run_dir) / "htrun_job.log").string(), /*echo=*/true,
-          [this](const std::string& line) { return cluster_.launcher_event(line); });
+  return std::make_unique<ChildProcess>(job_command(env), env, (fs::path(options_.run_dir) / "htrun_job.log").string(),
+                                        /*echo=*/true,
+                                        [this](const std::string& line) { return cluster_.launcher_event(line); });
+}
 
-  Watch w;
-  w.resume_step = w.reached = resume_step;
-  const double launched_at = w.launched_at = now();
-  const Placement placed = placement();
-  const int ranks = int(active_.size()) * options_.slots;
-  bool all_started = false;
-  double beat_interval_s = 0;
-  MetricsTail metrics(options_.run_dir);
-  // The ranks' own records of this launch (older lines may be read again
-  // until the program truncates the file: they are older than the launch).
-  auto read_records = [&] {
-    for (const protocol::MetricsLine& line : metrics.poll()) {
-      if (const auto* run = std::get_if<protocol::RunLine>(&line);
-          run && run->time_s() >= launched_at && protocol::of_launch(run->epoch, epoch_)) {
-        w.training_began = true;
-        w.resumed_from = run->resumed_from;
-        w.resume_tier = run->resume_tier;
-      }
-      if (const auto* step = std::get_if<protocol::StepLine>(&line);
-          step && step->time_s() >= launched_at && protocol::of_launch(step->epoch, epoch_)) {
-        w.steps[step->step] = *step;
-        w.last_step_done_s = std::max(w.last_step_done_s, step->time_s());
-      }
-    }
-  };
-  // Ends the job for what the watch found.
-  auto declare = [&](const Finding& f) {
-    w.kind = f.kind;
-    w.failed_rank = f.rank;
-    w.failed_at = f.failed_at;
-    w.message = f.message;
-  };
-  std::optional<double> comm_failure_at;  // when the watch read the first record of a communication failure
-  for (;;) {
-    sleep(0.1);
-    poll_readmissions();
-    const auto beats = read_heartbeats(options_.run_dir, epoch_);
-    for (const auto& [rank, h] : beats) {
-      // The ranks' beat interval, as seen: the shortest gap between two beats.
-      const auto it = w.beats.find(rank);
-      if (it != w.beats.end() && h.time_s() > it->second.time_s())
-        beat_interval_s = beat_interval_s > 0 ? std::min(beat_interval_s, h.time_s() - it->second.time_s())
-                                              : h.time_s() - it->second.time_s();
-      w.beats[rank] = h;
-    }
-    read_records();
-    for (const auto& [rank, h] : beats) {
-      const std::int64_t done = protocol::completed_step(h.step, h.phase);
-      if (done > w.reached) {
-        if (w.first_step < 0) w.first_step = done;
-        w.reached = done;
-      }
-    }
-    if (g_stop_signal) {
-      // Pass the preemption on to the ranks themselves (SIGUSR1: a launcher
-      // would kill them on TERM): they finish the step, save a checkpoint
-      // and exit; then the job ends.
-      w.kind = IncidentKind::kPreemption;
-      for (const auto& [rank, h] : beats)
-        if (h.pid > 0 && cluster_.kind() == ClusterKind::kLocal) ::kill(h.pid, SIGUSR1);
-      if (cluster_.kind() != ClusterKind::kLocal) job.signal(SIGUSR1);
-      const double deadline = now() + std::max(options_.grace_s, 60.0);
-      while (!job.poll() && now() < deadline) sleep(0.05);
-      job.stop(options_.grace_s);
-      w.detected_at = w.failed_at = now();
-      break;
-    }
-    if (job.poll()) {
-      w.detected_at = now();
-      break;
-    }
-    // A rank killed by a signal, or a host lost: the launcher may take a
-    // while to end the others (srun waits KillWait for ranks stuck in a
-    // collective; mpirun cannot reach a host that is gone), so stop the job
-    // now.
-    if (job.dead_rank().rank >= 0 || !job.lost_host().host.empty()) {
-      w.detected_at = now();
-      job.stop(options_.grace_s);
-      break;
-    }
-    const double t = now();
-    // A host gone silent while the other nodes' ranks beat on (once every
-    // rank has started: a start is the start timeout's).
-    if (all_started)
-      if (const auto silent = silent_host(beats, placed, t, beat_interval_s)) {
-        declare(*silent);
-        w.detected_at = t;
-        job.stop(options_.grace_s);
-        break;
-      }
-    // A hang: progress stalled for the timeout.
-    if (const auto hung = hang(beats, t, w.last_step_done_s, options_.hang_timeout_s)) declare(*hung);
-    // A start that never ends: a rank that never arrived (no heartbeat: it
-    // is stuck before MPI is up, and so are its peers) or never got past
-    // start-up. The hang check above cannot see either.
-    if (!all_started) {
-      const int laggard = start_laggard(beats, ranks);
-      all_started = laggard < 0;
-      const bool timed_out = options_.start_timeout_s > 0 && t - launched_at > options_.start_timeout_s;
-      // Heartbeats are sampled: a short launch can start, train and save
-      // between two beats. What the ranks recorded tells that it started:
-      // training began (every rank is past start-up then: building the
-      // engine is collective), a step completed, a checkpoint was committed,
-      // or a rank wrote its exit record.
-      if (!all_started && timed_out)
-        all_started = w.training_began || !w.steps.empty() || !read_exit_records(options_.run_dir, epoch_).empty() ||
-                      latest_checkpoint_step(options_.run_dir) > resume_step;
-      if (!all_started && timed_out)
-        declare(start_not_finished(beats, laggard, launched_at, options_.start_timeout_s,
-                                   options_.program.empty() ? std::string("the program") : options_.program.front(),
-                                   options_.run_dir));
-    }
-    if (w.kind == IncidentKind::kHang || w.kind == IncidentKind::kNoHeartbeat) {
-      w.detected_at = now();
-      job.stop(options_.grace_s);
-      break;
-    }
-    // A rank's collective timed out and it named the peer: end the launch
-    // once its peers had a moment to say theirs (classify reads them all).
-    if (!comm_failure_at) {
-      comm_failure_at = comm_failure_recorded(read_exit_records(options_.run_dir, epoch_));
-      if (comm_failure_at) comm_failure_at = now();
-    } else if (now() - *comm_failure_at >= kCommFailureSettleS) {
-      w.detected_at = *comm_failure_at;
-      job.stop(options_.grace_s);
-      break;
-    }
+Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
+  std::unique_ptr<ChildProcess> job = start_launch(launch, resume_step);
+  WatchState s(options_.run_dir, epoch_);
+  s.w.resume_step = s.w.reached = resume_step;
+  s.w.launched_at = now();
+  s.placed = placement();
+  s.ranks = int(active_.size()) * options_.slots;
+  while (!poll_launch(*job, s)) {
   }
+  conclude_watch(*job, s);
+  return s.w;
+}
+
+void Supervisor::pass_on_preemption(ChildProcess& job, const std::map<int, protocol::Heartbeat>& beats, Watch& w) {
+  // SIGUSR1 to the ranks themselves (a launcher would kill them on TERM):
+  // they finish the step, save a checkpoint and exit; then the job ends.
+  w.kind = IncidentKind::kPreemption;
+  for (const auto& [rank, h] : beats)
+    if (h.pid > 0 && cluster_.kind() == ClusterKind::kLocal) ::kill(h.pid, SIGUSR1);
+  if (cluster_.kind() != ClusterKind::kLocal) job.signal(SIGUSR1);
+  const double deadline = now() + std::max(options_.grace_s, 60.0);
+  while (!job.poll() && now() < deadline) sleep(0.05);
+  job.stop(options_.grace_s);
+  w.detected_at = w.failed_at = now();
+}
+
+bool Supervisor::poll_launch(ChildProcess& job, WatchState& s) {
+  Watch& w = s.w;
+  sleep(0.1);
+  poll_readmissions();
+  const auto beats = read_heartbeats(options_.run_dir, epoch_);
+  s.take_beats(beats);
+  if (g_stop_signal) {
+    pass_on_preemption(job, beats, w);
+    return true;
+  }
+  // Ends the launch now: found at `at`.
+  const auto end_now = [&](double at) {
+    w.detected_at = at;
+    job.stop(options_.grace_s);
+    return true;
+  };
+  if (job.poll()) {
+    w.detected_at = now();
+    return true;
+  }
+  // A rank killed by a signal, or a host lost: the launcher may take a
+  // while to end the others (srun waits KillWait for ranks stuck in a
+  // collective; mpirun cannot reach a host that is gone), so stop the job
+  // now.
+  if (job.dead_rank().rank >= 0 || !job.lost_host().host.empty()) return end_now(now());
+  const double t = now();
+  // A host gone silent while the other nodes' ranks beat on (once every
+  // rank has started: a start is the start timeout's).
+  if (s.all_started)
+    if (const auto silent = silent_host(beats, s.placed, t, s.beat_interval_s)) {
+      s.declare(*silent);
+      return end_now(t);
+    }
+  // A hang: progress stalled for the timeout.
+  if (const auto hung = hang(beats, t, w.last_step_done_s, options_.hang_timeout_s)) s.declare(*hung);
+  if (!s.all_started) check_start(beats, s, t);
+  if (w.kind == IncidentKind::kHang || w.kind == IncidentKind::kNoHeartbeat) return end_now(now());
+  // A rank's collective timed out and it named the peer: end the launch
+  // once its peers had a moment to say theirs (classify reads them all).
+  if (!s.comm_failure_at) {
+    if (comm_failure_recorded(read_exit_records(options_.run_dir, epoch_))) s.comm_failure_at = now();
+  } else if (now() - *s.comm_failure_at >= kCommFailureSettleS) {
+    return end_now(*s.comm_failure_at);
+  }
+  return false;
+}
+
+void Supervisor::check_start(const std::map<int, protocol::Heartbeat>& beats, WatchState& s, double t) {
+  // A start that never ends: a rank that never arrived (no heartbeat: it
+  // is stuck before MPI is up, and so are its peers) or never got past
+  // start-up. The hang check cannot see either.
+  const int laggard = start_laggard(beats, s.ranks);
+  s.all_started = laggard < 0;
+  const bool timed_out = options_.start_timeout_s > 0 && t - s.w.launched_at > options_.start_timeout_s;
+  if (s.all_started || !timed_out) return;
+  // Heartbeats are sampled: a short launch can start, train and save
+  // between two beats. What the ranks recorded tells that it started:
+  // training began (every rank is past start-up then: building the engine
+  // is collective), a step completed, a checkpoint was committed, or a rank
+  // wrote its exit record.
+  s.all_started = s.w.training_began || !s.w.steps.empty() || !read_exit_records(options_.run_dir, epoch_).empty() ||
+                  latest_checkpoint_step(options_.run_dir) > s.w.resume_step;
+  if (!s.all_started)
+    s.declare(start_not_finished(beats, laggard, s.w.launched_at, options_.start_timeout_s,
+                                 options_.program.empty() ? std::string("the program") : options_.program.front(),
+                                 options_.run_dir));
+}
+
+void Supervisor::conclude_watch(ChildProcess& job, WatchState& s) {
+  Watch& w = s.w;
   // Heartbeats are sampled: the step records, the exit records and the
   // checkpoints may know of later steps.
   job.finish();  // every line read: the launcher's report of a dead rank may be in the last ones
-  read_records();
+  s.read_records();
   if (!w.steps.empty()) {
     w.reached = std::max(w.reached, w.steps.rbegin()->second.step);
     if (w.first_step < 0) w.first_step = w.steps.begin()->first;
@@ -252,8 +279,8 @@ Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
   // the launcher is gone are on a host it could not reach to end them (cut
   // off from it), which is the culprit. A beat or two tells.
   if (!w.kind && job.exit_code() != 0 && w.dead_rank.rank < 0 && w.lost_host.host.empty() && w.exits.empty() &&
-      beat_interval_s > 0) {
-    const double ended_at = now(), until = ended_at + std::min(5.0, 2.5 * beat_interval_s);
+      s.beat_interval_s > 0) {
+    const double ended_at = now(), until = ended_at + std::min(5.0, 2.5 * s.beat_interval_s);
     while (w.orphans.empty() && now() < until) {
       sleep(0.05);
       for (const auto& [rank, h] : read_heartbeats(options_.run_dir, epoch_))
@@ -263,7 +290,6 @@ Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
         }
     }
   }
-  return w;
 }
 
 std::unique_ptr<ChildProcess> Supervisor::start_health_check(const Node& node) const {
@@ -419,6 +445,97 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
   return true;
 }
 
+void Supervisor::record_launch(const Watch& w, Report& report, std::optional<Incident>& pending,
+                               std::map<std::int64_t, protocol::StepLine>& completed) {
+  for (const auto& [rank, beat] : w.beats)
+    if (!beat.host.empty() && beat.pid > 0) rank_pids_[beat.host].insert(beat.pid);
+  if (pending) {
+    // The relaunch says where it resumed (its run line): the steps lost
+    // are those past that step, whichever tier held it.
+    if (!w.resume_tier.empty()) {
+      pending->resumed_from = w.resumed_from;
+      pending->resume_tier = w.resume_tier;
+      pending->steps_lost = std::max<std::int64_t>(0, pending->step_reached - w.resumed_from);
+    }
+    report.incidents.push_back(*pending);
+    pending.reset();
+  }
+  // Recovery: from an incident's detection to the first step completed
+  // after it, whichever launch completed it.
+  if (!w.steps.empty()) {
+    double first_done_s = w.steps.begin()->second.time_s();
+    for (const auto& [step, m] : w.steps) first_done_s = std::min(first_done_s, m.time_s());
+    for (Incident& i : report.incidents)
+      if (!i.recovery_s && first_done_s >= i.detected_at) i.recovery_s = first_done_s - i.detected_at;
+  }
+  for (const auto& [step, m] : w.steps) completed[step] = m;
+}
+
+Incident Supervisor::classify_launch(const Watch& w, double wall_start) const {
+  Incident incident =
+      classify(w, placement(), comm_timeout_s(), (fs::path(options_.run_dir) / "htrun_job.log").string());
+  incident.time_s = incident.detected_at - wall_start;
+  const char* kind = protocol::incident_kind_name(incident.kind);
+  const std::string who = incident.rank >= 0 ? fmt::format("rank {} ({})", incident.rank, node_name(incident.node))
+                          : incident.kind == IncidentKind::kPreemption ? "every rank"
+                                                                       : "an unknown rank";
+  std::fprintf(stderr, "htrun: %s of %s detected after %.2f s; the job reached step %lld%s\n", kind, who.c_str(),
+               incident.detection_latency_s, (long long)incident.step_reached,
+               incident.message.empty() ? "" : (": " + incident.message).c_str());
+  return incident;
+}
+
+std::optional<std::pair<int, std::string>> Supervisor::not_retried(const Incident& incident, const Watch& w,
+                                                                   int& last_early_failure_code) const {
+  // A preemption (of htrun, or of the ranks by someone else: Slurm
+  // signals the tasks) saved and stopped: so does the job.
+  if (incident.kind == IncidentKind::kPreemption) return {{kSupervisorPreempted, preemption_verdict(w)}};
+  if (incident.kind == IncidentKind::kError)
+    return {{kSupervisorNotRetried, "the program failed on its input (exit record kind 'error'); not retried"}};
+  // A program that never beat cannot be watched: relaunching cannot help.
+  if (incident.kind == IncidentKind::kNoHeartbeat)
+    return {{kSupervisorNotRetried,
+             "the program wrote no heartbeat, so htrun cannot watch it (see docs/htrun.md); not retried"}};
+  // The program failing the same way before any training, with nothing
+  // said (a usage error, a missing file), will fail again: stop.
+  const bool early_failure = failed_before_training(w);
+  if (early_failure && w.exit_code == last_early_failure_code)
+    return {{kSupervisorNotRetried,
+             fmt::format("the program failed before training twice in a row (exit {}); see {}", w.exit_code,
+                         (fs::path(options_.run_dir) / "htrun_job.log").string())}};
+  last_early_failure_code = early_failure ? w.exit_code : -1;
+  return std::nullopt;
+}
+
+bool Supervisor::wait_to_relaunch(const Incident& incident, const Watch& w, std::int64_t resume_step,
+                                  int& failures_in_a_row) {
+  // No back-off after a launch that trained past its checkpoint: the
+  // failure is the job's, not a loop. Then it doubles with each failure
+  // in a row that made no progress. It runs from the detection: the
+  // health checks count towards it.
+  failures_in_a_row = htrun::failures_in_a_row(failures_in_a_row, w.reached, resume_step);
+  const double relaunch_at = incident.detected_at + backoff_s(failures_in_a_row, options_.backoff_s);
+  while (now() < relaunch_at && !g_stop_signal) sleep(0.05);
+  return !g_stop_signal;
+}
+
+void Supervisor::finish_report(Report& report, double wall_start,
+                               const std::map<std::int64_t, protocol::StepLine>& completed) {
+  report.wall_s = now() - wall_start;
+  for (const auto& [step, m] : completed) report.productive_s += m.step_ms / 1000;
+  for (const Node& n : cordoned_) report.cordoned.push_back(n.id);
+  for (const Node& n : active_) report.active.push_back(n.id);
+  for (const Node& n : spares_) report.spares_left.push_back(n.id);
+  report.readmitted = readmitted_;
+  std::ofstream(fs::path(options_.run_dir) / "htrun_report.json") << report.to_json().dump(1) << "\n";
+  // Simulated nodes' memory is this machine's: the run is over, free it
+  // (the checkpoints on disk stay). A program finishing frees its own.
+  if (cluster_.kind() == ClusterKind::kLocal) {
+    std::error_code ignored;
+    fs::remove_all(memory_dir(), ignored);
+  }
+}
+
 Report Supervisor::run() {
   fs::create_directories(options_.run_dir);
   std::signal(SIGTERM, on_signal);
@@ -434,71 +551,18 @@ Report Supervisor::run() {
   for (;;) {
     const std::int64_t resume_step = latest_checkpoint_step(options_.run_dir);
     const Watch w = launch_and_watch(report.restarts + 1, resume_step);
-    for (const auto& [rank, beat] : w.beats)
-      if (!beat.host.empty() && beat.pid > 0) rank_pids_[beat.host].insert(beat.pid);
-    if (pending) {
-      // The relaunch says where it resumed (its run line): the steps lost
-      // are those past that step, whichever tier held it.
-      if (!w.resume_tier.empty()) {
-        pending->resumed_from = w.resumed_from;
-        pending->resume_tier = w.resume_tier;
-        pending->steps_lost = std::max<std::int64_t>(0, pending->step_reached - w.resumed_from);
-      }
-      report.incidents.push_back(*pending);
-      pending.reset();
-    }
-    // Recovery: from an incident's detection to the first step completed
-    // after it, whichever launch completed it.
-    if (!w.steps.empty()) {
-      double first_done_s = w.steps.begin()->second.time_s();
-      for (const auto& [step, m] : w.steps) first_done_s = std::min(first_done_s, m.time_s());
-      for (Incident& i : report.incidents)
-        if (!i.recovery_s && first_done_s >= i.detected_at) i.recovery_s = first_done_s - i.detected_at;
-    }
-    for (const auto& [step, m] : w.steps) completed[step] = m;
+    record_launch(w, report, pending, completed);
     if (!w.kind && w.exit_code == 0) {
       report.exit_code = kSupervisorFinished;
       report.verdict = "the job finished";
       break;
     }
-    Incident incident = classify(w, placement(), comm_timeout_s(),
-                                 (fs::path(options_.run_dir) / "htrun_job.log").string());
-    incident.time_s = incident.detected_at - wall_start;
-    const char* kind = protocol::incident_kind_name(incident.kind);
-    const std::string who = incident.rank >= 0 ? fmt::format("rank {} ({})", incident.rank, node_name(incident.node))
-                            : incident.kind == IncidentKind::kPreemption ? "every rank"
-                                                                         : "an unknown rank";
-    std::fprintf(stderr, "htrun: %s of %s detected after %.2f s; the job reached step %lld%s\n", kind, who.c_str(),
-                 incident.detection_latency_s, (long long)incident.step_reached,
-                 incident.message.empty() ? "" : (": " + incident.message).c_str());
-    // A preemption (of htrun, or of the ranks by someone else: Slurm
-    // signals the tasks) saved and stopped: so does the job.
-    if (incident.kind == IncidentKind::kPreemption || incident.kind == IncidentKind::kError) {
+    Incident incident = classify_launch(w, wall_start);
+    if (const auto stop = not_retried(incident, w, last_early_failure_code)) {
       report.incidents.push_back(incident);
-      const bool preempted = incident.kind == IncidentKind::kPreemption;
-      report.exit_code = preempted ? kSupervisorPreempted : kSupervisorNotRetried;
-      report.verdict =
-          preempted ? preemption_verdict(w) : "the program failed on its input (exit record kind 'error'); not retried";
+      std::tie(report.exit_code, report.verdict) = *stop;
       break;
     }
-    // A program that never beat cannot be watched: relaunching cannot help.
-    if (incident.kind == IncidentKind::kNoHeartbeat) {
-      report.incidents.push_back(incident);
-      report.exit_code = kSupervisorNotRetried;
-      report.verdict = "the program wrote no heartbeat, so htrun cannot watch it (see docs/htrun.md); not retried";
-      break;
-    }
-    // The program failing the same way before any training, with nothing
-    // said (a usage error, a missing file), will fail again: stop.
-    const bool early_failure = failed_before_training(w);
-    if (early_failure && w.exit_code == last_early_failure_code) {
-      report.incidents.push_back(incident);
-      report.exit_code = kSupervisorNotRetried;
-      report.verdict = fmt::format("the program failed before training twice in a row (exit {}); see {}", w.exit_code,
-                                   (fs::path(options_.run_dir) / "htrun_job.log").string());
-      break;
-    }
-    last_early_failure_code = early_failure ? w.exit_code : -1;
     if (!replace_bad_nodes(incident, report)) {
       report.incidents.push_back(incident);
       report.exit_code = kSupervisorGaveUp;
@@ -512,14 +576,7 @@ Report Supervisor::run() {
     }
     ++report.restarts;
     pending = incident;
-    // No back-off after a launch that trained past its checkpoint: the
-    // failure is the job's, not a loop. Then it doubles with each failure
-    // in a row that made no progress. It runs from the detection: the
-    // health checks above count towards it.
-    failures_in_a_row = htrun::failures_in_a_row(failures_in_a_row, w.reached, resume_step);
-    const double relaunch_at = incident.detected_at + backoff_s(failures_in_a_row, options_.backoff_s);
-    while (now() < relaunch_at && !g_stop_signal) sleep(0.05);
-    if (g_stop_signal) {
+    if (!wait_to_relaunch(incident, w, resume_step, failures_in_a_row)) {
       report.incidents.push_back(*pending);
       pending.reset();
       report.exit_code = kSupervisorPreempted;
@@ -529,19 +586,7 @@ Report Supervisor::run() {
     }
   }
   if (pending) report.incidents.push_back(*pending);
-  report.wall_s = now() - wall_start;
-  for (const auto& [step, m] : completed) report.productive_s += m.step_ms / 1000;
-  for (const Node& n : cordoned_) report.cordoned.push_back(n.id);
-  for (const Node& n : active_) report.active.push_back(n.id);
-  for (const Node& n : spares_) report.spares_left.push_back(n.id);
-  report.readmitted = readmitted_;
-  std::ofstream(fs::path(options_.run_dir) / "htrun_report.json") << report.to_json().dump(1) << "\n";
-  // Simulated nodes' memory is this machine's: the run is over, free it
-  // (the checkpoints on disk stay). A program finishing frees its own.
-  if (cluster_.kind() == ClusterKind::kLocal) {
-    std::error_code ignored;
-    fs::remove_all(memory_dir(), ignored);
-  }
+  finish_report(report, wall_start, completed);
   return report;
 }
 

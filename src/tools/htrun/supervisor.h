@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -62,7 +63,34 @@ class Supervisor {
 
  private:
   std::vector<std::string> job_command(const std::vector<std::string>& env = {}) const;
+  /// Launches the job on the active nodes under a new epoch and watches it
+  /// to its end: what happened, as the watch saw it.
   Watch launch_and_watch(int launch, std::int64_t resume_step);
+  struct WatchState;  // supervisor.cc
+  /// What a finished launch adds to the report: the last incident (with
+  /// where the relaunch resumed), recoveries, the steps completed.
+  void record_launch(const Watch& w, Report& report, std::optional<Incident>& pending,
+                     std::map<std::int64_t, ht::resilience::StepLine>& completed);
+  /// The incident of a failed launch, said on stderr.
+  Incident classify_launch(const Watch& w, double wall_start) const;
+  /// The exit code and verdict when relaunching cannot help (a preemption,
+  /// bad input, no heartbeat, the same early failure twice); none otherwise.
+  std::optional<std::pair<int, std::string>> not_retried(const Incident& incident, const Watch& w,
+                                                         int& last_early_failure_code) const;
+  /// Waits out the back-off before a relaunch; false when a signal to stop came.
+  bool wait_to_relaunch(const Incident& incident, const Watch& w, std::int64_t resume_step, int& failures_in_a_row);
+  /// The report's totals and nodes, written to htrun_report.json.
+  void finish_report(Report& report, double wall_start,
+                     const std::map<std::int64_t, ht::resilience::StepLine>& completed);
+  std::unique_ptr<ChildProcess> start_launch(int launch, std::int64_t resume_step);
+  /// One look at a running launch; true when the watch ends (the job ended or was stopped).
+  bool poll_launch(ChildProcess& job, WatchState& s);
+  /// Whether every rank started; a start past the start timeout is declared.
+  void check_start(const std::map<int, ht::resilience::Heartbeat>& beats, WatchState& s, double t);
+  /// Passes a signal to stop on to the ranks and waits for the job to end.
+  void pass_on_preemption(ChildProcess& job, const std::map<int, ht::resilience::Heartbeat>& beats, Watch& w);
+  /// After the launch ended: the records, checkpoints and launcher reports that tell what it reached.
+  void conclude_watch(ChildProcess& job, WatchState& s);
   Placement placement() const { return {active_, options_.slots}; }
   double now() const { return clock_.now(); }
   void sleep(double seconds) const;

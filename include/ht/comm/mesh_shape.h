@@ -1,5 +1,5 @@
 // The rank arithmetic of a 3-D mesh pp x dp x tp, as pure functions: no
-// communicator, so every layout can be tested exhaustively.
+// communicator, so every shape can be tested exhaustively.
 //
 // Rank order is tp fastest, then dp, then pp:
 //   rank = tp_rank + tp * (dp_rank + dp * pp_rank)
@@ -21,11 +21,11 @@ struct MeshCoord {
   friend bool operator==(const MeshCoord&, const MeshCoord&) = default;
 };
 
-class MeshLayout {
+class MeshShape {
  public:
   /// Throws kConfig naming the sizes when tp * pp does not divide world,
   /// listing the valid choices.
-  MeshLayout(int world_size, int tp, int pp);
+  MeshShape(int world_size, int tp, int pp);
 
   int world_size() const { return world_; }
   int tp_size() const { return tp_; }

@@ -1,16 +1,16 @@
-// MeshLayout, exhaustively: every rank of every layout up to 16 ranks.
+// MeshShape, exhaustively: every rank of every layout up to 16 ranks.
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "ht/comm/mesh_layout.h"
+#include "ht/comm/mesh_shape.h"
 #include "test_util.h"
 
 namespace ht::comm {
 namespace {
 
-TEST(MeshLayout, WorkedExampleFromTheHeader) {
-  const MeshLayout m(8, 2, 2);
+TEST(MeshShape, WorkedExampleFromTheHeader) {
+  const MeshShape m(8, 2, 2);
   EXPECT_EQ(m.dp_size(), 2);
   EXPECT_EQ(m.coord(5), (MeshCoord{1, 0, 1}));
   EXPECT_EQ(m.group(5, MeshAxis::kTp), (std::vector<int>{4, 5}));
@@ -19,12 +19,12 @@ TEST(MeshLayout, WorkedExampleFromTheHeader) {
   EXPECT_EQ(m.str(), "pp2 x dp2 x tp2");
 }
 
-TEST(MeshLayout, EveryLayoutPartitionsTheWorldAlongEachAxis) {
+TEST(MeshShape, EveryLayoutPartitionsTheWorldAlongEachAxis) {
   for (int world = 1; world <= 16; ++world)
     for (int tp = 1; tp <= world; ++tp)
       for (int pp = 1; tp * pp <= world; ++pp) {
         if (world % (tp * pp) != 0) continue;
-        const MeshLayout m(world, tp, pp);
+        const MeshShape m(world, tp, pp);
         EXPECT_EQ(m.tp_size() * m.dp_size() * m.pp_size(), world);
         for (MeshAxis axis : {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp}) {
           std::set<int> covered;
@@ -52,10 +52,10 @@ TEST(MeshLayout, EveryLayoutPartitionsTheWorldAlongEachAxis) {
       }
 }
 
-TEST(MeshLayout, SizesThatDoNotDivideAreAClearError) {
-  EXPECT_TRUE(test::throws_error([] { MeshLayout(6, 4, 1); }, ErrorKind::kConfig,
+TEST(MeshShape, SizesThatDoNotDivideAreAClearError) {
+  EXPECT_TRUE(test::throws_error([] { MeshShape(6, 4, 1); }, ErrorKind::kConfig,
                                  {"tp=4 x pp=1 = 4 does not divide the world size 6", "tp2xpp1", "tp3xpp2"}));
-  EXPECT_TRUE(test::throws_error([] { MeshLayout(4, 0, 1); }, ErrorKind::kConfig, {"positive"}));
+  EXPECT_TRUE(test::throws_error([] { MeshShape(4, 0, 1); }, ErrorKind::kConfig, {"positive"}));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// MeshLayout: rank <-> (tp, dp, pp) arithmetic.
-#include "ht/comm/mesh_layout.h"
+// MeshShape: rank <-> (tp, dp, pp) arithmetic.
+#include "ht/comm/mesh_shape.h"
 
 #include <fmt/format.h>
 
@@ -16,7 +16,7 @@ std::string axis_name(MeshAxis axis) {
   return "?";
 }
 
-MeshLayout::MeshLayout(int world_size, int tp, int pp) : world_(world_size), tp_(tp), pp_(pp) {
+MeshShape::MeshShape(int world_size, int tp, int pp) : world_(world_size), tp_(tp), pp_(pp) {
   HT_CHECK(world_size > 0 && tp > 0 && pp > 0, ErrorKind::kConfig,
            "mesh sizes must be positive: world {}, tp {}, pp {}", world_size, tp, pp);
   if (world_size % (tp * pp) != 0) {
@@ -32,7 +32,7 @@ MeshLayout::MeshLayout(int world_size, int tp, int pp) : world_(world_size), tp_
   dp_ = world_size / (tp * pp);
 }
 
-int MeshLayout::size(MeshAxis axis) const {
+int MeshShape::size(MeshAxis axis) const {
   switch (axis) {
     case MeshAxis::kTp: return tp_;
     case MeshAxis::kDp: return dp_;
@@ -41,18 +41,18 @@ int MeshLayout::size(MeshAxis axis) const {
   return 1;
 }
 
-MeshCoord MeshLayout::coord(int rank) const {
+MeshCoord MeshShape::coord(int rank) const {
   HT_CHECK(rank >= 0 && rank < world_, ErrorKind::kOutOfRange, "rank {} outside a world of {}", rank, world_);
   return {rank % tp_, (rank / tp_) % dp_, rank / (tp_ * dp_)};
 }
 
-int MeshLayout::rank(const MeshCoord& c) const {
+int MeshShape::rank(const MeshCoord& c) const {
   HT_CHECK(c.tp_rank >= 0 && c.tp_rank < tp_ && c.dp_rank >= 0 && c.dp_rank < dp_ && c.pp_rank >= 0 && c.pp_rank < pp_, ErrorKind::kOutOfRange,
            "mesh coordinate (tp {}, dp {}, pp {}) outside {}", c.tp_rank, c.dp_rank, c.pp_rank, str());
   return c.tp_rank + tp_ * (c.dp_rank + dp_ * c.pp_rank);
 }
 
-std::vector<int> MeshLayout::group(int rank, MeshAxis axis) const {
+std::vector<int> MeshShape::group(int rank, MeshAxis axis) const {
   MeshCoord c = coord(rank);
   std::vector<int> out;
   for (int i = 0; i < size(axis); ++i) {
@@ -62,7 +62,7 @@ std::vector<int> MeshLayout::group(int rank, MeshAxis axis) const {
   return out;
 }
 
-int MeshLayout::group_index(int rank, MeshAxis axis) const {
+int MeshShape::group_index(int rank, MeshAxis axis) const {
   const MeshCoord c = coord(rank);
   switch (axis) {
     case MeshAxis::kTp: return c.dp_rank + dp_ * c.pp_rank;
@@ -72,6 +72,6 @@ int MeshLayout::group_index(int rank, MeshAxis axis) const {
   return 0;
 }
 
-std::string MeshLayout::str() const { return fmt::format("pp{} x dp{} x tp{}", pp_, dp_, tp_); }
+std::string MeshShape::str() const { return fmt::format("pp{} x dp{} x tp{}", pp_, dp_, tp_); }
 
 }  // namespace ht::comm
