@@ -36,102 +36,142 @@ double reduce_scatter_ms(double bytes, int ranks, const Link& link) {
 
 double p2p_ms(double bytes, const Link& link) { return bytes <= 0 ? 0 : link_ms(bytes, 1.0, 1, link); }
 
+namespace {
+
+// A layout's rates on a machine, per millisecond, and its links.
+struct Speeds {
+  double tokens = 0;  // of a micro-batch: every GEMM's rows (tp splits the columns)
+  double c = 0, r = 0;  // bytes of the compute and the reduction dtype
+  double gemm_per_ms = 0, attn_per_ms = 0, bytes_per_ms = 0;
+  const Link* tp = nullptr;
+  const Link* dp = nullptr;
+  const Link* shard = nullptr;
+  const Link* pp = nullptr;
+};
+
+Speeds speeds_of(const nn::ModelSpec& model, const LayoutChoice& l, const MachineProfile& profile) {
+  const Rates& rates = profile.rates_for(l.precision.compute);
+  Speeds s;
+  s.tokens = double(l.micro_batch) * double(model.seq_len);
+  s.c = double(dtype_size(l.precision.compute));
+  s.r = double(dtype_size(l.precision.reduce));
+  s.gemm_per_ms = rates.gemm_gflops_at(s.tokens) * 1e6;
+  s.attn_per_ms = rates.attention_gflops * 1e6;
+  s.bytes_per_ms = profile.memory_gbps * 1e6;
+  s.tp = &profile.link(l.tp);
+  s.dp = &profile.link(l.tp * l.dp);
+  s.shard = &profile.link(l.tp * l.shards());
+  s.pp = &profile.link(l.tp * l.dp * l.pp);
+  return s;
+}
+
+// One rank's work on its layers for a micro-batch: forward, backward and
+// tensor-parallel time, and what the data-parallel part and ZB-H1 need.
+struct RankWork {
+  StageTime st;
+  double params = 0;        // the rank's parameters (data-parallel traffic, the optimizer)
+  double largest_unit = 0;  // the largest layer's (ZeRO-3's first gather)
+  double weight_grads = 0;  // the weight gradients' GEMMs (ZB-H1's W)
+};
+
+RankWork rank_work(const nn::ModelSpec& model, const std::vector<int>& layers, const LayoutChoice& l,
+                   const MachineProfile& profile, const Speeds& s) {
+  RankWork w;
+  for (int i : layers) {
+    const nn::LayerSpec& ls = model.layers[std::size_t(i)];
+    const bool block = ls.role == nn::LayerRole::kBlock;
+    const double gemm = s.tokens * ls.gemm_flops / l.tp / s.gemm_per_ms;
+    const double attn = s.attn_per_ms > 0 ? s.tokens * ls.attention_flops / l.tp / s.attn_per_ms : 0.0;
+    const double ew = s.tokens * ls.traffic.bytes(l.tp, s.c) / s.bytes_per_ms;
+    // Each of the layer's all-reduces pays the latency; the bytes are split among them.
+    const int n_ar = std::max(ls.tp_allreduces, 1);
+    const double tp_ar = n_ar * all_reduce_ms(s.tokens * ls.tp_allreduce * s.c / n_ar, l.tp, *s.tp);
+    const double overhead = ls.ops * profile.op_overhead_us * 1e-3;
+    const double fwd = gemm + attn + ew + tp_ar + overhead;
+    double bwd = 2.0 * (gemm + ew + overhead) + kAttentionBackwardFactor * attn + tp_ar;
+    if (block && l.recompute == nn::Recompute::kFull) bwd += fwd;
+    if (block && l.recompute == nn::Recompute::kSelective) bwd += attn;
+    w.st.forward_ms += fwd;
+    w.st.backward_ms += bwd;
+    w.weight_grads += gemm;  // dW costs the forward's GEMM again
+    w.st.tp_comm_ms += 2.0 * tp_ar;
+    const double n = layer_params(model, layers, i, l.tp);
+    w.params += n;
+    w.largest_unit = std::max(w.largest_unit, n);
+  }
+  return w;
+}
+
+// The data-parallel traffic of one stage's ranks a step: all of it, and
+// what is exposed (not hidden behind compute).
+struct DataParallelTime {
+  double comm = 0, exposed = 0;
+};
+
+DataParallelTime data_parallel_time(const LayoutChoice& l, const RankWork& w, double units,
+                                    const MachineProfile& profile, const Speeds& s) {
+  if (l.dp <= 1) return {};
+  const int m = l.grad_accum, shards = l.shards(), replicas = l.dp / std::max(shards, 1);
+  const double grads = w.params * s.r;
+  // Gradient reduction: behind the last micro-batch's backward only, in
+  // groups (DDP and ZeRO-1/2 buckets; ZeRO-3 units), each paying the latency.
+  const double groups = l.zero == 3 ? units : std::max(1.0, std::ceil(grads / double(l.bucket_bytes)));
+  const double piece = grads / groups;
+  const double one_group = l.zero == 0 || shards == 1 ? all_reduce_ms(piece, l.dp, *s.dp)
+                                                      : reduce_scatter_ms(piece, shards, *s.shard) +
+                                                            all_reduce_ms(piece / shards, replicas, *s.dp);
+  const double reduce = groups * one_group;
+  const double last_bucket = one_group;
+  // ZeRO-3: two gathers of every unit per micro-batch (forward, backward),
+  // prefetched behind any compute; the first unit's is never hidden.
+  const double gathers =
+      l.zero == 3 ? 2.0 * m * units * reduce_scatter_ms(w.params * s.c / units, shards, *s.shard) : 0.0;
+  const double first_unit = l.zero == 3 ? reduce_scatter_ms(w.largest_unit * s.c, shards, *s.shard) : 0.0;
+  DataParallelTime t;
+  t.comm = reduce + gathers;
+  // Both share the link: what cannot hide behind its window, or behind all compute together.
+  const double ov = profile.comm_overlap;
+  t.exposed = std::max({last_bucket + first_unit, reduce - ov * w.st.backward_ms,
+                        reduce + gathers - ov * m * (w.st.forward_ms + w.st.backward_ms)});
+  if (l.zero == 1 || l.zero == 2) {
+    const double gather = reduce_scatter_ms(w.params * s.c, shards, *s.shard);  // all-gather of updated weights
+    t.comm += gather;
+    t.exposed += gather;
+  }
+  return t;
+}
+
+}  // namespace
+
 TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, const MachineProfile& profile) {
   const std::vector<std::vector<int>> stage_layers = stage_layers_of(model, l);  // checks the layout
-  const Rates& rates = profile.rates_for(l.precision.compute);
-  const double c = double(dtype_size(l.precision.compute)), r = double(dtype_size(l.precision.reduce));
-  const double tokens = double(l.micro_batch) * double(model.seq_len);
-  // Every GEMM of a micro-batch has its tokens as rows (tp splits the columns).
-  const double gemm_per_ms = rates.gemm_gflops_at(tokens) * 1e6, attn_per_ms = rates.attention_gflops * 1e6;
-  const double bytes_per_ms = profile.memory_gbps * 1e6;
-  const Link& tp_link = profile.link(l.tp);
-  const Link& dp_link = profile.link(l.tp * l.dp);
-  const Link& shard_link = profile.link(l.tp * l.shards());
-  const Link& pp_link = profile.link(l.tp * l.dp * l.pp);
-  const int m = l.grad_accum;
-
+  const Speeds s = speeds_of(model, l, profile);
+  const int m = l.grad_accum, v = l.virtual_stages;
   TimeEstimate t;
   double slowest = 0, sum = 0;
   double compute_all = 0, weight_grads_all = 0;  // forward + backward, and its weight GEMMs (ZB-H1's W)
   double dp_exposed_worst = 0, dp_comm_worst = 0, optimizer_worst = 0, comm_worst = 0;
-  const int v = l.virtual_stages;
   for (int stage = 0; stage < l.pp; ++stage) {
     std::vector<int> layers;  // the rank's: its stage's, or its chunks' (interleaved)
     for (const std::vector<int>& c : rank_chunks(stage_layers, l, stage)) layers.insert(layers.end(), c.begin(), c.end());
-    StageTime st;
-    double params = 0;  // this rank's stage, for the data-parallel traffic and the optimizer
-    double largest_unit = 0;
-    for (int i : layers) {
-      const nn::LayerSpec& ls = model.layers[std::size_t(i)];
-      const bool block = ls.role == nn::LayerRole::kBlock;
-      const double gemm = tokens * ls.gemm_flops / l.tp / gemm_per_ms;
-      const double attn = attn_per_ms > 0 ? tokens * ls.attention_flops / l.tp / attn_per_ms : 0.0;
-      const double ew = tokens * ls.traffic.bytes(l.tp, c) / bytes_per_ms;
-      // Each of the layer's all-reduces pays the latency; the bytes are split among them.
-      const int n_ar = std::max(ls.tp_allreduces, 1);
-      const double tp_ar = n_ar * all_reduce_ms(tokens * ls.tp_allreduce * c / n_ar, l.tp, tp_link);
-      const double overhead = ls.ops * profile.op_overhead_us * 1e-3;
-      const double fwd = gemm + attn + ew + tp_ar + overhead;
-      double bwd = 2.0 * (gemm + ew + overhead) + kAttentionBackwardFactor * attn + tp_ar;
-      if (block && l.recompute == nn::Recompute::kFull) bwd += fwd;
-      if (block && l.recompute == nn::Recompute::kSelective) bwd += attn;
-      st.forward_ms += fwd;
-      st.backward_ms += bwd;
-      weight_grads_all += gemm;  // dW costs the forward's GEMM again
-      st.tp_comm_ms += 2.0 * tp_ar;
-      const double n = layer_params(model, layers, i, l.tp);
-      params += n;
-      largest_unit = std::max(largest_unit, n);
-    }
-    const double act_bytes = tokens * double(model.width) * c;
+    RankWork w = rank_work(model, layers, l, profile, s);
     // Each chunk receives and sends a micro-batch's activations (and their
     // gradients, counted as the same link time), but virtual stage 0 and the last.
-    if (l.pp > 1) st.p2p_ms = double(2 * v - (stage == 0 ? 1 : 0) - (stage == l.pp - 1 ? 1 : 0)) *
-                              p2p_ms(act_bytes, pp_link);
-    t.stages.push_back(st);
-    compute_all += st.forward_ms + st.backward_ms;
-    slowest = std::max(slowest, st.total_ms());
-    sum += st.total_ms();
-
-    // Data-parallel traffic of this stage's ranks.
-    const int shards = l.shards(), replicas = l.dp / std::max(shards, 1);
-    double comm = 0, exposed = 0;
-    const double grads = params * r;
-    if (l.dp > 1) {
-      // Gradient reduction: behind the last micro-batch's backward only, in
-      // groups (DDP and ZeRO-1/2 buckets; ZeRO-3 units), each paying the latency.
-      const double groups = l.zero == 3 ? double(layers.size())
-                                        : std::max(1.0, std::ceil(grads / double(l.bucket_bytes)));
-      const double piece = grads / groups;
-      const double one_group = l.zero == 0 || shards == 1
-                                   ? all_reduce_ms(piece, l.dp, dp_link)
-                                   : reduce_scatter_ms(piece, shards, shard_link) +
-                                         all_reduce_ms(piece / shards, replicas, dp_link);
-      const double reduce = groups * one_group;
-      const double last_bucket = one_group;
-      // ZeRO-3: two gathers of every unit per micro-batch (forward, backward),
-      // prefetched behind any compute; the first unit's is never hidden.
-      const double units = double(layers.size());
-      const double gathers =
-          l.zero == 3 ? 2.0 * m * units * reduce_scatter_ms(params * c / units, shards, shard_link) : 0.0;
-      const double first_unit = l.zero == 3 ? reduce_scatter_ms(largest_unit * c, shards, shard_link) : 0.0;
-      comm = reduce + gathers;
-      // Both share the link: what cannot hide behind its window, or behind all compute together.
-      const double ov = profile.comm_overlap;
-      exposed = std::max({last_bucket + first_unit, reduce - ov * st.backward_ms,
-                          reduce + gathers - ov * m * (st.forward_ms + st.backward_ms)});
-      if (l.zero == 1 || l.zero == 2) {
-        const double gather = reduce_scatter_ms(params * c, shards, shard_link);  // all-gather of updated weights
-        comm += gather;
-        exposed += gather;
-      }
-    }
-    const double optimizer = params / (l.zero >= 1 ? shards : 1) * optimizer_bytes_per_element(l.precision) /
-                             bytes_per_ms;
-    dp_comm_worst = std::max(dp_comm_worst, comm);
-    dp_exposed_worst = std::max(dp_exposed_worst, exposed);
+    if (l.pp > 1)
+      w.st.p2p_ms = double(2 * v - (stage == 0 ? 1 : 0) - (stage == l.pp - 1 ? 1 : 0)) *
+                    p2p_ms(s.tokens * double(model.width) * s.c, *s.pp);
+    t.stages.push_back(w.st);
+    compute_all += w.st.forward_ms + w.st.backward_ms;
+    weight_grads_all += w.weight_grads;
+    slowest = std::max(slowest, w.st.total_ms());
+    sum += w.st.total_ms();
+    const DataParallelTime dp = data_parallel_time(l, w, double(layers.size()), profile, s);
+    const double optimizer =
+        w.params / (l.zero >= 1 ? l.shards() : 1) * optimizer_bytes_per_element(l.precision) / s.bytes_per_ms;
+    dp_comm_worst = std::max(dp_comm_worst, dp.comm);
+    dp_exposed_worst = std::max(dp_exposed_worst, dp.exposed);
     optimizer_worst = std::max(optimizer_worst, optimizer);
-    comm_worst = std::max(comm_worst, exposed + m * (st.tp_comm_ms + st.p2p_ms));
+    comm_worst = std::max(comm_worst, dp.exposed + m * (w.st.tp_comm_ms + w.st.p2p_ms));
   }
   // One micro-batch through every stage, then m - 1 at the slowest stage's
   // pace: a bubble of sum - slowest (1F1B, GPipe). Interleaved divides it by

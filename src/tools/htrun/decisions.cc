@@ -113,115 +113,144 @@ int stale_node(const std::map<int, Heartbeat>& beats, const Placement& placement
   return stalest;
 }
 
-Incident classify(const Watch& w, const Placement& placement, double comm_timeout_s, const std::string& job_log) {
-  Incident i;
-  std::optional<IncidentKind> kind = w.kind;
-  i.message = w.message;
-  i.rank = w.failed_rank;
-  double failed_at = w.failed_at;
-  // What names the culprit, most direct first: the watch itself (a hang, a
-  // preemption); a rank's own record of its failure (a peer's communication
-  // failure is an effect, not the cause); the launcher's report of a rank
-  // killed or a host lost; the ranks that communication failures name; the
-  // host whose heartbeats stopped first. The rank that got least far is only
-  // the hang check's, for a job that stopped moving with every rank alive.
-  if (!kind)
-    for (const ExitRecord& e : w.exits) {
-      const auto own = ht::resilience::incident_of_exit(e.kind);
-      if (!own) continue;
-      kind = own;
-      i.rank = e.blamed_ranks.empty() ? e.rank : e.blamed_ranks.front();
-      i.message = e.message;
-      failed_at = e.time_s();
-      break;
-    }
-  // The launcher's reports: a rank killed, a host lost. A lost host that
-  // was reported first and is not the killed rank's is the cause (srun kills
-  // the other tasks of a step whose node failed, and says so after).
+namespace {
+
+// Who failed, how and when, as the rules below find it.
+struct Culprit {
+  std::optional<IncidentKind> kind;
+  int rank = -1;
+  std::string message;
+  double failed_at = 0;
+  std::vector<int> suspect_indices;  // into placement.active: nodes the health checks decide on
+};
+
+// A rank's own record of its failure (a peer's communication failure is an
+// effect, not the cause).
+bool blame_own_record(const Watch& w, Culprit& c) {
+  for (const ExitRecord& e : w.exits) {
+    const auto own = ht::resilience::incident_of_exit(e.kind);
+    if (!own) continue;
+    c.kind = own;
+    c.rank = e.blamed_ranks.empty() ? e.rank : e.blamed_ranks.front();
+    c.message = e.message;
+    c.failed_at = e.time_s();
+    return true;
+  }
+  return false;
+}
+
+// The launcher's reports: a rank killed, a host lost. A lost host that was
+// reported first and is not the killed rank's is the cause (srun kills the
+// other tasks of a step whose node failed, and says so after).
+bool blame_launcher_report(const Watch& w, const Placement& placement, Culprit& c) {
   const bool lost_first =
       !w.lost_host.host.empty() &&
       (w.dead_rank.rank < 0 || (placement.node_of_host(w.lost_host.host) != placement.node_of_rank(w.dead_rank.rank) &&
                                 w.lost_host.time_s <= w.dead_rank.time_s));
-  if (!kind && w.dead_rank.rank >= 0 && !lost_first) {
-    kind = IncidentKind::kCrash;
-    i.rank = w.dead_rank.rank;
-    failed_at = last_beat(w.beats, placement, placement.node_of_rank(i.rank), w.dead_rank.time_s);
+  if (w.dead_rank.rank >= 0 && !lost_first) {
+    c.kind = IncidentKind::kCrash;
+    c.rank = w.dead_rank.rank;
+    c.failed_at = last_beat(w.beats, placement, placement.node_of_rank(c.rank), w.dead_rank.time_s);
+    return true;
   }
-  if (!kind && !w.lost_host.host.empty()) {
-    const int node = placement.node_of_host(w.lost_host.host);
-    kind = IncidentKind::kHostLost;
-    i.rank = node >= 0 ? node * placement.slots : -1;
-    i.message = fmt::format("the launcher lost host {}", w.lost_host.host);
-    failed_at = last_beat(w.beats, placement, node, w.lost_host.time_s);
-  }
-  if (!kind && !w.orphans.empty()) {
-    // Cut off: its ranks live on, stuck where the cut caught them, so the
-    // last change of their step or phase is when it came.
-    const int node = placement.node_of_rank(w.orphans.front());
-    kind = IncidentKind::kHostLost;
-    i.rank = w.orphans.front();
-    i.message = fmt::format("rank(s) {} beat on after the launcher was gone: their host is cut off from it",
-                            fmt::join(w.orphans, ","));
-    for (int r : w.orphans)
-      if (const auto h = w.beats.find(r); h != w.beats.end() && placement.node_of_rank(r) == node)
-        failed_at = std::max(failed_at, h->second.progress_s());
-  }
-  std::vector<int> suspect_indices;  // into placement.active
-  if (!kind) {
-    // Communication failures: the ranks each record names. A rank named by
-    // a rank it did not name itself is the culprit; ranks that name each
-    // other (a link cut between them) leave it to the health checks, which
-    // check every node they are on.
-    std::map<int, std::vector<int>> blames;
-    for (const ExitRecord& e : w.exits)
-      if (e.kind == ExitKind::kCommFailure) blames[e.rank] = e.blamed_ranks;
-    std::vector<int> named;
-    for (const auto& [rank, blamed] : blames)
-      for (int b : blamed) {
-        const auto back = blames.find(b);
-        const bool mutual = back != blames.end() && std::count(back->second.begin(), back->second.end(), rank) > 0;
-        if (!mutual && std::count(named.begin(), named.end(), b) == 0) named.push_back(b);
-        if (mutual) suspect_indices.push_back(placement.node_of_rank(b));
-      }
-    if (!named.empty() || !suspect_indices.empty()) {
-      kind = IncidentKind::kCommFailure;
-      i.rank = named.empty() ? -1 : named.front();
-      // The rank its peers waited for still beats but made no progress for
-      // longer than they waited: it hangs (stuck outside communication),
-      // and its peers' timeouts are the effect.
-      if (const auto h = w.beats.find(i.rank);
-          h != w.beats.end() && h->second.time_s() - h->second.progress_s() > 0.5 * comm_timeout_s)
-        kind = IncidentKind::kHang;
-      const ExitRecord& first = *std::find_if(w.exits.begin(), w.exits.end(),
-                                              [](const ExitRecord& e) { return e.kind == ExitKind::kCommFailure; });
-      i.message = first.message;
-      failed_at = named.empty() ? first.time_s() : last_beat(w.beats, placement, placement.node_of_rank(i.rank),
-                                                             first.time_s());
+  if (w.lost_host.host.empty()) return false;
+  const int node = placement.node_of_host(w.lost_host.host);
+  c.kind = IncidentKind::kHostLost;
+  c.rank = node >= 0 ? node * placement.slots : -1;
+  c.message = fmt::format("the launcher lost host {}", w.lost_host.host);
+  c.failed_at = last_beat(w.beats, placement, node, w.lost_host.time_s);
+  return true;
+}
+
+// Ranks that beat on after the launcher was gone: their host was cut off,
+// and they are stuck where the cut caught them, so the last change of
+// their step or phase is when it came.
+bool blame_orphans(const Watch& w, const Placement& placement, Culprit& c) {
+  if (w.orphans.empty()) return false;
+  const int node = placement.node_of_rank(w.orphans.front());
+  c.kind = IncidentKind::kHostLost;
+  c.rank = w.orphans.front();
+  c.message = fmt::format("rank(s) {} beat on after the launcher was gone: their host is cut off from it",
+                          fmt::join(w.orphans, ","));
+  for (int r : w.orphans)
+    if (const auto h = w.beats.find(r); h != w.beats.end() && placement.node_of_rank(r) == node)
+      c.failed_at = std::max(c.failed_at, h->second.progress_s());
+  return true;
+}
+
+// Communication failures: the ranks each record names. A rank named by a
+// rank it did not name itself is the culprit; ranks that name each other (a
+// link cut between them) leave it to the health checks, which check every
+// node they are on.
+bool blame_comm_failures(const Watch& w, const Placement& placement, double comm_timeout_s, Culprit& c) {
+  std::map<int, std::vector<int>> blames;
+  for (const ExitRecord& e : w.exits)
+    if (e.kind == ExitKind::kCommFailure) blames[e.rank] = e.blamed_ranks;
+  std::vector<int> named;
+  for (const auto& [rank, blamed] : blames)
+    for (int b : blamed) {
+      const auto back = blames.find(b);
+      const bool mutual = back != blames.end() && std::count(back->second.begin(), back->second.end(), rank) > 0;
+      if (!mutual && std::count(named.begin(), named.end(), b) == 0) named.push_back(b);
+      if (mutual) c.suspect_indices.push_back(placement.node_of_rank(b));
     }
+  if (named.empty() && c.suspect_indices.empty()) return false;
+  c.kind = IncidentKind::kCommFailure;
+  c.rank = named.empty() ? -1 : named.front();
+  // The rank its peers waited for still beats but made no progress for
+  // longer than they waited: it hangs (stuck outside communication), and
+  // its peers' timeouts are the effect.
+  if (const auto h = w.beats.find(c.rank);
+      h != w.beats.end() && h->second.time_s() - h->second.progress_s() > 0.5 * comm_timeout_s)
+    c.kind = IncidentKind::kHang;
+  const ExitRecord& first = *std::find_if(w.exits.begin(), w.exits.end(),
+                                          [](const ExitRecord& e) { return e.kind == ExitKind::kCommFailure; });
+  c.message = first.message;
+  c.failed_at =
+      named.empty() ? first.time_s() : last_beat(w.beats, placement, placement.node_of_rank(c.rank), first.time_s());
+  return true;
+}
+
+// Nothing said: an exit nobody explained, blamed on the host whose ranks
+// stopped beating well before the others did (a host gone with its
+// processes), if there is one.
+void blame_stale_host(const Watch& w, const Placement& placement, const std::string& job_log, Culprit& c) {
+  const int stale = stale_node(w.beats, placement);
+  c.kind = IncidentKind::kFailure;
+  if (stale >= 0) {
+    c.rank = stale * placement.slots;
+    c.failed_at = last_beat(w.beats, placement, stale, 0);
+    c.message = fmt::format("the launcher exited {}; the heartbeats of {} stopped first", w.exit_code,
+                            node_name(placement.active[std::size_t(stale)]));
+  } else {
+    c.message = fmt::format("the launcher exited {} and no rank said why (see {})", w.exit_code, job_log);
   }
-  if (!kind) {
-    // Nothing said: the host whose ranks stopped beating well before the
-    // others did (a host gone with its processes), if there is one.
-    const int stale = stale_node(w.beats, placement);
-    kind = IncidentKind::kFailure;  // an exit nobody explained
-    if (stale >= 0) {
-      i.rank = stale * placement.slots;
-      failed_at = last_beat(w.beats, placement, stale, 0);
-      i.message = fmt::format("the launcher exited {}; the heartbeats of {} stopped first", w.exit_code,
-                              node_name(placement.active[std::size_t(stale)]));
-    } else {
-      i.message = fmt::format("the launcher exited {} and no rank said why (see {})", w.exit_code, job_log);
-    }
-  }
-  i.kind = *kind;
-  if (failed_at == 0) failed_at = w.detected_at;
-  const std::size_t node_index =
-      i.rank >= 0 ? std::size_t(i.rank / placement.slots) : placement.active.size();
+}
+
+}  // namespace
+
+Incident classify(const Watch& w, const Placement& placement, double comm_timeout_s, const std::string& job_log) {
+  // What names the culprit, most direct first: the watch itself (a hang, a
+  // preemption); a rank's own record of its failure; the launcher's report
+  // of a rank killed or a host lost; ranks beating on without a launcher;
+  // the ranks that communication failures name; the host whose heartbeats
+  // stopped first. The rank that got least far is only the hang check's,
+  // for a job that stopped moving with every rank alive.
+  Culprit c{.kind = w.kind, .rank = w.failed_rank, .message = w.message, .failed_at = w.failed_at};
+  if (!c.kind && !blame_own_record(w, c) && !blame_launcher_report(w, placement, c) && !blame_orphans(w, placement, c) &&
+      !blame_comm_failures(w, placement, comm_timeout_s, c))
+    blame_stale_host(w, placement, job_log, c);
+  Incident i;
+  i.kind = *c.kind;
+  i.rank = c.rank;
+  i.message = c.message;
+  const double failed_at = c.failed_at == 0 ? w.detected_at : c.failed_at;
+  const std::size_t node_index = i.rank >= 0 ? std::size_t(i.rank / placement.slots) : placement.active.size();
   if (node_index < placement.active.size()) {
     i.node = placement.active[node_index].id;
     i.host = placement.active[node_index].host;
   }
-  for (int index : suspect_indices)
+  for (int index : c.suspect_indices)
     if (index >= 0 &&
         std::count(i.suspect_nodes.begin(), i.suspect_nodes.end(), placement.active[std::size_t(index)].id) == 0)
       i.suspect_nodes.push_back(placement.active[std::size_t(index)].id);
