@@ -20,23 +20,13 @@
 
 namespace ht::resilience::detail {
 
-void check_gpus(const HealthOptions& o, std::vector<CheckResult>& out) {
-#if !HT_HAVE_CUDA
-  const std::string why = "no GPU: skipped (this build has no CUDA backend)";
-  CheckResult devices = skipped("gpu_devices", why, "devices");
-  if (o.expect_gpus > 0) {
-    devices.ok = false;
-    devices.skipped = false;
-    devices.threshold = o.expect_gpus;
-    devices.reason = fmt::format("{} GPUs expected, but this build has no CUDA backend", o.expect_gpus);
-  }
-  out.push_back(devices);
-  out.push_back(skipped("gpu_ecc", why, "devices"));
-  out.push_back(skipped("gpu_gemm", why, "GFLOP/s"));
-#else
-  int count = 0;
+#if HT_HAVE_CUDA
+namespace {
+
+// The visible devices, `count` of them, against the count expected.
+CheckResult check_gpu_devices(const HealthOptions& o, int& count) {
   std::string query_error;
-  CheckResult devices = run_check("gpu_devices", [&](CheckResult& r) {
+  return run_check("gpu_devices", [&](CheckResult& r) {
     r.unit = "devices";
     r.threshold = o.expect_gpus;
     if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
@@ -68,15 +58,12 @@ void check_gpus(const HealthOptions& o, std::vector<CheckResult>& out) {
       r.reason = fmt::format("{} GPUs visible, {} expected: {}", count, o.expect_gpus, list);
     }
   });
-  out.push_back(devices);
-  if (count == 0) {
-    out.push_back(skipped("gpu_ecc", "no GPU: skipped", "devices"));
-    out.push_back(skipped("gpu_gemm", "no GPU: skipped", "GFLOP/s"));
-    return;
-  }
-  // ECC: the runtime says whether it is on, not how many errors were seen;
-  // the counters need NVML, which hypertrain does not link.
-  out.push_back(run_check("gpu_ecc", [&](CheckResult& r) {
+}
+
+// ECC: the runtime says whether it is on, not how many errors were seen;
+// the counters need NVML, which hypertrain does not link.
+CheckResult check_gpu_ecc(int count) {
+  return run_check("gpu_ecc", [&](CheckResult& r) {
     r.unit = "devices";
     int enabled = 0;
     for (int d = 0; d < count; ++d) {
@@ -88,10 +75,13 @@ void check_gpus(const HealthOptions& o, std::vector<CheckResult>& out) {
     r.reason = fmt::format("ECC enabled on {} of {} devices; error counts not checked: they need NVML, which is not "
                            "available to hypertrain",
                            enabled, count);
-  }));
-  // gemm: on each device, an f32 GEMM checked against the host's sgemm of the
-  // same operands, then the rate of a large one (cuBLAS, true f32, no TF32).
-  out.push_back(run_check("gpu_gemm", [&](CheckResult& r) {
+  });
+}
+
+// gemm: on each device, an f32 GEMM checked against the host's sgemm of the
+// same operands, then the rate of a large one (cuBLAS, true f32, no TF32).
+CheckResult check_gpu_gemm(const HealthOptions& o, int count) {
+  return run_check("gpu_gemm", [&](CheckResult& r) {
     r.unit = "GFLOP/s";
     r.threshold = o.min_gpu_gemm_gflops;
     constexpr std::int64_t m = 200, k = 256, n = 72;
@@ -129,7 +119,35 @@ void check_gpus(const HealthOptions& o, std::vector<CheckResult>& out) {
     r.value = slowest;
     r.reason = fmt::format("f32 gemm {}^3: {} GFLOP/s; {}x{}x{} matches the host", s, rates, m, k, n);
     require_min(r, fmt::format("f32 gemm {}^3 on the slowest device:", s));
-  }));
+  });
+}
+
+}  // namespace
+#endif
+
+void check_gpus(const HealthOptions& o, std::vector<CheckResult>& out) {
+#if !HT_HAVE_CUDA
+  const std::string why = "no GPU: skipped (this build has no CUDA backend)";
+  CheckResult devices = skipped("gpu_devices", why, "devices");
+  if (o.expect_gpus > 0) {
+    devices.ok = false;
+    devices.skipped = false;
+    devices.threshold = o.expect_gpus;
+    devices.reason = fmt::format("{} GPUs expected, but this build has no CUDA backend", o.expect_gpus);
+  }
+  out.push_back(devices);
+  out.push_back(skipped("gpu_ecc", why, "devices"));
+  out.push_back(skipped("gpu_gemm", why, "GFLOP/s"));
+#else
+  int count = 0;
+  out.push_back(check_gpu_devices(o, count));
+  if (count == 0) {
+    out.push_back(skipped("gpu_ecc", "no GPU: skipped", "devices"));
+    out.push_back(skipped("gpu_gemm", "no GPU: skipped", "GFLOP/s"));
+    return;
+  }
+  out.push_back(check_gpu_ecc(count));
+  out.push_back(check_gpu_gemm(o, count));
 #endif
 }
 
