@@ -77,26 +77,12 @@ std::string html_escape(const std::string& text) {
   return out;
 }
 
-std::string line_chart(const ChartOptions& o, const std::vector<Series>& series) {
-  std::vector<const std::vector<double>*> xs, ys;
-  for (const Series& s : series) xs.push_back(&s.x), ys.push_back(&s.y);
-  auto [x_lo, x_hi] = range(xs, false);
-  auto [y_lo, y_hi] = range(ys, o.log_y);
-  if (!o.log_y) {  // a margin of 5% so that the extreme points are not on the frame
-    const double pad = (y_hi - y_lo) * 0.05;
-    y_lo -= pad, y_hi += pad;
-  }
-  const Scale sx{x_lo, x_hi, double(kLeft), double(o.width - kRight)};
-  const Scale sy{y_lo, y_hi, double(o.height - kBottom), double(kTop), o.log_y};
+namespace {
 
-  std::string svg = fmt::format(
-      R"(<svg id="{}" class="chart" xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="{}">)"
-      "\n",
-      html_escape(o.id), o.width, o.height, o.width, o.height, html_escape(o.title));
-  svg += fmt::format(R"(<text class="title" x="{}" y="16">{}</text>)"
-                     "\n",
-                     kLeft, html_escape(o.title));
-  // Grid and tick labels.
+// The grid with its tick labels, the frame, the axis labels and the marks.
+std::string chart_axes(const ChartOptions& o, const Scale& sx, const Scale& sy, double x_lo, double x_hi, double y_lo,
+                       double y_hi) {
+  std::string svg;
   for (double t : ticks(x_lo, x_hi))
     svg += fmt::format(
         R"(<line class="grid" x1="{0:.1f}" x2="{0:.1f}" y1="{1}" y2="{2}"/><text class="tick" x="{0:.1f}" y="{3}" text-anchor="middle">{4}</text>)"
@@ -130,7 +116,12 @@ std::string line_chart(const ChartOptions& o, const std::vector<Series>& series)
           fmt::format(R"(<line class="mark" data-{}="{}" x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}"/>)"
                       "\n",
                       o.x_marks_label.empty() ? "mark" : "checkpoint", num(m), sx(m), sx(m), kTop, o.height - kBottom);
-  // Series: the line through the finite points, then every point as a circle.
+  return svg;
+}
+
+// The legend, right-aligned at the top: the series, then the marks' label.
+std::string chart_legend(const ChartOptions& o, const std::vector<Series>& series) {
+  std::string svg;
   int legend_x = o.width - kRight;
   for (std::size_t k = series.size(); k-- > 0;) {
     const Series& s = series[k];
@@ -147,38 +138,69 @@ std::string line_chart(const ChartOptions& o, const std::vector<Series>& series)
         "\n",
         legend_x - 24 - 7 * static_cast<int>(o.x_marks_label.size()),
         legend_x - 20 - 7 * static_cast<int>(o.x_marks_label.size()), html_escape(o.x_marks_label));
-  for (const Series& s : series) {
-    // One polyline per run of increasing x: a series that goes back (a
-    // relaunch redoing steps) is not joined across the jump.
-    std::string points;
-    const auto flush = [&] {
-      if (!points.empty())
-        svg += fmt::format(R"(<polyline class="line" data-series="{}" fill="none" stroke="{}"{} points="{}"/>)"
-                           "\n",
-                           html_escape(s.name), s.color, s.dashed ? R"( stroke-dasharray="5 3")" : "", points);
-      points.clear();
-    };
-    for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      if (i > 0 && s.x[i] <= s.x[i - 1]) flush();
-      if (std::isfinite(s.x[i]) && std::isfinite(s.y[i]) && (!o.log_y || s.y[i] > 0))
-        points += fmt::format("{:.1f},{:.1f} ", sx(s.x[i]), sy(s.y[i]));
-    }
-    flush();
-    svg += fmt::format(R"(<g class="points" data-series="{}" fill="{}">)", html_escape(s.name), s.color);
-    for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      if (!std::isfinite(s.x[i])) continue;
-      const bool drawable = std::isfinite(s.y[i]) && (!o.log_y || s.y[i] > 0);
-      svg += fmt::format(
-          R"(<circle class="pt{}" data-{}="{}" data-{}="{}" cx="{:.1f}" cy="{:.1f}" r="{}"><title>{} {}: {} {}</title></circle>)",
-          drawable ? "" : " nonfinite", s.x_key, num(s.x[i]), s.y_key, num(s.y[i]), sx(s.x[i]),
-          drawable ? sy(s.y[i]) : double(kTop),
-          !drawable          ? "3"
-          : s.x.size() > 150 ? "1.1"
-                             : "1.8",
-          s.x_key, num(s.x[i]), html_escape(s.name), num(s.y[i]));
-    }
-    svg += "</g>\n";
+  return svg;
+}
+
+// One series: the line through its finite points, then every point as a circle.
+std::string series_svg(const ChartOptions& o, const Series& s, const Scale& sx, const Scale& sy) {
+  std::string svg;
+  // One polyline per run of increasing x: a series that goes back (a
+  // relaunch redoing steps) is not joined across the jump.
+  std::string points;
+  const auto flush = [&] {
+    if (!points.empty())
+      svg += fmt::format(R"(<polyline class="line" data-series="{}" fill="none" stroke="{}"{} points="{}"/>)"
+                         "\n",
+                         html_escape(s.name), s.color, s.dashed ? R"( stroke-dasharray="5 3")" : "", points);
+    points.clear();
+  };
+  for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+    if (i > 0 && s.x[i] <= s.x[i - 1]) flush();
+    if (std::isfinite(s.x[i]) && std::isfinite(s.y[i]) && (!o.log_y || s.y[i] > 0))
+      points += fmt::format("{:.1f},{:.1f} ", sx(s.x[i]), sy(s.y[i]));
   }
+  flush();
+  svg += fmt::format(R"(<g class="points" data-series="{}" fill="{}">)", html_escape(s.name), s.color);
+  for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+    if (!std::isfinite(s.x[i])) continue;
+    const bool drawable = std::isfinite(s.y[i]) && (!o.log_y || s.y[i] > 0);
+    svg += fmt::format(
+        R"(<circle class="pt{}" data-{}="{}" data-{}="{}" cx="{:.1f}" cy="{:.1f}" r="{}"><title>{} {}: {} {}</title></circle>)",
+        drawable ? "" : " nonfinite", s.x_key, num(s.x[i]), s.y_key, num(s.y[i]), sx(s.x[i]),
+        drawable ? sy(s.y[i]) : double(kTop),
+        !drawable          ? "3"
+        : s.x.size() > 150 ? "1.1"
+                           : "1.8",
+        s.x_key, num(s.x[i]), html_escape(s.name), num(s.y[i]));
+  }
+  svg += "</g>\n";
+  return svg;
+}
+
+}  // namespace
+
+std::string line_chart(const ChartOptions& o, const std::vector<Series>& series) {
+  std::vector<const std::vector<double>*> xs, ys;
+  for (const Series& s : series) xs.push_back(&s.x), ys.push_back(&s.y);
+  auto [x_lo, x_hi] = range(xs, false);
+  auto [y_lo, y_hi] = range(ys, o.log_y);
+  if (!o.log_y) {  // a margin of 5% so that the extreme points are not on the frame
+    const double pad = (y_hi - y_lo) * 0.05;
+    y_lo -= pad, y_hi += pad;
+  }
+  const Scale sx{x_lo, x_hi, double(kLeft), double(o.width - kRight)};
+  const Scale sy{y_lo, y_hi, double(o.height - kBottom), double(kTop), o.log_y};
+
+  std::string svg = fmt::format(
+      R"(<svg id="{}" class="chart" xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="{}">)"
+      "\n",
+      html_escape(o.id), o.width, o.height, o.width, o.height, html_escape(o.title));
+  svg += fmt::format(R"(<text class="title" x="{}" y="16">{}</text>)"
+                     "\n",
+                     kLeft, html_escape(o.title));
+  svg += chart_axes(o, sx, sy, x_lo, x_hi, y_lo, y_hi);
+  svg += chart_legend(o, series);
+  for (const Series& s : series) svg += series_svg(o, s, sx, sy);
   return svg + "</svg>\n";
 }
 
