@@ -112,90 +112,90 @@ comm::Communicator* DataParallel::tied_comm(const nn::Parameter* p) const {
   return nullptr;
 }
 
-void DataParallel::build_groups() {
-  // Which parameters share a flat group is a table (parallel/layout.h):
+std::vector<ParamGroup> DataParallel::group_table(const std::vector<nn::Parameter*>& params) {
+  // Which parameters share a flat group is a table (parallel/tables.h):
   // buckets in reverse registration order at stages 0-2, one unit per child
   // module at stage 3; weights tied across stages are reduced after backward.
-  const std::vector<nn::Parameter*> params = model_.parameters();
   std::unordered_map<const nn::Parameter*, int> index_of;
   std::vector<bool> isolated;
   for (nn::Parameter* p : params) {
     index_of[p] = int(isolated.size());
     isolated.push_back(tied_comm(p) != nullptr);
   }
-  std::vector<ParamGroup> table;
-  if (options_.zero_stage == 3) {
-    const std::vector<nn::Parameter*> own = own_parameters(model_);
-    HT_CHECK(own.empty(), ErrorKind::kInvalidArgument,
-             "ZeRO-3: model '{}' holds parameter '{}' itself, outside its child modules; ZeRO-3 gathers and frees "
-             "parameters per child module: move it into a child (a small Module holding it)",
-             model_.describe(), own.empty() ? "" : own.front()->name());
-    std::vector<std::vector<int>> module_params;
-    std::vector<std::string> names;
-    for (nn::Module* m : model_.children()) {
-      sequence_.push_back(m);
-      names.push_back(m->name());
-      module_params.emplace_back();
-      for (const nn::Parameter* p : m->parameters()) module_params.back().push_back(index_of.at(p));
-    }
-    UnitAssignment units = assign_units(module_params, isolated, names);
-    unit_of_.assign(units.unit_of_module.begin(), units.unit_of_module.end());
-    table = std::move(units.units);
-  } else {
+  if (options_.zero_stage != 3) {
     std::vector<std::int64_t> numels;
     for (const nn::Parameter* p : params) numels.push_back(shape_numel(p->shape()));
-    table = assign_buckets(numels, std::int64_t(sizeof(float)), options_.bucket_bytes, isolated);
+    return assign_buckets(numels, std::int64_t(sizeof(float)), options_.bucket_bytes, isolated);
   }
-  std::vector<std::vector<nn::Parameter*>> members;
-  std::vector<bool> deferred;
-  for (const ParamGroup& g : table) {
-    members.emplace_back();
-    for (int i : g.params) members.back().push_back(params[std::size_t(i)]);
-    deferred.push_back(g.deferred);
+  const std::vector<nn::Parameter*> own = own_parameters(model_);
+  HT_CHECK(own.empty(), ErrorKind::kInvalidArgument,
+           "ZeRO-3: model '{}' holds parameter '{}' itself, outside its child modules; ZeRO-3 gathers and frees "
+           "parameters per child module: move it into a child (a small Module holding it)",
+           model_.describe(), own.empty() ? "" : own.front()->name());
+  std::vector<std::vector<int>> module_params;
+  std::vector<std::string> names;
+  for (nn::Module* m : model_.children()) {
+    sequence_.push_back(m);
+    names.push_back(m->name());
+    module_params.emplace_back();
+    for (const nn::Parameter* p : m->parameters()) module_params.back().push_back(index_of.at(p));
   }
+  UnitAssignment units = assign_units(module_params, isolated, names);
+  unit_of_.assign(units.unit_of_module.begin(), units.unit_of_module.end());
+  return std::move(units.units);
+}
 
+std::unique_ptr<FlatGroup> DataParallel::make_group(const std::vector<nn::Parameter*>& members, bool deferred) {
   const int stage = options_.zero_stage;
   const DType compute = options_.precision.compute;
   const bool mixed = options_.precision.mixed();
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    Tensor values;  // f32, padded
-    auto g = std::make_unique<FlatGroup>(detail::make_flat_group(
-        members[i], shards_, shard_rank_, model_.device(), [&](const nn::Parameter& p) {
-          if (initial_values_) return initial_values_(p);
-          HT_CHECK(p.data().defined(), ErrorKind::kInvalidArgument,
-                   "parameter {} has no storage: a model built with deferred storage needs its initial values "
-                   "(DataParallel's initial_values)",
-                   p.name());
-          return p.data();
-        },
-        values));
-    g->deferred = deferred[i];
-    g->compute = compute;
-    g->reduce = options_.precision.reduce;
-    const std::int64_t lo = g->shard_begin(), hi = lo + g->shard_numel();
-    // The f32 master shard is optimizer state when a separate working copy
-    // exists; in f32 training it is the parameters themselves.
-    if (mixed) g->master = copy_as(values.slice(lo, hi), DType::kF32, MemCategory::kOptimizerState);
-    if (stage == 3) {
-      g->work_shard = mixed ? copy_as(g->master, compute, MemCategory::kParameters) : values.slice(lo, hi).clone();
-      if (!mixed) g->master = g->work_shard;
-      g->unbind_params();
-    } else {
-      g->work_params = mixed ? copy_as(values, compute, MemCategory::kParameters) : values;
-      if (!mixed) g->master = g->work_params.slice(lo, hi);
-      g->bind_params();
-    }
-    if (stage <= 1) {
-      g->work_grads = Tensor::zeros({g->padded()}, compute, g->device, MemCategory::kGradients);
-      g->reduce_grads = g->converts_grads()
-                            ? Tensor::zeros({g->padded()}, g->reduce, g->device, MemCategory::kGradients)
-                            : g->work_grads;
-      g->bind_grads();
-      g->shard_grads = g->reduce_grads.slice(lo, hi);
-    } else {
-      g->shard_grads = Tensor::zeros({g->shard_numel()}, g->reduce, g->device, MemCategory::kGradients);
-      g->unbind_grads();
-    }
+  Tensor values;  // f32, padded
+  auto g = std::make_unique<FlatGroup>(detail::make_flat_group(
+      members, shards_, shard_rank_, model_.device(),
+      [&](const nn::Parameter& p) {
+        if (initial_values_) return initial_values_(p);
+        HT_CHECK(p.data().defined(), ErrorKind::kInvalidArgument,
+                 "parameter {} has no storage: a model built with deferred storage needs its initial values "
+                 "(DataParallel's initial_values)",
+                 p.name());
+        return p.data();
+      },
+      values));
+  g->deferred = deferred;
+  g->compute = compute;
+  g->reduce = options_.precision.reduce;
+  const std::int64_t lo = g->shard_begin(), hi = lo + g->shard_numel();
+  // The f32 master shard is optimizer state when a separate working copy
+  // exists; in f32 training it is the parameters themselves.
+  if (mixed) g->master = copy_as(values.slice(lo, hi), DType::kF32, MemCategory::kOptimizerState);
+  if (stage == 3) {
+    g->work_shard = mixed ? copy_as(g->master, compute, MemCategory::kParameters) : values.slice(lo, hi).clone();
+    if (!mixed) g->master = g->work_shard;
+    g->unbind_params();
+  } else {
+    g->work_params = mixed ? copy_as(values, compute, MemCategory::kParameters) : values;
+    if (!mixed) g->master = g->work_params.slice(lo, hi);
+    g->bind_params();
+  }
+  if (stage <= 1) {
+    g->work_grads = Tensor::zeros({g->padded()}, compute, g->device, MemCategory::kGradients);
+    g->reduce_grads = g->converts_grads() ? Tensor::zeros({g->padded()}, g->reduce, g->device, MemCategory::kGradients)
+                                          : g->work_grads;
+    g->bind_grads();
+    g->shard_grads = g->reduce_grads.slice(lo, hi);
+  } else {
+    g->shard_grads = Tensor::zeros({g->shard_numel()}, g->reduce, g->device, MemCategory::kGradients);
+    g->unbind_grads();
+  }
+  return g;
+}
+
+void DataParallel::build_groups() {
+  const std::vector<nn::Parameter*> params = model_.parameters();
+  for (const ParamGroup& t : group_table(params)) {
+    std::vector<nn::Parameter*> members;
+    for (int i : t.params) members.push_back(params[std::size_t(i)]);
+    std::unique_ptr<FlatGroup> g = make_group(members, t.deferred);
     const std::size_t index = groups_.size();
     for (nn::Parameter* p : g->params)
       p->set_grad_ready_hook([this, index](nn::Parameter& q) { on_grad_ready(index, q); });

@@ -49,6 +49,7 @@
 #include "ht/comm/device_mesh.h"
 #include "ht/nn/model.h"
 #include "ht/optim/optimizer.h"
+#include "ht/parallel/tables.h"
 #include "ht/precision/policy.h"
 
 namespace ht::parallel {
@@ -141,6 +142,12 @@ class DataParallel {
 
  private:
   void build_groups();
+  /// Which parameters share each flat group (parallel/tables.h); at stage 3
+  /// also the module sequence and each module's unit.
+  std::vector<ParamGroup> group_table(const std::vector<nn::Parameter*>& params);
+  /// One flat group of `members`: its values, master, working copy and
+  /// gradient buffers as the ZeRO stage and precision keep them.
+  std::unique_ptr<detail::FlatGroup> make_group(const std::vector<nn::Parameter*>& members, bool deferred);
   std::vector<optim::Slot> make_slots() const;
   /// Finds the model's tied weights on this stage, marks the copies and
   /// splits one communicator per tied weight (collective over the world).
