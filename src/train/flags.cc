@@ -31,15 +31,28 @@ void parse_trace_steps(const std::string& spec, EngineOptions& engine) {
 
 }  // namespace
 
-void TrainFlags::add_to(CLI::App& app) {
+// Steps, seed, device, run directory, validation, the timeline and MFU.
+void TrainFlags::add_run_flags(CLI::App& app) {
   EngineOptions& t = engine;
-  app.option_defaults()->always_capture_default();
   app.add_option("--steps", t.steps, "optimizer steps")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", t.seed, "seed for weights, data order and sampling");
   app.add_option("--run-dir", job.run_dir, "where metrics.jsonl, heartbeats and exit records go");
   app.add_option("--device", device,
                  "cpu, cuda or cuda:N (N counts from each rank's first GPU: cuda gives every rank of a node its own)");
-  parallel::Layout& l = t.layout;
+  app.add_option("--peak-tflops", fit.peak_tflops,
+                 "one rank's dense peak TFLOP/s for the step's GEMMs, for MFU (0: measured before the first step)");
+  app.add_option("--trace", t.trace_path,
+                 "write a timeline of --trace-steps: FILE.rank<R>.json per rank (Chrome trace events; merge them with "
+                 "ht-trace, open in Perfetto or chrome://tracing)");
+  app.add_option("--trace-steps", trace_steps, "the steps --trace records: FIRST-LAST or one step");
+  app.add_option("--eval-every", t.eval_every, "steps between validation passes (0: only at the end)");
+  app.add_option("--eval-samples", t.eval_samples,
+                 "validation samples per pass, the same under every layout (0: no validation)");
+}
+
+// The layout (parallel::Layout), recomputation and the gradient buckets.
+void TrainFlags::add_layout_flags(CLI::App& app) {
+  parallel::Layout& l = engine.layout;
   app.add_option("--micro-batch", l.micro_batch, "rows per micro-batch and data-parallel rank");
   app.add_option("--grad-accum", l.grad_accum, "micro-batches per optimizer step (the pipeline's micro-batches)");
   app.add_option("--tp", l.tp, "tensor-parallel ranks")->check(CLI::PositiveNumber);
@@ -60,6 +73,30 @@ void TrainFlags::add_to(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   app.add_option("--recompute", recompute,
                  "activation recomputation: none, selective (the attention core) or full (whole blocks)");
+}
+
+// Precision and loss scaling, the optimizer and its schedule.
+void TrainFlags::add_optimizer_flags(CLI::App& app) {
+  EngineOptions& t = engine;
+  app.add_option("--precision", precision, "compute precision: fp32, fp16 (dynamic loss scaling) or bf16");
+  app.add_option("--grad-reduce-dtype", grad_reduce, "dtype of the gradient reduction: fp32, fp16 or bf16");
+  app.add_option("--loss-scale", t.loss_scaler.initial_scale, "initial dynamic loss scale (fp16)");
+  app.add_option("--loss-scale-window", t.loss_scaler.growth_interval, "finite steps before the loss scale doubles");
+  app.add_option("--loss-scale-hysteresis", t.loss_scaler.hysteresis, "overflows tolerated before the scale halves");
+  app.add_option("--min-loss-scale", t.loss_scaler.min_scale, "the loss scale never drops below this");
+  app.add_option("--lr", t.lr, "peak learning rate");
+  app.add_option("--min-lr", t.min_lr, "final learning rate of the schedule");
+  app.add_option("--lr-decay", lr_decay, "after warm-up, from --lr to --min-lr at the last step: cosine, linear or constant");
+  app.add_option("--warmup", t.warmup_steps, "linear warm-up steps");
+  app.add_option("--clip", t.grad_clip, "max global gradient norm (0: off)");
+  app.add_option("--optimizer", t.optimizer, "adamw or sgd (with momentum; a checkpoint resumes only with its own)");
+  app.add_option("--weight-decay", t.adamw.weight_decay, "AdamW decoupled weight decay");
+  app.add_option("--momentum", t.sgd.momentum, "SGD momentum (0: none)");
+}
+
+// Checkpoints on disk and in memory, and resume.
+void TrainFlags::add_checkpoint_flags(CLI::App& app) {
+  EngineOptions& t = engine;
   app.add_option("--ckpt-every", t.ckpt_every, "save a checkpoint every N steps (0: only at the end, if --ckpt-dir)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--ckpt-every-s", t.ckpt_every_s, "save a checkpoint every S seconds (0: by steps only)")
@@ -75,38 +112,24 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--mem-ckpt-dir", t.mem_ckpt_dir,
                  "where memory snapshots go (default /dev/shm/hypertrain-<hash of the checkpoint directory>)");
   app.add_option("--resume", resume, "auto: continue from the newest good checkpoint (a fresh start if none)");
+}
+
+// What htrun relies on: heartbeats, the watchdog, divergence, stragglers, replica checks.
+void TrainFlags::add_resilience_flags(CLI::App& app) {
+  EngineOptions& t = engine;
   app.add_option("--heartbeat", job.heartbeat_s, "seconds between heartbeats (<run-dir>/heartbeat)");
   app.add_option("--watchdog", job.watchdog_s, "seconds without progress before the rank exits as hung (0: off)");
   app.add_option("--divergence-steps", t.divergence_steps, "consecutive non-finite losses that end the run");
   app.add_option("--straggler-window", t.straggler_window, "steps per straggler window (0: no detection)");
   app.add_option("--straggler-threshold", t.straggler_threshold, "a straggler's work per step over the median");
   app.add_option("--straggler-windows", t.straggler_windows, "slow windows in a row before a straggler is reported");
-  app.add_option("--peak-tflops", fit.peak_tflops,
-                 "one rank's dense peak TFLOP/s for the step's GEMMs, for MFU (0: measured before the first step)");
   app.add_option("--straggler-action", fit.straggler_action,
                  "report: print a straggler and go on; exit: checkpoint and exit so htrun replaces its node");
   app.add_option("--sdc-every", t.sdc_every, "steps between replica parameter checksum comparisons (0: never)");
-  app.add_option("--trace", t.trace_path,
-                 "write a timeline of --trace-steps: FILE.rank<R>.json per rank (Chrome trace events; merge them with "
-                 "ht-trace, open in Perfetto or chrome://tracing)");
-  app.add_option("--trace-steps", trace_steps, "the steps --trace records: FIRST-LAST or one step");
-  app.add_option("--precision", precision, "compute precision: fp32, fp16 (dynamic loss scaling) or bf16");
-  app.add_option("--grad-reduce-dtype", grad_reduce, "dtype of the gradient reduction: fp32, fp16 or bf16");
-  app.add_option("--loss-scale", t.loss_scaler.initial_scale, "initial dynamic loss scale (fp16)");
-  app.add_option("--loss-scale-window", t.loss_scaler.growth_interval, "finite steps before the loss scale doubles");
-  app.add_option("--loss-scale-hysteresis", t.loss_scaler.hysteresis, "overflows tolerated before the scale halves");
-  app.add_option("--min-loss-scale", t.loss_scaler.min_scale, "the loss scale never drops below this");
-  app.add_option("--lr", t.lr, "peak learning rate");
-  app.add_option("--min-lr", t.min_lr, "final learning rate of the schedule");
-  app.add_option("--lr-decay", lr_decay, "after warm-up, from --lr to --min-lr at the last step: cosine, linear or constant");
-  app.add_option("--warmup", t.warmup_steps, "linear warm-up steps");
-  app.add_option("--clip", t.grad_clip, "max global gradient norm (0: off)");
-  app.add_option("--optimizer", t.optimizer, "adamw or sgd (with momentum; a checkpoint resumes only with its own)");
-  app.add_option("--weight-decay", t.adamw.weight_decay, "AdamW decoupled weight decay");
-  app.add_option("--momentum", t.sgd.momentum, "SGD momentum (0: none)");
-  app.add_option("--eval-every", t.eval_every, "steps between validation passes (0: only at the end)");
-  app.add_option("--eval-samples", t.eval_samples,
-                 "validation samples per pass, the same under every layout (0: no validation)");
+}
+
+// --auto and --dry-run.
+void TrainFlags::add_planning_flags(CLI::App& app) {
   app.add_flag("--auto", auto_plan,
                "plan the layout (tp, pp, ZeRO, micro-batch, accumulation, schedule, recomputation, stages) for the "
                "world found, print it and train with it (ht-plan shows the alternatives)");
@@ -119,6 +142,16 @@ void TrainFlags::add_to(CLI::App& app) {
   app.add_option("--plan-memory-gib", plan_memory_gib,
                  "memory per rank for --auto and --dry-run (default: physical memory / ranks on the node)")
       ->check(CLI::NonNegativeNumber);
+}
+
+void TrainFlags::add_to(CLI::App& app) {
+  app.option_defaults()->always_capture_default();
+  add_run_flags(app);
+  add_layout_flags(app);
+  add_optimizer_flags(app);
+  add_checkpoint_flags(app);
+  add_resilience_flags(app);
+  add_planning_flags(app);
 }
 
 void TrainFlags::resolve() {

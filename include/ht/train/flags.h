@@ -75,6 +75,14 @@ struct TrainFlags {
   /// --dry-run's report (rank 0 prints it): the memory estimate of every
   /// stage of the layout by category, against --plan-memory-gib if given.
   std::string dry_run_report(int world_size) const;
+
+ private:
+  void add_run_flags(CLI::App& app);
+  void add_layout_flags(CLI::App& app);
+  void add_optimizer_flags(CLI::App& app);
+  void add_checkpoint_flags(CLI::App& app);
+  void add_resilience_flags(CLI::App& app);
+  void add_planning_flags(CLI::App& app);
 };
 
 /// run_job (job.h) with `flags` resolved first: a bad value is a usage error.
