@@ -2,6 +2,8 @@
 #include "ht/plan/memory_model.h"
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <numeric>
 
 #include "ht/core/error.h"
@@ -19,10 +21,15 @@ double category_total(const std::array<double, kMemCategoryCount>& b) {
 double StageMemory::total() const { return category_total(bytes); }
 
 int in_flight(parallel::Schedule schedule, int stage, int stages, int micro_batches, int virtual_stages) {
-  if (schedule == parallel::Schedule::kGPipe) return micro_batches;
-  if (schedule == parallel::Schedule::kInterleaved && virtual_stages > 1)
-    return std::min(virtual_stages * micro_batches, (virtual_stages + 1) * stages - 1 - 2 * stage);
-  return std::min(stages - stage, micro_batches);
+  // The search asks again for the same few tables across thousands of
+  // layouts: each thread keeps the answers it computed.
+  thread_local std::map<std::array<int, 5>, int> known;
+  const std::array<int, 5> key{int(schedule), stage, stages, micro_batches, virtual_stages};
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  const int peak =
+      parallel::peak_in_flight(parallel::stage_actions(schedule, stage, stages, micro_batches, virtual_stages));
+  known.emplace(key, peak);
+  return peak;
 }
 
 std::vector<std::vector<int>> rank_chunks(const std::vector<std::vector<int>>& stage_layers, const LayoutChoice& l,

@@ -70,10 +70,10 @@ double layer_params(const nn::ModelSpec& model, const std::vector<int>& stage_la
 /// the model (a stage without a block, tp not dividing its sizes).
 std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const LayoutChoice& layout);
 
-/// Micro-batches a stage holds at once: GPipe all m, 1F1B and ZB-H1
-/// min(p - s, m), interleaved min(v m, (v + 1) p - 1 - 2 s) (micro-batch,
-/// chunk) pairs for v > 1 (parallel::peak_in_flight of the schedule's table,
-/// in closed form: the search evaluates it for thousands of stages).
+/// Micro-batches a stage holds at once: parallel::peak_in_flight of the
+/// stage's own schedule table (parallel::stage_actions, what the pipeline
+/// executes), each (micro-batch, chunk) pair once for v > 1. GPipe holds all
+/// m, 1F1B and ZB-H1 min(p - s, m), interleaved min(v m, (v + 1) p - 1 - 2 s).
 int in_flight(parallel::Schedule schedule, int stage, int stages, int micro_batches, int virtual_stages = 1);
 
 /// The heaviest stage's total.
