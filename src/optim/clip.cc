@@ -17,6 +17,18 @@ float global_grad_norm(const std::vector<Tensor>& grads, const std::function<voi
   return std::sqrt(acc.item(0));
 }
 
+float unscale_and_global_norm(std::vector<Tensor> grads, const std::vector<Tensor>& counted, float loss_scale,
+                              Device device, const std::function<void(Tensor&)>& reduce) {
+  Tensor found = Tensor::zeros({1}, DType::kF32, device, MemCategory::kOther);
+  if (loss_scale != 1.f)
+    for (Tensor& g : grads) ops::scale_and_check_finite(g, 1.f / loss_scale, found);
+  const bool nonfinite_here = found.item(0) != 0.f;
+  return global_grad_norm(counted, [&](Tensor& sum) {
+    if (nonfinite_here) sum.fill_(INFINITY);
+    if (reduce) reduce(sum);
+  });
+}
+
 float clip_coefficient(float norm, float max_norm) {
   if (max_norm <= 0.f || !std::isfinite(norm)) return 1.f;
   return std::min(1.f, max_norm / (norm + 1e-6f));

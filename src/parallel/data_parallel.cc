@@ -8,7 +8,6 @@
 
 #include "core/clock.h"
 #include "ht/ops/cast.h"
-#include "ht/optim/clip.h"
 #include "ht/parallel/tables.h"
 #include "parallel/flat_group.h"
 
@@ -68,49 +67,13 @@ DataParallel::DataParallel(nn::Model& model, comm::DeviceMesh& mesh, const DataP
     shard_comm_ = mesh.dp_group().split(replica_rank_, shard_rank_, fmt::format("{}.shard{}", dp_name, replica_rank_));
     replica_comm_ = mesh.dp_group().split(shard_rank_, replica_rank_, fmt::format("{}.replica{}", dp_name, shard_rank_));
   }
-  setup_tied_weights();
+  tied_ = std::make_unique<TiedWeights>(model_, mesh_);
   build_groups();
   if (options_.zero_stage == 2) install_zero2_hooks();
   if (options_.zero_stage == 3) install_zero3_hooks();
 }
 
 DataParallel::~DataParallel() = default;
-
-void DataParallel::setup_tied_weights() {
-  const comm::MeshShape& shape = mesh_.shape();
-  const comm::MeshCoord& at = mesh_.coord();
-  const int stage = model_.stage().rank;
-  std::vector<nn::Parameter*> params = model_.parameters();
-  for (const nn::TiedWeight& t : model_.tied_weights()) {
-    HT_CHECK(t.stages.size() >= 2 && std::is_sorted(t.stages.begin(), t.stages.end()) &&
-                 std::adjacent_find(t.stages.begin(), t.stages.end()) == t.stages.end() && t.stages.front() >= 0 &&
-                 t.stages.back() < model_.stage().size,
-             ErrorKind::kInvalidArgument,
-             "model '{}' declares weight '{}' tied across stages {{{}}}: a tie needs two or more distinct stages, "
-             "ascending, each below the pipeline's {}",
-             model_.describe(), t.name, fmt::join(t.stages, ","), model_.stage().size);
-    const bool holds = std::find(t.stages.begin(), t.stages.end(), stage) != t.stages.end();
-    nn::Parameter* param = nullptr;
-    if (holds) {
-      const auto it = std::find_if(params.begin(), params.end(), [&](nn::Parameter* p) { return p->name() == t.name; });
-      HT_CHECK(it != params.end(), ErrorKind::kInvalidArgument,
-               "model '{}' declares weight '{}' tied across stages {{{}}}, but stage {} holds no parameter of that "
-               "name",
-               model_.describe(), t.name, fmt::join(t.stages, ","), stage);
-      param = *it;
-      param->layout().pp_tied_copy = stage != t.stages.front();
-    }
-    // The copies of one (dp, tp) position, ordered by stage.
-    const int color = holds ? at.dp_rank * shape.tp_size() + at.tp_rank : -1;
-    tied_.emplace_back(param, mesh_.world().split(color, at.pp_rank, fmt::format("tied.{}.{}", t.name, color)));
-  }
-}
-
-comm::Communicator* DataParallel::tied_comm(const nn::Parameter* p) const {
-  for (const auto& [param, comm] : tied_)
-    if (param == p) return comm.get();
-  return nullptr;
-}
 
 std::vector<ParamGroup> DataParallel::group_table(const std::vector<nn::Parameter*>& params) {
   // Which parameters share a flat group is a table (parallel/tables.h):
@@ -120,7 +83,7 @@ std::vector<ParamGroup> DataParallel::group_table(const std::vector<nn::Paramete
   std::vector<bool> isolated;
   for (nn::Parameter* p : params) {
     index_of[p] = int(isolated.size());
-    isolated.push_back(tied_comm(p) != nullptr);
+    isolated.push_back(tied_->tied(p));
   }
   if (options_.zero_stage != 3) {
     std::vector<std::int64_t> numels;
@@ -369,8 +332,7 @@ void DataParallel::finish_gradients() {
     ensure_grads(*g);
     for (nn::Parameter* p : g->params) p->grad();
     if (g->deferred)
-      for (nn::Parameter* p : g->params)
-        if (comm::Communicator* c = tied_comm(p)) c->all_reduce(p->grad(), p->grad(), comm::ReduceOp::kSum)->wait();
+      for (nn::Parameter* p : g->params) tied_->sum_gradient(*p);
     start_reduction(*g);
   }
   std::vector<comm::WorkPtr> works;
@@ -387,26 +349,10 @@ void DataParallel::finish_gradients() {
   }
 }
 
-float DataParallel::unscale_and_norm(float loss_scale) {
-  // Every gradient this rank holds is divided by the loss scale, fused with a
-  // check for Inf and NaN.
-  const Device device = model_.device();
-  Tensor found = Tensor::zeros({1}, DType::kF32, device, MemCategory::kOther);
-  if (loss_scale != 1.f)
-    for (const auto& g : groups_) ops::scale_and_check_finite(g->shard_grads, 1.f / loss_scale, found);
-  // Each gradient element is counted on exactly one rank (Slot::primary).
-  std::vector<Tensor> counted;
-  for (const optim::Slot& s : slots_)
-    if (s.primary) counted.push_back(s.grad);
-  // A rank that found a non-finite gradient adds +Inf to its part of the
-  // sum of squares: the one world all-reduce then gives every rank a
-  // non-finite norm, an OR of the flags over the whole mesh.
-  const bool nonfinite_here = found.item(0) != 0.f;
-  comm::Communicator& world = mesh_.world();
-  return optim::global_grad_norm(counted, [&](Tensor& t) {
-    if (nonfinite_here) t.fill_(INFINITY);
-    world.all_reduce(t, t, comm::ReduceOp::kSum)->wait();
-  });
+std::vector<Tensor> DataParallel::shard_gradients() const {
+  std::vector<Tensor> out;
+  for (const auto& g : groups_) out.push_back(g->shard_grads);
+  return out;
 }
 
 std::vector<optim::Slot> DataParallel::make_slots() const {

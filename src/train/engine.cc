@@ -478,7 +478,15 @@ void Engine::apply_update(StepStats& s) {
   // A token id a CUDA op skipped stops the step before its gradients are
   // applied (ops/index_errors.h); nothing to read on the CPU.
   ops::raise_index_errors(options_.device);
-  s.grad_norm = dp_->unscale_and_norm(s.loss_scale);
+  // The norm of the unscaled gradients over the mesh, each element once
+  // (shards, tp parts, stages; tied copies and replicas once: the slots'
+  // primary pieces), non-finite on every rank when any rank holds an Inf or NaN.
+  std::vector<Tensor> counted;
+  for (const optim::Slot& slot : dp_->slots())
+    if (slot.primary) counted.push_back(slot.grad);
+  comm::Communicator& world = mesh_->world();
+  s.grad_norm = optim::unscale_and_global_norm(dp_->shard_gradients(), counted, s.loss_scale, model_->device(),
+                                               [&](Tensor& sum) { world.all_reduce(sum, sum, comm::ReduceOp::kSum)->wait(); });
   // Every rank sees the same norm, so every rank makes the same decision: an
   // overflow under loss scaling is skipped; without scaling a non-finite
   // gradient cannot be applied either.

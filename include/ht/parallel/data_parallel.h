@@ -50,6 +50,7 @@
 #include "ht/nn/model.h"
 #include "ht/optim/optimizer.h"
 #include "ht/parallel/tables.h"
+#include "ht/parallel/tied_weights.h"
 #include "ht/precision/policy.h"
 
 namespace ht::parallel {
@@ -116,13 +117,11 @@ class DataParallel {
   /// After the last backward: waits for the reductions, sums tied weights;
   /// afterwards the optimizer's slots hold the dp-averaged gradients.
   void finish_gradients();
-  /// Divides this rank's gradients by `loss_scale` (fused with a finite
-  /// check) and returns the global norm of the unscaled gradients over every
-  /// rank of the mesh, each element counted once (shards, tp parts, stages;
-  /// tied copies and replicas once). Collective over the world. The result is
-  /// non-finite on every rank when any rank's gradients hold an Inf or NaN:
-  /// the step must then be skipped everywhere.
-  float unscale_and_norm(float loss_scale = 1.f);
+  /// Every gradient this rank holds after finish_gradients: one tensor per
+  /// group (its shard; padding included), what a loss scale divides. The
+  /// slots' primary gradients count each element once over the mesh
+  /// (optim::unscale_and_global_norm takes both).
+  std::vector<Tensor> shard_gradients() const;
   /// What the optimizer updates: this rank's shard of every group, one slot
   /// per parameter piece (named "<param>" or "<param>[a:b]" for a piece).
   const std::vector<optim::Slot>& slots() const { return slots_; }
@@ -149,12 +148,6 @@ class DataParallel {
   /// gradient buffers as the ZeRO stage and precision keep them.
   std::unique_ptr<detail::FlatGroup> make_group(const std::vector<nn::Parameter*>& members, bool deferred);
   std::vector<optim::Slot> make_slots() const;
-  /// Finds the model's tied weights on this stage, marks the copies and
-  /// splits one communicator per tied weight (collective over the world).
-  void setup_tied_weights();
-  /// The communicator summing `p`'s copies across stages, or null when `p`
-  /// is not tied across stages.
-  comm::Communicator* tied_comm(const nn::Parameter* p) const;
   void install_zero2_hooks();
   void install_zero3_hooks();
   void on_grad_ready(std::size_t group, const nn::Parameter& p);
@@ -172,9 +165,7 @@ class DataParallel {
   InitialValues initial_values_;
   int shards_ = 1, shard_rank_ = 0, replicas_ = 1, replica_rank_ = 0;
   std::unique_ptr<comm::Communicator> shard_comm_, replica_comm_;
-  // Per tied weight: this stage's copy (null if it holds none) and the
-  // communicator over the stages holding it (same dp and tp coordinates).
-  std::vector<std::pair<nn::Parameter*, std::unique_ptr<comm::Communicator>>> tied_;
+  std::unique_ptr<TiedWeights> tied_;  // split after the shard and replica groups
   std::vector<std::unique_ptr<detail::FlatGroup>> groups_;
   std::vector<optim::Slot> slots_;
   // Stage 3: the unit of each top-level module, in execution order.
