@@ -15,6 +15,7 @@
 #include "ht/parallel/tables.h"
 #include "ht/train/job.h"
 #include "ht/train/rehearsals.h"
+#include "train/policies.h"
 #include "train/trace_session.h"
 
 namespace ht::train {
@@ -75,6 +76,7 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   const comm::MeshCoord& at = mesh_->coord();
   options_.layout = options_.layout.on_mesh(mesh_->shape());  // dp resolved
   const parallel::Layout& layout = options_.layout;
+  policies_ = std::make_unique<Policies>(options_);
   // The model is built without storage: each flat group of the parallel
   // layer is filled from the parameters' initial values (and, under ZeRO-3,
   // sharded at once), so no rank holds the model twice, or whole under
@@ -159,7 +161,6 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
             })
                                          : std::function<bool()>()},
         *mesh_);
-    if (options_.mem_ckpt_every > 0) snapshot_interval_ = options_.mem_ckpt_every;
     if (options_.resume) resume();
   }
   if (!options_.trace_path.empty())
@@ -215,7 +216,8 @@ void Engine::resume() {
   consumed_samples_ = run->consumed_samples;
   if (!shard.empty()) data_.restore(run->data);
   client_state_ = run->client;
-  steps_done_ = resumed_from_ = last_snapshot_step_ = run->step;
+  steps_done_ = resumed_from_ = run->step;
+  policies_->snapshots.taken(run->step);
 }
 
 std::string Engine::save_checkpoint() {
@@ -224,14 +226,14 @@ std::string Engine::save_checkpoint() {
   // may be diverging is not worth resuming from), and not unchecked when
   // replicas are compared (a bit flipped since the last comparison would
   // live on in every resumed run).
-  if (nonfinite_run_ > 0)
+  if (policies_->divergence.suspect())
     return fmt::format("checkpoint of step {} not saved: the loss is non-finite ({} steps in a row)", steps_done_,
-                       nonfinite_run_);
+                       policies_->divergence.nonfinite_run());
   if (options_.sdc_every > 0 && replicas_checked_step_ != steps_done_) {
     progress(resilience::Phase::kReplicaCheck);
     check_replicas(steps_done_);
   }
-  last_checkpoint_time_ = std::chrono::steady_clock::now();
+  policies_->checkpoints.saved();
   return checkpointer_->save(run_state(), optimizer_->slots(), *optimizer_);
 }
 
@@ -247,35 +249,6 @@ ckpt::RunState Engine::run_state() const {
           .data = stream ? data_.state() : ClientState{},
           .stream_shard = stream_shard(),
           .client = client_state_};
-}
-
-namespace {
-// Steps to the snapshot after one into fresh pages, at most.
-constexpr std::int64_t kFreshSnapshotInterval = 10;
-}  // namespace
-
-bool Engine::snapshot_due(std::int64_t step) {
-  if (!checkpointer_ || !checkpointer_->has_memory_tier() || mesh_->rank() != 0) return false;
-  // Auto: the interval that keeps the last snapshot's cost (the stall and its
-  // thread's CPU time, which the cores of a CPU run share with training)
-  // within 2% of a step. Its wall time is not the cost: waiting on the peer
-  // or for a core takes nothing from training. But on a CPU run the
-  // replication's copies (the communication thread's, at both ends) take
-  // the cores training uses for about as long as the exchange lasts, so
-  // there it counts too (measured: the 124M model's snapshot every 9 steps
-  // cost +18 % with it left out).
-  const ckpt::SnapshotStats& last = checkpointer_->last_snapshot();
-  if (options_.mem_ckpt_every < 0 && last.step > snapshot_measured_ && !checkpointer_->snapshot_busy() &&
-      step_ms_mean_ > 0) {
-    snapshot_measured_ = last.step;
-    const double cost =
-        last.stall_ms + (options_.device.is_cpu() ? std::max(last.cpu_ms, last.replicate_ms) : last.cpu_ms);
-    snapshot_interval_ = std::clamp<std::int64_t>(std::int64_t(std::ceil(cost / (0.02 * step_ms_mean_))), 1, 100000);
-    // A copy into freshly mapped pages (the run's first) costs several times
-    // a later one, whose image is ready: measure again soon.
-    if (last.fresh_image) snapshot_interval_ = std::min<std::int64_t>(snapshot_interval_, kFreshSnapshotInterval);
-  }
-  return step - last_snapshot_step_ >= snapshot_interval_;
 }
 
 std::string Engine::checkpoint_now() {
@@ -330,34 +303,6 @@ void Engine::check_replicas(std::int64_t step) {
            "silent data corruption after step {}: the parameters of world rank(s) {} differ from their data-parallel "
            "replicas' (group {}); treat their node(s) as faulty",
            step, fmt::join(culprits, ","), dp.name());
-}
-
-void Engine::check_stragglers(StepStats& s) {
-  comm::Communicator& world = mesh_->world();
-  const float mine = float(window_work_ms_ / double(options_.straggler_window));
-  window_work_ms_ = 0;
-  Tensor all = Tensor::empty({world.size()}, DType::kF32);
-  world.all_gather(Tensor::from_vector(std::vector<float>{mine}, {1}), all)->wait();
-  std::vector<float> v = all.to_vector<float>(), sorted = v;
-  std::sort(sorted.begin(), sorted.end());
-  const float median = sorted[(sorted.size() - 1) / 2];  // the lower median: with two ranks, the faster
-  slow_windows_.resize(v.size(), 0);
-  std::vector<std::string> report;
-  for (std::size_t r = 0; r < v.size(); ++r) {
-    slow_windows_[r] = v[r] > float(options_.straggler_threshold) * median ? slow_windows_[r] + 1 : 0;
-    if (slow_windows_[r] >= options_.straggler_windows) {
-      report.push_back(fmt::format("rank {} ({:.1f} ms/step, {:.2f}x the median, {} windows)", r, v[r],
-                                   median > 0 ? v[r] / median : 0.f, slow_windows_[r]));
-      s.straggler_ranks.push_back(int(r));
-    }
-  }
-  s.stragglers = fmt::format("{}", fmt::join(report, "; "));
-}
-
-bool Engine::checkpoint_due_by_time() const {
-  return checkpointer_ && options_.ckpt_every_s > 0 && mesh_->rank() == 0 &&
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint_time_).count() >=
-             options_.ckpt_every_s;
 }
 
 std::string Engine::stream_shard() const {
@@ -421,7 +366,7 @@ StepStats Engine::step() {
   }
   const StepVotes votes = agree_on_step(s, my_loss);
   save_if_due(s, votes);
-  if (options_.straggler_window > 0 && s.step % options_.straggler_window == 0) check_stragglers(s);
+  policies_->stragglers.end_of_step(mesh_->world(), s);
   progress(resilience::Phase::kStepDone);
   if (trace_) trace_->end_step(s.step, s.step >= options_.steps);
   std::int64_t targets = 0;
@@ -432,7 +377,7 @@ StepStats Engine::step() {
   // The mean step time the snapshot interval is measured against, less the saves' stalls.
   const double work = s.ms - (s.snapshotted ? checkpointer_->last_snapshot().stall_ms : 0.0) -
                       (s.checkpointed ? checkpointer_->last_save().stall_ms : 0.0);
-  step_ms_mean_ = step_ms_mean_ > 0 ? 0.8 * step_ms_mean_ + 0.2 * work : work;
+  policies_->snapshots.step_time(work);
   for (const StepHooks& h : hooks_)
     if (h.after_step) h.after_step(s);
   return s;
@@ -462,7 +407,8 @@ float Engine::forward_backward(const StepStats& s, const std::vector<data::Micro
       });
   // The rank's own work this step (slow ranks show here; waiting for peers
   // mostly comes later, in the reduction).
-  window_work_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  policies_->stragglers.add_work(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   progress(resilience::Phase::kGradientReduction);
   dp_->finish_gradients();
   // The loss is known on the last stage; one tp rank of each dp replica reports it.
@@ -509,30 +455,27 @@ Engine::StepVotes Engine::agree_on_step(StepStats& s, float my_loss) {
   progress(resilience::Phase::kLossReduction);
   const bool stop_here = options_.guard && options_.guard->preempt_requested();
   const bool snapshot_busy = checkpointer_ && checkpointer_->snapshot_busy();
+  // Rank 0's clock and count decide the cadences.
+  const bool rank0 = mesh_->rank() == 0;
+  const bool checkpoint_by_time = checkpointer_ && rank0 && policies_->checkpoints.due_by_time();
+  const bool snapshot_due = checkpointer_ && checkpointer_->has_memory_tier() && rank0 &&
+                            policies_->snapshots.due(s.step, checkpointer_->last_snapshot(), snapshot_busy);
   const auto vote = [](bool yes) { return yes ? 1.f : 0.f; };
-  const std::vector<float> sums = world_sum({my_loss, vote(stop_here), vote(checkpoint_due_by_time()),
-                                             vote(snapshot_due(s.step)), vote(snapshot_busy)});
+  const std::vector<float> sums = world_sum({my_loss, vote(stop_here), vote(checkpoint_by_time), vote(snapshot_due),
+                                             vote(snapshot_busy)});
   const StepVotes votes{.stop = sums[1] > 0.f, .checkpoint_by_time = sums[2] > 0.f, .snapshot_due = sums[3] > 0.f,
                         .snapshot_busy = sums[4] > 0.f};
   s.loss = float(double(sums[0]) / double(options_.layout.grad_accum * mesh_->shape().dp_size()));
   s.stop_requested = votes.stop;
-  // Divergence: the loss non-finite for too many steps in a row (an overflow
-  // that loss scaling handles does not count: its loss is finite).
-  nonfinite_run_ = std::isfinite(s.loss) ? 0 : nonfinite_run_ + 1;
-  HT_CHECK(nonfinite_run_ < options_.divergence_steps, ErrorKind::kDivergence,
-           "the loss has been non-finite for {} steps in a row (step {}): training diverged; resume from an earlier "
-           "checkpoint with a lower learning rate",
-           nonfinite_run_, s.step);
+  policies_->divergence.observe(s.loss, s.step);
   return votes;
 }
 
 void Engine::save_if_due(StepStats& s, const StepVotes& votes) {
-  checkpoint_deferred_ = checkpointer_ && (checkpoint_deferred_ || votes.checkpoint_by_time ||
-                                           (options_.ckpt_every > 0 && s.step % options_.ckpt_every == 0));
   // Not while the loss is non-finite: a state that may be diverging is not
   // worth resuming from. The save waits for the next finite step.
-  if (checkpoint_deferred_ && nonfinite_run_ == 0) {
-    checkpoint_deferred_ = false;
+  const bool suspect = policies_->divergence.suspect();
+  if (checkpointer_ && policies_->checkpoints.save_now(s.step, votes.checkpoint_by_time, suspect)) {
     progress(resilience::Phase::kCheckpoint);
     s.checkpoint_error = save_checkpoint();
     s.checkpointed = true;
@@ -541,7 +484,7 @@ void Engine::save_if_due(StepStats& s, const StepVotes& votes) {
   }
   // A memory snapshot when rank 0 says it is due and no rank is still
   // writing the last one (never a wait in the step); not of a suspect state.
-  if (!votes.snapshot_due || votes.snapshot_busy || nonfinite_run_ != 0) return;
+  if (!votes.snapshot_due || votes.snapshot_busy || suspect) return;
   // As before a save: a bit flipped since the last comparison would be
   // resumed from after every failure.
   if (options_.sdc_every > 0 && replicas_checked_step_ != steps_done_) {
@@ -551,7 +494,7 @@ void Engine::save_if_due(StepStats& s, const StepVotes& votes) {
   progress(resilience::Phase::kSnapshot);
   s.snapshot_error = checkpointer_->snapshot(run_state(), optimizer_->slots(), *optimizer_);
   s.snapshotted = true;
-  last_snapshot_step_ = s.step;
+  policies_->snapshots.taken(s.step);
 }
 
 EvalStats Engine::evaluate() {

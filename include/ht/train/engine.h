@@ -45,6 +45,7 @@
 namespace ht::train {
 
 class TraceSession;  // src/train/trace_session.h
+struct Policies;     // src/train/policies.h
 
 class Job;
 
@@ -281,13 +282,7 @@ class Engine {
   void progress(resilience::Phase phase);
   /// Silent-data-corruption check: replicas compare parameter checksums.
   void check_replicas(std::int64_t step);
-  /// Straggler detection at the end of a window: fills s.stragglers and s.straggler_ranks.
-  void check_stragglers(StepStats& s);
-  /// Whether a time-based checkpoint is due (rank 0's clock decides).
-  bool checkpoint_due_by_time() const;
   ckpt::RunState run_state() const;
-  /// Rank 0's view: whether a memory snapshot is due at `step` (the ranks agree on it).
-  bool snapshot_due(std::int64_t step);
   /// The sum over the world of `v` (one value per rank).
   std::vector<float> world_sum(std::vector<float> v);
   /// What the ranks decided together in a step's one control all-reduce
@@ -334,15 +329,8 @@ class Engine {
   std::int64_t steps_done_ = 0;
   std::int64_t resumed_from_ = 0;
   std::int64_t consumed_samples_ = 0;
-  // Memory snapshots: the last one's step, the interval (auto: measured) and
-  // the mean step time it is measured against (rank 0's).
-  std::int64_t last_snapshot_step_ = 0, snapshot_interval_ = 1, snapshot_measured_ = -1;
-  double step_ms_mean_ = 0;
-  int nonfinite_run_ = 0;  // consecutive steps with a non-finite loss
-  double window_work_ms_ = 0;
-  std::vector<int> slow_windows_;  // per world rank: consecutive slow windows
-  std::chrono::steady_clock::time_point last_checkpoint_time_ = std::chrono::steady_clock::now();
-  bool checkpoint_deferred_ = false;  // a save is due but waits for a finite loss
+  // Divergence, stragglers, checkpoint and snapshot cadence (src/train/policies.h).
+  std::unique_ptr<Policies> policies_;
   std::int64_t replicas_checked_step_ = -1;  // the step of the last replica comparison
   std::unique_ptr<TraceSession> trace_;       // options_.trace_path: the steps being traced
 };

@@ -1,0 +1,113 @@
+// Private: the run policies the engine consults at each step, each with its
+// own state. A policy says what it wants (rank 0's votes on checkpoints and
+// snapshots travel in the step's one control all-reduce and come back by
+// name, Engine::StepVotes), learns what happened, and the engine does it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "ht/ckpt/checkpoint.h"
+#include "ht/comm/communicator.h"
+#include "ht/train/engine.h"
+
+namespace ht::train {
+
+/// Divergence: the agreed loss non-finite for `limit` steps in a row ends
+/// the run. An overflow that loss scaling handles does not count: its loss
+/// is finite.
+class DivergenceWatch {
+ public:
+  explicit DivergenceWatch(int limit) : limit_(limit) {}
+  /// The step's agreed loss (the same on every rank). Throws kDivergence
+  /// at the limit, saying what to do.
+  void observe(float loss, std::int64_t step);
+  /// While the last loss was non-finite the state is suspect: it is neither
+  /// saved nor snapshotted.
+  bool suspect() const { return run_ > 0; }
+  int nonfinite_run() const { return run_; }
+
+ private:
+  int limit_;
+  int run_ = 0;  // consecutive steps with a non-finite loss
+};
+
+/// Straggler detection: every `window` steps (0: off) the ranks compare
+/// their mean work per step (time before the gradient reduction); a rank
+/// above `threshold` x the lower median for `windows` windows in a row is
+/// reported.
+class StragglerWatch {
+ public:
+  StragglerWatch(std::int64_t window, double threshold, int windows)
+      : window_(window), threshold_(threshold), windows_(windows) {}
+  /// This rank's own work in the step, in ms.
+  void add_work(double ms) { work_ms_ += ms; }
+  /// At the end of a window, collective over `world`: fills s.stragglers
+  /// and s.straggler_ranks (the same on every rank). Nothing otherwise.
+  void end_of_step(comm::Communicator& world, StepStats& s);
+
+ private:
+  std::int64_t window_;
+  double threshold_;
+  int windows_;
+  double work_ms_ = 0;
+  std::vector<int> slow_windows_;  // per world rank: consecutive slow windows
+};
+
+/// Disk checkpoints: every `every_steps` steps and/or every `every_s`
+/// seconds of rank 0's clock (0: not by that measure); a save that falls
+/// due while the state is suspect waits for the next step that is not.
+class CheckpointCadence {
+ public:
+  CheckpointCadence(std::int64_t every_steps, double every_s) : every_steps_(every_steps), every_s_(every_s) {}
+  /// Rank 0's vote: the time since the last save reached every_s.
+  bool due_by_time() const;
+  /// Whether to save after `step`, given the ranks' agreed vote on time.
+  bool save_now(std::int64_t step, bool by_time, bool suspect);
+  /// A save began: the clock starts again.
+  void saved() { last_save_ = std::chrono::steady_clock::now(); }
+
+ private:
+  std::int64_t every_steps_;
+  double every_s_;
+  std::chrono::steady_clock::time_point last_save_ = std::chrono::steady_clock::now();
+  bool pending_ = false;  // due, waiting for a state that is not suspect
+};
+
+/// Memory snapshots: every `every` steps, or (every < 0, `auto`) as often
+/// as 2 % of a step allows, measured on rank 0: the last snapshot's stall
+/// and its thread's CPU time (on a CPU run also the replication's copies,
+/// which take the cores training uses) over the mean step time.
+class SnapshotCadence {
+ public:
+  SnapshotCadence(std::int64_t every, bool cpu) : every_(every), cpu_(cpu), interval_(every > 0 ? every : 1) {}
+  /// Rank 0's vote at `step`, given the last snapshot's figures and whether one is still being written.
+  bool due(std::int64_t step, const ckpt::SnapshotStats& last, bool busy);
+  /// A snapshot of `step` began (or the run resumed from it).
+  void taken(std::int64_t step) { last_step_ = step; }
+  /// A step's time less the saves' stalls: the mean the interval is measured against.
+  void step_time(double work_ms) { step_ms_mean_ = step_ms_mean_ > 0 ? 0.8 * step_ms_mean_ + 0.2 * work_ms : work_ms; }
+
+ private:
+  std::int64_t every_;
+  bool cpu_;
+  std::int64_t interval_;
+  std::int64_t last_step_ = 0, measured_ = -1;  // the last snapshot's step; the last one measured
+  double step_ms_mean_ = 0;
+};
+
+/// The engine's policies together (EngineOptions decides each).
+struct Policies {
+  explicit Policies(const EngineOptions& o)
+      : divergence(o.divergence_steps),
+        stragglers(o.straggler_window, o.straggler_threshold, o.straggler_windows),
+        checkpoints(o.ckpt_every, o.ckpt_every_s),
+        snapshots(o.mem_ckpt_every, o.device.is_cpu()) {}
+  DivergenceWatch divergence;
+  StragglerWatch stragglers;
+  CheckpointCadence checkpoints;
+  SnapshotCadence snapshots;
+};
+
+}  // namespace ht::train
