@@ -62,6 +62,21 @@ void EngineOptions::validate() const {
 
 namespace {
 
+// The checkpointer the options ask for: disk under ckpt_dir, and memory
+// snapshots when mem_ckpt_every is not 0.
+std::unique_ptr<ckpt::Checkpointer> make_checkpointer(const EngineOptions& o, comm::DeviceMesh& mesh) {
+  ckpt::CheckpointOptions c{.dir = o.ckpt_dir,
+                            .keep = o.ckpt_keep,
+                            .commit_delay = o.ckpt_commit_delay,
+                            .run_dir = o.guard ? o.guard->run_dir() : std::string(),
+                            .node = resilience::node_label(mesh.rank())};
+  if (o.mem_ckpt_every != 0)
+    c.memory_dir = o.mem_ckpt_dir.empty() ? ckpt::default_memory_dir(o.ckpt_dir) : o.mem_ckpt_dir;
+  if (o.guard)
+    c.superseded = [guard = o.guard] { return resilience::superseded(guard->epoch(), guard->run_dir()); };
+  return std::make_unique<ckpt::Checkpointer>(c, mesh);
+}
+
 comm::DeviceMesh* mesh_or_own(comm::DeviceMesh* mesh, std::unique_ptr<comm::DeviceMesh>& own) {
   if (mesh) return mesh;
   own = std::make_unique<comm::DeviceMesh>(comm::make_self_communicator("world"), 1, 1);
@@ -77,43 +92,7 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   options_.layout = options_.layout.on_mesh(mesh_->shape());  // dp resolved
   const parallel::Layout& layout = options_.layout;
   policies_ = std::make_unique<Policies>(options_);
-  // The model is built without storage: each flat group of the parallel
-  // layer is filled from the parameters' initial values (and, under ZeRO-3,
-  // sharded at once), so no rank holds the model twice, or whole under
-  // ZeRO-3, and every layout starts from the same values.
-  const int pp = layout.pp, v = layout.virtual_stages;
-  const nn::Placement placement{
-      .device = options_.device,
-      .tp = nn::TensorParallel{&mesh_->tp_group()},
-      .stage = {.rank = at.pp_rank, .size = pp, .boundaries = layout.stage_boundaries()},
-      .defer_storage = true};
-  if (v == 1) {
-    model_ = build_model(make_model, placement);
-  } else {
-    // Interleaved: chunk c is virtual stage c pp + rank of pp v.
-    std::vector<std::unique_ptr<nn::Model>> chunks;
-    for (int c = 0; c < v; ++c) {
-      nn::Placement chunk = placement;
-      chunk.stage.rank = c * pp + at.pp_rank;
-      chunk.stage.size = pp * v;
-      try {
-        chunks.push_back(build_model(make_model, chunk));
-      } catch (const Error& e) {
-        // The model's own checks of its stage (parallel::validate_boundaries
-        // on --stage-layers among them) see pp v stages, not that they are
-        // virtual: say so, or a user reads "pipeline stages" and --pp.
-        if (e.kind() != ErrorKind::kConfig) throw;
-        throw Error(ErrorKind::kConfig,
-                    fmt::format("{} (under --schedule interleaved the model is split into {} virtual stages, --pp {} x "
-                                "--virtual-stages {}: the stages above are virtual stages, and --stage-layers takes one "
-                                "layer count per virtual stage)",
-                                e.message(), pp * v, pp, v));
-      }
-    }
-    nn::Placement rank = placement;
-    rank.stage.boundaries.clear();  // those of the virtual stages are the chunks'
-    model_ = std::make_unique<nn::ModelChunks>(rank, std::move(chunks));
-  }
+  model_ = build_rank_model(make_model);
   description_ = model_->describe();
   model_->set_recompute(options_.recompute);
   if (!layout.stage_layers.empty())
@@ -146,25 +125,50 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
                 .micro_batch = layout.micro_batch,
                 .seed = options_.seed});
   if (!options_.ckpt_dir.empty()) {
-    checkpointer_ = std::make_unique<ckpt::Checkpointer>(
-        ckpt::CheckpointOptions{
-            .dir = options_.ckpt_dir,
-            .keep = options_.ckpt_keep,
-            .commit_delay = options_.ckpt_commit_delay,
-            .run_dir = options_.guard ? options_.guard->run_dir() : std::string(),
-            .memory_dir = options_.mem_ckpt_every == 0 ? std::string()
-                          : options_.mem_ckpt_dir.empty() ? ckpt::default_memory_dir(options_.ckpt_dir)
-                                                          : options_.mem_ckpt_dir,
-            .node = resilience::node_label(mesh_->rank()),
-            .superseded = options_.guard ? std::function<bool()>([guard = options_.guard] {
-              return resilience::superseded(guard->epoch(), guard->run_dir());
-            })
-                                         : std::function<bool()>()},
-        *mesh_);
+    checkpointer_ = make_checkpointer(options_, *mesh_);
     if (options_.resume) resume();
   }
   if (!options_.trace_path.empty())
     trace_ = std::make_unique<TraceSession>(options_.trace_path, options_.trace_first, options_.trace_last, *mesh_);
+}
+
+std::unique_ptr<nn::Model> Engine::build_rank_model(const ModelFactory& make_model) const {
+  const parallel::Layout& layout = options_.layout;
+  const comm::MeshCoord& at = mesh_->coord();
+  // The model is built without storage: each flat group of the parallel
+  // layer is filled from the parameters' initial values (and, under ZeRO-3,
+  // sharded at once), so no rank holds the model twice, or whole under
+  // ZeRO-3, and every layout starts from the same values.
+  const int pp = layout.pp, v = layout.virtual_stages;
+  const nn::Placement placement{
+      .device = options_.device,
+      .tp = nn::TensorParallel{&mesh_->tp_group()},
+      .stage = {.rank = at.pp_rank, .size = pp, .boundaries = layout.stage_boundaries()},
+      .defer_storage = true};
+  if (v == 1) return build_model(make_model, placement);
+  // Interleaved: chunk c is virtual stage c pp + rank of pp v.
+  std::vector<std::unique_ptr<nn::Model>> chunks;
+  for (int c = 0; c < v; ++c) {
+    nn::Placement chunk = placement;
+    chunk.stage.rank = c * pp + at.pp_rank;
+    chunk.stage.size = pp * v;
+    try {
+      chunks.push_back(build_model(make_model, chunk));
+    } catch (const Error& e) {
+      // The model's own checks of its stage (parallel::validate_boundaries
+      // on --stage-layers among them) see pp v stages, not that they are
+      // virtual: say so, or a user reads "pipeline stages" and --pp.
+      if (e.kind() != ErrorKind::kConfig) throw;
+      throw Error(ErrorKind::kConfig,
+                  fmt::format("{} (under --schedule interleaved the model is split into {} virtual stages, --pp {} x "
+                              "--virtual-stages {}: the stages above are virtual stages, and --stage-layers takes one "
+                              "layer count per virtual stage)",
+                              e.message(), pp * v, pp, v));
+    }
+  }
+  nn::Placement rank = placement;
+  rank.stage.boundaries.clear();  // those of the virtual stages are the chunks'
+  return std::make_unique<nn::ModelChunks>(rank, std::move(chunks));
 }
 
 std::unique_ptr<nn::Model> Engine::build_model(const ModelFactory& make_model, const nn::Placement& placement) const {

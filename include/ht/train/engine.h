@@ -278,6 +278,9 @@ class Engine {
  private:
   /// The factory's model for `placement`, checked to be built for it.
   std::unique_ptr<nn::Model> build_model(const ModelFactory& make_model, const nn::Placement& placement) const;
+  /// This rank's part of the model for the layout: its stage, or under the
+  /// interleaved schedule its chunks (nn::ModelChunks), without storage.
+  std::unique_ptr<nn::Model> build_rank_model(const ModelFactory& make_model) const;
   void resume();
   void progress(resilience::Phase phase);
   /// Silent-data-corruption check: replicas compare parameter checksums.

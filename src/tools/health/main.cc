@@ -50,19 +50,10 @@ int print_and_status(const std::vector<ht::resilience::HealthReport>& reports, b
   return ok ? kHealthy : kUnhealthy;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Check that this node can train: compute, memory, checkpoint directory, collectives, GPUs",
-               "ht-health"};
-  ht::resilience::HealthOptions o;
-  std::string checks = "all";
-  bool json = false, mpi = false;
-  std::optional<double> timeout_s;
+// What the checks look at (the node asked about, the checkpoint directory) and their thresholds and sizes.
+void add_check_options(CLI::App& app, ht::resilience::HealthOptions& o) {
   app.add_option("--node", o.node, "the node label asked about (htrun's node index; HT_FAULTS node=N matches it)");
   app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory to test (created if missing); none: disk skipped");
-  app.add_option("--checks", checks, "all, or a comma-separated list of compute,memory,disk,collectives,gpu")
-      ->capture_default_str();
   app.add_option("--min-gemm-gflops", o.min_gemm_gflops, "minimum host sgemm rate")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--gemm-size", o.gemm_size, "host sgemm size N (N^3)")->check(CLI::PositiveNumber)->capture_default_str();
@@ -84,6 +75,49 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--expect-gpus", o.expect_gpus, "GPUs this node must show (0: any number, none included)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+}
+
+// Under mpirun: every rank checks itself and the collectives across the
+// ranks; rank 0 prints the merged report. The exit status is the world's.
+int run_across_ranks(int& argc, char**& argv, const ht::resilience::HealthOptions& o, bool json,
+                     std::optional<double> timeout_s) {
+  ht::comm::MpiRuntime runtime(&argc, &argv);
+  ht::comm::CommOptions defaults;
+  defaults.timeout = std::chrono::seconds(60);
+  ht::comm::CommOptions comm_options = ht::comm::comm_options_from_env(defaults);
+  if (timeout_s) comm_options.timeout = std::chrono::milliseconds(std::int64_t(*timeout_s * 1e3));
+  std::unique_ptr<ht::comm::Communicator> world = ht::comm::make_mpi_world(comm_options);
+  const ht::resilience::HealthReport local = ht::resilience::run_health_checks(o, world.get());
+  std::vector<ht::resilience::HealthReport> all;
+  try {
+    all = ht::resilience::gather_health_reports(local, *world);
+  } catch (const ht::CommError& e) {
+    // The ranks cannot be merged: each reports itself, and the job is unhealthy.
+    std::fprintf(stderr, "ht-health: rank %d: cannot merge the ranks' reports: %s\n", local.rank,
+                 e.message().c_str());
+    print_and_status({local}, json, false);
+    return kUnhealthy;
+  }
+  const int rc = world->rank() == 0 ? print_and_status(all, json, true)
+                                    : (std::all_of(all.begin(), all.end(), [](const auto& r) { return r.ok; })
+                                           ? kHealthy
+                                           : kUnhealthy);
+  world->finalize(comm_options.timeout);
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Check that this node can train: compute, memory, checkpoint directory, collectives, GPUs",
+               "ht-health"};
+  ht::resilience::HealthOptions o;
+  std::string checks = "all";
+  bool json = false, mpi = false;
+  std::optional<double> timeout_s;
+  app.add_option("--checks", checks, "all, or a comma-separated list of compute,memory,disk,collectives,gpu")
+      ->capture_default_str();
+  add_check_options(app, o);
   app.add_flag("--json", json, "print JSON (one report; with --mpi, every rank's) instead of a table");
   app.add_flag("--mpi", mpi, "run under mpirun: collectives across the ranks, rank 0 prints the merged report");
   app.add_option("--timeout", timeout_s, "seconds any collective may take (--mpi; default HT_COMM_TIMEOUT or 60)")
@@ -101,29 +135,7 @@ int main(int argc, char** argv) {
     o.checks = ht::resilience::parse_health_checks(checks);
     if (!mpi) return print_and_status({ht::resilience::run_health_checks(o, nullptr)}, json, false);
 
-    ht::comm::MpiRuntime runtime(&argc, &argv);
-    ht::comm::CommOptions defaults;
-    defaults.timeout = std::chrono::seconds(60);
-    ht::comm::CommOptions comm_options = ht::comm::comm_options_from_env(defaults);
-    if (timeout_s) comm_options.timeout = std::chrono::milliseconds(std::int64_t(*timeout_s * 1e3));
-    std::unique_ptr<ht::comm::Communicator> world = ht::comm::make_mpi_world(comm_options);
-    const ht::resilience::HealthReport local = ht::resilience::run_health_checks(o, world.get());
-    std::vector<ht::resilience::HealthReport> all;
-    try {
-      all = ht::resilience::gather_health_reports(local, *world);
-    } catch (const ht::CommError& e) {
-      // The ranks cannot be merged: each reports itself, and the job is unhealthy.
-      std::fprintf(stderr, "ht-health: rank %d: cannot merge the ranks' reports: %s\n", local.rank,
-                   e.message().c_str());
-      print_and_status({local}, json, false);
-      return kUnhealthy;
-    }
-    const int rc = world->rank() == 0 ? print_and_status(all, json, true)
-                                      : (std::all_of(all.begin(), all.end(), [](const auto& r) { return r.ok; })
-                                             ? kHealthy
-                                             : kUnhealthy);
-    world->finalize(comm_options.timeout);
-    return rc;
+    return run_across_ranks(argc, argv, o, json, timeout_s);
   } catch (const ht::Error& e) {
     std::fprintf(stderr, "ht-health: %s\n", e.message().c_str());
     const bool usage = e.kind() == ht::ErrorKind::kConfig || e.kind() == ht::ErrorKind::kInvalidArgument;
