@@ -34,7 +34,7 @@ struct EncoderConfig {
 class Encoder : public nn::Model {
  public:
   Encoder(const EncoderConfig& c, const nn::Placement& at) : Model("encoder", at), c_(c) {
-    const auto [first, last] = parallel::stage_layers(c.layers, at.stage.rank, at.stage.size, at.stage.boundaries);
+    const auto [first, last] = parallel::stage_range(c.layers, at.stage.rank, at.stage.size, at.stage.boundaries);
     if (first_stage()) embed_ = &add_built(std::make_unique<nn::Embedding>("embed", c.vocab, c.seq_len, c.dim, at.device));
     for (int l = first; l < last; ++l)
       blocks_.push_back(&add_built(std::make_unique<nn::EncoderBlock>(

@@ -31,7 +31,7 @@ struct RegressorConfig {
 class Regressor : public nn::Model {
  public:
   Regressor(const RegressorConfig& c, const nn::Placement& at) : Model("regressor", at), c_(c) {
-    const auto [first, last] = parallel::stage_layers(c.blocks, at.stage.rank, at.stage.size, at.stage.boundaries);
+    const auto [first, last] = parallel::stage_range(c.blocks, at.stage.rank, at.stage.size, at.stage.boundaries);
     if (first_stage()) in_ = &add_built(std::make_unique<nn::Linear>("in", c.features, c.width, true, at.device));
     for (int b = first; b < last; ++b) {
       auto block = std::make_unique<nn::Sequential>("mlp_norm");

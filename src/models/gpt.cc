@@ -78,7 +78,7 @@ GPT::GPT(const GPTConfig& config, const nn::Placement& placement)
     embedding_ = &add_built(
         std::make_unique<nn::Embedding>("", config.vocab_size, config.context, config.n_embd, device, tp, "wte",
                                         "wpe", config.padded_vocab_size()));
-  const auto [first, last] = parallel::stage_layers(config.n_layer, stage().rank, stage().size, stage().boundaries);
+  const auto [first, last] = parallel::stage_range(config.n_layer, stage().rank, stage().size, stage().boundaries);
   for (int i = first; i < last; ++i)
     blocks_.push_back(
         &add_built(std::make_unique<nn::Block>(fmt::format("h.{}", i), config.n_embd, config.n_head, device, tp)));

@@ -133,7 +133,7 @@ Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
     embed = &add_built(
         std::make_unique<nn::Embedding>("embed_tokens", config.vocab_size, 0, config.n_embd, device, tp, "weight",
                                         "wpe", config.padded_vocab_size()));
-  const auto [first, last] = parallel::stage_layers(config.n_layer, stage().rank, stage().size, stage().boundaries);
+  const auto [first, last] = parallel::stage_range(config.n_layer, stage().rank, stage().size, stage().boundaries);
   for (int i = first; i < last; ++i)
     layers.push_back(&add_built(std::make_unique<LlamaBlock>(fmt::format("layers.{}", i), config, device, tp)));
   if (last_stage()) {

@@ -170,7 +170,7 @@ std::vector<int> partition_by_count(int n_layers, int stages) {
   return b;
 }
 
-std::pair<int, int> stage_layers(int n_layers, int stage, int stages) {
+std::pair<int, int> stage_range(int n_layers, int stage, int stages) {
   HT_CHECK_ARG(stages > 0 && stage >= 0 && stage < stages, "stage {} outside a pipeline of {}", stage, stages);
   const std::vector<int> b = partition_by_count(n_layers, stages);
   return {b[std::size_t(stage)], b[std::size_t(stage) + 1]};
@@ -269,10 +269,10 @@ void validate_boundaries(const std::vector<int>& boundaries, int n_layers, int s
            counts_str(counts), boundaries.back(), n_layers, stage_short(virtual_stages), n_layers, valid);
 }
 
-std::pair<int, int> stage_layers(int n_layers, int stage, int stages, const std::vector<int>& boundaries) {
+std::pair<int, int> stage_range(int n_layers, int stage, int stages, const std::vector<int>& boundaries) {
   HT_CHECK_ARG(stages > 0 && stage >= 0 && stage < stages, "stage {} outside a pipeline of {}", stage, stages);
   validate_boundaries(boundaries, n_layers, stages);
-  if (boundaries.empty()) return stage_layers(n_layers, stage, stages);
+  if (boundaries.empty()) return stage_range(n_layers, stage, stages);
   return {boundaries[std::size_t(stage)], boundaries[std::size_t(stage) + 1]};
 }
 

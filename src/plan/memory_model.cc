@@ -53,7 +53,7 @@ StateBytes state_bytes_per_parameter(int zero, int shards, const precision::Poli
   return {zero >= 3 ? c / s : c, zero >= 2 ? r / s : full_grads, (8.0 + master) / (zero >= 1 ? s : 1.0)};
 }
 
-std::vector<std::vector<int>> stage_layers_of(const nn::ModelSpec& model, const LayoutChoice& l) {
+std::vector<std::vector<int>> layers_by_stage(const nn::ModelSpec& model, const LayoutChoice& l) {
   model.validate();
   const std::string problem = parallel::layout_problem(l);
   HT_CHECK(problem.empty(), ErrorKind::kConfig, "layout {}: {}", l.str(), problem);
@@ -227,7 +227,7 @@ double activation_peak(const std::vector<ChunkActivations>& chunks, const Layout
 }  // namespace
 
 std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const LayoutChoice& l) {
-  const std::vector<std::vector<int>> stage_layers = stage_layers_of(model, l);
+  const std::vector<std::vector<int>> stage_layers = layers_by_stage(model, l);
   const double c = double(dtype_size(l.precision.compute));
   const double tokens = double(l.micro_batch) * double(model.seq_len);
   const StateBytes per = state_bytes_per_parameter(l.zero, l.shards(), l.precision);

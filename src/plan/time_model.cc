@@ -144,7 +144,7 @@ DataParallelTime data_parallel_time(const LayoutChoice& l, const RankWork& w, do
 }  // namespace
 
 TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, const MachineProfile& profile) {
-  const std::vector<std::vector<int>> stage_layers = stage_layers_of(model, l);  // checks the layout
+  const std::vector<std::vector<int>> stage_layers = layers_by_stage(model, l);  // checks the layout
   const Speeds s = speeds_of(model, l, profile);
   const int m = l.grad_accum, v = l.virtual_stages;
   TimeEstimate t;

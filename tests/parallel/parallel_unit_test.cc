@@ -46,10 +46,10 @@ TEST(TensorParallel, PartsAssembleToTheWholeForEverySplit) {
 }
 
 TEST(PipelineStages, BlocksSplitContiguouslyFirstStagesTakeTheRest) {
-  EXPECT_EQ(parallel::stage_layers(5, 0, 2), std::make_pair(0, 3));
-  EXPECT_EQ(parallel::stage_layers(5, 1, 2), std::make_pair(3, 5));
-  EXPECT_EQ(parallel::stage_layers(5, 3, 4), std::make_pair(4, 5));
-  EXPECT_EQ(parallel::stage_layers(8, 2, 4), std::make_pair(4, 6));
+  EXPECT_EQ(parallel::stage_range(5, 0, 2), std::make_pair(0, 3));
+  EXPECT_EQ(parallel::stage_range(5, 1, 2), std::make_pair(3, 5));
+  EXPECT_EQ(parallel::stage_range(5, 3, 4), std::make_pair(4, 5));
+  EXPECT_EQ(parallel::stage_range(8, 2, 4), std::make_pair(4, 6));
 }
 
 TEST(ParallelOptions, BadValuesFailClearly) {

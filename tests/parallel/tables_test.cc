@@ -393,7 +393,7 @@ TEST(Partition, ByCountIsStageBlocks) {
       for (int s = 0; s < p; ++s) {
         const std::pair<int, int> want = stage_blocks_today(n, s, p);
         EXPECT_EQ(std::make_pair(b[std::size_t(s)], b[std::size_t(s) + 1]), want) << n << " layers, stage " << s;
-        EXPECT_EQ(stage_layers(n, s, p), want);
+        EXPECT_EQ(stage_range(n, s, p), want);
       }
     }
   EXPECT_EQ(partition_by_count(7, 3), (std::vector<int>{0, 3, 5, 7}));
@@ -514,11 +514,11 @@ TEST(Partition, BadSizesAreClearErrors) {
   EXPECT_TRUE(test::throws_error([] { partition_by_count(3, 4); }, ErrorKind::kConfig,
                                  {"3 layers cannot fill 4 pipeline stages", "lower --pp to <= 3"}));
   EXPECT_TRUE(test::throws_error([] { partition_by_count(3, 0); }, ErrorKind::kConfig, {"must be positive"}));
-  EXPECT_TRUE(test::throws_error([] { stage_layers(8, 4, 4); }, ErrorKind::kInvalidArgument,
+  EXPECT_TRUE(test::throws_error([] { stage_range(8, 4, 4); }, ErrorKind::kInvalidArgument,
                                  {"stage 4 outside a pipeline of 4"}));
-  EXPECT_TRUE(test::throws_error([] { stage_layers(8, 0, 0); }, ErrorKind::kInvalidArgument,
+  EXPECT_TRUE(test::throws_error([] { stage_range(8, 0, 0); }, ErrorKind::kInvalidArgument,
                                  {"stage 0 outside a pipeline of 0"}));
-  EXPECT_TRUE(test::throws_error([] { stage_layers(3, 0, 4); }, ErrorKind::kConfig,
+  EXPECT_TRUE(test::throws_error([] { stage_range(3, 0, 4); }, ErrorKind::kConfig,
                                  {"3 layers cannot fill 4 pipeline stages"}));
   const std::vector<std::int64_t> two{1, 2};
   EXPECT_TRUE(test::throws_error([&] { partition_by_cost(two, 3); }, ErrorKind::kConfig,
@@ -564,7 +564,7 @@ TEST(ChosenStages, EveryContiguousSplitRunsEachLayerOnce) {
         EXPECT_NO_THROW(validate_boundaries(b, n, p));
         std::vector<int> stage_of(std::size_t(n), -1);
         for (int s = 0; s < p; ++s) {
-          const auto [first, last] = stage_layers(n, s, p, b);
+          const auto [first, last] = stage_range(n, s, p, b);
           EXPECT_EQ(last - first, counts[std::size_t(s)]) << "stage " << s;
           for (int l = first; l < last; ++l) {
             EXPECT_EQ(stage_of[std::size_t(l)], -1) << "layer " << l << " on two stages";
@@ -577,7 +577,7 @@ TEST(ChosenStages, EveryContiguousSplitRunsEachLayerOnce) {
       });
   EXPECT_EQ(splits, (1 << 12) - 1);  // sum over n of 2^(n-1) compositions
   EXPECT_EQ(stage_boundaries({3, 5, 5, 3}, 4), (std::vector<int>{0, 3, 8, 13, 16}));
-  EXPECT_EQ(stage_layers(16, 1, 4, {0, 3, 8, 13, 16}), std::make_pair(3, 8));
+  EXPECT_EQ(stage_range(16, 1, 4, {0, 3, 8, 13, 16}), std::make_pair(3, 8));
 }
 
 TEST(ChosenStages, NoBoundariesIsByCount) {
@@ -585,7 +585,7 @@ TEST(ChosenStages, NoBoundariesIsByCount) {
     for (int p = 1; p <= n; ++p) {
       EXPECT_TRUE(stage_boundaries({}, p).empty());
       EXPECT_NO_THROW(validate_boundaries({}, n, p));
-      for (int s = 0; s < p; ++s) EXPECT_EQ(stage_layers(n, s, p, {}), stage_layers(n, s, p));
+      for (int s = 0; s < p; ++s) EXPECT_EQ(stage_range(n, s, p, {}), stage_range(n, s, p));
       // The split by count given explicitly is the same split.
       const std::vector<int> b = partition_by_count(n, p);
       EXPECT_EQ(stage_boundaries(layers_per_stage(b), p), b);
@@ -636,7 +636,7 @@ TEST(ChosenStages, BadSplitsAreClearErrors) {
   EXPECT_TRUE(test::throws_error([] { validate_boundaries({0, 3, 8, 13, 16}, 15, 4); }, ErrorKind::kConfig,
                                  {"--stage-layers 3,5,5,3 sums to 16 layers but the model has 15",
                                   "e.g. --stage-layers 4,4,4,3 (the split by count)"}));
-  EXPECT_TRUE(test::throws_error([] { stage_layers(4, 0, 2, {0, 1, 5}); }, ErrorKind::kConfig,
+  EXPECT_TRUE(test::throws_error([] { stage_range(4, 0, 2, {0, 1, 5}); }, ErrorKind::kConfig,
                                  {"--stage-layers 1,4 sums to 5 layers but the model has 4", "e.g. --stage-layers 2,2"}));
   EXPECT_TRUE(test::throws_error([] { validate_boundaries({0, 3, 3, 6}, 6, 3); }, ErrorKind::kConfig,
                                  {"--stage-layers 3,0,3: stage 1 would hold 0 layers"}));
@@ -647,7 +647,7 @@ TEST(ChosenStages, BadSplitsAreClearErrors) {
   // The sizes themselves, as partition_by_count refuses them.
   EXPECT_TRUE(test::throws_error([] { validate_boundaries({0, 1, 2, 3, 4}, 3, 4); }, ErrorKind::kConfig,
                                  {"3 layers cannot fill 4 pipeline stages"}));
-  EXPECT_TRUE(test::throws_error([] { stage_layers(4, 2, 2, {0, 1, 4}); }, ErrorKind::kInvalidArgument,
+  EXPECT_TRUE(test::throws_error([] { stage_range(4, 2, 2, {0, 1, 4}); }, ErrorKind::kInvalidArgument,
                                  {"stage 2 outside a pipeline of 2"}));
 }
 

@@ -177,7 +177,7 @@ TEST(MemoryModel, Zero3KeepsTheTiedHeadsGradientWhole) {
                                             .n_embd = 256}
                               .spec(128);
   const plan::LayoutChoice l{{.tp = 1, .pp = 2, .dp = 2, .zero = 3, .micro_batch = 8, .grad_accum = 1}};
-  const std::vector<int> last = plan::stage_layers_of(s, l).at(1);
+  const std::vector<int> last = plan::layers_by_stage(s, l).at(1);
   ASSERT_GE(s.layers[std::size_t(last.back())].shares_with, 0) << "the last layer is the tied head";
   double params = 0, head = 0, pair = 0, previous = 0;
   for (int i : last) {

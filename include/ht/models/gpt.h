@@ -81,7 +81,7 @@ class GPT : public CausalLM {
   /// (B, T, vocab / tp) on the last stage and activations (B, T, C) elsewhere.
   /// backward(ctx, d) is its inverse (undefined result on the first stage).
   /// The stage's run, the loss and sampling are CausalLM's. The blocks are
-  /// split over the stages by parallel::stage_layers: at the placement's
+  /// split over the stages by parallel::stage_range: at the placement's
   /// stage boundaries (nn::PipelineStage::boundaries, from
   /// EngineOptions::stage_layers / --stage-layers) when it has them, else by
   /// count (the first n_layer % pp stages one more).

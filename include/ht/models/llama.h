@@ -7,7 +7,7 @@
 // tensor-parallel group, query and key/value heads, the MLP's hidden units
 // and the vocabulary split over it (so tp must divide n_kv_head); with a
 // pipeline stage the model holds its contiguous blocks (split as GPT's: by
-// parallel::stage_layers, at the placement's stage boundaries or else by
+// parallel::stage_range, at the placement's stage boundaries or else by
 // count), the embedding on the first stage and the final norm and head on
 // the last. Parameter names
 // follow Hugging Face's LlamaForCausalLM ("embed_tokens.weight",

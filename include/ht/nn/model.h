@@ -42,7 +42,7 @@ struct PipelineStage {
   /// model's layer count, strictly increasing (parallel::stage_boundaries
   /// makes them from layers per stage). Empty: by count, the first
   /// n_layers % size stages one layer more. A model that splits builds its
-  /// stage from parallel::stage_layers(n_layers, rank, size, boundaries),
+  /// stage from parallel::stage_range(n_layers, rank, size, boundaries),
   /// which refuses boundaries that do not fit it (kConfig).
   std::vector<int> boundaries;
   bool first() const { return rank == 0; }

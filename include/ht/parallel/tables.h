@@ -149,7 +149,7 @@ std::vector<int> partition_by_count(int n_layers, int stages);
 /// Stage `stage`'s layers [first, second) under partition_by_count. Throws
 /// kInvalidArgument for stages <= 0 or a stage outside [0, stages), then as
 /// partition_by_count does.
-std::pair<int, int> stage_layers(int n_layers, int stage, int stages);
+std::pair<int, int> stage_range(int n_layers, int stage, int stages);
 
 /// Chosen stages (Megatron's --decoder-first-pipeline-num-layers, DeepSpeed's
 /// partition_method), in the form users type them (--stage-layers): `counts[s]`
@@ -180,7 +180,7 @@ void validate_boundaries(const std::vector<int>& boundaries, int n_layers, int s
 /// count, the overload above): what models::GPT and models::Llama build
 /// their stage from (nn::PipelineStage::boundaries). Throws kInvalidArgument
 /// for a stage outside [0, stages), then as validate_boundaries does.
-std::pair<int, int> stage_layers(int n_layers, int stage, int stages, const std::vector<int>& boundaries);
+std::pair<int, int> stage_range(int n_layers, int stage, int stages, const std::vector<int>& boundaries);
 
 /// By cost: `layer_costs[i] >= 0` in any integer unit (FLOPs, bytes, µs;
 /// integers, so that ties are exact). Every stage gets at least one layer.

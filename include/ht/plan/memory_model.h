@@ -56,8 +56,8 @@ struct StageMemory {
 /// schedule). Throws kConfig when the layout does not fit the model (a size
 /// not positive, a stage without a block, tp not dividing its sizes, an
 /// interleaved layout outside the engine's limits).
-std::vector<std::vector<int>> stage_layers_of(const nn::ModelSpec& model, const LayoutChoice& layout);
-/// The layer lists of pipeline rank `rank`'s chunks, from stage_layers_of:
+std::vector<std::vector<int>> layers_by_stage(const nn::ModelSpec& model, const LayoutChoice& layout);
+/// The layer lists of pipeline rank `rank`'s chunks, from layers_by_stage:
 /// its stage, or its virtual stages rank, pp + rank, ... (interleaved).
 std::vector<std::vector<int>> rank_chunks(const std::vector<std::vector<int>>& stage_layers, const LayoutChoice& l,
                                           int rank);
