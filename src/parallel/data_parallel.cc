@@ -109,7 +109,7 @@ std::vector<ParamGroup> DataParallel::group_table(const std::vector<nn::Paramete
 }
 
 std::unique_ptr<FlatGroup> DataParallel::make_group(const std::vector<nn::Parameter*>& members, bool deferred) {
-  const int stage = options_.zero_stage;
+  const ZeroBuffers keep = zero_buffers(options_.zero_stage);
   const DType compute = options_.precision.compute;
   const bool mixed = options_.precision.mixed();
   Tensor values;  // f32, padded
@@ -131,16 +131,16 @@ std::unique_ptr<FlatGroup> DataParallel::make_group(const std::vector<nn::Parame
   // The f32 master shard is optimizer state when a separate working copy
   // exists; in f32 training it is the parameters themselves.
   if (mixed) g->master = copy_as(values.slice(lo, hi), DType::kF32, MemCategory::kOptimizerState);
-  if (stage == 3) {
-    g->work_shard = mixed ? copy_as(g->master, compute, MemCategory::kParameters) : values.slice(lo, hi).clone();
-    if (!mixed) g->master = g->work_shard;
-    g->unbind_params();
-  } else {
+  if (keep.whole_params) {
     g->work_params = mixed ? copy_as(values, compute, MemCategory::kParameters) : values;
     if (!mixed) g->master = g->work_params.slice(lo, hi);
     g->bind_params();
+  } else {
+    g->work_shard = mixed ? copy_as(g->master, compute, MemCategory::kParameters) : values.slice(lo, hi).clone();
+    if (!mixed) g->master = g->work_shard;
+    g->unbind_params();
   }
-  if (stage <= 1) {
+  if (keep.whole_grads) {
     g->work_grads = Tensor::zeros({g->padded()}, compute, g->device, MemCategory::kGradients);
     g->reduce_grads = g->converts_grads() ? Tensor::zeros({g->padded()}, g->reduce, g->device, MemCategory::kGradients)
                                           : g->work_grads;

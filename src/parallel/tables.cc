@@ -138,6 +138,11 @@ std::vector<ShardPiece> shard_pieces(const FlatLayout& layout, int shard_rank) {
   return out;
 }
 
+ZeroBuffers zero_buffers(int stage) {
+  HT_CHECK(stage >= 0 && stage <= 3, ErrorKind::kConfig, "--zero {} must be 0 (DDP), 1, 2 or 3", stage);
+  return {.whole_params = stage < 3, .whole_grads = stage < 2};
+}
+
 HybridShard hybrid_shard(int dp_size, int shard_group, int dp_rank, int zero_stage) {
   HT_CHECK_ARG(dp_size > 0 && dp_rank >= 0 && dp_rank < dp_size, "dp rank {} outside a data-parallel size of {}",
                dp_rank, dp_size);

@@ -8,6 +8,7 @@
 
 #include "ht/core/error.h"
 #include "ht/parallel/schedule.h"
+#include "ht/parallel/tables.h"
 
 namespace ht::plan {
 namespace {
@@ -50,7 +51,10 @@ StateBytes state_bytes_per_parameter(int zero, int shards, const precision::Poli
   const double s = double(std::max(shards, 1));
   const double master = p.mixed() ? 4.0 : 0.0;
   const double full_grads = c + (p.compute != p.reduce ? r : 0.0);
-  return {zero >= 3 ? c / s : c, zero >= 2 ? r / s : full_grads, (8.0 + master) / (zero >= 1 ? s : 1.0)};
+  // What the data-parallel layer keeps (parallel::zero_buffers); the master
+  // and AdamW's two moments are the shard (one shard without ZeRO).
+  const parallel::ZeroBuffers keep = parallel::zero_buffers(zero);
+  return {keep.whole_params ? c : c / s, keep.whole_grads ? full_grads : r / s, (8.0 + master) / (zero >= 1 ? s : 1.0)};
 }
 
 std::vector<std::vector<int>> layers_by_stage(const nn::ModelSpec& model, const LayoutChoice& l) {

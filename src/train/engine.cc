@@ -233,10 +233,7 @@ std::string Engine::save_checkpoint() {
   if (policies_->divergence.suspect())
     return fmt::format("checkpoint of step {} not saved: the loss is non-finite ({} steps in a row)", steps_done_,
                        policies_->divergence.nonfinite_run());
-  if (options_.sdc_every > 0 && replicas_checked_step_ != steps_done_) {
-    progress(resilience::Phase::kReplicaCheck);
-    check_replicas(steps_done_);
-  }
+  if (policies_->replicas.before_save(steps_done_)) check_replicas(steps_done_);
   policies_->checkpoints.saved();
   return checkpointer_->save(run_state(), optimizer_->slots(), *optimizer_);
 }
@@ -281,32 +278,8 @@ void Engine::progress(resilience::Phase phase) {
 }
 
 void Engine::check_replicas(std::int64_t step) {
-  replicas_checked_step_ = step;
-  // Replicas (the same tp rank and stage in every dp group) hold identical
-  // parameters after the update; one 64-bit checksum each is compared.
-  if (mesh_->shape().dp_size() < 2 || options_.layout.zero == 3) return;
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (nn::Parameter* p : model_->parameters()) {
-    const Tensor host = p->data().to(Device::cpu());
-    h = (h ^ ckpt::checksum64(host.data_ptr(), host.nbytes())) * 0x100000001b3ull;
-  }
-  comm::Communicator& dp = mesh_->dp_group();
-  const std::vector<std::uint64_t> v = comm::all_gather_u64(dp, h);
-  std::vector<int> agree(std::size_t(dp.size()), 0);
-  for (int a = 0; a < dp.size(); ++a)
-    for (int b = 0; b < dp.size(); ++b)
-      if (v[std::size_t(a)] == v[std::size_t(b)]) ++agree[std::size_t(a)];
-  const int most = *std::max_element(agree.begin(), agree.end());
-  if (most == dp.size()) return;  // every replica agrees with every other
-  // The odd ones out; with no majority (two replicas) every rank is suspect.
-  const std::vector<int> ranks = mesh_->group(comm::MeshAxis::kDp);
-  std::vector<int> culprits;
-  for (int a = 0; a < dp.size(); ++a)
-    if (agree[std::size_t(a)] < most || most * 2 <= dp.size()) culprits.push_back(ranks[std::size_t(a)]);
-  HT_CHECK(false, ErrorKind::kCorruption,
-           "silent data corruption after step {}: the parameters of world rank(s) {} differ from their data-parallel "
-           "replicas' (group {}); treat their node(s) as faulty",
-           step, fmt::join(culprits, ","), dp.name());
+  progress(resilience::Phase::kReplicaCheck);
+  policies_->replicas.check(*model_, *mesh_, options_.layout.zero == 3, step);
 }
 
 std::string Engine::stream_shard() const {
@@ -364,10 +337,7 @@ StepStats Engine::step() {
   const std::vector<data::MicroBatch> batches = draw_step(s);
   const float my_loss = forward_backward(s, batches, start);
   apply_update(s);
-  if (options_.sdc_every > 0 && s.step % options_.sdc_every == 0) {
-    progress(resilience::Phase::kReplicaCheck);
-    check_replicas(s.step);
-  }
+  if (policies_->replicas.due(s.step)) check_replicas(s.step);
   const StepVotes votes = agree_on_step(s, my_loss);
   save_if_due(s, votes);
   policies_->stragglers.end_of_step(mesh_->world(), s);
@@ -491,10 +461,7 @@ void Engine::save_if_due(StepStats& s, const StepVotes& votes) {
   if (!votes.snapshot_due || votes.snapshot_busy || suspect) return;
   // As before a save: a bit flipped since the last comparison would be
   // resumed from after every failure.
-  if (options_.sdc_every > 0 && replicas_checked_step_ != steps_done_) {
-    progress(resilience::Phase::kReplicaCheck);
-    check_replicas(steps_done_);
-  }
+  if (policies_->replicas.before_save(steps_done_)) check_replicas(steps_done_);
   progress(resilience::Phase::kSnapshot);
   s.snapshot_error = checkpointer_->snapshot(run_state(), optimizer_->slots(), *optimizer_);
   s.snapshotted = true;

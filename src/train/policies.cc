@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "ht/comm/agreement.h"
 #include "ht/core/error.h"
 
 namespace ht::train {
@@ -49,6 +50,35 @@ void StragglerWatch::end_of_step(comm::Communicator& world, StepStats& s) {
     }
   }
   s.stragglers = fmt::format("{}", fmt::join(report, "; "));
+}
+
+void ReplicaCheck::check(nn::Model& model, comm::DeviceMesh& mesh, bool sharded, std::int64_t step) {
+  checked_step_ = step;
+  // Replicas (the same tp rank and stage in every dp group) hold identical
+  // parameters after the update; one 64-bit checksum each is compared.
+  if (mesh.shape().dp_size() < 2 || sharded) return;
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (nn::Parameter* p : model.parameters()) {
+    const Tensor host = p->data().to(Device::cpu());
+    h = (h ^ ckpt::checksum64(host.data_ptr(), host.nbytes())) * 0x100000001b3ull;
+  }
+  comm::Communicator& dp = mesh.dp_group();
+  const std::vector<std::uint64_t> v = comm::all_gather_u64(dp, h);
+  std::vector<int> agree(std::size_t(dp.size()), 0);
+  for (int a = 0; a < dp.size(); ++a)
+    for (int b = 0; b < dp.size(); ++b)
+      if (v[std::size_t(a)] == v[std::size_t(b)]) ++agree[std::size_t(a)];
+  const int most = *std::max_element(agree.begin(), agree.end());
+  if (most == dp.size()) return;  // every replica agrees with every other
+  // The odd ones out; with no majority (two replicas) every rank is suspect.
+  const std::vector<int> ranks = mesh.group(comm::MeshAxis::kDp);
+  std::vector<int> culprits;
+  for (int a = 0; a < dp.size(); ++a)
+    if (agree[std::size_t(a)] < most || most * 2 <= dp.size()) culprits.push_back(ranks[std::size_t(a)]);
+  HT_CHECK(false, ErrorKind::kCorruption,
+           "silent data corruption after step {}: the parameters of world rank(s) {} differ from their data-parallel "
+           "replicas' (group {}); treat their node(s) as faulty",
+           step, fmt::join(culprits, ","), dp.name());
 }
 
 bool CheckpointCadence::due_by_time() const {

@@ -10,6 +10,8 @@
 
 #include "ht/ckpt/checkpoint.h"
 #include "ht/comm/communicator.h"
+#include "ht/comm/device_mesh.h"
+#include "ht/nn/model.h"
 #include "ht/train/engine.h"
 
 namespace ht::train {
@@ -53,6 +55,27 @@ class StragglerWatch {
   int windows_;
   double work_ms_ = 0;
   std::vector<int> slow_windows_;  // per world rank: consecutive slow windows
+};
+
+/// Silent data corruption: every `every` steps (0: never), and before a
+/// save or snapshot of a step not checked yet, the data-parallel replicas
+/// compare a 64-bit checksum of their parameters; replicas that differ end
+/// the run (kCorruption) naming their world ranks, the odd ones out (every
+/// rank of the group when there is no majority).
+class ReplicaCheck {
+ public:
+  explicit ReplicaCheck(std::int64_t every) : every_(every) {}
+  /// The step's own check is due.
+  bool due(std::int64_t step) const { return every_ > 0 && step % every_ == 0; }
+  /// A save or snapshot of `step` must check first.
+  bool before_save(std::int64_t step) const { return every_ > 0 && checked_step_ != step; }
+  /// Collective over the mesh. Nothing to compare without replicas or when
+  /// the parameters are sharded (ZeRO-3: no rank holds them whole).
+  void check(nn::Model& model, comm::DeviceMesh& mesh, bool sharded, std::int64_t step);
+
+ private:
+  std::int64_t every_;
+  std::int64_t checked_step_ = -1;
 };
 
 /// Disk checkpoints: every `every_steps` steps and/or every `every_s`
@@ -103,11 +126,13 @@ struct Policies {
       : divergence(o.divergence_steps),
         stragglers(o.straggler_window, o.straggler_threshold, o.straggler_windows),
         checkpoints(o.ckpt_every, o.ckpt_every_s),
-        snapshots(o.mem_ckpt_every, o.device.is_cpu()) {}
+        snapshots(o.mem_ckpt_every, o.device.is_cpu()),
+        replicas(o.sdc_every) {}
   DivergenceWatch divergence;
   StragglerWatch stragglers;
   CheckpointCadence checkpoints;
   SnapshotCadence snapshots;
+  ReplicaCheck replicas;
 };
 
 }  // namespace ht::train

@@ -298,6 +298,16 @@ TEST(FlatLayout, BadInputsAreClearErrors) {
 
 // ---- hybrid sharding -----------------------------------------------------------
 
+// The table of the header, row by row: what DataParallel allocates and the planner sums.
+TEST(ZeroBuffers, EachStageKeepsWhatTheTableSays) {
+  EXPECT_EQ(zero_buffers(0), (ZeroBuffers{.whole_params = true, .whole_grads = true}));
+  EXPECT_EQ(zero_buffers(1), (ZeroBuffers{.whole_params = true, .whole_grads = true}));
+  EXPECT_EQ(zero_buffers(2), (ZeroBuffers{.whole_params = true, .whole_grads = false}));
+  EXPECT_EQ(zero_buffers(3), (ZeroBuffers{.whole_params = false, .whole_grads = false}));
+  EXPECT_TRUE(test::throws_error([] { zero_buffers(4); }, ErrorKind::kConfig, {"--zero 4 must be 0 (DDP), 1, 2 or 3"}));
+  EXPECT_TRUE(test::throws_error([] { zero_buffers(-1); }, ErrorKind::kConfig, {"--zero -1"}));
+}
+
 TEST(HybridShard, WorkedExampleFromTheHeader) {
   const HybridShard h = hybrid_shard(6, 3, 4, 1);
   EXPECT_EQ(h, (HybridShard{.shards = 3,

@@ -111,6 +111,27 @@ struct ShardPiece {
 /// piece anywhere). What the optimizer steps on: one slot per piece.
 std::vector<ShardPiece> shard_pieces(const FlatLayout& layout, int shard_rank);
 
+// ---- what a ZeRO stage keeps ---------------------------------------------------
+
+/// The buffers a flat group keeps between steps at a ZeRO stage, each whole
+/// on every data-parallel rank or as this rank's shard: the rule
+/// DataParallel allocates by and the planner's memory model sums
+/// (plan::state_bytes_per_parameter). The f32 master and the optimizer's
+/// state are always the shard (at stage 0 there is one shard: the whole).
+///   stage 0 (DDP): whole working copy, whole gradients
+///   stage 1:       whole working copy, whole gradients
+///   stage 2:       whole working copy, gradient shard (a bucket's whole
+///                  gradients only from its backward to its reduce-scatter)
+///   stage 3:       working-copy shard (gathered around each use), gradient shard
+struct ZeroBuffers {
+  bool whole_params = true;
+  bool whole_grads = true;
+  friend bool operator==(const ZeroBuffers&, const ZeroBuffers&) = default;
+};
+
+/// The row of the table above; throws kConfig for a stage outside 0-3.
+ZeroBuffers zero_buffers(int stage);
+
 // ---- hybrid sharding (MiCS / HSDP) -----------------------------------------
 
 /// How one data-parallel rank shards and replicates ZeRO state. With

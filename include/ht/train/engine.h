@@ -332,9 +332,8 @@ class Engine {
   std::int64_t steps_done_ = 0;
   std::int64_t resumed_from_ = 0;
   std::int64_t consumed_samples_ = 0;
-  // Divergence, stragglers, checkpoint and snapshot cadence (src/train/policies.h).
+  // Divergence, stragglers, checkpoint and snapshot cadence, replica checks (src/train/policies.h).
   std::unique_ptr<Policies> policies_;
-  std::int64_t replicas_checked_step_ = -1;  // the step of the last replica comparison
   std::unique_ptr<TraceSession> trace_;       // options_.trace_path: the steps being traced
 };
 
