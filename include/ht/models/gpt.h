@@ -83,7 +83,7 @@ class GPT : public CausalLM {
   /// The stage's run, the loss and sampling are CausalLM's. The blocks are
   /// split over the stages by parallel::stage_range: at the placement's
   /// stage boundaries (nn::PipelineStage::boundaries, from
-  /// EngineOptions::stage_layers / --stage-layers) when it has them, else by
+  /// EngineOptions::layout.stage_layers / --stage-layers) when it has them, else by
   /// count (the first n_layer % pp stages one more).
 
   /// wte on the first and last stages, when they differ.
