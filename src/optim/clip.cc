@@ -18,7 +18,9 @@ float global_grad_norm(const std::vector<Tensor>& grads, const std::function<voi
 }
 
 float unscale_and_global_norm(std::vector<Tensor> grads, const std::vector<Tensor>& counted, float loss_scale,
-                              Device device, const std::function<void(Tensor&)>& reduce) {
+                              const std::function<void(Tensor&)>& reduce) {
+  // The flag lives with the gradients; with none to scale it stays 0.
+  const Device device = grads.empty() ? Device::cpu() : grads.front().device();
   Tensor found = Tensor::zeros({1}, DType::kF32, device, MemCategory::kOther);
   if (loss_scale != 1.f)
     for (Tensor& g : grads) ops::scale_and_check_finite(g, 1.f / loss_scale, found);

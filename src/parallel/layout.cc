@@ -76,18 +76,23 @@ std::string layout_problem(const Layout& l) {
   if (l.dp < 0) return fmt::format("dp {}: give the data-parallel ranks, or 0 for the rest of the world", l.dp);
   if (l.micro_batch < 1) return fmt::format("--micro-batch must be positive, got {}", l.micro_batch);
   if (l.grad_accum < 1) return fmt::format("--grad-accum must be positive, got {}", l.grad_accum);
-  if (l.zero < 0 || l.zero > 3) return fmt::format("--zero {} must be 0 (DDP), 1, 2 or 3", l.zero);
+  // hybrid_shard and stage_boundaries say what they check in their own
+  // words (the ZeRO stage and shard group first: the schedule's rules take
+  // the stage as valid); dp 0 (not resolved yet) is checked as 1 x shard
+  // group, which every group divides.
+  const auto problem_of = [](const auto& check) {
+    try {
+      check();
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return std::string();
+  };
+  const int dp = l.dp > 0 ? l.dp : std::max(l.shard_group, 1);
+  if (std::string p = problem_of([&] { hybrid_shard(dp, l.shard_group, 0, l.zero); }); !p.empty()) return p;
   if (std::string p = schedule_problem(l.schedule, l.virtual_stages, l.pp, l.grad_accum, l.zero); !p.empty())
     return p;
-  // hybrid_shard and stage_boundaries say the rest in their words; dp 0
-  // (not resolved yet) is checked as 1 x shard group, which every group divides.
-  try {
-    hybrid_shard(l.dp > 0 ? l.dp : std::max(l.shard_group, 1), l.shard_group, 0, l.zero);
-    l.stage_boundaries();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return {};
+  return problem_of([&] { l.stage_boundaries(); });
 }
 
 }  // namespace ht::parallel

@@ -138,15 +138,23 @@ std::vector<ShardPiece> shard_pieces(const FlatLayout& layout, int shard_rank) {
   return out;
 }
 
-ZeroBuffers zero_buffers(int stage) {
+namespace {
+
+void check_zero_stage(int stage) {
   HT_CHECK(stage >= 0 && stage <= 3, ErrorKind::kConfig, "--zero {} must be 0 (DDP), 1, 2 or 3", stage);
+}
+
+}  // namespace
+
+ZeroBuffers zero_buffers(int stage) {
+  check_zero_stage(stage);
   return {.whole_params = stage < 3, .whole_grads = stage < 2};
 }
 
 HybridShard hybrid_shard(int dp_size, int shard_group, int dp_rank, int zero_stage) {
   HT_CHECK_ARG(dp_size > 0 && dp_rank >= 0 && dp_rank < dp_size, "dp rank {} outside a data-parallel size of {}",
                dp_rank, dp_size);
-  HT_CHECK(zero_stage >= 0 && zero_stage <= 3, ErrorKind::kConfig, "--zero {} must be 0 (DDP), 1, 2 or 3", zero_stage);
+  check_zero_stage(zero_stage);
   HT_CHECK(shard_group >= 0 && (shard_group == 0 || dp_size % shard_group == 0), ErrorKind::kConfig,
            "--zero-shard-group {} must divide the data-parallel size {} (or be 0 for all of it): choose one of {{{}}}",
            shard_group, dp_size, fmt::join(divisors(dp_size), ","));

@@ -53,8 +53,6 @@ void EngineOptions::validate() const {
                recompute == nn::Recompute::kFull,
            ErrorKind::kConfig, "recompute {} is not an activation recomputation mode: choose none, selective or full",
            int(recompute));
-  HT_CHECK(bucket_bytes > 0, ErrorKind::kConfig, "the gradient bucket size must be positive, got {} bytes",
-           bucket_bytes);
   HT_CHECK(trace_path.empty() || (trace_first >= 1 && trace_first <= trace_last), ErrorKind::kConfig,
            "--trace-steps {}-{}: give the first and last step to trace, 1 <= first <= last (e.g. 3-5)", trace_first,
            trace_last);
@@ -405,8 +403,8 @@ void Engine::apply_update(StepStats& s) {
   for (const optim::Slot& slot : dp_->slots())
     if (slot.primary) counted.push_back(slot.grad);
   comm::Communicator& world = mesh_->world();
-  s.grad_norm = optim::unscale_and_global_norm(dp_->shard_gradients(), counted, s.loss_scale, model_->device(),
-                                               [&](Tensor& sum) { world.all_reduce(sum, sum, comm::ReduceOp::kSum)->wait(); });
+  const auto sum_over_world = [&](Tensor& sum) { world.all_reduce(sum, sum, comm::ReduceOp::kSum)->wait(); };
+  s.grad_norm = optim::unscale_and_global_norm(dp_->shard_gradients(), counted, s.loss_scale, sum_over_world);
   // Every rank sees the same norm, so every rank makes the same decision: an
   // overflow under loss scaling is skipped; without scaling a non-finite
   // gradient cannot be applied either.

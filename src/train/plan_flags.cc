@@ -69,7 +69,7 @@ void TrainFlags::apply_auto_plan(comm::Communicator& world, JobOptions& job_opti
   }
   const plan::PlanResult result = plan::search_plans(rq, 3);
   const plan::LayoutChoice& best = result.plans.at(0).layout;
-  HT_CHECK(comm::all_equal(world, best.str() + " " + best.name()),
+  HT_CHECK(comm::all_equal(world, best.name() + " " + nn::recompute_name(best.recompute)),
            ErrorKind::kConfig,
            "--auto: the ranks planned different layouts (their machine profiles differ); give them one with "
            "--plan-profile FILE");

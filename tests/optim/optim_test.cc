@@ -52,6 +52,26 @@ TEST(Clip, NormOverAllTensorsAndCoefficient) {
   EXPECT_FLOAT_EQ(clip_coefficient(5.f, 0.f), 1.f);
 }
 
+// The loss scale divides every gradient a rank holds; the norm counts only
+// the pieces it is given; a non-finite gradient anywhere makes the norm
+// non-finite after the reduction, even on a rank whose own pieces are finite.
+TEST(Clip, UnscaleAndGlobalNorm) {
+  Tensor held = Tensor::from_vector<float>({6.f, 0.f, 8.f}, {3});
+  const Tensor counted = held.slice(0, 2);  // the piece this rank counts: 6, 0 -> 3, 0
+  int reduced = 0;
+  EXPECT_FLOAT_EQ(unscale_and_global_norm({held}, {counted}, 2.f, [&](Tensor&) { ++reduced; }), 3.f);
+  EXPECT_EQ(held.to_vector<float>(), (std::vector<float>{3.f, 0.f, 4.f}));
+  EXPECT_EQ(reduced, 1);
+  EXPECT_FLOAT_EQ(unscale_and_global_norm({held}, {held}, 1.f), 5.f);  // a scale of 1 leaves them
+  Tensor bad = Tensor::from_vector<float>({1.f, INFINITY}, {2});
+  const Tensor finite_piece = bad.slice(0, 1);
+  EXPECT_FALSE(std::isfinite(unscale_and_global_norm({bad}, {finite_piece}, 4.f)));
+  // A peer's overflow reaches this rank through the reduction.
+  const Tensor mine = Tensor::from_vector<float>({1.f}, {1});
+  EXPECT_FALSE(std::isfinite(
+      unscale_and_global_norm({mine}, {mine}, 4.f, [](Tensor& sum) { sum.data<float>()[0] += INFINITY; })));
+}
+
 TEST(AdamW, MatchesReferenceFormulaAndSkipsDecayWhereAsked) {
   std::mt19937 rng(1);
   Tensor p1 = test::random_tensor({6}, rng), p2 = test::random_tensor({3}, rng);

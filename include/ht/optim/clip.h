@@ -20,9 +20,9 @@ float global_grad_norm(const std::vector<Tensor>& grads,
 /// one rank) with `reduce`. A rank that found a non-finite gradient adds
 /// +Inf to its part of the sum of squares, so the one reduction gives every
 /// rank a non-finite norm: an OR of the flags over the ranks, and the step
-/// is skipped everywhere. `device`: the gradients' (where the flag lives).
+/// is skipped everywhere.
 float unscale_and_global_norm(std::vector<Tensor> grads, const std::vector<Tensor>& counted, float loss_scale,
-                              Device device, const std::function<void(Tensor&)>& reduce);
+                              const std::function<void(Tensor&)>& reduce = nullptr);
 
 /// The factor that clips a gradient of norm `norm` to at most `max_norm`:
 /// min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0 (clipping off).
