@@ -179,9 +179,13 @@ case "$scenario" in
         --ckpt-every) train[i + 1]=2000 ;;
       esac
     done
-    # A partition must be a named communication failure within seconds:
-    # the ranks' timeout is two thirds of the hang timeout.
-    htrun_args=(--hang-timeout 6 --readmit-after 5 --max-restarts 100)
+    # A cut host is seen by htrun's probes within about a second; failing
+    # those, a partition is a named communication failure within seconds
+    # (the ranks' timeout is two thirds of the hang timeout). The hosts
+    # share this machine's two cores, so a readmission check beside
+    # training measures a fraction of a host's memory bandwidth.
+    htrun_args=(--hang-timeout 6 --readmit-after 5 --max-restarts 100 --unreachable-after 1
+                --health-arg=--min-memory-gbps --health-arg=0.05)
     start_run fault_free
     finish_run fault_free
     # At least three faults must fall in the run however fast this machine

@@ -5,6 +5,9 @@
 #include "htrun/decisions.h"
 
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "htrun/supervisor.h"
 
@@ -235,6 +239,100 @@ TEST(HtrunWatch, ASilentHost) {
   for (int r = 0; r < 2; ++r) beats[r] = beat(r, 97.5, 90);
   EXPECT_FALSE(silent_host(beats, two_nodes(), 100, 0.1));
   EXPECT_FALSE(silent_host(beats, two_nodes(), 100, 0));
+}
+
+TEST(HtrunWatch, AHostCutOffFromTheProbes) {
+  // h1 answered at 97, then missed every probe since 97.2; h0 answers on.
+  std::vector<ProbeState> probes{{.last_answer_s = 99.9, .silent_since_s = 99.95, .missed = 0},
+                                 {.last_answer_s = 97, .silent_since_s = 97.2, .missed = 5}};
+  const auto f = unreachable_host(probes, two_nodes(), 100, /*unreachable_after_s=*/1);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->kind, IncidentKind::kHostLost);
+  EXPECT_EQ(f->rank, 2);
+  EXPECT_DOUBLE_EQ(f->failed_at, 97);
+  EXPECT_EQ(f->message,
+            "node 1 (h1) has not answered htrun's probes for 3.0 s while the others did: cut off from the network, or "
+            "down");
+  // Not yet: silent for less than the limit, or one probe missed only.
+  EXPECT_FALSE(unreachable_host(probes, two_nodes(), 100, 3));
+  probes[1].missed = 1;
+  EXPECT_FALSE(unreachable_host(probes, two_nodes(), 100, 1));
+  probes[1].missed = 5;
+  // No other host answered since h1's silence began: htrun's own network,
+  // or htrun itself stalled.
+  probes[0].last_answer_s = 97.1;
+  EXPECT_FALSE(unreachable_host(probes, two_nodes(), 100, 1));
+  probes[0].last_answer_s = 99.9;
+  // A host that never answered (its port filtered) is never declared.
+  probes[1].last_answer_s = 0;
+  EXPECT_FALSE(unreachable_host(probes, two_nodes(), 100, 1));
+  // One node: nothing to compare with.
+  EXPECT_FALSE(unreachable_host({probes[0]}, Placement{{{0, "h0"}}, 2}, 100, 1));
+}
+
+// A TCP listener on the loopback, on a port of its own.
+struct Listener {
+  int fd = -1, port = 0;
+  explicit Listener(int backlog) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), len), 0);
+    EXPECT_EQ(::listen(fd, backlog), 0);
+    EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port = ntohs(a.sin_port);
+  }
+  ~Listener() { close(); }
+  void close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+// Probes `port` on the loopback for `seconds`; the state at the end.
+ProbeState probe_for(int port, double seconds) {
+  HostProbe probe({"127.0.0.1"}, port, /*interval_s=*/0.05, /*expire_s=*/0.2);
+  const double start = now_s();
+  while (now_s() - start < seconds) {
+    probe.poll(now_s());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return probe.states().at(0);
+}
+
+TEST(HtrunWatch, TheProbeSeesAnswersRefusalsAndSilence) {
+  // A listening port answers.
+  Listener open(16);
+  ProbeState s = probe_for(open.port, 0.5);
+  EXPECT_GT(s.last_answer_s, 0);
+  EXPECT_EQ(s.missed, 0);
+  // A listener whose accept queue is full drops every SYN, as a host cut
+  // off does: no answer, probe after probe.
+  Listener full(0);
+  std::vector<int> queued;
+  for (int k = 0; k < 3; ++k) {  // the first fills the queue; the rest wait, as the probes will
+    queued.push_back(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(std::uint16_t(full.port));
+    ::connect(queued.back(), reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double start = now_s();
+  s = probe_for(full.port, 0.8);
+  EXPECT_EQ(s.last_answer_s, 0);
+  EXPECT_GE(s.missed, kProbesMissedToCut);
+  EXPECT_GE(s.silent_since_s, start);
+  for (int fd : queued) ::close(fd);
+  // A closed port refuses: an answer too (the host is up).
+  open.close();
+  s = probe_for(open.port, 0.3);
+  EXPECT_GT(s.last_answer_s, 0);
+  EXPECT_EQ(s.missed, 0);
+  EXPECT_EQ(HostProbe({"no-such-host.invalid"}, 22).unresolved(), std::vector<std::string>{"no-such-host.invalid"});
 }
 
 TEST(HtrunWatch, HangNamesTheRankThatGotLeastFar) {

@@ -12,7 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <stdexcept>
 
 namespace htrun {
@@ -158,15 +161,58 @@ void ChildProcess::signal(int sig) {
   if (!done_) ::kill(pid_, sig);
 }
 
+namespace {
+
+// Every process below `root`, from /proc (each one's parent): a launcher
+// may start some in groups of their own (Open MPI's ssh clients), which a
+// signal to its group misses.
+std::vector<pid_t> descendants(pid_t root) {
+  std::multimap<pid_t, pid_t> children;  // parent -> child
+  namespace fs = std::filesystem;
+  for (const auto& entry : fs::directory_iterator("/proc", fs::directory_options::skip_permission_denied)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    const std::size_t close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 1));
+    std::string state;
+    pid_t parent = 0;
+    if (rest >> state >> parent) children.emplace(parent, pid_t(std::stol(name)));
+  }
+  std::vector<pid_t> found;
+  std::vector<pid_t> todo{root};
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    for (auto [it, end] = children.equal_range(p); it != end; ++it) {
+      found.push_back(it->second);
+      todo.push_back(it->second);
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
 void ChildProcess::stop(double grace_s) {
   if (done_) return;
-  ::kill(-pid_, SIGTERM);
-  const double deadline = now_s() + grace_s;
-  while (now_s() < deadline) {
-    if (poll()) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (grace_s > 0) {
+    ::kill(-pid_, SIGTERM);
+    const double deadline = now_s() + grace_s;
+    while (now_s() < deadline) {
+      if (poll()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
+  // The tree first: once the child is gone, its children are no longer
+  // known as its. A process left would hold the output pipe open (and a
+  // launcher's ssh client keeps its remote side alive).
+  const std::vector<pid_t> tree = descendants(pid_);
   ::kill(-pid_, SIGKILL);
+  for (pid_t p : tree) ::kill(p, SIGKILL);
   ::waitpid(pid_, &status_, 0);
   done_ = true;
 }

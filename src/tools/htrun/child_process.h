@@ -42,7 +42,9 @@ class ChildProcess {
   int exit_code() const;
   /// Sends `sig` to the child itself (a launcher forwards it to the ranks).
   void signal(int sig);
-  /// SIGTERM to the whole group, then SIGKILL after `grace_s` seconds; waits.
+  /// SIGTERM to the whole group, then SIGKILL after `grace_s` seconds (at
+  /// once for 0) to the group and every process below the child, in a
+  /// group of its own or not; waits.
   void stop(double grace_s);
   /// The first rank the output reported dead (rank -1 when none), and the
   /// first host it reported lost (host "" when none), each with the time

@@ -313,6 +313,15 @@ std::string Cluster::cordon(const Node& node, const std::string& reason) const {
   return warning;
 }
 
+int Cluster::probe_port() const {
+  switch (kind_) {
+    case ClusterKind::kHostfile: return 22;
+    case ClusterKind::kSlurm: return 6818;
+    case ClusterKind::kLocal: return 0;
+  }
+  return 0;
+}
+
 LauncherEvent Cluster::launcher_event(const std::string& line) const {
   // Open MPI: "mpirun noticed that process rank 2 with PID 123 on node vm exited on signal 9 (Killed)."
   static const std::regex mpirun_dead(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal)");

@@ -85,6 +85,11 @@ class Cluster {
   /// H"); nothing otherwise (time_s is the caller's).
   LauncherEvent launcher_event(const std::string& line) const;
 
+  /// The port the reachability watch probes on each host: ssh's (22) for a
+  /// hostfile (mpirun reaches hosts by ssh), slurmd's (6818, Slurm's
+  /// default SlurmdPort) under Slurm; 0 for simulated nodes (none).
+  int probe_port() const;
+
   void set_mpirun(std::string mpirun) { mpirun_ = std::move(mpirun); }
 
  private:

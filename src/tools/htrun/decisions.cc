@@ -42,6 +42,26 @@ std::optional<Finding> silent_host(const std::map<int, Heartbeat>& beats, const 
   return std::nullopt;
 }
 
+std::optional<Finding> unreachable_host(const std::vector<ProbeState>& probes, const Placement& placement,
+                                        double now_s, double unreachable_after_s) {
+  const std::size_t nodes = std::min(probes.size(), placement.active.size());
+  for (std::size_t n = 0; n < nodes; ++n) {
+    const ProbeState& p = probes[n];
+    if (p.last_answer_s <= 0 || p.silent_since_s <= 0 || p.missed < kProbesMissedToCut ||
+        now_s - p.silent_since_s < unreachable_after_s)
+      continue;
+    for (std::size_t o = 0; o < nodes; ++o)
+      if (o != n && probes[o].last_answer_s > p.silent_since_s)
+        return Finding{.kind = IncidentKind::kHostLost,
+                       .rank = int(n) * placement.slots,
+                       .failed_at = p.last_answer_s,
+                       .message = fmt::format("{} has not answered htrun's probes for {:.1f} s while the others did: "
+                                              "cut off from the network, or down",
+                                              node_name(placement.active[n]), now_s - p.last_answer_s)};
+  }
+  return std::nullopt;
+}
+
 bool behind(const Heartbeat& a, const Heartbeat& b) {
   const auto place = [](const Heartbeat& h) { return std::make_pair(h.step, h.phase); };
   if (place(a) != place(b)) return place(a) < place(b);

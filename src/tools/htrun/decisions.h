@@ -15,6 +15,7 @@
 
 #include "ht/resilience/run_protocol.h"
 #include "htrun/cluster.h"
+#include "htrun/host_probe.h"
 #include "htrun/launcher_event.h"
 #include "htrun/report.h"
 
@@ -89,6 +90,20 @@ double host_silence_s(double beat_interval_s);
 /// nullopt when none is, or `beat_interval_s` is not known (<= 0).
 std::optional<Finding> silent_host(const std::map<int, Heartbeat>& beats, const Placement& placement, double now_s,
                                    double beat_interval_s);
+
+/// Probes expired unanswered in a row before a host may be declared cut off
+/// (one lost SYN is not a partition).
+inline constexpr int kProbesMissedToCut = 2;
+/// A host cut off: the host of active[n] (`probes[n]`, htrun's reachability
+/// watch) answered before, has missed kProbesMissedToCut probes or more in
+/// a row and not answered one sent `unreachable_after_s` ago or longer,
+/// while another node's host answered since that probe (so the fault is not
+/// htrun's own network, nor htrun stalled). A host that never answered (a
+/// port filtered) is never declared. The first such node, its first rank
+/// blamed, failed at its last answer. nullopt when none is, or with fewer
+/// than two nodes.
+std::optional<Finding> unreachable_host(const std::vector<ProbeState>& probes, const Placement& placement,
+                                        double now_s, double unreachable_after_s);
 
 /// How long the watch waits, after a rank's record of a communication
 /// failure, for its peers' records before it ends the launch: ranks time out

@@ -72,6 +72,19 @@ int main(int argc, char** argv) {
                  "seconds after which a cordoned node is health-checked again at the next incident, and returns as a "
                  "spare when it passes (the ranks left on it by earlier launches ended first); default: never. Not "
                  "under Slurm, where a drained node returns when an administrator resumes it");
+  app.add_option("--probe-port", o.probe_port,
+                 "the port htrun connects to on each host of the job, every 0.2 s, to see a host cut off (default: "
+                 "ssh's 22 for a hostfile, slurmd's 6818 under Slurm; 0: no probes)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--unreachable-after", o.unreachable_after_s,
+                 "seconds a host that answered the probes may stay silent, while the others answer, before htrun "
+                 "takes it for cut off and relaunches without it")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--health-arg", o.health_args,
+                 "an argument for ht-health, e.g. a threshold (repeatable: --health-arg=--min-memory-gbps "
+                 "--health-arg=1)")
+      ->allow_extra_args(false);
   app.add_flag("--allow-shrink", o.allow_shrink, "with no spare left, continue on fewer nodes");
   app.add_flag("!--no-health", o.health, "skip ht-health before relaunching");
   app.add_option("--mpirun", mpirun, "the MPI launcher for local and hostfile nodes");

@@ -90,6 +90,7 @@ struct Supervisor::WatchState {
   std::optional<double> comm_failure_at;  // when the watch read the first record of a communication failure
   MetricsTail metrics;
   std::int64_t epoch = 0;
+  std::unique_ptr<HostProbe> probe;  // the active hosts' reachability, if watched
 
   WatchState(const std::string& run_dir, std::int64_t launch_epoch) : metrics(run_dir), epoch(launch_epoch) {}
 
@@ -162,6 +163,17 @@ std::unique_ptr<ChildProcess> Supervisor::start_launch(int launch, std::int64_t 
                                         [this](const std::string& line) { return cluster_.launcher_event(line); });
 }
 
+std::unique_ptr<HostProbe> Supervisor::start_probe() const {
+  const int port = options_.probe_port >= 0 ? options_.probe_port : cluster_.probe_port();
+  if (port == 0 || active_.size() < 2) return nullptr;
+  std::vector<std::string> hosts;
+  for (const Node& n : active_) hosts.push_back(n.host);
+  auto probe = std::make_unique<HostProbe>(hosts, port);
+  for (const std::string& host : probe->unresolved())
+    std::fprintf(stderr, "htrun: warning: the name %s does not resolve here: it is not probed\n", host.c_str());
+  return probe;
+}
+
 Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
   std::unique_ptr<ChildProcess> job = start_launch(launch, resume_step);
   WatchState s(options_.run_dir, epoch_);
@@ -169,6 +181,7 @@ Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
   s.w.launched_at = now();
   s.placed = placement();
   s.ranks = int(active_.size()) * options_.slots;
+  s.probe = start_probe();
   while (!poll_launch(*job, s)) {
   }
   conclude_watch(*job, s);
@@ -198,10 +211,13 @@ bool Supervisor::poll_launch(ChildProcess& job, WatchState& s) {
     pass_on_preemption(job, beats, w);
     return true;
   }
-  // Ends the launch now: found at `at`.
-  const auto end_now = [&](double at) {
+  // Ends the launch now: found at `at`. Ranks that lost a host cannot
+  // finish anything with it (a TERM, taken for a preemption, would only
+  // have them try to save with a peer gone), and the launcher cannot
+  // reach it to end its daemon there: they are killed at once.
+  const auto end_now = [&](double at, bool host_lost = false) {
     w.detected_at = at;
-    job.stop(options_.grace_s);
+    job.stop(host_lost ? 0 : options_.grace_s);
     return true;
   };
   if (job.poll()) {
@@ -212,15 +228,24 @@ bool Supervisor::poll_launch(ChildProcess& job, WatchState& s) {
   // while to end the others (srun waits KillWait for ranks stuck in a
   // collective; mpirun cannot reach a host that is gone), so stop the job
   // now.
-  if (job.dead_rank().rank >= 0 || !job.lost_host().host.empty()) return end_now(now());
+  if (job.dead_rank().rank >= 0 || !job.lost_host().host.empty()) return end_now(now(), !job.lost_host().host.empty());
   const double t = now();
   // A host gone silent while the other nodes' ranks beat on (once every
   // rank has started: a start is the start timeout's).
   if (s.all_started)
     if (const auto silent = silent_host(beats, s.placed, t, s.beat_interval_s)) {
       s.declare(*silent);
-      return end_now(t);
+      return end_now(t, /*host_lost=*/true);
     }
+  // A host that stopped answering htrun's probes while the others answer:
+  // cut off (its ranks are blocked in a collective, or will be).
+  if (s.probe) {
+    s.probe->poll(t);
+    if (const auto cut = unreachable_host(s.probe->states(), s.placed, t, options_.unreachable_after_s)) {
+      s.declare(*cut);
+      return end_now(t, /*host_lost=*/true);
+    }
+  }
   // A hang: progress stalled for the timeout.
   if (const auto hung = hang(beats, t, w.last_step_done_s, options_.hang_timeout_s)) s.declare(*hung);
   if (!s.all_started) check_start(beats, s, t);
@@ -293,13 +318,14 @@ void Supervisor::conclude_watch(ChildProcess& job, WatchState& s) {
 }
 
 std::unique_ptr<ChildProcess> Supervisor::start_health_check(const Node& node) const {
-  const std::vector<std::string> check{options_.health_tool,
+  std::vector<std::string> check{options_.health_tool,
                                        "--node",
                                        std::to_string(node.id),
                                        "--checks",
                                        "compute,memory,disk",
                                        "--ckpt-dir",
                                        (fs::path(options_.run_dir) / "checkpoints").string()};
+  check.insert(check.end(), options_.health_args.begin(), options_.health_args.end());
   return std::make_unique<ChildProcess>(cluster_.on_node(node, check, options_.launcher_args, options_.connect_timeout_s),
                                std::vector<std::string>{},
                                (fs::path(options_.run_dir) / fmt::format("health_node{}.txt", node.id)).string(),

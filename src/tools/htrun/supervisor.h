@@ -12,6 +12,7 @@
 
 #include "htrun/cluster.h"
 #include "htrun/decisions.h"
+#include "htrun/host_probe.h"
 #include "htrun/child_process.h"
 #include "htrun/report.h"
 
@@ -30,6 +31,14 @@ struct SupervisorOptions {
   /// Seconds after which a cordoned node is health-checked again (at the
   /// next incident) and, when it passes, returns as a spare; < 0: never.
   double readmit_after_s = -1;
+  /// The port htrun's reachability watch probes on each host of a launch
+  /// (HostProbe): < 0 the cluster's (ssh's 22 for a hostfile, slurmd's 6818
+  /// under Slurm), 0 no watch.
+  int probe_port = -1;
+  /// Seconds a host that answered before may stay silent, while the others
+  /// answer, before it is declared cut off and the launch ends.
+  double unreachable_after_s = 3;
+  std::vector<std::string> health_args;    // more arguments for ht-health (its thresholds)
   std::string health_tool;                 // ht-health
   std::vector<std::string> launcher_args;  // passed to mpirun / srun
   std::vector<std::string> program;        // the job: program [args]
@@ -83,6 +92,9 @@ class Supervisor {
   void finish_report(Report& report, double wall_start,
                      const std::map<std::int64_t, ht::resilience::StepLine>& completed);
   std::unique_ptr<ChildProcess> start_launch(int launch, std::int64_t resume_step);
+  /// The reachability watch of the active hosts, or none (simulated nodes,
+  /// one node, --probe-port 0).
+  std::unique_ptr<HostProbe> start_probe() const;
   /// One look at a running launch; true when the watch ends (the job ended or was stopped).
   bool poll_launch(ChildProcess& job, WatchState& s);
   /// Whether every rank started; a start past the start timeout is declared.
