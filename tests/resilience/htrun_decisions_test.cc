@@ -496,10 +496,16 @@ TEST(HtrunNext, ALostHostIsCordonedUncheckedOnlyWithASpareReady) {
 }
 
 TEST(HtrunNext, NodesToReadmitAfterTheirTime) {
-  const std::map<int, double> cordoned_at{{3, 100.0}, {1, 110.0}, {2, 119.5}};
-  EXPECT_EQ(nodes_to_readmit(cordoned_at, 120, 10), (std::vector<int>{1, 3})) << "in id order, at the limit included";
-  EXPECT_EQ(nodes_to_readmit(cordoned_at, 120, 0), (std::vector<int>{1, 2, 3}));
-  EXPECT_TRUE(nodes_to_readmit(cordoned_at, 1e9, -1).empty()) << "a negative delay: never";
+  const std::vector<Cordoned> cordoned{{{3, "h3"}, 100.0}, {{1, "h1"}, 110.0}, {{2, "h2"}, 119.5}};
+  const auto ids = [](const std::vector<Node>& nodes) {
+    std::vector<int> out;
+    for (const Node& n : nodes) out.push_back(n.id);
+    return out;
+  };
+  EXPECT_EQ(ids(nodes_to_readmit(cordoned, 120, 10)), (std::vector<int>{1, 3})) << "in id order, at the limit included";
+  EXPECT_EQ(ids(nodes_to_readmit(cordoned, 120, 0)), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(nodes_to_readmit(cordoned, 120, 0).front().host, "h1");
+  EXPECT_TRUE(nodes_to_readmit(cordoned, 1e9, -1).empty()) << "a negative delay: never";
   EXPECT_TRUE(nodes_to_readmit({}, 120, 0).empty());
 }
 

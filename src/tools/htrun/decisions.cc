@@ -324,11 +324,12 @@ std::optional<double> comm_failure_recorded(const std::vector<ExitRecord>& exits
   return first;
 }
 
-std::vector<int> nodes_to_readmit(const std::map<int, double>& cordoned_at, double now_s, double readmit_after_s) {
-  std::vector<int> out;
+std::vector<Node> nodes_to_readmit(const std::vector<Cordoned>& cordoned, double now_s, double readmit_after_s) {
+  std::vector<Node> out;
   if (readmit_after_s < 0) return out;
-  for (const auto& [id, at] : cordoned_at)
-    if (now_s - at >= readmit_after_s) out.push_back(id);
+  for (const Cordoned& c : cordoned)
+    if (now_s - c.at >= readmit_after_s) out.push_back(c.node);
+  std::sort(out.begin(), out.end(), [](const Node& a, const Node& b) { return a.id < b.id; });
   return out;
 }
 

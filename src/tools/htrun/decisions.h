@@ -184,10 +184,20 @@ bool cordon_even_if_healthy(const Incident& incident);
 /// wait out the connect timeout; `--readmit-after` checks it later. Without
 /// a spare the check runs: a host that passes keeps the job going.
 bool cordon_unchecked(const Incident& incident, bool spare_ready);
-/// The cordoned nodes (id -> when cordoned) to health-check again, so that
-/// those that pass return as spares: each cordoned `readmit_after_s` ago or
-/// longer, in id order; none when `readmit_after_s` < 0 (never readmit).
-std::vector<int> nodes_to_readmit(const std::map<int, double>& cordoned_at, double now_s, double readmit_after_s);
+/// A node htrun took out of the job.
+struct Cordoned {
+  Node node;
+  double at = 0;  // when
+  /// The earliest time for the watch's next readmission check after one
+  /// failed (0: none failed). An incident checks a node due whatever this
+  /// says: the job needs a spare then, and a check made while training
+  /// shared the machine may have failed for that.
+  double retry_at = 0;
+};
+/// The cordoned nodes to health-check again, so that those that pass
+/// return as spares: each cordoned `readmit_after_s` ago or longer, in id
+/// order; none when `readmit_after_s` < 0 (never readmit).
+std::vector<Node> nodes_to_readmit(const std::vector<Cordoned>& cordoned, double now_s, double readmit_after_s);
 
 /// Launches in a row that failed without training past their checkpoint,
 /// counting the one that just ended (`reached` from `resume_step`): 0 after

@@ -344,21 +344,12 @@ std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
   return healthy;
 }
 
-std::vector<Node> Supervisor::due_for_readmission() const {
-  std::vector<Node> due;
-  for (int id : nodes_to_readmit(cordoned_at_, now(), options_.readmit_after_s))
-    for (const Node& n : cordoned_)
-      if (n.id == id) due.push_back(n);
-  return due;
-}
 
 void Supervisor::poll_readmissions() {
   if (!options_.health) return;
-  for (const Node& n : due_for_readmission()) {
-    const auto retry = readmit_retry_at_.find(n.id);
-    if (!readmit_checks_.count(n.id) && (retry == readmit_retry_at_.end() || now() >= retry->second))
+  for (const Node& n : nodes_to_readmit(cordoned_, now(), options_.readmit_after_s))
+    if (!readmit_checks_.count(n.id) && now() >= cordoned(n.id)->retry_at)
       readmit_checks_[n.id] = {start_health_check(n), now()};
-  }
   for (auto it = readmit_checks_.begin(); it != readmit_checks_.end();) {
     auto& [job, started_at] = it->second;
     const bool over_time = now() - started_at > options_.health_timeout_s;
@@ -371,20 +362,22 @@ void Supervisor::poll_readmissions() {
     const int code = over_time ? -1 : job->exit_code();
     const bool ok = code == 0;
     it = readmit_checks_.erase(it);  // `job` is gone from here on
-    for (const Node& n : cordoned_)
-      if (n.id == id) {
-        if (ok) {
-          readmit(Node(n));  // a copy: readmit removes it from cordoned_
-        } else {
-          std::fprintf(stderr, "htrun: %s is not back yet (its health check %s); next look in %g s\n",
-                       cluster_.name(n).c_str(),
-                       over_time ? "took too long" : fmt::format("exited {}", code).c_str(),
-                       options_.readmit_after_s);
-          readmit_retry_at_[id] = now() + options_.readmit_after_s;
-        }
-        break;
-      }
+    Cordoned* c = cordoned(id);
+    if (!c) continue;  // readmitted meanwhile
+    if (ok) {
+      readmit(Node(c->node));  // a copy: readmit removes it from cordoned_
+      continue;
+    }
+    std::fprintf(stderr, "htrun: %s is not back yet (its health check %s); next look in %g s\n",
+                 cluster_.name(c->node).c_str(), over_time ? "took too long" : fmt::format("exited {}", code).c_str(),
+                 options_.readmit_after_s);
+    c->retry_at = now() + options_.readmit_after_s;
   }
+}
+
+Cordoned* Supervisor::cordoned(int id) {
+  const auto it = std::find_if(cordoned_.begin(), cordoned_.end(), [&](const Cordoned& c) { return c.node.id == id; });
+  return it == cordoned_.end() ? nullptr : &*it;
 }
 
 void Supervisor::end_old_ranks(const Node& node) {
@@ -405,9 +398,7 @@ void Supervisor::end_old_ranks(const Node& node) {
 
 void Supervisor::readmit(const Node& node) {
   end_old_ranks(node);
-  std::erase_if(cordoned_, [&](const Node& n) { return n.id == node.id; });
-  cordoned_at_.erase(node.id);
-  readmit_retry_at_.erase(node.id);
+  std::erase_if(cordoned_, [&](const Cordoned& c) { return c.node.id == node.id; });
   spares_.push_back(node);
   readmitted_.push_back(node.id);
   std::fprintf(stderr, "htrun: %s passed its health check again: back as a spare\n", cluster_.name(node).c_str());
@@ -419,7 +410,7 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
   // Cordoned nodes due for another look are checked in the same batch: a
   // node back in shape can replace the one failing now. (The watch checks
   // them while the job runs, too; a check of it still running is dropped.)
-  const std::vector<Node> candidates = due_for_readmission();
+  const std::vector<Node> candidates = nodes_to_readmit(cordoned_, now(), options_.readmit_after_s);
   for (const Node& n : candidates) readmit_checks_.erase(n.id);
   const bool unchecked = options_.health && cordon_unchecked(incident, !spares_.empty());
   std::vector<Node> checked;
@@ -439,8 +430,7 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
     const std::string why = ok        ? "a persistent straggler"
                             : skipped ? "was lost"
                                       : "failed its health check";
-    cordoned_.push_back(node);
-    cordoned_at_[node.id] = now();
+    cordoned_.push_back({.node = node, .at = now()});
     // A simulated node's memory goes with it, as a real node's would: its
     // ranks' snapshots then come from their peers' replicas.
     if (cluster_.kind() == ClusterKind::kLocal) {
@@ -549,7 +539,7 @@ void Supervisor::finish_report(Report& report, double wall_start,
                                const std::map<std::int64_t, protocol::StepLine>& completed) {
   report.wall_s = now() - wall_start;
   for (const auto& [step, m] : completed) report.productive_s += m.step_ms / 1000;
-  for (const Node& n : cordoned_) report.cordoned.push_back(n.id);
+  for (const Cordoned& c : cordoned_) report.cordoned.push_back(c.node.id);
   for (const Node& n : active_) report.active.push_back(n.id);
   for (const Node& n : spares_) report.spares_left.push_back(n.id);
   report.readmitted = readmitted_;

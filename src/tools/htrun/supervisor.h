@@ -109,8 +109,8 @@ class Supervisor {
   /// Health-checks the suspect nodes of `incident`, cordons the bad ones and
   /// brings in spares (or shrinks). False when the job cannot go on.
   bool replace_bad_nodes(Incident& incident, Report& report);
-  /// The cordoned nodes out for --readmit-after or longer, in id order.
-  std::vector<Node> due_for_readmission() const;
+  /// The record of node `id` while it is cordoned; nullptr otherwise.
+  Cordoned* cordoned(int id);
   /// Returns `node`, whose check passed, to the spares, once the ranks of
   /// earlier launches left on it are ended.
   void readmit(const Node& node);
@@ -137,13 +137,8 @@ class Supervisor {
   SupervisorOptions options_;
   Cluster cluster_;
   Clock clock_;
-  std::vector<Node> active_, spares_, cordoned_;
-  std::map<int, double> cordoned_at_;  // node id -> when it was cordoned
-  /// Node id -> the earliest time for the watch's next readmission check of
-  /// it after one failed (an incident checks a due node whatever this says:
-  /// the job needs a spare then, and a check made while training shared the
-  /// machine may have failed for that).
-  std::map<int, double> readmit_retry_at_;
+  std::vector<Node> active_, spares_;
+  std::vector<Cordoned> cordoned_;
   /// Readmission checks running while the job runs: node id -> the check, when it started.
   std::map<int, std::pair<std::unique_ptr<ChildProcess>, double>> readmit_checks_;
   std::vector<int> readmitted_;  // node ids, in the order they came back
