@@ -391,10 +391,10 @@ std::string Checkpointer::snapshot(const RunState& state, const std::vector<opti
   snapshot_stats_.fresh_image = image && impl_->memory->last_image_fresh();
   impl_->memory_task->start(
       [impl = impl_.get(), stats = &snapshot_stats_, m = std::move(m), image, error]() mutable {
-        const double cpu0 = thread_cpu_ms();
+        const double cpu0 = thread_cpu_ms(), comm0 = impl->memory->comm_cpu_ms();
         const std::string failure =
             impl->memory->write(m.run.step, std::move(m), std::move(image), error, &stats->write_ms, &stats->replicate_ms);
-        stats->cpu_ms = thread_cpu_ms() - cpu0;
+        stats->cpu_ms = thread_cpu_ms() - cpu0 + impl->memory->comm_cpu_ms() - comm0;
         return failure;
       });
   snapshot_stats_.stall_ms = now_ms() - t0;

@@ -56,6 +56,9 @@ class MemoryTier {
   std::shared_ptr<MappedFile> begin(std::int64_t step, std::int64_t bytes);
   /// Whether the last begin() mapped its image afresh (SnapshotStats::fresh_image).
   bool last_image_fresh() const { return last_fresh_; }
+  /// CPU time (ms) its communicator's own thread has used: the exchanges'
+  /// copies.
+  double comm_cpu_ms() const { return comm_->own_threads_cpu_ms(); }
   /// Commits the image begin() gave, filled, with `manifest` (its pieces'
   /// offsets and checksums), then sends it to the peer and stores the
   /// source's (collective over the tier's communicator: every rank calls it

@@ -217,6 +217,8 @@ void MpiCommunicator::abort() noexcept { engine_->abort("abort() was called"); }
 
 CallerPathCounts MpiCommunicator::caller_path_counts() const { return engine_->caller_path_counts(); }
 
+double MpiCommunicator::own_threads_cpu_ms() const { return engine_->thread_cpu_ms(); }
+
 std::unique_ptr<Communicator> make_mpi_world(const CommOptions& options) {
   HT_CHECK(mpi_is_initialized(), ErrorKind::kConfig,
            "make_mpi_world: MPI is not initialised; create an ht::comm::MpiRuntime at the top of main() first");

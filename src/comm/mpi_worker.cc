@@ -194,6 +194,14 @@ void MpiWorker::hand_off(std::unique_ptr<Op> op, std::exception_ptr error) {
   drained_cv_.notify_all();
 }
 
+double MpiWorker::thread_cpu_ms() const {
+  std::lock_guard lock(cpu_clock_mu_);
+  timespec t{};
+  if (cpu_clock_valid_ && ::clock_gettime(cpu_clock_, &t) == 0)
+    last_cpu_ms_ = double(t.tv_sec) * 1e3 + double(t.tv_nsec) * 1e-6;
+  return last_cpu_ms_;
+}
+
 CallerPathCounts MpiWorker::caller_path_counts() const {
   std::lock_guard lock(mu_);
   return path_counts_;
@@ -283,6 +291,10 @@ void MpiWorker::run() noexcept {
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   const std::string thread_name = ("htc " + name_).substr(0, 15);
   pthread_setname_np(pthread_self(), thread_name.c_str());
+  {
+    std::lock_guard lock(cpu_clock_mu_);
+    cpu_clock_valid_ = pthread_getcpuclockid(pthread_self(), &cpu_clock_) == 0;
+  }
   try {
     loop();
   } catch (...) {
@@ -290,6 +302,9 @@ void MpiWorker::run() noexcept {
                       what_of(std::current_exception())));
   }
   shutdown_thread_side();
+  thread_cpu_ms();  // the last reading: the clock ends with the thread
+  std::lock_guard lock(cpu_clock_mu_);
+  cpu_clock_valid_ = false;
 }
 
 void MpiWorker::loop() {

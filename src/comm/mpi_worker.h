@@ -74,6 +74,9 @@ class MpiWorker {
   /// How many small collectives completed on their caller's thread and how
   /// many were handed to the communication thread.
   CallerPathCounts caller_path_counts() const;
+  /// CPU time (ms) the communication thread has used; its last reading
+  /// once it has ended.
+  double thread_cpu_ms() const;
 
   /// Called by a waiter whose operation has missed its deadline: asks the
   /// peers where they are, dumps the flight recorder, settles the operation
@@ -200,6 +203,12 @@ class MpiWorker {
 
   std::mutex join_mu_;  // finalize, shutdown and the destructor may race to join
   std::thread thread_;
+  // The thread's CPU clock, valid from the thread's start until it ends
+  // (its id could then name another thread's): set and cleared by the thread.
+  mutable std::mutex cpu_clock_mu_;
+  clockid_t cpu_clock_{};
+  bool cpu_clock_valid_ = false;
+  mutable double last_cpu_ms_ = 0;
 };
 
 }  // namespace ht::comm::detail

@@ -94,17 +94,16 @@ bool CheckpointCadence::save_now(std::int64_t step, bool by_time, bool suspect) 
 }
 
 bool SnapshotCadence::due(std::int64_t step, const ckpt::SnapshotStats& last, bool busy) {
-  // Auto: the interval that keeps the last snapshot's cost (the stall and its
-  // thread's CPU time, which the cores of a CPU run share with training)
-  // within 2% of a step. Its wall time is not the cost: waiting on the peer
-  // or for a core takes nothing from training. But on a CPU run the
-  // replication's copies (the communication thread's, at both ends) take
-  // the cores training uses for about as long as the exchange lasts, so
-  // there it counts too (measured: the 124M model's snapshot every 9 steps
-  // cost +18 % with it left out).
+  // Auto: the interval that keeps the last snapshot's cost within 2% of a
+  // step: the stall, and the CPU time of its background work (the snapshot
+  // thread's, and the exchange's copies on the tier's communication
+  // thread), which the cores share with training. Its wall time is not the
+  // cost: waiting on the peer or for a core takes nothing from training.
+  // (Before the exchange's copies were counted, the 124M model snapshotted
+  // every 9 steps on 2 cores and the step grew by 18%.)
   if (every_ < 0 && last.step > measured_ && !busy && step_ms_mean_ > 0) {
     measured_ = last.step;
-    const double cost = last.stall_ms + (cpu_ ? std::max(last.cpu_ms, last.replicate_ms) : last.cpu_ms);
+    const double cost = last.stall_ms + last.cpu_ms;
     interval_ = std::clamp<std::int64_t>(std::int64_t(std::ceil(cost / (0.02 * step_ms_mean_))), 1, 100000);
     if (last.fresh_image) interval_ = std::min<std::int64_t>(interval_, kFreshSnapshotInterval);
   }

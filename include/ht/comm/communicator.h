@@ -77,6 +77,12 @@ class Communicator {
   /// Abandons outstanding work: never blocks, never throws; callable from a
   /// watchdog thread. Every later call throws CommError.
   virtual void abort() noexcept = 0;
+
+  /// CPU time (ms) used so far by the threads this communicator runs for
+  /// itself (an MPI group's communication thread, where its transfers are
+  /// copied); 0 for one that runs none. What a transfer took from the cores,
+  /// which its wall time does not tell (most of that may be waiting).
+  virtual double own_threads_cpu_ms() const { return 0; }
 };
 
 }  // namespace ht::comm
