@@ -94,17 +94,19 @@ bool CheckpointCadence::save_now(std::int64_t step, bool by_time, bool suspect) 
 }
 
 bool SnapshotCadence::due(std::int64_t step, const ckpt::SnapshotStats& last, bool busy) {
-  // Auto: the interval that keeps the last snapshot's cost within 2% of a
-  // step: the stall, and the CPU time of its background work (the snapshot
-  // thread's, and the exchange's copies on the tier's communication
-  // thread), which the cores share with training. Its wall time is not the
-  // cost: waiting on the peer or for a core takes nothing from training.
-  // (Before the exchange's copies were counted, the 124M model snapshotted
-  // every 9 steps on 2 cores and the step grew by 18%.)
+  // Auto: the interval that keeps the last snapshot's cost within the
+  // budget: the stall, and the CPU time of its background work (the
+  // snapshot thread's, and the exchange's copies on the tier's
+  // communication thread). Its wall time is not the cost: waiting on the
+  // peer or for a core takes nothing from training. A CPU run's budget is
+  // half a GPU run's: there the background work takes cores and memory
+  // bandwidth that training uses, and every rank's step waits for the
+  // slowest rank's. Measured on the 124M model, 2 ranks on 2 cores, a
+  // snapshot cost the step 2-4 times its stall and CPU time.
   if (every_ < 0 && last.step > measured_ && !busy && step_ms_mean_ > 0) {
     measured_ = last.step;
     const double cost = last.stall_ms + last.cpu_ms;
-    interval_ = std::clamp<std::int64_t>(std::int64_t(std::ceil(cost / (0.02 * step_ms_mean_))), 1, 100000);
+    interval_ = std::clamp<std::int64_t>(std::int64_t(std::ceil(cost / (budget_ * step_ms_mean_))), 1, 100000);
     if (last.fresh_image) interval_ = std::min<std::int64_t>(interval_, kFreshSnapshotInterval);
   }
   return step - last_step_ >= interval_;

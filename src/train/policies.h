@@ -99,12 +99,14 @@ class CheckpointCadence {
 };
 
 /// Memory snapshots: every `every` steps, or (every < 0, `auto`) as often
-/// as 2 % of a step allows, measured on rank 0: the last snapshot's stall
-/// and the CPU time of its work in the background (its thread's, and the
-/// exchange's copies on the communication thread) over the mean step time.
+/// as 2 % of a step allows (1 % on a CPU run, `cpu`), measured on rank 0:
+/// the last snapshot's stall and the CPU time of its work in the background
+/// (its thread's, and the exchange's copies on the communication thread)
+/// over the mean step time.
 class SnapshotCadence {
  public:
-  explicit SnapshotCadence(std::int64_t every) : every_(every), interval_(every > 0 ? every : 1) {}
+  SnapshotCadence(std::int64_t every, bool cpu)
+      : every_(every), budget_(cpu ? 0.01 : 0.02), interval_(every > 0 ? every : 1) {}
   /// Rank 0's vote at `step`, given the last snapshot's figures and whether one is still being written.
   bool due(std::int64_t step, const ckpt::SnapshotStats& last, bool busy);
   /// A snapshot of `step` began (or the run resumed from it).
@@ -114,6 +116,7 @@ class SnapshotCadence {
 
  private:
   std::int64_t every_;
+  double budget_;  // the share of a step the snapshots may cost
   std::int64_t interval_;
   std::int64_t last_step_ = 0, measured_ = -1;  // the last snapshot's step; the last one measured
   double step_ms_mean_ = 0;
@@ -125,7 +128,7 @@ struct Policies {
       : divergence(o.divergence_steps),
         stragglers(o.straggler_window, o.straggler_threshold, o.straggler_windows),
         checkpoints(o.ckpt_every, o.ckpt_every_s),
-        snapshots(o.mem_ckpt_every),
+        snapshots(o.mem_ckpt_every, o.device.is_cpu()),
         replicas(o.sdc_every) {}
   DivergenceWatch divergence;
   StragglerWatch stragglers;

@@ -185,7 +185,7 @@ case "$scenario" in
     # share this machine's two cores, so a readmission check beside
     # training measures a fraction of a host's memory bandwidth.
     htrun_args=(--hang-timeout 6 --readmit-after 5 --max-restarts 100 --unreachable-after 1
-                --health-arg=--min-memory-gbps --health-arg=0.05)
+                --health-arg=--min-memory-gbps=0.05)
     start_run fault_free
     finish_run fault_free
     # At least three faults must fall in the run however fast this machine

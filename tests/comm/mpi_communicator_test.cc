@@ -341,6 +341,22 @@ TEST(MpiCommunicator, PairedSendRecv) {
       }
 }
 
+// What a transfer took from the cores: the communication thread's CPU
+// time grows with the bytes it moves (64 MiB each way, a copy at least).
+TEST(MpiCommunicator, OwnThreadsCpuTimeCountsTheTransfers) {
+  const int rank = world().rank(), size = world().size();
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  const double before = world().own_threads_cpu_ms();
+  EXPECT_GE(before, 0);
+  const std::int64_t n = std::int64_t(16) << 20;
+  Tensor s = filled(DType::kF32, n, rank);
+  Tensor r = filled(DType::kF32, n);
+  for (int k = 0; k < 4; ++k) world().send_recv(s, next, r, prev)->wait();
+  const double after = world().own_threads_cpu_ms();
+  EXPECT_GT(after, before + 1.0) << "256 MiB received moved without the thread's CPU time growing";
+  EXPECT_EQ(r.data<float>()[n - 1], float(prev));
+}
+
 TEST(MpiCommunicator, BarrierAndManyOperationsInFlight) {
   const int rank = world().rank(), size = world().size();
   world().barrier()->wait();

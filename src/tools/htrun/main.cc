@@ -82,8 +82,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--health-arg", o.health_args,
-                 "an argument for ht-health, e.g. a threshold (repeatable: --health-arg=--min-memory-gbps "
-                 "--health-arg=1)")
+                 "an argument for ht-health, e.g. a threshold (repeatable; --health-arg=--min-memory-gbps=1)")
       ->allow_extra_args(false);
   app.add_flag("--allow-shrink", o.allow_shrink, "with no spare left, continue on fewer nodes");
   app.add_flag("!--no-health", o.health, "skip ht-health before relaunching");

@@ -72,11 +72,13 @@ std::vector<std::string> Supervisor::job_command(const std::vector<std::string>&
 std::string Supervisor::plan() const {
   std::string out = fmt::format("nodes: {}; {} active, {} spare, {} slot(s) per node\njob: {}\n", cluster_.describe(),
                                 active_.size(), spares_.size(), options_.slots, fmt::join(job_command(), " "));
-  for (const Node& n : cluster_.nodes())
+  std::vector<std::string> check{options_.health_tool, "--node", "N", "..."};
+  check.insert(check.end(), options_.health_args.begin(), options_.health_args.end());
+  for (const Node& n : cluster_.nodes()) {
+    check[2] = std::to_string(n.id);
     out += fmt::format("health of {}: {}\n", cluster_.name(n),
-                       fmt::join(cluster_.on_node(n, {options_.health_tool, "--node", std::to_string(n.id), "..."},
-                                                 options_.launcher_args, options_.connect_timeout_s),
-                                 " "));
+                       fmt::join(cluster_.on_node(n, check, options_.launcher_args, options_.connect_timeout_s), " "));
+  }
   return out;
 }
 
@@ -318,13 +320,9 @@ void Supervisor::conclude_watch(ChildProcess& job, WatchState& s) {
 }
 
 std::unique_ptr<ChildProcess> Supervisor::start_health_check(const Node& node) const {
-  std::vector<std::string> check{options_.health_tool,
-                                       "--node",
-                                       std::to_string(node.id),
-                                       "--checks",
-                                       "compute,memory,disk",
-                                       "--ckpt-dir",
-                                       (fs::path(options_.run_dir) / "checkpoints").string()};
+  std::vector<std::string> check{options_.health_tool, "--node", std::to_string(node.id), "--checks",
+                                 "compute,memory,disk", "--ckpt-dir",
+                                 (fs::path(options_.run_dir) / "checkpoints").string()};
   check.insert(check.end(), options_.health_args.begin(), options_.health_args.end());
   return std::make_unique<ChildProcess>(cluster_.on_node(node, check, options_.launcher_args, options_.connect_timeout_s),
                                std::vector<std::string>{},
@@ -343,7 +341,6 @@ std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
   for (auto& job : jobs) healthy.push_back(job->wait(std::max(0.0, deadline - now()), options_.grace_s) == 0);
   return healthy;
 }
-
 
 void Supervisor::poll_readmissions() {
   if (!options_.health) return;
