@@ -94,8 +94,10 @@ bool CheckpointCadence::save_now(std::int64_t step, bool by_time, bool suspect) 
 }
 
 bool SnapshotCadence::due(std::int64_t step, const ckpt::SnapshotStats& last, bool busy) {
-  // Auto: the interval that keeps the last snapshot's cost within the
-  // budget: the stall, and the CPU time of its background work (the
+  // Auto: the interval that keeps the snapshots' cost within the budget,
+  // a running mean (half the weight on the newest: one slow snapshot on a
+  // busy machine does not set the interval alone) of each one's stall and
+  // the CPU time of its background work (the
   // snapshot thread's, and the exchange's copies on the tier's
   // communication thread). Its wall time is not the cost: waiting on the
   // peer or for a core takes nothing from training. A CPU run's budget is
@@ -106,7 +108,9 @@ bool SnapshotCadence::due(std::int64_t step, const ckpt::SnapshotStats& last, bo
   if (every_ < 0 && last.step > measured_ && !busy && step_ms_mean_ > 0) {
     measured_ = last.step;
     const double cost = last.stall_ms + last.cpu_ms;
-    interval_ = std::clamp<std::int64_t>(std::int64_t(std::ceil(cost / (budget_ * step_ms_mean_))), 1, 100000);
+    if (!last.fresh_image) cost_ms_mean_ = cost_ms_mean_ > 0 ? 0.5 * cost_ms_mean_ + 0.5 * cost : cost;
+    const double expected = cost_ms_mean_ > 0 ? cost_ms_mean_ : cost;
+    interval_ = std::clamp<std::int64_t>(std::int64_t(std::ceil(expected / (budget_ * step_ms_mean_))), 1, 100000);
     if (last.fresh_image) interval_ = std::min<std::int64_t>(interval_, kFreshSnapshotInterval);
   }
   return step - last_step_ >= interval_;

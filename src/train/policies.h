@@ -120,6 +120,7 @@ class SnapshotCadence {
   std::int64_t interval_;
   std::int64_t last_step_ = 0, measured_ = -1;  // the last snapshot's step; the last one measured
   double step_ms_mean_ = 0;
+  double cost_ms_mean_ = 0;  // of the snapshots into pages already mapped: one slow one moves it half way
 };
 
 /// The engine's policies together (EngineOptions decides each).

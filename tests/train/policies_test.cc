@@ -74,6 +74,11 @@ TEST(SnapshotCadence, AutoKeepsTheCostWithinItsShareOfAStep) {
   const ckpt::SnapshotStats last = snapshot_of(1, 10, 30, 500, false);
   EXPECT_FALSE(on_gpu.due(20, last, false));
   EXPECT_TRUE(on_gpu.due(21, last, false));
+  // The cost is a mean over snapshots: one of 120 ms after one of 40 ms
+  // counts as 80 ms -> 40 steps (the last alone would say 60).
+  on_gpu.taken(21);
+  EXPECT_FALSE(on_gpu.due(60, snapshot_of(21, 20, 100, 0, false), false));
+  EXPECT_TRUE(on_gpu.due(61, snapshot_of(21, 20, 100, 0, false), false));
   // A CPU run: 1 % of a step, 1 ms -> 40 steps.
   SnapshotCadence on_cpu(-1, true);
   on_cpu.taken(1);

@@ -125,7 +125,9 @@ struct SnapshotStats {
   double stall_ms = 0;      // training paused: copying to host
   double write_ms = 0;      // background: writing it into this node's memory
   double replicate_ms = 0;  // background: the exchange with the peer, and storing its replica
-  double cpu_ms = 0;        // CPU time of the snapshot thread and of the exchange's copies (what it takes from training on busy cores)
+  /// CPU time of the snapshot thread and of the exchange's copies on the
+  /// communication thread: what it takes from training on busy cores.
+  double cpu_ms = 0;
   std::int64_t bytes = 0;   // this rank's snapshot file
   /// The copy went into pages mapped afresh (a run's first snapshot, or a
   /// changed size): slower than the snapshots after it, so not what an

@@ -256,7 +256,8 @@ Incident classify(const Watch& w, const Placement& placement, double comm_timeou
   // the ranks that communication failures name; the host whose heartbeats
   // stopped first. The rank that got least far is only the hang check's,
   // for a job that stopped moving with every rank alive.
-  Culprit c{.kind = w.kind, .rank = w.failed_rank, .message = w.message, .failed_at = w.failed_at};
+  Culprit c{
+      .kind = w.kind, .rank = w.failed_rank, .message = w.message, .failed_at = w.failed_at, .suspect_indices = {}};
   if (!c.kind && !blame_own_record(w, c) && !blame_launcher_report(w, placement, c) && !blame_orphans(w, placement, c) &&
       !blame_comm_failures(w, placement, comm_timeout_s, c))
     blame_stale_host(w, placement, job_log, c);
