@@ -190,6 +190,24 @@ TEST_F(MemoryTier, ADamagedSnapshotFallsBackToDisk) {
   resume_and_compare(o, 1, "disk", 0);
 }
 
+// The holder of a lost node's copy cannot send it (the replica's file is
+// gone, its directory left, so the plan still counts on it): the rank that
+// needed it cannot load, every rank agrees, and the run resumes from disk.
+TEST_F(MemoryTier, AHolderThatCannotSendFallsBackToDisk) {
+  if (world_size_ == 1) GTEST_SKIP() << "one node: no peer holds a replica";
+  const test::SharedTempDir dir(mesh_->world(), "ht_mem_tier_unsent");
+  const test::GPTRunOptions o = train_and_stop(dir);
+  if (mesh_->world().rank() == 0) {
+    fs::remove_all(dir.path() + "/mem/node1");
+    const int lost = world_size_ / 2;  // node 1's first rank, whose replica node 0 holds
+    const std::string replica = fmt::format("{}/mem/node0/replica_of_rank_{:05d}/step_{:08d}/rank_{:05d}.snap",
+                                            dir.path(), lost, kSteps, lost);
+    EXPECT_TRUE(fs::remove(replica)) << replica;
+  }
+  mesh_->world().barrier()->wait();
+  resume_and_compare(o, 1, "disk", 0);
+}
+
 TEST_F(MemoryTier, AnUnwritableTierIsReportedAndTrainingGoesOn) {
   const test::SharedTempDir dir(mesh_->world(), "ht_mem_tier_unwritable");
   if (mesh_->world().rank() == 0) {
