@@ -385,10 +385,17 @@ void MemoryTier::remove_stale_dirs() const {
 MemoryTier::Plan MemoryTier::newest_common(std::int64_t at_least) {
   const int world = comm_->size();
   // What this node holds, as (rank, step) pairs: every directory of its
-  // memory, its newest two steps.
+  // memory, its newest two steps. Every rank of a node sees the same
+  // directories, so the node's lowest rank speaks for it (and is the holder
+  // that sends a copy).
+  const int me = comm_->rank();
+  int lowest = me;
+  for (int r = 0; r < me; ++r)
+    if (node_of_[std::size_t(r)] == node_of_[std::size_t(me)]) lowest = std::min(lowest, r);
   std::vector<std::int32_t> mine;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(fs::path(dir_) / node_, ec)) {
+    if (lowest != me) break;
     const int subject = subject_of(e.path().filename().string());
     if (subject < 0 || subject >= world) continue;
     for (std::int32_t s : newest_two(e.path().string()))
