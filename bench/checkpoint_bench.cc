@@ -183,9 +183,11 @@ void measure_snapshots(const Args& a, const data::TokenSplits& data, nlohmann::j
   // --snapshot-warm, until a snapshot has reused its pages (the first ones
   // map their images and spares afresh, at both ends), timed against the
   // plain engine: what a run pays once.
+  constexpr int kMaxWarmSteps = 500;
   double warm_snap_ms = 0, warm_plain_ms = 0;
   int warm_steps = 0, warm_taken = 0;
-  for (bool warm = false; warm_steps < 2 || (a.snapshot_warm && !warm && warm_steps < 500); ++warm_steps) {
+  bool warm = false;  // a snapshot reused its pages
+  for (; warm_steps < 2 || (a.snapshot_warm && !warm && warm_steps < kMaxWarmSteps); ++warm_steps) {
     const train::StepStats s = snap->step();
     warm_snap_ms += s.ms;
     if (s.snapshotted) {
@@ -197,6 +199,9 @@ void measure_snapshots(const Args& a, const data::TokenSplits& data, nlohmann::j
     }
     warm_plain_ms += plain->step().ms;
   }
+  if (a.snapshot_warm && !warm && mesh.rank() == 0)
+    std::fprintf(stderr, "warning: no snapshot reused its pages in %d steps; the steps compared include fresh ones\n",
+                 warm_steps);
   snap->checkpointer()->wait_snapshot();
   // In blocks of 10 steps, in turn: stepped one by one, the snapshot thread
   // of one engine would run during the other's steps. A block of the engine

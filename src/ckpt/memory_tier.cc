@@ -361,14 +361,21 @@ std::string MemoryTier::held_copy(int subject, std::int64_t step) const {
   return "";
 }
 
+bool MemoryTier::speaks_for_node() const {
+  const int me = rank();
+  for (int r = 0; r < me; ++r)
+    if (node_of_[std::size_t(r)] == node_of_[std::size_t(me)]) return false;
+  return true;
+}
+
 void MemoryTier::remove_stale_dirs() const {
   // The node's lowest rank decides for the node; its ranks write only
   // their own directories and the replicas of their sources.
+  if (!speaks_for_node()) return;
   const int me = rank(), world = comm_->size();
   std::set<std::string> kept;
-  for (int r = 0; r < world; ++r) {
+  for (int r = me; r < world; ++r) {
     if (node_of_[std::size_t(r)] != node_of_[std::size_t(me)]) continue;
-    if (r < me) return;
     kept.insert(fmt::format("rank_{:05d}", r));
     if (source_ >= 0) kept.insert(fmt::format("replica_of_rank_{:05d}", (r - (me - source_) + world) % world));
   }
@@ -385,22 +392,17 @@ void MemoryTier::remove_stale_dirs() const {
 MemoryTier::Plan MemoryTier::newest_common(std::int64_t at_least) {
   const int world = comm_->size();
   // What this node holds, as (rank, step) pairs: every directory of its
-  // memory, its newest two steps. Every rank of a node sees the same
-  // directories, so the node's lowest rank speaks for it (and is the holder
-  // that sends a copy).
-  const int me = comm_->rank();
-  int lowest = me;
-  for (int r = 0; r < me; ++r)
-    if (node_of_[std::size_t(r)] == node_of_[std::size_t(me)]) lowest = std::min(lowest, r);
+  // memory, its newest two steps, said by the rank that speaks for the
+  // node (so it is also the holder that sends a copy).
   std::vector<std::int32_t> mine;
   std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(fs::path(dir_) / node_, ec)) {
-    if (lowest != me) break;
-    const int subject = subject_of(e.path().filename().string());
-    if (subject < 0 || subject >= world) continue;
-    for (std::int32_t s : newest_two(e.path().string()))
-      if (s >= 0 && s >= at_least) mine.insert(mine.end(), {subject, s});
-  }
+  if (speaks_for_node())
+    for (const fs::directory_entry& e : fs::directory_iterator(fs::path(dir_) / node_, ec)) {
+      const int subject = subject_of(e.path().filename().string());
+      if (subject < 0 || subject >= world) continue;
+      for (std::int32_t s : newest_two(e.path().string()))
+        if (s >= 0 && s >= at_least) mine.insert(mine.end(), {subject, s});
+    }
   Tensor counts = Tensor::empty({world}, DType::kI32);
   comm_->all_gather(Tensor::from_vector(std::vector<std::int32_t>{std::int32_t(mine.size())}, {1}), counts)->wait();
   const std::vector<std::int32_t> count = counts.to_vector<std::int32_t>();

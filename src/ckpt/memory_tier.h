@@ -110,6 +110,9 @@ class MemoryTier {
   /// Removes the directories of this node that no rank of it writes any
   /// more (left by ranks placed otherwise before a resume).
   void remove_stale_dirs() const;
+  /// Whether this rank is its node's lowest: the one that acts on the
+  /// node's memory for all of its ranks (they see the same directories).
+  bool speaks_for_node() const;
 
   std::string dir_, node_;
   std::unique_ptr<comm::Communicator> comm_;

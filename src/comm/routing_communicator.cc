@@ -58,6 +58,9 @@ class RoutingCommunicator final : public Communicator {
     device_->abort();
     host_->abort();
   }
+  double own_threads_cpu_ms() const override {
+    return host_->own_threads_cpu_ms() + device_->own_threads_cpu_ms();
+  }
 
  private:
   // The plane of a call's tensors; undefined ones (reduce's output off the

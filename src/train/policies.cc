@@ -97,10 +97,10 @@ bool SnapshotCadence::due(std::int64_t step, const ckpt::SnapshotStats& last, bo
   // Auto: the interval that keeps the snapshots' cost within the budget,
   // a running mean (half the weight on the newest: one slow snapshot on a
   // busy machine does not set the interval alone) of each one's stall and
-  // the CPU time of its background work (the
-  // snapshot thread's, and the exchange's copies on the tier's
-  // communication thread). Its wall time is not the cost: waiting on the
-  // peer or for a core takes nothing from training. A CPU run's budget is
+  // the CPU time of its background work (the snapshot thread's, and the
+  // exchange's copies on the tier's communication thread). Its wall time
+  // is not the cost: waiting on the peer or for a core takes nothing from
+  // training. A CPU run's budget is
   // half a GPU run's: there the background work takes cores and memory
   // bandwidth that training uses, and every rank's step waits for the
   // slowest rank's. Measured on the 124M model, 2 ranks on 2 cores, a

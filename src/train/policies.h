@@ -100,9 +100,9 @@ class CheckpointCadence {
 
 /// Memory snapshots: every `every` steps, or (every < 0, `auto`) as often
 /// as 2 % of a step allows (1 % on a CPU run, `cpu`), measured on rank 0:
-/// the last snapshot's stall and the CPU time of its work in the background
-/// (its thread's, and the exchange's copies on the communication thread)
-/// over the mean step time.
+/// a running mean of the snapshots' stall and the CPU time of their work in
+/// the background (the snapshot thread's, and the exchange's copies on the
+/// communication thread) over the mean step time.
 class SnapshotCadence {
  public:
   SnapshotCadence(std::int64_t every, bool cpu)

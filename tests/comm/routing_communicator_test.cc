@@ -135,6 +135,20 @@ TEST(RoutingCommunicator, MeshOverARoutingWorld) {
   mesh.finalize(30s);
 }
 
+// The planes' own threads count as the routing communicator's: a memory
+// snapshot's exchange on a GPU run goes through one, and its copies are
+// the host plane's communication thread's.
+TEST(RoutingCommunicator, OwnThreadsCpuTimeIsThePlanes) {
+  auto comm = routed("cpu_time");
+  const int rank = comm->rank(), size = comm->size();
+  const double before = comm->own_threads_cpu_ms();
+  const std::int64_t n = std::int64_t(16) << 20;  // 64 MiB a transfer
+  Tensor s = Tensor::from_vector(std::vector<float>(std::size_t(n), float(rank)), {n});
+  Tensor r = Tensor::zeros({n}, DType::kF32);
+  for (int k = 0; k < 4; ++k) comm->send_recv(s, (rank + 1) % size, r, (rank + size - 1) % size)->wait();
+  EXPECT_GT(comm->own_threads_cpu_ms(), before + 1.0) << "the host plane's transfers did not count";
+}
+
 TEST(RoutingCommunicator, AbortReachesTheHostPlane) {
   auto comm = routed_with_dead_device_plane("routed_abort");
   comm->abort();

@@ -275,9 +275,7 @@ struct Listener {
   int fd = -1, port = 0;
   explicit Listener(int backlog) {
     fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in a = address();
     socklen_t len = sizeof(a);
     EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), len), 0);
     EXPECT_EQ(::listen(fd, backlog), 0);
@@ -285,6 +283,13 @@ struct Listener {
     port = ntohs(a.sin_port);
   }
   ~Listener() { close(); }
+  sockaddr_in address() const {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(std::uint16_t(port));
+    return a;
+  }
   void close() {
     if (fd >= 0) ::close(fd);
     fd = -1;
@@ -314,11 +319,8 @@ TEST(HtrunWatch, TheProbeSeesAnswersRefusalsAndSilence) {
   std::vector<int> queued;
   for (int k = 0; k < 3; ++k) {  // the first fills the queue; the rest wait, as the probes will
     queued.push_back(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(std::uint16_t(full.port));
-    ::connect(queued.back(), reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    const sockaddr_in a = full.address();
+    ::connect(queued.back(), reinterpret_cast<const sockaddr*>(&a), sizeof(a));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const double start = now_s();
@@ -507,6 +509,41 @@ TEST(HtrunNext, NodesToReadmitAfterTheirTime) {
   EXPECT_EQ(nodes_to_readmit(cordoned, 120, 0).front().host, "h1");
   EXPECT_TRUE(nodes_to_readmit(cordoned, 1e9, -1).empty()) << "a negative delay: never";
   EXPECT_TRUE(nodes_to_readmit({}, 120, 0).empty());
+}
+
+// Whether `pid` is gone (or only a zombie left to its new parent).
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const std::size_t close = text.rfind(')');
+  return close != std::string::npos && text.substr(close + 2, 1) == "Z";
+}
+
+// A launcher's helpers in process groups of their own (Open MPI starts its
+// ssh clients so): stopping the launcher ends them too, so that none holds
+// its output open and the watch does not wait on it.
+TEST(HtrunChildProcess, StopEndsHelpersInGroupsOfTheirOwn) {
+  const fs::path dir = fs::temp_directory_path() / ("htrun_child_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string pid_file = (dir / "helper.pid").string();
+  ChildProcess job({"sh", "-c", "setsid sh -c 'echo $$ > \"$0\"; exec sleep 60' \"$0\" & wait", pid_file}, {},
+                   (dir / "log.txt").string(), /*echo=*/false);
+  pid_t helper = 0;
+  for (int i = 0; i < 500 && helper <= 0; ++i) {
+    std::ifstream(pid_file) >> helper;
+    if (helper <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GT(helper, 0) << "the helper never started";
+  EXPECT_EQ(::getpgid(helper), helper) << "the helper should lead a group of its own";
+  const double t0 = now_s();
+  job.stop(0);
+  job.finish(5.0);  // returns once nothing holds the output open
+  EXPECT_LT(now_s() - t0, 2.0) << "the launcher's output stayed open: its helper outlived the stop";
+  for (int i = 0; i < 200 && !process_gone(helper); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(process_gone(helper)) << "the helper in its own group still runs";
+  fs::remove_all(dir);
 }
 
 TEST(HtrunSupervisor, BackoffOnItsOwnClock) {

@@ -365,14 +365,14 @@ WRAPPER
     printf 'node-a slots=4\nnode-b slots=4 max_slots=8 # comment\n\nnode-c slots=4\n' > "$work/hosts"
     # mpirun passes hypertrain's and the threading variables to other
     # machines only when told to (-x); the launcher arguments reach the
-    # health checks too.
+    # health checks too, and so do ht-health's own (--health-arg).
     env -i PATH="$PATH" OMP_NUM_THREADS=2 HT_COMM_TIMEOUT=30 UNRELATED=1 \
       "$htrun" --hostfile "$work/hosts" --spares 1 --launcher-arg=--mca --launcher-arg=btl_tcp_if_include \
-      --launcher-arg=eth0 --dry-run -- "$gpt" --steps 3 > "$work/plan.txt"
+      --launcher-arg=eth0 --health-arg=--min-memory-gbps=0.05 --dry-run -- "$gpt" --steps 3 > "$work/plan.txt"
     grep -q "2 active, 1 spare, 4 slot(s) per node" "$work/plan.txt" || fail "wrong node set: $(cat "$work/plan.txt")"
     grep -q "job: mpirun -np 8 --host node-a:4,node-b:4 --map-by slot --mca odls_base_sigkill_timeout 0 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 $gpt --steps 3 --run-dir runs/htrun --resume auto" \
       "$work/plan.txt" || fail "wrong job command: $(cat "$work/plan.txt")"
-    grep -q "health of node 2 (node-c): mpirun -np 1 --host node-c:1 --mca plm_rsh_args -o ConnectTimeout=10 -o ServerAliveInterval=2 -o ServerAliveCountMax=2 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-health --node 2" "$work/plan.txt" \
+    grep -q "health of node 2 (node-c): mpirun -np 1 --host node-c:1 --mca plm_rsh_args -o ConnectTimeout=10 -o ServerAliveInterval=2 -o ServerAliveCountMax=2 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-health --node 2 \.\.\. --min-memory-gbps=0.05$" "$work/plan.txt" \
       || fail "wrong health command: $(cat "$work/plan.txt")"
     printf 'node-a slots=4\nnode-b slots=2\n' > "$work/uneven"
     if "$htrun" --hostfile "$work/uneven" --dry-run -- "$gpt" > "$work/uneven.log" 2>&1; then fail "an uneven hostfile was accepted"; fi

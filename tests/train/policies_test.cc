@@ -62,13 +62,19 @@ TEST(SnapshotCadence, FixedEveryNSteps) {
   EXPECT_TRUE(every4.due(8, none, false));
 }
 
-// Auto: the interval keeps the last snapshot's cost within 2 % of a step
-// on a GPU run, 1 % on a CPU run.
+// `auto` after its first snapshot, at step 1, with steps of 100 ms.
+SnapshotCadence auto_after_step_1(bool cpu) {
+  SnapshotCadence c(-1, cpu);
+  EXPECT_TRUE(c.due(1, {}, false));  // nothing measured yet: every step
+  c.taken(1);
+  c.step_time(100);
+  return c;
+}
+
+// Auto: the interval keeps the snapshots' cost within 2 % of a step on a
+// GPU run, 1 % on a CPU run.
 TEST(SnapshotCadence, AutoKeepsTheCostWithinItsShareOfAStep) {
-  SnapshotCadence on_gpu(-1, false);
-  EXPECT_TRUE(on_gpu.due(1, {}, false));  // nothing measured yet: every step
-  on_gpu.taken(1);
-  on_gpu.step_time(100);  // 2 % of a step: 2 ms
+  SnapshotCadence on_gpu = auto_after_step_1(false);  // 2 % of a step: 2 ms
   // The stall and the CPU time in the background: 10 + 30 = 40 ms -> 20
   // steps. The exchange's wall time (500 ms, mostly waiting) is not a cost.
   const ckpt::SnapshotStats last = snapshot_of(1, 10, 30, 500, false);
@@ -80,21 +86,15 @@ TEST(SnapshotCadence, AutoKeepsTheCostWithinItsShareOfAStep) {
   EXPECT_FALSE(on_gpu.due(60, snapshot_of(21, 20, 100, 0, false), false));
   EXPECT_TRUE(on_gpu.due(61, snapshot_of(21, 20, 100, 0, false), false));
   // A CPU run: 1 % of a step, 1 ms -> 40 steps.
-  SnapshotCadence on_cpu(-1, true);
-  on_cpu.taken(1);
-  on_cpu.step_time(100);
+  SnapshotCadence on_cpu = auto_after_step_1(true);
   EXPECT_FALSE(on_cpu.due(40, last, false));
   EXPECT_TRUE(on_cpu.due(41, last, false));
   // A copy into fresh pages costs more than the next will: measure again within 10 steps.
-  SnapshotCadence fresh(-1, true);
-  fresh.taken(1);
-  fresh.step_time(100);
+  SnapshotCadence fresh = auto_after_step_1(true);
   EXPECT_FALSE(fresh.due(10, snapshot_of(1, 1000, 0, 0, true), false));
   EXPECT_TRUE(fresh.due(11, snapshot_of(1, 1000, 0, 0, true), false));
   // A snapshot still being written is not measured yet: the interval stays.
-  SnapshotCadence busy(-1, true);
-  busy.taken(1);
-  busy.step_time(100);
+  SnapshotCadence busy = auto_after_step_1(true);
   EXPECT_TRUE(busy.due(2, snapshot_of(1, 1000, 0, 0, false), true));
 }
 

@@ -230,7 +230,8 @@ bool Supervisor::poll_launch(ChildProcess& job, WatchState& s) {
   // while to end the others (srun waits KillWait for ranks stuck in a
   // collective; mpirun cannot reach a host that is gone), so stop the job
   // now.
-  if (job.dead_rank().rank >= 0 || !job.lost_host().host.empty()) return end_now(now(), !job.lost_host().host.empty());
+  const bool lost = !job.lost_host().host.empty();
+  if (job.dead_rank().rank >= 0 || lost) return end_now(now(), lost);
   const double t = now();
   // A host gone silent while the other nodes' ranks beat on (once every
   // rank has started: a start is the start timeout's).
