@@ -270,6 +270,43 @@ TEST(HtrunWatch, AHostCutOffFromTheProbes) {
   EXPECT_FALSE(unreachable_host({probes[0]}, Placement{{{0, "h0"}}, 2}, 100, 1));
 }
 
+TEST(HtrunWatch, AHostWhoseProcessesDied) {
+  // h1's port accepted, then refused twice since 99.6; its ranks last beat
+  // at 99.3, h0's at 99.95.
+  std::vector<ProbeState> probes{{.last_answer_s = 99.9, .accepted = true},
+                                 {.last_answer_s = 99.9, .accepted = true, .refused = 2, .refused_since_s = 99.6}};
+  std::map<int, Heartbeat> beats;
+  for (int r = 0; r < 4; ++r) beats[r] = beat(r, r < 2 ? 99.95 : 99.3 - 0.1 * (r - 2), 90);
+  const auto f = host_down(probes, beats, two_nodes(), 100, /*beat_interval_s=*/0.1);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->kind, IncidentKind::kHostLost);
+  EXPECT_EQ(f->rank, 2);
+  EXPECT_DOUBLE_EQ(f->failed_at, 99.3) << "its newest beat";
+  EXPECT_EQ(f->message,
+            "node 1 (h1) refuses the probes it accepted before (its daemon is gone) and every rank on it stopped "
+            "beating 0.7 s ago: its processes died");
+  // Five beats at least, 0.3 s at least: not yet with a slower interval.
+  EXPECT_DOUBLE_EQ(host_down_silence_s(0.1), 0.5);
+  EXPECT_DOUBLE_EQ(host_down_silence_s(0.01), 0.3);
+  EXPECT_FALSE(host_down(probes, beats, two_nodes(), 100, 0.2));
+  EXPECT_FALSE(host_down(probes, beats, two_nodes(), 100, 0)) << "the interval not known";
+  // One refusal may be a daemon restarting.
+  probes[1].refused = 1;
+  EXPECT_FALSE(host_down(probes, beats, two_nodes(), 100, 0.1));
+  probes[1].refused = 2;
+  // A port that never accepted (nothing listens there) says nothing of a daemon.
+  probes[1].accepted = false;
+  EXPECT_FALSE(host_down(probes, beats, two_nodes(), 100, 0.1));
+  probes[1].accepted = true;
+  // A daemon gone while the ranks beat on: training is not stopped for it.
+  beats[3] = beat(3, 99.8, 90);
+  EXPECT_FALSE(host_down(probes, beats, two_nodes(), 100, 0.1));
+  beats[3] = beat(3, 99.2, 90);
+  // Every node silent: the run directory, or htrun stalled, not a host.
+  for (int r = 0; r < 2; ++r) beats[r] = beat(r, 99.4, 90);
+  EXPECT_FALSE(host_down(probes, beats, two_nodes(), 100, 0.1));
+}
+
 // A TCP listener on the loopback, on a port of its own.
 struct Listener {
   int fd = -1, port = 0;
@@ -313,6 +350,8 @@ TEST(HtrunWatch, TheProbeSeesAnswersRefusalsAndSilence) {
   ProbeState s = probe_for(open.port, 0.5);
   EXPECT_GT(s.last_answer_s, 0);
   EXPECT_EQ(s.missed, 0);
+  EXPECT_TRUE(s.accepted);
+  EXPECT_EQ(s.refused, 0);
   // A listener whose accept queue is full drops every SYN, as a host cut
   // off does: no answer, probe after probe.
   Listener full(0);
@@ -329,11 +368,36 @@ TEST(HtrunWatch, TheProbeSeesAnswersRefusalsAndSilence) {
   EXPECT_GE(s.missed, kProbesMissedToCut);
   EXPECT_GE(s.silent_since_s, start);
   for (int fd : queued) ::close(fd);
-  // A closed port refuses: an answer too (the host is up).
+  // A closed port refuses: an answer too (the host is up). After accepts,
+  // refusals in a row tell its daemon gone.
+  {
+    Listener daemon(16);
+    HostProbe probe({"127.0.0.1"}, daemon.port, /*interval_s=*/0.05, /*expire_s=*/0.2);
+    const auto look = [&](double seconds) {
+      for (const double start = now_s(); now_s() - start < seconds;) {
+        probe.poll(now_s());
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      return probe.states().at(0);
+    };
+    s = look(0.3);
+    EXPECT_TRUE(s.accepted);
+    EXPECT_EQ(s.refused, 0);
+    const double closed_at = now_s();
+    daemon.close();
+    s = look(0.4);
+    EXPECT_TRUE(s.accepted);
+    EXPECT_GE(s.refused, kRefusalsToDown);
+    EXPECT_GE(s.refused_since_s, closed_at);
+    EXPECT_GT(s.last_answer_s, closed_at) << "a refusal is an answer";
+    EXPECT_EQ(s.missed, 0);
+  }
   open.close();
   s = probe_for(open.port, 0.3);
   EXPECT_GT(s.last_answer_s, 0);
   EXPECT_EQ(s.missed, 0);
+  EXPECT_FALSE(s.accepted) << "never accepted";
+  EXPECT_GT(s.refused, 0);
   EXPECT_EQ(HostProbe({"no-such-host.invalid"}, 22).unresolved(), std::vector<std::string>{"no-such-host.invalid"});
 }
 

@@ -22,15 +22,25 @@ int Placement::node_of_host(const std::string& host) const {
   return -1;
 }
 
+namespace {
+
+// Each node's newest beat, by its index in placement.active.
+std::map<int, double> newest_beats(const std::map<int, Heartbeat>& beats, const Placement& placement) {
+  std::map<int, double> newest;
+  for (const auto& [rank, h] : beats)
+    if (const int n = placement.node_of_rank(rank); n >= 0) newest[n] = std::max(newest[n], h.time_s());
+  return newest;
+}
+
+}  // namespace
+
 double host_silence_s(double beat_interval_s) { return std::max(2.0, 10 * beat_interval_s); }
 
 std::optional<Finding> silent_host(const std::map<int, Heartbeat>& beats, const Placement& placement, double now_s,
                                    double beat_interval_s) {
   if (beat_interval_s <= 0) return std::nullopt;
   const double silence = host_silence_s(beat_interval_s);
-  std::map<int, double> newest;  // each node's newest beat
-  for (const auto& [rank, h] : beats)
-    if (const int n = placement.node_of_rank(rank); n >= 0) newest[n] = std::max(newest[n], h.time_s());
+  const std::map<int, double> newest = newest_beats(beats, placement);
   for (const auto& [n, t] : newest)
     if (now_s - t > silence &&
         std::any_of(newest.begin(), newest.end(), [&](const auto& o) { return now_s - o.second < silence / 4; }))
@@ -39,6 +49,28 @@ std::optional<Finding> silent_host(const std::map<int, Heartbeat>& beats, const 
                      .failed_at = t,
                      .message = fmt::format("every rank on {} stopped beating {:.1f} s ago while the others beat on",
                                             node_name(placement.active[std::size_t(n)]), now_s - t)};
+  return std::nullopt;
+}
+
+double host_down_silence_s(double beat_interval_s) { return std::max(0.3, 5 * beat_interval_s); }
+
+std::optional<Finding> host_down(const std::vector<ProbeState>& probes, const std::map<int, Heartbeat>& beats,
+                                 const Placement& placement, double now_s, double beat_interval_s) {
+  if (beat_interval_s <= 0) return std::nullopt;
+  const double silence = host_down_silence_s(beat_interval_s);
+  const std::map<int, double> newest = newest_beats(beats, placement);
+  for (const auto& [n, t] : newest) {
+    if (std::size_t(n) >= probes.size()) continue;
+    const ProbeState& p = probes[std::size_t(n)];
+    if (!p.accepted || p.refused < kRefusalsToDown || now_s - t < silence) continue;
+    if (std::any_of(newest.begin(), newest.end(), [&](const auto& o) { return now_s - o.second < silence; }))
+      return Finding{.kind = IncidentKind::kHostLost,
+                     .rank = n * placement.slots,
+                     .failed_at = t,
+                     .message = fmt::format("{} refuses the probes it accepted before (its daemon is gone) and every "
+                                            "rank on it stopped beating {:.1f} s ago: its processes died",
+                                            node_name(placement.active[std::size_t(n)]), now_s - t)};
+  }
   return std::nullopt;
 }
 

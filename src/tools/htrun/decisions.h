@@ -105,6 +105,24 @@ inline constexpr int kProbesMissedToCut = 2;
 std::optional<Finding> unreachable_host(const std::vector<ProbeState>& probes, const Placement& placement,
                                         double now_s, double unreachable_after_s);
 
+/// Probes refused in a row, by a port that accepted before, before a host's
+/// daemon counts as gone (one refusal may be a daemon restarting).
+inline constexpr int kRefusalsToDown = 2;
+/// How long a host's ranks must all be silent, its daemon gone, for it to be
+/// down: five beats, at least 0.3 s. Two signs that agree need less time
+/// than silence alone (host_silence_s).
+double host_down_silence_s(double beat_interval_s);
+/// A host whose processes died while its kernel answers (killed, out of
+/// memory): its port (`probes[n]`) accepted htrun's probes, then refused
+/// kRefusalsToDown or more in a row, and every rank on it has been silent
+/// for host_down_silence_s() while another node's ranks beat within that
+/// time. Either sign alone is not enough: a daemon restarts while training
+/// goes on; a busy host writes its beats late. The first such node, its
+/// first rank blamed, failed at its newest beat. nullopt when none is, or
+/// `beat_interval_s` is not known (<= 0).
+std::optional<Finding> host_down(const std::vector<ProbeState>& probes, const std::map<int, Heartbeat>& beats,
+                                 const Placement& placement, double now_s, double beat_interval_s);
+
 /// How long the watch waits, after a rank's record of a communication
 /// failure, for its peers' records before it ends the launch: ranks time out
 /// on the same collective at about the same time, and ranks that name each

@@ -34,12 +34,20 @@ HostProbe::~HostProbe() {
     if (t.fd >= 0) ::close(t.fd);
 }
 
-void HostProbe::answered(Target& t, double now_s) {
+void HostProbe::answered(Target& t, double now_s, bool refused) {
   if (t.fd >= 0) ::close(t.fd);
   t.fd = -1;
-  t.state.last_answer_s = now_s;
-  t.state.silent_since_s = 0;
-  t.state.missed = 0;
+  ProbeState& s = t.state;
+  s.last_answer_s = now_s;
+  s.silent_since_s = 0;
+  s.missed = 0;
+  if (!refused) {
+    s.accepted = true;
+    s.refused = 0;
+    s.refused_since_s = 0;
+  } else if (s.refused++ == 0) {
+    s.refused_since_s = now_s;
+  }
 }
 
 void HostProbe::missed(Target& t) {
@@ -53,8 +61,9 @@ void HostProbe::send(Target& t, double now_s) {
   if (t.state.silent_since_s == 0) t.state.silent_since_s = now_s;
   t.fd = ::socket(t.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (t.fd < 0) return missed(t);
-  if (::connect(t.fd, reinterpret_cast<const sockaddr*>(&t.address), t.address_len) == 0 || errno == ECONNREFUSED)
-    return answered(t, now_s);
+  if (::connect(t.fd, reinterpret_cast<const sockaddr*>(&t.address), t.address_len) == 0)
+    return answered(t, now_s, /*refused=*/false);
+  if (errno == ECONNREFUSED) return answered(t, now_s, /*refused=*/true);
   // Anything but "in progress" (no route, network down) is no answer.
   if (errno != EINPROGRESS) missed(t);
 }
@@ -76,7 +85,7 @@ void HostProbe::poll(double now_s) {
       int error = 0;
       socklen_t len = sizeof(error);
       ::getsockopt(t.fd, SOL_SOCKET, SO_ERROR, &error, &len);
-      if (error == 0 || error == ECONNREFUSED) answered(t, now_s);
+      if (error == 0 || error == ECONNREFUSED) answered(t, now_s, /*refused=*/error != 0);
       else missed(t);
     } else if (now_s - t.sent_at >= expire_s_) {
       missed(t);

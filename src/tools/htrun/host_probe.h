@@ -2,7 +2,9 @@
 // slurmd's) every few tenths of a second, never blocking. An answer (the
 // connection accepted, or refused) shows that the host's network and kernel
 // are up, however busy its processes are; no answer (a connect that does
-// not complete in time, no route) shows a host cut off or gone. A partition
+// not complete in time, no route) shows a host cut off or gone. A port that
+// accepted and then refuses shows its daemon gone: on a host whose
+// processes all died, the kernel still answers, with a reset. A partition
 // is seen this way within about a second, long before the ranks'
 // collectives time out or the launcher's ssh keep-alives give up.
 #pragma once
@@ -21,6 +23,13 @@ struct ProbeState {
   /// When the oldest probe not answered since then was sent; 0: none is out.
   double silent_since_s = 0;
   int missed = 0;  // probes since the last answer that expired unanswered
+  /// Whether the port ever accepted a probe: a daemon listened there.
+  bool accepted = false;
+  /// Refusals in a row since the last accepted probe, and when the first of
+  /// them came (0: none). A port that accepted and now refuses: the daemon
+  /// behind it is gone, though the host's kernel answers.
+  int refused = 0;
+  double refused_since_s = 0;
 };
 
 class HostProbe {
@@ -50,7 +59,7 @@ class HostProbe {
     ProbeState state;
   };
   void send(Target& t, double now_s);
-  static void answered(Target& t, double now_s);
+  static void answered(Target& t, double now_s, bool refused);
   static void missed(Target& t);
 
   std::vector<Target> targets_;

@@ -240,10 +240,18 @@ bool Supervisor::poll_launch(ChildProcess& job, WatchState& s) {
       s.declare(*silent);
       return end_now(t, /*host_lost=*/true);
     }
-  // A host that stopped answering htrun's probes while the others answer:
-  // cut off (its ranks are blocked in a collective, or will be).
+  // A host whose daemon's port refuses htrun's probes and whose ranks went
+  // silent: its processes died (a launcher may say nothing of it: srun
+  // does not when a node's slurmd dies with its ranks). A host that
+  // stopped answering them while the others answer: cut off (its ranks are
+  // blocked in a collective, or will be).
   if (s.probe) {
     s.probe->poll(t);
+    if (s.all_started)
+      if (const auto down = host_down(s.probe->states(), beats, s.placed, t, s.beat_interval_s)) {
+        s.declare(*down);
+        return end_now(t, /*host_lost=*/true);
+      }
     if (const auto cut = unreachable_host(s.probe->states(), s.placed, t, options_.unreachable_after_s)) {
       s.declare(*cut);
       return end_now(t, /*host_lost=*/true);
