@@ -23,6 +23,7 @@
 // and with --json a JSON object per run instead. Rank 0 reports its own
 // rank's figures (every rank writes its own file in parallel).
 #include <CLI/CLI.hpp>
+#include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,8 +78,8 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--snapshot-steps", a.snapshot_steps, "steps of each engine in the memory-tier comparison (0: none)");
   app.add_option("--snapshot-every", a.snapshot_every, "snapshot interval in the comparison (-1: auto, the default)");
   app.add_flag("--snapshot-warm", a.snapshot_warm,
-               "before the compared steps, step until a snapshot reuses its pages: a run's first snapshots map "
-               "their images afresh, a cost paid once and reported apart (warm-up)");
+               "before the compared steps, step until two snapshots reused their pages: a run's first snapshots "
+               "map their images afresh, a cost paid once and reported apart (warm-up)");
   app.add_flag("--json", a.json);
 }
 
@@ -179,57 +180,66 @@ void measure_snapshots(const Args& a, const data::TokenSplits& data, nlohmann::j
   without.ckpt_dir.clear();
   bench::LmEngine snap(with, a.model(), data, kSeqLen, &mesh);
   bench::LmEngine plain(without, a.model(), data, kSeqLen, &mesh);
-  // Warm-up: the first snapshot is taken, and the interval measured; with
-  // --snapshot-warm, until a snapshot has reused its pages (the first ones
-  // map their images and spares afresh, at both ends), timed against the
-  // plain engine: what a run pays once.
+  // Whether any rank's snapshot is still being written (every rank asks,
+  // so every rank steps alike).
+  const auto any_busy = [&] {
+    int busy = snap->checkpointer()->snapshot_busy() ? 1 : 0, any = 0;
+    MPI_Allreduce(&busy, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return any > 0;
+  };
+  // Warm-up, the engine that snapshots alone, nothing waited for (auto
+  // measures a snapshot's cost by the steps its work slows): the first
+  // snapshot; with --snapshot-warm, until two have reused their pages (the
+  // first ones map their images and spares afresh, at both ends), so that
+  // auto's interval was measured on one. Then the plain engine as many
+  // steps: what a run pays once.
   constexpr int kMaxWarmSteps = 500;
   double warm_snap_ms = 0, warm_plain_ms = 0;
-  int warm_steps = 0, warm_taken = 0;
-  bool warm = false;  // a snapshot reused its pages
-  for (; warm_steps < 2 || (a.snapshot_warm && !warm && warm_steps < kMaxWarmSteps); ++warm_steps) {
+  int warm_steps = 0, warm_taken = 0, reused = 0;
+  for (; warm_steps < 2 || (a.snapshot_warm && reused < 2 && warm_steps < kMaxWarmSteps); ++warm_steps) {
     const train::StepStats s = snap->step();
     warm_snap_ms += s.ms;
     if (s.snapshotted) {
       ++warm_taken;
-      const double t0 = now_ms();
-      snap->checkpointer()->wait_snapshot();
-      warm_snap_ms += now_ms() - t0;
-      warm = !snap->checkpointer()->last_snapshot().fresh_image;
+      if (!snap->checkpointer()->last_snapshot().fresh_image) ++reused;
     }
-    warm_plain_ms += plain->step().ms;
   }
-  if (a.snapshot_warm && !warm && mesh.rank() == 0)
-    std::fprintf(stderr, "warning: no snapshot reused its pages in %d steps; the steps compared include fresh ones\n",
-                 warm_steps);
+  if (a.snapshot_warm && reused < 2 && mesh.rank() == 0)
+    std::fprintf(stderr, "warning: fewer than 2 snapshots reused their pages in %d steps; the steps compared include "
+                 "fresh ones\n", warm_steps);
+  double t0 = now_ms();
   snap->checkpointer()->wait_snapshot();
-  // In blocks of 10 steps, in turn: stepped one by one, the snapshot thread
-  // of one engine would run during the other's steps. A block of the engine
-  // that snapshots ends when its last snapshot is written (counted: all its
-  // work lands in its own time).
+  warm_snap_ms += now_ms() - t0;
+  for (int i = 0; i < warm_steps; ++i) warm_plain_ms += plain->step().ms;
+  // In blocks of 10 steps or more, in turn: stepped one by one, the
+  // snapshot thread of one engine would run during the other's steps. A
+  // block of the engine that snapshots goes on while a snapshot's work is
+  // under way (its cost lands in its own steps, as auto measures it), and
+  // the plain engine then steps as many.
   double snap_ms = 0, plain_ms = 0;
-  int taken = 0;
+  int taken = 0, stepped = 0;
   ckpt::SnapshotStats last;
-  for (int done = 0; done < a.snapshot_steps;) {
-    const int block = std::min(10, a.snapshot_steps - done);
-    for (int i = 0; i < block; ++i) {
+  while (stepped < a.snapshot_steps) {
+    int block = 0;
+    while (block < 10 || any_busy()) {
       const train::StepStats s = snap->step();
       snap_ms += s.ms;
+      ++block;
       if (s.snapshotted) {
         ++taken;
         last = snap->checkpointer()->last_snapshot();
       }
     }
-    const double t0 = now_ms();
-    snap->checkpointer()->wait_snapshot();
-    snap_ms += now_ms() - t0;
     for (int i = 0; i < block; ++i) plain_ms += plain->step().ms;
-    done += block;
+    stepped += block;
   }
+  t0 = now_ms();
+  snap->checkpointer()->wait_snapshot();
+  snap_ms += now_ms() - t0;
   if (taken == 0) last = snap->checkpointer()->last_snapshot();  // the warm-up's
   const ckpt::SnapshotStats done = snap->checkpointer()->last_snapshot();
   snap->checkpointer()->discard_memory(true);
-  out["snapshot_steps"] = a.snapshot_steps;
+  out["snapshot_steps"] = stepped;
   out["snapshot_every"] = a.snapshot_every;
   out["snapshots_taken"] = taken;
   out["snapshot_warmup_steps"] = warm_steps;
@@ -240,8 +250,8 @@ void measure_snapshots(const Args& a, const data::TokenSplits& data, nlohmann::j
   out["snapshot_replicate_ms"] = done.replicate_ms;
   out["snapshot_cpu_ms"] = done.cpu_ms;
   out["snapshot_bytes"] = done.bytes;
-  out["step_ms_without"] = plain_ms / a.snapshot_steps;
-  out["step_ms_with"] = snap_ms / a.snapshot_steps;
+  out["step_ms_without"] = plain_ms / stepped;
+  out["step_ms_with"] = snap_ms / stepped;
   out["snapshot_overhead"] = snap_ms / plain_ms - 1;
   if (mesh.rank() == 0) fs::remove_all(with.ckpt_dir);
 }

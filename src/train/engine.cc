@@ -219,7 +219,7 @@ void Engine::resume() {
   if (!shard.empty()) data_.restore(run->data);
   client_state_ = run->client;
   steps_done_ = resumed_from_ = run->step;
-  policies_->snapshots.taken(run->step);
+  policies_->snapshots.resumed(run->step);
 }
 
 std::string Engine::save_checkpoint() {
@@ -346,10 +346,10 @@ StepStats Engine::step() {
   s.tokens = targets * mesh_->shape().dp_size();
   if (!batches.empty()) s.flops_per_token = model_->flops_per_token(batches.front().input.shape());
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  // The mean step time the snapshot interval is measured against, less the saves' stalls.
-  const double work = s.ms - (s.snapshotted ? checkpointer_->last_snapshot().stall_ms : 0.0) -
-                      (s.checkpointed ? checkpointer_->last_save().stall_ms : 0.0);
-  policies_->snapshots.step_time(work);
+  // What auto snapshots measure their cost by: the step's time, less a
+  // disk save's stall (not theirs to pay).
+  policies_->snapshots.step_time(s.step, s.ms - (s.checkpointed ? checkpointer_->last_save().stall_ms : 0.0),
+                                 votes.snapshot_busy);
   for (const StepHooks& h : hooks_)
     if (h.after_step) h.after_step(s);
   return s;
@@ -431,7 +431,7 @@ Engine::StepVotes Engine::agree_on_step(StepStats& s, float my_loss) {
   const bool rank0 = mesh_->rank() == 0;
   const bool checkpoint_by_time = checkpointer_ && rank0 && policies_->checkpoints.due_by_time();
   const bool snapshot_due = checkpointer_ && checkpointer_->has_memory_tier() && rank0 &&
-                            policies_->snapshots.due(s.step, checkpointer_->last_snapshot(), snapshot_busy);
+                            policies_->snapshots.due(s.step, checkpointer_->last_snapshot());
   const auto vote = [](bool yes) { return yes ? 1.f : 0.f; };
   const std::vector<float> sums = world_sum({my_loss, vote(stop_here), vote(checkpoint_by_time), vote(snapshot_due),
                                              vote(snapshot_busy)});

@@ -108,7 +108,8 @@ void TrainFlags::add_checkpoint_flags(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--mem-ckpt-every", mem_ckpt_every,
                  "memory snapshot every N steps, in the node's memory and replicated to another node (0: none; "
-                 "auto: as often as 2% of a step allows, 1% on CPU); with a checkpoint directory");
+                 "auto: as often as a cost of 2% of a step allows, measured from the step times); with a checkpoint "
+                 "directory");
   app.add_option("--mem-ckpt-dir", t.mem_ckpt_dir,
                  "where memory snapshots go (default /dev/shm/hypertrain-<hash of the checkpoint directory>)");
   app.add_option("--resume", resume, "auto: continue from the newest good checkpoint (a fresh start if none)");

@@ -19,6 +19,12 @@ namespace {
 // later one, whose image is ready: the interval after it is at most this,
 // so that the next snapshot measures again soon.
 constexpr std::int64_t kFreshSnapshotInterval = 10;
+// The share of a step `auto` snapshots may cost, measured.
+constexpr double kSnapshotBudget = 0.02;
+// The steps no snapshot touched whose median a touched step is compared
+// with: enough that a slow one (a disk save's writes, an evaluation) does
+// not move it.
+constexpr std::size_t kQuietSteps = 9;
 
 }  // namespace
 
@@ -93,24 +99,62 @@ bool CheckpointCadence::save_now(std::int64_t step, bool by_time, bool suspect) 
   return true;
 }
 
-bool SnapshotCadence::due(std::int64_t step, const ckpt::SnapshotStats& last, bool busy) {
-  // Auto: the interval that keeps the snapshots' cost within the budget,
-  // a running mean (half the weight on the newest: one slow snapshot on a
-  // busy machine does not set the interval alone) of each one's stall and
-  // the CPU time of its background work (the snapshot thread's, and the
-  // exchange's copies on the tier's communication thread). Its wall time
-  // is not the cost: waiting on the peer or for a core takes nothing from
-  // training. A CPU run's budget is
-  // half a GPU run's: there the background work takes cores and memory
-  // bandwidth that training uses, and every rank's step waits for the
-  // slowest rank's. Measured on the 124M model, 2 ranks on 2 cores, a
-  // snapshot cost the step 2-4 times its stall and CPU time.
-  if (every_ < 0 && last.step > measured_ && !busy && step_ms_mean_ > 0) {
-    measured_ = last.step;
-    const double cost = last.stall_ms + last.cpu_ms;
+SnapshotCadence::SnapshotCadence(std::int64_t every)
+    : every_(every), interval_(every > 0 ? every : kFreshSnapshotInterval) {}
+
+double SnapshotCadence::quiet_median_ms() const {
+  std::vector<double> sorted(quiet_ms_.begin(), quiet_ms_.end());
+  std::sort(sorted.begin(), sorted.end());
+  return sorted[sorted.size() / 2];
+}
+
+void SnapshotCadence::taken(std::int64_t step) {
+  last_step_ = step;
+  touching_ = true;
+  // Auto's cost needs steps to compare with: none yet, none measured.
+  measuring_ = every_ < 0 && !quiet_ms_.empty() ? step : -1;
+  excess_ms_ = 0;
+  touched_ = 0;
+}
+
+void SnapshotCadence::step_time(std::int64_t step, double ms, bool snapshot_busy) {
+  if (every_ >= 0) return;
+  if (!touching_) {
+    quiet_ms_.push_back(ms);
+    if (quiet_ms_.size() > kQuietSteps) quiet_ms_.pop_front();
+    return;
+  }
+  // A snapshot touches the step that began it through the first whose vote
+  // finds every rank's work done: the work may have ended during that step,
+  // before its vote.
+  if (measuring_ >= 0) {
+    excess_ms_ += ms - quiet_median_ms();
+    ++touched_;
+  }
+  if (step > last_step_ && !snapshot_busy) {
+    touching_ = false;
+    if (measuring_ >= 0) {
+      measured_ = measuring_;
+      measured_ms_ = std::max(0.0, excess_ms_);
+      measured_touched_ = touched_;
+      measuring_ = -1;
+    }
+  }
+}
+
+bool SnapshotCadence::due(std::int64_t step, const ckpt::SnapshotStats& last) {
+  // Auto: a new measurement sets the interval that keeps a running mean of
+  // the snapshots' cost (half the weight on the newest: one slow snapshot
+  // on a busy machine does not set the interval alone) within the budget,
+  // and leaves a quiet step between snapshots, to compare with. Its stall
+  // at least: a step that happened to be fast cannot hide it.
+  if (every_ < 0 && measured_ > used_ && last.step == measured_) {
+    used_ = measured_;
+    const double cost = std::max(measured_ms_, last.stall_ms);
     if (!last.fresh_image) cost_ms_mean_ = cost_ms_mean_ > 0 ? 0.5 * cost_ms_mean_ + 0.5 * cost : cost;
     const double expected = cost_ms_mean_ > 0 ? cost_ms_mean_ : cost;
-    interval_ = std::clamp<std::int64_t>(std::int64_t(std::ceil(expected / (budget_ * step_ms_mean_))), 1, 100000);
+    interval_ = std::clamp<std::int64_t>(std::int64_t(std::ceil(expected / (kSnapshotBudget * quiet_median_ms()))),
+                                         measured_touched_ + 1, 100000);
     if (last.fresh_image) interval_ = std::min<std::int64_t>(interval_, kFreshSnapshotInterval);
   }
   return step - last_step_ >= interval_;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "ht/ckpt/checkpoint.h"
@@ -99,27 +100,45 @@ class CheckpointCadence {
 };
 
 /// Memory snapshots: every `every` steps, or (every < 0, `auto`) as often
-/// as 2 % of a step allows (1 % on a CPU run, `cpu`), measured on rank 0:
-/// a running mean of the snapshots' stall and the CPU time of their work in
-/// the background (the snapshot thread's, and the exchange's copies on the
-/// communication thread) over the mean step time.
+/// as kSnapshotBudget of a step allows. The cost is measured on rank 0 from
+/// the step times, so it counts whatever a snapshot takes from training
+/// (its stall, and its background work's cores, memory bandwidth and the
+/// slowest rank's delay): what the steps it touched (the one that began it,
+/// through the first whose vote finds every rank's snapshot work done)
+/// took beyond the median of the recent steps none touched. The interval
+/// keeps a running mean of that within the budget.
 class SnapshotCadence {
  public:
-  SnapshotCadence(std::int64_t every, bool cpu)
-      : every_(every), budget_(cpu ? 0.01 : 0.02), interval_(every > 0 ? every : 1) {}
-  /// Rank 0's vote at `step`, given the last snapshot's figures and whether one is still being written.
-  bool due(std::int64_t step, const ckpt::SnapshotStats& last, bool busy);
-  /// A snapshot of `step` began (or the run resumed from it).
-  void taken(std::int64_t step) { last_step_ = step; }
-  /// A step's time less the saves' stalls: the mean the interval is measured against.
-  void step_time(double work_ms) { step_ms_mean_ = step_ms_mean_ > 0 ? 0.8 * step_ms_mean_ + 0.2 * work_ms : work_ms; }
+  explicit SnapshotCadence(std::int64_t every);
+  /// Rank 0's vote at `step`, given the last snapshot's figures (its stall,
+  /// whether its image was mapped afresh).
+  bool due(std::int64_t step, const ckpt::SnapshotStats& last);
+  /// A snapshot of `step` began: the steps from this one on are measured.
+  void taken(std::int64_t step);
+  /// The run resumed from `step`: the interval counts from there.
+  void resumed(std::int64_t step) { last_step_ = step; }
+  /// Step `step` took `ms` (less a disk save's stall); `snapshot_busy`:
+  /// whether any rank's snapshot work was under way at its vote.
+  void step_time(std::int64_t step, double ms, bool snapshot_busy);
 
  private:
+  double quiet_median_ms() const;
+
   std::int64_t every_;
-  double budget_;  // the share of a step the snapshots may cost
   std::int64_t interval_;
-  std::int64_t last_step_ = 0, measured_ = -1;  // the last snapshot's step; the last one measured
-  double step_ms_mean_ = 0;
+  std::int64_t last_step_ = 0;  // the last snapshot's step (or the resumed one)
+  std::deque<double> quiet_ms_;  // the newest steps no snapshot touched
+  bool touching_ = false;        // a snapshot's work may still be under way
+  // The snapshot whose steps are being measured (-1: none), their time
+  // beyond the quiet median so far, and how many.
+  std::int64_t measuring_ = -1;
+  double excess_ms_ = 0;
+  std::int64_t touched_ = 0;
+  // The newest measured snapshot, its cost and steps touched; the newest
+  // one the interval was set from.
+  std::int64_t measured_ = -1, used_ = -1;
+  double measured_ms_ = 0;
+  std::int64_t measured_touched_ = 0;
   double cost_ms_mean_ = 0;  // of the snapshots into pages already mapped: one slow one moves it half way
 };
 
@@ -129,7 +148,7 @@ struct Policies {
       : divergence(o.divergence_steps),
         stragglers(o.straggler_window, o.straggler_threshold, o.straggler_windows),
         checkpoints(o.ckpt_every, o.ckpt_every_s),
-        snapshots(o.mem_ckpt_every, o.device.is_cpu()),
+        snapshots(o.mem_ckpt_every),
         replicas(o.sdc_every) {}
   DivergenceWatch divergence;
   StragglerWatch stragglers;

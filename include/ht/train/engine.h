@@ -114,10 +114,9 @@ struct EngineOptions {
   /// Memory tiers (ckpt/checkpoint.h; with ckpt_dir): a snapshot of every
   /// rank's state in its node's memory, replicated to a rank of another
   /// node, every mem_ckpt_every steps (0: none, the default here; -1: as
-  /// often as 2% of a step allows, 1% on a CPU run: the snapshots' stall and
-  /// the CPU time of their background work (a running mean) over the mean
-  /// step time, measured on rank 0 — the command line's
-  /// default, --mem-ckpt-every auto), under mem_ckpt_dir (empty:
+  /// often as a cost of 2% of a step allows, the cost measured by how much
+  /// the snapshots slow rank 0's steps (a running mean) — the command
+  /// line's default, --mem-ckpt-every auto), under mem_ckpt_dir (empty:
   /// ckpt::default_memory_dir(ckpt_dir)). resume loads it before disk when
   /// it is at least as new.
   std::int64_t mem_ckpt_every = 0;
