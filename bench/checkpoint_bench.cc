@@ -20,6 +20,12 @@
 //                  thread time, and the step-time overhead (target <= 3%).
 //                  Under mpirun each rank is a simulated node of its own
 //                  (HT_SIMULATED_NODES, unless set), so snapshots replicate.
+//   snapshot cost  the same engine against itself: what the steps its
+//                  snapshots touched took beyond the median of its other
+//                  steps. Two identical engines in one process differ by a
+//                  few percent (the one built first is slower;
+//                  --plain-first builds the plain one first), which the
+//                  overhead above includes and this does not.
 // and with --json a JSON object per run instead. Rank 0 reports its own
 // rank's figures (every rank writes its own file in parallel).
 #include <CLI/CLI.hpp>
@@ -55,6 +61,8 @@ struct Args {
   int snapshot_steps = 12;
   std::int64_t snapshot_every = -1;  // -1: auto
   bool snapshot_warm = false;
+  bool plain_first = false;  // build the plain engine first (the engines differ by which was built first)
+  std::string step_log;  // each compared step of both engines, written by rank 0
   bool json = false;
 
   bool reshard() const { return reshard_tp > 0 || reshard_pp > 0 || reshard_zero >= 0; }
@@ -80,6 +88,12 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_flag("--snapshot-warm", a.snapshot_warm,
                "before the compared steps, step until two snapshots reused their pages: a run's first snapshots "
                "map their images afresh, a cost paid once and reported apart (warm-up)");
+  app.add_flag("--plain-first", a.plain_first,
+               "build the engine without snapshots first: two identical engines in one process differ by a few "
+               "percent, the one built first slower, so the comparison is worth running both ways");
+  app.add_option("--step-log", a.step_log,
+                 "write each compared step to this file (rank 0): the block, the engine, the step, its time, "
+                 "whether it began a snapshot and whether one was under way after it");
   app.add_flag("--json", a.json);
 }
 
@@ -178,8 +192,12 @@ void measure_snapshots(const Args& a, const data::TokenSplits& data, nlohmann::j
   with.mem_ckpt_dir = "/dev/shm/ht_checkpoint_bench_memory";
   train::EngineOptions without = engine_options(a);
   without.ckpt_dir.clear();
-  bench::LmEngine snap(with, a.model(), data, kSeqLen, &mesh);
-  bench::LmEngine plain(without, a.model(), data, kSeqLen, &mesh);
+  std::unique_ptr<bench::LmEngine> snap_engine, plain_engine;
+  if (a.plain_first) plain_engine = std::make_unique<bench::LmEngine>(without, a.model(), data, kSeqLen, &mesh);
+  snap_engine = std::make_unique<bench::LmEngine>(with, a.model(), data, kSeqLen, &mesh);
+  if (!plain_engine) plain_engine = std::make_unique<bench::LmEngine>(without, a.model(), data, kSeqLen, &mesh);
+  bench::LmEngine& snap = *snap_engine;
+  bench::LmEngine& plain = *plain_engine;
   // Whether any rank's snapshot is still being written (every rank asks,
   // so every rank steps alike).
   const auto any_busy = [&] {
@@ -217,22 +235,45 @@ void measure_snapshots(const Args& a, const data::TokenSplits& data, nlohmann::j
   // under way (its cost lands in its own steps, as auto measures it), and
   // the plain engine then steps as many.
   double snap_ms = 0, plain_ms = 0;
-  int taken = 0, stepped = 0;
+  int taken = 0, stepped = 0, blocks = 0;
+  // The snapshotting engine's steps: a snapshot touches the step that began
+  // it and each that began with a rank's snapshot work under way.
+  std::vector<double> quiet_ms;
+  double touched_ms = 0;
+  int touched = 0;
   ckpt::SnapshotStats last;
+  std::FILE* log = !a.step_log.empty() && mesh.rank() == 0 ? std::fopen(a.step_log.c_str(), "w") : nullptr;
+  if (log) std::fprintf(log, "block engine step ms snapshotted busy_after\n");
   while (stepped < a.snapshot_steps) {
     int block = 0;
-    while (block < 10 || any_busy()) {
+    ++blocks;
+    for (bool busy = false; block < 10 || busy;) {
       const train::StepStats s = snap->step();
+      const bool was_busy = busy;
+      busy = any_busy();
       snap_ms += s.ms;
       ++block;
+      if (s.snapshotted || was_busy) {
+        touched_ms += s.ms;
+        ++touched;
+      } else {
+        quiet_ms.push_back(s.ms);
+      }
       if (s.snapshotted) {
         ++taken;
         last = snap->checkpointer()->last_snapshot();
       }
+      if (log) std::fprintf(log, "%d snap %lld %.2f %d %d\n", blocks, static_cast<long long>(s.step), s.ms,
+                            int(s.snapshotted), int(busy));
     }
-    for (int i = 0; i < block; ++i) plain_ms += plain->step().ms;
+    for (int i = 0; i < block; ++i) {
+      const train::StepStats s = plain->step();
+      plain_ms += s.ms;
+      if (log) std::fprintf(log, "%d plain %lld %.2f 0 0\n", blocks, static_cast<long long>(s.step), s.ms);
+    }
     stepped += block;
   }
+  if (log) std::fclose(log);
   t0 = now_ms();
   snap->checkpointer()->wait_snapshot();
   snap_ms += now_ms() - t0;
@@ -253,6 +294,17 @@ void measure_snapshots(const Args& a, const data::TokenSplits& data, nlohmann::j
   out["step_ms_without"] = plain_ms / stepped;
   out["step_ms_with"] = snap_ms / stepped;
   out["snapshot_overhead"] = snap_ms / plain_ms - 1;
+  // What the touched steps took beyond the median of the others, against
+  // the steps' time: the snapshots' cost as the engine's own steps show it,
+  // free of the difference between two engines.
+  if (!quiet_ms.empty()) {
+    std::sort(quiet_ms.begin(), quiet_ms.end());
+    const double median = quiet_ms[quiet_ms.size() / 2];
+    const double excess = touched_ms - touched * median;
+    out["snapshot_touched_steps"] = touched;
+    out["snapshot_excess_ms"] = taken > 0 ? excess / taken : 0.0;
+    out["snapshot_excess_share"] = excess / (median * stepped);
+  }
   if (mesh.rank() == 0) fs::remove_all(with.ckpt_dir);
 }
 
@@ -277,6 +329,11 @@ void print_lines(const Args& a, const nlohmann::json& out) {
                 int(out["snapshot_every"]) < 0 ? "auto" : std::to_string(int(out["snapshot_every"])).c_str(),
                 int(out["snapshots_taken"]), int(out["snapshot_steps"]), double(out["step_ms_without"]),
                 100 * double(out["snapshot_overhead"]));
+  if (out.contains("snapshot_excess_share"))
+    std::printf("snapshot cost %9.1f ms a snapshot beyond the quiet steps' median, over %d steps touched: %+.1f%% of "
+                "the steps' time (the engine against itself)\n",
+                double(out["snapshot_excess_ms"]), int(out["snapshot_touched_steps"]),
+                100 * double(out["snapshot_excess_share"]));
   if (out.contains("snapshot_overhead") && a.snapshot_warm)
     std::printf("warm-up       %9.1f ms more than without, once: %d snapshot(s) in %d steps before those compared\n",
                 double(out["snapshot_warmup_extra_ms"]), int(out["snapshot_warmup_snapshots"]),
