@@ -25,6 +25,7 @@
 #include "ht/comm/agreement.h"
 #include "ht/ckpt/checkpoint.h"
 #include "ht/config.h"
+#include "ht/core/fnv.h"
 #include "ht/nn/tensor_parallel.h"
 
 namespace ht::ckpt {
@@ -115,22 +116,22 @@ std::uint64_t checksum64(const void* data, std::size_t bytes) {
   // Four FNV-1a lanes over interleaved 8-byte words (a multiply's latency
   // per word would otherwise cap the speed below the disk's), folded at the end.
   const auto* p = static_cast<const unsigned char*>(data);
-  std::uint64_t lane[4] = {0xcbf29ce484222325ull ^ std::uint64_t(bytes), 0x84222325cbf29ce4ull, 0x9ce484222325cbf2ull,
+  // The lanes start from FNV's offset and three rotations of it.
+  std::uint64_t lane[4] = {kFnvOffset ^ std::uint64_t(bytes), 0x84222325cbf29ce4ull, 0x9ce484222325cbf2ull,
                            0x2325cbf29ce48422ull};
-  constexpr std::uint64_t kPrime = 0x100000001b3ull;
   std::size_t i = 0;
   for (; i + 32 <= bytes; i += 32)
     for (int k = 0; k < 4; ++k) {
       std::uint64_t w;
       std::memcpy(&w, p + i + 8 * std::size_t(k), 8);
-      lane[k] = (lane[k] ^ w) * kPrime;
+      lane[k] = fnv_fold(lane[k], w);
     }
   std::uint64_t h = lane[0];
-  for (int k = 1; k < 4; ++k) h = (h ^ lane[k]) * kPrime;
+  for (int k = 1; k < 4; ++k) h = fnv_fold(h, lane[k]);
   for (; i < bytes; i += 8) {
     std::uint64_t w = 0;
     std::memcpy(&w, p + i, std::min<std::size_t>(8, bytes - i));
-    h = (h ^ w) * kPrime;
+    h = fnv_fold(h, w);
   }
   return h;
 }

@@ -15,6 +15,7 @@
 #include "core/clock.h"
 #include "core/files.h"
 #include "ht/ckpt/checkpoint.h"
+#include "ht/core/fnv.h"
 
 namespace ht::ckpt::detail {
 
@@ -496,9 +497,7 @@ std::string default_memory_dir(const std::string& ckpt_dir) {
   std::filesystem::path path = std::filesystem::weakly_canonical(std::filesystem::absolute(ckpt_dir, ec), ec);
   if (path.empty()) path = ckpt_dir;
   // FNV-1a of the path: the same in every process and every build.
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (const unsigned char c : path.string()) h = (h ^ c) * 0x100000001b3ull;
-  return fmt::format("/dev/shm/hypertrain-{:016x}", h);
+  return fmt::format("/dev/shm/hypertrain-{:016x}", fnv1a(path.string()));
 }
 
 }  // namespace ht::ckpt

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ht/core/error.h"
+#include "ht/core/fnv.h"
 
 namespace ht::ckpt::detail {
 
@@ -18,24 +19,24 @@ std::uint64_t copy_checksum64(void* dst, const void* src, std::size_t bytes) {
   // both must agree bit for bit).
   const auto* p = static_cast<const unsigned char*>(src);
   auto* q = static_cast<unsigned char*>(dst);
-  std::uint64_t lane[4] = {0xcbf29ce484222325ull ^ std::uint64_t(bytes), 0x84222325cbf29ce4ull, 0x9ce484222325cbf2ull,
+  // The lanes start from FNV's offset and three rotations of it.
+  std::uint64_t lane[4] = {kFnvOffset ^ std::uint64_t(bytes), 0x84222325cbf29ce4ull, 0x9ce484222325cbf2ull,
                            0x2325cbf29ce48422ull};
-  constexpr std::uint64_t kPrime = 0x100000001b3ull;
   std::size_t i = 0;
   for (; i + 32 <= bytes; i += 32) {
     std::uint64_t w[4];
     std::memcpy(w, p + i, 32);
     std::memcpy(q + i, w, 32);
-    for (int k = 0; k < 4; ++k) lane[k] = (lane[k] ^ w[k]) * kPrime;
+    for (int k = 0; k < 4; ++k) lane[k] = fnv_fold(lane[k], w[k]);
   }
   std::uint64_t h = lane[0];
-  for (int k = 1; k < 4; ++k) h = (h ^ lane[k]) * kPrime;
+  for (int k = 1; k < 4; ++k) h = fnv_fold(h, lane[k]);
   for (; i < bytes; i += 8) {
     std::uint64_t w = 0;
     const std::size_t n = std::min<std::size_t>(8, bytes - i);
     std::memcpy(&w, p + i, n);
     std::memcpy(q + i, &w, n);
-    h = (h ^ w) * kPrime;
+    h = fnv_fold(h, w);
   }
   return h;
 }

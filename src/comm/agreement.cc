@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "ht/core/fnv.h"
 #include "ht/core/tensor.h"
 
 namespace ht::comm {
@@ -48,9 +49,7 @@ bool all_equal_u64(Communicator& c, std::uint64_t value) {
 }
 
 bool all_equal(Communicator& c, std::string_view text) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : text) h = (h ^ ch) * 0x100000001b3ull;
-  return all_equal_u64(c, h);
+  return all_equal_u64(c, fnv1a(text));
 }
 
 }  // namespace ht::comm

@@ -1,17 +1,14 @@
 // ht::nn::Dropout: the mask is drawn again from its keys, never kept.
 #include "ht/nn/dropout.h"
 
+#include "ht/core/fnv.h"
 #include "ht/ops/dropout.h"
 
 namespace ht::nn {
 namespace {
 
 // FNV-1a of the module's path: its dropout site, stable across layouts.
-std::uint64_t site_of(const std::string& path) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (const char c : path) h = (h ^ std::uint64_t(static_cast<unsigned char>(c))) * 0x100000001b3ull;
-  return h;
-}
+std::uint64_t site_of(const std::string& path) { return fnv1a(path); }
 
 }  // namespace
 

@@ -4,18 +4,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ht/core/fnv.h"
 #include "ht/core/rng.h"
 #include "ht/nn/parameter.h"
 #include "ht/nn/tensor_parallel.h"
 
 namespace ht::nn {
 namespace {
-
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
 
 struct Fans {
   double in = 0, out = 0;

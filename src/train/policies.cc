@@ -10,6 +10,7 @@
 
 #include "ht/comm/agreement.h"
 #include "ht/core/error.h"
+#include "ht/core/fnv.h"
 
 namespace ht::train {
 
@@ -63,10 +64,10 @@ void ReplicaCheck::check(nn::Model& model, comm::DeviceMesh& mesh, bool sharded,
   // Replicas (the same tp rank and stage in every dp group) hold identical
   // parameters after the update; one 64-bit checksum each is compared.
   if (mesh.shape().dp_size() < 2 || sharded) return;
-  std::uint64_t h = 0xcbf29ce484222325ull;
+  std::uint64_t h = kFnvOffset;
   for (nn::Parameter* p : model.parameters()) {
     const Tensor host = p->data().to(Device::cpu());
-    h = (h ^ ckpt::checksum64(host.data_ptr(), host.nbytes())) * 0x100000001b3ull;
+    h = fnv_fold(h, ckpt::checksum64(host.data_ptr(), host.nbytes()));
   }
   comm::Communicator& dp = mesh.dp_group();
   const std::vector<std::uint64_t> v = comm::all_gather_u64(dp, h);
