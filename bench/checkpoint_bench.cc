@@ -29,7 +29,6 @@
 // and with --json a JSON object per run instead. Rank 0 reports its own
 // rank's figures (every rank writes its own file in parallel).
 #include <CLI/CLI.hpp>
-#include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +41,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "ht/comm/agreement.h"
 #include "ht/comm/mpi_communicator.h"
 #include "ht/comm/mpi_runtime.h"
 #include "ht/core/error.h"
@@ -200,11 +200,7 @@ void measure_snapshots(const Args& a, const data::TokenSplits& data, nlohmann::j
   bench::LmEngine& plain = *plain_engine;
   // Whether any rank's snapshot is still being written (every rank asks,
   // so every rank steps alike).
-  const auto any_busy = [&] {
-    int busy = snap->checkpointer()->snapshot_busy() ? 1 : 0, any = 0;
-    MPI_Allreduce(&busy, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    return any > 0;
-  };
+  const auto any_busy = [&] { return comm::agree_max_u64(mesh.world(), snap->checkpointer()->snapshot_busy()) > 0; };
   // Warm-up, the engine that snapshots alone, nothing waited for (auto
   // measures a snapshot's cost by the steps its work slows): the first
   // snapshot; with --snapshot-warm, until two have reused their pages (the

@@ -431,7 +431,7 @@ Engine::StepVotes Engine::agree_on_step(StepStats& s, float my_loss) {
   const bool rank0 = mesh_->rank() == 0;
   const bool checkpoint_by_time = checkpointer_ && rank0 && policies_->checkpoints.due_by_time();
   const bool snapshot_due = checkpointer_ && checkpointer_->has_memory_tier() && rank0 &&
-                            policies_->snapshots.due(s.step, checkpointer_->last_snapshot());
+                            policies_->snapshots.due(s.step);
   const auto vote = [](bool yes) { return yes ? 1.f : 0.f; };
   const std::vector<float> sums = world_sum({my_loss, vote(stop_here), vote(checkpoint_by_time), vote(snapshot_due),
                                              vote(snapshot_busy)});
@@ -463,7 +463,9 @@ void Engine::save_if_due(StepStats& s, const StepVotes& votes) {
   progress(resilience::Phase::kSnapshot);
   s.snapshot_error = checkpointer_->snapshot(run_state(), optimizer_->slots(), *optimizer_);
   s.snapshotted = true;
-  policies_->snapshots.taken(s.step);
+  // The fields the snapshot's thread never writes.
+  const ckpt::SnapshotStats& began = checkpointer_->last_snapshot();
+  policies_->snapshots.taken(s.step, began.stall_ms, began.fresh_image);
 }
 
 EvalStats Engine::evaluate() {

@@ -103,17 +103,18 @@ bool CheckpointCadence::save_now(std::int64_t step, bool by_time, bool suspect) 
 SnapshotCadence::SnapshotCadence(std::int64_t every)
     : every_(every), interval_(every > 0 ? every : kFreshSnapshotInterval) {}
 
-double SnapshotCadence::quiet_median_ms() const {
-  std::vector<double> sorted(quiet_ms_.begin(), quiet_ms_.end());
-  std::sort(sorted.begin(), sorted.end());
-  return sorted[sorted.size() / 2];
-}
-
-void SnapshotCadence::taken(std::int64_t step) {
+void SnapshotCadence::taken(std::int64_t step, double stall_ms, bool fresh_image) {
   last_step_ = step;
   touching_ = true;
   // Auto's cost needs steps to compare with: none yet, none measured.
-  measuring_ = every_ < 0 && !quiet_ms_.empty() ? step : -1;
+  measuring_ = every_ < 0 && !quiet_ms_.empty();
+  if (measuring_) {
+    std::vector<double> sorted(quiet_ms_.begin(), quiet_ms_.end());
+    std::sort(sorted.begin(), sorted.end());
+    baseline_ms_ = sorted[sorted.size() / 2];
+  }
+  stall_ms_ = stall_ms;
+  fresh_image_ = fresh_image;
   excess_ms_ = 0;
   touched_ = 0;
 }
@@ -128,37 +129,26 @@ void SnapshotCadence::step_time(std::int64_t step, double ms, bool snapshot_busy
   // A snapshot touches the step that began it through the first whose vote
   // finds every rank's work done: the work may have ended during that step,
   // before its vote.
-  if (measuring_ >= 0) {
-    excess_ms_ += ms - quiet_median_ms();
-    ++touched_;
-  }
+  excess_ms_ += ms - baseline_ms_;
+  ++touched_;
   if (step > last_step_ && !snapshot_busy) {
     touching_ = false;
-    if (measuring_ >= 0) {
-      measured_ = measuring_;
-      measured_ms_ = std::max(0.0, excess_ms_);
-      measured_touched_ = touched_;
-      measuring_ = -1;
-    }
+    if (measuring_) measured(std::max(0.0, excess_ms_));
   }
 }
 
-bool SnapshotCadence::due(std::int64_t step, const ckpt::SnapshotStats& last) {
-  // Auto: a new measurement sets the interval that keeps a running mean of
-  // the snapshots' cost (half the weight on the newest: one slow snapshot
-  // on a busy machine does not set the interval alone) within the budget,
-  // and leaves a quiet step between snapshots, to compare with. Its stall
-  // at least: a step that happened to be fast cannot hide it.
-  if (every_ < 0 && measured_ > used_ && last.step == measured_) {
-    used_ = measured_;
-    const double cost = std::max(measured_ms_, last.stall_ms);
-    if (!last.fresh_image) cost_ms_mean_ = cost_ms_mean_ > 0 ? 0.5 * cost_ms_mean_ + 0.5 * cost : cost;
-    const double expected = cost_ms_mean_ > 0 ? cost_ms_mean_ : cost;
-    interval_ = std::clamp<std::int64_t>(std::int64_t(std::ceil(expected / (kSnapshotBudget * quiet_median_ms()))),
-                                         measured_touched_ + 1, 100000);
-    if (last.fresh_image) interval_ = std::min<std::int64_t>(interval_, kFreshSnapshotInterval);
-  }
-  return step - last_step_ >= interval_;
+void SnapshotCadence::measured(double excess_ms) {
+  // The interval that keeps a running mean of the snapshots' cost (half the
+  // weight on the newest: one slow snapshot on a busy machine does not set
+  // the interval alone) within the budget, and leaves a quiet step between
+  // snapshots, to compare with. Its stall at least: a step that happened to
+  // be fast cannot hide it.
+  const double cost = std::max(excess_ms, stall_ms_);
+  if (!fresh_image_) cost_ms_mean_ = cost_ms_mean_ > 0 ? 0.5 * cost_ms_mean_ + 0.5 * cost : cost;
+  const double expected = cost_ms_mean_ > 0 ? cost_ms_mean_ : cost;
+  interval_ = std::clamp<std::int64_t>(std::int64_t(std::ceil(expected / (kSnapshotBudget * baseline_ms_))),
+                                       touched_ + 1, 100000);
+  if (fresh_image_) interval_ = std::min<std::int64_t>(interval_, kFreshSnapshotInterval);
 }
 
 }  // namespace ht::train

@@ -110,11 +110,11 @@ class CheckpointCadence {
 class SnapshotCadence {
  public:
   explicit SnapshotCadence(std::int64_t every);
-  /// Rank 0's vote at `step`, given the last snapshot's figures (its stall,
-  /// whether its image was mapped afresh).
-  bool due(std::int64_t step, const ckpt::SnapshotStats& last);
-  /// A snapshot of `step` began: the steps from this one on are measured.
-  void taken(std::int64_t step);
+  /// Rank 0's vote at `step`.
+  bool due(std::int64_t step) const { return step - last_step_ >= interval_; }
+  /// A snapshot of `step` began, stalling the step `stall_ms`, into an image
+  /// mapped afresh or not: the steps from this one on are measured.
+  void taken(std::int64_t step, double stall_ms, bool fresh_image);
   /// The run resumed from `step`: the interval counts from there.
   void resumed(std::int64_t step) { last_step_ = step; }
   /// Step `step` took `ms` (less a disk save's stall); `snapshot_busy`:
@@ -122,23 +122,21 @@ class SnapshotCadence {
   void step_time(std::int64_t step, double ms, bool snapshot_busy);
 
  private:
-  double quiet_median_ms() const;
+  /// The last snapshot's steps are measured: its cost sets the interval.
+  void measured(double excess_ms);
 
   std::int64_t every_;
   std::int64_t interval_;
-  std::int64_t last_step_ = 0;  // the last snapshot's step (or the resumed one)
+  std::int64_t last_step_ = 0;   // the last snapshot's step (or the resumed one)
   std::deque<double> quiet_ms_;  // the newest steps no snapshot touched
-  bool touching_ = false;        // a snapshot's work may still be under way
-  // The snapshot whose steps are being measured (-1: none), their time
-  // beyond the quiet median so far, and how many.
-  std::int64_t measuring_ = -1;
+  // The last snapshot: its work may still be under way; whether it is
+  // measured (there were quiet steps to compare with: their median), its
+  // stall and image, its steps' time beyond the median so far, and how many.
+  bool touching_ = false, measuring_ = false;
+  double baseline_ms_ = 0, stall_ms_ = 0;
+  bool fresh_image_ = false;
   double excess_ms_ = 0;
   std::int64_t touched_ = 0;
-  // The newest measured snapshot, its cost and steps touched; the newest
-  // one the interval was set from.
-  std::int64_t measured_ = -1, used_ = -1;
-  double measured_ms_ = 0;
-  std::int64_t measured_touched_ = 0;
   double cost_ms_mean_ = 0;  // of the snapshots into pages already mapped: one slow one moves it half way
 };
 

@@ -229,6 +229,31 @@ TEST_F(MemoryTier, AnUnwritableTierIsReportedAndTrainingGoesOn) {
   EXPECT_NE(t.engine.checkpointer()->wait_snapshot(), "");
 }
 
+// Auto, the command line's default, in a real engine: the first snapshot
+// after 10 quiet steps (the steps auto measures against), the next within
+// 10 steps of it (an image mapped afresh is measured again soon), so the
+// engine's step times and busy votes reach the cadence and let it go on.
+TEST_F(MemoryTier, AutoSnapshotsFromStepTenOn) {
+  const test::SharedTempDir dir(mesh_->world(), "ht_mem_tier_auto");
+  test::GPTRunOptions o = options(setup_);
+  o.engine.ckpt_dir = dir.path() + "/ckpt";
+  o.engine.mem_ckpt_dir = dir.path() + "/mem";
+  o.engine.mem_ckpt_every = -1;
+  test::GPTEngine t(o, data_, mesh_.get());
+  std::vector<std::int64_t> taken;
+  for (int i = 1; i <= 20; ++i) {
+    const StepStats s = t.engine.step();
+    if (!s.snapshotted) continue;
+    taken.push_back(s.step);
+    // Written before the next step: a snapshot in flight would delay the next.
+    EXPECT_EQ(t.engine.checkpointer()->wait_snapshot(), "");
+  }
+  ASSERT_GE(taken.size(), 2u) << "auto took " << taken.size() << " snapshot(s) in 20 steps";
+  EXPECT_EQ(taken[0], 10);
+  EXPECT_GE(taken[1], 13) << "steps 10 and 11 touched by the first, then a quiet one";
+  EXPECT_LE(taken[1], 20);
+}
+
 TEST_F(MemoryTier, AnotherLayoutResumesFromDisk) {
   if (world_size_ != 4) GTEST_SKIP() << "runs with 4 processes";
   const test::SharedTempDir dir(mesh_->world(), "ht_mem_tier_layout");

@@ -79,7 +79,7 @@ case "$case" in
     grep -q "^step 40/" "$work/killed.out" && fail "the run finished before it was killed"
     run resumed "${np2[@]}" -- --steps 40 --zero 3 --ckpt-every 10 --ckpt-dir "$work/ckpt" --resume auto
     # From disk (step 10 or 20), or from a memory snapshot of steps 20-24
-    # (auto snapshots as often as 1% of a step allows on CPU).
+    # (auto snapshots from step 10 on, as often as a cost of 2% of a step allows).
     grep -Eq "^# resumed from step ([12]0 |2[0-4] \(memory)" "$work/resumed.out" ||
       { show "$work/resumed.out"; fail "did not resume from step 10 or 20 on disk, or 20-24 in memory"; }
     [ -n "$(weights clean)" ] || fail "no weights checksum"

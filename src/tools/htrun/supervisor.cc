@@ -247,12 +247,13 @@ bool Supervisor::poll_launch(ChildProcess& job, WatchState& s) {
   // blocked in a collective, or will be).
   if (s.probe) {
     s.probe->poll(t);
+    const std::vector<ProbeState> probes = s.probe->states();
     if (s.all_started)
-      if (const auto down = host_down(s.probe->states(), beats, s.placed, t, s.beat_interval_s)) {
+      if (const auto down = host_down(probes, beats, s.placed, t, s.beat_interval_s)) {
         s.declare(*down);
         return end_now(t, /*host_lost=*/true);
       }
-    if (const auto cut = unreachable_host(s.probe->states(), s.placed, t, options_.unreachable_after_s)) {
+    if (const auto cut = unreachable_host(probes, s.placed, t, options_.unreachable_after_s)) {
       s.declare(*cut);
       return end_now(t, /*host_lost=*/true);
     }
