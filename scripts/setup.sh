@@ -9,6 +9,7 @@ packages=(
   libboost-context-dev  # emu/: the emulated CUDA device runs each CUDA thread as a fiber
   libhdf5-dev hdf5-tools
   libfmt-dev nlohmann-json3-dev libcli11-dev
+  libssl-dev  # htrun's node agents: HMAC-SHA256 on their frames
   openmpi-bin libopenmpi-dev
   slurm-wlm munge libpmix-dev  # tests/resilience/slurm_local.sh; libpmix.so for srun --mpi=pmix
   openssh-server iproute2 procps util-linux  # tests/cluster: hosts as namespaces, each with its sshd

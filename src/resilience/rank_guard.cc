@@ -15,6 +15,7 @@
 
 #include "core/files.h"
 #include "ht/core/error.h"
+#include "resilience/agent_channel.h"
 
 namespace ht::resilience {
 namespace {
@@ -90,16 +91,40 @@ std::string node_label(int world_rank) {
   return "node" + ids[std::size_t(world_rank / slots)];
 }
 
+std::string host_label() {
+  if (const char* slurm = std::getenv("SLURMD_NODENAME"); slurm && *slurm) return slurm;
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+std::string agent_label(int world_rank) {
+  const char* simulated = std::getenv(kEnvSimulatedNodes);
+  return simulated && *simulated ? node_label(world_rank) : host_label();
+}
+
 RankGuard::RankGuard(const GuardOptions& options, int rank)
     : options_(options), rank_(rank), epoch_(launch_epoch()) {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   host_ = host;
-  // A directory that cannot be made shows as a heartbeat that cannot be written.
-  ht::detail::make_directories(heartbeat_dir(options_.run_dir));
-  ht::detail::make_directories(exit_record_dir(options_.run_dir));
-  std::error_code ec;
-  fs::remove(exit_record_path(options_.run_dir, rank_), ec);
+  if (const char* dir = std::getenv(kEnvAgentDir); dir && *dir) {
+    // Under htrun's node agent: the records go to it, nothing per rank to
+    // the run directory. An agent that does not answer leaves the files.
+    std::string error;
+    if (auto channel = detail::AgentChannel::connect(agent_socket_path(dir, agent_label(rank)), 5.0, &error))
+      agent_ = std::make_unique<detail::AgentChannel>(std::move(*channel));
+    else
+      std::fprintf(stderr, "[rank %d] warning: %s; heartbeats go to %s\n", rank_, error.c_str(),
+                   heartbeat_dir(options_.run_dir).c_str());
+  }
+  if (!agent_) {
+    // A directory that cannot be made shows as a heartbeat that cannot be written.
+    ht::detail::make_directories(heartbeat_dir(options_.run_dir));
+    ht::detail::make_directories(exit_record_dir(options_.run_dir));
+    std::error_code ec;
+    fs::remove(exit_record_path(options_.run_dir, rank_), ec);
+  }
   last_change_ms_ = now_ms();
   std::signal(SIGTERM, on_preempt);
   std::signal(SIGUSR1, on_preempt);
@@ -110,6 +135,17 @@ RankGuard::RankGuard(const GuardOptions& options, int rank)
 RankGuard::~RankGuard() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
+  // The agent takes a channel that closes with no record for a crash.
+  if (agent_ && !exit_recorded_)
+    agent_->send(ExitRecord{.rank = rank_,
+                            .code = kExitOk,
+                            .kind = ExitKind::kOk,
+                            .step = step_.load(),
+                            .phase = Phase(phase_.load()),
+                            .time_ms = now_ms(),
+                            .message = "finished",
+                            .blamed_ranks = {},
+                            .epoch = epoch_});
 }
 
 void RankGuard::progress(std::int64_t step, Phase phase) {
@@ -129,7 +165,21 @@ void RankGuard::write_heartbeat() {
                        .time_ms = now_ms(),
                        .progress_ms = last_change_ms_.load(),
                        .epoch = epoch_};
-  write_atomically(heartbeat_path(options_.run_dir, rank_), format_heartbeat(beat) + "\n");
+  if (agent_) agent_->send(beat);  // a lost agent is check_agent's
+  else write_atomically(heartbeat_path(options_.run_dir, rank_), format_heartbeat(beat) + "\n");
+}
+
+void RankGuard::check_agent() {
+  bool gone = false;
+  const std::optional<std::int64_t> fence = agent_->fenced(&gone);
+  if (!gone && !(fence && *fence > epoch_)) return;
+  if (gone)
+    std::fprintf(stderr, "[rank %d] fenced: its node agent is gone, so nothing watches it any more; exiting\n", rank_);
+  else
+    std::fprintf(stderr, "[rank %d] fenced: launch %lld was superseded by launch %lld; exiting\n", rank_,
+                 (long long)epoch_, (long long)*fence);
+  std::fflush(stderr);
+  std::_Exit(kExitFenced);
 }
 
 void RankGuard::heartbeat_loop() {
@@ -143,10 +193,11 @@ void RankGuard::heartbeat_loop() {
       exit(kExitHang, fmt::format("watchdog: rank {} made no progress for {:.1f} s in step {} ({})", rank_,
                                   double(now - last_change_ms_) / 1000.0, step_.load(),
                                   phase_name(Phase(phase_.load()))));
+    if (agent_) check_agent();
     if (now >= next) {
       // Given up by the supervisor: a newer launch owns the run directory.
       // Leave without a record (the directory is the new launch's).
-      if (superseded(epoch_, options_.run_dir)) {
+      if (!agent_ && superseded(epoch_, options_.run_dir)) {
         std::fprintf(stderr, "[rank %d] fenced: launch %lld was superseded by launch %lld in %s; exiting\n", rank_,
                      (long long)epoch_, (long long)run_dir_epoch(options_.run_dir), options_.run_dir.c_str());
         std::fflush(stderr);
@@ -169,8 +220,12 @@ void RankGuard::record_exit(int code, const std::string& message, const std::vec
                           .message = message,
                           .blamed_ranks = blamed,
                           .epoch = epoch_};
-  if (superseded(epoch_, options_.run_dir)) return;  // the record would be the new launch's to read
-  write_atomically(exit_record_path(options_.run_dir, rank_), format_exit_record(record) + "\n");
+  if (agent_) {
+    agent_->send(record);  // the agent drops a superseded launch's record
+  } else {
+    if (superseded(epoch_, options_.run_dir)) return;  // the record would be the new launch's to read
+    write_atomically(exit_record_path(options_.run_dir, rank_), format_exit_record(record) + "\n");
+  }
   exit_recorded_ = true;
 }
 

@@ -422,6 +422,39 @@ std::optional<ExitRecord> parse_exit_record(std::string_view text) {
   return r;
 }
 
+std::string format_agent_message(const AgentMessage& message) {
+  json j;
+  if (const auto* b = std::get_if<Heartbeat>(&message)) {
+    j = json::parse(format_heartbeat(*b));
+    j["type"] = "beat";
+  } else if (const auto* r = std::get_if<ExitRecord>(&message)) {
+    j = json::parse(format_exit_record(*r));
+    j["type"] = "exit";
+  } else {
+    j = {{"type", "fence"}, {"epoch", std::get<Fence>(message).epoch}};
+  }
+  return json_line(j);
+}
+
+std::optional<AgentMessage> parse_agent_message(std::string_view text) {
+  const auto j = parse_object(text);
+  if (!j) return std::nullopt;
+  const auto type = j->find("type");
+  if (type == j->end() || !type->is_string()) return std::nullopt;
+  const std::string& name = type->get_ref<const std::string&>();
+  if (name == "beat") {
+    if (auto b = parse_heartbeat(text)) return AgentMessage(std::move(*b));
+  } else if (name == "exit") {
+    if (auto r = parse_exit_record(text)) return AgentMessage(std::move(*r));
+  } else if (name == "fence") {
+    Fence f;
+    FieldReader fields(*j);
+    fields.integer("epoch", f.epoch);
+    if (fields.has("epoch") && fields.bad().empty()) return AgentMessage(f);
+  }
+  return std::nullopt;
+}
+
 std::string format_metrics_line(const MetricsLine& line) {
   if (const auto* r = std::get_if<RunLine>(&line)) return json_line(run_json(*r));
   if (const auto* s = std::get_if<StepLine>(&line)) return json_line(step_json(*s));
@@ -462,6 +495,22 @@ std::string metrics_path(const std::string& run_dir) {
 
 std::string launch_epoch_path(const std::string& run_dir) {
   return (std::filesystem::path(run_dir) / "launch_epoch").string();
+}
+
+std::string checkpoint_dir(const std::string& run_dir) {
+  return (std::filesystem::path(run_dir) / "checkpoints").string();
+}
+
+std::string supervisor_report_path(const std::string& run_dir) {
+  return (std::filesystem::path(run_dir) / "htrun_report.json").string();
+}
+
+std::string job_log_path(const std::string& run_dir) {
+  return (std::filesystem::path(run_dir) / "htrun_job.log").string();
+}
+
+std::string agent_socket_path(const std::string& agent_dir, const std::string& host_label) {
+  return (std::filesystem::path(agent_dir) / (host_label + ".sock")).string();
 }
 
 }  // namespace ht::resilience

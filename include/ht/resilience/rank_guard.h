@@ -13,6 +13,12 @@
 // step, saves a checkpoint and exits with kPreempted.
 // Every deliberate exit writes <run_dir>/exit/rank_R.json (code, kind,
 // step, message, blamed ranks) first, so the supervisor can classify the failure.
+// Node agent: under htrun (HT_AGENT_DIR set) the heartbeats and the exit
+// record go to the host's node agent over a Unix socket instead of the run
+// directory, and the agent fences the rank when a newer launch supersedes it
+// (run_protocol.h, "the node agent's channel"); a rank whose agent is gone
+// can no longer be watched, and exits with kExitFenced. Without an agent
+// the records are files in the run directory, as below.
 // Epochs: a supervisor numbers its launches (HT_LAUNCH_EPOCH, and the file
 // <run_dir>/launch_epoch it writes before each launch). Heartbeats and exit
 // records carry the epoch, and a rank that finds a newer epoch in the run
@@ -50,6 +56,17 @@ bool superseded(std::int64_t epoch, const std::string& run_dir);
 /// node>:<id>,<id>,...", the active nodes in rank order), else the host name.
 /// Throws kConfig when HT_SIMULATED_NODES is malformed or too short for the rank.
 std::string node_label(int world_rank);
+/// The label of the host this process runs on as node agents name it:
+/// SLURMD_NODENAME under Slurm (several Slurm nodes may share a machine),
+/// else the host name.
+std::string host_label();
+/// The label of the node agent that watches `world_rank`: "node<id>" for
+/// htrun's simulated nodes (node_label), else host_label().
+std::string agent_label(int world_rank);
+
+namespace detail {
+class AgentChannel;
+}
 
 struct GuardOptions {
   std::string run_dir;
@@ -89,6 +106,8 @@ class RankGuard {
  private:
   void heartbeat_loop();
   void write_heartbeat();
+  /// Under an agent: leaves at once when it fenced this launch or is gone.
+  void check_agent();
 
   GuardOptions options_;
   int rank_;
@@ -99,6 +118,7 @@ class RankGuard {
   std::atomic<std::int64_t> last_change_ms_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> exit_recorded_{false};
+  std::unique_ptr<detail::AgentChannel> agent_;  // the node agent's channel, if any
   std::thread thread_;
 };
 

@@ -263,6 +263,34 @@ std::string format_metrics_line(const MetricsLine& line);
 /// belongs); the message names the field.
 std::optional<MetricsLine> parse_metrics_line(std::string_view text);
 
+// ------------------------------------------------- the node agent's channel
+
+/// Under htrun every host runs a node agent (ht-agent), and each rank speaks
+/// to its host's agent over a Unix socket of type SOCK_SEQPACKET (one
+/// message a record, the job owner's alone) at
+/// agent_socket_path(<HT_AGENT_DIR>, host label): heartbeats and exit
+/// records go there instead of the run directory. Each message is one JSON
+/// object with a "type": rank to agent {"type": "beat", <Heartbeat's
+/// fields>} and {"type": "exit", <ExitRecord's fields>}; agent to rank
+/// {"type": "fence", "epoch": E} (launch E superseded the rank's: it writes
+/// nothing more and exits with kExitFenced). docs/htrun.md, "Node agents".
+struct Fence {
+  std::int64_t epoch = 0;
+};
+using AgentMessage = std::variant<Heartbeat, ExitRecord, Fence>;
+std::string format_agent_message(const AgentMessage& message);
+/// nullopt unless `text` is one of the three, read as parse_heartbeat and
+/// parse_exit_record read theirs.
+std::optional<AgentMessage> parse_agent_message(std::string_view text);
+
+// ----------------------------------------------------------- environment
+
+/// What htrun sets in the ranks' environment, by name.
+inline constexpr const char* kEnvLaunchEpoch = "HT_LAUNCH_EPOCH";        // the launch's epoch
+inline constexpr const char* kEnvSimulatedNodes = "HT_SIMULATED_NODES";  // "<slots>:<id>,<id>,..." (simulated nodes)
+inline constexpr const char* kEnvAgentDir = "HT_AGENT_DIR";              // the node agents' socket directory
+inline constexpr const char* kEnvCommTimeout = "HT_COMM_TIMEOUT";        // the ranks' communication timeout (s)
+
 // ----------------------------------------------------------------- paths
 
 /// Where the records live in a run directory.
@@ -273,5 +301,10 @@ std::string exit_record_path(const std::string& run_dir, int rank);    // <run_d
 std::string metrics_path(const std::string& run_dir);                  // <run_dir>/metrics.jsonl
 /// <run_dir>/launch_epoch: the newest launch's epoch, one decimal number.
 std::string launch_epoch_path(const std::string& run_dir);
+std::string checkpoint_dir(const std::string& run_dir);           // <run_dir>/checkpoints
+std::string supervisor_report_path(const std::string& run_dir);   // <run_dir>/htrun_report.json
+std::string job_log_path(const std::string& run_dir);             // <run_dir>/htrun_job.log
+/// A node agent's socket: <agent_dir>/<host_label>.sock.
+std::string agent_socket_path(const std::string& agent_dir, const std::string& host_label);
 
 }  // namespace ht::resilience

@@ -24,8 +24,8 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log_path,
-         bool echo, LineParser parser)
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                           const std::string& log_path, bool echo, LineParser parser, const std::string& stdin_text)
     : echo_(echo), parser_(std::move(parser)), log_path_(log_path) {
   if (argv.empty()) throw std::invalid_argument("htrun: an empty command");
   // Everything the child needs is built before fork: the reader thread of
@@ -48,14 +48,24 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::vect
   envp.push_back(nullptr);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  // Standard input given: a pipe holding it all (a few bytes: the write
+  // below cannot block), closed after.
+  int input[2] = {-1, -1};
+  if (!stdin_text.empty() && ::pipe2(input, O_CLOEXEC) != 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  }
   pid_ = ::fork();
   if (pid_ < 0) {
     ::close(fds[0]);
     ::close(fds[1]);
+    if (input[0] >= 0) ::close(input[0]), ::close(input[1]);
     throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   }
   if (pid_ == 0) {
     ::setpgid(0, 0);
+    if (input[0] >= 0) ::dup2(input[0], 0);
     ::dup2(fds[1], 1);
     ::dup2(fds[1], 2);
     ::close(fds[0]);
@@ -66,6 +76,11 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::vect
   }
   ::setpgid(pid_, pid_);
   ::close(fds[1]);
+  if (input[0] >= 0) {
+    ::close(input[0]);
+    [[maybe_unused]] const ssize_t written = ::write(input[1], stdin_text.data(), stdin_text.size());
+    ::close(input[1]);
+  }
   reader_ = std::thread([this, fd = fds[0]] { pump(fd); });
 }
 

@@ -24,23 +24,37 @@ int Placement::node_of_host(const std::string& host) const {
 
 namespace {
 
-// Each node's newest beat, by its index in placement.active.
-std::map<int, double> newest_beats(const std::map<int, Heartbeat>& beats, const Placement& placement) {
+// The nodes whose ranks beat, each with its newest beat, by index.
+std::map<int, double> newest_beats(const Hosts& hosts) {
   std::map<int, double> newest;
-  for (const auto& [rank, h] : beats)
-    if (const int n = placement.node_of_rank(rank); n >= 0) newest[n] = std::max(newest[n], h.time_s());
+  for (std::size_t n = 0; n < hosts.size(); ++n)
+    if (hosts[n].summary.newest_beat_ms > 0) newest[int(n)] = hosts[n].newest_beat_s();
   return newest;
+}
+
+std::string name_of(const Placement& placement, std::size_t n) {
+  return n < placement.active.size() ? node_name(placement.active[n]) : fmt::format("node index {}", n);
 }
 
 }  // namespace
 
+double beat_interval_s(const Hosts& hosts) {
+  double interval = 0;
+  for (const HostView& h : hosts)
+    if (h.summary.beat_interval_ms > 0) {
+      const double s = double(h.summary.beat_interval_ms) / 1000;
+      interval = interval > 0 ? std::min(interval, s) : s;
+    }
+  return interval;
+}
+
 double host_silence_s(double beat_interval_s) { return std::max(2.0, 10 * beat_interval_s); }
 
-std::optional<Finding> silent_host(const std::map<int, Heartbeat>& beats, const Placement& placement, double now_s,
+std::optional<Finding> silent_host(const Hosts& hosts, const Placement& placement, double now_s,
                                    double beat_interval_s) {
   if (beat_interval_s <= 0) return std::nullopt;
   const double silence = host_silence_s(beat_interval_s);
-  const std::map<int, double> newest = newest_beats(beats, placement);
+  const std::map<int, double> newest = newest_beats(hosts);
   for (const auto& [n, t] : newest)
     if (now_s - t > silence &&
         std::any_of(newest.begin(), newest.end(), [&](const auto& o) { return now_s - o.second < silence / 4; }))
@@ -48,120 +62,122 @@ std::optional<Finding> silent_host(const std::map<int, Heartbeat>& beats, const 
                      .rank = n * placement.slots,
                      .failed_at = t,
                      .message = fmt::format("every rank on {} stopped beating {:.1f} s ago while the others beat on",
-                                            node_name(placement.active[std::size_t(n)]), now_s - t)};
+                                            name_of(placement, std::size_t(n)), now_s - t)};
   return std::nullopt;
 }
 
-double host_down_silence_s(double beat_interval_s) { return std::max(0.3, 5 * beat_interval_s); }
-
-std::optional<Finding> host_down(const std::vector<ProbeState>& probes, const std::map<int, Heartbeat>& beats,
-                                 const Placement& placement, double now_s, double beat_interval_s) {
-  if (beat_interval_s <= 0) return std::nullopt;
-  const double silence = host_down_silence_s(beat_interval_s);
-  const std::map<int, double> newest = newest_beats(beats, placement);
-  for (const auto& [n, t] : newest) {
-    if (std::size_t(n) >= probes.size()) continue;
-    const ProbeState& p = probes[std::size_t(n)];
-    if (!p.accepted || p.refused < kRefusalsToDown || now_s - t < silence) continue;
-    if (std::any_of(newest.begin(), newest.end(), [&](const auto& o) { return now_s - o.second < silence; }))
-      return Finding{.kind = IncidentKind::kHostLost,
-                     .rank = n * placement.slots,
-                     .failed_at = t,
-                     .message = fmt::format("{} refuses the probes it accepted before (its daemon is gone) and every "
-                                            "rank on it stopped beating {:.1f} s ago: its processes died",
-                                            node_name(placement.active[std::size_t(n)]), now_s - t)};
+std::optional<Finding> agent_lost(const Hosts& hosts, const Placement& placement, double now_s) {
+  for (std::size_t n = 0; n < hosts.size(); ++n) {
+    const HostView& h = hosts[n];
+    if (h.lost_s <= 0) continue;
+    const bool down = h.answers == false;
+    if (!down && now_s - h.lost_s < kAgentReconnectS) continue;
+    const double failed_at = h.summary.newest_beat_ms > 0 ? std::min(h.newest_beat_s(), h.lost_s) : h.lost_s;
+    return Finding{
+        .kind = IncidentKind::kHostLost,
+        .rank = int(n) * placement.slots,
+        .failed_at = failed_at,
+        .message = down ? fmt::format("the node agent of {} lost its connection and the host does not answer: down",
+                                      name_of(placement, n))
+                        : fmt::format("the node agent of {} lost its connection {:.1f} s ago and did not come back "
+                                      "(the host answers: the agent died, and its ranks with it)",
+                                      name_of(placement, n), now_s - h.lost_s)};
   }
   return std::nullopt;
 }
 
-std::optional<Finding> unreachable_host(const std::vector<ProbeState>& probes, const Placement& placement,
-                                        double now_s, double unreachable_after_s) {
-  const std::size_t nodes = std::min(probes.size(), placement.active.size());
-  for (std::size_t n = 0; n < nodes; ++n) {
-    const ProbeState& p = probes[n];
-    if (p.last_answer_s <= 0 || p.silent_since_s <= 0 || p.missed < kProbesMissedToCut ||
-        now_s - p.silent_since_s < unreachable_after_s)
-      continue;
-    for (std::size_t o = 0; o < nodes; ++o)
-      if (o != n && probes[o].last_answer_s > p.silent_since_s)
+std::optional<Finding> silent_agent(const Hosts& hosts, const Placement& placement, double now_s,
+                                    double unreachable_after_s) {
+  for (std::size_t n = 0; n < hosts.size(); ++n) {
+    const HostView& h = hosts[n];
+    if (h.heard_s <= 0 || h.lost_s > 0 || now_s - h.heard_s < unreachable_after_s) continue;
+    for (std::size_t o = 0; o < hosts.size(); ++o)
+      if (o != n && hosts[o].heard_s > h.heard_s + 0.5 * unreachable_after_s)
         return Finding{.kind = IncidentKind::kHostLost,
                        .rank = int(n) * placement.slots,
-                       .failed_at = p.last_answer_s,
-                       .message = fmt::format("{} has not answered htrun's probes for {:.1f} s while the others did: "
-                                              "cut off from the network, or down",
-                                              node_name(placement.active[n]), now_s - p.last_answer_s)};
+                       .failed_at = h.heard_s,
+                       .message = fmt::format("nothing came from the node agent of {} for {:.1f} s while the others "
+                                              "spoke: cut off from the network, or down",
+                                              name_of(placement, n), now_s - h.heard_s)};
   }
   return std::nullopt;
 }
 
-bool behind(const Heartbeat& a, const Heartbeat& b) {
-  const auto place = [](const Heartbeat& h) { return std::make_pair(h.step, h.phase); };
-  if (place(a) != place(b)) return place(a) < place(b);
-  return a.progress_ms < b.progress_ms;
-}
-
-std::optional<Finding> hang(const std::map<int, Heartbeat>& beats, double now_s, double last_step_done_s,
-                            double hang_timeout_s) {
+std::optional<Finding> hang(const Hosts& hosts, double now_s, double last_step_done_s, double hang_timeout_s) {
   // A step completed is progress of every rank (none completes a step
   // alone): heartbeats are sampled, the step records are not.
-  const Heartbeat* hung = nullptr;
-  for (const auto& [rank, h] : beats)
-    if (!ht::resilience::starting(h.phase) && now_s - std::max(h.progress_s(), last_step_done_s) > hang_timeout_s &&
-        (!hung || behind(h, *hung)))
-      hung = &h;
+  const wire::RankPlace* hung = nullptr;
+  for (const HostView& h : hosts)
+    if (const auto& p = h.summary.slowest;
+        p && now_s - std::max(double(p->progress_ms) / 1000, last_step_done_s) > hang_timeout_s &&
+        (!hung || behind(*p, *hung)))
+      hung = &*p;
   if (!hung) return std::nullopt;
-  return Finding{.kind = IncidentKind::kHang, .rank = hung->rank, .failed_at = hung->progress_s(), .message = {}};
+  return Finding{.kind = IncidentKind::kHang,
+                 .rank = hung->rank,
+                 .failed_at = double(hung->progress_ms) / 1000,
+                 .message = {}};
 }
 
-int start_laggard(const std::map<int, Heartbeat>& beats, int ranks) {
-  for (int r = 0; r < ranks; ++r)
-    if (!beats.count(r)) return r;
-  for (const Phase phase : {Phase::kLaunch, Phase::kStart})
-    for (int r = 0; r < ranks; ++r)
-      if (beats.at(r).phase == phase) return r;
-  return -1;
+int start_laggard(const Hosts& hosts, const Placement& placement) {
+  // (class, rank): no beat 0, kLaunch 1, kStart 2; the smallest.
+  std::pair<int, int> first{3, -1};
+  const int nodes = int(placement.active.size());
+  for (int n = 0; n < nodes; ++n) {
+    const HostView* h = std::size_t(n) < hosts.size() ? &hosts[std::size_t(n)] : nullptr;
+    std::pair<int, int> mine{3, -1};
+    if (!h || !h->summarized) {
+      mine = {0, n * placement.slots};
+    } else if (const wire::RankPlace& l = h->summary.laggard; l.rank >= 0) {
+      mine = {l.time_ms == 0 ? 0 : l.phase == Phase::kLaunch ? 1 : 2, l.rank};
+    }
+    if (mine.second >= 0 && mine < first) first = mine;
+  }
+  return first.second;
 }
 
-Finding start_not_finished(const std::map<int, Heartbeat>& beats, int laggard, double launched_at,
-                           double start_timeout_s, const std::string& program, const std::string& run_dir) {
+Finding start_not_finished(const Hosts& hosts, int laggard, double launched_at,
+                           double start_timeout_s, const std::string& program) {
+  bool laggard_beat = false, any_beat = false;
+  for (const HostView& h : hosts) {
+    any_beat = any_beat || h.summary.beating > 0;
+    if (h.summary.laggard.rank == laggard && h.summary.laggard.time_ms > 0) laggard_beat = true;
+  }
   Finding f{.kind = IncidentKind::kHang,
             .rank = laggard,
             .failed_at = launched_at + start_timeout_s,
             .message = fmt::format("rank {} did not {} within the start timeout ({:g} s)", laggard,
-                                   beats.count(laggard) ? "finish starting" : "start", start_timeout_s)};
+                                   laggard_beat ? "finish starting" : "start", start_timeout_s)};
   // Not one heartbeat from any rank: the program does not keep the contract
   // (a program on ht::train::Job beats from its first moment).
-  if (beats.empty()) {
+  if (!any_beat) {
     f.kind = IncidentKind::kNoHeartbeat;
     f.rank = -1;
     f.message = fmt::format(
-        "no rank wrote a heartbeat within the start timeout ({:g} s): '{}' does not keep htrun's contract "
-        "(heartbeats in {}/heartbeat/rank_R.json; programs built on ht::train::Job keep it; see docs/htrun.md)",
-        start_timeout_s, program, run_dir);
+        "no rank sent a heartbeat within the start timeout ({:g} s): '{}' does not keep htrun's contract "
+        "(heartbeats to its node agent; programs built on ht::train::Job keep it; see docs/htrun.md)",
+        start_timeout_s, program);
   }
   return f;
 }
 
-double last_beat(const std::map<int, Heartbeat>& beats, const Placement& placement, int node, double otherwise) {
-  double last = 0;
-  for (const auto& [rank, h] : beats)
-    if (node >= 0 && placement.node_of_rank(rank) == node) last = std::max(last, h.time_s());
-  return last > 0 ? last : otherwise;
+double last_beat(const Hosts& hosts, int node, double otherwise) {
+  if (node < 0 || std::size_t(node) >= hosts.size() || hosts[std::size_t(node)].summary.newest_beat_ms <= 0)
+    return otherwise;
+  return hosts[std::size_t(node)].newest_beat_s();
 }
 
-int stale_node(const std::map<int, Heartbeat>& beats, const Placement& placement) {
+int stale_node(const Hosts& hosts) {
   // Each node's newest beat; the stalest node, if it fell silent more than
   // a second (ten default beats of the tests, half a default beat) before
   // every other node.
-  std::map<int, double> newest;
-  for (const auto& [rank, h] : beats)
-    if (const int n = placement.node_of_rank(rank); n >= 0) newest[n] = std::max(newest[n], h.time_s());
+  const std::map<int, double> newest = newest_beats(hosts);
   if (newest.size() < 2) return -1;
   int stalest = -1;
   for (const auto& [n, t] : newest)
-    if (stalest < 0 || t < newest[stalest]) stalest = n;
+    if (stalest < 0 || t < newest.at(stalest)) stalest = n;
   for (const auto& [n, t] : newest)
-    if (n != stalest && t - newest[stalest] < 1.0) return -1;
+    if (n != stalest && t - newest.at(stalest) < 1.0) return -1;
   return stalest;
 }
 
@@ -202,7 +218,7 @@ bool blame_launcher_report(const Watch& w, const Placement& placement, Culprit& 
   if (w.dead_rank.rank >= 0 && !lost_first) {
     c.kind = IncidentKind::kCrash;
     c.rank = w.dead_rank.rank;
-    c.failed_at = last_beat(w.beats, placement, placement.node_of_rank(c.rank), w.dead_rank.time_s);
+    c.failed_at = last_beat(w.hosts, placement.node_of_rank(c.rank), w.dead_rank.time_s);
     return true;
   }
   if (w.lost_host.host.empty()) return false;
@@ -210,23 +226,26 @@ bool blame_launcher_report(const Watch& w, const Placement& placement, Culprit& 
   c.kind = IncidentKind::kHostLost;
   c.rank = node >= 0 ? node * placement.slots : -1;
   c.message = fmt::format("the launcher lost host {}", w.lost_host.host);
-  c.failed_at = last_beat(w.beats, placement, node, w.lost_host.time_s);
+  c.failed_at = last_beat(w.hosts, node, w.lost_host.time_s);
   return true;
 }
 
-// Ranks that beat on after the launcher was gone: their host was cut off,
-// and they are stuck where the cut caught them, so the last change of
+// Nodes whose ranks beat on after the launcher was gone: their host was cut
+// off, and they are stuck where the cut caught them, so the last change of
 // their step or phase is when it came.
 bool blame_orphans(const Watch& w, const Placement& placement, Culprit& c) {
   if (w.orphans.empty()) return false;
-  const int node = placement.node_of_rank(w.orphans.front());
+  const int node = w.orphans.front();
   c.kind = IncidentKind::kHostLost;
-  c.rank = w.orphans.front();
-  c.message = fmt::format("rank(s) {} beat on after the launcher was gone: their host is cut off from it",
-                          fmt::join(w.orphans, ","));
-  for (int r : w.orphans)
-    if (const auto h = w.beats.find(r); h != w.beats.end() && placement.node_of_rank(r) == node)
-      c.failed_at = std::max(c.failed_at, h->second.progress_s());
+  c.rank = node * placement.slots;
+  std::vector<std::string> names;
+  for (int n : w.orphans) names.push_back(name_of(placement, std::size_t(n)));
+  c.message = fmt::format("the ranks of {} beat on after the launcher was gone: their host is cut off from it",
+                          fmt::join(names, ", "));
+  if (std::size_t(node) < w.hosts.size()) {
+    const HostView& h = w.hosts[std::size_t(node)];
+    c.failed_at = h.summary.slowest ? double(h.summary.slowest->progress_ms) / 1000 : h.newest_beat_s();
+  }
   return true;
 }
 
@@ -251,15 +270,15 @@ bool blame_comm_failures(const Watch& w, const Placement& placement, double comm
   c.rank = named.empty() ? -1 : named.front();
   // The rank its peers waited for still beats but made no progress for
   // longer than they waited: it hangs (stuck outside communication), and
-  // its peers' timeouts are the effect.
-  if (const auto h = w.beats.find(c.rank);
-      h != w.beats.end() && h->second.time_s() - h->second.progress_s() > 0.5 * comm_timeout_s)
-    c.kind = IncidentKind::kHang;
+  // its peers' timeouts are the effect. Its node's slowest rank tells.
+  if (const int node = placement.node_of_rank(c.rank); node >= 0 && std::size_t(node) < w.hosts.size())
+    if (const auto& slowest = w.hosts[std::size_t(node)].summary.slowest;
+        slowest && double(slowest->time_ms - slowest->progress_ms) / 1000 > 0.5 * comm_timeout_s)
+      c.kind = IncidentKind::kHang;
   const ExitRecord& first = *std::find_if(w.exits.begin(), w.exits.end(),
                                           [](const ExitRecord& e) { return e.kind == ExitKind::kCommFailure; });
   c.message = first.message;
-  c.failed_at =
-      named.empty() ? first.time_s() : last_beat(w.beats, placement, placement.node_of_rank(c.rank), first.time_s());
+  c.failed_at = named.empty() ? first.time_s() : last_beat(w.hosts, placement.node_of_rank(c.rank), first.time_s());
   return true;
 }
 
@@ -267,11 +286,11 @@ bool blame_comm_failures(const Watch& w, const Placement& placement, double comm
 // stopped beating well before the others did (a host gone with its
 // processes), if there is one.
 void blame_stale_host(const Watch& w, const Placement& placement, const std::string& job_log, Culprit& c) {
-  const int stale = stale_node(w.beats, placement);
+  const int stale = stale_node(w.hosts);
   c.kind = IncidentKind::kFailure;
   if (stale >= 0) {
     c.rank = stale * placement.slots;
-    c.failed_at = last_beat(w.beats, placement, stale, 0);
+    c.failed_at = last_beat(w.hosts, stale, 0);
     c.message = fmt::format("the launcher exited {}; the heartbeats of {} stopped first", w.exit_code,
                             node_name(placement.active[std::size_t(stale)]));
   } else {

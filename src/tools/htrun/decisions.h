@@ -1,10 +1,12 @@
 // htrun's decisions as pure functions: when the watch ends a launch itself (a
-// host gone silent, a hang, a start that never ends), who is to blame once a
-// launch has ended, which nodes to health-check, how long to wait before the
-// next launch. Each takes what the supervisor saw (the ranks' records, the
-// launcher's report, the active nodes, options, times in seconds since the
-// epoch) and returns values; the supervisor keeps the processes, files and
-// clocks (docs/htrun.md, "Who is to blame"; tests/resilience/htrun_decisions_test.cc).
+// host gone silent or cut off, an agent lost, a hang, a start that never
+// ends), who is to blame once a launch has ended, which nodes to
+// health-check, how long to wait before the next launch. Each takes what the
+// supervisor saw (its agents' summaries of each node, the ranks' exit
+// records, the launcher's report, the active nodes, options, times in
+// seconds since the epoch) and returns values; the supervisor keeps the
+// processes, connections, files and clocks (docs/htrun.md, "Who is to
+// blame"; tests/resilience/htrun_decisions_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -15,14 +17,14 @@
 
 #include "ht/resilience/run_protocol.h"
 #include "htrun/cluster.h"
-#include "htrun/host_probe.h"
 #include "htrun/launcher_event.h"
+#include "htrun/rank_board.h"
 #include "htrun/report.h"
+#include "htrun/wire.h"
 
 namespace htrun {
 
 using ht::resilience::ExitRecord;
-using ht::resilience::Heartbeat;
 using ht::resilience::IncidentKind;
 
 /// Where a launch's ranks run: rank r on active[r / slots], so a node's
@@ -38,8 +40,26 @@ struct Placement {
   int node_of_host(const std::string& host) const;
 };
 
+/// What the controller knows of one node of a launch: its agent's newest
+/// summary of the launch's ranks there (rank_board.h) and its connection.
+/// The rules below read these, one per node, never a rank's own record:
+/// their work grows with hosts, not ranks.
+struct HostView {
+  wire::Summary summary;    // the newest of this launch (ranks 0 until one came)
+  bool summarized = false;  // one of this launch came
+  double heard_s = 0;       // when the agent last sent anything; 0: never
+  double lost_s = 0;        // when its connection closed; 0: open
+  /// Since its agent's connection closed: whether the host answers a probe
+  /// of its daemon's port (a connection accepted); nullopt: not known yet.
+  std::optional<bool> answers;
+
+  double newest_beat_s() const { return double(summary.newest_beat_ms) / 1000; }
+};
+/// By index in Placement::active.
+using Hosts = std::vector<HostView>;
+
 /// One launch as the supervisor watched it: what the watch itself declared,
-/// and what the ranks and the launcher left when the launch ended.
+/// and what the agents and the launcher left when the launch ended.
 struct Watch {
   /// What the watch saw and ended the job for (a hang, a preemption, a host
   /// gone silent, no heartbeat at all); nullopt when the job ended by itself.
@@ -48,15 +68,17 @@ struct Watch {
   int failed_rank = -1;
   double failed_at = 0, detected_at = 0;
   int exit_code = 0;        // the launcher's (128 + signal when killed)
-  LauncherEvent dead_rank;  // the launcher's report of a rank killed by a signal (rank -1: none)
+  /// The first rank that died without an exit record: its agent's report, or
+  /// the launcher's ("exited on signal"), whichever came first (rank -1: none).
+  LauncherEvent dead_rank;
   LauncherEvent lost_host;  // the launcher's report of a host lost (host "": none)
-  std::map<int, Heartbeat> beats;  // the ranks' last heartbeats
-  std::vector<int> orphans;        // ranks that beat on after the launcher was gone
+  Hosts hosts;              // the nodes' newest summaries
+  std::vector<int> orphans;        // nodes (indices) whose ranks beat on after the launcher was gone
   std::vector<ExitRecord> exits;   // what the ranks said, oldest first
   std::int64_t checkpoint_step = 0;  // the newest committed checkpoint when the launch ended
   std::int64_t resume_step = 0;      // the checkpoint the launch resumed from
   std::int64_t reached = 0;          // the last step it completed, as far as anything tells
-  /// The first step this launch was seen to complete (a heartbeat or a step
+  /// The first step this launch was seen to complete (a summary or a step
   /// line), -1 when none: it trained.
   std::int64_t first_step = -1;
   double launched_at = 0;
@@ -80,48 +102,39 @@ struct Finding {
 
 // ---------------------------------------------------- while a launch runs
 
+/// The ranks' beat interval as the agents saw it: the shortest any reported
+/// (0 when none knows yet).
+double beat_interval_s(const Hosts& hosts);
+
 /// How long a host's ranks must all be silent for it to be lost: ten beats,
 /// at least 2 s (a busy host may write late; a false alarm costs a restart).
 double host_silence_s(double beat_interval_s);
 /// A host gone silent: every rank of a node stopped beating host_silence_s()
 /// ago or longer, while another node's ranks beat within a quarter of that
-/// (a host that died with its processes, or lost the run directory). The
-/// first such node, its first rank blamed, failed at its newest beat.
-/// nullopt when none is, or `beat_interval_s` is not known (<= 0).
-std::optional<Finding> silent_host(const std::map<int, Heartbeat>& beats, const Placement& placement, double now_s,
+/// (its ranks frozen, or their agent cannot hear them). The first such
+/// node, its first rank blamed, failed at its newest beat. nullopt when
+/// none is, or `beat_interval_s` is not known (<= 0).
+std::optional<Finding> silent_host(const Hosts& hosts, const Placement& placement, double now_s,
                                    double beat_interval_s);
 
-/// Probes expired unanswered in a row before a host may be declared cut off
-/// (one lost SYN is not a partition).
-inline constexpr int kProbesMissedToCut = 2;
-/// A host cut off: the host of active[n] (`probes[n]`, htrun's reachability
-/// watch) answered before, has missed kProbesMissedToCut probes or more in
-/// a row and not answered one sent `unreachable_after_s` ago or longer,
-/// while another node's host answered since that probe (so the fault is not
-/// htrun's own network, nor htrun stalled). A host that never answered (a
-/// port filtered) is never declared. The first such node, its first rank
-/// blamed, failed at its last answer. nullopt when none is, or with fewer
-/// than two nodes.
-std::optional<Finding> unreachable_host(const std::vector<ProbeState>& probes, const Placement& placement,
-                                        double now_s, double unreachable_after_s);
+/// How long a node's agent may be away (its connection closed) while its
+/// host still answers, before the node is lost: an agent reconnects after a
+/// dropped connection well within this.
+inline constexpr double kAgentReconnectS = 1.0;
+/// A node whose agent's connection closed and did not come back: at once
+/// when its host does not answer (down, or its daemon gone with it: a
+/// crash), after kAgentReconnectS when it does (the agent alone died; its
+/// ranks end themselves, unwatched). The first such node, its first rank
+/// blamed, failed at its ranks' newest beat (the connection's end when none).
+std::optional<Finding> agent_lost(const Hosts& hosts, const Placement& placement, double now_s);
 
-/// Probes refused in a row, by a port that accepted before, before a host's
-/// daemon counts as gone (one refusal may be a daemon restarting).
-inline constexpr int kRefusalsToDown = 2;
-/// How long a host's ranks must all be silent, its daemon gone, for it to be
-/// down: five beats, at least 0.3 s. Two signs that agree need less time
-/// than silence alone (host_silence_s).
-double host_down_silence_s(double beat_interval_s);
-/// A host whose processes died while its kernel answers (killed, out of
-/// memory): its port (`probes[n]`) accepted htrun's probes, then refused
-/// kRefusalsToDown or more in a row, and every rank on it has been silent
-/// for host_down_silence_s() while another node's ranks beat within that
-/// time. Either sign alone is not enough: a daemon restarts while training
-/// goes on; a busy host writes its beats late. The first such node, its
-/// first rank blamed, failed at its newest beat. nullopt when none is, or
-/// `beat_interval_s` is not known (<= 0).
-std::optional<Finding> host_down(const std::vector<ProbeState>& probes, const std::map<int, Heartbeat>& beats,
-                                 const Placement& placement, double now_s, double beat_interval_s);
+/// A node cut off: its agent was heard before, then nothing for
+/// `unreachable_after_s` while another node's agent was heard since (so the
+/// fault is not htrun's own network, nor htrun stalled). The first such
+/// node, its first rank blamed, failed at the last time it was heard.
+/// nullopt when none is, or with fewer than two nodes.
+std::optional<Finding> silent_agent(const Hosts& hosts, const Placement& placement, double now_s,
+                                    double unreachable_after_s);
 
 /// How long the watch waits, after a rank's record of a communication
 /// failure, for its peers' records before it ends the launch: ranks time out
@@ -134,36 +147,31 @@ inline constexpr double kCommFailureSettleS = 1.0;
 /// the launcher may take long to end (a host cut off).
 std::optional<double> comm_failure_recorded(const std::vector<ExitRecord>& exits);
 
-/// Whether `a` got less far than `b`: an earlier step, an earlier phase of
-/// the step (the protocol's order), or the same place reached earlier.
-bool behind(const Heartbeat& a, const Heartbeat& b);
 /// A hang: a rank past start-up whose progress (its own, or a step any rank
 /// completed, `last_step_done_s`) is older than `hang_timeout_s`. Peers go
 /// on until they block on the hung rank, so the rank that got least far is
-/// named, failed at its last progress.
-std::optional<Finding> hang(const std::map<int, Heartbeat>& beats, double now_s, double last_step_done_s,
-                            double hang_timeout_s);
+/// named (of each node's slowest), failed at its last progress.
+std::optional<Finding> hang(const Hosts& hosts, double now_s, double last_step_done_s, double hang_timeout_s);
 
-/// The rank a start waits for among `ranks`: the first with no heartbeat
-/// (stuck before MPI is up, and its peers with it), then the first whose
-/// MPI is not up (kLaunch), then the first still starting (kStart); -1 when
-/// every rank has started.
-int start_laggard(const std::map<int, Heartbeat>& beats, int ranks);
+/// The rank a start waits for: the first with no heartbeat (stuck before
+/// MPI is up, and its peers with it), then the first whose MPI is not up
+/// (kLaunch), then the first still starting (kStart); -1 when every rank
+/// has started. A node with no summary has none of its ranks beating.
+int start_laggard(const Hosts& hosts, const Placement& placement);
 /// A start that did not end within the start timeout: a hang of `laggard`,
-/// failed at the timeout; or, when no rank wrote any heartbeat, a program
-/// that does not keep the contract (kNoHeartbeat, named by `program`, its
-/// heartbeats expected under `run_dir`).
-Finding start_not_finished(const std::map<int, Heartbeat>& beats, int laggard, double launched_at,
-                           double start_timeout_s, const std::string& program, const std::string& run_dir);
+/// failed at the timeout; or, when no rank beat at all, a program that does
+/// not keep the contract (kNoHeartbeat, named by `program`).
+Finding start_not_finished(const Hosts& hosts, int laggard, double launched_at,
+                           double start_timeout_s, const std::string& program);
 
 // ---------------------------------------------------- once it has ended
 
 /// When the ranks of active[node] last beat (`otherwise` when none did, or
 /// node < 0): the failure came after, to within a heartbeat interval.
-double last_beat(const std::map<int, Heartbeat>& beats, const Placement& placement, int node, double otherwise);
+double last_beat(const Hosts& hosts, int node, double otherwise);
 /// The index of the node whose heartbeats stopped a second or more before
 /// every other node's, or -1 (fewer than two nodes beat, or none did so).
-int stale_node(const std::map<int, Heartbeat>& beats, const Placement& placement);
+int stale_node(const Hosts& hosts);
 
 /// Who is to blame for the end of launch `w`, most direct first: the watch
 /// itself; a rank's own exit record of its failure; the launcher's report

@@ -32,6 +32,10 @@ struct ProbeState {
   double refused_since_s = 0;
 };
 
+/// Probes expired unanswered in a row before a host counts as not
+/// answering (one lost SYN is not a partition).
+inline constexpr int kProbesMissedToCut = 2;
+
 class HostProbe {
  public:
   /// Probes `hosts` (names resolved once, here) on `port`: a new connect

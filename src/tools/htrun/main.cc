@@ -13,6 +13,9 @@
 // examples/custom_program). The whole contract is docs/htrun.md. The run
 // directory must be shared by every node.
 //
+// htrun starts a node agent (ht-agent) on every host first: the ranks report
+// to it over a Unix socket, and it sends htrun a summary of its host's ranks
+// every interval (docs/htrun.md, "Node agents").
 // On a failure htrun stops every rank (TERM, then KILL), classifies it from
 // the exit records, the launcher's report of a dead rank and the heartbeats
 // (crash, hang, divergence, corruption, straggler, preemption), runs
@@ -73,12 +76,12 @@ int main(int argc, char** argv) {
                  "spare when it passes (the ranks left on it by earlier launches ended first); default: never. Not "
                  "under Slurm, where a drained node returns when an administrator resumes it");
   app.add_option("--probe-port", o.probe_port,
-                 "the port htrun connects to on each host of the job, every 0.2 s, to see a host cut off (default: "
-                 "ssh's 22 for a hostfile, slurmd's 6818 under Slurm; 0: no probes)")
+                 "the port htrun connects to on a host whose node agent's connection closed, to tell a host down from "
+                 "an agent gone (default: ssh's 22 for a hostfile, slurmd's 6818 under Slurm; 0: no probe)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--unreachable-after", o.unreachable_after_s,
-                 "seconds a host that answered the probes may stay silent, while the others answer, before htrun "
-                 "takes it for cut off and relaunches without it")
+                 "seconds a node agent that spoke before may stay silent, while the others speak, before htrun "
+                 "takes its host for cut off and relaunches without it")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--health-arg", o.health_args,
@@ -89,6 +92,19 @@ int main(int argc, char** argv) {
   app.add_option("--mpirun", mpirun, "the MPI launcher for local and hostfile nodes");
   app.add_option("--launcher-arg", o.launcher_args, "an argument for mpirun/srun (repeatable)")->allow_extra_args(false);
   app.add_option("--health-tool", o.health_tool, "ht-health (default: next to htrun)");
+  app.add_option("--agent-tool", o.agent_tool, "ht-agent, the node agent htrun starts on every host (default: next to htrun)");
+  app.add_option("--agent-dir", o.agent_dir,
+                 "the directory of the ranks' socket to their node agent on every host (default: a new /tmp/htrun-<uid>-<id>)");
+  app.add_option("--controller-address", o.controller_address,
+                 "the address the node agents reach htrun at (default: this host's name; 127.0.0.1 for simulated nodes)");
+  app.add_option("--controller-port", o.controller_port, "the port htrun listens on for its node agents (default: any free one)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--summary-interval", o.summary_interval_ms, "milliseconds between two summaries of a node agent")
+      ->check(CLI::Range(20, 60000))
+      ->capture_default_str();
+  app.add_option("--agent-timeout", o.agent_timeout_s, "seconds a node agent has to connect after it was started")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_flag("--dry-run", dry_run, "print the node set and the commands, launch nothing");
   app.add_option("program", o.program, "-- program [args]")->required();
   app.allow_extras(false);
@@ -103,8 +119,9 @@ int main(int argc, char** argv) {
                    arg.c_str());
       return 2;
     }
-  if (o.health_tool.empty())
-    o.health_tool = (fs::canonical("/proc/self/exe").parent_path() / "ht-health").string();
+  const fs::path here = fs::canonical("/proc/self/exe").parent_path();
+  if (o.health_tool.empty()) o.health_tool = (here / "ht-health").string();
+  if (o.agent_tool.empty()) o.agent_tool = (here / "ht-agent").string();
   try {
     int source_slots = 0;
     htrun::Cluster cluster = !hostfile.empty()                           ? htrun::Cluster::from_hostfile(hostfile, &source_slots)

@@ -30,6 +30,13 @@ nlohmann::json Report::to_json() const {
     if (i.recovery_s) j["recovery_s"] = *i.recovery_s;
     incidents_json.push_back(std::move(j));
   }
+  nlohmann::json launches_json = nlohmann::json::array();
+  for (const LaunchRecord& l : launches)
+    launches_json.push_back({{"launch", l.launch},
+                             {"epoch", l.epoch},
+                             {"started_at", l.started_at},
+                             {"ack_s", l.ack_s},
+                             {"unacknowledged", l.unacknowledged}});
   return {{"verdict", verdict},
           {"exit_code", exit_code},
           {"wall_s", wall_s},
@@ -40,7 +47,11 @@ nlohmann::json Report::to_json() const {
           {"cordoned_nodes", cordoned},
           {"active_nodes", active},
           {"spares_left", spares_left},
-          {"readmitted_nodes", readmitted}};
+          {"readmitted_nodes", readmitted},
+          {"launches", launches_json},
+          {"agent_frames", agent_frames},
+          {"agent_frames_dropped", agent_frames_dropped},
+          {"agent_handshake_timeouts", agent_handshake_timeouts}};
 }
 
 std::string Report::text() const {

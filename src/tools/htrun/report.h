@@ -53,6 +53,16 @@ struct Incident {
   std::vector<NodeHealth> health;  // the suspects' checks, in the order run
 };
 
+/// One launch: when it started and how long its agents took to acknowledge
+/// it (their ranks of older launches ended).
+struct LaunchRecord {
+  int launch = 0;
+  std::int64_t epoch = 0;
+  double started_at = 0;
+  double ack_s = 0;                   // the Launch sent to the last acknowledgement
+  std::vector<int> unacknowledged;    // node ids whose agents did not acknowledge in time
+};
+
 struct Report {
   std::string verdict;
   int exit_code = 1;
@@ -62,6 +72,10 @@ struct Report {
   std::vector<Incident> incidents;
   std::vector<int> cordoned, active, spares_left;
   std::vector<int> readmitted;  // cordoned nodes that passed a later check and returned as spares, in order
+  std::vector<LaunchRecord> launches;
+  /// The node agents' frames: taken, and dropped by why (forged, replayed,
+  /// malformed, out of place), with connections that never proved themselves.
+  std::uint64_t agent_frames = 0, agent_frames_dropped = 0, agent_handshake_timeouts = 0;
 
   double goodput() const { return wall_s > 0 ? productive_s / wall_s : 0.0; }
   nlohmann::json to_json() const;

@@ -15,24 +15,6 @@ namespace fs = std::filesystem;
 namespace protocol = ht::resilience;
 
 namespace htrun {
-namespace {
-
-/// The text of every <dir>/*.json (records are small and rewritten whole).
-std::vector<std::string> read_json_files(const std::string& dir) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().extension() != ".json") continue;
-    std::ifstream in(e.path(), std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in) out.push_back(text.str());
-  }
-  return out;
-}
-
-}  // namespace
-
 MetricsTail::MetricsTail(const std::string& run_dir) : path_(protocol::metrics_path(run_dir)) {}
 
 std::vector<protocol::MetricsLine> MetricsTail::poll() {
@@ -61,23 +43,6 @@ std::vector<protocol::MetricsLine> MetricsTail::poll() {
   return out;
 }
 
-std::map<int, protocol::Heartbeat> read_heartbeats(const std::string& run_dir, std::int64_t epoch) {
-  std::map<int, protocol::Heartbeat> out;
-  for (const std::string& text : read_json_files(protocol::heartbeat_dir(run_dir)))
-    if (const auto h = protocol::parse_heartbeat(text); h && protocol::of_launch(h->epoch, epoch)) out[h->rank] = *h;
-  return out;
-}
-
-std::vector<protocol::ExitRecord> read_exit_records(const std::string& run_dir, std::int64_t epoch) {
-  std::vector<protocol::ExitRecord> out;
-  for (const std::string& text : read_json_files(protocol::exit_record_dir(run_dir)))
-    if (auto r = protocol::parse_exit_record(text); r && protocol::of_launch(r->epoch, epoch)) out.push_back(std::move(*r));
-  // The first to exit first: the others often exit because of it.
-  std::sort(out.begin(), out.end(),
-            [](const protocol::ExitRecord& a, const protocol::ExitRecord& b) { return a.time_ms < b.time_ms; });
-  return out;
-}
-
 std::int64_t read_launch_epoch(const std::string& run_dir) {
   return std::max<std::int64_t>(0, protocol::run_dir_epoch(run_dir));
 }
@@ -92,14 +57,8 @@ void write_launch_epoch(const std::string& run_dir, std::int64_t epoch) {
   fs::rename(tmp, path);
 }
 
-void clear_rank_files(const std::string& run_dir) {
-  std::error_code ec;
-  fs::remove_all(protocol::heartbeat_dir(run_dir), ec);
-  fs::remove_all(protocol::exit_record_dir(run_dir), ec);
-}
-
 std::int64_t latest_checkpoint_step(const std::string& run_dir) {
-  const auto committed = ht::ckpt::committed_checkpoints((fs::path(run_dir) / "checkpoints").string());
+  const auto committed = ht::ckpt::committed_checkpoints(protocol::checkpoint_dir(run_dir));
   return committed.empty() ? 0 : committed.back().step;
 }
 

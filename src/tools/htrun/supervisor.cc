@@ -1,15 +1,17 @@
-// htrun's supervisor loop.
+// htrun's supervisor: the run loop, launches and their watch, the report.
+// Nodes, agents and health checks are supervisor_nodes.cc's.
 #include "htrun/supervisor.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -32,16 +34,32 @@ void on_signal(int s) { g_stop_signal = s; }
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
+// A directory of its own per run for the ranks' sockets, on every host.
+std::string default_agent_dir() {
+  const wire::Nonce n = wire::make_nonce();
+  return fmt::format("/tmp/htrun-{}-{:02x}{:02x}{:02x}{:02x}", ::geteuid(), n[0], n[1], n[2], n[3]);
+}
+
+std::string this_host() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
 }  // namespace
 
 double Supervisor::comm_timeout_s() const { return std::max(1.0, options_.hang_timeout_s * 2.0 / 3.0); }
 
 std::string Supervisor::memory_dir() const {
-  return ht::ckpt::default_memory_dir((fs::path(options_.run_dir) / "checkpoints").string());
+  return ht::ckpt::default_memory_dir(protocol::checkpoint_dir(options_.run_dir));
 }
 
-Supervisor::Supervisor(SupervisorOptions options, Cluster cluster, Clock clock)
-    : options_(std::move(options)), cluster_(std::move(cluster)), clock_(std::move(clock)) {
+Supervisor::Supervisor(SupervisorOptions options, Cluster cluster, Clock clock, std::shared_ptr<Spawner> spawner)
+    : options_(std::move(options)),
+      cluster_(std::move(cluster)),
+      clock_(std::move(clock)),
+      spawner_(spawner ? std::move(spawner) : std::make_shared<ProcessSpawner>()),
+      secret_(wire::make_secret()) {
   if (!clock_.now) clock_.now = now_s;
   const auto& nodes = cluster_.nodes();
   if (options_.spares >= int(nodes.size()))
@@ -50,11 +68,37 @@ Supervisor::Supervisor(SupervisorOptions options, Cluster cluster, Clock clock)
   const std::size_t used = nodes.size() - std::size_t(options_.spares);
   active_.assign(nodes.begin(), nodes.begin() + std::ptrdiff_t(used));
   spares_.assign(nodes.begin() + std::ptrdiff_t(used), nodes.end());
+  if (options_.agent_dir.empty()) options_.agent_dir = default_agent_dir();
+  if (options_.controller_address.empty())
+    options_.controller_address = cluster_.kind() == ClusterKind::kLocal ? "127.0.0.1" : this_host();
 }
 
-void Supervisor::sleep(double seconds) const {
-  if (clock_.sleep) clock_.sleep(seconds);
-  else sleep_s(seconds);
+Supervisor::~Supervisor() = default;
+
+const ControllerCounts& Supervisor::counts() const {
+  static const ControllerCounts none;
+  return controller_ ? controller_->counts() : none;
+}
+
+void Supervisor::wait(double seconds) {
+  if (clock_.sleep) {
+    if (controller_) controller_->poll(0);
+    clock_.sleep(seconds);
+  } else if (controller_) {
+    // The whole time, however many frames arrive meanwhile: the watch's
+    // work per look grows with hosts, so it must not look per frame.
+    const double deadline = now() + seconds;
+    do controller_->poll(std::max(0.0, deadline - now()));
+    while (now() < deadline);
+  } else {
+    sleep_s(seconds);
+  }
+  if (!controller_) return;
+  for (AgentEvent& e : controller_->take_events()) {
+    if (const auto* result = std::get_if<wire::HealthResult>(&e.message)) health_results_[result->request] = *result;
+    else if (const auto* ack = std::get_if<wire::Ack>(&e.message)) acks_[ack->request].insert(e.node);
+    else launch_events_.push_back(std::move(e));
+  }
 }
 
 std::string Supervisor::node_name(int id) const {
@@ -72,27 +116,28 @@ std::vector<std::string> Supervisor::job_command(const std::vector<std::string>&
 std::string Supervisor::plan() const {
   std::string out = fmt::format("nodes: {}; {} active, {} spare, {} slot(s) per node\njob: {}\n", cluster_.describe(),
                                 active_.size(), spares_.size(), options_.slots, fmt::join(job_command(), " "));
+  for (const Node& n : cluster_.nodes())
+    out += fmt::format("agent of {}: {}\n", cluster_.name(n), fmt::join(agent_command(n), " "));
   std::vector<std::string> check{options_.health_tool, "--node", "N", "..."};
   check.insert(check.end(), options_.health_args.begin(), options_.health_args.end());
-  for (const Node& n : cluster_.nodes()) {
-    check[2] = std::to_string(n.id);
-    out += fmt::format("health of {}: {}\n", cluster_.name(n),
-                       fmt::join(cluster_.on_node(n, check, options_.launcher_args, options_.connect_timeout_s), " "));
-  }
+  out += fmt::format("health checks, run by the agents: {}\n", fmt::join(check, " "));
   return out;
 }
 
-// What one launch's watch carries from one poll to the next.
+// What one launch's watch carries from one look to the next.
 struct Supervisor::WatchState {
   Watch w;
   Placement placed;
-  int ranks = 0;               // every rank of the launch
-  bool all_started = false;    // every rank got past start-up
-  double beat_interval_s = 0;  // the ranks' beat interval, as seen: the shortest gap between two beats
+  int ranks = 0;  // every rank of the launch
+  LaunchState state = LaunchState::kStarting;
   std::optional<double> comm_failure_at;  // when the watch read the first record of a communication failure
+  /// The exit code the ranks' own records give once every one has ended
+  /// (the launcher may not have noticed yet).
+  std::optional<int> ranks_ended_code;
   MetricsTail metrics;
   std::int64_t epoch = 0;
-  std::unique_ptr<HostProbe> probe;  // the active hosts' reachability, if watched
+  /// Hosts whose agent's connection closed: a probe of each, by node index.
+  std::map<std::size_t, std::unique_ptr<HostProbe>> probes;
 
   WatchState(const std::string& run_dir, std::int64_t launch_epoch) : metrics(run_dir), epoch(launch_epoch) {}
 
@@ -113,24 +158,6 @@ struct Supervisor::WatchState {
       }
     }
   }
-  // New heartbeats: the beat interval and the furthest step completed.
-  void take_beats(const std::map<int, protocol::Heartbeat>& beats) {
-    for (const auto& [rank, h] : beats) {
-      const auto it = w.beats.find(rank);
-      if (it != w.beats.end() && h.time_s() > it->second.time_s())
-        beat_interval_s = beat_interval_s > 0 ? std::min(beat_interval_s, h.time_s() - it->second.time_s())
-                                              : h.time_s() - it->second.time_s();
-      w.beats[rank] = h;
-    }
-    read_records();
-    for (const auto& [rank, h] : beats) {
-      const std::int64_t done = protocol::completed_step(h.step, h.phase);
-      if (done > w.reached) {
-        if (w.first_step < 0) w.first_step = done;
-        w.reached = done;
-      }
-    }
-  }
   // The watch found `f`: the launch ends for it.
   void declare(const Finding& f) {
     w.kind = f.kind;
@@ -140,12 +167,151 @@ struct Supervisor::WatchState {
   }
 };
 
-std::unique_ptr<ChildProcess> Supervisor::start_launch(int launch, std::int64_t resume_step) {
-  // A new epoch: the ranks of every earlier launch (any left on a host that
-  // was cut off) fence themselves, and their records are ignored.
+// ------------------------------------------------------------ detectors
+
+// What a detector found: the launch ends at `at`, for `finding` when the
+// watch names the culprit itself (else classify() does, from the records);
+// a host lost ends it with KILL at once.
+struct Supervisor::Detected {
+  std::optional<Finding> finding;
+  double at = 0;
+  bool host_lost = false;
+};
+
+// The detectors, asked in this order each look: the most direct evidence
+// first. Each applies in the launch states it names; the first that finds
+// something ends the launch.
+const Supervisor::Detector Supervisor::kDetectors[] = {
+    {"the job ended", true, true, &Supervisor::job_ended},
+    {"a rank died, or a host was lost", true, true, &Supervisor::rank_died_or_host_lost},
+    {"a node's agent lost", true, true, &Supervisor::node_agent_lost},
+    {"a node's ranks silent", false, true, &Supervisor::node_silent},
+    {"a node cut off", true, true, &Supervisor::node_cut_off},
+    {"progress stalled", true, true, &Supervisor::progress_stalled},
+    {"a start that never ends", true, false, &Supervisor::start_unfinished},
+    {"a peer named by a communication failure", true, true, &Supervisor::peer_named},
+};
+
+bool Supervisor::run_detectors(Process& job, WatchState& s, double t) {
+  for (const Detector& d : kDetectors) {
+    if (!(s.state == LaunchState::kStarting ? d.while_starting : d.while_training)) continue;
+    const std::optional<Detected> found = (this->*d.find)(job, s, t);
+    if (!found) continue;
+    if (found->finding) s.declare(*found->finding);
+    s.w.detected_at = found->at;
+    s.state = LaunchState::kEnded;
+    // Ranks that lost a host cannot finish anything with it (a TERM,
+    // taken for a preemption, would only have them try to save with a peer
+    // gone), and the launcher cannot reach it to end its daemon there:
+    // they are killed at once.
+    if (!job.poll()) job.stop(found->host_lost ? 0 : options_.grace_s);
+    return true;
+  }
+  return false;
+}
+
+std::optional<Supervisor::Detected> Supervisor::job_ended(Process& job, WatchState& s, double t) {
+  // The launcher exited, or every rank's process ended (the agents say so)
+  // and the launcher has not noticed yet.
+  if (job.poll() || s.ranks_ended_code) return Detected{std::nullopt, t, false};
+  return std::nullopt;
+}
+
+std::optional<Supervisor::Detected> Supervisor::rank_died_or_host_lost(Process& job, WatchState& s, double t) {
+  // A rank died with no exit record (its agent saw its socket close, or
+  // the launcher said so), or the launcher lost a host: the launcher may
+  // take a while to end the others (srun waits KillWait for ranks stuck
+  // in a collective; mpirun cannot reach a host that is gone).
+  const bool lost = !job.lost_host().host.empty();
+  if (s.w.dead_rank.rank >= 0 || job.dead_rank().rank >= 0 || lost) return Detected{std::nullopt, t, lost};
+  return std::nullopt;
+}
+
+std::optional<Supervisor::Detected> Supervisor::node_agent_lost(Process&, WatchState& s, double t) {
+  if (auto f = agent_lost(s.w.hosts, s.placed, t)) return Detected{std::move(f), t, true};
+  return std::nullopt;
+}
+
+std::optional<Supervisor::Detected> Supervisor::node_silent(Process&, WatchState& s, double t) {
+  if (auto f = silent_host(s.w.hosts, s.placed, t, beat_interval_s(s.w.hosts))) return Detected{std::move(f), t, true};
+  return std::nullopt;
+}
+
+std::optional<Supervisor::Detected> Supervisor::node_cut_off(Process&, WatchState& s, double t) {
+  if (auto f = silent_agent(s.w.hosts, s.placed, t, options_.unreachable_after_s))
+    return Detected{std::move(f), t, true};
+  return std::nullopt;
+}
+
+std::optional<Supervisor::Detected> Supervisor::progress_stalled(Process&, WatchState& s, double t) {
+  if (auto f = hang(s.w.hosts, t, s.w.last_step_done_s, options_.hang_timeout_s))
+    return Detected{std::move(f), t, false};
+  return std::nullopt;
+}
+
+std::optional<Supervisor::Detected> Supervisor::start_unfinished(Process&, WatchState& s, double t) {
+  // A rank that never arrived (no heartbeat: it is stuck before MPI is up,
+  // and so are its peers) or never got past start-up: the hang rule cannot
+  // see either. Heartbeats are sampled: a short launch can start, train and
+  // save between two beats, so what the ranks recorded tells that it
+  // started too: training began (every rank is past start-up then:
+  // building the engine is collective), a step completed, a rank sent its
+  // exit record, a checkpoint was committed.
+  Watch& w = s.w;
+  const int laggard = start_laggard(w.hosts, s.placed);
+  if (laggard < 0 || w.training_began || !w.steps.empty() || !w.exits.empty()) {
+    s.state = LaunchState::kTraining;
+    return std::nullopt;
+  }
+  if (options_.start_timeout_s <= 0 || t - w.launched_at <= options_.start_timeout_s) return std::nullopt;
+  if (latest_checkpoint_step(options_.run_dir) > w.resume_step) {
+    s.state = LaunchState::kTraining;
+    return std::nullopt;
+  }
+  return Detected{start_not_finished(w.hosts, laggard, w.launched_at, options_.start_timeout_s,
+                                     options_.program.empty() ? std::string("the program") : options_.program.front()),
+                  t, false};
+}
+
+std::optional<Supervisor::Detected> Supervisor::peer_named(Process&, WatchState& s, double t) {
+  // A rank's collective timed out and it named the peer: the launch ends
+  // once its peers had a moment to say theirs (classify reads them all).
+  if (!s.comm_failure_at) {
+    if (comm_failure_recorded(s.w.exits)) s.comm_failure_at = t;
+  } else if (t - *s.comm_failure_at >= kCommFailureSettleS) {
+    return Detected{std::nullopt, *s.comm_failure_at, false};
+  }
+  return std::nullopt;
+}
+
+// ------------------------------------------------------------- the watch
+
+std::unique_ptr<Process> Supervisor::start_launch(int launch, std::int64_t resume_step, Report& report) {
+  // A new epoch: the ranks of every earlier launch are ended by their
+  // agents (any left on a host that was cut off, at its agent's next
+  // Welcome), and a checkpoint commit of theirs is refused.
   epoch_ = std::max(epoch_, read_launch_epoch(options_.run_dir)) + 1;
   write_launch_epoch(options_.run_dir, epoch_);
-  clear_rank_files(options_.run_dir);  // an earlier launch's would mislead
+  controller_->set_epoch(epoch_);
+  launch_events_.clear();
+  // Every agent is told the new launch (its ranks, none for a node not in
+  // it): each ends what is left of older launches and acknowledges.
+  std::map<int, int> index;
+  for (std::size_t n = 0; n < active_.size(); ++n) index[active_[n].id] = int(n);
+  LaunchRecord record{.launch = launch, .epoch = epoch_, .started_at = now(), .ack_s = 0, .unacknowledged = {}};
+  record.ack_s = command_all(all_nodes(),
+                             [&](const Node& n, std::uint32_t request) -> wire::Message {
+                               const auto it = index.find(n.id);
+                               return wire::Launch{.request = request,
+                                                   .epoch = epoch_,
+                                                   .first_rank = it == index.end() ? 0 : it->second * options_.slots,
+                                                   .ranks = it == index.end() ? 0 : options_.slots};
+                             },
+                             &record.unacknowledged);
+  for (int id : record.unacknowledged)
+    std::fprintf(stderr, "htrun: warning: the agent of %s did not acknowledge launch %d within %g s\n",
+                 node_name(id).c_str(), launch, options_.ack_timeout_s);
+  report.launches.push_back(record);
   std::vector<int> ids;
   for (const Node& n : active_) ids.push_back(n.id);
   std::fprintf(stderr, "htrun: launch %d: %zu node(s) [%s] x %d slot(s), resuming after step %lld\n", launch,
@@ -156,322 +322,180 @@ std::unique_ptr<ChildProcess> Supervisor::start_launch(int launch, std::int64_t 
   // A collective that cannot complete (a peer cut off) must fail by name in
   // the ranks before htrun takes it for a hang: the ranks' timeout is two
   // thirds of htrun's, unless the user set one.
-  if (!std::getenv("HT_COMM_TIMEOUT")) env.push_back(fmt::format("HT_COMM_TIMEOUT={:g}", comm_timeout_s()));
-  env.push_back(fmt::format("HT_LAUNCH_EPOCH={}", epoch_));
+  if (!std::getenv(protocol::kEnvCommTimeout))
+    env.push_back(fmt::format("{}={:g}", protocol::kEnvCommTimeout, comm_timeout_s()));
+  env.push_back(fmt::format("{}={}", protocol::kEnvLaunchEpoch, epoch_));
+  env.push_back(fmt::format("{}={}", protocol::kEnvAgentDir, options_.agent_dir));
   if (cluster_.kind() == ClusterKind::kLocal)
-    env.push_back(fmt::format("HT_SIMULATED_NODES={}:{}", options_.slots, fmt::join(ids, ",")));
-  return std::make_unique<ChildProcess>(job_command(env), env, (fs::path(options_.run_dir) / "htrun_job.log").string(),
-                                        /*echo=*/true,
-                                        [this](const std::string& line) { return cluster_.launcher_event(line); });
+    env.push_back(fmt::format("{}={}:{}", protocol::kEnvSimulatedNodes, options_.slots, fmt::join(ids, ",")));
+  return spawner_->launch(job_command(env), env, protocol::job_log_path(options_.run_dir),
+                          [this](const std::string& line) { return cluster_.launcher_event(line); });
 }
 
-std::unique_ptr<HostProbe> Supervisor::start_probe() const {
-  const int port = options_.probe_port >= 0 ? options_.probe_port : cluster_.probe_port();
-  if (port == 0 || active_.size() < 2) return nullptr;
-  std::vector<std::string> hosts;
-  for (const Node& n : active_) hosts.push_back(n.host);
-  auto probe = std::make_unique<HostProbe>(hosts, port);
-  for (const std::string& host : probe->unresolved())
-    std::fprintf(stderr, "htrun: warning: the name %s does not resolve here: it is not probed\n", host.c_str());
-  return probe;
-}
-
-Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step) {
-  std::unique_ptr<ChildProcess> job = start_launch(launch, resume_step);
+Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step, Report& report) {
+  std::unique_ptr<Process> job = start_launch(launch, resume_step, report);
   WatchState s(options_.run_dir, epoch_);
   s.w.resume_step = s.w.reached = resume_step;
   s.w.launched_at = now();
   s.placed = placement();
   s.ranks = int(active_.size()) * options_.slots;
-  s.probe = start_probe();
+  s.w.hosts.assign(active_.size(), HostView{});
   while (!poll_launch(*job, s)) {
   }
   conclude_watch(*job, s);
   return s.w;
 }
 
-void Supervisor::pass_on_preemption(ChildProcess& job, const std::map<int, protocol::Heartbeat>& beats, Watch& w) {
-  // SIGUSR1 to the ranks themselves (a launcher would kill them on TERM):
-  // they finish the step, save a checkpoint and exit; then the job ends.
+void Supervisor::take_launch_events(WatchState& s) {
+  Watch& w = s.w;
+  for (AgentEvent& e : std::exchange(launch_events_, {})) {
+    if (const auto* x = std::get_if<wire::RankExit>(&e.message)) {
+      if (!protocol::of_launch(x->record.epoch, epoch_)) continue;
+      w.exits.push_back(x->record);
+    } else if (const auto* d = std::get_if<wire::RankDied>(&e.message)) {
+      // Deaths after the watch ended are its own doing (the job stopped).
+      if (d->epoch != epoch_ || s.state == LaunchState::kEnded) continue;
+      const double at = double(d->time_ms) / 1000;
+      if (w.dead_rank.rank < 0 || at < w.dead_rank.time_s) w.dead_rank = {.rank = d->rank, .host = {}, .time_s = at};
+    }
+  }
+  // The first to exit first: the others often exit because of it.
+  std::stable_sort(w.exits.begin(), w.exits.end(),
+                   [](const protocol::ExitRecord& a, const protocol::ExitRecord& b) { return a.time_ms < b.time_ms; });
+}
+
+void Supervisor::update_hosts(WatchState& s, double t) {
+  Watch& w = s.w;
+  const int port = options_.probe_port >= 0 ? options_.probe_port : cluster_.probe_port();
+  bool every_rank_ended = !active_.empty();
+  for (std::size_t n = 0; n < active_.size(); ++n) {
+    HostView& h = w.hosts[n];
+    const AgentState* a = controller_->agent(active_[n].id);
+    if (!a) {
+      every_rank_ended = false;
+      continue;
+    }
+    h.heard_s = a->heard_s;
+    h.lost_s = a->connected ? 0 : a->lost_s;
+    if (a->summary && a->summary->epoch == epoch_) {
+      h.summary = *a->summary;
+      h.summarized = true;
+    }
+    every_rank_ended = every_rank_ended && h.summarized && h.summary.beating == h.summary.ranks &&
+                       h.summary.live == 0 && h.summary.ranks > 0;
+    // A host whose agent's connection closed: does the host itself answer?
+    if (h.lost_s > 0 && port > 0 && !active_[n].host.empty()) {
+      auto& probe = s.probes[n];
+      if (!probe) probe = std::make_unique<HostProbe>(std::vector<std::string>{active_[n].host}, port, 0.1, 0.3);
+      probe->poll(t);
+      const ProbeState p = probe->states().at(0);
+      if (p.refused > 0 || p.missed >= kProbesMissedToCut) h.answers = false;
+      else if (p.accepted && p.last_answer_s > h.lost_s) h.answers = true;
+    } else if (h.lost_s == 0) {
+      s.probes.erase(n);
+      h.answers.reset();
+    }
+    const std::int64_t done = h.summary.completed_step;
+    if (h.summarized && done > w.reached) {
+      if (w.first_step < 0) w.first_step = done;
+      w.reached = done;
+    }
+  }
+  // Every rank ended: the code their records give (a rank with none was killed).
+  if (every_rank_ended && !s.ranks_ended_code) {
+    int code = 0;
+    std::set<int> recorded;
+    for (const protocol::ExitRecord& e : w.exits) {
+      recorded.insert(e.rank);
+      if (code == 0 && e.code != 0) code = e.code;
+    }
+    if (code == 0 && int(recorded.size()) < s.ranks) code = 128 + SIGKILL;
+    s.ranks_ended_code = code;
+  }
+}
+
+bool Supervisor::poll_launch(Process& job, WatchState& s) {
+  wait(0.1);
+  poll_readmissions();
+  take_launch_events(s);
+  const double t = now();
+  update_hosts(s, t);
+  s.read_records();
+  if (g_stop_signal) {
+    pass_on_preemption(job, s);
+    return true;
+  }
+  return run_detectors(job, s, t);
+}
+
+void Supervisor::pass_on_preemption(Process& job, WatchState& s) {
+  // SIGUSR1 to the ranks themselves, through their agents (a launcher
+  // would kill them on TERM): they finish the step, save a checkpoint and
+  // exit; then the job ends.
+  Watch& w = s.w;
   w.kind = IncidentKind::kPreemption;
-  for (const auto& [rank, h] : beats)
-    if (h.pid > 0 && cluster_.kind() == ClusterKind::kLocal) ::kill(h.pid, SIGUSR1);
-  if (cluster_.kind() != ClusterKind::kLocal) job.signal(SIGUSR1);
+  for (const Node& n : active_)
+    controller_->send(n.id, wire::Signal{.request = controller_->next_request(), .epoch = epoch_, .signal = SIGUSR1});
   const double deadline = now() + std::max(options_.grace_s, 60.0);
-  while (!job.poll() && now() < deadline) sleep(0.05);
+  while (!job.poll() && !s.ranks_ended_code && now() < deadline) {
+    wait(0.05);
+    take_launch_events(s);
+    update_hosts(s, now());
+  }
   job.stop(options_.grace_s);
+  s.state = LaunchState::kEnded;
   w.detected_at = w.failed_at = now();
 }
 
-bool Supervisor::poll_launch(ChildProcess& job, WatchState& s) {
+void Supervisor::conclude_watch(Process& job, WatchState& s) {
   Watch& w = s.w;
-  sleep(0.1);
-  poll_readmissions();
-  const auto beats = read_heartbeats(options_.run_dir, epoch_);
-  s.take_beats(beats);
-  if (g_stop_signal) {
-    pass_on_preemption(job, beats, w);
-    return true;
-  }
-  // Ends the launch now: found at `at`. Ranks that lost a host cannot
-  // finish anything with it (a TERM, taken for a preemption, would only
-  // have them try to save with a peer gone), and the launcher cannot
-  // reach it to end its daemon there: they are killed at once.
-  const auto end_now = [&](double at, bool host_lost = false) {
-    w.detected_at = at;
-    job.stop(host_lost ? 0 : options_.grace_s);
-    return true;
-  };
-  if (job.poll()) {
-    w.detected_at = now();
-    return true;
-  }
-  // A rank killed by a signal, or a host lost: the launcher may take a
-  // while to end the others (srun waits KillWait for ranks stuck in a
-  // collective; mpirun cannot reach a host that is gone), so stop the job
-  // now.
-  const bool lost = !job.lost_host().host.empty();
-  if (job.dead_rank().rank >= 0 || lost) return end_now(now(), lost);
-  const double t = now();
-  // A host gone silent while the other nodes' ranks beat on (once every
-  // rank has started: a start is the start timeout's).
-  if (s.all_started)
-    if (const auto silent = silent_host(beats, s.placed, t, s.beat_interval_s)) {
-      s.declare(*silent);
-      return end_now(t, /*host_lost=*/true);
-    }
-  // A host whose daemon's port refuses htrun's probes and whose ranks went
-  // silent: its processes died (a launcher may say nothing of it: srun
-  // does not when a node's slurmd dies with its ranks). A host that
-  // stopped answering them while the others answer: cut off (its ranks are
-  // blocked in a collective, or will be).
-  if (s.probe) {
-    s.probe->poll(t);
-    const std::vector<ProbeState> probes = s.probe->states();
-    if (s.all_started)
-      if (const auto down = host_down(probes, beats, s.placed, t, s.beat_interval_s)) {
-        s.declare(*down);
-        return end_now(t, /*host_lost=*/true);
-      }
-    if (const auto cut = unreachable_host(probes, s.placed, t, options_.unreachable_after_s)) {
-      s.declare(*cut);
-      return end_now(t, /*host_lost=*/true);
-    }
-  }
-  // A hang: progress stalled for the timeout.
-  if (const auto hung = hang(beats, t, w.last_step_done_s, options_.hang_timeout_s)) s.declare(*hung);
-  if (!s.all_started) check_start(beats, s, t);
-  if (w.kind == IncidentKind::kHang || w.kind == IncidentKind::kNoHeartbeat) return end_now(now());
-  // A rank's collective timed out and it named the peer: end the launch
-  // once its peers had a moment to say theirs (classify reads them all).
-  if (!s.comm_failure_at) {
-    if (comm_failure_recorded(read_exit_records(options_.run_dir, epoch_))) s.comm_failure_at = now();
-  } else if (now() - *s.comm_failure_at >= kCommFailureSettleS) {
-    return end_now(*s.comm_failure_at);
-  }
-  return false;
-}
-
-void Supervisor::check_start(const std::map<int, protocol::Heartbeat>& beats, WatchState& s, double t) {
-  // A start that never ends: a rank that never arrived (no heartbeat: it
-  // is stuck before MPI is up, and so are its peers) or never got past
-  // start-up. The hang check cannot see either.
-  const int laggard = start_laggard(beats, s.ranks);
-  s.all_started = laggard < 0;
-  const bool timed_out = options_.start_timeout_s > 0 && t - s.w.launched_at > options_.start_timeout_s;
-  if (s.all_started || !timed_out) return;
-  // Heartbeats are sampled: a short launch can start, train and save
-  // between two beats. What the ranks recorded tells that it started:
-  // training began (every rank is past start-up then: building the engine
-  // is collective), a step completed, a checkpoint was committed, or a rank
-  // wrote its exit record.
-  s.all_started = s.w.training_began || !s.w.steps.empty() || !read_exit_records(options_.run_dir, epoch_).empty() ||
-                  latest_checkpoint_step(options_.run_dir) > s.w.resume_step;
-  if (!s.all_started)
-    s.declare(start_not_finished(beats, laggard, s.w.launched_at, options_.start_timeout_s,
-                                 options_.program.empty() ? std::string("the program") : options_.program.front(),
-                                 options_.run_dir));
-}
-
-void Supervisor::conclude_watch(ChildProcess& job, WatchState& s) {
-  Watch& w = s.w;
-  // Heartbeats are sampled: the step records, the exit records and the
-  // checkpoints may know of later steps.
+  const bool ended_by_itself = job.poll() && !w.kind;
   job.finish();  // every line read: the launcher's report of a dead rank may be in the last ones
+  // What the agents still had to say of this launch: the exit records the
+  // ranks sent as they left may still be on their way.
+  for (int i = 0; i < 2; ++i) {
+    wait(0.05);
+    take_launch_events(s);
+  }
+  update_hosts(s, now());
   s.read_records();
   if (!w.steps.empty()) {
     w.reached = std::max(w.reached, w.steps.rbegin()->second.step);
     if (w.first_step < 0) w.first_step = w.steps.begin()->first;
   }
-  w.exits = read_exit_records(options_.run_dir, epoch_);
   w.checkpoint_step = latest_checkpoint_step(options_.run_dir);
-  for (const protocol::ExitRecord& e : w.exits)
-    w.reached = std::max(w.reached, protocol::completed_step(e.step, e.phase));
+  for (const protocol::ExitRecord& e : w.exits) w.reached = std::max(w.reached, protocol::completed_step(e.step, e.phase));
   w.reached = std::max(w.reached, w.checkpoint_step);
-  w.exit_code = job.exit_code();
-  w.dead_rank = job.dead_rank();
+  // The launcher's code when it ended by itself; else, when the ranks all
+  // ended before it noticed, theirs.
+  w.exit_code = ended_by_itself || !s.ranks_ended_code ? job.exit_code() : *s.ranks_ended_code;
+  if (const LauncherEvent d = job.dead_rank(); d.rank >= 0 && (w.dead_rank.rank < 0 || d.time_s < w.dead_rank.time_s))
+    w.dead_rank = d;
   w.lost_host = job.lost_host();
-  for (const auto& [rank, h] : read_heartbeats(options_.run_dir, epoch_)) w.beats[rank] = h;
   // A launch that failed with nothing said: ranks that still beat after
   // the launcher is gone are on a host it could not reach to end them (cut
   // off from it), which is the culprit. A beat or two tells.
-  if (!w.kind && job.exit_code() != 0 && w.dead_rank.rank < 0 && w.lost_host.host.empty() && w.exits.empty() &&
-      s.beat_interval_s > 0) {
-    const double ended_at = now(), until = ended_at + std::min(5.0, 2.5 * s.beat_interval_s);
+  const double interval = beat_interval_s(w.hosts);
+  if (!w.kind && w.exit_code != 0 && w.dead_rank.rank < 0 && w.lost_host.host.empty() && w.exits.empty() &&
+      interval > 0) {
+    const double ended_at = now(), until = ended_at + std::min(5.0, 2.5 * interval);
     while (w.orphans.empty() && now() < until) {
-      sleep(0.05);
-      for (const auto& [rank, h] : read_heartbeats(options_.run_dir, epoch_))
-        if (h.time_s() > ended_at && std::count(w.orphans.begin(), w.orphans.end(), rank) == 0) {
-          w.orphans.push_back(rank);
-          w.beats[rank] = h;
-        }
+      wait(0.05);
+      update_hosts(s, now());
+      for (std::size_t n = 0; n < w.hosts.size(); ++n)
+        if (w.hosts[n].newest_beat_s() > ended_at) w.orphans.push_back(int(n));
     }
   }
+  // What is left of this launch's ranks is ended now, everywhere (the next
+  // launch waits for it; the health checks should not run beside them).
+  for (const Node& n : all_nodes())
+    controller_->send(n.id, wire::End{.request = controller_->next_request(), .epoch = epoch_});
 }
 
-std::unique_ptr<ChildProcess> Supervisor::start_health_check(const Node& node) const {
-  std::vector<std::string> check{options_.health_tool, "--node", std::to_string(node.id), "--checks",
-                                 "compute,memory,disk", "--ckpt-dir",
-                                 (fs::path(options_.run_dir) / "checkpoints").string()};
-  check.insert(check.end(), options_.health_args.begin(), options_.health_args.end());
-  return std::make_unique<ChildProcess>(cluster_.on_node(node, check, options_.launcher_args, options_.connect_timeout_s),
-                               std::vector<std::string>{},
-                               (fs::path(options_.run_dir) / fmt::format("health_node{}.txt", node.id)).string(),
-                               /*echo=*/false);
-}
-
-std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
-  // Every node at once, each under the health timeout: the checks of a
-  // dead or cut-off host are mostly waiting for a connection, and one after
-  // another they would add up.
-  std::vector<std::unique_ptr<ChildProcess>> jobs;
-  for (const Node& node : nodes) jobs.push_back(start_health_check(node));
-  const double deadline = now() + options_.health_timeout_s;
-  std::vector<bool> healthy;
-  for (auto& job : jobs) healthy.push_back(job->wait(std::max(0.0, deadline - now()), options_.grace_s) == 0);
-  return healthy;
-}
-
-void Supervisor::poll_readmissions() {
-  if (!options_.health) return;
-  for (const Node& n : nodes_to_readmit(cordoned_, now(), options_.readmit_after_s))
-    if (!readmit_checks_.count(n.id) && now() >= cordoned(n.id)->retry_at)
-      readmit_checks_[n.id] = {start_health_check(n), now()};
-  for (auto it = readmit_checks_.begin(); it != readmit_checks_.end();) {
-    auto& [job, started_at] = it->second;
-    const bool over_time = now() - started_at > options_.health_timeout_s;
-    if (!job->poll() && !over_time) {
-      ++it;
-      continue;
-    }
-    if (over_time) job->stop(options_.grace_s);
-    const int id = it->first;
-    const int code = over_time ? -1 : job->exit_code();
-    const bool ok = code == 0;
-    it = readmit_checks_.erase(it);  // `job` is gone from here on
-    Cordoned* c = cordoned(id);
-    if (!c) continue;  // readmitted meanwhile
-    if (ok) {
-      readmit(Node(c->node));  // a copy: readmit removes it from cordoned_
-      continue;
-    }
-    std::fprintf(stderr, "htrun: %s is not back yet (its health check %s); next look in %g s\n",
-                 cluster_.name(c->node).c_str(), over_time ? "took too long" : fmt::format("exited {}", code).c_str(),
-                 options_.readmit_after_s);
-    c->retry_at = now() + options_.readmit_after_s;
-  }
-}
-
-Cordoned* Supervisor::cordoned(int id) {
-  const auto it = std::find_if(cordoned_.begin(), cordoned_.end(), [&](const Cordoned& c) { return c.node.id == id; });
-  return it == cordoned_.end() ? nullptr : &*it;
-}
-
-void Supervisor::end_old_ranks(const Node& node) {
-  const auto it = rank_pids_.find(node.host);
-  if (node.host.empty() || it == rank_pids_.end()) return;
-  // Only a process whose command line holds the run directory is ended: a
-  // pid may have been reused by then.
-  std::string pids;
-  for (int pid : it->second) pids += fmt::format(" {}", pid);
-  const std::vector<std::string> command{
-      "sh", "-c",
-      "for p in" + pids + "; do grep -qaF -- \"$1\" /proc/$p/cmdline 2>/dev/null && kill -KILL $p && echo \"ended $p\"; done; true",
-      "sh", options_.run_dir};
-  ChildProcess job(cluster_.on_node(node, command, options_.launcher_args, options_.connect_timeout_s), {},
-          (fs::path(options_.run_dir) / fmt::format("old_ranks_node{}.txt", node.id)).string(), /*echo=*/false);
-  if (job.wait(options_.health_timeout_s, options_.grace_s) == 0) rank_pids_.erase(it);
-}
-
-void Supervisor::readmit(const Node& node) {
-  end_old_ranks(node);
-  std::erase_if(cordoned_, [&](const Cordoned& c) { return c.node.id == node.id; });
-  spares_.push_back(node);
-  readmitted_.push_back(node.id);
-  std::fprintf(stderr, "htrun: %s passed its health check again: back as a spare\n", cluster_.name(node).c_str());
-}
-
-bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
-  const std::vector<Node> suspects = nodes_to_check(incident, active_);
-  const bool cordon_anyway = cordon_even_if_healthy(incident);
-  // Cordoned nodes due for another look are checked in the same batch: a
-  // node back in shape can replace the one failing now. (The watch checks
-  // them while the job runs, too; a check of it still running is dropped.)
-  const std::vector<Node> candidates = nodes_to_readmit(cordoned_, now(), options_.readmit_after_s);
-  for (const Node& n : candidates) readmit_checks_.erase(n.id);
-  const bool unchecked = options_.health && cordon_unchecked(incident, !spares_.empty());
-  std::vector<Node> checked;
-  for (const Node& n : suspects)
-    if (!unchecked || n.id != incident.node) checked.push_back(n);
-  const std::size_t suspects_checked = checked.size();
-  checked.insert(checked.end(), candidates.begin(), candidates.end());
-  const std::vector<bool> results = options_.health ? nodes_healthy(checked) : std::vector<bool>(checked.size(), true);
-  for (std::size_t k = 0; k < candidates.size(); ++k)
-    if (results[suspects_checked + k]) readmit(candidates[k]);
-  for (std::size_t k = 0, next = 0; k < suspects.size(); ++k) {
-    const Node& node = suspects[k];
-    const bool skipped = unchecked && node.id == incident.node;
-    const bool ok = !skipped && results[next++];
-    incident.health.push_back({.node = node.id, .host = node.host, .healthy = ok, .checked = !skipped});
-    if (ok && !cordon_anyway) continue;
-    const std::string why = ok        ? "a persistent straggler"
-                            : skipped ? "was lost"
-                                      : "failed its health check";
-    cordoned_.push_back({.node = node, .at = now()});
-    // A simulated node's memory goes with it, as a real node's would: its
-    // ranks' snapshots then come from their peers' replicas.
-    if (cluster_.kind() == ClusterKind::kLocal) {
-      std::error_code ignored;
-      fs::remove_all(fs::path(memory_dir()) / fmt::format("node{}", node.id), ignored);
-    }
-    if (const std::string warning = cluster_.cordon(node, why); !warning.empty())
-      std::fprintf(stderr, "htrun: warning: %s\n", warning.c_str());
-    auto it = std::find_if(active_.begin(), active_.end(), [&](const Node& n) { return n.id == node.id; });
-    if (!spares_.empty()) {
-      std::fprintf(stderr, "htrun: %s %s: cordoned, spare %s brought in\n", cluster_.name(node).c_str(), why.c_str(),
-                   cluster_.name(spares_.front()).c_str());
-      *it = spares_.front();
-      spares_.erase(spares_.begin());
-    } else if (options_.allow_shrink && active_.size() > 1) {
-      std::fprintf(stderr, "htrun: %s %s: cordoned; no spare, continuing on %zu node(s)\n",
-                   cluster_.name(node).c_str(), why.c_str(), active_.size() - 1);
-      active_.erase(it);
-    } else {
-      report.verdict = fmt::format("{} {} and no spare is left (use --spares or --allow-shrink)",
-                                   cluster_.name(node), why);
-      return false;
-    }
-  }
-  // Ranks fill the nodes in the cluster's own order (Slurm places a step's
-  // tasks that way), so a brought-in spare takes its place in that order.
-  std::sort(active_.begin(), active_.end(), [](const Node& a, const Node& b) { return a.id < b.id; });
-  return true;
-}
+// ------------------------------------------------------------ the report
 
 void Supervisor::record_launch(const Watch& w, Report& report, std::optional<Incident>& pending,
                                std::map<std::int64_t, protocol::StepLine>& completed) {
-  for (const auto& [rank, beat] : w.beats)
-    if (!beat.host.empty() && beat.pid > 0) rank_pids_[beat.host].insert(beat.pid);
   if (pending) {
     // The relaunch says where it resumed (its run line): the steps lost
     // are those past that step, whichever tier held it.
@@ -495,8 +519,7 @@ void Supervisor::record_launch(const Watch& w, Report& report, std::optional<Inc
 }
 
 Incident Supervisor::classify_launch(const Watch& w, double wall_start) const {
-  Incident incident =
-      classify(w, placement(), comm_timeout_s(), (fs::path(options_.run_dir) / "htrun_job.log").string());
+  Incident incident = classify(w, placement(), comm_timeout_s(), protocol::job_log_path(options_.run_dir));
   incident.time_s = incident.detected_at - wall_start;
   const char* kind = protocol::incident_kind_name(incident.kind);
   const std::string who = incident.rank >= 0 ? fmt::format("rank {} ({})", incident.rank, node_name(incident.node))
@@ -518,14 +541,13 @@ std::optional<std::pair<int, std::string>> Supervisor::not_retried(const Inciden
   // A program that never beat cannot be watched: relaunching cannot help.
   if (incident.kind == IncidentKind::kNoHeartbeat)
     return {{kSupervisorNotRetried,
-             "the program wrote no heartbeat, so htrun cannot watch it (see docs/htrun.md); not retried"}};
+             "the program sent no heartbeat, so htrun cannot watch it (see docs/htrun.md); not retried"}};
   // The program failing the same way before any training, with nothing
   // said (a usage error, a missing file), will fail again: stop.
   const bool early_failure = failed_before_training(w);
   if (early_failure && w.exit_code == last_early_failure_code)
-    return {{kSupervisorNotRetried,
-             fmt::format("the program failed before training twice in a row (exit {}); see {}", w.exit_code,
-                         (fs::path(options_.run_dir) / "htrun_job.log").string())}};
+    return {{kSupervisorNotRetried, fmt::format("the program failed before training twice in a row (exit {}); see {}",
+                                                w.exit_code, protocol::job_log_path(options_.run_dir))}};
   last_early_failure_code = early_failure ? w.exit_code : -1;
   return std::nullopt;
 }
@@ -538,7 +560,7 @@ bool Supervisor::wait_to_relaunch(const Incident& incident, const Watch& w, std:
   // health checks count towards it.
   failures_in_a_row = htrun::failures_in_a_row(failures_in_a_row, w.reached, resume_step);
   const double relaunch_at = incident.detected_at + backoff_s(failures_in_a_row, options_.backoff_s);
-  while (now() < relaunch_at && !g_stop_signal) sleep(0.05);
+  while (now() < relaunch_at && !g_stop_signal) wait(0.05);
   return !g_stop_signal;
 }
 
@@ -550,7 +572,11 @@ void Supervisor::finish_report(Report& report, double wall_start,
   for (const Node& n : active_) report.active.push_back(n.id);
   for (const Node& n : spares_) report.spares_left.push_back(n.id);
   report.readmitted = readmitted_;
-  std::ofstream(fs::path(options_.run_dir) / "htrun_report.json") << report.to_json().dump(1) << "\n";
+  const ControllerCounts& c = counts();
+  report.agent_frames = c.frames;
+  report.agent_frames_dropped = c.dropped_total();
+  report.agent_handshake_timeouts = c.handshake_timeouts;
+  std::ofstream(protocol::supervisor_report_path(options_.run_dir)) << report.to_json().dump(1) << "\n";
   // Simulated nodes' memory is this machine's: the run is over, free it
   // (the checkpoints on disk stay). A program finishing frees its own.
   if (cluster_.kind() == ClusterKind::kLocal) {
@@ -563,6 +589,17 @@ Report Supervisor::run() {
   fs::create_directories(options_.run_dir);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+  // An agent without the controller ends its ranks after this: twice the
+  // time a silent agent's host is given before htrun takes it for cut off.
+  const int controller_lost_ms = int(std::max(2000.0, 2000 * options_.unreachable_after_s));
+  controller_ = std::make_unique<Controller>(ControllerOptions{.bind_address = "0.0.0.0",
+                                                               .port = options_.controller_port,
+                                                               .secret = secret_,
+                                                               .summary_interval_ms = options_.summary_interval_ms,
+                                                               .controller_lost_ms = controller_lost_ms,
+                                                               .handshake_timeout_s = 5},
+                                             [this] { return now(); });
   Report report;
   const double wall_start = now();
   std::optional<Incident> pending;  // the last incident, until the relaunch
@@ -571,9 +608,16 @@ Report Supervisor::run() {
   std::map<std::int64_t, protocol::StepLine> completed;
   int failures_in_a_row = 0;
   int last_early_failure_code = -1;
+  // Every node's agent, the spares' too: they run the health checks, and a
+  // spare is ready the moment it is needed.
+  for (const Node& n : all_nodes()) ensure_agent(n);
   for (;;) {
+    if (!agents_ready(report)) {
+      report.exit_code = kSupervisorGaveUp;
+      break;
+    }
     const std::int64_t resume_step = latest_checkpoint_step(options_.run_dir);
-    const Watch w = launch_and_watch(report.restarts + 1, resume_step);
+    const Watch w = launch_and_watch(report.restarts + 1, resume_step, report);
     record_launch(w, report, pending, completed);
     if (!w.kind && w.exit_code == 0) {
       report.exit_code = kSupervisorFinished;
@@ -609,6 +653,7 @@ Report Supervisor::run() {
     }
   }
   if (pending) report.incidents.push_back(*pending);
+  stop_agents();
   finish_report(report, wall_start, completed);
   return report;
 }

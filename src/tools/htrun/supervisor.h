@@ -1,7 +1,14 @@
-// htrun's supervisor loop: launch, watch, classify a failure, check and
-// replace nodes, relaunch with resume; bounded restarts with back-off.
+// htrun's supervisor: starts a node agent on every host, launches the job,
+// watches it through the agents' summaries, classifies a failure, checks and
+// replaces nodes through the agents, relaunches with resume; bounded
+// restarts with back-off.
+//
+// A launch goes through the states of LaunchState; what ends it is decided
+// by an ordered table of detectors (supervisor.cc, kDetectors), each a rule
+// of decisions.h over one summary per node.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -11,10 +18,11 @@
 #include <vector>
 
 #include "htrun/cluster.h"
+#include "htrun/controller.h"
 #include "htrun/decisions.h"
 #include "htrun/host_probe.h"
-#include "htrun/child_process.h"
 #include "htrun/report.h"
+#include "htrun/spawner.h"
 
 namespace htrun {
 
@@ -31,15 +39,30 @@ struct SupervisorOptions {
   /// Seconds after which a cordoned node is health-checked again (at the
   /// next incident) and, when it passes, returns as a spare; < 0: never.
   double readmit_after_s = -1;
-  /// The port htrun's reachability watch probes on each host of a launch
-  /// (HostProbe): < 0 the cluster's (ssh's 22 for a hostfile, slurmd's 6818
-  /// under Slurm), 0 no watch.
+  /// The port htrun probes on a host whose agent's connection closed, to
+  /// tell a host down from an agent gone: < 0 the cluster's (ssh's 22 for a
+  /// hostfile, slurmd's 6818 under Slurm), 0 none.
   int probe_port = -1;
-  /// Seconds a host that answered before may stay silent, while the others
-  /// answer, before it is declared cut off and the launch ends.
+  /// Seconds a node's agent that spoke before may stay silent, while the
+  /// others speak, before its host is taken for cut off and the launch ends.
   double unreachable_after_s = 3;
   std::vector<std::string> health_args;    // more arguments for ht-health (its thresholds)
   std::string health_tool;                 // ht-health
+  std::string agent_tool;                  // ht-agent
+  /// The ranks' socket directory on every host (HT_AGENT_DIR); "": one
+  /// made up per run under /tmp.
+  std::string agent_dir;
+  /// Where agents reach htrun ("": 127.0.0.1 for simulated nodes, else this
+  /// host's name) and the port htrun listens on (0: any free one).
+  std::string controller_address;
+  int controller_port = 0;
+  /// How often each agent sends its summary (ms).
+  int summary_interval_ms = 500;
+  /// Seconds an agent has to connect after it was started.
+  double agent_timeout_s = 30;
+  /// Seconds the agents have to acknowledge a launch (their ranks of older
+  /// launches ended) before the job starts without those that did not.
+  double ack_timeout_s = 5;
   std::vector<std::string> launcher_args;  // passed to mpirun / srun
   std::vector<std::string> program;        // the job: program [args]
 };
@@ -55,95 +78,141 @@ enum SupervisorExit : int {
 
 /// The supervisor's time: the wall clock in seconds since the Unix epoch
 /// (the ranks' records use it), and a way to wait on it. Tests give a clock
-/// of their own; the processes it runs (ChildProcess) keep the wall clock for their
-/// own deadlines and for the times of the launcher's lines.
+/// of their own; the processes it runs keep the wall clock for their own
+/// deadlines and for the times of the launcher's lines.
 struct Clock {
   std::function<double()> now = now_s;
-  std::function<void(double seconds)> sleep;  // empty: sleep for real
+  std::function<void(double seconds)> sleep;  // empty: sleep for real (turning the controller's loop)
 };
+
+/// Where a launch is: starting (the start timeout applies; a node's silence
+/// does not), training, or ended (by itself or by a detector).
+enum class LaunchState { kStarting, kTraining, kEnded };
 
 class Supervisor {
  public:
-  Supervisor(SupervisorOptions options, Cluster cluster, Clock clock = {});
+  /// `spawner`: how processes are started (nullptr: real ones).
+  Supervisor(SupervisorOptions options, Cluster cluster, Clock clock = {}, std::shared_ptr<Spawner> spawner = nullptr);
+  ~Supervisor();
   /// Runs the job to its end (or until it cannot go on) and returns the report.
   Report run();
-  /// What run() would launch first (the node set and commands), for --dry-run.
+  /// What run() would start first (the agents, the node set and commands), for --dry-run.
   std::string plan() const;
+  /// The controller's counts (frames, drops by kind); after run().
+  const ControllerCounts& counts() const;
 
  private:
+  struct WatchState;  // supervisor.cc
+
+  // --- launches (supervisor.cc)
   std::vector<std::string> job_command(const std::vector<std::string>& env = {}) const;
   /// Launches the job on the active nodes under a new epoch and watches it
   /// to its end: what happened, as the watch saw it.
-  Watch launch_and_watch(int launch, std::int64_t resume_step);
-  struct WatchState;  // supervisor.cc
-  /// What a finished launch adds to the report: the last incident (with
-  /// where the relaunch resumed), recoveries, the steps completed.
+  Watch launch_and_watch(int launch, std::int64_t resume_step, Report& report);
+  std::unique_ptr<Process> start_launch(int launch, std::int64_t resume_step, Report& report);
+  /// One look at a running launch; true when the watch ends.
+  bool poll_launch(Process& job, WatchState& s);
+  /// Asks the detectors of kDetectors in order; true when one ended the launch.
+  bool run_detectors(Process& job, WatchState& s, double t);
+  /// The launch's exit records and deaths the agents sent.
+  void take_launch_events(WatchState& s);
+  /// Each node's view from its agent; the code the ranks' records give once every one ended.
+  void update_hosts(WatchState& s, double t);
+  void pass_on_preemption(Process& job, WatchState& s);
+
+  // --- the detectors (supervisor.cc): each a rule of decisions.h, or the
+  // launcher's and the agents' own reports
+  struct Detected;
+  std::optional<Detected> job_ended(Process& job, WatchState& s, double t);
+  std::optional<Detected> rank_died_or_host_lost(Process& job, WatchState& s, double t);
+  std::optional<Detected> node_agent_lost(Process& job, WatchState& s, double t);
+  std::optional<Detected> node_silent(Process& job, WatchState& s, double t);
+  std::optional<Detected> node_cut_off(Process& job, WatchState& s, double t);
+  std::optional<Detected> progress_stalled(Process& job, WatchState& s, double t);
+  std::optional<Detected> start_unfinished(Process& job, WatchState& s, double t);
+  std::optional<Detected> peer_named(Process& job, WatchState& s, double t);
+  struct Detector {
+    const char* name;
+    bool while_starting, while_training;  // the launch states it applies in
+    std::optional<Detected> (Supervisor::*find)(Process& job, WatchState& s, double t);
+  };
+  static const Detector kDetectors[];
+  /// After the launch ended: the records, checkpoints and launcher reports that tell what it reached.
+  void conclude_watch(Process& job, WatchState& s);
   void record_launch(const Watch& w, Report& report, std::optional<Incident>& pending,
                      std::map<std::int64_t, ht::resilience::StepLine>& completed);
-  /// The incident of a failed launch, said on stderr.
   Incident classify_launch(const Watch& w, double wall_start) const;
-  /// The exit code and verdict when relaunching cannot help (a preemption,
-  /// bad input, no heartbeat, the same early failure twice); none otherwise.
   std::optional<std::pair<int, std::string>> not_retried(const Incident& incident, const Watch& w,
                                                          int& last_early_failure_code) const;
-  /// Waits out the back-off before a relaunch; false when a signal to stop came.
   bool wait_to_relaunch(const Incident& incident, const Watch& w, std::int64_t resume_step, int& failures_in_a_row);
-  /// The report's totals and nodes, written to htrun_report.json.
   void finish_report(Report& report, double wall_start,
                      const std::map<std::int64_t, ht::resilience::StepLine>& completed);
-  std::unique_ptr<ChildProcess> start_launch(int launch, std::int64_t resume_step);
-  /// The reachability watch of the active hosts, or none (simulated nodes,
-  /// one node, --probe-port 0).
-  std::unique_ptr<HostProbe> start_probe() const;
-  /// One look at a running launch; true when the watch ends (the job ended or was stopped).
-  bool poll_launch(ChildProcess& job, WatchState& s);
-  /// Whether every rank started; a start past the start timeout is declared.
-  void check_start(const std::map<int, ht::resilience::Heartbeat>& beats, WatchState& s, double t);
-  /// Passes a signal to stop on to the ranks and waits for the job to end.
-  void pass_on_preemption(ChildProcess& job, const std::map<int, ht::resilience::Heartbeat>& beats, Watch& w);
-  /// After the launch ended: the records, checkpoints and launcher reports that tell what it reached.
-  void conclude_watch(ChildProcess& job, WatchState& s);
   Placement placement() const { return {active_, options_.slots}; }
   double now() const { return clock_.now(); }
-  void sleep(double seconds) const;
+  /// Waits `seconds`, turning the controller's loop meanwhile, and routes
+  /// what the agents said (health results, acknowledgements, the launch's events).
+  void wait(double seconds);
+  std::string memory_dir() const;
+  double comm_timeout_s() const;
+  std::string node_name(int id) const;
+
+  // --- nodes and their agents (supervisor_nodes.cc)
+  /// The command that runs node `node`'s agent there.
+  std::vector<std::string> agent_command(const Node& node) const;
+  /// Starts the agent of `node` unless it is connected or one started
+  /// within the agent timeout is still on its way.
+  void ensure_agent(const Node& node);
+  /// Starts and waits (at most the agent timeout) for the agents of `nodes`;
+  /// the nodes whose agent never connected.
+  std::vector<Node> wait_for_agents(const std::vector<Node>& nodes);
+  /// Sends `make(node)` to every connected agent of `nodes` and waits up to
+  /// ack_timeout_s for their acknowledgements: the seconds the last took
+  /// (the nodes that did not acknowledge in `missing`).
+  double command_all(const std::vector<Node>& nodes, const std::function<wire::Message(const Node&, std::uint32_t)>& make,
+                     std::vector<int>* missing);
+  /// Every node htrun knows, active, spare and cordoned.
+  std::vector<Node> all_nodes() const;
+  /// Before a launch: every active node's agent connected; a node whose
+  /// agent does not connect within the agent timeout is cordoned and
+  /// replaced by a spare. False (the verdict said) when none is left.
+  bool agents_ready(Report& report);
   /// Health-checks the suspect nodes of `incident`, cordons the bad ones and
   /// brings in spares (or shrinks). False when the job cannot go on.
   bool replace_bad_nodes(Incident& incident, Report& report);
-  /// The record of node `id` while it is cordoned; nullptr otherwise.
   Cordoned* cordoned(int id);
-  /// Returns `node`, whose check passed, to the spares, once the ranks of
-  /// earlier launches left on it are ended.
   void readmit(const Node& node);
   /// While a launch runs: starts the health check of each cordoned node due
-  /// for readmission, and readmits those whose check passed (one that
-  /// failed is looked at again after another --readmit-after, and at the
-  /// next incident).
+  /// for readmission (through its agent, started again if need be), and
+  /// readmits those whose check passed.
   void poll_readmissions();
-  std::unique_ptr<ChildProcess> start_health_check(const Node& node) const;
-  /// Kills what is left on `node` of the ranks earlier launches ran there
-  /// (a host cut off keeps its processes): each pid its heartbeats gave that
-  /// still runs this run directory's program.
-  void end_old_ranks(const Node& node);
-  /// ht-health on each of `nodes`, all at once; whether each passed.
+  /// The health check of `node` through its agent; the request's number (0:
+  /// its agent is not connected).
+  std::uint32_t request_health(const Node& node);
+  /// ht-health on each of `nodes`, all at once through their agents; whether each passed.
   std::vector<bool> nodes_healthy(const std::vector<Node>& nodes);
-  std::string node_name(int id) const;
-  /// The memory tiers' directory of the program's checkpoints (the default
-  /// one under <run-dir>/checkpoints).
-  std::string memory_dir() const;
-  /// The ranks' communication timeout htrun sets (HT_COMM_TIMEOUT) when the
-  /// user did not: two thirds of the hang timeout.
-  double comm_timeout_s() const;
+  /// Writes the output of node `node`'s check to <run-dir>/health_node<N>.txt.
+  void log_health(int node, const wire::HealthResult& result) const;
+  /// The end of the run: Bye to every agent, their processes ended.
+  void stop_agents();
 
   SupervisorOptions options_;
   Cluster cluster_;
   Clock clock_;
+  std::shared_ptr<Spawner> spawner_;
+  wire::Secret secret_;
+  std::unique_ptr<Controller> controller_;
   std::vector<Node> active_, spares_;
   std::vector<Cordoned> cordoned_;
-  /// Readmission checks running while the job runs: node id -> the check, when it started.
-  std::map<int, std::pair<std::unique_ptr<ChildProcess>, double>> readmit_checks_;
+  std::map<int, std::unique_ptr<Process>> agent_processes_;  // by node id
+  std::map<int, double> agent_started_s_;                     // by node id
+  /// Readmission checks running while the job runs: node id -> (request, when it started).
+  std::map<int, std::pair<std::uint32_t, double>> readmit_checks_;
   std::vector<int> readmitted_;  // node ids, in the order they came back
-  /// The pids of the ranks every launch ran, by host (from their heartbeats).
-  std::map<std::string, std::set<int>> rank_pids_;
+  // What the agents said, routed by wait(): health results and
+  // acknowledgements by request, and the current launch's events.
+  std::map<std::uint32_t, wire::HealthResult> health_results_;
+  std::map<std::uint32_t, std::set<int>> acks_;
+  std::vector<AgentEvent> launch_events_;
   std::int64_t epoch_ = 0;  // the current launch's (HT_LAUNCH_EPOCH)
 };
 
