@@ -242,10 +242,7 @@ bool blame_orphans(const Watch& w, const Placement& placement, Culprit& c) {
   for (int n : w.orphans) names.push_back(name_of(placement, std::size_t(n)));
   c.message = fmt::format("the ranks of {} beat on after the launcher was gone: their host is cut off from it",
                           fmt::join(names, ", "));
-  if (std::size_t(node) < w.hosts.size()) {
-    const HostView& h = w.hosts[std::size_t(node)];
-    c.failed_at = h.summary.slowest ? double(h.summary.slowest->progress_ms) / 1000 : h.newest_beat_s();
-  }
+  if (std::size_t(node) < w.hosts.size()) c.failed_at = double(w.hosts[std::size_t(node)].summary.newest_progress_ms) / 1000;
   return true;
 }
 

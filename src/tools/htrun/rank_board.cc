@@ -70,6 +70,7 @@ wire::Summary RankBoard::summary(std::int64_t now_ms) {
     const Heartbeat& b = *slot.beat;
     ++s.beating;
     s.newest_beat_ms = std::max(s.newest_beat_ms, b.time_ms);
+    s.newest_progress_ms = std::max(s.newest_progress_ms, b.progress_ms);
     if (slot.shortest_gap_ms > 0)
       s.beat_interval_ms = std::int32_t(s.beat_interval_ms > 0 ? std::min<std::int64_t>(s.beat_interval_ms, slot.shortest_gap_ms)
                                                                : slot.shortest_gap_ms);

@@ -587,6 +587,7 @@ void Supervisor::finish_report(Report& report, double wall_start,
 
 Report Supervisor::run() {
   fs::create_directories(options_.run_dir);
+  g_stop_signal = 0;
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
   std::signal(SIGPIPE, SIG_IGN);

@@ -142,6 +142,7 @@ void encode(Encoder& e, const Summary& m) {
   e.i32(m.beating);
   e.i32(m.live);
   e.i64(m.newest_beat_ms);
+  e.i64(m.newest_progress_ms);
   e.i32(m.beat_interval_ms);
   e.i64(m.completed_step);
   e.u8(m.slowest ? 1 : 0);
@@ -230,6 +231,7 @@ std::optional<Message> decode(std::uint8_t type, Decoder& d) {
       s.beating = d.i32();
       s.live = d.i32();
       s.newest_beat_ms = d.i64();
+      s.newest_progress_ms = d.i64();
       s.beat_interval_ms = d.i32();
       s.completed_step = d.i64();
       const std::uint8_t has_slowest = d.u8();

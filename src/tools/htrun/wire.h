@@ -90,7 +90,8 @@ struct Summary {
   std::int32_t ranks = 0;    // expected on this host in that launch
   std::int32_t beating = 0;  // that have beaten at least once
   std::int32_t live = 0;     // whose processes are alive (their channel open)
-  std::int64_t newest_beat_ms = 0;    // the newest beat of any of them (0: none)
+  std::int64_t newest_beat_ms = 0;      // the newest beat of any of them (0: none)
+  std::int64_t newest_progress_ms = 0;  // the newest change of step or phase of any of them (0: none)
   std::int32_t beat_interval_ms = 0;  // the shortest gap seen between two beats of one rank (0: unknown)
   std::int64_t completed_step = 0;    // the furthest step any of them completed
   /// The rank that got least far among those past start-up (behind()).

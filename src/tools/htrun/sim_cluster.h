@@ -1,0 +1,96 @@
+// Simulated hosts for the controller's tests and its scale bench
+// (bench/control_plane_scale): each speaks the real agent protocol to the
+// real controller over loopback TCP (ControllerLink, the agents' own RankBoard),
+// with simulated ranks whose steps advance on the clock. Thousands run in
+// one thread of one process. A host can crash (its connection and its
+// daemon's port close), be cut off (silent), come back, and a rank can
+// hang. Nothing here is used by htrun itself.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "htrun/process.h"
+#include "htrun/spawner.h"
+#include "htrun/wire.h"
+
+namespace htrun {
+
+struct SimOptions {
+  double start_s = 0.2;  // a launch to its ranks' first step
+  double step_s = 0.1;   // one step of every rank
+  double beat_s = 0.1;   // the ranks' beat interval
+  std::int64_t steps = 1000000;  // the job's last step: the ranks finish there
+  /// > 0: each host listens on this port at its own loopback address
+  /// (sim_address), as a host's sshd would, so the controller's probe of a
+  /// host whose agent dropped is answered, or refused once it crashed.
+  int daemon_port = 0;
+};
+
+/// The loopback address of simulated host `node`: 127.1.<node / 256>.<node % 256>.
+std::string sim_address(int node);
+
+class SimCluster {
+ public:
+  explicit SimCluster(SimOptions options);
+  ~SimCluster();
+  SimCluster(const SimCluster&) = delete;
+  SimCluster& operator=(const SimCluster&) = delete;
+
+  /// Starts host `node`'s agent (again, after a crash: a boot), connecting
+  /// to `controller_host`:`port` with `secret`. Thread-safe.
+  void start_host(int node, const std::string& controller_host, int port, const wire::Secret& secret);
+  /// Its processes die, the agent's among them: its connection and its
+  /// daemon's port close (the kernel answers with a reset). Thread-safe.
+  void crash(int node);
+  /// Its link goes down: nothing more leaves or arrives, and no connection
+  /// closes. heal() brings it back. Thread-safe.
+  void cut(int node);
+  void heal(int node);
+  /// From now on `rank` makes no progress (it still beats); the others
+  /// block at the next step's gradient reduction. Until the next launch.
+  void hang(int rank);
+  /// Health checks of `node` fail while it is marked so.
+  void set_unhealthy(int node, bool unhealthy);
+
+  /// Hosts whose agent has been welcomed, and summaries sent so far.
+  int welcomed() const { return welcomed_.load(); }
+  std::uint64_t summaries_sent() const { return summaries_.load(); }
+  /// The CPU seconds the simulation's thread has used.
+  double thread_cpu_s() const { return thread_cpu_s_.load(); }
+
+  /// A spawner whose agents are this cluster's hosts and whose launches
+  /// are placeholders that end when stopped (the ranks' ends come through
+  /// the agents); `launcher_exit` > 0 makes each launch exit at once with
+  /// that code plus the launch's number instead (a launcher that fails).
+  std::shared_ptr<Spawner> spawner(int launcher_exit = 0);
+
+ private:
+  struct Host;
+  void loop();
+  void run_host(Host& h, double now);
+  void command(Host& h, const wire::Message& m, double now);
+
+  SimOptions options_;
+  std::mutex mu_;  // guards hosts_ and the fault flags against the caller's threads
+  std::vector<std::unique_ptr<Host>> hosts_;
+  int epoll_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> welcomed_{0};
+  std::atomic<std::uint64_t> summaries_{0};
+  std::atomic<double> thread_cpu_s_{0};
+  // The job as every host sees it: a hung rank and since when.
+  int hung_rank_ = -1;
+  double hung_at_ = 0;
+  std::set<int> unhealthy_;
+  std::thread thread_;
+};
+
+}  // namespace htrun
