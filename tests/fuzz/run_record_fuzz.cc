@@ -1,7 +1,7 @@
 // Fuzz target: the run protocol's readers (ht/resilience/run_protocol.h) on
-// whatever a crash, a disk or a person leaves in a heartbeat, an exit record
-// or a line of metrics.jsonl. The input's first byte picks the reader, the
-// rest is the text. Nothing may crash; a metrics line may only be refused
+// whatever a crash, a disk or a person leaves in a heartbeat, an exit record,
+// a line of metrics.jsonl, or a message to or from a node agent. The input's
+// first byte picks the reader, the rest is the text. Nothing may crash; a metrics line may only be refused
 // with ProtocolError; and what was read, written again, reads back to the
 // same text (one writer and one reader for each record).
 #include <cstdint>
@@ -36,9 +36,10 @@ void round_trip(const std::optional<Record>& first, Parse parse, Format format) 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string text(ht::fuzz::as_text(data + 1, size - 1));
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0: round_trip(parse_heartbeat(text), parse_heartbeat, format_heartbeat); break;
     case 1: round_trip(parse_exit_record(text), parse_exit_record, format_exit_record); break;
+    case 3: round_trip(parse_agent_message(text), parse_agent_message, format_agent_message); break;
     default: {
       std::optional<MetricsLine> line;
       try {

@@ -474,6 +474,16 @@ TEST(HtrunWatch, HangNamesTheRankThatGotLeastFar) {
   // Across nodes: each node's slowest, the least far of them.
   beats = {{0, beat(0, 99, 10, 5, Phase::kStepDone)}, {3, beat(3, 99, 10, 5, Phase::kData)}};
   EXPECT_EQ(hang(hosts_of(beats), 100, 0, 30)->rank, 3);
+  // A node whose agent has been silent for half the timeout or more is not
+  // taken for hung (its summary is stale: the silence rules' case), nor
+  // one whose agent is gone.
+  Hosts stale = hosts_of(beats);
+  stale[1].heard_s = 84;
+  EXPECT_EQ(hang(stale, 100, 0, 30)->rank, 0);
+  stale[1].heard_s = 86;
+  EXPECT_EQ(hang(stale, 100, 0, 30)->rank, 3);
+  stale[1].lost_s = 99;
+  EXPECT_EQ(hang(stale, 100, 0, 30)->rank, 0);
   EXPECT_TRUE(behind(place_of(beat(0, 1, 1, 5, Phase::kLossReduction)), place_of(beat(1, 1, 1, 5, Phase::kCheckpoint))));
   EXPECT_FALSE(behind(place_of(beat(0, 1, 1, 5, Phase::kSnapshot)), place_of(beat(1, 1, 1, 5, Phase::kReplicaCheck))));
 }

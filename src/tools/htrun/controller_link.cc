@@ -72,9 +72,16 @@ void ControllerLink::connected(double now_s) {
 
 void ControllerLink::tick(double now_s, double retry_s) {
   now_s_ = now_s;
+  // A connect that does not complete, or a Welcome that does not come (a
+  // controller whose queue of new connections overflowed drops some
+  // without a word): start again.
   if (connecting_ && now_s - connect_started_s_ > retry_s) close(now_s);
+  if (fd_ >= 0 && !welcomed_ && now_s - connect_started_s_ > kWelcomeTimeoutS) close(now_s);
   if (fd_ < 0 && now_s >= next_try_s_) {
-    next_try_s_ = now_s + retry_s;
+    // Spread out, so that thousands of agents that lost the controller
+    // together do not all knock at the same instant again.
+    const double jitter = double((std::uint32_t(node_) * 2654435761u) % 1000) / 1000.0;
+    next_try_s_ = now_s + retry_s * (0.5 + jitter);
     start_connect(now_s);
   }
 }

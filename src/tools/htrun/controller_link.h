@@ -16,6 +16,9 @@ namespace htrun {
 
 class ControllerLink {
  public:
+  /// Seconds a connection may wait for the controller's Welcome.
+  static constexpr double kWelcomeTimeoutS = 5;
+
   ControllerLink(std::string host, int port, const wire::Secret& secret, int node, std::string label);
   ~ControllerLink();
   ControllerLink(const ControllerLink&) = delete;

@@ -109,7 +109,8 @@ std::optional<Finding> hang(const Hosts& hosts, double now_s, double last_step_d
   const wire::RankPlace* hung = nullptr;
   for (const HostView& h : hosts)
     if (const auto& p = h.summary.slowest;
-        p && now_s - std::max(double(p->progress_ms) / 1000, last_step_done_s) > hang_timeout_s &&
+        p && h.lost_s <= 0 && now_s - h.heard_s <= hang_timeout_s / 2 &&
+        now_s - std::max(double(p->progress_ms) / 1000, last_step_done_s) > hang_timeout_s &&
         (!hung || behind(*p, *hung)))
       hung = &*p;
   if (!hung) return std::nullopt;

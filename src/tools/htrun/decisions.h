@@ -150,7 +150,10 @@ std::optional<double> comm_failure_recorded(const std::vector<ExitRecord>& exits
 /// A hang: a rank past start-up whose progress (its own, or a step any rank
 /// completed, `last_step_done_s`) is older than `hang_timeout_s`. Peers go
 /// on until they block on the hung rank, so the rank that got least far is
-/// named (of each node's slowest), failed at its last progress.
+/// named (of each node's slowest), failed at its last progress. Only nodes
+/// whose agent was heard within half the timeout count: a hang is ranks
+/// that beat without progress, and an agent silent that long is the
+/// silence rules' (silent_agent, agent_lost), its summary stale.
 std::optional<Finding> hang(const Hosts& hosts, double now_s, double last_step_done_s, double hang_timeout_s);
 
 /// The rank a start waits for: the first with no heartbeat (stuck before

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <chrono>
 #include <optional>
 
 #include "htrun/controller_link.h"
@@ -64,6 +65,10 @@ struct SimCluster::Host {
   int registered_fd = -1;                // the link's fd in the loop's epoll set
   int daemon_fd = -1;
   bool cut = false, welcomed = false;
+  bool down = false;  // crashed, not booted
+  std::string controller_host;
+  int controller_port = 0;
+  wire::Secret secret{};
   RankBoard board;
   double launched_at = 0;
   bool ranks_ended = true;  // this launch's ranks all ended (finished, preempted, killed)
@@ -84,8 +89,23 @@ SimCluster::~SimCluster() {
   ::close(epoll_fd_);
 }
 
+void SimCluster::request(std::function<void()> change) {
+  std::lock_guard lock(requests_mu_);
+  requests_.push_back(std::move(change));
+}
+
+std::unique_lock<std::mutex> SimCluster::ask() {
+  ++asking_;
+  std::unique_lock lock(mu_);
+  --asking_;
+  return lock;
+}
+
 void SimCluster::start_host(int node, const std::string& controller_host, int port, const wire::Secret& secret) {
-  std::lock_guard lock(mu_);
+  request([=, this] { start_host_now(node, controller_host, port, secret); });
+}
+
+void SimCluster::start_host_now(int node, const std::string& controller_host, int port, const wire::Secret& secret) {
   if (std::size_t(node) >= hosts_.size()) hosts_.resize(std::size_t(node) + 1);
   auto& h = hosts_[std::size_t(node)];
   if (!h) {
@@ -93,7 +113,10 @@ void SimCluster::start_host(int node, const std::string& controller_host, int po
     h->node = node;
     h->label = options_.daemon_port > 0 ? sim_address(node) : fmt::format("sim{}", node);
   }
-  if (h->link) return;  // running
+  h->controller_host = controller_host;
+  h->controller_port = port;
+  h->secret = secret;
+  if (h->link || h->down) return;  // running, or down until booted
   h->link = std::make_unique<ControllerLink>(controller_host, port, secret, node, h->label);
   h->cut = false;
   h->welcomed = false;
@@ -117,8 +140,9 @@ void SimCluster::start_host(int node, const std::string& controller_host, int po
   }
 }
 
-void SimCluster::crash(int node) {
-  std::lock_guard lock(mu_);
+void SimCluster::crash(int node) { request([=, this] { crash_now(node); }); }
+
+void SimCluster::crash_now(int node) {
   if (std::size_t(node) >= hosts_.size() || !hosts_[std::size_t(node)]) return;
   Host& h = *hosts_[std::size_t(node)];
   if (h.registered_fd >= 0) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, h.registered_fd, nullptr);
@@ -130,35 +154,86 @@ void SimCluster::crash(int node) {
     h.daemon_fd = -1;
   }
   h.ranks_ended = true;
+  h.down = true;
+}
+
+void SimCluster::boot(int node) {
+  request([=, this] {
+    if (std::size_t(node) >= hosts_.size() || !hosts_[std::size_t(node)]) return;
+    Host& h = *hosts_[std::size_t(node)];
+    h.down = false;
+    start_host_now(node, h.controller_host, h.controller_port, h.secret);
+  });
+}
+
+std::int64_t SimCluster::newest_epoch() {
+  const auto lock = ask();
+  std::int64_t newest = 0;
+  for (const auto& h : hosts_)
+    if (h) newest = std::max(newest, h->board.epoch());
+  return newest;
+}
+
+int SimCluster::hosts_in_launch(std::int64_t epoch) {
+  const auto lock = ask();
+  int n = 0;
+  for (const auto& h : hosts_)
+    if (h && h->link && h->board.epoch() == epoch && h->board.ranks() > 0) ++n;
+  return n;
+}
+
+int SimCluster::node_of_rank(int rank) {
+  const auto lock = ask();
+  std::int64_t newest = 0;
+  for (const auto& h : hosts_)
+    if (h) newest = std::max(newest, h->board.epoch());
+  for (const auto& h : hosts_)
+    if (h && h->link && h->board.epoch() == newest && h->board.holds(rank)) return h->node;
+  return -1;
 }
 
 void SimCluster::cut(int node) {
-  std::lock_guard lock(mu_);
-  if (std::size_t(node) < hosts_.size() && hosts_[std::size_t(node)]) hosts_[std::size_t(node)]->cut = true;
+  request([=, this] {
+    if (std::size_t(node) < hosts_.size() && hosts_[std::size_t(node)]) hosts_[std::size_t(node)]->cut = true;
+  });
 }
 
 void SimCluster::heal(int node) {
-  std::lock_guard lock(mu_);
-  if (std::size_t(node) < hosts_.size() && hosts_[std::size_t(node)]) hosts_[std::size_t(node)]->cut = false;
+  request([=, this] {
+    if (std::size_t(node) < hosts_.size() && hosts_[std::size_t(node)]) hosts_[std::size_t(node)]->cut = false;
+  });
 }
 
 void SimCluster::hang(int rank) {
-  std::lock_guard lock(mu_);
-  hung_rank_ = rank;
-  hung_at_ = now_s();
+  const double at = now_s();
+  request([=, this] {
+    hung_rank_ = rank;
+    hung_at_ = at;
+  });
 }
 
 void SimCluster::set_unhealthy(int node, bool unhealthy) {
-  std::lock_guard lock(mu_);
-  if (unhealthy) unhealthy_.insert(node);
-  else unhealthy_.erase(node);
+  request([=, this] {
+    if (unhealthy) unhealthy_.insert(node);
+    else unhealthy_.erase(node);
+  });
 }
 
 void SimCluster::loop() {
   epoll_event events[512];
   while (!stop_) {
     const int n = ::epoll_wait(epoll_fd_, events, 512, 10);
+    // A question from another thread goes first.
+    while (asking_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
     std::lock_guard lock(mu_);
+    {
+      std::vector<std::function<void()>> changes;
+      {
+        std::lock_guard requests(requests_mu_);
+        changes.swap(requests_);
+      }
+      for (auto& change : changes) change();
+    }
     const double t = now_s();
     for (int i = 0; i < n; ++i) {
       const std::uint64_t tag = events[i].data.u64;
@@ -345,9 +420,11 @@ class SimSpawner : public Spawner {
 
 }  // namespace
 
+std::unique_ptr<Process> SimCluster::placeholder_launch(int exit_code) { return std::make_unique<SimLaunch>(exit_code); }
+
 std::shared_ptr<Spawner> SimCluster::spawner(int launcher_exit) {
   return std::make_shared<SimSpawner>(*this, launcher_exit, [this](int node) {
-    std::lock_guard lock(mu_);
+    const auto lock = ask();
     return std::size_t(node) < hosts_.size() && hosts_[std::size_t(node)] && hosts_[std::size_t(node)]->link;
   });
 }

@@ -47,9 +47,14 @@ class SimCluster {
   /// Starts host `node`'s agent (again, after a crash: a boot), connecting
   /// to `controller_host`:`port` with `secret`. Thread-safe.
   void start_host(int node, const std::string& controller_host, int port, const wire::Secret& secret);
+  /// Every public call is thread-safe; the changes happen on the
+  /// simulation's thread, in the order called, within about 10 ms.
   /// Its processes die, the agent's among them: its connection and its
-  /// daemon's port close (the kernel answers with a reset). Thread-safe.
+  /// daemon's port close (the kernel answers with a reset). It stays down,
+  /// whoever tries to start its agent, until boot(). Thread-safe.
   void crash(int node);
+  /// A crashed host is up again, and its agent started as it last was.
+  void boot(int node);
   /// Its link goes down: nothing more leaves or arrives, and no connection
   /// closes. heal() brings it back. Thread-safe.
   void cut(int node);
@@ -62,6 +67,12 @@ class SimCluster {
 
   /// Hosts whose agent has been welcomed, and summaries sent so far.
   int welcomed() const { return welcomed_.load(); }
+  /// The newest launch any host was told of, and how many hosts were told
+  /// to run ranks in `epoch`.
+  std::int64_t newest_epoch();
+  int hosts_in_launch(std::int64_t epoch);
+  /// The host that runs `rank` in the newest launch; -1 when none does.
+  int node_of_rank(int rank);
   std::uint64_t summaries_sent() const { return summaries_.load(); }
   /// The CPU seconds the simulation's thread has used.
   double thread_cpu_s() const { return thread_cpu_s_.load(); }
@@ -71,15 +82,29 @@ class SimCluster {
   /// the agents); `launcher_exit` > 0 makes each launch exit at once with
   /// that code plus the launch's number instead (a launcher that fails).
   std::shared_ptr<Spawner> spawner(int launcher_exit = 0);
+  /// Such a placeholder launch (exit_code > 0: one that has exited so).
+  static std::unique_ptr<Process> placeholder_launch(int exit_code = 0);
 
  private:
   struct Host;
+  void start_host_now(int node, const std::string& controller_host, int port, const wire::Secret& secret);
+  void crash_now(int node);
   void loop();
   void run_host(Host& h, double now);
   void command(Host& h, const wire::Message& m, double now);
 
+  /// Runs `change` on the simulation's thread, at its next turn: the
+  /// callers' threads never wait for a busy simulation.
+  void request(std::function<void()> change);
+  /// Takes mu_ for a question from another thread, and asks the
+  /// simulation's thread to let it in.
+  std::unique_lock<std::mutex> ask();
+
   SimOptions options_;
-  std::mutex mu_;  // guards hosts_ and the fault flags against the caller's threads
+  std::mutex mu_;  // guards hosts_ and the job's state while the simulation's thread works on them
+  std::mutex requests_mu_;
+  std::vector<std::function<void()>> requests_;
+  std::atomic<int> asking_{0};
   std::vector<std::unique_ptr<Host>> hosts_;
   int epoll_fd_ = -1;
   std::atomic<bool> stop_{false};

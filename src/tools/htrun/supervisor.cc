@@ -299,7 +299,7 @@ std::unique_ptr<Process> Supervisor::start_launch(int launch, std::int64_t resum
   std::map<int, int> index;
   for (std::size_t n = 0; n < active_.size(); ++n) index[active_[n].id] = int(n);
   LaunchRecord record{.launch = launch, .epoch = epoch_, .started_at = now(), .ack_s = 0, .unacknowledged = {}};
-  record.ack_s = command_all(all_nodes(),
+  record.ack_s = command_all(active_, spares_,
                              [&](const Node& n, std::uint32_t request) -> wire::Message {
                                const auto it = index.find(n.id);
                                return wire::Launch{.request = request,

@@ -165,11 +165,13 @@ class Supervisor {
   /// Starts and waits (at most the agent timeout) for the agents of `nodes`;
   /// the nodes whose agent never connected.
   std::vector<Node> wait_for_agents(const std::vector<Node>& nodes);
-  /// Sends `make(node)` to every connected agent of `nodes` and waits up to
-  /// ack_timeout_s for their acknowledgements: the seconds the last took
-  /// (the nodes that did not acknowledge in `missing`).
-  double command_all(const std::vector<Node>& nodes, const std::function<wire::Message(const Node&, std::uint32_t)>& make,
-                     std::vector<int>* missing);
+  /// Sends `make(node)` to every connected agent of `nodes` and of `told`,
+  /// and waits up to ack_timeout_s for the acknowledgements of `nodes`':
+  /// the seconds the last took (the nodes that did not acknowledge in
+  /// `missing`). `told`'s are not waited for (spares: one cut off must not
+  /// hold up the job).
+  double command_all(const std::vector<Node>& nodes, const std::vector<Node>& told,
+                     const std::function<wire::Message(const Node&, std::uint32_t)>& make, std::vector<int>* missing);
   /// Every node htrun knows, active, spare and cordoned.
   std::vector<Node> all_nodes() const;
   /// Before a launch: every active node's agent connected; a node whose

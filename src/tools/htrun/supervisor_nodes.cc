@@ -111,13 +111,19 @@ bool Supervisor::agents_ready(Report& report) {
   }
 }
 
-double Supervisor::command_all(const std::vector<Node>& nodes,
+double Supervisor::command_all(const std::vector<Node>& nodes, const std::vector<Node>& told,
                                const std::function<wire::Message(const Node&, std::uint32_t)>& make,
                                std::vector<int>* missing) {
   std::map<std::uint32_t, int> waiting;  // request -> node id
+  for (const Node& n : told)
+    if (const AgentState* a = controller_->agent(n.id); a && a->connected)
+      controller_->send(n.id, make(n, controller_->next_request()));
   for (const Node& n : nodes) {
     const AgentState* a = controller_->agent(n.id);
-    if (!a || !a->connected) continue;
+    if (!a || !a->connected) {
+      if (missing) missing->push_back(n.id);
+      continue;
+    }
     const std::uint32_t request = controller_->next_request();
     if (controller_->send(n.id, make(n, request))) waiting[request] = n.id;
   }
@@ -181,8 +187,9 @@ std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
         log_health(nodes[k].id, it->second);
         healthy[k] = it->second.exit_code == 0;
         health_results_.erase(it);
-      } else if (!controller_->agent(nodes[k].id)->connected || now() > deadline) {
-        healthy[k] = false;  // its agent went away with the check, or it took too long
+      } else if (const AgentState* a = controller_->agent(nodes[k].id);
+                 !a->connected || now() - a->heard_s > options_.unreachable_after_s || now() > deadline) {
+        healthy[k] = false;  // its agent went away or silent with the check, or it took too long
       }
     }
     if (done) break;
