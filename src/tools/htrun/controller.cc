@@ -105,6 +105,7 @@ void Controller::accept_all() {
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     ++counts_.accepted;
     connections_[fd] = std::make_unique<Connection>(fd, clock_(), options_.secret);
+    unproven_.insert(fd);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -173,6 +174,7 @@ void Controller::handle(Connection& c, wire::Message message) {
     // The first frame under the session key: the agent holds the secret.
     // It replaces an older connection of the same node (a reconnect).
     c.established = true;
+    unproven_.erase(c.fd);
     ++counts_.established;
     if (const auto old = node_fd_.find(c.node); old != node_fd_.end() && old->second != c.fd) close(old->second);
     node_fd_[c.node] = c.fd;
@@ -227,14 +229,19 @@ void Controller::close(int fd) {
   }
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);
+  unproven_.erase(fd);
   connections_.erase(it);
 }
 
 void Controller::expire_handshakes() {
+  // The connections still to prove themselves, a few times a second: the
+  // loop turns per burst of frames, and must not walk them each time.
   const double now = clock_();
+  if (unproven_.empty() || now < next_expiry_s_) return;
+  next_expiry_s_ = now + 0.1;
   std::vector<int> expired;
-  for (const auto& [fd, c] : connections_)
-    if (!c->established && now - c->accepted_s > options_.handshake_timeout_s) expired.push_back(fd);
+  for (int fd : unproven_)
+    if (now - connections_.at(fd)->accepted_s > options_.handshake_timeout_s) expired.push_back(fd);
   for (int fd : expired) {
     ++counts_.handshake_timeouts;
     close(fd);

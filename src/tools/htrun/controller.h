@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <unordered_map>
+#include <unordered_set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -80,7 +82,6 @@ class Controller {
   std::vector<AgentEvent> take_events();
   /// The agent of `node`; nullptr when none ever connected.
   const AgentState* agent(int node) const;
-  const std::map<int, AgentState>& agents() const { return agents_; }
   /// Sends to the agent of `node`: false when it has no established connection.
   bool send(int node, const wire::Message& message);
   /// Closes the agent's connection (a node declared lost must not speak for
@@ -104,9 +105,11 @@ class Controller {
   ControllerOptions options_;
   std::function<double()> clock_;
   int listen_fd_ = -1, epoll_fd_ = -1, port_ = 0;
-  std::map<int, std::unique_ptr<Connection>> connections_;  // by fd
-  std::map<int, int> node_fd_;                              // node -> its established connection's fd
-  std::map<int, AgentState> agents_;                        // by node
+  std::unordered_map<int, std::unique_ptr<Connection>> connections_;  // by fd
+  std::unordered_set<int> unproven_;                                   // fds of connections not yet established
+  double next_expiry_s_ = 0;
+  std::unordered_map<int, int> node_fd_;        // node -> its established connection's fd
+  std::unordered_map<int, AgentState> agents_;  // by node
   std::vector<AgentEvent> events_;
   ControllerCounts counts_;
   std::uint32_t request_ = 0;

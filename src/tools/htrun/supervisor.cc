@@ -86,10 +86,16 @@ void Supervisor::wait(double seconds) {
     clock_.sleep(seconds);
   } else if (controller_) {
     // The whole time, however many frames arrive meanwhile: the watch's
-    // work per look grows with hosts, so it must not look per frame.
+    // work per look grows with hosts, so it must not look per frame. The
+    // frames are taken in batches every 10 ms rather than one wake-up each
+    // (16,000 summaries a second from 8,192 agents).
     const double deadline = now() + seconds;
-    do controller_->poll(std::max(0.0, deadline - now()));
-    while (now() < deadline);
+    for (;;) {
+      controller_->poll(0);
+      const double left = deadline - now();
+      if (left <= 0) break;
+      sleep_s(std::min(0.01, left));
+    }
   } else {
     sleep_s(seconds);
   }
