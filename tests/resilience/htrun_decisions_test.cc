@@ -618,6 +618,22 @@ TEST(HtrunWatch, ARecordedCommunicationFailureEndsTheLaunch) {
   EXPECT_FALSE(comm_failure_recorded({}));
 }
 
+TEST(HtrunWatch, ADeathIsACrashOnlyBeforeAnyFailureRecord) {
+  // Rank 1 died first, then rank 0: rank 1 crashed.
+  EXPECT_EQ(crash_among({{0, 5.2}, {1, 5.0}}, {}).rank, 1);
+  EXPECT_DOUBLE_EQ(crash_among({{0, 5.2}, {1, 5.0}}, {}).time_s, 5.0);
+  // Rank 1 left with a record of its failure (a peer timed out) and the
+  // launcher then killed rank 0: no crash, the record tells.
+  const ExitRecord failed{.rank = 1, .code = 74, .kind = ExitKind::kCommFailure, .time_ms = 4900, .blamed_ranks = {0}};
+  EXPECT_EQ(crash_among({{0, 5.2}}, {failed}).rank, -1);
+  // A death before the record is still the first thing that happened.
+  EXPECT_EQ(crash_among({{0, 4.5}}, {failed}).rank, 0);
+  // A rank that finished (exit record 0) is no failure.
+  const ExitRecord done{.rank = 1, .code = 0, .kind = ExitKind::kOk, .time_ms = 4000};
+  EXPECT_EQ(crash_among({{0, 5.2}}, {done}).rank, 0);
+  EXPECT_EQ(crash_among({}, {}).rank, -1);
+}
+
 TEST(HtrunNext, ALostHostIsCordonedUncheckedOnlyWithASpareReady) {
   Incident lost;
   lost.kind = IncidentKind::kHostLost;

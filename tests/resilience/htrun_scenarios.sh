@@ -233,8 +233,8 @@ PY
     chmod +x "$program"
     run no-heartbeat --start-timeout 3
     [ "$(cat "$work/no-heartbeat.rc")" = 2 ] || { tail -20 "$work/no-heartbeat.log"; fail "htrun exited $(cat "$work/no-heartbeat.rc"), not 2"; }
-    expect no-heartbeat "no rank wrote a heartbeat within the start timeout (3 s): '$program' does not keep htrun's contract"
-    expect no-heartbeat "htrun report: the program wrote no heartbeat, so htrun cannot watch it"
+    expect no-heartbeat "no rank sent a heartbeat within the start timeout (3 s): '$program' does not keep htrun's contract"
+    expect no-heartbeat "htrun report: the program sent no heartbeat, so htrun cannot watch it"
     [ "$(grep -c "htrun: launch " "$work/no-heartbeat.log")" = 1 ] || fail "htrun relaunched a program that never beat" ;;
   own-run-dir)
     # --run-dir given to the program too: refused at once, naming the flag.
@@ -360,19 +360,21 @@ WRAPPER
     expect sbatch "htrun report: preempted: checkpoint of step [0-9]* saved"
     case "$state" in PENDING*) ;; *) tail -20 "$work/sbatch.log"; fail "the batch job was not requeued (state '$state')" ;; esac ;;
   hostfile-plan)
-    # Several machines (not here): the node set, the launch and health
-    # commands, spares taken from the end, and a refused uneven hostfile.
+    # Several machines (not here): the node set, the launch, agent and
+    # health commands, spares taken from the end, and a refused uneven hostfile.
     printf 'node-a slots=4\nnode-b slots=4 max_slots=8 # comment\n\nnode-c slots=4\n' > "$work/hosts"
     # mpirun passes hypertrain's and the threading variables to other
     # machines only when told to (-x); the launcher arguments reach the
-    # health checks too, and so do ht-health's own (--health-arg).
+    # agents too, and ht-health's own (--health-arg) the checks they run.
     env -i PATH="$PATH" OMP_NUM_THREADS=2 HT_COMM_TIMEOUT=30 UNRELATED=1 \
       "$htrun" --hostfile "$work/hosts" --spares 1 --launcher-arg=--mca --launcher-arg=btl_tcp_if_include \
       --launcher-arg=eth0 --health-arg=--min-memory-gbps=0.05 --dry-run -- "$gpt" --steps 3 > "$work/plan.txt"
     grep -q "2 active, 1 spare, 4 slot(s) per node" "$work/plan.txt" || fail "wrong node set: $(cat "$work/plan.txt")"
     grep -q "job: mpirun -np 8 --host node-a:4,node-b:4 --map-by slot --mca odls_base_sigkill_timeout 0 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 $gpt --steps 3 --run-dir runs/htrun --resume auto" \
       "$work/plan.txt" || fail "wrong job command: $(cat "$work/plan.txt")"
-    grep -q "health of node 2 (node-c): mpirun -np 1 --host node-c:1 --mca plm_rsh_args -o ConnectTimeout=10 -o ServerAliveInterval=2 -o ServerAliveCountMax=2 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-health --node 2 \.\.\. --min-memory-gbps=0.05$" "$work/plan.txt" \
+    grep -q "agent of node 2 (node-c): mpirun -np 1 --host node-c:1 --mca plm_rsh_args -o ConnectTimeout=10 -o ServerAliveInterval=2 -o ServerAliveCountMax=2 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-agent --node 2 --controller [^ ]*:PORT --socket-dir /tmp/htrun-[0-9]*-[0-9a-f]*$" "$work/plan.txt" \
+      || fail "wrong agent command: $(cat "$work/plan.txt")"
+    grep -q "health checks, run by the agents: .*ht-health --node N \.\.\. --min-memory-gbps=0.05$" "$work/plan.txt" \
       || fail "wrong health command: $(cat "$work/plan.txt")"
     printf 'node-a slots=4\nnode-b slots=2\n' > "$work/uneven"
     if "$htrun" --hostfile "$work/uneven" --dry-run -- "$gpt" > "$work/uneven.log" 2>&1; then fail "an uneven hostfile was accepted"; fi

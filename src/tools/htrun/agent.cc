@@ -28,6 +28,11 @@ namespace {
 namespace protocol = ht::resilience;
 
 constexpr std::size_t kHealthTailBytes = 4096;
+// After a TERM, how long the agent goes on watching ranks that save.
+constexpr double kTermGraceS = 60;
+
+volatile sig_atomic_t g_terminate = 0;
+void on_terminate(int) { g_terminate = 1; }
 
 std::int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -100,8 +105,22 @@ double Agent::now() const { return double(wall_ms()) / 1000; }
 
 int Agent::run() {
   ::signal(SIGPIPE, SIG_IGN);
+  // A scheduler that preempts the whole allocation signals every task at
+  // once, the agents' among them: the ranks save and leave on their TERM,
+  // and the agent keeps watching them until they have (a rank whose agent
+  // is gone stops at once, unsaved). A SIGUSR1 is the ranks' business.
+  ::signal(SIGTERM, on_terminate);
+  ::signal(SIGINT, on_terminate);
+  ::signal(SIGHUP, on_terminate);
+  ::signal(SIGUSR1, SIG_IGN);
+  double terminate_by = 0;
   for (;;) {
     const double t = now();
+    if (g_terminate && terminate_by == 0) terminate_by = t + kTermGraceS;
+    if (terminate_by > 0 && (ranks_.empty() || t > terminate_by)) {
+      end_ranks(-1);
+      return 0;
+    }
     link_.tick(t);
     // The controller gone: after its allowance, end the ranks (no orphan
     // writes the run directory); after the linger time, leave.

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace htrun {
 
@@ -364,6 +365,17 @@ bool cordon_even_if_healthy(const Incident& incident) {
 
 bool cordon_unchecked(const Incident& incident, bool spare_ready) {
   return incident.kind == IncidentKind::kHostLost && incident.node >= 0 && spare_ready;
+}
+
+LauncherEvent crash_among(const std::vector<Death>& deaths, const std::vector<ExitRecord>& exits) {
+  double first_failure = std::numeric_limits<double>::infinity();
+  for (const ExitRecord& e : exits)
+    if (e.code != 0) first_failure = std::min(first_failure, e.time_s());
+  LauncherEvent first;
+  for (const Death& d : deaths)
+    if (d.time_s < first_failure && (first.rank < 0 || d.time_s < first.time_s))
+      first = {.rank = d.rank, .host = {}, .time_s = d.time_s};
+  return first;
 }
 
 std::optional<double> comm_failure_recorded(const std::vector<ExitRecord>& exits) {

@@ -136,6 +136,19 @@ std::optional<Finding> agent_lost(const Hosts& hosts, const Placement& placement
 std::optional<Finding> silent_agent(const Hosts& hosts, const Placement& placement, double now_s,
                                     double unreachable_after_s);
 
+/// A rank that died with no exit record (its agent saw its socket close),
+/// at `time_s` (the agent's clock).
+struct Death {
+  int rank = -1;
+  double time_s = 0;
+};
+/// The death that is a crash: the first of `deaths` that came before any
+/// rank recorded a failure of its own or of a peer (a non-zero exit record
+/// in `exits`). A rank that dies after another recorded one is the launcher
+/// ending the others (mpirun kills them when one exits non-zero): an
+/// effect. rank -1 when none is.
+LauncherEvent crash_among(const std::vector<Death>& deaths, const std::vector<ExitRecord>& exits);
+
 /// How long the watch waits, after a rank's record of a communication
 /// failure, for its peers' records before it ends the launch: ranks time out
 /// on the same collective at about the same time, and ranks that name each

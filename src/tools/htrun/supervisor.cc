@@ -137,6 +137,7 @@ struct Supervisor::WatchState {
   int ranks = 0;  // every rank of the launch
   LaunchState state = LaunchState::kStarting;
   std::optional<double> comm_failure_at;  // when the watch read the first record of a communication failure
+  std::vector<Death> deaths;              // the launch's ranks that died with no record, as their agents said
   /// The exit code the ranks' own records give once every one has ended
   /// (the launcher may not have noticed yet).
   std::optional<int> ranks_ended_code;
@@ -361,13 +362,13 @@ void Supervisor::take_launch_events(WatchState& s) {
     } else if (const auto* d = std::get_if<wire::RankDied>(&e.message)) {
       // Deaths after the watch ended are its own doing (the job stopped).
       if (d->epoch != epoch_ || s.state == LaunchState::kEnded) continue;
-      const double at = double(d->time_ms) / 1000;
-      if (w.dead_rank.rank < 0 || at < w.dead_rank.time_s) w.dead_rank = {.rank = d->rank, .host = {}, .time_s = at};
+      s.deaths.push_back({.rank = d->rank, .time_s = double(d->time_ms) / 1000});
     }
   }
   // The first to exit first: the others often exit because of it.
   std::stable_sort(w.exits.begin(), w.exits.end(),
                    [](const protocol::ExitRecord& a, const protocol::ExitRecord& b) { return a.time_ms < b.time_ms; });
+  w.dead_rank = crash_among(s.deaths, w.exits);
 }
 
 void Supervisor::update_hosts(WatchState& s, double t) {

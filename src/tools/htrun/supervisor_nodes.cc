@@ -36,8 +36,11 @@ std::vector<std::string> Supervisor::agent_command(const Node& node) const {
                                    "--node",
                                    std::to_string(node.id),
                                    "--controller",
-                                   fmt::format("{}:{}", options_.controller_address,
-                                               controller_ ? controller_->port() : options_.controller_port),
+                                   // The port is known once htrun listens (a dry run says PORT).
+                                   controller_ ? fmt::format("{}:{}", options_.controller_address, controller_->port())
+                                   : options_.controller_port > 0
+                                       ? fmt::format("{}:{}", options_.controller_address, options_.controller_port)
+                                       : fmt::format("{}:PORT", options_.controller_address),
                                    "--socket-dir",
                                    options_.agent_dir};
   // A simulated node is a label of its own on this machine (its ranks find
