@@ -179,9 +179,9 @@ case "$scenario" in
         --ckpt-every) train[i + 1]=2000 ;;
       esac
     done
-    # A cut host is seen by htrun's probes within about a second; failing
-    # those, a partition is a named communication failure within seconds
-    # (the ranks' timeout is two thirds of the hang timeout). The hosts
+    # A cut host is seen by its agent's silence within --unreachable-after;
+    # failing that, a partition is a named communication failure within
+    # seconds (the ranks' timeout is two thirds of the hang timeout). The hosts
     # share this machine's two cores, so a readmission check beside
     # training measures a fraction of a host's memory bandwidth.
     htrun_args=(--hang-timeout 6 --readmit-after 5 --max-restarts 100 --unreachable-after 1
@@ -206,23 +206,21 @@ case "$scenario" in
       host=
       for i in $(seq 200); do
         kill -0 "$run_pid" 2> /dev/null || break
-        host=$(python3 - "$work/chaos" "$n" <<'PY'
-import glob, json, sys
-run, n = sys.argv[1], int(sys.argv[2])
+        host=$(python3 - "$work/chaos" "$work/chaos.log" "$n" <<'PY'
+import json, re, sys
+run, log, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 try:
     epoch = int(open(run + "/launch_epoch").read())
+    launches = re.findall(r"htrun: launch \d+: \d+ node\(s\) \[([0-9,]+)\]", open(log).read())
+    steps = [r for r in map(json.loads, open(run + "/metrics.jsonl")) if r.get("type") == "step"]
 except (OSError, ValueError):
     sys.exit()
-hosts = set()
-for f in glob.glob(run + "/heartbeat/rank_*.json"):
-    try:
-        b = json.load(open(f))
-    except (OSError, ValueError):
-        continue
-    if b.get("epoch") == epoch and b.get("step", 0) > 0:
-        hosts.add(b["host"])
-if len(hosts) == 2:
-    print(sorted(hosts)[n % 2])
+# The newest launch trains once rank 0 recorded a step of its epoch; its
+# nodes are htrun's launch line's (node i is host h<i+1>).
+if launches and steps and steps[-1].get("epoch") == epoch:
+    hosts = sorted("h%d" % (int(i) + 1) for i in launches[-1].split(","))
+    if len(hosts) == 2:
+        print(hosts[n % 2])
 PY
 )
         [ -n "$host" ] && break

@@ -273,6 +273,10 @@ TEST(HtrunWatch, ASilentHost) {
   EXPECT_DOUBLE_EQ(host_silence_s(0.1), 2);
   EXPECT_DOUBLE_EQ(host_silence_s(0.5), 5);
   EXPECT_FALSE(silent_host(hosts_of(beats), two_nodes(), 100, 0.5));
+  // Its agent silent too: not this rule's (silent_agent's), its summary is stale.
+  Hosts quiet = hosts_of(beats);
+  quiet[1].heard_s = 99.4;
+  EXPECT_FALSE(silent_host(quiet, two_nodes(), 100, 0.1));
   // Every node silent (not a host) or the interval unknown.
   for (int r = 0; r < 2; ++r) beats[r] = beat(r, 97.5, 90);
   EXPECT_FALSE(silent_host(hosts_of(beats), two_nodes(), 100, 0.1));

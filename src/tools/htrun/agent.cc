@@ -20,6 +20,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "ht/resilience/rank_guard.h"
 #include "ht/resilience/run_protocol.h"
 
 namespace htrun {
@@ -131,6 +132,17 @@ int Agent::run() {
                    options_.label.c_str(), t - lost);
       end_ranks(-1);
       ended_for_loss_ = true;
+    }
+    // Cut off from htrun, perhaps not from the run directory: a newer
+    // launch there supersedes this host's ranks at once.
+    if (lost > 0 && !options_.run_dir.empty() && board_.epoch() > 0 && t >= next_epoch_look_s_) {
+      next_epoch_look_s_ = t + 0.5;
+      if (const std::int64_t newest = protocol::run_dir_epoch(options_.run_dir); newest > board_.epoch()) {
+        if (ranks_left(newest - 1) > 0)
+          std::fprintf(stderr, "ht-agent %s: launch %lld superseded launch %lld in %s: ending its ranks here\n",
+                       options_.label.c_str(), (long long)newest, (long long)board_.epoch(), options_.run_dir.c_str());
+        end_ranks(newest - 1);
+      }
     }
     if (lost > 0 && t - lost > options_.linger_s) {
       std::fprintf(stderr, "ht-agent %s: no controller for %.0f s: exiting\n", options_.label.c_str(), t - lost);

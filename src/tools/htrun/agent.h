@@ -32,6 +32,11 @@ struct AgentOptions {
   std::string controller_host;
   int controller_port = 0;
   wire::Secret secret{};
+  /// The run directory: while the controller is out of reach, the agent
+  /// reads its launch epoch, and ends at once the ranks of a launch that a
+  /// newer one superseded (a host cut off from htrun but not from the
+  /// shared file system). "": none.
+  std::string run_dir;
   /// Seconds without the controller after which the agent exits (its ranks
   /// ended long before, at the Welcome's controller_lost_ms).
   double linger_s = 300;
@@ -94,6 +99,7 @@ class Agent {
   std::vector<HealthRun> health_;
   std::vector<PendingAck> acks_;
   double next_summary_s_ = 0;
+  double next_epoch_look_s_ = 0;
   bool ended_for_loss_ = false;  // its ranks ended since the controller was lost
   bool bye_ = false;
   std::uint64_t refused_peers_ = 0;  // connections of another user

@@ -2,7 +2,7 @@
 // host of a job, itself; the job's secret comes on standard input (one line
 // of 64 hex digits), never on the command line.
 //
-//   ht-agent --node N --controller HOST:PORT --socket-dir DIR [--label L]
+//   ht-agent --node N --controller HOST:PORT --socket-dir DIR [--run-dir DIR] [--label L]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   app.add_option("--node", o.node, "the node id htrun gave this host")->required()->check(CLI::NonNegativeNumber);
   app.add_option("--controller", controller, "htrun's address, HOST:PORT")->required();
   app.add_option("--socket-dir", o.socket_dir, "the directory of the ranks' socket (HT_AGENT_DIR)")->required();
+  app.add_option("--run-dir", o.run_dir, "the run directory (its launch epoch is read while htrun is out of reach)");
   app.add_option("--label", o.label,
                  "the label the ranks find this agent by (default: SLURMD_NODENAME under Slurm, else the host name)");
   app.add_option("--linger", o.linger_s, "seconds without htrun after which the agent exits")->capture_default_str();

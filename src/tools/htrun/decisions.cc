@@ -57,7 +57,7 @@ std::optional<Finding> silent_host(const Hosts& hosts, const Placement& placemen
   const double silence = host_silence_s(beat_interval_s);
   const std::map<int, double> newest = newest_beats(hosts);
   for (const auto& [n, t] : newest)
-    if (now_s - t > silence &&
+    if (now_s - t > silence && now_s - hosts[std::size_t(n)].heard_s < silence / 4 &&
         std::any_of(newest.begin(), newest.end(), [&](const auto& o) { return now_s - o.second < silence / 4; }))
       return Finding{.kind = IncidentKind::kHostLost,
                      .rank = n * placement.slots,

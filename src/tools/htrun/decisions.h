@@ -110,8 +110,9 @@ double beat_interval_s(const Hosts& hosts);
 /// at least 2 s (a busy host may write late; a false alarm costs a restart).
 double host_silence_s(double beat_interval_s);
 /// A host gone silent: every rank of a node stopped beating host_silence_s()
-/// ago or longer, while another node's ranks beat within a quarter of that
-/// (its ranks frozen, or their agent cannot hear them). The first such
+/// ago or longer, while its agent speaks on (heard within a quarter of
+/// that: its ranks froze; an agent silent too is silent_agent's) and
+/// another node's ranks beat within a quarter of that. The first such
 /// node, its first rank blamed, failed at its newest beat. nullopt when
 /// none is, or `beat_interval_s` is not known (<= 0).
 std::optional<Finding> silent_host(const Hosts& hosts, const Placement& placement, double now_s,

@@ -42,7 +42,9 @@ std::vector<std::string> Supervisor::agent_command(const Node& node) const {
                                        ? fmt::format("{}:{}", options_.controller_address, options_.controller_port)
                                        : fmt::format("{}:PORT", options_.controller_address),
                                    "--socket-dir",
-                                   options_.agent_dir};
+                                   options_.agent_dir,
+                                   "--run-dir",
+                                   options_.run_dir};
   // A simulated node is a label of its own on this machine (its ranks find
   // it by HT_SIMULATED_NODES); a real host's agent takes the host's.
   if (cluster_.kind() == ClusterKind::kLocal) command.insert(command.end(), {"--label", fmt::format("node{}", node.id)});
