@@ -460,10 +460,8 @@ void Supervisor::conclude_watch(Process& job, WatchState& s) {
   job.finish();  // every line read: the launcher's report of a dead rank may be in the last ones
   // What the agents still had to say of this launch: the exit records the
   // ranks sent as they left may still be on their way.
-  for (int i = 0; i < 2; ++i) {
-    wait(0.05);
-    take_launch_events(s);
-  }
+  wait(0.03);
+  take_launch_events(s);
   update_hosts(s, now());
   s.read_records();
   if (!w.steps.empty()) {

@@ -185,7 +185,12 @@ std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
       if (requests[k] == 0) {
         ensure_agent(nodes[k]);
         requests[k] = request_health(nodes[k]);
-        if (requests[k] == 0 && now() > connect_by) healthy[k] = false;
+        // An agent started for this check whose start already failed (the
+        // host does not answer its launcher) fails the check at once.
+        const int id = nodes[k].id;
+        const bool start_failed = requests[k] == 0 && agent_started_s_[id] >= start &&
+                                  agent_processes_.count(id) && agent_processes_[id]->poll();
+        if (requests[k] == 0 && (now() > connect_by || start_failed)) healthy[k] = false;
         continue;
       }
       if (const auto it = health_results_.find(requests[k]); it != health_results_.end()) {
@@ -218,7 +223,11 @@ void Supervisor::poll_readmissions() {
     const auto result = health_results_.find(request);
     const bool over_time = now() - started_at > options_.health_timeout_s;
     if (result == health_results_.end() && !over_time) {
-      ++it;
+      // Its agent went away with the check (a host back from a cut may
+      // lose the agent its launcher's session started): ask again, of the
+      // agent that comes next.
+      if (const AgentState* a = controller_->agent(id); !a || !a->connected) it = readmit_checks_.erase(it);
+      else ++it;
       continue;
     }
     const int code = result == health_results_.end() ? -1 : result->second.exit_code;
