@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
   pipe_reader.join();
 
   nlohmann::json report;
-  std::ifstream(fs::path(o.work) / "run" / "htrun_report.json") >> report;
+  std::ifstream(ht::resilience::supervisor_report_path((fs::path(o.work) / "run").string())) >> report;
   const auto& incidents = report["incidents"];
   const auto decided = [&](std::size_t k, const char* kind, int node, double at) -> double {
     if (incidents.size() <= k) {

@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 volatile std::sig_atomic_t g_preempt = 0;
 void on_preempt(int) { g_preempt = 1; }
 
-std::int64_t now_ms() {
+std::int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
@@ -43,7 +43,7 @@ void write_atomically(const std::string& path, const std::string& text) {
 }  // namespace
 
 std::int64_t launch_epoch() {
-  const char* value = std::getenv("HT_LAUNCH_EPOCH");
+  const char* value = std::getenv(kEnvLaunchEpoch);
   if (!value || !*value) return 0;
   char* end = nullptr;
   errno = 0;
@@ -64,7 +64,7 @@ bool superseded(std::int64_t epoch, const std::string& run_dir) {
 }
 
 std::string node_label(int world_rank) {
-  const char* simulated = std::getenv("HT_SIMULATED_NODES");
+  const char* simulated = std::getenv(kEnvSimulatedNodes);
   if (!simulated || !*simulated) {
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);
@@ -103,8 +103,18 @@ std::string agent_label(int world_rank) {
   return simulated && *simulated ? node_label(world_rank) : host_label();
 }
 
+std::optional<std::string> watchdog_expired(int rank, std::int64_t step, Phase phase, std::int64_t last_change_ms,
+                                            std::int64_t now_ms, std::int64_t watchdog_ms) {
+  // Steps only: start-up (MPI, data, model, checkpoint load) can be long,
+  // and the supervisor's start timeout covers it.
+  if (watchdog_ms <= 0 || step <= 0 || now_ms - last_change_ms <= watchdog_ms) return std::nullopt;
+  return fmt::format("watchdog: rank {} made no progress for {:.1f} s in step {} ({})", rank,
+                     double(now_ms - last_change_ms) / 1000.0, step, phase_name(phase));
+}
+
 RankGuard::RankGuard(const GuardOptions& options, int rank)
     : options_(options), rank_(rank), epoch_(launch_epoch()) {
+  if (!options_.clock_ms) options_.clock_ms = wall_ms;
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   host_ = host;
@@ -187,12 +197,11 @@ void RankGuard::heartbeat_loop() {
   while (!stop_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const std::int64_t now = now_ms();
-    // Steps only: start-up (MPI, data, model, checkpoint load) can be long,
-    // and the supervisor's start timeout covers it.
-    if (options_.watchdog.count() > 0 && step_ > 0 && now - last_change_ms_ > options_.watchdog.count())
-      exit(kExitHang, fmt::format("watchdog: rank {} made no progress for {:.1f} s in step {} ({})", rank_,
-                                  double(now - last_change_ms_) / 1000.0, step_.load(),
-                                  phase_name(Phase(phase_.load()))));
+    if (const auto message = watchdog_expired(rank_, step_.load(), Phase(phase_.load()), last_change_ms_.load(), now,
+                                              options_.watchdog.count())) {
+      if (!options_.on_watchdog) exit(kExitHang, *message);
+      options_.on_watchdog(kExitHang, *message);
+    }
     if (agent_) check_agent();
     if (now >= next) {
       // Given up by the supervisor: a newer launch owns the run directory.

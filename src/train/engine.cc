@@ -231,7 +231,9 @@ std::string Engine::save_checkpoint() {
   if (policies_->divergence.suspect())
     return fmt::format("checkpoint of step {} not saved: the loss is non-finite ({} steps in a row)", steps_done_,
                        policies_->divergence.nonfinite_run());
-  if (policies_->replicas.before_save(steps_done_)) check_replicas(steps_done_);
+  // The check is part of the save: it reports the save's phase, so a rank
+  // held in it sorts with the save, after the step's loss reduction.
+  if (policies_->replicas.before_save(steps_done_)) check_replicas(steps_done_, resilience::Phase::kCheckpoint);
   policies_->checkpoints.saved();
   return checkpointer_->save(run_state(), optimizer_->slots(), *optimizer_);
 }
@@ -275,8 +277,8 @@ void Engine::progress(resilience::Phase phase) {
   if (trace_) trace_->phase(resilience::phase_name(phase));
 }
 
-void Engine::check_replicas(std::int64_t step) {
-  progress(resilience::Phase::kReplicaCheck);
+void Engine::check_replicas(std::int64_t step, resilience::Phase phase) {
+  progress(phase);
   policies_->replicas.check(*model_, *mesh_, options_.layout.zero == 3, step);
 }
 
@@ -459,7 +461,7 @@ void Engine::save_if_due(StepStats& s, const StepVotes& votes) {
   if (!votes.snapshot_due || votes.snapshot_busy || suspect) return;
   // As before a save: a bit flipped since the last comparison would be
   // resumed from after every failure.
-  if (policies_->replicas.before_save(steps_done_)) check_replicas(steps_done_);
+  if (policies_->replicas.before_save(steps_done_)) check_replicas(steps_done_, resilience::Phase::kSnapshot);
   progress(resilience::Phase::kSnapshot);
   s.snapshot_error = checkpointer_->snapshot(run_state(), optimizer_->slots(), *optimizer_);
   s.snapshotted = true;

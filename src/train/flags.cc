@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "ht/precision/policy.h"
+#include "ht/resilience/run_protocol.h"
 
 namespace ht::train {
 
@@ -192,7 +193,7 @@ void TrainFlags::resolve() {
              "--mem-ckpt-every '{}': give a number of steps (0: no memory snapshots) or auto", mem_ckpt_every);
   }
   if (engine.ckpt_every > 0 || engine.ckpt_every_s > 0 || engine.resume || !ckpt_dir.empty())
-    engine.ckpt_dir = ckpt_dir.empty() ? (std::filesystem::path(job.run_dir) / "checkpoints").string() : ckpt_dir;
+    engine.ckpt_dir = ckpt_dir.empty() ? resilience::checkpoint_dir(job.run_dir) : ckpt_dir;
   job.tp = l.tp, job.pp = l.pp;  // the job splits its mesh from the layout
   job.validate();
   engine.validate();  // the layout too, before any process starts

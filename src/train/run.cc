@@ -7,6 +7,7 @@
 
 #include "ht/config.h"
 #include "ht/train/metrics.h"
+#include "ht/resilience/run_protocol.h"
 #include "ht/train/mfu.h"
 
 namespace ht::train {
@@ -182,7 +183,7 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
     peak = run_peak(engine, options);
     print_preamble(engine, options);
     std::printf("# MFU against %.3g TFLOP/s a rank (%s)\n", peak.tflops, peak.source.c_str());
-    metrics = std::make_unique<MetricsWriter>((fs::path(job.options().run_dir) / "metrics.jsonl").string(),
+    metrics = std::make_unique<MetricsWriter>(resilience::metrics_path(job.options().run_dir),
                                               guard.epoch());
     write_run_record(*metrics, engine, options, peak);
   }

@@ -31,7 +31,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -68,10 +70,23 @@ namespace detail {
 class AgentChannel;
 }
 
+/// The watchdog's rule: the message a rank at `step` in `phase`, its last
+/// change of either at `last_change_ms`, ends with at `now_ms`; nullopt
+/// while it may go on (before step 1, the start being the supervisor's; the
+/// watchdog off, 0; or progress within `watchdog_ms`).
+std::optional<std::string> watchdog_expired(int rank, std::int64_t step, Phase phase, std::int64_t last_change_ms,
+                                            std::int64_t now_ms, std::int64_t watchdog_ms);
+
 struct GuardOptions {
   std::string run_dir;
   std::chrono::milliseconds heartbeat{2000};
   std::chrono::milliseconds watchdog{300000};  // 0: off
+  /// The guard's clock, milliseconds since the Unix epoch (empty: the wall
+  /// clock); tests give their own.
+  std::function<std::int64_t()> clock_ms;
+  /// What the watchdog does when it fires (empty: exit(kExitHang, message),
+  /// which ends the process); tests give their own, which may return.
+  std::function<void(int code, const std::string& message)> on_watchdog;
 };
 
 class RankGuard {
@@ -106,6 +121,7 @@ class RankGuard {
  private:
   void heartbeat_loop();
   void write_heartbeat();
+  std::int64_t now_ms() const { return options_.clock_ms(); }
   /// Under an agent: leaves at once when it fenced this launch or is gone.
   void check_agent();
 

@@ -57,7 +57,7 @@ enum class Phase : int {
   kForwardBackward,    // "forward-backward"
   kGradientReduction,  // "gradient-reduction"
   kOptimizer,          // "optimizer"
-  kReplicaCheck,       // "replica-check"
+  kReplicaCheck,       // "replica-check" (the step's own; a check before a save reports the save's phase)
   kLossReduction,      // "loss-reduction"
   kCheckpoint,         // "checkpoint"
   kSnapshot,           // "snapshot"

@@ -283,8 +283,10 @@ class Engine {
   std::unique_ptr<nn::Model> build_rank_model(const ModelFactory& make_model) const;
   void resume();
   void progress(resilience::Phase phase);
-  /// Silent-data-corruption check: replicas compare parameter checksums.
-  void check_replicas(std::int64_t step);
+  /// Silent-data-corruption check: replicas compare parameter checksums,
+  /// reporting `phase`: the check's own, or the save's it runs for (so a
+  /// rank held in it sorts with the save, after the loss reduction).
+  void check_replicas(std::int64_t step, resilience::Phase phase = resilience::Phase::kReplicaCheck);
   ckpt::RunState run_state() const;
   /// The sum over the world of `v` (one value per rank).
   std::vector<float> world_sum(std::vector<float> v);

@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "ht/core/error.h"
+#include "ht/resilience/run_protocol.h"
 
 namespace ht::report {
 namespace {
@@ -121,9 +122,9 @@ RunDir read_run_dir(const std::string& path) {
                                               "directory a training program wrote with --run-dir (gpt_train "
                                               "--run-dir DIR ..., or htrun --run-dir DIR -- ...)",
                                               path));
-  read_metrics(fs::path(path) / "metrics.jsonl", r);
-  read_checkpoints(fs::path(path) / "checkpoints", r);
-  const fs::path report = fs::path(path) / "htrun_report.json";
+  read_metrics(ht::resilience::metrics_path(path), r);
+  read_checkpoints(ht::resilience::checkpoint_dir(path), r);
+  const fs::path report = ht::resilience::supervisor_report_path(path);
   if (fs::exists(report, ec)) {
     std::ifstream in(report);
     nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
@@ -133,7 +134,7 @@ RunDir read_run_dir(const std::string& path) {
                               "the file to report the training records alone",
                               report.string()));
     r.htrun = std::move(j);
-    read_job_log(fs::path(path) / "htrun_job.log", r);
+    read_job_log(ht::resilience::job_log_path(path), r);
   }
   return r;
 }
