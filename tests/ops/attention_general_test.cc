@@ -138,9 +138,17 @@ Tolerance tolerance(DType dtype) {
   const Tolerance tol = tolerance(dtype);
   if (auto a = all_close(r.out, r.ref.out, tol.out); !a) return a << " (out)";
   if (auto a = lse_close(r.lse, r.ref.lse, tol.lse); !a) return a << " (lse)";
-  if (auto a = all_close(r.dq, r.ref_grads.dq, tol.grad); !a) return a << " (dq)";
-  if (auto a = all_close(r.dk, r.ref_grads.dk, tol.grad); !a) return a << " (dk)";
-  if (auto a = all_close(r.dv, r.ref_grads.dv, tol.grad); !a) return a << " (dv)";
+  // A gradient may be zero where terms cancel (dq of one key: P (dP - D)
+  // with P = 1), and the kernel's rounding of dP and D then leaves a few
+  // ulps of their size, which depends on the CPU's fused multiply-adds: the
+  // case's largest gradient is the absolute scale.
+  double grads = 0;
+  for (const auto* g : {&r.ref_grads.dq, &r.ref_grads.dk, &r.ref_grads.dv})
+    for (double v : *g) grads = std::max(grads, std::abs(v));
+  const double atol = tol.grad * grads;
+  if (auto a = all_close(r.dq, r.ref_grads.dq, tol.grad, atol); !a) return a << " (dq)";
+  if (auto a = all_close(r.dk, r.ref_grads.dk, tol.grad, atol); !a) return a << " (dk)";
+  if (auto a = all_close(r.dv, r.ref_grads.dv, tol.grad, atol); !a) return a << " (dv)";
   return ::testing::AssertionSuccess();
 }
 
