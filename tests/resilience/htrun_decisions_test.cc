@@ -622,6 +622,54 @@ TEST(HtrunWatch, ARecordedCommunicationFailureEndsTheLaunch) {
   EXPECT_FALSE(comm_failure_recorded({}));
 }
 
+TEST(HtrunGray, TrainingThatCrawlsIsStalled) {
+  Progress p;
+  for (int k = 0; k <= 10; ++k) p.emplace_back(100 + 0.5 * k, 50 * k);  // 100 steps a second
+  EXPECT_NEAR(baseline_step_s(p), 0.01, 1e-9);
+  EXPECT_FALSE(steps_stalled(p, 105.2)) << "a summary's interval without a step is not a crawl";
+  EXPECT_TRUE(steps_stalled(p, 106.1)) << "a second: twenty steps and the floor";
+  EXPECT_FALSE(steps_stalled(p, 105.9));
+  EXPECT_FALSE(steps_stalled({p.begin(), p.begin() + 10}, 200)) << "no baseline before ten looks that grew";
+  // Slow steps: twenty of them without progress.
+  Progress slow;
+  for (int k = 0; k <= 10; ++k) slow.emplace_back(100 + 2.0 * k, k);  // 2 s a step
+  EXPECT_FALSE(steps_stalled(slow, 150));
+  EXPECT_TRUE(steps_stalled(slow, 161));
+}
+
+TEST(HtrunGray, ALinkFarSlowerThanTheOthersFails) {
+  const Placement p = two_nodes();
+  // Node 1 (active) took 2 s for 256 KB, node 0 and the spare 2 ten ms.
+  std::vector<LinkTestRun> runs{{.request = 1, .node = 0, .index = 0, .bytes = 262144, .sent_s = 10, .done_s = 10.01},
+                                {.request = 2, .node = 1, .index = 1, .bytes = 262144, .sent_s = 10, .done_s = 12},
+                                {.request = 3, .node = 2, .index = -1, .bytes = 262144, .sent_s = 10, .done_s = 10.01}};
+  EXPECT_TRUE(link_tests_settled(runs, 12.5, 5));
+  auto f = slow_link(runs, p, 12.5);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->kind, IncidentKind::kStraggler);
+  EXPECT_EQ(f->rank, 2) << "its first rank";
+  EXPECT_DOUBLE_EQ(f->failed_at, 10);
+  EXPECT_NE(f->message.find("the link of node 1 (h1) carried 131 KB/s, 200 times slower than the median of the 3 "
+                            "nodes tested (26214 KB/s)"),
+            std::string::npos)
+      << f->message;
+  // Not done yet: counted by its time so far, slower still; out until settled.
+  runs[1].done_s = 0;
+  EXPECT_FALSE(link_tests_settled(runs, 12, 5));
+  EXPECT_TRUE(link_tests_settled(runs, 15.1, 5));
+  EXPECT_NE(slow_link(runs, p, 15.1)->message.find("or less"), std::string::npos);
+  // Within ten times of the median: the load of a shared machine, not a failure.
+  runs[1].done_s = 10.09;
+  EXPECT_FALSE(slow_link(runs, p, 12));
+  // A slow spare is a reference, never the culprit; two nodes say nothing of which is slow.
+  runs[1].done_s = 10.01;
+  runs[2].done_s = 14;
+  EXPECT_FALSE(slow_link(runs, p, 15));
+  runs.pop_back();
+  runs[1].done_s = 14;
+  EXPECT_FALSE(slow_link(runs, p, 15));
+}
+
 TEST(HtrunWatch, ADeathIsACrashOnlyBeforeAnyFailureRecord) {
   // Rank 1 died first, then rank 0: rank 1 crashed.
   EXPECT_EQ(crash_among({{0, 5.2}, {1, 5.0}}, {}).rank, 1);
@@ -834,6 +882,24 @@ TEST_F(HtrunOnSimulatedHosts, AHostCutOffIsDecidedAfterItsSilence) {
   EXPECT_GE(i.detected_at - cut_at, options_.unreachable_after_s - 0.15);
   EXPECT_LT(i.detected_at - cut_at, options_.unreachable_after_s + 0.5);
   EXPECT_EQ(r.cordoned, std::vector<int>{2});
+}
+
+TEST_F(HtrunOnSimulatedHosts, AHostWhoseLinkCrawlsIsReplaced) {
+  double slowed_at = 0;
+  const Report r = run(4, [&](SimCluster& c) {
+    after_steps(20);
+    slowed_at = now_s();
+    c.slow_link(1, 125000, 100);  // 1 Mbit/s; steps a hundred times as long
+  }, 6.0);
+  ASSERT_GE(r.incidents.size(), 2u);
+  const Incident& i = r.incidents.front();
+  EXPECT_EQ(i.kind, IncidentKind::kStraggler);
+  EXPECT_EQ(i.node, 1);
+  EXPECT_NE(i.message.find("the link of node 1 carried"), std::string::npos) << i.message;
+  // The crawl seen after a second, the tests out for the slow link's 2 s.
+  EXPECT_LT(i.detected_at - slowed_at, 4.0);
+  EXPECT_EQ(r.cordoned, std::vector<int>{1});
+  EXPECT_EQ(r.active, (std::vector<int>{0, 2, 3}));
 }
 
 TEST_F(HtrunOnSimulatedHosts, AHungRankIsNamedAndItsNodeChecked) {

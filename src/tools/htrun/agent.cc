@@ -273,6 +273,8 @@ void Agent::command(const wire::Message& m) {
     link_.send(wire::Ack{.request = signal->request, .epoch = signal->epoch, .ranks_left = 0});
   } else if (const auto* check = std::get_if<wire::HealthCheck>(&m)) {
     start_health(*check);
+  } else if (const auto* test = std::get_if<wire::LinkTest>(&m)) {
+    for (const wire::LinkEcho& echo : wire::link_echoes(*test)) link_.send(echo);
   } else if (std::holds_alternative<wire::Bye>(m)) {
     bye_ = true;
   }

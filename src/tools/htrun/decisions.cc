@@ -163,6 +163,60 @@ Finding start_not_finished(const Hosts& hosts, int laggard, double launched_at,
   return f;
 }
 
+double baseline_step_s(const Progress& progress) {
+  if (int(progress.size()) <= kStepsForBaseline) return 0;
+  std::vector<double> per_step;
+  for (std::size_t i = 1; i < progress.size(); ++i)
+    per_step.push_back((progress[i].first - progress[i - 1].first) /
+                       double(std::max<std::int64_t>(1, progress[i].second - progress[i - 1].second)));
+  std::nth_element(per_step.begin(), per_step.begin() + std::ptrdiff_t(per_step.size() / 2), per_step.end());
+  return per_step[per_step.size() / 2];
+}
+
+bool steps_stalled(const Progress& progress, double now_s, double min_s) {
+  const double base = baseline_step_s(progress);
+  return base > 0 && now_s - progress.back().first > std::max(min_s, 20 * base);
+}
+
+bool link_tests_settled(const std::vector<LinkTestRun>& runs, double now_s, double timeout_s) {
+  return std::all_of(runs.begin(), runs.end(),
+                     [&](const LinkTestRun& r) { return r.done_s > 0 || now_s - r.sent_s > timeout_s; });
+}
+
+std::map<int, double> link_rates(const std::vector<LinkTestRun>& runs, double now_s, double* median) {
+  std::map<int, double> by_node;
+  std::vector<double> rates;
+  for (const LinkTestRun& r : runs) {
+    const double took = std::max(1e-6, (r.done_s > 0 ? r.done_s : now_s) - r.sent_s);
+    rates.push_back(by_node[r.node] = double(r.bytes) / took);
+  }
+  *median = 0;
+  if (!rates.empty()) {
+    std::nth_element(rates.begin(), rates.begin() + std::ptrdiff_t(rates.size() / 2), rates.end());
+    *median = rates[rates.size() / 2];
+  }
+  return by_node;
+}
+
+std::optional<Finding> slow_link(const std::vector<LinkTestRun>& runs, const Placement& placement, double now_s) {
+  if (runs.size() < 3) return std::nullopt;
+  double median = 0;
+  const std::map<int, double> rates = link_rates(runs, now_s, &median);
+  const auto rate = [&](const LinkTestRun& r) { return rates.at(r.node); };
+  const LinkTestRun* slowest = nullptr;
+  for (const LinkTestRun& r : runs)
+    if (r.index >= 0 && rate(r) * kSlowLinkFactor < median && (!slowest || rate(r) < rate(*slowest))) slowest = &r;
+  if (!slowest) return std::nullopt;
+  return Finding{.kind = IncidentKind::kStraggler,
+                 .rank = slowest->index * placement.slots,
+                 .failed_at = slowest->sent_s,
+                 .message = fmt::format("the link of {} carried {:.0f} KB/s{}, {:.0f} times slower than the median of "
+                                        "the {} nodes tested ({:.0f} KB/s): a gray failure",
+                                        name_of(placement, std::size_t(slowest->index)), rate(*slowest) / 1000,
+                                        slowest->done_s > 0 ? "" : " or less", median / rate(*slowest), runs.size(),
+                                        median / 1000)};
+}
+
 double last_beat(const Hosts& hosts, int node, double otherwise) {
   if (node < 0 || std::size_t(node) >= hosts.size() || hosts[std::size_t(node)].summary.newest_beat_ms <= 0)
     return otherwise;

@@ -90,6 +90,9 @@ struct Watch {
   std::string resume_tier;
   std::map<std::int64_t, ht::resilience::StepLine> steps;
   double last_step_done_s = 0;  // when the newest of them completed
+  /// When training slowed to a crawl, for a launch ended for a slow link (0:
+  /// it did not): the steps completed after count as time lost.
+  double degraded_from_s = 0;
 };
 
 /// What the watch declares when it ends a launch itself.
@@ -180,6 +183,47 @@ int start_laggard(const Hosts& hosts, const Placement& placement);
 /// not keep the contract (kNoHeartbeat, named by `program`).
 Finding start_not_finished(const Hosts& hosts, int laggard, double launched_at,
                            double start_timeout_s, const std::string& program);
+
+// ---------------------------------------------------- gray failures
+
+/// A launch's progress as the watch saw it in the agents' summaries: the
+/// time and the furthest step completed, each time that grew.
+using Progress = std::vector<std::pair<double, std::int64_t>>;
+/// The launch's step time: the median over its progress of the time per
+/// step between two looks (seconds), once progress grew kStepsForBaseline
+/// times; 0 before.
+inline constexpr int kStepsForBaseline = 10;
+double baseline_step_s(const Progress& progress);
+/// Whether training has slowed to a crawl: no step completed for twenty
+/// baseline steps, and at least `min_s`. A hang is the hang rule's, later;
+/// this is the sign of a gray failure (a link or a host far slower than it
+/// should be) that the link tests then look for.
+bool steps_stalled(const Progress& progress, double now_s, double min_s = 1.0);
+
+/// A link test of one node through its agent (LinkTest, LinkEchoes back):
+/// the bytes, when they were asked for, and when the last arrived (0: not yet).
+struct LinkTestRun {
+  std::uint32_t request = 0;
+  int node = -1;               // id
+  int index = -1;              // in Placement::active; -1 for a spare (a reference only)
+  std::int64_t bytes = 0;
+  double sent_s = 0, done_s = 0;
+};
+/// How much slower than the median of the nodes tested a link must be to
+/// fail: a tenth of it. (A link limited to 1 Mbit/s beside gigabit ones is
+/// hundreds of times slower; the load of a shared machine, a few times.)
+inline constexpr double kSlowLinkFactor = 10;
+/// Whether the tests are all in, or out for `timeout_s`.
+bool link_tests_settled(const std::vector<LinkTestRun>& runs, double now_s, double timeout_s);
+/// Each node's bytes a second in its test (one not done yet at `now_s`
+/// counts its time so far), by node id, and the median of them.
+std::map<int, double> link_rates(const std::vector<LinkTestRun>& runs, double now_s, double* median);
+/// The active node whose link is slow: its bytes over the time they took
+/// (one not done yet counts its time so far: slower still) below the median
+/// of every node tested over kSlowLinkFactor. Needs three nodes tested (the
+/// median of two says nothing of which is slow). Kind kStraggler, its
+/// first rank blamed, failed when the test was sent. nullopt when none is.
+std::optional<Finding> slow_link(const std::vector<LinkTestRun>& runs, const Placement& placement, double now_s);
 
 // ---------------------------------------------------- once it has ended
 

@@ -24,7 +24,6 @@ void RankBoard::launch(std::int64_t epoch, int first_rank, int ranks) {
   epoch_ = epoch;
   first_ = first_rank;
   slots_.assign(std::size_t(std::max(0, ranks)), Slot{});
-  comm_wait_ms_ = 0;
 }
 
 bool RankBoard::beat(const Heartbeat& beat) {
@@ -84,7 +83,6 @@ wire::Summary RankBoard::summary(std::int64_t now_ms) {
       s.slowest = place_of(b);
   }
   if (laggard_class == 3) s.laggard = wire::RankPlace{};  // rank -1: every rank started
-  s.comm_wait_ms = std::exchange(comm_wait_ms_, 0);
   return s;
 }
 

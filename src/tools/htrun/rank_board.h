@@ -35,11 +35,7 @@ class RankBoard {
   void set_live(int rank, bool live);
   /// The rank's newest heartbeat, if any.
   const ht::resilience::Heartbeat* last(int rank) const;
-  /// Time the ranks waited in communication, added since the last summary.
-  void add_comm_wait(std::int64_t ms) { comm_wait_ms_ += ms; }
-
-  /// The summary at `now_ms` (the agent's clock); starts the next
-  /// interval's communication wait from zero. O(ranks on this host).
+  /// The summary at `now_ms` (the agent's clock). O(ranks on this host).
   wire::Summary summary(std::int64_t now_ms);
 
  private:
@@ -51,7 +47,6 @@ class RankBoard {
   std::int64_t epoch_ = 0;
   int first_ = 0;
   std::vector<Slot> slots_;
-  std::int64_t comm_wait_ms_ = 0;
 };
 
 }  // namespace htrun

@@ -66,6 +66,9 @@ struct SimCluster::Host {
   int daemon_fd = -1;
   bool cut = false, welcomed = false;
   bool down = false;  // crashed, not booted
+  double link_bytes_per_s = 0;   // > 0: a slow link
+  double link_free_at = 0;       // when its link is done with what it was given
+  std::vector<std::pair<double, wire::LinkEcho>> echoes;  // paced: when each may leave
   std::string controller_host;
   int controller_port = 0;
   wire::Secret secret{};
@@ -212,6 +215,16 @@ void SimCluster::hang(int rank) {
   });
 }
 
+void SimCluster::slow_link(int node, double bytes_per_s, double step_factor) {
+  const double at = now_s();
+  request([=, this] {
+    if (std::size_t(node) >= hosts_.size() || !hosts_[std::size_t(node)]) return;
+    hosts_[std::size_t(node)]->link_bytes_per_s = bytes_per_s;
+    slow_since_ = bytes_per_s > 0 ? at : 0;
+    slow_factor_ = bytes_per_s > 0 ? step_factor : 1;
+  });
+}
+
 void SimCluster::set_unhealthy(int node, bool unhealthy) {
   request([=, this] {
     if (unhealthy) unhealthy_.insert(node);
@@ -249,6 +262,14 @@ void SimCluster::loop() {
       if (h.link && (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
         for (const wire::Message& m : h.link->on_readable(t)) command(h, m, t);
     }
+    // The steps crawl while a host with a slow link runs ranks of the newest launch.
+    std::int64_t newest = 0;
+    bool slow_in_launch = false;
+    for (auto& h : hosts_)
+      if (h) newest = std::max(newest, h->board.epoch());
+    for (auto& h : hosts_)
+      if (h && h->link_bytes_per_s > 0 && h->board.epoch() == newest && h->board.ranks() > 0) slow_in_launch = true;
+    crawl_since_ = slow_in_launch ? slow_since_ : 0;
     for (auto& h : hosts_)
       if (h) run_host(*h, t);
     thread_cpu_s_ = thread_cpu_now_s();
@@ -271,6 +292,8 @@ void SimCluster::run_host(Host& h, double t) {
     }
   }
   if (h.cut || !h.link->welcomed()) return;
+  // Paced link-test echoes leave when the slow link has carried them.
+  std::erase_if(h.echoes, [&](const auto& e) { return e.first <= t && h.link->send(e.second); });
   if (!h.welcomed) {
     h.welcomed = true;
     ++welcomed_;
@@ -281,8 +304,13 @@ void SimCluster::run_host(Host& h, double t) {
   if (!h.ranks_ended) {
     const double beat_t = std::floor(t / options_.beat_s) * options_.beat_s;
     bool finished = true;
+    // A crawl: time runs slow_factor_ times slower for the steps since it began.
+    const double since = std::max(crawl_since_, h.launched_at);
+    const auto dilated = [&](double x) { return crawl_since_ > 0 && x > since ? since + (x - since) / slow_factor_ : x; };
+    const auto real = [&](double x) { return crawl_since_ > 0 && x > since ? since + (x - since) * slow_factor_ : x; };
     for (int r = h.board.first_rank(); r < h.board.first_rank() + h.board.ranks(); ++r) {
-      Place p = place_at(options_, h.launched_at, beat_t);
+      Place p = place_at(options_, h.launched_at, dilated(beat_t));
+      p.progress_s = real(p.progress_s);
       // A hang: the hung rank stops in the forward-backward of step H (the
       // step in progress, or the next when it was past that), and the
       // others block in H's gradient reduction, waiting for it.
@@ -343,6 +371,15 @@ void SimCluster::command(Host& h, const wire::Message& m, double t) {
     const bool bad = unhealthy_.count(h.node) > 0;
     h.link->send(wire::HealthResult{.request = check->request, .exit_code = bad ? 1 : 0,
                                     .output_tail = bad ? "simulated host: unhealthy\n" : "simulated host: healthy\n"});
+  } else if (const auto* test = std::get_if<wire::LinkTest>(&m)) {
+    for (const wire::LinkEcho& echo : wire::link_echoes(*test)) {
+      if (h.link_bytes_per_s <= 0) {
+        h.link->send(echo);
+        continue;
+      }
+      h.link_free_at = std::max(h.link_free_at, t) + double(echo.payload.size()) / h.link_bytes_per_s;
+      h.echoes.emplace_back(h.link_free_at, echo);
+    }
   } else if (std::holds_alternative<wire::Bye>(m)) {
     if (h.registered_fd >= 0) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, h.registered_fd, nullptr);
     h.registered_fd = -1;

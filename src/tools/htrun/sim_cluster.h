@@ -64,6 +64,11 @@ class SimCluster {
   void hang(int rank);
   /// Health checks of `node` fail while it is marked so.
   void set_unhealthy(int node, bool unhealthy);
+  /// From now on `node`'s link carries `bytes_per_s` (0: as fast as
+  /// loopback again): its link tests' echoes are paced so, and while it
+  /// runs ranks of a launch every rank's steps take `step_factor` times as
+  /// long (a collective moves at the pace of its slowest link).
+  void slow_link(int node, double bytes_per_s, double step_factor);
 
   /// Hosts whose agent has been welcomed, and summaries sent so far.
   int welcomed() const { return welcomed_.load(); }
@@ -114,6 +119,9 @@ class SimCluster {
   // The job as every host sees it: a hung rank and since when.
   int hung_rank_ = -1;
   double hung_at_ = 0;
+  // A slow link in the launch: since when the steps crawl, and how much.
+  double slow_since_ = 0, slow_factor_ = 1;
+  double crawl_since_ = 0;  // > 0: a host with a slow link runs ranks of the newest launch
   std::set<int> unhealthy_;
   std::thread thread_;
 };

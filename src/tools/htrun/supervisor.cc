@@ -103,6 +103,9 @@ void Supervisor::wait(double seconds) {
   for (AgentEvent& e : controller_->take_events()) {
     if (const auto* result = std::get_if<wire::HealthResult>(&e.message)) health_results_[result->request] = *result;
     else if (const auto* ack = std::get_if<wire::Ack>(&e.message)) acks_[ack->request].insert(e.node);
+    else if (const auto* echo = std::get_if<wire::LinkEcho>(&e.message)) {
+      if (echo->last) link_done_[echo->request] = e.at_s;
+    }
     else launch_events_.push_back(std::move(e));
   }
 }
@@ -138,6 +141,10 @@ struct Supervisor::WatchState {
   LaunchState state = LaunchState::kStarting;
   std::optional<double> comm_failure_at;  // when the watch read the first record of a communication failure
   std::vector<Death> deaths;              // the launch's ranks that died with no record, as their agents said
+  std::vector<LinkTestRun> link_tests;    // out now, when training crawls
+  double link_tested_at = -1e9;           // when the last were started
+  double stalled_since_s = 0;             // the last step before the crawl
+  Progress progress;                      // the furthest step over time, from the summaries
   /// The exit code the ranks' own records give once every one has ended
   /// (the launcher may not have noticed yet).
   std::optional<int> ranks_ended_code;
@@ -194,6 +201,7 @@ const Supervisor::Detector Supervisor::kDetectors[] = {
     {"a node's agent lost", true, true, &Supervisor::node_agent_lost},
     {"a node's ranks silent", false, true, &Supervisor::node_silent},
     {"a node cut off", true, true, &Supervisor::node_cut_off},
+    {"a node's link slow", false, true, &Supervisor::link_slow},
     {"progress stalled", true, true, &Supervisor::progress_stalled},
     {"a start that never ends", true, false, &Supervisor::start_unfinished},
     {"a peer named by a communication failure", true, true, &Supervisor::peer_named},
@@ -248,6 +256,34 @@ std::optional<Supervisor::Detected> Supervisor::node_cut_off(Process&, WatchStat
   if (auto f = silent_agent(s.w.hosts, s.placed, t, options_.unreachable_after_s))
     return Detected{std::move(f), t, true};
   return std::nullopt;
+}
+
+std::optional<Supervisor::Detected> Supervisor::link_slow(Process&, WatchState& s, double t) {
+  // Training slowed to a crawl (a gray failure: a host's link far slower
+  // than it should be, which no health check of the host alone sees):
+  // test every node's link through its agent, the spares' as references,
+  // and end the launch for one far slower than the others.
+  Watch& w = s.w;
+  if (s.link_tests.empty()) {
+    if (t - s.link_tested_at < kLinkRetestS || !steps_stalled(s.progress, t)) return std::nullopt;
+    std::vector<Node> nodes = active_;
+    nodes.insert(nodes.end(), spares_.begin(), spares_.end());
+    s.link_tests = start_link_tests(nodes, [&](int id) {
+      for (std::size_t n = 0; n < active_.size(); ++n)
+        if (active_[n].id == id) return int(n);
+      return -1;
+    });
+    s.link_tested_at = t;
+    s.stalled_since_s = s.progress.back().first;
+    return std::nullopt;
+  }
+  take_link_echoes(s.link_tests);
+  if (!link_tests_settled(s.link_tests, t, kLinkTestTimeoutS)) return std::nullopt;
+  std::optional<Finding> f = slow_link(s.link_tests, s.placed, t);
+  s.link_tests.clear();
+  if (!f) return std::nullopt;
+  w.degraded_from_s = s.stalled_since_s;
+  return Detected{std::move(f), t, true};
 }
 
 std::optional<Supervisor::Detected> Supervisor::progress_stalled(Process&, WatchState& s, double t) {
@@ -408,6 +444,8 @@ void Supervisor::update_hosts(WatchState& s, double t) {
       w.reached = done;
     }
   }
+  if (w.first_step >= 0 && (s.progress.empty() || w.reached > s.progress.back().second))
+    s.progress.emplace_back(t, w.reached);
   // Every rank ended: the code their records give (a rank with none was killed).
   if (every_rank_ended && !s.ranks_ended_code) {
     int code = 0;
@@ -520,7 +558,10 @@ void Supervisor::record_launch(const Watch& w, Report& report, std::optional<Inc
     for (Incident& i : report.incidents)
       if (!i.recovery_s && first_done_s >= i.detected_at) i.recovery_s = first_done_s - i.detected_at;
   }
-  for (const auto& [step, m] : w.steps) completed[step] = m;
+  // A launch ended for a slow link: its steps after the crawl began were
+  // time lost to the degraded host, not productive.
+  for (const auto& [step, m] : w.steps)
+    if (w.degraded_from_s <= 0 || m.time_s() <= w.degraded_from_s) completed[step] = m;
 }
 
 Incident Supervisor::classify_launch(const Watch& w, double wall_start) const {

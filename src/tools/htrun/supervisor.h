@@ -85,6 +85,13 @@ struct Clock {
   std::function<void(double seconds)> sleep;  // empty: sleep for real (turning the controller's loop)
 };
 
+/// Link tests (a gray failure): the bytes each node's agent sends back
+/// (256 KB: 2 s on a 1 Mbit/s link, milliseconds on a healthy one), how long
+/// they may take, and how soon after one round another may start.
+inline constexpr std::int32_t kLinkTestBytes = 256 * 1024;
+inline constexpr double kLinkTestTimeoutS = 5;
+inline constexpr double kLinkRetestS = 30;
+
 /// Where a launch is: starting (the start timeout applies; a node's silence
 /// does not), training, or ended (by itself or by a detector).
 enum class LaunchState { kStarting, kTraining, kEnded };
@@ -128,6 +135,7 @@ class Supervisor {
   std::optional<Detected> node_agent_lost(Process& job, WatchState& s, double t);
   std::optional<Detected> node_silent(Process& job, WatchState& s, double t);
   std::optional<Detected> node_cut_off(Process& job, WatchState& s, double t);
+  std::optional<Detected> link_slow(Process& job, WatchState& s, double t);
   std::optional<Detected> progress_stalled(Process& job, WatchState& s, double t);
   std::optional<Detected> start_unfinished(Process& job, WatchState& s, double t);
   std::optional<Detected> peer_named(Process& job, WatchState& s, double t);
@@ -192,6 +200,12 @@ class Supervisor {
   std::uint32_t request_health(const Node& node);
   /// ht-health on each of `nodes`, all at once through their agents; whether each passed.
   std::vector<bool> nodes_healthy(const std::vector<Node>& nodes);
+  /// Starts a link test of every connected node of `nodes` (LinkTest, the
+  /// echoes timed on arrival); `index_of` gives a node's index in the
+  /// launch's placement, -1 for a reference node.
+  std::vector<LinkTestRun> start_link_tests(const std::vector<Node>& nodes, const std::function<int(int)>& index_of);
+  /// Fills in the tests whose last echo arrived.
+  void take_link_echoes(std::vector<LinkTestRun>& runs);
   /// Writes the output of node `node`'s check to <run-dir>/health_node<N>.txt.
   void log_health(int node, const wire::HealthResult& result) const;
   /// The end of the run: Bye to every agent, their processes ended.
@@ -214,6 +228,7 @@ class Supervisor {
   // acknowledgements by request, and the current launch's events.
   std::map<std::uint32_t, wire::HealthResult> health_results_;
   std::map<std::uint32_t, std::set<int>> acks_;
+  std::map<std::uint32_t, double> link_done_;  // link test request -> when its last echo arrived
   std::vector<AgentEvent> launch_events_;
   std::int64_t epoch_ = 0;  // the current launch's (HT_LAUNCH_EPOCH)
 };

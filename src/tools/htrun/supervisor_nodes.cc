@@ -163,6 +163,29 @@ std::uint32_t Supervisor::request_health(const Node& node) {
   return sent ? request : 0;
 }
 
+std::vector<LinkTestRun> Supervisor::start_link_tests(const std::vector<Node>& nodes,
+                                                      const std::function<int(int)>& index_of) {
+  std::vector<LinkTestRun> runs;
+  for (const Node& n : nodes) {
+    // Only agents that speak: a silent one (a host cut off) is not a link to measure.
+    const AgentState* a = controller_->agent(n.id);
+    if (!a || !a->connected || now() - a->heard_s > options_.unreachable_after_s) continue;
+    const std::uint32_t request = controller_->next_request();
+    if (!controller_->send(n.id, wire::LinkTest{.request = request, .bytes = kLinkTestBytes})) continue;
+    runs.push_back({.request = request, .node = n.id, .index = index_of(n.id), .bytes = kLinkTestBytes,
+                    .sent_s = now(), .done_s = 0});
+  }
+  return runs;
+}
+
+void Supervisor::take_link_echoes(std::vector<LinkTestRun>& runs) {
+  for (LinkTestRun& r : runs)
+    if (const auto done = link_done_.find(r.request); r.done_s <= 0 && done != link_done_.end()) {
+      r.done_s = done->second;
+      link_done_.erase(done);
+    }
+}
+
 void Supervisor::log_health(int node, const wire::HealthResult& result) const {
   std::ofstream(fs::path(options_.run_dir) / fmt::format("health_node{}.txt", node), std::ios::app)
       << result.output_tail << (result.output_tail.empty() || result.output_tail.back() == '\n' ? "" : "\n")
@@ -172,13 +195,23 @@ void Supervisor::log_health(int node, const wire::HealthResult& result) const {
 std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
   // Every node at once, each under the health timeout. A node whose agent
   // is gone gets one started again; one that does not connect within the
-  // connect timeout (plus a start's few seconds) fails.
+  // connect timeout (plus a start's few seconds) fails. Beside ht-health,
+  // which sees a host alone, every node's link is tested against the
+  // others' (the active nodes and the spares as references): a host whose
+  // link is far slower fails too (a gray failure).
+  if (nodes.empty()) return {};
   const double start = now(), connect_by = start + options_.connect_timeout_s + 5,
                deadline = start + options_.health_timeout_s;
+  std::vector<Node> linked = active_;
+  linked.insert(linked.end(), spares_.begin(), spares_.end());
+  for (const Node& n : nodes)
+    if (std::none_of(linked.begin(), linked.end(), [&](const Node& l) { return l.id == n.id; })) linked.push_back(n);
+  std::vector<LinkTestRun> links = start_link_tests(linked, [](int) { return -1; });
   std::vector<std::uint32_t> requests(nodes.size(), 0);
   std::vector<std::optional<bool>> healthy(nodes.size());
   for (;;) {
-    bool done = true;
+    take_link_echoes(links);
+    bool done = link_tests_settled(links, now(), kLinkTestTimeoutS);
     for (std::size_t k = 0; k < nodes.size(); ++k) {
       if (healthy[k]) continue;
       done = false;
@@ -206,7 +239,21 @@ std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
     wait(0.02);
   }
   std::vector<bool> out;
-  for (const auto& h : healthy) out.push_back(*h);
+  double median = 0;
+  const std::map<int, double> rates = link_rates(links, now(), &median);
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    const auto rate = rates.find(nodes[k].id);
+    const bool slow = links.size() >= 3 && rate != rates.end() && rate->second * kSlowLinkFactor < median;
+    if (rate != rates.end())
+      log_health(nodes[k].id, wire::HealthResult{
+                                  .request = 0,
+                                  .exit_code = slow ? 1 : 0,
+                                  .output_tail = fmt::format("link: {:.0f} KB/s, the median of the {} nodes tested "
+                                                             "{:.0f} KB/s{}\n",
+                                                             rate->second / 1000, links.size(), median / 1000,
+                                                             slow ? ": too slow" : "")});
+    out.push_back(*healthy[k] && !slow);
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <openssl/hmac.h>
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -148,7 +149,6 @@ void encode(Encoder& e, const Summary& m) {
   e.u8(m.slowest ? 1 : 0);
   if (m.slowest) put(e, *m.slowest);
   put(e, m.laggard);
-  e.i64(m.comm_wait_ms);
 }
 void encode(Encoder& e, const RankExit& m) {
   const auto& r = m.record;
@@ -210,6 +210,15 @@ void encode(Encoder& e, const Signal& m) {
   e.i32(m.signal);
 }
 void encode(Encoder&, const Bye&) {}
+void encode(Encoder& e, const LinkEcho& m) {
+  e.u32(m.request);
+  e.u8(m.last ? 1 : 0);
+  e.str(m.payload);
+}
+void encode(Encoder& e, const LinkTest& m) {
+  e.u32(m.request);
+  e.i32(m.bytes);
+}
 
 std::optional<Message> decode(std::uint8_t type, Decoder& d) {
   Message m;
@@ -238,7 +247,6 @@ std::optional<Message> decode(std::uint8_t type, Decoder& d) {
       if (has_slowest > 1) d.fail();
       if (has_slowest == 1) s.slowest = get_place(d);
       s.laggard = get_place(d);
-      s.comm_wait_ms = d.i64();
       if (s.ranks < 0 || s.beating < 0 || s.live < 0 || s.beating > s.ranks) d.fail();
       m = std::move(s);
       break;
@@ -338,6 +346,25 @@ std::optional<Message> decode(std::uint8_t type, Decoder& d) {
       break;
     }
     case 12: m = Bye{}; break;
+    case 13: {
+      LinkEcho x;
+      x.request = d.u32();
+      const std::uint8_t last = d.u8();
+      if (last > 1) d.fail();
+      x.last = last == 1;
+      x.payload = d.str();
+      if (x.payload.size() > std::size_t(kLinkEchoBytes)) d.fail();
+      m = std::move(x);
+      break;
+    }
+    case 14: {
+      LinkTest x;
+      x.request = d.u32();
+      x.bytes = d.i32();
+      if (x.bytes < 0 || x.bytes > 64 * kLinkEchoBytes) d.fail();
+      m = std::move(x);
+      break;
+    }
     default: return std::nullopt;
   }
   if (!d.done()) return std::nullopt;
@@ -396,13 +423,29 @@ std::optional<Secret> parse_secret_hex(std::string_view text) {
 }
 
 const char* message_name(const Message& message) {
-  static constexpr const char* kNames[] = {"hello",  "summary", "rank-exit", "rank-died", "health-result", "ack",
-                                           "welcome", "launch", "end",       "health-check", "signal",     "bye"};
+  static constexpr const char* kNames[] = {"hello",   "summary", "rank-exit",    "rank-died", "health-result",
+                                           "ack",     "welcome", "launch",       "end",       "health-check",
+                                           "signal",  "bye",     "link-echo",    "link-test"};
   return kNames[message.index()];
 }
 
-// Hello .. Ack come first in the variant.
-bool from_agent(const Message& message) { return message.index() <= 5; }
+bool from_agent(const Message& message) {
+  return std::holds_alternative<Hello>(message) || std::holds_alternative<Summary>(message) ||
+         std::holds_alternative<RankExit>(message) || std::holds_alternative<RankDied>(message) ||
+         std::holds_alternative<HealthResult>(message) || std::holds_alternative<Ack>(message) ||
+         std::holds_alternative<LinkEcho>(message);
+}
+
+std::vector<LinkEcho> link_echoes(const LinkTest& test) {
+  std::vector<LinkEcho> out;
+  std::int32_t left = test.bytes;
+  do {
+    const std::int32_t n = std::min(left, kLinkEchoBytes);
+    left -= n;
+    out.push_back({.request = test.request, .last = left == 0, .payload = std::string(std::size_t(n), 'x')});
+  } while (left > 0);
+  return out;
+}
 
 const char* drop_name(Drop drop) {
   switch (drop) {

@@ -99,9 +99,6 @@ struct Summary {
   /// The first rank not started: with no beat (phase kLaunch and time 0),
   /// else the first in kLaunch, then in kStart; rank -1 when all started.
   RankPlace laggard;
-  /// Time the ranks spent waiting in communication since the last summary,
-  /// summed over them (ms): a slow link shows here (gray failures).
-  std::int64_t comm_wait_ms = 0;
 };
 
 /// A rank's exit record (the run protocol's), sent as soon as it arrives.
@@ -181,8 +178,28 @@ struct Signal {
 /// The run is over: end the ranks and exit.
 struct Bye {};
 
+/// Agent -> controller: part of the answer to a LinkTest, `payload` bytes
+/// of filler; `last` on the final one.
+struct LinkEcho {
+  std::uint32_t request = 0;
+  bool last = false;
+  std::string payload;
+};
+
+/// Controller -> agent: send `bytes` back in LinkEchoes, at once: the time
+/// they take to arrive measures the host's link (a gray failure: a link
+/// much slower than the other hosts').
+struct LinkTest {
+  std::uint32_t request = 0;
+  std::int32_t bytes = 0;
+};
+/// The payload of one LinkEcho at most.
+inline constexpr std::int32_t kLinkEchoBytes = 32 * 1024;
+/// The LinkEchoes that answer `test`.
+std::vector<LinkEcho> link_echoes(const LinkTest& test);
+
 using Message = std::variant<Hello, Summary, RankExit, RankDied, HealthResult, Ack, Welcome, Launch, End,
-                             HealthCheck, Signal, Bye>;
+                             HealthCheck, Signal, Bye, LinkEcho, LinkTest>;
 
 /// The message's name ("summary"), for logs and counters.
 const char* message_name(const Message& message);
