@@ -6,6 +6,9 @@
 //   mpirun -np 4 ht-plan --preset gpt2-124m --global-batch 16           probes the 4 ranks together
 //   ht-plan --preset llama2-70b --world 1024 --global-batch 1024 --profile h100.json --precision bf16
 //   ht-plan ... --save-profile mine.json     keeps the probe's figures for later plans
+//   ht-plan --reliability --hosts 2048 --gpus-per-host 8      goodput at that size, snapshot and checkpoint intervals
+//   ht-plan --reliability --from-report RUN/htrun_report.json --fault-free FREE/htrun_report.json
+//                                            a run's own goodput projected from what it measured
 //
 // Exit codes: 0 a plan printed, 2 bad input (or nothing fits), 1 anything else.
 #include <CLI/CLI.hpp>
@@ -24,6 +27,7 @@
 #include "ht/core/launcher_env.h"
 #include "ht/models/model_flags.h"
 #include "ht/plan/search.h"
+#include "reliability_args.h"
 
 namespace {
 
@@ -70,7 +74,10 @@ struct PlanArgs {
     app.add_option("--virtual-stages", virtual_stages, "chunks per rank of the interleaved schedule");
     app.add_option("--max-micro-batch", max_micro_batch, "largest micro-batch (0: any)");
     app.add_option("--top", top, "plans printed")->check(CLI::PositiveNumber);
-    app.add_option("--json", json_path, "also write the plans as JSON to this file ('-': standard output only)");
+    app.add_option("--json", json_path,
+                   "also write the plans (or the reliability projection) as JSON to this file ('-' or no file: "
+                   "standard output only)")
+        ->expected(0, 1);
   }
 
   // The search the flags ask for, on `comm`'s world (null: one process);
@@ -127,12 +134,15 @@ int main(int argc, char** argv) {
   app.option_defaults()->always_capture_default();
   PlanArgs args;
   args.add_to(app);
+  ht::plan::tool::ReliabilityArgs reliability;
+  reliability.add_to(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kUsage;
   }
+  if (app.count("--json") > 0 && args.json_path.empty()) args.json_path = "-";  // --json alone
   if (args.list_presets) {
     print_presets();
     return 0;
@@ -140,6 +150,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<ht::comm::MpiRuntime> runtime;
   std::unique_ptr<ht::comm::Communicator> comm;
   try {
+    if (reliability.enabled) {
+      reliability.run(app, args.json_path);
+      return 0;
+    }
     if (ht::launched_by_mpi()) {
       runtime = std::make_unique<ht::comm::MpiRuntime>(&argc, &argv);
       comm = ht::comm::make_mpi_world(ht::comm::comm_options_from_env());
