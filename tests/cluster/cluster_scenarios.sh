@@ -16,6 +16,12 @@
 #               cordons it, resumes on h1 + h3, ends on the clean weights; the
 #               ranks left on h2 fence themselves (a newer launch's epoch),
 #               so nothing of theirs remains once the link is back
+#   slow-link   h2's link limited to 1 Mbit/s both ways mid-run (a gray
+#               failure: h2 answers, its health check alone passes): htrun
+#               sees the steps crawl, tests every host's link through its
+#               agent, cordons h2 as a straggler and brings in h3, and the
+#               run ends on the clean run's weights within the clean run's
+#               time plus 30 s
 #   chaos       a fault-free run, then the same run with a host crash or a
 #               cut link every CHAOS_EVERY s (default 20, or a third of the
 #               fault-free run's time when that is shorter; crashes and cuts
@@ -171,6 +177,19 @@ case "$scenario" in
     sleep 1
     if tb_exec h2 pgrep -f gpt_train > /dev/null; then fail "a rank of the given-up launch still runs on h2"; fi
     measured partition "$fault" ;;
+  slow-link)
+    start_run slow-link
+    wait_for_step slow-link 125
+    fault=$(date +%s.%N)
+    tb_slow_link h2 1mbit || fail "cannot limit h2's link (tc tbf)"
+    finish_run slow-link
+    expect_report slow-link "i['host'] == 'h2' and i['node'] == 1 and i['kind'] == 'straggler' and 'link' in i['message']"
+    expect_report slow-link "r['cordoned_nodes'] == [1] and r['active_nodes'] == [0, 2]"
+    same_as_clean slow-link
+    clean_wall=$(python3 -c "import json; print(json.load(open('$shared_clean/clean/htrun_report.json'))['wall_s'])")
+    expect_report slow-link "r['wall_s'] <= $clean_wall + 30"
+    measured slow-link "$fault"
+    report slow-link "'# measured: slow link: wall {:.1f} s against the clean run\'s {:.1f} s; goodput {:.1%}'.format(r['wall_s'], $clean_wall, r['goodput'])" | tee -a "$work/measured.txt" ;;
   chaos)
     steps=${CHAOS_STEPS:-8000} every=${CHAOS_EVERY:-20} repair=${CHAOS_REPAIR:-8}
     for i in "${!train[@]}"; do
@@ -262,6 +281,23 @@ print("# measured: chaos: {} faults in {:.0f} s, every {} s ({}), {} incident(s)
           sum(i.get("recovery_s", 0) for i in r["incidents"]) / len(kinds)))
 PY
     cat "$work/measured.txt"
+    # The goodput projected from this run's own fault rate and measured costs
+    # (docs/benchmarks.md, "Goodput at scale, projected") must be within 3
+    # points of the goodput measured.
+    plan="$(dirname "$htrun")/ht-plan"
+    [ -x "$plan" ] || fail "no ht-plan beside htrun ($plan): build it"
+    "$plan" --reliability --from-report "$work/chaos/htrun_report.json" --fault-free "$work/fault_free/htrun_report.json" \
+      --backoff-s 0.2 --json "$work/projection.json" > "$work/projection.txt" ||
+      { cat "$work/projection.txt"; fail "ht-plan --reliability --from-report failed"; }
+    python3 - "$work/projection.json" <<'PY' | tee -a "$work/measured.txt"
+import json, sys
+p = json.load(open(sys.argv[1]))
+print("# projected: chaos: goodput {:.1f}% from the run's fault rate and measured costs (ht-plan --reliability "
+      "--from-report), measured {:.1f}%: {:+.1f} points".format(
+          100 * p["projected"]["goodput"], 100 * p["measured"]["goodput"], p["difference_points"]))
+PY
+    python3 -c "import json, sys; sys.exit(abs(json.load(open(sys.argv[1]))['difference_points']) > 3)" \
+      "$work/projection.json" || { cat "$work/projection.txt"; fail "the projected goodput is more than 3 points from the measured"; }
     ;;
   slurm-crash | slurm-partition)
     tb_slurm_up

@@ -16,6 +16,7 @@
 #                      included, goes with them); tb_boot H starts it again
 #   tb_cut H / tb_heal H   takes H's link down / up (a network partition)
 #   tb_slow H PERCENT  limits H's processes to PERCENT of one core (a cpu cgroup)
+#   tb_slow_link H RATE   limits H's link to RATE both ways (tc tbf: "1mbit")
 #   tb_down            tears everything down (idempotent)
 #
 # Requires root, iproute2, util-linux (unshare, nsenter) and openssh-server
@@ -199,6 +200,14 @@ tb_slow() {
     return 1
   fi
   for pid in $(ip netns pids "$TB_ID-$1"); do echo "$pid" > "$cg/cgroup.procs" 2>/dev/null || true; done
+}
+
+tb_slow_link() {
+  # Both ways: the host's own end (what it sends) and the switch's end of
+  # its cable (what it receives).
+  local tbf=(tbf rate "$2" burst 32kbit latency 400ms)
+  ip netns exec "$TB_ID-$1" tc qdisc replace dev eth0 root "${tbf[@]}" &&
+    ip netns exec "$TB_ID-sw" tc qdisc replace dev "${TB_ID}p${1#h}" root "${tbf[@]}"
 }
 
 tb_down() {

@@ -169,8 +169,7 @@ double baseline_step_s(const Progress& progress) {
   for (std::size_t i = 1; i < progress.size(); ++i)
     per_step.push_back((progress[i].first - progress[i - 1].first) /
                        double(std::max<std::int64_t>(1, progress[i].second - progress[i - 1].second)));
-  std::nth_element(per_step.begin(), per_step.begin() + std::ptrdiff_t(per_step.size() / 2), per_step.end());
-  return per_step[per_step.size() / 2];
+  return *std::min_element(per_step.begin(), per_step.end());
 }
 
 bool steps_stalled(const Progress& progress, double now_s, double min_s) {
@@ -418,7 +417,8 @@ bool cordon_even_if_healthy(const Incident& incident) {
 }
 
 bool cordon_unchecked(const Incident& incident, bool spare_ready) {
-  return incident.kind == IncidentKind::kHostLost && incident.node >= 0 && spare_ready;
+  return (incident.kind == IncidentKind::kHostLost || cordon_even_if_healthy(incident)) && incident.node >= 0 &&
+         spare_ready;
 }
 
 LauncherEvent crash_among(const std::vector<Death>& deaths, const std::vector<ExitRecord>& exits) {

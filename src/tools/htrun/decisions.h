@@ -189,16 +189,19 @@ Finding start_not_finished(const Hosts& hosts, int laggard, double launched_at,
 /// A launch's progress as the watch saw it in the agents' summaries: the
 /// time and the furthest step completed, each time that grew.
 using Progress = std::vector<std::pair<double, std::int64_t>>;
-/// The launch's step time: the median over its progress of the time per
-/// step between two looks (seconds), once progress grew kStepsForBaseline
-/// times; 0 before.
-inline constexpr int kStepsForBaseline = 10;
+/// The launch's step time as it was before any slowdown: the least time per
+/// step between two looks of its progress (seconds), once progress grew
+/// kStepsForBaseline times; 0 before. The least, not the median: a crawl
+/// that sets in early would otherwise become the baseline itself.
+inline constexpr int kStepsForBaseline = 3;
 double baseline_step_s(const Progress& progress);
 /// Whether training has slowed to a crawl: no step completed for twenty
 /// baseline steps, and at least `min_s`. A hang is the hang rule's, later;
 /// this is the sign of a gray failure (a link or a host far slower than it
-/// should be) that the link tests then look for.
-bool steps_stalled(const Progress& progress, double now_s, double min_s = 1.0);
+/// should be) that the link tests then look for. A pause of the job's own
+/// (an evaluation, a save) may read so too: its link tests then find
+/// nothing, and cost a few hundred KB a node.
+bool steps_stalled(const Progress& progress, double now_s, double min_s = 2.0);
 
 /// A link test of one node through its agent (LinkTest, LinkEchoes back):
 /// the bytes, when they were asked for, and when the last arrived (0: not yet).
@@ -265,11 +268,13 @@ std::vector<Node> nodes_to_check(const Incident& incident, const std::vector<Nod
 /// named straggler (the job asked for it).
 bool cordon_even_if_healthy(const Incident& incident);
 
-/// Whether the node at fault is cordoned without a health check: a host
-/// lost (the launcher's report, its heartbeats, its ranks cut off from the
-/// launcher) while a spare is ready to take its place. Its check could only
-/// wait out the connect timeout; `--readmit-after` checks it later. Without
-/// a spare the check runs: a host that passes keeps the job going.
+/// Whether the node at fault is cordoned without a health check while a
+/// spare is ready to take its place: a host lost (the launcher's report,
+/// its heartbeats, its ranks cut off from the launcher), whose check could
+/// only wait out the connect timeout, and a named straggler (a slow link),
+/// cordoned whatever its check says. `--readmit-after` checks them later.
+/// Without a spare a lost host's check runs: one that passes keeps the job
+/// going.
 bool cordon_unchecked(const Incident& incident, bool spare_ready);
 /// A node htrun took out of the job.
 struct Cordoned {

@@ -248,6 +248,9 @@ std::optional<Supervisor::Detected> Supervisor::node_agent_lost(Process&, WatchS
 }
 
 std::optional<Supervisor::Detected> Supervisor::node_silent(Process&, WatchState& s, double t) {
+  // While link tests are out, a slow link's summaries queue behind its
+  // echoes: its ranks look silent while its agent speaks. The tests decide.
+  if (!s.link_tests.empty()) return std::nullopt;
   if (auto f = silent_host(s.w.hosts, s.placed, t, beat_interval_s(s.w.hosts))) return Detected{std::move(f), t, true};
   return std::nullopt;
 }
@@ -275,11 +278,19 @@ std::optional<Supervisor::Detected> Supervisor::link_slow(Process&, WatchState& 
     });
     s.link_tested_at = t;
     s.stalled_since_s = s.progress.back().first;
+    std::fprintf(stderr, "htrun: training crawls (no step completed for %.1f s, %.0f times its step time): testing the "
+                 "links of %zu node(s)\n", t - s.stalled_since_s, (t - s.stalled_since_s) / baseline_step_s(s.progress),
+                 s.link_tests.size());
     return std::nullopt;
   }
   take_link_echoes(s.link_tests);
   if (!link_tests_settled(s.link_tests, t, kLinkTestTimeoutS)) return std::nullopt;
   std::optional<Finding> f = slow_link(s.link_tests, s.placed, t);
+  double median = 0;
+  std::string rates;
+  for (const auto& [node, rate] : link_rates(s.link_tests, t, &median))
+    rates += fmt::format("{}{}: {:.0f} KB/s", rates.empty() ? "" : ", ", node_name(node), rate / 1000);
+  std::fprintf(stderr, "htrun: the links: %s%s\n", rates.c_str(), f ? "" : " (none far slower than the others)");
   s.link_tests.clear();
   if (!f) return std::nullopt;
   w.degraded_from_s = s.stalled_since_s;

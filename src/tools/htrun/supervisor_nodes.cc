@@ -333,13 +333,13 @@ bool Supervisor::replace_bad_nodes(Incident& incident, Report& report) {
     const bool ok = !skipped && results[next++];
     incident.health.push_back({.node = node.id, .host = node.host, .healthy = ok, .checked = !skipped});
     if (ok && !cordon_anyway) continue;
-    const std::string why = ok        ? "a persistent straggler"
-                            : skipped ? "was lost"
-                                      : "failed its health check";
+    const std::string why = cordon_anyway ? "a persistent straggler"
+                            : skipped     ? "was lost"
+                                          : "failed its health check";
     cordoned_.push_back({.node = node, .at = now()});
     // A node declared lost speaks for nothing until its agent proves itself
     // anew (a host cut off keeps a connection open until TCP gives up).
-    if (skipped) controller_->disconnect(node.id);
+    if (skipped && incident.kind == IncidentKind::kHostLost) controller_->disconnect(node.id);
     // A simulated node's memory goes with it, as a real node's would: its
     // ranks' snapshots then come from their peers' replicas.
     if (cluster_.kind() == ClusterKind::kLocal) {
