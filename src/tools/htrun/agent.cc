@@ -100,6 +100,7 @@ Agent::~Agent() {
   }
   if (listen_fd_ >= 0) ::close(listen_fd_);
   ::unlink(socket_path_.c_str());
+  ::rmdir(options_.socket_dir.c_str());  // the last agent of a host's directory takes it (others' sockets keep it)
 }
 
 double Agent::now() const { return double(wall_ms()) / 1000; }
