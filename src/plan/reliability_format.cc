@@ -86,7 +86,7 @@ std::string format_reliability(const ReliabilityPlan& p) {
       100 * (o.cadence.snapshot_every_steps != 0 ? o.memory_recoverable_share : 0.0));
   s += fmt::format(
       "# costs: step {} | detection {} | training again after detection: {} from memory, {} from disk, of which the "
-      "healthy ranks' relaunch {} | stall {} a snapshot, {} a checkpoint | htrun back-off {}, doubling{}\n",
+      "healthy ranks' relaunch {} | stall {} a snapshot, {} a checkpoint | htrun back-off from {} (htrun's rule){}\n",
       readable_duration(step_s), readable_duration(o.detect_s), readable_duration(o.recover_memory_s), readable_duration(o.recover_disk_s),
       readable_duration(o.relaunch_s), readable_duration(o.snapshot_stall_s), readable_duration(o.checkpoint_stall_s),
       readable_duration(o.backoff_base_s),
@@ -122,9 +122,9 @@ std::string format_reliability(const ReliabilityPlan& p) {
   } else {
     s += "# no failure fell in the simulated traces\n";
   }
-  s += "# columns: ETTR = productive training time / wall time, mean and 10th/90th percentiles over the traces; "
-       "no fail. = without failures; failures a trace; lost = steps lost a failure; memory = failures recovered "
-       "from memory\n";
+  s += "# columns: ETTR = productive training time / wall time over all the traces, p10 and p90 of the traces' "
+       "own; no fail. = without failures; failures a trace; lost = steps lost a failure; memory = failures "
+       "recovered from memory\n";
   s += "# projections from measured costs on simulated failure traces, not measurements at this size\n";
   return s;
 }

@@ -32,7 +32,7 @@ struct RunMeasurements {
   std::int64_t steps = 0;  // step lines (0: no metrics.jsonl)
   double step_s = 0;       // their mean time (htrun's productive time is their sum)
   /// The most common gap between snapshots and between saves (0: none), and
-  /// their steps' mean time beyond the median of the steps without either.
+  /// their steps' median time beyond the median of the steps without either.
   std::int64_t snapshot_every_steps = 0, checkpoint_every_steps = 0;
   double snapshot_stall_s = 0, checkpoint_stall_s = 0;
 };

@@ -44,7 +44,7 @@ void ReliabilityArgs::add_to(CLI::App& app) {
   app.add_option("--mttf-hours", o.mttf_hours,
                  "reliability: the job's mean time to failure, hours (0: Meta's published figures for its GPU count, "
                  "Kokolis et al. 2024: 7.9 h at 1,024 GPUs, 1.8 h at 16,384, 14 min at 131,072, log-log between)");
-  app.add_option("--failures-per-hour", failures_per_hour, "reliability: the job's failure rate (instead of --mttf-hours)");
+  app.add_option("--failures-per-hour", failures_per_hour, "reliability: the job's failure rate, instead of --mttf-hours (0: no failures; -1: not given)");
   app.add_option("--memory-recoverable", o.memory_recoverable_share,
                  "reliability: share of failures a memory snapshot recovers (a host and its replica partner lost "
                  "together, or a corrupt state, need disk; 0.9 from Llama 3's interruptions)");
