@@ -4,10 +4,13 @@
 // input, and a hand-made run's reports projected.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "ht/core/error.h"
 #include "ht/plan/reliability.h"
