@@ -172,11 +172,20 @@ void Controller::handle(Connection& c, wire::Message message) {
   }
   if (!c.established) {
     // The first frame under the session key: the agent holds the secret.
-    // It replaces an older connection of the same node (a reconnect).
+    // It replaces an older connection of the same node: a reconnect (the
+    // old one is dead), or another agent started there while the first
+    // was cut off, which is told to leave so that the two do not take
+    // each other's place over and over.
     c.established = true;
     unproven_.erase(c.fd);
     ++counts_.established;
-    if (const auto old = node_fd_.find(c.node); old != node_fd_.end() && old->second != c.fd) close(old->second);
+    if (const auto old = node_fd_.find(c.node); old != node_fd_.end() && old->second != c.fd) {
+      const int old_fd = old->second;
+      Connection& o = *connections_.at(old_fd);
+      o.out += o.channel.seal(wire::Bye{});
+      write(o);  // may close it
+      close(old_fd);
+    }
     node_fd_[c.node] = c.fd;
     AgentState& a = agents_[c.node];
     a.connected = true;
