@@ -458,16 +458,27 @@ TEST(NcclCommunicator, DeadlineAbortsAndDumpsTheFlightRecorder) {
 
   // Keep the caller's stream busy for about 9 s with GEMMs (timed on one
   // after a warm-up), so that an all_reduce queued behind them misses its
-  // 3 s deadline.
-  const std::int64_t m = 8192;
+  // 3 s deadline. 8192^3 on a GPU; where a GEMM of 2048^3 already takes a
+  // twentieth of a second (the emulated device runs it on the CPU, where
+  // 8192^3 took 30 s and the test neared its 120 s hang guard), that size.
+  const auto timed_gemm = [](Tensor& a, Tensor& g) {
+    ops::matmul(a, a, g);
+    (void)g.item(0);  // synchronises
+    const auto t0 = std::chrono::steady_clock::now();
+    ops::matmul(a, a, g);
+    (void)g.item(0);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::int64_t m = 2048;
   Tensor a = Tensor::zeros({m, m}, DType::kF32, dev);
   Tensor g = Tensor::empty({m, m}, DType::kF32, dev);
-  ops::matmul(a, a, g);
-  (void)g.item(0);  // synchronises
-  const auto t0 = std::chrono::steady_clock::now();
-  ops::matmul(a, a, g);
-  (void)g.item(0);
-  const double gemm_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double gemm_s = timed_gemm(a, g);
+  if (gemm_s < 0.05) {
+    m = 8192;
+    a = Tensor::zeros({m, m}, DType::kF32, dev);
+    g = Tensor::empty({m, m}, DType::kF32, dev);
+    gemm_s = timed_gemm(a, g);
+  }
   const int reps = int(std::min(3000.0, std::ceil(9.0 / std::max(gemm_s, 1e-4))));
   for (int i = 0; i < reps; ++i) ops::matmul(a, a, g);
 
