@@ -372,7 +372,7 @@ WRAPPER
     grep -q "2 active, 1 spare, 4 slot(s) per node" "$work/plan.txt" || fail "wrong node set: $(cat "$work/plan.txt")"
     grep -q "job: mpirun -np 8 --host node-a:4,node-b:4 --map-by slot --mca odls_base_sigkill_timeout 0 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 $gpt --steps 3 --run-dir runs/htrun --resume auto" \
       "$work/plan.txt" || fail "wrong job command: $(cat "$work/plan.txt")"
-    grep -q "agent of node 2 (node-c): mpirun -np 1 --host node-c:1 --mca plm_rsh_args -o ConnectTimeout=10 -o ServerAliveInterval=2 -o ServerAliveCountMax=2 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-agent --node 2 --controller [^ ]*:PORT --socket-dir /tmp/htrun-[0-9]*-[0-9a-f]* --run-dir runs/htrun$" "$work/plan.txt" \
+    grep -q "agent of node 2 (node-c): mpirun -np 1 --host node-c:1 --mca plm_rsh_args -o ConnectTimeout=10 -o ServerAliveInterval=2 -o ServerAliveCountMax=2 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-agent --node 2 --controller [^ ]*:PORT --socket-dir /tmp/htrun-[0-9]*-[0-9a-f]* --run-dir runs/htrun --detach$" "$work/plan.txt" \
       || fail "wrong agent command: $(cat "$work/plan.txt")"
     grep -q "health checks, run by the agents: .*ht-health --node N \.\.\. --min-memory-gbps=0.05$" "$work/plan.txt" \
       || fail "wrong health command: $(cat "$work/plan.txt")"

@@ -84,6 +84,14 @@ Agent::Agent(AgentOptions options)
   if (socket_path_.size() >= sizeof(address.sun_path))
     throw std::runtime_error(fmt::format("ht-agent: the socket path {} is too long for a Unix socket", socket_path_));
   std::memcpy(address.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
+  // An agent of this host that is still there (it outlived a cut of its
+  // link, and htrun started another meanwhile) keeps the place: it has the
+  // ranks, and it reconnects by itself.
+  if (const int probe = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0); probe >= 0) {
+    const bool answers = ::connect(probe, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+    ::close(probe);
+    if (answers) throw AgentAlreadyRuns(fmt::format("ht-agent: an agent already answers at {}", socket_path_));
+  }
   ::unlink(socket_path_.c_str());  // an earlier agent's, gone
   listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||

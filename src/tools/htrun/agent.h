@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,9 +47,18 @@ struct AgentOptions {
 /// unless it is then a directory of this user's that no one else may enter.
 void prepare_private_dir(const std::string& dir);
 
+/// Thrown by Agent's constructor when another agent already answers at its
+/// socket (an agent of this host that outlived a cut, started again): that
+/// one goes on, this one has nothing to do.
+class AgentAlreadyRuns : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Agent {
  public:
-  /// Listens on its ranks' socket at once (throws std::runtime_error when it cannot).
+  /// Listens on its ranks' socket at once (throws std::runtime_error when it
+  /// cannot, AgentAlreadyRuns when another agent answers there).
   explicit Agent(AgentOptions options);
   ~Agent();
   Agent(const Agent&) = delete;

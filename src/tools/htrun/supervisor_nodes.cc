@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -48,6 +49,11 @@ std::vector<std::string> Supervisor::agent_command(const Node& node) const {
   // A simulated node is a label of its own on this machine (its ranks find
   // it by HT_SIMULATED_NODES); a real host's agent takes the host's.
   if (cluster_.kind() == ClusterKind::kLocal) command.insert(command.end(), {"--label", fmt::format("node{}", node.id)});
+  // Started by mpirun over ssh, an agent must not end with that session: a
+  // cut of the host's link ends it, and the agent would then be gone when
+  // the link is back (under Slurm a step's processes are its cgroup's, and
+  // simulated nodes' agents are htrun's own children).
+  if (cluster_.kind() == ClusterKind::kHostfile) command.push_back("--detach");
   return cluster_.on_node(node, command, options_.launcher_args, options_.connect_timeout_s);
 }
 
@@ -221,8 +227,8 @@ std::vector<bool> Supervisor::nodes_healthy(const std::vector<Node>& nodes) {
         // An agent started for this check whose start already failed (the
         // host does not answer its launcher) fails the check at once.
         const int id = nodes[k].id;
-        const bool start_failed = requests[k] == 0 && agent_started_s_[id] >= start &&
-                                  agent_processes_.count(id) && agent_processes_[id]->poll();
+        const bool start_failed = requests[k] == 0 && agent_started_s_[id] >= start && agent_processes_.count(id) &&
+                                  agent_processes_[id]->poll() && agent_processes_[id]->exit_code() != 0;
         if (requests[k] == 0 && (now() > connect_by || start_failed)) healthy[k] = false;
         continue;
       }
