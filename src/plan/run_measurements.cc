@@ -1,9 +1,7 @@
 // A run's measurements as the reliability model's inputs, and the projection
 // of its own goodput (ht/plan/run_measurements.h).
-//
-// htrun's report has a writer (src/tools/htrun/report.cc, in htrun's own
-// library, which links this one) and no typed reader, so its fields are read
-// here by the names docs/htrun.md ("The report") gives them.
+// htrun's report is read with the run protocol's reader
+// (ht/resilience/supervisor_report.h).
 #include "ht/plan/run_measurements.h"
 
 #include <fmt/format.h>
@@ -23,6 +21,7 @@
 
 #include "ht/core/error.h"
 #include "ht/resilience/run_protocol.h"
+#include "ht/resilience/supervisor_report.h"
 
 namespace ht::plan {
 
@@ -36,18 +35,17 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-nlohmann::json read_report(const std::string& path) {
-  nlohmann::json r;
+resilience::SupervisorReport read_report(const std::string& path) {
+  resilience::SupervisorReport r;
   try {
-    r = nlohmann::json::parse(read_text(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::kConfig, fmt::format("'{}' is not htrun's report (htrun_report.json): {}", path, e.what()));
+    r = resilience::parse_supervisor_report(read_text(path));
+  } catch (const resilience::ProtocolError& e) {
+    throw Error(ErrorKind::kConfig, fmt::format("'{}' is not htrun's report (htrun_report.json): {}; give the "
+                                                "htrun_report.json htrun wrote at the end of a run",
+                                                path, e.what()));
   }
-  for (const char* field : {"wall_s", "productive_s", "incidents"})
-    HT_CHECK(r.is_object() && r.contains(field), ErrorKind::kConfig,
-             "'{}' lacks \"{}\": give the htrun_report.json htrun wrote at the end of a run", path, field);
-  HT_CHECK(r["wall_s"].get<double>() > 0, ErrorKind::kConfig, "'{}' has a wall time of {} s: give a finished run's report",
-           path, r["wall_s"].get<double>());
+  HT_CHECK(r.wall_s > 0, ErrorKind::kConfig, "'{}' has a wall time of {} s: give a finished run's report", path,
+           r.wall_s);
   return r;
 }
 
@@ -137,35 +135,32 @@ nlohmann::json measured_json(const RunMeasurements& m) {
 
 RunMeasurements read_measurements(const std::string& report_path, const std::string& fault_free_report_path) {
   RunMeasurements m;
-  const nlohmann::json free = read_report(fault_free_report_path);
-  m.fault_free_wall_s = free["wall_s"].get<double>();
-  m.fault_free_productive_s = free["productive_s"].get<double>();
+  const resilience::SupervisorReport free = read_report(fault_free_report_path);
+  m.fault_free_wall_s = free.wall_s;
+  m.fault_free_productive_s = free.productive_s;
   m.fault_free_goodput = m.fault_free_productive_s / m.fault_free_wall_s;
   HT_CHECK(m.fault_free_productive_s > 0, ErrorKind::kConfig,
            "'{}' trained nothing (productive time 0 s): give the report of a fault-free run that trained",
            fault_free_report_path);
   read_fault_free_metrics(std::filesystem::path(fault_free_report_path).parent_path().string(), m);
 
-  const nlohmann::json r = read_report(report_path);
-  m.wall_s = r["wall_s"].get<double>();
-  m.productive_s = r["productive_s"].get<double>();
+  const resilience::SupervisorReport r = read_report(report_path);
+  m.wall_s = r.wall_s;
+  m.productive_s = r.productive_s;
   m.goodput = m.productive_s / m.wall_s;
-  const nlohmann::json launches = r.value("launches", nlohmann::json::array());
   std::vector<double> detect, memory, disk, relaunch, lost;
-  for (const nlohmann::json& i : r["incidents"]) {
+  for (const resilience::Incident& i : r.incidents) {
     ++m.incidents;
-    detect.push_back(i.value("detection_latency_s", 0.0));
-    lost.push_back(double(i.value("steps_lost", std::int64_t(0))));
-    if (!i.contains("recovery_s")) continue;  // no relaunch trained after it
-    const double recovery_s = i["recovery_s"].get<double>();
-    const std::string tier = i.value("resume_tier", std::string());
-    if (tier.rfind("memory", 0) == 0) memory.push_back(recovery_s);
-    if (tier == "disk") disk.push_back(recovery_s);
+    detect.push_back(i.detection_latency_s);
+    lost.push_back(double(i.steps_lost));
+    if (!i.recovery_s) continue;  // no relaunch trained after it
+    const double recovery_s = *i.recovery_s;
+    if (i.resume_tier.starts_with("memory")) memory.push_back(recovery_s);
+    if (i.resume_tier == "disk") disk.push_back(recovery_s);
     // The launch after it: the first to start once it was detected.
-    const double detected_at = i.value("detected_at", 0.0);
-    for (const nlohmann::json& l : launches)
-      if (const double started_at = l.value("started_at", 0.0); started_at >= detected_at) {
-        relaunch.push_back(std::clamp(detected_at + recovery_s - started_at - m.step_s, 0.0, recovery_s));
+    for (const resilience::LaunchRecord& l : r.launches)
+      if (l.started_at >= i.detected_at) {
+        relaunch.push_back(std::clamp(i.detected_at + recovery_s - l.started_at - m.step_s, 0.0, recovery_s));
         break;
       }
   }
@@ -183,14 +178,8 @@ RunMeasurements read_measurements(const std::string& report_path, const std::str
 }  // namespace
 
 RunMeasurements read_run_measurements(const std::string& report_path, const std::string& fault_free_report_path) {
-  try {
-    return read_measurements(report_path, fault_free_report_path);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::kConfig, fmt::format("'{}' or '{}' is not an htrun report as docs/htrun.md describes it: {}",
-                                                report_path, fault_free_report_path, e.what()));
-  }
+  return read_measurements(report_path, fault_free_report_path);
 }
-
 
 ReliabilityOptions options_from_run(const RunMeasurements& m, ReliabilityOptions base) {
   ReliabilityOptions o = base;

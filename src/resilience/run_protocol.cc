@@ -12,11 +12,16 @@
 #include <type_traits>
 
 #include "ht/core/error.h"
+#include "resilience/json_record.h"
 
 namespace ht::resilience {
 namespace {
 
 using nlohmann::json;
+using detail::FieldReader;
+using detail::integer_of;
+using detail::json_line;
+using detail::parse_object;
 
 constexpr std::array<const char*, kPhaseCount> kPhaseNames{
     "launch",     "start",          "data",     "forward-backward", "gradient-reduction",
@@ -34,106 +39,6 @@ std::optional<Enum> enum_named(const std::array<const char*, N>& names, std::str
     if (name == names[i]) return Enum(i);
   return std::nullopt;
 }
-
-// One line of JSON. Text that is not UTF-8 (a message quoting a file name in
-// another encoding) is written with U+FFFD in its place: a writer never throws.
-std::string json_line(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-std::optional<json> parse_object(std::string_view text) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
-  return j;
-}
-
-// The integer `j` holds, if it holds one within T's range (T signed). A
-// number with a fraction is cut to an integer: records written by hand.
-template <class T>
-std::optional<T> integer_of(const json& j) {
-  static_assert(std::is_signed_v<T>);
-  constexpr double lowest = double(std::numeric_limits<T>::min());  // -2^k, exact; 2^k bounds the top
-  if (j.is_number_unsigned()) {
-    const auto u = j.get<std::uint64_t>();
-    if (u <= std::uint64_t(std::numeric_limits<T>::max())) return T(u);
-  } else if (j.is_number_integer()) {
-    const auto v = j.get<std::int64_t>();
-    if (v >= std::int64_t(std::numeric_limits<T>::min()) && v <= std::int64_t(std::numeric_limits<T>::max()))
-      return T(v);
-  } else if (j.is_number_float()) {
-    const double d = j.get<double>();
-    if (d >= lowest && d < -lowest) return T(d);
-  }
-  return std::nullopt;
-}
-
-// Reads the fields of one JSON object into a record. A missing field leaves
-// the member as it is (its default); a field of another type leaves it too
-// and is remembered, so the caller refuses the record with bad() as the reason.
-class FieldReader {
- public:
-  explicit FieldReader(const json& object) : object_(object) {}
-
-  bool has(const char* key) const { return object_.contains(key); }
-  const std::string& bad() const { return bad_; }
-
-  template <class T>
-  void integer(const char* key, T& out) {
-    if (const json* j = find(key)) {
-      if (const auto v = integer_of<T>(*j)) out = *v;
-      else refuse(key, *j, "an integer in range");
-    }
-  }
-  // A number; null is a non-finite one (JSON has no NaN: nlohmann writes null).
-  void number(const char* key, double& out) {
-    if (const json* j = find(key)) {
-      if (j->is_number()) out = j->get<double>();
-      else if (j->is_null()) out = std::numeric_limits<double>::quiet_NaN();
-      else refuse(key, *j, "a number");
-    }
-  }
-  void text(const char* key, std::string& out) {
-    if (const json* j = find(key)) {
-      if (j->is_string()) out = j->get<std::string>();
-      else refuse(key, *j, "a string");
-    }
-  }
-  void flag(const char* key, bool& out) {
-    if (const json* j = find(key)) {
-      if (j->is_boolean()) out = j->get<bool>();
-      else refuse(key, *j, "true or false");
-    }
-  }
-  // Any name: one the protocol does not know is another program's phase.
-  void phase(const char* key, Phase& out) {
-    std::string name;
-    const bool present = has(key);
-    text(key, name);
-    if (present && bad_.empty()) out = parse_phase(name).value_or(Phase::kOther);
-  }
-  void ranks(const char* key, std::vector<int>& out) {
-    const json* j = find(key);
-    if (!j) return;
-    if (!j->is_array()) return refuse(key, *j, "a list of ranks");
-    std::vector<int> ranks;
-    for (const json& e : *j) {
-      const auto r = integer_of<int>(e);
-      if (!r) return refuse(key, *j, "a list of ranks");
-      ranks.push_back(*r);
-    }
-    out = std::move(ranks);
-  }
-
- private:
-  const json* find(const char* key) const {
-    const auto it = object_.find(key);
-    return it == object_.end() ? nullptr : &*it;
-  }
-  void refuse(const char* key, const json& j, const char* wanted) {
-    if (bad_.empty()) bad_ = fmt::format("field '{}' holds {} ({:.40}), not {}", key, j.type_name(), json_line(j), wanted);
-  }
-
-  const json& object_;
-  std::string bad_;
-};
 
 // An open-ended field's value, when FieldValue can hold it.
 std::optional<FieldValue> field_value(const json& j) {
@@ -416,7 +321,7 @@ std::optional<ExitRecord> parse_exit_record(std::string_view text) {
   f.phase("phase", r.phase);
   f.integer("time_ms", r.time_ms);
   f.text("message", r.message);
-  f.ranks("blamed_ranks", r.blamed_ranks);
+  f.integers("blamed_ranks", r.blamed_ranks);
   f.integer("epoch", r.epoch);
   if (!f.bad().empty()) return std::nullopt;
   return r;

@@ -1,7 +1,9 @@
 // ht::train::fit: the run loop and its policy.
 #include "ht/train/run.h"
 
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 
@@ -237,6 +239,30 @@ void fit(Job& job, Engine& engine, const FitOptions& options) {
     engine.checkpointer()->discard_memory(error.empty());
   }
   if (options.at_end) options.at_end(engine);
+}
+
+std::optional<ProgressLine> parse_progress_line(std::string_view line) {
+  // "step <n>/<steps> | loss <x> |", as progress_line writes it.
+  ProgressLine p;
+  auto take = [&line](std::string_view prefix) {
+    if (!line.starts_with(prefix)) return false;
+    line.remove_prefix(prefix.size());
+    return true;
+  };
+  auto integer = [&line](std::int64_t& out) {
+    const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), out);
+    if (ec != std::errc() || end == line.data()) return false;
+    line.remove_prefix(std::size_t(end - line.data()));
+    return true;
+  };
+  if (!take("step ") || !integer(p.step) || !take("/") || !integer(p.steps) || !take(" | loss ")) return std::nullopt;
+  const std::size_t end = line.find(" |");
+  if (end == std::string_view::npos || end == 0) return std::nullopt;
+  const std::string loss(line.substr(0, end));
+  char* parsed = nullptr;
+  p.loss = std::strtod(loss.c_str(), &parsed);
+  if (parsed != loss.c_str() + loss.size()) return std::nullopt;
+  return p;
 }
 
 }  // namespace ht::train

@@ -1,9 +1,10 @@
 // Fuzz target: the run protocol's readers (ht/resilience/run_protocol.h) on
 // whatever a crash, a disk or a person leaves in a heartbeat, an exit record,
-// a line of metrics.jsonl, or a message to or from a node agent. The input's
-// first byte picks the reader, the rest is the text. Nothing may crash; a metrics line may only be refused
-// with ProtocolError; and what was read, written again, reads back to the
-// same text (one writer and one reader for each record).
+// a line of metrics.jsonl, a message to or from a node agent, or htrun's
+// report. The input's first byte picks the reader, the rest is the text.
+// Nothing may crash; a metrics line or a report may only be refused with
+// ProtocolError; and what was read, written again, reads back to the same
+// text (one writer and one reader for each record).
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 
 #include "fuzz_input.h"
 #include "ht/resilience/run_protocol.h"
+#include "ht/resilience/supervisor_report.h"
 
 namespace {
 
@@ -36,10 +38,23 @@ void round_trip(const std::optional<Record>& first, Parse parse, Format format) 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string text(ht::fuzz::as_text(data + 1, size - 1));
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0: round_trip(parse_heartbeat(text), parse_heartbeat, format_heartbeat); break;
     case 1: round_trip(parse_exit_record(text), parse_exit_record, format_exit_record); break;
     case 3: round_trip(parse_agent_message(text), parse_agent_message, format_agent_message); break;
+    case 4: {
+      const auto parse = [](const std::string& t) -> std::optional<SupervisorReport> {
+        return parse_supervisor_report(t);
+      };
+      std::optional<SupervisorReport> report;
+      try {
+        report = parse(text);
+      } catch (const ProtocolError&) {
+        return 0;  // not a report, refused by name
+      }
+      round_trip(report, parse, format_supervisor_report);
+      break;
+    }
     default: {
       std::optional<MetricsLine> line;
       try {

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
 
 #include "ht/core/error.h"
+#include "ht/train/run.h"
 #include "report/page.h"
 #include "report/run_dir.h"
 #include "report/svg_chart.h"
@@ -105,6 +107,42 @@ TEST_F(RunDirTest, HtrunLogLaunchesAndIncidents) {
   ASSERT_TRUE(std::regex_search(page, m, earlier));
   EXPECT_EQ(count(m[1].str(), "<circle"), 2u);
   EXPECT_EQ(count(m[1].str(), "nonfinite"), 1u);
+}
+
+TEST_F(RunDirTest, ADamagedHtrunReportIsNamed) {
+  write("metrics.jsonl", kMetrics);
+  write("htrun_report.json", R"({"verdict":"the job finished","exit_code":0,"wall_s":10,"productive_s":4,"incid)");
+  try {
+    read_run_dir(dir_.string());
+    FAIL() << "a report cut short was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("htrun_report.json' is not htrun's report"), std::string::npos) << e.what();
+  }
+  write("htrun_report.json", R"({"verdict":"the job finished","wall_s":10,"productive_s":4,"incidents":[{"kind":1}]})");
+  try {
+    read_run_dir(dir_.string());
+    FAIL() << "an incident of no kind was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("field 'kind'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ProgressLine, AsFitWritesIt) {
+  // ht/train/run.h's example line, one under loss scaling with a save, and lines that are not progress.
+  auto p = train::parse_progress_line("step 120/200 | loss 2.4511 | lr 6.12e-04 | norm 0.412 | 402 ms | 2.5k tok/s");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->step, 120);
+  EXPECT_EQ(p->steps, 200);
+  EXPECT_DOUBLE_EQ(p->loss, 2.4511);
+  p = train::parse_progress_line(
+      "step 7/8 | loss nan | lr 1.00e-03 | norm nan | scale 512 | SKIPPED (overflow; 1 so far) | 5 ms | 12 tok/s | "
+      "checkpoint (3 ms stall)");
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(std::isnan(p->loss));
+  for (const char* other : {"step 0/3 | val loss 5.1000", "# preempted at step 4: checkpoint committed",
+                            "step 3/3 | loss 4.0", "step x/3 | loss 4.0 | lr 1", "step 3/3 | loss 4.0x | lr 1",
+                            "htrun: launch 2", "", "[1,0]<stdout>:step 3/3 | loss 4.0 | lr 1"})
+    EXPECT_FALSE(train::parse_progress_line(other)) << other;
 }
 
 TEST_F(RunDirTest, PageHasOnePointPerStepAndSaysWhatIsMissing) {

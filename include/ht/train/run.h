@@ -13,8 +13,11 @@
 // the slow ranks in the exit record ("# straggler at step N: ...").
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "ht/core/client_state.h"
 #include "ht/train/engine.h"
@@ -60,5 +63,16 @@ void fit(Job& job, Engine& engine, const FitOptions& options = {});
 
 /// "1.23M", "4.5k", "12": counts for people.
 std::string human_count(double v);
+
+/// What a reader of the job's output (htrun_job.log) takes from rank 0's
+/// progress line, "step 12/24 | loss 5.2031 | lr ... | 7 ms | ...": the step,
+/// the steps to train and the loss. The line's writer is fit's, beside the
+/// reader in run.cc.
+struct ProgressLine {
+  std::int64_t step = 0, steps = 0;
+  double loss = 0;  // NaN when the line says nan
+};
+/// nullopt for any other line.
+std::optional<ProgressLine> parse_progress_line(std::string_view line);
 
 }  // namespace ht::train

@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     const htrun::Report report = supervisor.run();
-    std::fputs(report.text().c_str(), stderr);
+    std::fputs(htrun::report_text(report).c_str(), stderr);
     return report.exit_code;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

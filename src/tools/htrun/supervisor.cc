@@ -19,6 +19,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/files.h"
 #include "ht/ckpt/checkpoint.h"
 #include "htrun/child_process.h"
 #include "htrun/run_files.h"
@@ -630,10 +631,16 @@ void Supervisor::finish_report(Report& report, double wall_start,
   for (const Node& n : spares_) report.spares_left.push_back(n.id);
   report.readmitted = readmitted_;
   const ControllerCounts& c = counts();
-  report.agent_frames = c.frames;
-  report.agent_frames_dropped = c.dropped_total();
-  report.agent_handshake_timeouts = c.handshake_timeouts;
-  std::ofstream(protocol::supervisor_report_path(options_.run_dir)) << report.to_json().dump(1) << "\n";
+  report.agent_frames = std::int64_t(c.frames);
+  report.agent_frames_dropped = std::int64_t(c.dropped_total());
+  report.agent_handshake_timeouts = std::int64_t(c.handshake_timeouts);
+  // Through a rename: a reader never takes half a report for a whole one.
+  try {
+    ht::detail::write_file_replacing(protocol::supervisor_report_path(options_.run_dir),
+                                     protocol::format_supervisor_report(report) + "\n", /*sync=*/false, "htrun report");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "htrun: %s; the report is printed below only\n", e.what());
+  }
   // Simulated nodes' memory is this machine's: the run is over, free it
   // (the checkpoints on disk stay). A program finishing frees its own.
   if (cluster_.kind() == ClusterKind::kLocal) {

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     ht::detail::write_file_replacing(output, page, /*sync=*/false, "report page");  // never half a page
     std::printf("ht-report: wrote %s (%zu steps, %zu evals, %zu checkpoints%s)\n", output.c_str(), run.steps.size(),
                 run.evals.size(), run.checkpoints.size(),
-                run.htrun ? (", " + std::to_string(run.htrun->value("incidents", nlohmann::json::array()).size()) +
+                run.htrun ? (", " + std::to_string(run.htrun->incidents.size()) +
                              " htrun incidents")
                                 .c_str()
                           : "");

@@ -111,7 +111,7 @@ std::string header(const RunDir& r, double mfu_median) {
   h += card(std::isfinite(mfu_median) ? fmt::format("{:.1f}%", mfu_median) : std::string("-"),
             std::isfinite(mfu_median) ? "MFU (median)" : "MFU: give --peak-tflops");
   h += card(fmt::format("{}", last.skipped_steps), "skipped steps");
-  if (r.htrun) h += card(fmt::format("{:.1f}%", 100 * r.htrun->value("goodput", 0.0)), "goodput (htrun)");
+  if (r.htrun) h += card(fmt::format("{:.1f}%", 100 * r.htrun->goodput()), "goodput (htrun)");
   h += "</div>\n<table class=\"facts\">\n";
   const char* keys[][2] = {{"model", "model"},
                            {"num_parameters", "parameters"},
@@ -287,44 +287,38 @@ std::string checkpoints(const RunDir& r) {
   return out + "</table>\n";
 }
 
-std::string incidents(const nlohmann::json& h) {
+std::string incidents(const resilience::SupervisorReport& h) {
   std::string out = "<h2>htrun: incidents and goodput</h2>\n";
-  const std::string verdict = h.value("verdict", "");
-  std::vector<std::string> cordoned;
-  for (const auto& n : h.value("cordoned_nodes", nlohmann::json::array())) cordoned.push_back(n.dump());
   out += fmt::format(
       "<p>Verdict: <b class=\"{}\">{}</b>. Goodput <b id=\"goodput\">{:.1f}%</b> ({:.1f} s of training "
       "in {:.1f} s wall time), {} restart(s), cordoned nodes [{}].</p>\n",
-      h.value("exit_code", 1) == 0 ? "good" : "bad", html_escape(verdict), 100 * h.value("goodput", 0.0),
-      h.value("productive_s", 0.0), h.value("wall_s", 0.0), h.value("restarts", 0),
-      html_escape(fmt::format("{}", fmt::join(cordoned, ", "))));
-  const nlohmann::json list = h.value("incidents", nlohmann::json::array());
-  if (list.empty()) return out + "<p class=\"note\">No incident.</p>\n";
+      h.exit_code == 0 ? "good" : "bad", html_escape(h.verdict), 100 * h.goodput(), h.productive_s, h.wall_s,
+      h.restarts, fmt::join(h.cordoned, ", "));
+  if (h.incidents.empty()) return out + "<p class=\"note\">No incident.</p>\n";
   std::vector<TimelineEvent> events;
   std::string table =
       "<table><tr><th>time</th><th>kind</th><th>rank</th><th>node</th><th>detected in</th><th>recovered in</th>"
       "<th>steps lost</th><th>resumed from</th><th>message</th></tr>\n";
-  for (const nlohmann::json& i : list) {
-    const double recovery = i.contains("recovery_s") ? i.value("recovery_s", -1.0) : -1.0;
-    const std::string tier = i.value("resume_tier", "");
-    const std::string resumed = tier.empty() ? "-" : fmt::format("step {} ({})", i.value("resumed_from", -1), tier);
-    events.push_back({.kind = i.value("kind", "?"),
-                      .label = fmt::format("rank {}: detected {:.2f} s, recovered {}, {} step(s) lost",
-                                           i.value("rank", -1), i.value("detection_latency_s", 0.0),
-                                           recovery < 0 ? std::string("-") : fmt::format("{:.1f} s", recovery),
-                                           i.value("steps_lost", 0)),
-                      .time_s = i.value("time", 0.0),
-                      .detection_s = i.value("detection_latency_s", 0.0),
+  for (const resilience::Incident& i : h.incidents) {
+    const double recovery = i.recovery_s.value_or(-1.0);
+    const std::string recovered = recovery < 0 ? std::string("-") : fmt::format("{:.1f} s", recovery);
+    const std::string resumed =
+        i.resume_tier.empty() ? "-" : fmt::format("step {} ({})", i.resumed_from, i.resume_tier);
+    const std::string kind = resilience::incident_kind_name(i.kind);
+    events.push_back({.kind = kind,
+                      .label = fmt::format("rank {}: detected {:.2f} s, recovered {}, {} step(s) lost", i.rank,
+                                           i.detection_latency_s, recovered, i.steps_lost),
+                      .time_s = i.time_s,
+                      .detection_s = i.detection_latency_s,
                       .recovery_s = recovery});
     table += fmt::format(
         "<tr class=\"incident\"><td>{:.1f} s</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2f} "
         "s</td><td>{}</td><td>{}</td>"
         "<td>{}</td><td>{}</td></tr>\n",
-        i.value("time", 0.0), html_escape(i.value("kind", "?")), i.value("rank", -1), i.value("node", -1),
-        i.value("detection_latency_s", 0.0), recovery < 0 ? std::string("-") : fmt::format("{:.1f} s", recovery),
-        i.value("steps_lost", 0), html_escape(resumed), html_escape(i.value("message", "").substr(0, 120)));
+        i.time_s, html_escape(kind), i.rank, i.node, i.detection_latency_s, recovered, i.steps_lost,
+        html_escape(resumed), html_escape(i.message.substr(0, 120)));
   }
-  out += timeline_chart("chart-incidents", h.value("wall_s", 0.0), events);
+  out += timeline_chart("chart-incidents", h.wall_s, events);
   out +=
       "<p class=\"note\">Red line: the failure; orange: until htrun acted on it (detection); blue: until the "
       "first step completed after it (recovery). Times from htrun_report.json (docs/htrun.md, \"The report\").</p>\n";

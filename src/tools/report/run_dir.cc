@@ -7,9 +7,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <regex>
+#include <sstream>
 
+#include "ckpt/manifest.h"
 #include "ht/core/error.h"
+#include "ht/train/run.h"
 #include "ht/resilience/run_protocol.h"
 
 namespace ht::report {
@@ -54,26 +56,23 @@ void read_metrics(const fs::path& file, RunDir& r) {
   for (auto& [step, e] : evals) r.evals.push_back(std::move(e));
 }
 
-double number(const nlohmann::json& j, const char* key, double fallback = 0) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
-}
-
 void read_checkpoints(const fs::path& dir, RunDir& r) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     if (!e.path().filename().string().starts_with("step_")) continue;
-    std::ifstream in(e.path() / "manifest.json");
-    if (!in) continue;  // not committed
-    const nlohmann::json m = nlohmann::json::parse(in, nullptr, false);
-    if (m.is_discarded() || !m.is_object()) continue;
+    if (!fs::exists(e.path() / ckpt::detail::kManifestName, ec)) continue;  // not committed
+    ckpt::detail::Manifest m;
+    try {
+      m = ckpt::detail::read_manifest(e.path().string());
+    } catch (const Error&) {
+      continue;  // damaged: ht-ckpt verify says how
+    }
     CheckpointInfo c;
-    c.step = static_cast<std::int64_t>(number(m, "step"));
-    c.layout = m.value("layout", "");
-    c.world = static_cast<int>(number(m, "world"));
-    if (const auto f = m.find("files"); f != m.end() && f->is_array())
-      for (const nlohmann::json& file : *f) c.bytes += static_cast<std::int64_t>(number(file, "bytes"));
+    c.step = m.run.step;
+    c.layout = m.layout;
+    c.world = m.world;
+    for (const ckpt::detail::RankFileEntry& file : m.files) c.bytes += file.bytes;
     r.checkpoints.push_back(std::move(c));
   }
   std::sort(r.checkpoints.begin(), r.checkpoints.end(),
@@ -85,14 +84,13 @@ void read_checkpoints(const fs::path& dir, RunDir& r) {
 void read_job_log(const fs::path& file, RunDir& r) {
   std::ifstream in(file);
   if (!in) return;
-  static const std::regex progress(R"(^step (\d+)/\d+ \| loss (\S+) \|)");
   std::int64_t last = -1;
   for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (!std::regex_search(line, m, progress)) continue;
+    const std::optional<train::ProgressLine> p = train::parse_progress_line(line);
+    if (!p) continue;
     LoggedStep s;
-    s.step = std::stoll(m[1].str());
-    s.loss = std::strtod(m[2].str().c_str(), nullptr);
+    s.step = p->step;
+    s.loss = p->loss;
     if (r.launches == 0 || s.step <= last) ++r.launches;
     s.launch = r.launches - 1;
     last = s.step;
@@ -127,13 +125,16 @@ RunDir read_run_dir(const std::string& path) {
   const fs::path report = ht::resilience::supervisor_report_path(path);
   if (fs::exists(report, ec)) {
     std::ifstream in(report);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
+    std::ostringstream text;
+    text << in.rdbuf();
+    try {
+      r.htrun = resilience::parse_supervisor_report(text.str());
+    } catch (const resilience::ProtocolError& e) {
       throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("'{}' is not a JSON object: htrun did not finish writing it; run htrun again or remove "
-                              "the file to report the training records alone",
-                              report.string()));
-    r.htrun = std::move(j);
+                  fmt::format("'{}' is not htrun's report: {}; run htrun again or remove the file to report the "
+                              "training records alone",
+                              report.string(), e.what()));
+    }
     read_job_log(ht::resilience::job_log_path(path), r);
   }
   return r;

@@ -5,12 +5,12 @@
 
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "ht/resilience/run_protocol.h"
+#include "ht/resilience/supervisor_report.h"
 
 namespace ht::report {
 
@@ -23,7 +23,7 @@ using EvalRecord = ht::resilience::EvalLine;
 /// recorded any, as numbers.
 std::map<std::string, double> memory_bytes(const StepRecord& step);
 
-/// A progress line of htrun_job.log (`step 12/24 | loss 5.2 | ... | 7 ms | ...`):
+/// A progress line of htrun_job.log (ht::train::parse_progress_line):
 /// it keeps the steps of every launch, where metrics.jsonl keeps the last one's.
 struct LoggedStep {
   std::int64_t step = 0;
@@ -45,7 +45,7 @@ struct RunDir {
   std::vector<StepRecord> steps;            // in step order, each step once (its last record)
   std::vector<EvalRecord> evals;            // in step order, each step once (its last record)
   std::vector<CheckpointInfo> checkpoints;  // in step order
-  std::optional<nlohmann::json> htrun;      // htrun_report.json, when htrun ran the job
+  std::optional<ht::resilience::SupervisorReport> htrun;  // htrun_report.json, when htrun ran the job
   std::vector<LoggedStep> logged_steps;     // htrun_job.log, every launch, in log order
   int launches = 0;                         // launches seen in htrun_job.log
 };
@@ -55,7 +55,10 @@ struct RunDir {
 /// metrics.jsonl holds no step or a damaged line (not JSON, or a field of the
 /// wrong type) before its last (a crash cuts the last short); the message names
 /// the file and says what to run. htrun's files and the checkpoints are
-/// optional: a damaged manifest is skipped, a damaged htrun_report.json throws.
+/// optional: a manifest that does not read (ht-ckpt verify says why) is
+/// skipped, a damaged htrun_report.json throws. Every record is read with its
+/// writer's reader: the run protocol's (metrics.jsonl, htrun_report.json),
+/// the checkpointer's (manifest.json), fit's (the progress lines).
 RunDir read_run_dir(const std::string& path);
 
 }  // namespace ht::report
