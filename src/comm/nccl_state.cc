@@ -296,7 +296,9 @@ std::string NcclCommunicator::Impl::last_nccl_error() {
 namespace detail {
 
 void NcclWork::wait() {
+  const auto blocked_from = std::chrono::steady_clock::now();
   comm_->wait(*op_);
+  detail::add_blocked_wait(std::chrono::steady_clock::now() - blocked_from);
   order_caller_stream();
 }
 

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "core/files.h"
+#include "ht/comm/work.h"
 #include "ht/core/error.h"
 #include "resilience/agent_channel.h"
 
@@ -174,7 +175,8 @@ void RankGuard::write_heartbeat() {
                        .phase = Phase(phase_.load()),
                        .time_ms = now_ms(),
                        .progress_ms = last_change_ms_.load(),
-                       .epoch = epoch_};
+                       .epoch = epoch_,
+                       .comm_wait_ms = comm::blocked_wait_ns() / 1'000'000};
   if (agent_) agent_->send(beat);  // a lost agent is check_agent's
   else write_atomically(heartbeat_path(options_.run_dir, rank_), format_heartbeat(beat) + "\n");
 }

@@ -273,7 +273,8 @@ std::string format_heartbeat(const Heartbeat& b) {
                     {"phase", phase_name(b.phase)},
                     {"time_ms", b.time_ms},
                     {"progress_ms", b.progress_ms},
-                    {"epoch", b.epoch}});
+                    {"epoch", b.epoch},
+                    {"comm_wait_ms", b.comm_wait_ms}});
 }
 
 std::optional<Heartbeat> parse_heartbeat(std::string_view text) {
@@ -291,6 +292,7 @@ std::optional<Heartbeat> parse_heartbeat(std::string_view text) {
   f.integer("time_ms", b.time_ms);
   f.integer("progress_ms", b.progress_ms);
   f.integer("epoch", b.epoch);
+  f.integer("comm_wait_ms", b.comm_wait_ms);
   if (!f.bad().empty()) return std::nullopt;
   return b;
 }

@@ -72,12 +72,16 @@ std::string format_supervisor_report(const SupervisorReport& r) {
   json incidents = json::array();
   for (const Incident& i : r.incidents) incidents.push_back(incident_json(i));
   json launches = json::array();
-  for (const LaunchRecord& l : r.launches)
+  for (const LaunchRecord& l : r.launches) {
+    json waits = json::array();
+    for (const NodeCommWait& w : l.comm_wait) waits.push_back({{"node", w.node}, {"comm_wait_s", w.comm_wait_s}});
     launches.push_back({{"launch", l.launch},
                         {"epoch", l.epoch},
                         {"started_at", l.started_at},
                         {"ack_s", l.ack_s},
-                        {"unacknowledged", l.unacknowledged}});
+                        {"unacknowledged", l.unacknowledged},
+                        {"comm_wait", std::move(waits)}});
+  }
   const json j{{"verdict", r.verdict},
                {"exit_code", r.exit_code},
                {"wall_s", r.wall_s},
@@ -120,6 +124,11 @@ SupervisorReport parse_supervisor_report(std::string_view text) {
     l.number("started_at", launch.started_at);
     l.number("ack_s", launch.ack_s);
     l.integers("unacknowledged", launch.unacknowledged);
+    l.objects("comm_wait", [&](FieldReader& w) {
+      NodeCommWait& wait = launch.comm_wait.emplace_back();
+      w.integer("node", wait.node);
+      w.number("comm_wait_s", wait.comm_wait_s);
+    });
   });
   f.integer("agent_frames", r.agent_frames);
   f.integer("agent_frames_dropped", r.agent_frames_dropped);

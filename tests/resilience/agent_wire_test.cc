@@ -66,7 +66,8 @@ TEST(AgentWire, EveryMessageSurvivesItsEncoding) {
                         .completed_step = 41,
                         .slowest = wire::RankPlace{.rank = 5, .step = 42, .phase = Phase::kGradientReduction,
                                                    .progress_ms = 123000, .time_ms = 123400},
-                        .laggard = {.rank = 3, .step = 0, .phase = Phase::kStart, .progress_ms = 1, .time_ms = 2}};
+                        .laggard = {.rank = 3, .step = 0, .phase = Phase::kStart, .progress_ms = 1, .time_ms = 2},
+                        .comm_wait_ms = 4321};
   const std::string sealed = p.agent.seal(summary);
   const auto opened = p.controller.open(Pair::frame_of(sealed));
   ASSERT_EQ(opened.drop, wire::Drop::kNone);
@@ -77,6 +78,7 @@ TEST(AgentWire, EveryMessageSurvivesItsEncoding) {
   EXPECT_EQ(back.slowest->phase, Phase::kGradientReduction);
   EXPECT_EQ(back.slowest->rank, 5);
   EXPECT_EQ(back.laggard.phase, Phase::kStart);
+  EXPECT_EQ(back.comm_wait_ms, 4321);
 
   const ht::resilience::ExitRecord record{.rank = 4, .code = 74, .kind = ExitKind::kCommFailure, .step = 12,
                                           .phase = Phase::kGradientReduction, .time_ms = 99, .message = "timed out",

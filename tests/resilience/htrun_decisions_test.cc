@@ -298,6 +298,22 @@ TEST(HtrunWatch, TheBeatIntervalIsTheShortestGapAnAgentSaw) {
   EXPECT_DOUBLE_EQ(beat_interval_s(Hosts(2)), 0) << "no agent knows yet";
 }
 
+TEST(HtrunWatch, AHostsCommunicationWaitIsItsRanksMean) {
+  RankBoard board;
+  board.launch(1, 0, 3);
+  auto b0 = beat(0, 10.0, 9), b1 = beat(1, 10.0, 9);
+  b0.comm_wait_ms = 300;
+  b1.comm_wait_ms = 900;
+  board.beat(b0);
+  board.beat(b1);
+  EXPECT_EQ(board.summary(11000).comm_wait_ms, 600) << "rank 2 has not beaten: not counted";
+  b0.comm_wait_ms = 1200;  // a newer beat: the newest figure counts
+  board.beat(b0);
+  EXPECT_EQ(board.summary(11000).comm_wait_ms, 1050);
+  board.launch(2, 0, 3);
+  EXPECT_EQ(board.summary(12000).comm_wait_ms, 0) << "a new launch forgets the old one's";
+}
+
 TEST(HtrunWatch, ANodeCutOff) {
   // h1's agent was last heard at 97; h0's speaks on.
   Hosts hosts = hosts_of(every_rank(99, 90));

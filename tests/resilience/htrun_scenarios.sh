@@ -85,7 +85,17 @@ finished() {
 case "$scenario" in
   clean)
     HT_FAULTS= run clean
-    finished clean; expect clean "htrun report: the job finished; 0 restart(s), 0 incident(s)" ;;
+    finished clean; expect clean "htrun report: the job finished; 0 restart(s), 0 incident(s)"
+    # Each node's ranks' communication wait, through its agent: every node
+    # named once, and with two ranks in lockstep one of them waited.
+    python3 - "$work/clean/htrun_report.json" <<'PY' || fail "the report lacks the nodes' communication wait"
+import json, sys
+r = json.load(open(sys.argv[1]))
+waits = r["launches"][0]["comm_wait"]
+assert sorted(w["node"] for w in waits) == sorted(r["active_nodes"]), waits
+assert all(w["comm_wait_s"] >= 0 for w in waits) and max(w["comm_wait_s"] for w in waits) > 0, waits
+PY
+    ;;
   crash)
     HT_FAULTS="crash:rank=1:step=10" run crash
     finished crash; expect crash "crash of rank 1 (node 1) detected"

@@ -90,11 +90,12 @@ TEST(RunProtocol, HeartbeatAsDocumented) {
                     .phase = Phase::kLossReduction,
                     .time_ms = 1700000000123,
                     .progress_ms = 1700000000100,
-                    .epoch = 2};
+                    .epoch = 2,
+                    .comm_wait_ms = 2500};
   const std::string text = format_heartbeat(b);
   EXPECT_EQ(text,
-            R"({"epoch":2,"host":"h1","phase":"loss-reduction","pid":42,"progress_ms":1700000000100,"rank":1,)"
-            R"("step":3,"time_ms":1700000000123})");
+            R"({"comm_wait_ms":2500,"epoch":2,"host":"h1","phase":"loss-reduction","pid":42,)"
+            R"("progress_ms":1700000000100,"rank":1,"step":3,"time_ms":1700000000123})");
   const auto back = parse_heartbeat(text);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->rank, 1);
@@ -105,6 +106,7 @@ TEST(RunProtocol, HeartbeatAsDocumented) {
   EXPECT_EQ(back->time_ms, 1700000000123);
   EXPECT_DOUBLE_EQ(back->progress_s(), 1700000000.1);
   EXPECT_EQ(back->epoch, 2);
+  EXPECT_EQ(back->comm_wait_ms, 2500);
 }
 
 TEST(RunProtocol, HeartbeatsOfOtherProgramsAndDamage) {

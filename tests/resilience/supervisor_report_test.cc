@@ -44,7 +44,12 @@ SupervisorReport two_incidents() {
   r.active = {0, 3};
   r.readmitted = {1};
   r.launches = {{.launch = 0, .epoch = 1, .started_at = 0.1, .ack_s = 0.02},
-                {.launch = 1, .epoch = 2, .started_at = 4.2, .ack_s = 0.5, .unacknowledged = {1}}};
+                {.launch = 1,
+                 .epoch = 2,
+                 .started_at = 4.2,
+                 .ack_s = 0.5,
+                 .unacknowledged = {1},
+                 .comm_wait = {{.node = 0, .comm_wait_s = 0.25}, {.node = 3, .comm_wait_s = 1.5}}}};
   r.agent_frames = 1234;
   r.agent_frames_dropped = 5;
   r.agent_handshake_timeouts = 1;
@@ -66,6 +71,8 @@ TEST(SupervisorReport, AsDocumented) {
   EXPECT_EQ(crash["health"][0]["checked"], false);
   EXPECT_FALSE(j["incidents"][1].contains("recovery_s")) << "no relaunch trained: the field is left out";
   EXPECT_EQ(j["launches"][1]["unacknowledged"], nlohmann::json({1}));
+  EXPECT_EQ(j["launches"][1]["comm_wait"][1]["node"], 3);
+  EXPECT_DOUBLE_EQ(j["launches"][1]["comm_wait"][1]["comm_wait_s"].get<double>(), 1.5);
   EXPECT_EQ(j["agent_frames_dropped"], 5);
 }
 
@@ -80,6 +87,8 @@ TEST(SupervisorReport, ReadsBackWhatItWrote) {
   EXPECT_EQ(r.incidents[1].suspect_nodes, (std::vector<int>{0, 2}));
   EXPECT_EQ(r.incidents[1].health[1].host, "h3");
   EXPECT_EQ(r.launches[1].ack_s, 0.5);
+  ASSERT_EQ(r.launches[1].comm_wait.size(), 2u);
+  EXPECT_EQ(r.launches[1].comm_wait[0].comm_wait_s, 0.25);
   EXPECT_EQ(r.agent_handshake_timeouts, 1);
 }
 

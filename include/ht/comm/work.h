@@ -42,6 +42,16 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
+/// The time this process's threads have spent blocked in Work::wait() on
+/// operations not yet done, over every communicator since the process
+/// began: the communication its compute did not hide. Its heartbeats carry
+/// it ("comm_wait_ms"), and htrun reports it per host. A device backend's
+/// stream_wait() blocks the device, not the host, and is not counted.
+std::int64_t blocked_wait_ns();
+namespace detail {
+void add_blocked_wait(std::chrono::steady_clock::duration blocked);
+}  // namespace detail
+
 /// A collective that missed its deadline. Recoverable by the resilience layer
 /// (restart from a checkpoint), not by retrying the call.
 class CommTimeout : public CommError {

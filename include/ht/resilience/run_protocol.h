@@ -163,11 +163,14 @@ struct Heartbeat {
   std::int64_t time_ms = 0;      // when written
   std::int64_t progress_ms = 0;  // when step or phase last changed
   std::int64_t epoch = 0;        // the launch that wrote it (0: none)
+  /// The time the process has spent blocked waiting for communication
+  /// (ht::comm::blocked_wait_ns), in all; 0 from a program that does not say.
+  std::int64_t comm_wait_ms = 0;
 
   double time_s() const { return double(time_ms) / 1000; }
   double progress_s() const { return double(progress_ms) / 1000; }
 };
-/// {"epoch", "host", "phase", "pid", "progress_ms", "rank", "step", "time_ms"}.
+/// {"comm_wait_ms", "epoch", "host", "phase", "pid", "progress_ms", "rank", "step", "time_ms"}.
 std::string format_heartbeat(const Heartbeat& beat);
 /// nullopt unless `text` is a JSON object with "rank", "pid", "step",
 /// "phase" (any string: kOther when unnamed), "time_ms" and "progress_ms"

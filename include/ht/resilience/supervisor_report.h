@@ -54,14 +54,23 @@ struct Incident {
   std::vector<NodeHealth> health;  // the suspects' checks, in the order run
 };
 
-/// One launch: when it started and how long its agents took to acknowledge
-/// it (their ranks of older launches ended).
+/// A node's ranks' time blocked waiting for communication during one
+/// launch (their mean, as its agent's last summary said).
+struct NodeCommWait {
+  int node = -1;
+  double comm_wait_s = 0;
+};
+
+/// One launch: when it started, how long its agents took to acknowledge it
+/// (their ranks of older launches ended), and how long each node's ranks
+/// waited for communication in it.
 struct LaunchRecord {
   int launch = 0;
   std::int64_t epoch = 0;
   double started_at = 0;
   double ack_s = 0;                 // the Launch sent to the last acknowledgement
   std::vector<int> unacknowledged;  // node ids whose agents did not acknowledge in time
+  std::vector<NodeCommWait> comm_wait;  // the launch's nodes, in placement order
 };
 
 struct SupervisorReport {

@@ -55,6 +55,7 @@ wire::Summary RankBoard::summary(std::int64_t now_ms) {
   // The laggard: the first rank with no beat, else the first still in
   // kLaunch, then in kStart (MPI not up before still starting).
   int laggard_class = 3;
+  std::int64_t comm_wait_total = 0;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     const int rank = first_ + int(i);
@@ -68,6 +69,7 @@ wire::Summary RankBoard::summary(std::int64_t now_ms) {
     }
     const Heartbeat& b = *slot.beat;
     ++s.beating;
+    comm_wait_total += std::max<std::int64_t>(0, b.comm_wait_ms);
     s.newest_beat_ms = std::max(s.newest_beat_ms, b.time_ms);
     s.newest_progress_ms = std::max(s.newest_progress_ms, b.progress_ms);
     if (slot.shortest_gap_ms > 0)
@@ -83,6 +85,7 @@ wire::Summary RankBoard::summary(std::int64_t now_ms) {
       s.slowest = place_of(b);
   }
   if (laggard_class == 3) s.laggard = wire::RankPlace{};  // rank -1: every rank started
+  if (s.beating > 0) s.comm_wait_ms = comm_wait_total / s.beating;
   return s;
 }
 

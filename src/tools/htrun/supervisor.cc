@@ -398,6 +398,11 @@ Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step, Report&
   while (!poll_launch(*job, s)) {
   }
   conclude_watch(*job, s);
+  // Each node's communication wait, as its agent's last summary of the launch said.
+  for (std::size_t n = 0; n < active_.size() && n < s.w.hosts.size(); ++n)
+    if (s.w.hosts[n].summarized)
+      report.launches.back().comm_wait.push_back(
+          {.node = active_[n].id, .comm_wait_s = double(s.w.hosts[n].summary.comm_wait_ms) / 1000});
   return s.w;
 }
 

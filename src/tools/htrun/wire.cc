@@ -149,6 +149,7 @@ void encode(Encoder& e, const Summary& m) {
   e.u8(m.slowest ? 1 : 0);
   if (m.slowest) put(e, *m.slowest);
   put(e, m.laggard);
+  e.i64(m.comm_wait_ms);
 }
 void encode(Encoder& e, const RankExit& m) {
   const auto& r = m.record;
@@ -247,7 +248,8 @@ std::optional<Message> decode(std::uint8_t type, Decoder& d) {
       if (has_slowest > 1) d.fail();
       if (has_slowest == 1) s.slowest = get_place(d);
       s.laggard = get_place(d);
-      if (s.ranks < 0 || s.beating < 0 || s.live < 0 || s.beating > s.ranks) d.fail();
+      s.comm_wait_ms = d.i64();
+      if (s.ranks < 0 || s.beating < 0 || s.live < 0 || s.beating > s.ranks || s.comm_wait_ms < 0) d.fail();
       m = std::move(s);
       break;
     }

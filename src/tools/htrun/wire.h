@@ -99,6 +99,9 @@ struct Summary {
   /// The first rank not started: with no beat (phase kLaunch and time 0),
   /// else the first in kLaunch, then in kStart; rank -1 when all started.
   RankPlace laggard;
+  /// The mean over its ranks that beat of their time blocked waiting for
+  /// communication in this launch (Heartbeat::comm_wait_ms).
+  std::int64_t comm_wait_ms = 0;
 };
 
 /// A rank's exit record (the run protocol's), sent as soon as it arrives.
