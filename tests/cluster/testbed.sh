@@ -86,7 +86,9 @@ tb_boot() {
   done
   [ -n "$pid" ] || { cat "$hd/sshd.log" >&2; tb_log "host $host did not start"; return 1; }
   echo "$pid" > "$hd/init.pid"
-  for i in $(seq 50); do
+  # Up to 15 s: sshd's start (its keys read) took over 5 s once while the
+  # suite ran an MPI test beside the test bed on 2 cores.
+  for i in $(seq 150); do
     tb_exec "$host" true 2>/dev/null && ssh_ok "$host" && return 0
     sleep 0.1
   done

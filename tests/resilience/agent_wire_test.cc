@@ -6,6 +6,7 @@
 // messages (run_protocol.h) read back.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -332,6 +333,38 @@ TEST(AgentWire, AnAgentActsOnNothingForged) {
   EXPECT_GE(link.dropped(), 1u);
   ::close(peer);
   ::close(listener);
+}
+
+TEST(AgentWire, AnAgentWithoutAControllerRetriesCalmly) {
+  // htrun gone: its port refuses. The agent's loop (tick, wait for the
+  // socket, on_writable) must try again every retry interval, not at once:
+  // a refused connect retried in a loop once spun a detached agent at a
+  // core's worth of system calls until it gave up.
+  const int closed = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(closed, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(closed, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(closed);  // nobody listens there now
+  ControllerLink link("127.0.0.1", ntohs(a.sin_port), secret_of(7), 1, "h1");
+  int attempts = 0;
+  const double start = now_s();
+  while (now_s() - start < 1.0) {
+    const bool had = link.fd() >= 0;
+    link.tick(now_s(), 0.2);
+    if (!had && link.fd() >= 0) ++attempts;
+    pollfd p{.fd = link.fd(), .events = short(link.want_write() ? POLLOUT : POLLIN), .revents = 0};
+    ::poll(&p, link.fd() >= 0 ? 1 : 0, 10);
+    if (link.fd() >= 0 && (p.revents & (POLLOUT | POLLERR | POLLHUP))) link.on_writable(now_s());
+  }
+  EXPECT_GE(attempts, 2) << "it must keep trying";
+  EXPECT_LE(attempts, 11) << "one try per 0.1-0.3 s (the retry interval, jittered), not a loop";
+  EXPECT_FALSE(link.welcomed());
+  // Every try refused since the first: htrun has ended there (the agent leaves).
+  EXPECT_GT(link.refused_since_s(), 0);
+  EXPECT_LT(link.refused_since_s() - start, 0.1);
 }
 
 TEST(AgentChannelMessages, ReadBack) {

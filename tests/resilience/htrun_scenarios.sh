@@ -298,7 +298,16 @@ WRAPPER
     finished hostfile; expect hostfile "launch 1: 1 node(s) \[0\] x 2 slot(s)"
     expect hostfile "crash of rank 1 (node 0 (localhost)) detected"
     grep -q '"healthy": true' "$work/hostfile/htrun_report.json" || fail "no health check of localhost in the report"
-    same_as_fault_free hostfile ;;
+    same_as_fault_free hostfile
+    # An agent whose htrun has ended (nothing listens at its port: an agent
+    # still starting when htrun said Bye to the others) leaves within
+    # seconds, not after --linger (300 s), and without spinning.
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    rc=0
+    printf '%064d\n' 0 | timeout 20 "$(dirname "$htrun")/ht-agent" --node 0 --controller "127.0.0.1:$port" \
+      --socket-dir "$work/lonely-agent" > "$work/lonely-agent.log" 2>&1 || rc=$?
+    [ "$rc" = 0 ] || { cat "$work/lonely-agent.log"; fail "an agent without its htrun did not leave by itself (exit $rc)"; }
+    grep -q "refused every connection for" "$work/lonely-agent.log" || fail "the lonely agent did not say why it left" ;;
   slurm)
     # A real Slurm of 4 nodes on this machine (tests/resilience/slurm_local.sh):
     # htrun inside an allocation of 3 launches with srun, finds node 1

@@ -153,6 +153,17 @@ int Agent::run() {
         end_ranks(newest - 1);
       }
     }
+    // Nothing listens at htrun's port any more (every try refused, not
+    // timed out as across a cut link): htrun has ended, without the Bye that
+    // reaches the agents it knows of (one that was still starting). Its
+    // ranks are ended by now; leave rather than linger.
+    if (const double refused = link_.refused_since_s();
+        lost > 0 && refused > 0 && t - refused > std::max(2.0, allowed_s)) {
+      std::fprintf(stderr, "ht-agent %s: htrun's port %s:%d refused every connection for %.1f s: htrun has ended; exiting\n",
+                   options_.label.c_str(), options_.controller_host.c_str(), options_.controller_port, t - refused);
+      end_ranks(-1);
+      return 0;
+    }
     if (lost > 0 && t - lost > options_.linger_s) {
       std::fprintf(stderr, "ht-agent %s: no controller for %.0f s: exiting\n", options_.label.c_str(), t - lost);
       end_ranks(-1);

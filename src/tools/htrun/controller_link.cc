@@ -30,11 +30,15 @@ ControllerLink::~ControllerLink() {
 void ControllerLink::close(double now_s) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  // A connection that worked is tried again at once (a blip); an attempt
+  // that failed waits for the next try tick() set when it began: with no
+  // controller listening (htrun gone), a refused connect must not be
+  // retried in a loop.
+  if (welcomed_) next_try_s_ = now_s;
   connecting_ = welcomed_ = false;
   out_.clear();
   reader_ = wire::FrameReader{};
   if (lost_since_s_ <= 0) lost_since_s_ = now_s;
-  next_try_s_ = now_s;
 }
 
 void ControllerLink::start_connect(double now_s) {
@@ -54,6 +58,7 @@ void ControllerLink::start_connect(double now_s) {
   const int rc = ::connect(fd, found->ai_addr, found->ai_addrlen);
   ::freeaddrinfo(found);
   if (rc != 0 && errno != EINPROGRESS) {
+    note_failed_try(now_s, errno);
     ::close(fd);
     return;
   }
@@ -62,8 +67,14 @@ void ControllerLink::start_connect(double now_s) {
   if (rc == 0) connected(now_s);
 }
 
+void ControllerLink::note_failed_try(double now_s, int error) {
+  if (error != ECONNREFUSED) refused_since_s_ = 0;
+  else if (refused_since_s_ <= 0) refused_since_s_ = now_s;
+}
+
 void ControllerLink::connected(double now_s) {
   connecting_ = false;
+  refused_since_s_ = 0;
   // A fresh channel per connection: new nonces, new session keys.
   channel_ = wire::Channel(wire::Channel::Role::kAgent, secret_);
   out_ = channel_.seal(wire::Hello{.node = node_, .host = label_, .pid = int(::getpid()), .agent_nonce = {}});
@@ -75,7 +86,10 @@ void ControllerLink::tick(double now_s, double retry_s) {
   // A connect that does not complete, or a Welcome that does not come (a
   // controller whose queue of new connections overflowed drops some
   // without a word): start again.
-  if (connecting_ && now_s - connect_started_s_ > retry_s) close(now_s);
+  if (connecting_ && now_s - connect_started_s_ > retry_s) {
+    note_failed_try(now_s, ETIMEDOUT);
+    close(now_s);
+  }
   if (fd_ >= 0 && !welcomed_ && now_s - connect_started_s_ > kWelcomeTimeoutS) close(now_s);
   if (fd_ < 0 && now_s >= next_try_s_) {
     // Spread out, so that thousands of agents that lost the controller
@@ -107,6 +121,7 @@ void ControllerLink::on_writable(double now_s) {
     int error = 0;
     socklen_t len = sizeof(error);
     if (::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &error, &len) != 0 || error != 0) {
+      note_failed_try(now_s, error);
       close(now_s);
       return;
     }

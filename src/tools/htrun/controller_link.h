@@ -38,17 +38,25 @@ class ControllerLink {
   /// Queues `message` and sends what it can; false (nothing queued) before
   /// the Welcome, or when the connection broke.
   bool send(const wire::Message& message);
-  /// Closes the connection (the next tick connects again).
+  /// Closes the connection. The next tick connects again: at once after a
+  /// connection that was welcomed, else when the retry begun with the
+  /// failed attempt is due.
   void close(double now_s);
 
   bool welcomed() const { return welcomed_; }
   const wire::Welcome& welcome() const { return welcome_; }
   /// When the connection was last lost (0: never connected or connected now).
   double lost_since_s() const { return lost_since_s_; }
+  /// Since when every try to connect was refused (0: the last try was not):
+  /// nothing listens at the controller's port, so htrun has ended there.
+  /// A cut link times out instead of being refused.
+  double refused_since_s() const { return refused_since_s_; }
   /// Frames from the controller dropped by their check, of every kind.
   std::uint64_t dropped() const { return dropped_; }
 
  private:
+  // A try to connect failed with `error`: refused ones in a row are counted from the first.
+  void note_failed_try(double now_s, int error);
   void start_connect(double now_s);
   void connected(double now_s);
   void flush(double now_s);
@@ -60,7 +68,7 @@ class ControllerLink {
   std::string label_;
   int fd_ = -1;
   bool connecting_ = false, welcomed_ = false;
-  double connect_started_s_ = 0, next_try_s_ = 0, lost_since_s_ = 0;
+  double connect_started_s_ = 0, next_try_s_ = 0, lost_since_s_ = 0, refused_since_s_ = 0;
   double now_s_ = 0;  // the newest time a caller gave
   wire::Channel channel_;
   wire::FrameReader reader_;
