@@ -93,6 +93,12 @@ struct OpBody {
   std::function<void(MPI_Comm, RequestSet&)> start;
   std::function<bool(MPI_Comm, RequestSet&)> next;
   std::function<void(const RequestSet&)> finish;
+  /// A receive that learns its message's size before it takes it: called
+  /// (after start) until it returns true, having posted its receive into a
+  /// buffer the message fits (MPI_Improbe, MPI_Imrecv). A receive posted
+  /// smaller than its message is unsafe: Open MPI's shared-memory single
+  /// copy then writes past the buffer (a heap corrupted, not an error).
+  std::function<bool(MPI_Comm, RequestSet&)> match;
   /// Bytes this rank moves; sizes how long the thread spins before backing off.
   std::size_t payload_bytes = 0;
   /// Its requests are point-to-point only (send, recv, ring steps), so an
@@ -107,6 +113,7 @@ struct Op {
   std::shared_ptr<WorkState> work;
   OpBody body;
   RequestSet requests;
+  bool matched = false;  // body.match has posted its receive
   /// Debug mode: every rank's signature, gathered on the control
   /// communicator before the operation is issued; split: its exchanges. MPI
   /// writes `gathered` until `check_requests` complete.

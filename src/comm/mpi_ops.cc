@@ -298,26 +298,55 @@ OpBody send_body(const Tensor& t, int peer, int tag) {
 }
 
 namespace {
-/// Throws unless a receive got exactly the elements it asked for.
-void check_received(const MPI_Status& status, const Tensor& t, int peer) {
-  MPI_Status s = status;
-  int got = 0;
-  HT_MPI_CHECK(MPI_Get_count(&s, wire_type(t.dtype()), &got));
-  HT_CHECK(got == t.numel(), ErrorKind::kShapeMismatch,
-           "recv from rank {} got {} elements of {} but the receiving tensor holds {}: sender and receiver must "
-           "agree on the count",
-           peer, got, dtype_name(t.dtype()), t.numel());
-}
+
+// A receive into `t` from `peer`: it waits for the message with a matched
+// probe and takes it into `t` when the sizes agree. When they do not, it
+// still takes the message (into a buffer of its size, so that the sender's
+// send completes and nothing writes past `t`) and then fails naming both.
+struct MatchedReceive {
+  Tensor t;
+  int peer = 0, tag = 0;
+  Tensor spill;           // a message of another size lands here
+  std::int64_t got_bytes = -1;
+
+  bool match(MPI_Comm comm, RequestSet& reqs) {
+    int found = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    HT_MPI_CHECK(MPI_Improbe(peer, tag, comm, &found, &message, &status));
+    if (!found) return false;
+    int bytes = 0;
+    HT_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &bytes));
+    got_bytes = bytes;
+    if (std::int64_t(bytes) == std::int64_t(t.nbytes())) {
+      HT_MPI_CHECK(MPI_Imrecv(t.data_ptr(), icount(t.numel()), wire_type(t.dtype()), &message, reqs.add()));
+    } else {
+      spill = Tensor::empty({bytes / 4 + 1}, DType::kI32, Device::cpu(), MemCategory::kCommunication);
+      HT_MPI_CHECK(MPI_Imrecv(spill.data_ptr(), bytes, MPI_BYTE, &message, reqs.add()));
+    }
+    return true;
+  }
+  void check() const {
+    if (got_bytes == std::int64_t(t.nbytes())) return;
+    const std::int64_t size = std::int64_t(dtype_size(t.dtype()));
+    throw Error(ErrorKind::kShapeMismatch,
+                fmt::format("recv from rank {} got {} elements of {} but the receiving tensor holds {}{}: sender and "
+                            "receiver must agree on the count",
+                            peer, got_bytes / size, dtype_name(t.dtype()), t.numel(),
+                            got_bytes % size ? fmt::format(" ({} bytes, not a whole number of elements)", got_bytes)
+                                             : std::string()));
+  }
+};
+
 }  // namespace
 
 OpBody recv_body(const Tensor& t, int peer, int tag) {
   OpBody b;
   b.point_to_point = true;
   b.payload_bytes = t.nbytes();
-  b.start = [t, peer, tag](MPI_Comm comm, RequestSet& reqs) {
-    HT_MPI_CHECK(MPI_Irecv(t.data_ptr(), icount(t.numel()), wire_type(t.dtype()), peer, tag, comm, reqs.add()));
-  };
-  b.finish = [t, peer](const RequestSet& reqs) { check_received(reqs.status(0), t, peer); };
+  auto receive = std::make_shared<MatchedReceive>(MatchedReceive{.t = t, .peer = peer, .tag = tag});
+  b.match = [receive](MPI_Comm comm, RequestSet& reqs) { return receive->match(comm, reqs); };
+  b.finish = [receive](const RequestSet&) { receive->check(); };
   return b;
 }
 
@@ -327,16 +356,17 @@ OpBody send_recv_body(const Tensor& send, int dst, const Tensor& recv, int src, 
   b.payload_bytes = send.nbytes() + recv.nbytes();
   const bool aliased = send.nbytes() > 0 && recv.nbytes() > 0 && same_storage(send, recv);
   auto copy = std::make_shared<Tensor>();
-  b.start = [send, dst, recv, src, tag, aliased, copy](MPI_Comm comm, RequestSet& reqs) {
+  b.start = [send, dst, tag, aliased, copy](MPI_Comm comm, RequestSet& reqs) {
     const void* out = send.data_ptr();
-    if (aliased) {
+    if (aliased) {  // the receive may land before the send has read it
       *copy = send.clone();
       out = copy->data_ptr();
     }
-    HT_MPI_CHECK(MPI_Irecv(recv.data_ptr(), icount(recv.numel()), wire_type(recv.dtype()), src, tag, comm, reqs.add()));
     HT_MPI_CHECK(MPI_Isend(out, icount(send.numel()), wire_type(send.dtype()), dst, tag, comm, reqs.add()));
   };
-  b.finish = [recv, src](const RequestSet& reqs) { check_received(reqs.status(0), recv, src); };
+  auto receive = std::make_shared<MatchedReceive>(MatchedReceive{.t = recv, .peer = src, .tag = tag});
+  b.match = [receive](MPI_Comm comm, RequestSet& reqs) { return receive->match(comm, reqs); };
+  b.finish = [receive](const RequestSet&) { receive->check(); };
   return b;
 }
 

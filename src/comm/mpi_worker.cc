@@ -439,7 +439,7 @@ void MpiWorker::start(std::unique_ptr<Op> op) {
       complete(std::move(op), nullptr);
       return;
     }
-    op->body.start(data_.get(), op->requests);
+    if (op->body.start) op->body.start(data_.get(), op->requests);
     FlightRecorder::global().update(op->work->recorder_id, OpState::kStarted);
     in_flight_.push_back(std::move(op));
   } catch (...) {
@@ -538,6 +538,15 @@ bool MpiWorker::test_in_flight() {
     bool done = false;
     std::exception_ptr error;
     try {
+      // A receive still waiting for its message to arrive makes no progress.
+      if (op.body.match && !op.matched) {
+        if (!op.body.match(data_.get(), op.requests)) {
+          ++i;
+          continue;
+        }
+        op.matched = true;
+        progress = true;
+      }
       done = op.requests.test();
     } catch (...) {
       error = std::current_exception();

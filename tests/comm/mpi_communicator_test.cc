@@ -625,6 +625,41 @@ TEST(MpiCommunicator, RecvOfTheWrongCountFailsThatCommunicatorOnly) {
   world().barrier()->wait();
 }
 
+// More sent than the receiver posted (a pipeline stage that sends (B, T, 2C)
+// where the next declared (B, T, C)): an error naming both counts, on that
+// communicator only, never a crash. Posted as it was, Open MPI's shared-memory
+// single copy wrote the large message past the receiving tensor (a heap
+// corrupted: "free(): corrupted unsorted chunks" in the next test); small
+// (eager) and large (rendezvous) messages alike.
+TEST(MpiCommunicator, RecvOfFewerThanSentFailsByName) {
+  const int rank = world().rank(), size = world().size();
+  if (size < 2) GTEST_SKIP() << "needs two ranks";
+  for (const std::int64_t n : {std::int64_t(6), std::int64_t(98304)}) {
+    SCOPED_TRACE(n);
+    auto c = world().split(0, rank, "p2p_truncate");
+    if (rank == 0) {
+      Tensor s = filled(DType::kF32, 2 * n, 1);
+      WorkPtr w = c->send(s, 1);
+      try {
+        w->wait();  // completes, or fails when the receiver aborted first
+      } catch (const CommError&) {
+      }
+    } else if (rank == 1) {
+      Tensor r = filled(DType::kF32, n);
+      WorkPtr w = c->recv(r, 0);
+      EXPECT_TRUE(test::throws_error([&] { w->wait(); }, ErrorKind::kShapeMismatch,
+                                     {"recv from rank 0 got " + std::to_string(2 * n) + " elements of f32",
+                                      "holds " + std::to_string(n), "must agree on the count"}));
+      EXPECT_THROW(c->barrier(), CommError);
+    }
+    try {
+      c->finalize(10s);
+    } catch (const CommError&) {
+    }
+    world().barrier()->wait();
+  }
+}
+
 // finalize() with a receive whose sender never sends: CommTimeout naming the
 // operation and where the peer is; the abandoned receive is cancelled, so MPI
 // still finalises cleanly at the end.
