@@ -116,13 +116,13 @@ class Pipeline::Step {
       case ActionKind::kSendBackwardRecvForward: {
         const Tensor dx = take(grads_out_, sent(a));
         Tensor& x = inputs_[received(a)] = buffer(in_shape(received(a)));
-        wait(p_.pp_.send_recv(dx, prev(), x, prev()));
+        wait_for_input(p_.pp_.send_recv(dx, prev(), x, prev()), received(a), x);
         break;
       }
       case ActionKind::kSendForwardRecvForward: {
         const Tensor y = take(outputs_, sent(a));
         Tensor& x = inputs_[received(a)] = buffer(in_shape(received(a)));
-        wait(p_.pp_.send_recv(y, next(), x, prev()));
+        wait_for_input(p_.pp_.send_recv(y, next(), x, prev()), received(a), x);
         break;
       }
       case ActionKind::kSendBackwardRecvBackward: {
@@ -142,7 +142,7 @@ class Pipeline::Step {
       return;
     }
     Tensor& x = inputs_[k] = buffer(in_shape(k));
-    wait(p_.pp_.recv(x, prev()));
+    wait_for_input(p_.pp_.recv(x, prev()), k, x);
   }
 
   void forward(Key k) {
@@ -268,6 +268,23 @@ class Pipeline::Step {
     const double t0 = now_ms();
     w->wait();
     p_.stats_.idle_ms += now_ms() - t0;
+  }
+
+  /// wait() for a transfer that brings `k`'s input `x` from the previous
+  /// stage: one of another size than the model declares is named with the
+  /// stage, the micro-batch and the declaration to fix.
+  void wait_for_input(const comm::WorkPtr& w, Key k, const Tensor& x) {
+    try {
+      wait(w);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kShapeMismatch) throw;
+      throw Error(ErrorKind::kShapeMismatch,
+                  fmt::format("pipeline stage {} (chunk {}), micro-batch {}: what the previous stage sent is not the "
+                              "input this stage declares, {} {} ({} elements; nn::Model::stage_input_shape): {}. "
+                              "stage_input_shape must give the shape the previous stage's forward returns",
+                              rank(), k.chunk, k.micro_batch, shape_str(x.shape()), dtype_name(x.dtype()), x.numel(),
+                              e.what()));
+    }
   }
 
   Pipeline& p_;

@@ -282,6 +282,51 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{.pp = 2, .dp = 2, .zero = 1, .grad_accum = 2, .schedule = Schedule::kInterleaved, .virtual_stages = 2, .stage_layers = {2, 1, 1, 1}}}),
     case_name);
 
+// A model whose stage_input_shape is not what the stage before returns
+// (GPT's stages pass (B, T, C); these declare (B, T, 2C) and (B, T, C/2)):
+// the receiving stage fails naming its declaration and what arrived, the
+// sending one times out waiting for its gradient. Before receives were
+// matched, the larger tensor was written past the smaller buffer by Open
+// MPI (a corrupted heap) or failed with a bare MPI_ERR_IN_STATUS.
+template <int Num, int Den>
+class ResizedInputGPT : public models::GPT {
+ public:
+  using models::GPT::GPT;
+  Shape stage_input_shape(const Shape& input_shape) const override {
+    Shape s = models::GPT::stage_input_shape(input_shape);
+    s.back() = s.back() * Num / Den;
+    return s;
+  }
+};
+
+template <int Num, int Den>
+void expect_stage_shape_named() {
+  const data::TokenSplits data = test::pangram_text(61);
+  const test::GPTRunOptions o = options_for(Case{{.pp = 2, .dp = 1}, true});
+  comm::DeviceMesh mesh(comm::make_mpi_world({.timeout = std::chrono::seconds(3)}), 1, 2);
+  test::LmEngine<ResizedInputGPT<Num, Den>, models::GPTConfig> t(o, data, &mesh);
+  // The next case starts together: stage 0 leaves 3 s after stage 1.
+  struct AtTheEnd {
+    ~AtTheEnd() { MPI_Barrier(MPI_COMM_WORLD); }
+  } barrier_after_the_engine [[maybe_unused]];
+  const std::int64_t b = o.engine.layout.micro_batch, T = o.seq_len, C = o.model.n_embd;
+  if (mesh.coord().pp_rank == 1) {
+    EXPECT_TRUE(test::throws_error([&] { t.engine.step(); }, ErrorKind::kShapeMismatch,
+                                   {"pipeline stage 1 (chunk 0), micro-batch 0",
+                                    fmt::format("{} f32 ({} elements; nn::Model::stage_input_shape)",
+                                                shape_str({b, T, C * Num / Den}), b * T * C * Num / Den),
+                                    fmt::format("got {} elements of f32", b * T * C)}));
+  } else {
+    EXPECT_THROW(t.engine.step(), CommError);
+  }
+}
+
+TEST(StageBoundaries, AWrongStageInputShapeIsNamed) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  expect_stage_shape_named<2, 1>();  // declared larger than sent
+  expect_stage_shape_named<1, 2>();  // declared smaller: the arriving tensor does not fit
+}
+
 // Layouts that cannot split the model are refused before any training, on every rank.
 TEST(UnevenSplits, HeadsNotDivisibleByTpFailClearly) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
