@@ -2,6 +2,7 @@
 // over this rank's model chunks.
 #include "ht/parallel/pipeline.h"
 
+#include <cstring>
 #include <map>
 
 #include "core/clock.h"
@@ -35,6 +36,28 @@ const char* trace_name(ActionKind kind) {
 bool is_compute(ActionKind kind) {
   return kind == ActionKind::kForward || kind == ActionKind::kBackward || kind == ActionKind::kBackwardInput ||
          kind == ActionKind::kBackwardWeight;
+}
+
+// The header of a tensor sent between stages: its rank, dimensions and
+// dtype, in 10 int32 (a tensor of more than 8 dimensions is refused).
+constexpr int kHeaderInts = 10;
+Tensor header_of(const Tensor& t) {
+  HT_CHECK(t.shape().size() <= 8, ErrorKind::kInvalidArgument,
+           "pipeline: a tensor of {} dimensions passed between stages; at most 8", t.shape().size());
+  Tensor h = Tensor::zeros({kHeaderInts}, DType::kI32, Device::cpu());
+  auto* v = static_cast<std::int32_t*>(h.data_ptr());
+  v[0] = std::int32_t(t.shape().size());
+  for (std::size_t d = 0; d < t.shape().size(); ++d) v[1 + d] = std::int32_t(t.shape()[d]);
+  v[9] = std::int32_t(t.dtype());
+  return h;
+}
+std::string header_text(const Tensor& h) {
+  const auto* v = static_cast<const std::int32_t*>(h.data_ptr());
+  if (v[0] < 0 || v[0] > 8) return "a header that is not one";
+  Shape shape;
+  for (int d = 0; d < v[0]; ++d) shape.push_back(v[1 + d]);
+  const bool known = v[9] >= 0 && v[9] <= int(DType::kBF16);
+  return fmt::format("{} {}", shape_str(shape), known ? dtype_name(DType(v[9])) : "of an unknown dtype");
 }
 
 std::vector<nn::Model*> chunks_of(nn::Model& model) {
@@ -97,38 +120,46 @@ class Pipeline::Step {
     switch (a.kind) {
       case ActionKind::kRecvForward: recv_forward(sent(a)); break;
       case ActionKind::kForward: forward(sent(a)); break;
-      case ActionKind::kSendForward: wait(p_.pp_.send(take(outputs_, sent(a)), next())); break;
+      case ActionKind::kSendForward: {
+        const Tensor y = take(outputs_, sent(a));
+        wait(transfer(&y, next(), nullptr, -1, sent(a)));
+        break;
+      }
       case ActionKind::kRecvBackward: {
         Tensor& dy = grads_in_[sent(a)] = buffer(out_shapes_.at(sent(a)));
-        wait(p_.pp_.recv(dy, next()));
+        wait(transfer(nullptr, -1, &dy, next(), sent(a)));
         break;
       }
       case ActionKind::kBackward: backward_of(sent(a), backward, completes, /*split=*/false); break;
       case ActionKind::kBackwardInput: backward_of(sent(a), backward, completes, /*split=*/true); break;
       case ActionKind::kBackwardWeight: backward_weight(sent(a)); break;
-      case ActionKind::kSendBackward: wait(p_.pp_.send(take(grads_out_, sent(a)), prev())); break;
+      case ActionKind::kSendBackward: {
+        const Tensor dx = take(grads_out_, sent(a));
+        wait(transfer(&dx, prev(), nullptr, -1, sent(a)));
+        break;
+      }
       case ActionKind::kSendForwardRecvBackward: {
         const Tensor y = take(outputs_, sent(a));
         Tensor& dy = grads_in_[received(a)] = buffer(out_shapes_.at(received(a)));
-        wait(p_.pp_.send_recv(y, next(), dy, next()));
+        wait(transfer(&y, next(), &dy, next(), received(a)));
         break;
       }
       case ActionKind::kSendBackwardRecvForward: {
         const Tensor dx = take(grads_out_, sent(a));
         Tensor& x = inputs_[received(a)] = buffer(in_shape(received(a)));
-        wait_for_input(p_.pp_.send_recv(dx, prev(), x, prev()), received(a), x);
+        wait_for_input(transfer(&dx, prev(), &x, prev(), received(a)), received(a), x);
         break;
       }
       case ActionKind::kSendForwardRecvForward: {
         const Tensor y = take(outputs_, sent(a));
         Tensor& x = inputs_[received(a)] = buffer(in_shape(received(a)));
-        wait_for_input(p_.pp_.send_recv(y, next(), x, prev()), received(a), x);
+        wait_for_input(transfer(&y, next(), &x, prev(), received(a)), received(a), x);
         break;
       }
       case ActionKind::kSendBackwardRecvBackward: {
         const Tensor dx = take(grads_out_, sent(a));
         Tensor& dy = grads_in_[received(a)] = buffer(out_shapes_.at(received(a)));
-        wait(p_.pp_.send_recv(dx, prev(), dy, next()));
+        wait(transfer(&dx, prev(), &dy, next(), received(a)));
         break;
       }
     }
@@ -142,7 +173,7 @@ class Pipeline::Step {
       return;
     }
     Tensor& x = inputs_[k] = buffer(in_shape(k));
-    wait_for_input(p_.pp_.recv(x, prev()), k, x);
+    wait_for_input(transfer(nullptr, -1, &x, prev(), k), k, x);
   }
 
   void forward(Key k) {
@@ -268,6 +299,40 @@ class Pipeline::Step {
     const double t0 = now_ms();
     w->wait();
     p_.stats_.idle_ms += now_ms() - t0;
+  }
+
+  /// Sends `send` to `dst` and receives `recv` (`k`'s) from `src`, either
+  /// or both. The first transfer each way between two neighbours first
+  /// exchanges headers in the same pattern (so it pairs as the data does):
+  /// what arrives is checked against what this stage expects, and a
+  /// mismatch is named with both shapes before any data moves.
+  comm::WorkPtr transfer(const Tensor* send, int dst, Tensor* recv, int src, Key k) {
+    const bool head_send = send && !p_.headed_to_.count(dst);
+    const bool head_recv = recv && !p_.headed_from_.count(src);
+    if (head_send || head_recv) {
+      // On the data's device: a device backend moves device tensors only.
+      const Device device = (send ? *send : *recv).device();
+      const Tensor out = head_send ? header_of(*send).to(device) : Tensor();
+      Tensor in = head_recv ? Tensor::zeros({kHeaderInts}, DType::kI32, device) : Tensor();
+      if (head_send && head_recv) wait(p_.pp_.send_recv(out, dst, in, src));
+      else if (head_send) wait(p_.pp_.send(out, dst));
+      else wait(p_.pp_.recv(in, src));
+      if (head_send) p_.headed_to_.insert(dst);
+      if (head_recv) {
+        p_.headed_from_.insert(src);
+        in = in.to(Device::cpu());
+        const Tensor mine = header_of(*recv);
+        HT_CHECK(std::memcmp(mine.data_ptr(), in.data_ptr(), mine.nbytes()) == 0, ErrorKind::kShapeMismatch,
+                 "pipeline stage {} (chunk {}), micro-batch {}: rank {} sends {} where this stage expects {} ({}). "
+                 "stage_input_shape must give the shape the previous stage's forward returns",
+                 rank(), k.chunk, k.micro_batch, src, header_text(in), header_text(mine),
+                 src == prev() && recv->shape() == in_shape(k) ? "its input: nn::Model::stage_input_shape"
+                                                               : "a gradient of what it sent");
+      }
+    }
+    if (send && recv) return p_.pp_.send_recv(*send, dst, *recv, src);
+    if (send) return p_.pp_.send(*send, dst);
+    return p_.pp_.recv(*recv, src);
   }
 
   /// wait() for a transfer that brings `k`'s input `x` from the previous

@@ -284,10 +284,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A model whose stage_input_shape is not what the stage before returns
 // (GPT's stages pass (B, T, C); these declare (B, T, 2C) and (B, T, C/2)):
-// the receiving stage fails naming its declaration and what arrived, the
-// sending one times out waiting for its gradient. Before receives were
-// matched, the larger tensor was written past the smaller buffer by Open
-// MPI (a corrupted heap) or failed with a bare MPI_ERR_IN_STATUS.
+// the receiving stage fails at the first transfer's header naming both
+// shapes, the sending one times out waiting for its gradient. Before, the
+// larger tensor was written past the smaller buffer by Open MPI (a
+// corrupted heap) or failed with a bare MPI_ERR_IN_STATUS.
 template <int Num, int Den>
 class ResizedInputGPT : public models::GPT {
  public:
@@ -311,11 +311,11 @@ void expect_stage_shape_named() {
   } barrier_after_the_engine [[maybe_unused]];
   const std::int64_t b = o.engine.layout.micro_batch, T = o.seq_len, C = o.model.n_embd;
   if (mesh.coord().pp_rank == 1) {
-    EXPECT_TRUE(test::throws_error([&] { t.engine.step(); }, ErrorKind::kShapeMismatch,
-                                   {"pipeline stage 1 (chunk 0), micro-batch 0",
-                                    fmt::format("{} f32 ({} elements; nn::Model::stage_input_shape)",
-                                                shape_str({b, T, C * Num / Den}), b * T * C * Num / Den),
-                                    fmt::format("got {} elements of f32", b * T * C)}));
+    EXPECT_TRUE(test::throws_error(
+        [&] { t.engine.step(); }, ErrorKind::kShapeMismatch,
+        {"pipeline stage 1 (chunk 0), micro-batch 0",
+         fmt::format("rank 0 sends {} f32 where this stage expects {} f32 (its input: nn::Model::stage_input_shape)",
+                     shape_str({b, T, C}), shape_str({b, T, C * Num / Den}))}));
   } else {
     EXPECT_THROW(t.engine.step(), CommError);
   }

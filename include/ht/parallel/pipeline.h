@@ -40,6 +40,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,10 @@ class Pipeline {
   DType activations_;
   std::uint64_t seed_;
   PipelineStats stats_;
+  /// The neighbours this rank has sent a header to, and received one from:
+  /// the first transfer each way between two stages carries the tensor's
+  /// shape and dtype first, which the receiver checks against its own.
+  std::set<int> headed_to_, headed_from_;
 };
 
 }  // namespace ht::parallel
