@@ -33,6 +33,19 @@ void round_trip(const std::optional<Record>& first, Parse parse, Format format) 
   if (format(*second) != written) throw std::logic_error("a record changed on its way back: " + written);
 }
 
+// A record whose reader may refuse it by name (ProtocolError): refused, or
+// read and round-tripped.
+template <class Parse, class Format>
+void refused_or_round_trip(const std::string& text, Parse parse, Format format) {
+  decltype(parse(text)) first;
+  try {
+    first = parse(text);
+  } catch (const ProtocolError&) {
+    return;
+  }
+  round_trip(first, parse, format);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -42,28 +55,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 0: round_trip(parse_heartbeat(text), parse_heartbeat, format_heartbeat); break;
     case 1: round_trip(parse_exit_record(text), parse_exit_record, format_exit_record); break;
     case 3: round_trip(parse_agent_message(text), parse_agent_message, format_agent_message); break;
-    case 4: {
-      const auto parse = [](const std::string& t) -> std::optional<SupervisorReport> {
-        return parse_supervisor_report(t);
-      };
-      std::optional<SupervisorReport> report;
-      try {
-        report = parse(text);
-      } catch (const ProtocolError&) {
-        return 0;  // not a report, refused by name
-      }
-      round_trip(report, parse, format_supervisor_report);
+    case 4:
+      refused_or_round_trip(
+          text, [](const std::string& t) -> std::optional<SupervisorReport> { return parse_supervisor_report(t); },
+          format_supervisor_report);
       break;
-    }
-    default: {
-      std::optional<MetricsLine> line;
-      try {
-        line = parse_metrics_line(text);
-      } catch (const ProtocolError&) {
-        return 0;  // a damaged line, refused by name
-      }
-      round_trip(line, parse_metrics_line, format_metrics_line);
-    }
+    default: refused_or_round_trip(text, parse_metrics_line, format_metrics_line);
   }
   return 0;
 }
