@@ -220,6 +220,7 @@ void MpiCommunicator::abort() noexcept { engine_->abort("abort() was called"); }
 CallerPathCounts MpiCommunicator::caller_path_counts() const { return engine_->caller_path_counts(); }
 
 double MpiCommunicator::own_threads_cpu_ms() const { return engine_->thread_cpu_ms(); }
+bool MpiCommunicator::debug() const { return engine_->options().debug; }
 
 std::unique_ptr<Communicator> make_mpi_world(const CommOptions& options) {
   HT_CHECK(mpi_is_initialized(), ErrorKind::kConfig,

@@ -30,6 +30,7 @@ NcclCommunicator::~NcclCommunicator() {
 int NcclCommunicator::rank() const { return impl_->rank; }
 int NcclCommunicator::size() const { return impl_->size; }
 const std::string& NcclCommunicator::name() const { return impl_->name; }
+bool NcclCommunicator::debug() const { return impl_->options.debug; }
 Device NcclCommunicator::device() const { return Device::cuda(impl_->device); }
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name) {

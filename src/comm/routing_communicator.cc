@@ -18,6 +18,7 @@ class RoutingCommunicator final : public Communicator {
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
   const std::string& name() const override { return host_->name(); }
+  bool debug() const override { return host_->debug() || device_->debug(); }
   Device device() const override { return device_->device(); }
 
   WorkPtr all_reduce(const Tensor& in, Tensor& out, ReduceOp op) override {

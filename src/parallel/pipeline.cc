@@ -302,13 +302,15 @@ class Pipeline::Step {
   }
 
   /// Sends `send` to `dst` and receives `recv` (`k`'s) from `src`, either
-  /// or both. The first transfer each way between two neighbours first
-  /// exchanges headers in the same pattern (so it pairs as the data does):
+  /// or both. The first transfer each way between two neighbours (every
+  /// transfer in the communicator's debug mode) first exchanges headers in
+  /// the same pattern (so it pairs as the data does):
   /// what arrives is checked against what this stage expects, and a
   /// mismatch is named with both shapes before any data moves.
   comm::WorkPtr transfer(const Tensor* send, int dst, Tensor* recv, int src, Key k) {
-    const bool head_send = send && !p_.headed_to_.count(dst);
-    const bool head_recv = recv && !p_.headed_from_.count(src);
+    const bool every = p_.pp_.debug();
+    const bool head_send = send && (every || !p_.headed_to_.count(dst));
+    const bool head_recv = recv && (every || !p_.headed_from_.count(src));
     if (head_send || head_recv) {
       // On the data's device: a device backend moves device tensors only.
       const Device device = (send ? *send : *recv).device();

@@ -321,6 +321,27 @@ void expect_stage_shape_named() {
   }
 }
 
+// In the communicator's debug mode every transfer between stages carries
+// its header (not only the first each way): the same pairing, so the same
+// losses, under 1F1B's paired transfers and the interleaved ring.
+TEST(StageBoundaries, DebugModeHeadsEveryTransferAndChangesNothing) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  const data::TokenSplits data = test::pangram_text(61);
+  for (const Case& c : {Case{{.pp = 2, .dp = 1, .grad_accum = 4}, true},
+                        Case{{.pp = 2, .dp = 1, .grad_accum = 2, .schedule = Schedule::kInterleaved,
+                              .virtual_stages = 2}}}) {
+    const test::GPTRunOptions o = options_for(c);
+    std::vector<float> losses[2];
+    for (const bool debug : {false, true}) {
+      comm::DeviceMesh mesh(comm::make_mpi_world({.debug = debug}), 1, 2);
+      test::GPTEngine t(o, data, &mesh);
+      ASSERT_EQ(mesh.pp_group().debug(), debug);
+      for (int step = 0; step < 3; ++step) losses[debug].push_back(t.engine.step().loss);
+    }
+    EXPECT_EQ(losses[0], losses[1]);
+  }
+}
+
 TEST(StageBoundaries, AWrongStageInputShapeIsNamed) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
   expect_stage_shape_named<2, 1>();  // declared larger than sent

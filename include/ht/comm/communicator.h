@@ -83,6 +83,11 @@ class Communicator {
   /// copied); 0 for one that runs none. What a transfer took from the cores,
   /// which its wall time does not tell (most of that may be waiting).
   virtual double own_threads_cpu_ms() const { return 0; }
+
+  /// Whether it runs in debug mode (CommOptions::debug, HT_COMM_DEBUG=1):
+  /// the layers above check more then too (a pipeline sends every transfer's
+  /// shape ahead of it, not only the first's).
+  virtual bool debug() const { return false; }
 };
 
 }  // namespace ht::comm

@@ -82,6 +82,7 @@ class MpiCommunicator final : public Communicator {
   void finalize(std::chrono::milliseconds timeout) override;
   void abort() noexcept override;
   double own_threads_cpu_ms() const override;
+  bool debug() const override;
 
   /// Diagnostics: where this communicator's small collectives ran so far.
   CallerPathCounts caller_path_counts() const;

@@ -64,6 +64,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override;
   int size() const override;
   const std::string& name() const override;
+  bool debug() const override;
   /// The CUDA device every tensor passed in must live on.
   Device device() const override;
 
