@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ht/plan/reliability.h"
+#include "plan/failure_cost_json.h"
 
 namespace ht::plan {
 
@@ -49,7 +50,6 @@ std::string percent_of(double part, double whole) {
 nlohmann::json json_seconds(double s) { return std::isfinite(s) ? nlohmann::json(s) : nlohmann::json(nullptr); }
 
 nlohmann::json estimate_to_json(const EttrEstimate& e, double step_s) {
-  const FailureCost& c = e.cost;
   return {{"snapshot_every_steps", e.cadence.snapshot_every_steps},
           {"checkpoint_every_steps", e.cadence.checkpoint_every_steps},
           {"snapshot_steps", e.snapshot_steps},
@@ -64,13 +64,7 @@ nlohmann::json estimate_to_json(const EttrEstimate& e, double step_s) {
           {"from_memory_share", e.from_memory_share},
           {"steps_lost_mean", e.steps_lost_mean},
           {"bounded_traces", e.bounded_traces},
-          {"failure_cost",
-           {{"detect_s", c.detect_s},
-            {"backoff_s", c.backoff_s},
-            {"relaunch_s", c.relaunch_s},
-            {"restore_s", c.restore_s},
-            {"lost_work_s", c.lost_work_s},
-            {"total_s", c.total_s()}}}};
+          {"failure_cost", detail::failure_cost_json(e.cost)}};
 }
 
 }  // namespace

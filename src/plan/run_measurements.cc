@@ -7,38 +7,28 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <variant>
 #include <vector>
 
 #include "ht/core/error.h"
 #include "ht/resilience/run_protocol.h"
 #include "ht/resilience/supervisor_report.h"
+#include "plan/failure_cost_json.h"
 
 namespace ht::plan {
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError(ErrorKind::kIo, fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 resilience::SupervisorReport read_report(const std::string& path) {
   resilience::SupervisorReport r;
   try {
-    r = resilience::parse_supervisor_report(read_text(path));
+    r = resilience::read_supervisor_report(path);
   } catch (const resilience::ProtocolError& e) {
     throw Error(ErrorKind::kConfig, fmt::format("'{}' is not htrun's report (htrun_report.json): {}; give the "
                                                 "htrun_report.json htrun wrote at the end of a run",
@@ -243,7 +233,6 @@ std::string format_run_projection(const RunProjection& p) {
 std::string run_projection_to_json(const RunProjection& p) {
   const ReliabilityOptions& o = p.options;
   const EttrEstimate& e = p.projected;
-  const FailureCost& c = e.cost;
   return nlohmann::json{
       {"measured", measured_json(p.measured)},
       {"options",
@@ -268,13 +257,7 @@ std::string run_projection_to_json(const RunProjection& p) {
         {"failures_per_trace", e.failures_per_trace},
         {"steps_lost_mean", e.steps_lost_mean},
         {"from_memory_share", e.from_memory_share},
-        {"failure_cost",
-         {{"detect_s", c.detect_s},
-          {"backoff_s", c.backoff_s},
-          {"relaunch_s", c.relaunch_s},
-          {"restore_s", c.restore_s},
-          {"lost_work_s", c.lost_work_s},
-          {"total_s", c.total_s()}}}}},
+        {"failure_cost", detail::failure_cost_json(e.cost)}}},
       {"difference_points", p.difference_points()}}
       .dump(2);
 }

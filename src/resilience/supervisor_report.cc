@@ -4,6 +4,13 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "ht/core/error.h"
+
 #include "resilience/json_record.h"
 
 namespace ht::resilience {
@@ -135,6 +142,14 @@ SupervisorReport parse_supervisor_report(std::string_view text) {
   f.integer("agent_handshake_timeouts", r.agent_handshake_timeouts);
   if (!f.bad().empty()) throw ProtocolError(f.bad());
   return r;
+}
+
+SupervisorReport read_supervisor_report(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError(ErrorKind::kIo, fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_supervisor_report(text.str());
 }
 
 }  // namespace ht::resilience

@@ -660,6 +660,28 @@ TEST(MpiCommunicator, RecvOfFewerThanSentFailsByName) {
   }
 }
 
+// A message that is not a whole number of the receiver's elements (3 f16
+// into f32): named by its bytes.
+TEST(MpiCommunicator, RecvOfPartElementsSaysTheBytes) {
+  const int rank = world().rank(), size = world().size();
+  if (size < 2) GTEST_SKIP() << "needs two ranks";
+  auto c = world().split(0, rank, "p2p_bytes");
+  if (rank == 0) {
+    c->send(filled(DType::kF16, 3, 1), 1)->wait();
+  } else if (rank == 1) {
+    Tensor r = filled(DType::kF32, 2);
+    WorkPtr w = c->recv(r, 0);
+    EXPECT_TRUE(test::throws_error([&] { w->wait(); }, ErrorKind::kShapeMismatch,
+                                   {"recv from rank 0 got 1 elements of f32 but the receiving tensor holds 2",
+                                    "(6 bytes, not a whole number of elements)"}));
+  }
+  try {
+    c->finalize(10s);
+  } catch (const CommError&) {
+  }
+  world().barrier()->wait();
+}
+
 // finalize() with a receive whose sender never sends: CommTimeout naming the
 // operation and where the peer is; the abandoned receive is cancelled, so MPI
 // still finalises cleanly at the end.

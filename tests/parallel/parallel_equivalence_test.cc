@@ -348,6 +348,43 @@ TEST(StageBoundaries, AWrongStageInputShapeIsNamed) {
   expect_stage_shape_named<1, 2>();  // declared smaller: the arriving tensor does not fit
 }
 
+// A declaration right at the first transfer (its header passes) and wrong
+// after it: the later transfer's size is refused by the communicator, and
+// the stage names the micro-batch and its declaration.
+class WidensAfterFirstGPT : public models::GPT {
+ public:
+  using models::GPT::GPT;
+  Shape stage_input_shape(const Shape& input_shape) const override {
+    Shape s = models::GPT::stage_input_shape(input_shape);
+    if (calls_++ > 0) s.back() *= 2;
+    return s;
+  }
+
+ private:
+  mutable int calls_ = 0;
+};
+
+TEST(StageBoundaries, ALaterTransferOfAnotherSizeIsNamed) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  const data::TokenSplits data = test::pangram_text(61);
+  const test::GPTRunOptions o = options_for(Case{{.pp = 2, .dp = 1, .grad_accum = 2}, true});
+  comm::DeviceMesh mesh(comm::make_mpi_world({.timeout = std::chrono::seconds(3)}), 1, 2);
+  test::LmEngine<WidensAfterFirstGPT, models::GPTConfig> t(o, data, &mesh);
+  struct AtTheEnd {
+    ~AtTheEnd() { MPI_Barrier(MPI_COMM_WORLD); }
+  } barrier_after_the_engine [[maybe_unused]];
+  const std::int64_t b = o.engine.layout.micro_batch, T = o.seq_len, C = o.model.n_embd;
+  if (mesh.coord().pp_rank == 1) {
+    EXPECT_TRUE(test::throws_error(
+        [&] { t.engine.step(); }, ErrorKind::kShapeMismatch,
+        {"pipeline stage 1 (chunk 0), micro-batch 1: what the previous stage sent is not the input this stage declares",
+         fmt::format("{} f32 ({} elements; nn::Model::stage_input_shape)", shape_str({b, T, 2 * C}), b * T * 2 * C),
+         fmt::format("recv from rank 0 got {} elements of f32", b * T * C)}));
+  } else {
+    EXPECT_THROW(t.engine.step(), CommError);
+  }
+}
+
 // Layouts that cannot split the model are refused before any training, on every rank.
 TEST(UnevenSplits, HeadsNotDivisibleByTpFailClearly) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";

@@ -100,5 +100,8 @@ std::string format_supervisor_report(const SupervisorReport& report);
 /// report). Other missing fields read as their defaults: reports of older
 /// versions lack "launches" and the agents' counts.
 SupervisorReport parse_supervisor_report(std::string_view text);
+/// The report at `path` (<run-dir>/htrun_report.json): ht::IoError (kIo)
+/// when it cannot be read, ProtocolError as parse_supervisor_report.
+SupervisorReport read_supervisor_report(const std::string& path);
 
 }  // namespace ht::resilience

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "ckpt/manifest.h"
 #include "ht/core/error.h"
@@ -124,11 +123,8 @@ RunDir read_run_dir(const std::string& path) {
   read_checkpoints(ht::resilience::checkpoint_dir(path), r);
   const fs::path report = ht::resilience::supervisor_report_path(path);
   if (fs::exists(report, ec)) {
-    std::ifstream in(report);
-    std::ostringstream text;
-    text << in.rdbuf();
     try {
-      r.htrun = resilience::parse_supervisor_report(text.str());
+      r.htrun = resilience::read_supervisor_report(report.string());
     } catch (const resilience::ProtocolError& e) {
       throw Error(ErrorKind::kInvalidArgument,
                   fmt::format("'{}' is not htrun's report: {}; run htrun again or remove the file to report the "
