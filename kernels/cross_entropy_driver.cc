@@ -11,20 +11,28 @@
 namespace ht::ops::cuda {
 namespace {
 
-void record_bad_targets(const Tensor& targets, std::int64_t vocab, cudaStream_t stream) {
-  ht::cuda::record_out_of_range(targets, vocab, /*row_length=*/1, ht::cuda::IndexOp::kCrossEntropy, stream);
+std::int64_t ignored_id(const CrossEntropyOptions& o) {
+  return o.ignore_index ? std::int64_t(*o.ignore_index) : ht::cuda::kNoIgnore;
+}
+
+void record_bad_targets(const Tensor& targets, std::int64_t vocab, cudaStream_t stream,
+                        const CrossEntropyOptions& o = {}) {
+  ht::cuda::record_out_of_range(targets, vocab, /*row_length=*/1, ht::cuda::IndexOp::kCrossEntropy, stream,
+                                ignored_id(o));
 }
 
 }  // namespace
 
-void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse) {
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse,
+                           const CrossEntropyOptions& o) {
   const std::int64_t n = logits.size(0), v = logits.size(1);
   if (n == 0) return;
   const ht::cuda::DeviceGuard guard(logits.device());
   const cudaStream_t stream = ht::cuda::current_stream();
-  record_bad_targets(targets, v, stream);
+  record_bad_targets(targets, v, stream, o);
   HT_CUDA_CHECK(ht::cuda::launch_cross_entropy_forward(logits.data<float>(), targets.data<std::int32_t>(),
-                                                       losses.data<float>(), lse.data<float>(), n, v, stream));
+                                                       losses.data<float>(), lse.data<float>(), n, v, ignored_id(o),
+                                                       o.label_smoothing, stream));
 }
 
 void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, VocabShard shard, Tensor& lse,
@@ -40,15 +48,18 @@ void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, Vo
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,
-                            Tensor& dlogits, VocabShard shard) {
+                            Tensor& dlogits, VocabShard shard, const CrossEntropyOptions& o) {
   const std::int64_t n = logits.size(0), v = logits.size(1);
   if (n == 0) return;
   const ht::cuda::DeviceGuard guard(logits.device());
   const cudaStream_t stream = ht::cuda::current_stream();
-  record_bad_targets(targets, shard.size, stream);
+  record_bad_targets(targets, shard.size, stream, o);
+  const float eps = o.label_smoothing;
+  const float uniform = eps == 0.f ? 0.f : eps / float(shard.size);  // resolved: the whole vocabulary's real ids
   HT_CUDA_CHECK(ht::cuda::launch_cross_entropy_backward(logits.data<float>(), targets.data<std::int32_t>(),
                                                         lse.data<float>(), dloss, dlogits.data<float>(), n, v,
-                                                        shard.real_rows(v), shard.start, stream));
+                                                        shard.real_rows(v), shard.start, ignored_id(o), eps, uniform,
+                                                        stream));
 }
 
 }  // namespace ht::ops::cuda

@@ -46,10 +46,10 @@ __global__ void embedding_forward_kernel(const std::int32_t* ids, const float* w
 // The lowest bad position, with its id, by one 64-bit atomicMin, so the
 // record does not depend on scheduling.
 __global__ void record_out_of_range_kernel(const std::int32_t* ids, std::int64_t n, std::int64_t limit,
-                                           std::int64_t row_length, IndexErrorRecord* record) {
+                                           std::int64_t row_length, IndexErrorRecord* record, std::int64_t allowed) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
     const std::int32_t id = ids[i];
-    if (id >= 0 && id < limit) continue;
+    if ((id >= 0 && id < limit) || id == allowed) continue;
     atomicMin(&record->first, (static_cast<unsigned long long>(i) << 32) | static_cast<std::uint32_t>(id));
     record->limit = limit;
     record->row_length = row_length;
@@ -127,9 +127,10 @@ __global__ void embedding_backward_wpe_kernel(const float* dout, float* dwpe, st
 }  // namespace
 
 cudaError_t launch_record_out_of_range(const std::int32_t* ids, std::int64_t n, std::int64_t limit,
-                                       std::int64_t row_length, IndexErrorRecord* record, cudaStream_t stream) {
+                                       std::int64_t row_length, IndexErrorRecord* record, cudaStream_t stream,
+                                       std::int64_t allowed) {
   if (n == 0) return cudaSuccess;
-  record_out_of_range_kernel<<<grid_for(n), kBlock, 0, stream>>>(ids, n, limit, row_length, record);
+  record_out_of_range_kernel<<<grid_for(n), kBlock, 0, stream>>>(ids, n, limit, row_length, record, allowed);
   return cudaGetLastError();
 }
 

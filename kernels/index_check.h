@@ -33,12 +33,12 @@ IndexErrorRecord* index_error_records(int device);
 
 /// Records the lowest position of `ids` (i32, on the current device, fewer
 /// than 2^31) whose id lies outside [0, limit) in the device's record, with
-/// `row_length` positions per batch row. Enqueued on `stream`; the host does
-/// not wait.
+/// `row_length` positions per batch row; `allowed` (an ignore index) is no
+/// error. Enqueued on `stream`; the host does not wait.
 inline void record_out_of_range(const Tensor& ids, std::int64_t limit, std::int64_t row_length, IndexOp op,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, std::int64_t allowed = kNoIgnore) {
   HT_CUDA_CHECK(launch_record_out_of_range(ids.data<std::int32_t>(), ids.numel(), limit, row_length,
-                                           index_error_records(ids.device().index) + int(op), stream));
+                                           index_error_records(ids.device().index) + int(op), stream, allowed));
 }
 
 struct BadIndex {

@@ -171,11 +171,15 @@ struct IndexErrorRecord {
   long long row_length;      // positions per batch row (t), to name row and position
 };
 
+/// No ignored or allowed id (i32 ids never equal it).
+constexpr std::int64_t kNoIgnore = std::int64_t(1) << 40;
+
 /// Lowers record->first to the lowest position of `ids` (n < 2^31) whose id
-/// lies outside [0, limit), with its value, and stores limit and row_length
+/// lies outside [0, limit) and is not `allowed`, with its value, and stores limit and row_length
 /// when there is one; the host does not wait.
 cudaError_t launch_record_out_of_range(const std::int32_t* ids, std::int64_t n, std::int64_t limit,
-                                       std::int64_t row_length, IndexErrorRecord* record, cudaStream_t stream);
+                                       std::int64_t row_length, IndexErrorRecord* record, cudaStream_t stream,
+                                       std::int64_t allowed = kNoIgnore);
 /// *first_bad = min(*first_bad, i) over the positions i whose id lies outside
 /// [0, limit) (atomicMin, so the result does not depend on scheduling); the
 /// caller initialises *first_bad to all ones. Shared with cross-entropy.
@@ -204,9 +208,11 @@ cudaError_t launch_embedding_backward_wpe(const float* dout, float* dwpe, std::i
 
 // cross_entropy.cu --------------------------------------------------------
 
-/// losses, lse (n) from logits (n, v); targets already checked.
+/// losses, lse (n) from logits (n, v); targets already checked. A row whose
+/// target is `ignore` (unless kNoIgnore) has loss 0; eps: label smoothing.
 cudaError_t launch_cross_entropy_forward(const float* logits, const std::int32_t* targets, float* losses,
-                                         float* lse, std::int64_t n, std::int64_t v, cudaStream_t stream);
+                                         float* lse, std::int64_t n, std::int64_t v, std::int64_t ignore, float eps,
+                                         cudaStream_t stream);
 /// lse (n) over the v columns of logits (n, v), which are vocabulary columns
 /// [start, start + v); target_logit (n) = logits[i, targets[i] - start] where
 /// that column is in range, else 0. Only the first `real` columns count
@@ -218,10 +224,13 @@ cudaError_t launch_cross_entropy_shard_forward(const float* logits, const std::i
 /// dlogits (n, v), which may alias logits, whose columns are vocabulary
 /// columns [start, start + v) (start 0: the whole vocabulary); lse is each
 /// row's log-sum-exp over the whole vocabulary. Columns from `real` on pad
-/// a padded vocabulary: their gradient is 0. Targets already checked.
+/// a padded vocabulary: their gradient is 0. Targets already checked. A row
+/// whose target is `ignore` gets zeros; label smoothing eps spreads
+/// `uniform` (eps / V of the whole vocabulary) over every real column.
 cudaError_t launch_cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* lse,
                                           float dloss, float* dlogits, std::int64_t n, std::int64_t v,
-                                          std::int64_t real, std::int64_t start, cudaStream_t stream);
+                                          std::int64_t real, std::int64_t start, std::int64_t ignore, float eps,
+                                          float uniform, cudaStream_t stream);
 
 // mse.cu ------------------------------------------------------------------
 

@@ -11,10 +11,13 @@ namespace ht::kern {
 /// Gradient of softmax input i: p_i * (dp_i - sum_j p_j dp_j).
 HT_HD float softmax_grad(float p, float dp, float sum_p_dp) { return p * (dp - sum_p_dp); }
 
-/// Cross-entropy gradient for one logit: (softmax - onehot) * dloss, with
-/// softmax recomputed from the row's log-sum-exp.
-HT_HD float cross_entropy_grad(float logit, float lse, bool is_target, float dloss) {
-  return (expf(logit - lse) - (is_target ? 1.f : 0.f)) * dloss;
+/// Cross-entropy gradient for one logit: (softmax - target distribution) *
+/// dloss, with softmax recomputed from the row's log-sum-exp; the target
+/// distribution is (1 - eps) onehot + uniform, uniform = eps / V (label
+/// smoothing; eps 0: the one-hot).
+HT_HD float cross_entropy_grad(float logit, float lse, bool is_target, float dloss, float eps = 0.f,
+                               float uniform = 0.f) {
+  return (expf(logit - lse) - (is_target ? 1.f - eps : 0.f) - uniform) * dloss;
 }
 
 /// How many leading keys attention query row i (of t) may see: [0, i] under

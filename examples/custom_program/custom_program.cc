@@ -43,7 +43,7 @@ class Mlp : public nn::Model {
   std::string describe() const override { return fmt::format("MLP {}-{}-{}", kIn, kHidden, kClasses); }
   // Forward only: the backward comes from the tape (nn/tape.h).
   nn::Var compute(const nn::Var& x) override { return fc2_(nn::gelu(fc1_(x))); }
-  nn::Var loss(const nn::Var& logits, const Tensor& labels) override { return nn::cross_entropy(logits, labels); }
+  nn::Loss loss(const nn::Var& logits, const Tensor& labels) override { return nn::cross_entropy(logits, labels); }
 
  private:
   nn::Linear& fc1_;

@@ -52,7 +52,7 @@ class Encoder : public nn::Model {
     if (!last_stage()) return h;
     return (*head_)(nn::masked_mean((*norm_)(h), x.tape().side_input("key_mask")));
   }
-  nn::Var loss(const nn::Var& logits, const Tensor& labels) override { return nn::cross_entropy(logits, labels); }
+  nn::Loss loss(const nn::Var& logits, const Tensor& labels) override { return nn::cross_entropy(logits, labels); }
 
   std::vector<std::string> metric_names() const override { return {"accuracy"}; }
   void add_metrics(nn::Context& ctx, const Tensor& logits, const Tensor& labels) const override {

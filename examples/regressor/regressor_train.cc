@@ -49,7 +49,7 @@ class Regressor : public nn::Model {
     for (nn::Residual* block : blocks_) h = (*block)(h);
     return last_stage() ? nn::view((*out_)((*norm_)(h)), {x.size(0)}) : h;
   }
-  nn::Var loss(const nn::Var& y, const Tensor& target) override { return nn::mse(y, target); }
+  nn::Loss loss(const nn::Var& y, const Tensor& target) override { return nn::mse(y, target); }
   Shape stage_input_shape(const Shape& input) const override { return {input[0], c_.width}; }
   int num_layers() const override { return c_.blocks; }
   std::string describe() const override {

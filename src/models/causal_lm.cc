@@ -117,7 +117,7 @@ float CausalLM::vocab_parallel_loss(const Tensor& logits2, const Tensor& targets
   return float(total / double(std::max<std::int64_t>(n, 1)));
 }
 
-float CausalLM::forward_loss(nn::Context& ctx, const Tensor& input, const Tensor& targets) {
+nn::LossValue CausalLM::forward_loss(nn::Context& ctx, const Tensor& input, const Tensor& targets) {
   HT_CHECK(last_stage(), ErrorKind::kInvalidArgument,
            "{}: forward_loss runs on the last pipeline stage; stage {} of {} ends in activations", describe(),
            stage().rank, stage().size);
@@ -139,7 +139,7 @@ float CausalLM::forward_loss(nn::Context& ctx, const Tensor& input, const Tensor
     loss = float(total / double(std::max<std::int64_t>(losses.numel(), 1)));
   }
   if (ctx.saving()) ctx.save(this, {logits, targets1, lse});
-  return loss;
+  return {.value = loss};
 }
 
 Tensor CausalLM::backward_loss(nn::Context& ctx, float grad_scale) {

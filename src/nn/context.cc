@@ -71,6 +71,13 @@ const Context::Entry& Context::newest(const Module* m) const {
 
 const std::vector<Tensor>& Context::saved(const Module* m) const { return newest(m).tensors; }
 
+Context::MetricSum& Context::metric(const std::string& name, bool per_sample) {
+  const auto [it, fresh] = metrics_.try_emplace(name, MetricSum{.per_sample = per_sample});
+  HT_CHECK(fresh || it->second.per_sample == per_sample, ErrorKind::kInvalidArgument,
+           "the metric '{}' was added both per sample and with a count of its own: give one metric one kind", name);
+  return it->second;
+}
+
 std::int64_t Context::saved_bytes() const {
   std::int64_t total = 0;
   for (const auto& [m, runs] : saved_)

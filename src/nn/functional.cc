@@ -206,26 +206,48 @@ Var view(const Var& x, const Shape& shape) {
                          });
 }
 
-Var cross_entropy(const Var& logits, const Tensor& targets) {
+Var cross_entropy(const Var& logits, const Tensor& targets, const CrossEntropyOptions& options) {
   HT_CHECK(logits.ndim() >= 1 && targets.numel() * logits.shape().back() == logits.tensor().numel(),
            ErrorKind::kShapeMismatch, "cross_entropy: targets {} must have logits {}' shape without its last dimension",
            shape_str(targets.shape()), shape_str(logits.shape()));
+  HT_CHECK(options.reduction == ops::Reduction::kMean || options.reduction == ops::Reduction::kSum,
+           ErrorKind::kInvalidArgument, "cross_entropy: the reduction must be a mean or a sum");
+  const ops::CrossEntropyOptions o{.ignore_index = options.ignore_index, .label_smoothing = options.label_smoothing};
   const std::int64_t rows = targets.numel();
   const Tensor flat = logits.tensor().flatten_rows(), t = targets.view({rows});
   Tensor losses = Tensor::empty({rows}, DType::kF32, logits.device(), MemCategory::kActivations);
   Tensor lse = Tensor::empty({rows}, DType::kF32, logits.device(), MemCategory::kActivations);
-  ops::cross_entropy_forward(flat, t, losses, lse);
+  ops::cross_entropy_forward(flat, t, losses, lse, o);
+  // A mean is over the rows counted (ignored rows' losses are 0), as PyTorch's.
+  const bool mean = options.reduction == ops::Reduction::kMean;
+  const std::int64_t counted = !mean ? 1 : options.ignore_index ? count_targets(t, options.ignore_index) : rows;
+  const float divisor = float(std::max<std::int64_t>(counted, 1));
   Tensor loss = Tensor::empty({}, DType::kF32, logits.device(), MemCategory::kActivations);
-  ops::reduce(losses, 0, ops::Reduction::kMean, loss);
+  ops::reduce(losses, 0, mean && counted == rows ? ops::Reduction::kMean : ops::Reduction::kSum, loss);
+  if (mean && counted != rows) ops::scale(loss, 1.f / divisor);
   return logits.tape().record(
       std::move(loss), {logits}, {flat, t, lse},
-      [rows, shape = logits.shape()](Context&, const Tensor& dy, const std::vector<Tensor>& s,
-                                     const std::vector<bool>&) {
+      [divisor, o, shape = logits.shape()](Context&, const Tensor& dy, const std::vector<Tensor>& s,
+                                           const std::vector<bool>&) {
         Tensor dlogits = Tensor::empty(shape, s[0].dtype(), s[0].device(), MemCategory::kActivations);
         Tensor d2 = dlogits.flatten_rows();
-        ops::cross_entropy_backward(s[0], s[1], s[2], dy.item(0) / float(rows), d2);
+        ops::cross_entropy_backward(s[0], s[1], s[2], dy.item(0) / divisor, d2, {}, o);
         return std::vector<Tensor>{dlogits};
       });
+}
+
+Loss token_cross_entropy(const Var& logits, const Tensor& targets, const CrossEntropyOptions& options) {
+  CrossEntropyOptions sum = options;
+  sum.reduction = ops::Reduction::kSum;
+  return Loss::sum(cross_entropy(logits, targets, sum), double(count_targets(targets, options.ignore_index)));
+}
+
+std::int64_t count_targets(const Tensor& targets, std::optional<std::int32_t> ignore_index) {
+  targets.check_dtype(DType::kI32, "count_targets: targets");
+  if (!ignore_index) return targets.numel();
+  std::int64_t n = 0;
+  for (std::int32_t t : targets.to(Device::cpu()).to_vector<std::int32_t>()) n += t != *ignore_index;
+  return n;
 }
 
 Var mse(const Var& pred, const Tensor& target) {

@@ -256,10 +256,10 @@ GradientCheckResult check_gradients(Model& model, const Tensor& input, const Ten
   return gradient_check_impl::run(
       model, input, /*dx_required=*/false, options,
       [&](Context& ctx, const Tensor& x, double& loss) {
-        loss = model.forward_loss(ctx, x, target);
+        loss = model.forward_loss(ctx, x, target).value;
         return model.backward_loss(ctx, 1.f);
       },
-      [&](Context& ctx, const Tensor& x) { return double(model.forward_loss(ctx, x, target)); });
+      [&](Context& ctx, const Tensor& x) { return model.forward_loss(ctx, x, target).value; });
 }
 
 std::string GradientCheckResult::report(int max_tensors) const {

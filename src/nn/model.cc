@@ -1,6 +1,8 @@
 // ht::nn::Model: placement, defaults, initial values.
 #include "ht/nn/model.h"
 
+#include <cmath>
+
 namespace ht::nn {
 
 Model::Model(std::string name, const Placement& placement) : Module(std::move(name)), placement_(placement) {
@@ -9,30 +11,34 @@ Model::Model(std::string name, const Placement& placement) : Module(std::move(na
            "model '{}': pipeline stage {} outside a pipeline of {}", this->name(), s.rank, s.size);
 }
 
-Var Model::loss(const Var& /*output*/, const Tensor& /*target*/) {
+Loss Model::loss(const Var& /*output*/, const Tensor& /*target*/) {
   HT_CHECK(false, ErrorKind::kNotSupported,
            "model '{}' ({}) says nothing of its loss: define loss(output, target) (e.g. cross_entropy(output, target); "
            "see nn/functional.h), or override both forward_loss and backward_loss",
            name(), describe());
-  return {};
+  return Var();
 }
 
-float Model::forward_loss(Context& ctx, const Tensor& input, const Tensor& target) {
+LossValue Model::forward_loss(Context& ctx, const Tensor& input, const Tensor& target) {
   const Tensor y = forward(ctx, input);
   if (!ctx.batch().training) add_metrics(ctx, y, target);
   // The loss's own tape, kept under the model above the forward's entry:
   // backward_loss takes it first.
   auto tape = std::make_shared<Tape>(ctx);
-  const Var l = loss(tape->input(y), target);
-  HT_CHECK(l.defined() && l.tensor().numel() == 1 && l.dtype() == DType::kF32, ErrorKind::kInvalidArgument,
-           "model '{}': loss() must return an f32 scalar (the micro-batch's mean loss), got {} {}", name(),
-           l.defined() ? dtype_name(l.dtype()) : std::string("nothing"),
-           l.defined() ? shape_str(l.shape()) : std::string());
+  const Loss l = loss(tape->input(y), target);
+  const Var& v = l.value;
+  HT_CHECK(v.defined() && v.tensor().numel() == 1 && v.dtype() == DType::kF32, ErrorKind::kInvalidArgument,
+           "model '{}': loss() must return an f32 scalar (the micro-batch's mean loss, or a sum with its count), got "
+           "{} {}",
+           name(), v.defined() ? dtype_name(v.dtype()) : std::string("nothing"),
+           v.defined() ? shape_str(v.shape()) : std::string());
+  HT_CHECK(!l.summed || (std::isfinite(l.count) && l.count >= 0), ErrorKind::kInvalidArgument,
+           "model '{}': loss() gave a sum over a count of {}: a count must be finite and >= 0", name(), l.count);
   if (ctx.saving()) {
-    tape->set_output(l);
+    tape->set_output(v);
     ctx.save_tape(this, tape);
   }
-  return l.tensor().item(0);
+  return {.value = v.tensor().item(0), .summed = l.summed, .count = l.count};
 }
 
 Tensor Model::backward_loss(Context& ctx, float grad_scale) {

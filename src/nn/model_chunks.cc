@@ -38,7 +38,7 @@ void ModelChunks::refuse() const {
                           describe()));
 }
 
-float ModelChunks::forward_loss(Context&, const Tensor&, const Tensor&) { refuse(); }
+LossValue ModelChunks::forward_loss(Context&, const Tensor&, const Tensor&) { refuse(); }
 Tensor ModelChunks::backward_loss(Context&, float) { refuse(); }
 Tensor ModelChunks::forward_impl(Context&, const Tensor&) { refuse(); }
 Tensor ModelChunks::backward_impl(Context&, const Tensor&) { refuse(); }

@@ -9,6 +9,7 @@
 
 #include "ht/config.h"
 #include "ht/ops/attention.h"
+#include "ht/ops/cross_entropy.h"
 #include "ht/ops/dropout.h"
 #include "ht/ops/optimizer_update.h"
 #include "ht/ops/reduce.h"
@@ -57,11 +58,12 @@
                          VocabShard shard);                                                                 \
   void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, Tensor& dwpe,             \
                           VocabShard shard);                                                                \
-  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse);     \
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse,      \
+                             const CrossEntropyOptions& o);                                                 \
   void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, VocabShard shard,           \
                                    Tensor& lse, Tensor& target_logit);                                      \
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,  \
-                              Tensor& dlogits, VocabShard shard);                                           \
+                              Tensor& dlogits, VocabShard shard, const CrossEntropyOptions& o);             \
   void mse_forward(const Tensor& pred, const Tensor& target, Tensor& loss);                                 \
   void mse_backward(const Tensor& pred, const Tensor& target, float dloss, Tensor& dpred);                  \
   /* dim counted from 0; reduce_backward's counts dx's dimensions */                                        \

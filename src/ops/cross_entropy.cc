@@ -21,17 +21,24 @@ void check_common(const char* op, const Tensor& logits, const Tensor& targets, c
   detail::check_shape(op, "lse", lse, {logits.size(0)});
 }
 
+void check_options(const char* op, const CrossEntropyOptions& o) {
+  HT_CHECK(o.label_smoothing >= 0.f && o.label_smoothing < 1.f, ErrorKind::kInvalidArgument,
+           "{}: label_smoothing {} must lie in [0, 1)", op, o.label_smoothing);
+}
+
 }  // namespace
 
-void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse) {
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse,
+                           const CrossEntropyOptions& options) {
   const char* op = "cross_entropy_forward";
   const Device dev = detail::check_same_device(
       op, {{"logits", &logits}, {"targets", &targets}, {"losses", &losses}, {"lse", &lse}});
   check_common(op, logits, targets, lse);
+  check_options(op, options);
   detail::check_dtype(op, "losses", losses, DType::kF32);
   detail::check_shape(op, "losses", losses, {logits.size(0)});
   detail::F32Staging s(/*native=*/dev.is_cpu());
-  HT_DISPATCH(dev, cross_entropy_forward, s.in(logits), targets, losses, lse);
+  HT_DISPATCH(dev, cross_entropy_forward, s.in(logits), targets, losses, lse, options);
 }
 
 void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, VocabShard shard, Tensor& lse,
@@ -48,17 +55,18 @@ void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, Vo
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,
-                            Tensor& dlogits, VocabShard shard) {
+                            Tensor& dlogits, VocabShard shard, const CrossEntropyOptions& options) {
   const char* op = "cross_entropy_backward";
   const Device dev = detail::check_same_device(
       op, {{"logits", &logits}, {"targets", &targets}, {"lse", &lse}, {"dlogits", &dlogits}});
   check_common(op, logits, targets, lse);
+  check_options(op, options);
   detail::check_compute_dtype(op, {{"logits", &logits}, {"dlogits", &dlogits}});
   detail::check_shape(op, "dlogits", dlogits, logits.shape());
   shard = detail::check_vocab_shard(op, "logits", logits.size(1), shard);
   detail::F32Staging s(/*native=*/dev.is_cpu());
   HT_DISPATCH(dev, cross_entropy_backward, s.in(logits), targets, lse, dloss,
-              s.out(dlogits, detail::Staged::kOverwrite), shard);
+              s.out(dlogits, detail::Staged::kOverwrite), shard, options);
   s.commit();
 }
 

@@ -112,8 +112,11 @@ class Pipeline::Step {
              grads_in_.size() + grads_out_.size());
   }
 
-  double loss() const { return loss_; }
-  const std::map<std::string, double>& metrics() const { return metrics_; }
+  const LossSums& loss() const { return loss_; }
+  const std::map<std::string, nn::Context::MetricSum>& metrics() const { return metrics_; }
+  /// What a micro-batch's loss gradient is divided by beside the loss
+  /// scale: 1 for a mean, the target's element count for a sum.
+  float loss_divisor() const { return loss_divisor_; }
 
  private:
   void execute(const Action& a, const Backward& backward, bool completes) {
@@ -187,10 +190,13 @@ class Pipeline::Step {
     const data::MicroBatch& batch = batches_[std::size_t(k.micro_batch)];
     prepare(ctx, batch, model.device());
     if (model.last_stage()) {
-      // Weighted by its rows: an evaluation's micro-batches may differ in size.
-      const double mean = model.forward_loss(ctx, x, batch.target.to(model.device()));
-      loss_ += training_ ? mean : mean * double(batch.rows());
-      for (const auto& [name, sum] : ctx.metrics()) metrics_[name] += sum;
+      add_loss(model.forward_loss(ctx, x, batch.target.to(model.device())), batch, k.micro_batch);
+      for (const auto& [name, m] : ctx.metrics()) {
+        nn::Context::MetricSum& total = metrics_[name];
+        total.sum += m.sum;
+        total.count += m.per_sample ? double(batch.rows()) : m.count;
+        total.per_sample = m.per_sample;
+      }
     } else {
       Tensor y = model.forward(ctx, x);
       out_shapes_[k] = y.shape();
@@ -202,6 +208,35 @@ class Pipeline::Step {
       out_shapes_.erase(k);
     }
     p_.stats_.compute_ms += now_ms() - t0;
+  }
+
+  /// A micro-batch's loss into the sums (LossSums). An evaluation's mean
+  /// weighs its rows (its micro-batches may differ in size); a step's sums
+  /// are divided by the target's element count, the same in every
+  /// micro-batch of a step, which the backward divides by too.
+  void add_loss(const nn::LossValue& l, const data::MicroBatch& batch, int micro_batch) {
+    HT_CHECK(losses_++ == 0 || l.summed == summed_, ErrorKind::kInvalidArgument,
+             "the model's loss is {} for micro-batch {} but {} for an earlier one: a loss is one or the other",
+             l.summed ? "a sum" : "a mean", micro_batch, summed_ ? "a sum" : "a mean");
+    summed_ = l.summed;
+    if (!training_) {
+      loss_.sum += l.summed ? l.value : l.value * double(batch.rows());
+      loss_.count += l.summed ? l.count : double(batch.rows());
+      return;
+    }
+    if (!l.summed) {
+      loss_.sum += l.value;
+      loss_.count += 1;
+      return;
+    }
+    const double elements = double(batch.target.numel());
+    HT_CHECK(elements > 0 && (loss_divisor_ == 1.f || loss_divisor_ == float(elements)), ErrorKind::kInvalidArgument,
+             "a token-normalised loss needs targets of one non-empty shape in every micro-batch of a step; micro-batch "
+             "{} has {}",
+             micro_batch, shape_str(batch.target.shape()));
+    loss_divisor_ = float(elements);
+    loss_.sum += l.value / elements;
+    loss_.count += l.count / elements;
   }
 
   /// What every stage's forward of a micro-batch reads beside its input:
@@ -363,8 +398,11 @@ class Pipeline::Step {
   std::map<Key, Tensor> grads_in_;   // the outputs' gradients, received
   std::map<Key, Tensor> grads_out_;  // the inputs' gradients, to send back
   std::map<Key, Shape> out_shapes_;  // what each forward in flight sent on
-  double loss_ = 0;
-  std::map<std::string, double> metrics_;  // evaluation metrics' sums (last stage)
+  LossSums loss_;
+  int losses_ = 0;            // micro-batch losses added
+  bool summed_ = false;       // the step's loss is token-normalised
+  float loss_divisor_ = 1.f;  // see loss_divisor()
+  std::map<std::string, nn::Context::MetricSum> metrics_;  // evaluation metrics' sums (last stage)
 };
 
 Pipeline::Pipeline(nn::Model& model, comm::Communicator& pp, Schedule schedule, DType activations,
@@ -379,7 +417,7 @@ Pipeline::Pipeline(nn::Model& model, comm::Communicator& pp, Schedule schedule, 
            schedule_name(schedule), chunks_.size());
 }
 
-double Pipeline::train_step(const std::vector<data::MicroBatch>& batches, float loss_scale,
+LossSums Pipeline::train_step(const std::vector<data::MicroBatch>& batches, float loss_scale,
                             const std::function<void(nn::Model*)>& before_backward) {
   HT_CHECK_ARG(!batches.empty(), "pipeline: a step needs at least one micro-batch");
   stats_ = {};
@@ -387,7 +425,8 @@ double Pipeline::train_step(const std::vector<data::MicroBatch>& batches, float 
   s.run(stage_actions(schedule_, pp_.rank(), pp_.size(), int(batches.size()), virtual_stages()),
         [&](nn::Model& model, nn::Context& ctx, const Tensor& dy, bool completes) {
           if (before_backward) before_backward(completes ? &model : nullptr);
-          return model.last_stage() ? model.backward_loss(ctx, loss_scale) : model.backward(ctx, dy);
+          return model.last_stage() ? model.backward_loss(ctx, loss_scale / s.loss_divisor())
+                                    : model.backward(ctx, dy);
         });
   return s.loss();
 }
@@ -398,7 +437,7 @@ Evaluation Pipeline::evaluate(const std::vector<data::MicroBatch>& batches) {
   Step s(*this, batches, /*training=*/false);
   s.run(forward_only_actions(pp_.rank(), pp_.size(), int(batches.size()), virtual_stages()), nullptr);
   stats_ = kept;
-  return {.loss_sum = s.loss(), .metric_sums = s.metrics()};
+  return {.loss = s.loss(), .metric_sums = s.metrics()};
 }
 
 }  // namespace ht::parallel

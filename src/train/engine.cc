@@ -335,10 +335,10 @@ StepStats Engine::step() {
   s.loss_scale = scaler_.scale();
   if (trace_) trace_->begin_step(s.step);
   const std::vector<data::MicroBatch> batches = draw_step(s);
-  const float my_loss = forward_backward(s, batches, start);
-  apply_update(s);
+  const parallel::LossSums my_loss = forward_backward(s, batches, start);
+  const double loss_count = apply_update(s, my_loss);
   if (policies_->replicas.due(s.step)) check_replicas(s.step);
-  const StepVotes votes = agree_on_step(s, my_loss);
+  const StepVotes votes = agree_on_step(s, float(my_loss.sum), loss_count);
   save_if_due(s, votes);
   policies_->stragglers.end_of_step(mesh_->world(), s);
   progress(resilience::Phase::kStepDone);
@@ -367,15 +367,16 @@ std::vector<data::MicroBatch> Engine::draw_step(const StepStats& s) {
   return batches;
 }
 
-float Engine::forward_backward(const StepStats& s, const std::vector<data::MicroBatch>& batches,
-                               std::chrono::steady_clock::time_point start) {
+parallel::LossSums Engine::forward_backward(const StepStats& s, const std::vector<data::MicroBatch>& batches,
+                                            std::chrono::steady_clock::time_point start) {
   dp_->begin_step();
   // Each micro-batch's mean loss weighs 1/k (the sum equals one k-times
-  // batch), times the loss scale.
+  // batch), times the loss scale; a token-normalised sum is corrected once
+  // the step's count is known (apply_update).
   progress(resilience::Phase::kForwardBackward);
   // A backward that completes the model's gradients (or, interleaved, one
   // chunk's) lets data parallelism start reducing them.
-  const double loss_sum =
+  const parallel::LossSums sums =
       pipeline_->train_step(batches, s.loss_scale / float(options_.layout.grad_accum), [&](nn::Model* completes) {
         if (completes) dp_->set_final_part(*completes);
       });
@@ -387,13 +388,13 @@ float Engine::forward_backward(const StepStats& s, const std::vector<data::Micro
   dp_->finish_gradients();
   // The loss is known on the last stage; one tp rank of each dp replica reports it.
   const bool reports = model_->last_stage() && mesh_->coord().tp_rank == 0;
-  float my_loss = reports ? float(loss_sum) : 0.f;
+  float my_loss = reports ? float(sums.sum) : 0.f;
   for (const StepHooks& h : hooks_)
     if (h.after_gradients) h.after_gradients(s.step, my_loss);
-  return my_loss;
+  return {.sum = my_loss, .count = reports ? sums.count : 0.0};
 }
 
-void Engine::apply_update(StepStats& s) {
+double Engine::apply_update(StepStats& s, const parallel::LossSums& my_loss) {
   progress(resilience::Phase::kOptimizer);
   // A token id a CUDA op skipped stops the step before its gradients are
   // applied (ops/index_errors.h); nothing to read on the CPU.
@@ -404,26 +405,46 @@ void Engine::apply_update(StepStats& s) {
   std::vector<Tensor> counted;
   for (const optim::Slot& slot : dp_->slots())
     if (slot.primary) counted.push_back(slot.grad);
+  // The step's loss count rides in the norm's one all-reduce: k dp for mean
+  // losses (k per reporting rank), whatever a token-normalised loss counted.
   comm::Communicator& world = mesh_->world();
-  const auto sum_over_world = [&](Tensor& sum) { world.all_reduce(sum, sum, comm::ReduceOp::kSum)->wait(); };
-  s.grad_norm = optim::unscale_and_global_norm(dp_->shard_gradients(), counted, s.loss_scale, sum_over_world);
+  double loss_count = 0;
+  const auto sum_over_world = [&](Tensor& sum) {
+    Tensor both = Tensor::empty({2}, DType::kF32, sum.device(), MemCategory::kOther);
+    Tensor norm_part = both.slice(0, 1), count_part = both.slice(1, 2);
+    norm_part.copy_from(sum);
+    count_part.copy_from(Tensor::from_vector(std::vector<float>{float(my_loss.count)}, {1}).to(sum.device()));
+    world.all_reduce(both, both, comm::ReduceOp::kSum)->wait();
+    sum.copy_from(norm_part);
+    loss_count = count_part.item(0);
+  };
+  const float raw_norm = optim::unscale_and_global_norm(dp_->shard_gradients(), counted, s.loss_scale, sum_over_world);
+  // The backward gave each micro-batch's loss 1/k of the step (data
+  // parallelism averages over dp): right for means, whose count is k dp;
+  // a token-normalised step's gradient is its sum over its own count.
+  const double k_dp = double(options_.layout.grad_accum * mesh_->shape().dp_size());
+  const float normalise = loss_count > 0 ? float(k_dp / loss_count) : 0.f;
+  s.grad_norm = raw_norm * normalise;
   // Every rank sees the same norm, so every rank makes the same decision: an
   // overflow under loss scaling is skipped; without scaling a non-finite
   // gradient cannot be applied either.
-  const bool finite = std::isfinite(s.grad_norm);
+  const bool finite = std::isfinite(raw_norm);
   s.skipped = scaler_.enabled() ? scaler_.update(!finite) : !finite;
+  // A token-normalised step that counted nothing has no gradient to apply.
+  if (loss_count <= 0) s.skipped = true;
   s.skipped_steps = scaler_.state().skipped_steps;
   s.lr = options_.lr_schedule ? options_.lr_schedule(s.step - 1) : schedule_.lr(s.step - 1);
   HT_CHECK(std::isfinite(s.lr) && s.lr >= 0.f, ErrorKind::kConfig,
            "the learning-rate schedule gave {} for step {}: it must be finite and >= 0", s.lr, s.step);
-  if (s.skipped) return;
-  optimizer_->step(s.lr, optim::clip_coefficient(s.grad_norm, options_.grad_clip));
+  if (s.skipped) return loss_count;
+  optimizer_->step(s.lr, normalise * optim::clip_coefficient(s.grad_norm, options_.grad_clip));
   dp_->after_step();
   for (const StepHooks& h : hooks_)
     if (h.after_update) h.after_update(s.step);
+  return loss_count;
 }
 
-Engine::StepVotes Engine::agree_on_step(StepStats& s, float my_loss) {
+Engine::StepVotes Engine::agree_on_step(StepStats& s, float my_loss, double loss_count) {
   // One world all-reduce carries the loss and every rank's vote: whether it
   // was asked to stop, and rank 0's clock on checkpoints and snapshots.
   progress(resilience::Phase::kLossReduction);
@@ -439,7 +460,8 @@ Engine::StepVotes Engine::agree_on_step(StepStats& s, float my_loss) {
                                              vote(snapshot_busy)});
   const StepVotes votes{.stop = sums[1] > 0.f, .checkpoint_by_time = sums[2] > 0.f, .snapshot_due = sums[3] > 0.f,
                         .snapshot_busy = sums[4] > 0.f};
-  s.loss = float(double(sums[0]) / double(options_.layout.grad_accum * mesh_->shape().dp_size()));
+  // k dp for means (exactly today's mean of means); NaN for a sum over nothing.
+  s.loss = float(double(sums[0]) / loss_count);
   s.stop_requested = votes.stop;
   policies_->divergence.observe(s.loss, s.step);
   return votes;
@@ -481,21 +503,24 @@ EvalStats Engine::evaluate() {
   // (the same on every rank); one rank of each replica's last stage reports.
   const bool reports = model_->last_stage() && mesh_->coord().tp_rank == 0;
   const std::vector<std::string> names = model_->metric_names();
-  std::vector<float> mine{reports ? float(e.loss_sum) : 0.f};
+  std::vector<float> mine{reports ? float(e.loss.sum) : 0.f, reports ? float(e.loss.count) : 0.f};
   for (const auto& [name, sum] : e.metric_sums)
     HT_CHECK(std::find(names.begin(), names.end(), name) != names.end(), ErrorKind::kInvalidArgument,
              "model '{}' added the metric '{}' that its metric_names() does not list ({}): list every metric there",
              description_, name, fmt::join(names, ", "));
   for (const std::string& name : names) {
     const auto it = e.metric_sums.find(name);
-    mine.push_back(reports && it != e.metric_sums.end() ? float(it->second) : 0.f);
+    const bool has = reports && it != e.metric_sums.end();
+    mine.push_back(has ? float(it->second.sum) : 0.f);
+    mine.push_back(has ? float(it->second.count) : 0.f);
   }
   const std::vector<float> sums = world_sum(std::move(mine));
+  // Each a sum over its count: samples for means and per-sample metrics.
+  const auto ratio = [](float sum, float count) { return count > 0.f ? double(sum) / double(count) : 0.0; };
   EvalStats stats;
-  stats.loss = double(sums[0]) / double(options_.eval_samples);
+  stats.loss = ratio(sums[0], sums[1]);
   stats.samples = options_.eval_samples;
-  for (std::size_t i = 0; i < names.size(); ++i)
-    stats.metrics[names[i]] = double(sums[i + 1]) / double(options_.eval_samples);
+  for (std::size_t i = 0; i < names.size(); ++i) stats.metrics[names[i]] = ratio(sums[2 * i + 2], sums[2 * i + 3]);
   return stats;
 }
 

@@ -243,7 +243,7 @@ class Regression : public Model {
   explicit Regression(bool forget_the_2) : Model("regression", Placement{}), forget_(forget_the_2) {
     fc_ = &add_module(std::make_unique<Linear>("fc", 4, 2, true, Device::cpu()));
   }
-  float forward_loss(Context& ctx, const Tensor& input, const Tensor& target) override {
+  LossValue forward_loss(Context& ctx, const Tensor& input, const Tensor& target) override {
     const Tensor y = forward(ctx, input);
     Tensor diff = Tensor::empty(y.shape(), DType::kF32);
     double sum = 0.0;
@@ -252,7 +252,7 @@ class Regression : public Model {
       sum += double(diff.data<float>()[i]) * diff.data<float>()[i];
     }
     ctx.save(this, {diff});
-    return float(sum / double(y.numel()));
+    return {.value = sum / double(y.numel())};
   }
   Tensor backward_loss(Context& ctx, float grad_scale) override {
     const Tensor diff = ctx.take(this).at(0);

@@ -240,9 +240,9 @@ TEST(GPTGrad, LossGradientMatchesFiniteDifferences) {
       const float h = 1e-2f;
       Context c(Device::cpu(), false);
       *v = saved + h;
-      const double fp = gpt.forward_loss(c, tokens, targets);
+      const double fp = gpt.forward_loss(c, tokens, targets).value;
       *v = saved - h;
-      const double fm = gpt.forward_loss(c, tokens, targets);
+      const double fm = gpt.forward_loss(c, tokens, targets).value;
       *v = saved;
       want.push_back((fp - fm) / (2.0 * h));
       got.push_back(g[std::size_t(i)]);
@@ -346,8 +346,8 @@ TEST(GPT, AStageHoldsItsPartUnderTheFullModelsNames) {
   EXPECT_TRUE(test::throws_error([&] { last.forward(ctx, tokens); }, ErrorKind::kShapeMismatch,
                                  {"stage 1", "(B, T, 8)"}))
       << "the last stage takes activations, not tokens";
-  const float staged = last.forward_loss(ctx, activations, targets);
-  const float one = whole.forward_loss(ctx, tokens, targets);
+  const float staged = float(last.forward_loss(ctx, activations, targets).value);
+  const float one = float(whole.forward_loss(ctx, tokens, targets).value);
   EXPECT_NEAR(staged, one, 1e-6 * std::abs(one));
 }
 
@@ -482,7 +482,7 @@ TEST(DeferredWeightGrads, BackwardInTwoGivesTheSameGradientsInBits) {
 // Gradients of `m` after one forward_loss and backward_loss on (tokens, targets).
 std::vector<std::vector<float>> loss_grads(GPT& m, const Tensor& tokens, const Tensor& targets, float* loss) {
   Context ctx;
-  *loss = m.forward_loss(ctx, tokens, targets);
+  *loss = float(m.forward_loss(ctx, tokens, targets).value);
   m.backward_loss(ctx);
   std::vector<std::vector<float>> out;
   for (Parameter* p : m.parameters()) out.push_back(p->grad().to_vector<float>());

@@ -157,6 +157,32 @@ TEST(CrossEntropy, TargetOutOfRangeNamesIt) {
                            {"target 10"}));
 }
 
+// Ignored rows count 0 and get a zero gradient; any other target outside the
+// vocabulary is still an error, which names the ignore index. (Values with
+// label smoothing against PyTorch: tests/reference/ops_torch_check.py.)
+TEST(CrossEntropy, IgnoreIndexSkipsItsRowsOnly) {
+  const CrossEntropyOptions o{.ignore_index = -100};
+  Tensor logits = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {3, 2});
+  Tensor losses = test::nan_tensor({3}), lse = test::nan_tensor({3});
+  Tensor targets = Tensor::from_vector(std::vector<std::int32_t>{1, -100, 0}, {3});
+  cross_entropy_forward(logits, targets, losses, lse, o);
+  const auto l = losses.to_vector<float>();
+  EXPECT_EQ(l[1], 0.f);
+  EXPECT_NEAR(l[0], std::log(1.0 + std::exp(-1.0)), 1e-6);
+  EXPECT_NEAR(l[2], std::log(1.0 + std::exp(1.0)), 1e-6);
+  Tensor dlogits = test::nan_tensor({3, 2});
+  cross_entropy_backward(logits, targets, lse, 1.f, dlogits, {}, o);
+  const auto d = dlogits.to_vector<float>();
+  EXPECT_EQ(d[2], 0.f);
+  EXPECT_EQ(d[3], 0.f);
+  EXPECT_NE(d[0], 0.f);
+  Tensor bad = Tensor::from_vector(std::vector<std::int32_t>{1, -99, 0}, {3});
+  EXPECT_TRUE(throws_error([&] { cross_entropy_forward(logits, bad, losses, lse, o); }, ErrorKind::kOutOfRange,
+                           {"target -99", "row 1", "not the ignore index -100"}));
+  EXPECT_TRUE(throws_error([&] { cross_entropy_forward(logits, targets, losses, lse, {.label_smoothing = 1.f}); },
+                           ErrorKind::kInvalidArgument, {"label_smoothing 1"}));
+}
+
 // The first column of each of k shards of a vocabulary, then vocab; the first
 // vocab % k shards take one column more (1000 in 3: 334, 333, 333; 2 in 3:
 // 1, 1, 0).

@@ -551,6 +551,28 @@ void add_cross_entropy_cases(std::vector<Case>& cases) {
                          return Outputs{{"losses", losses}, {"lse", lse}, {"dlogits", dlogits}, {"in_place", in_place}};
                        },
                        rtol_for(dt, 1e-5)});
+      // An ignore index (a third of the rows) and label smoothing, also
+      // over a vocabulary shard's columns.
+      if (s.n > 65536) continue;
+      cases.push_back({"cross_entropy_ignore_smooth_" + dims_name({s.n, s.v}) + dtype_suffix(dt),
+                       [s, dt](Device dev) {
+                         std::mt19937 rng(12);
+                         const ops::CrossEntropyOptions o{.ignore_index = -100, .label_smoothing = 0.1f};
+                         const Tensor logits = random_of({s.n, s.v}, rng, dt, -8.f, 8.f).to(dev);
+                         Tensor targets = ids_tensor({s.n}, s.v, rng);
+                         for (std::int64_t i = 0; i < s.n; i += 3) targets.data<std::int32_t>()[i] = -100;
+                         targets = targets.to(dev);
+                         Tensor losses = nan_of({s.n}, DType::kF32).to(dev), lse = nan_of({s.n}, DType::kF32).to(dev);
+                         ops::cross_entropy_forward(logits, targets, losses, lse, o);
+                         Tensor dlogits = nan_of({s.n, s.v}, dt).to(dev);
+                         ops::cross_entropy_backward(logits, targets, lse, 0.5f, dlogits, {}, o);
+                         const std::int64_t cols = s.v / 2 + 1;  // the shard [v - cols, v) of the logits' vocabulary
+                         const Tensor part = random_of({s.n, cols}, rng, dt, -8.f, 8.f).to(dev);
+                         Tensor dpart = nan_of({s.n, cols}, dt).to(dev);
+                         ops::cross_entropy_backward(part, targets, lse, 0.5f, dpart, {s.v - cols, s.v}, o);
+                         return Outputs{{"losses", losses}, {"lse", lse}, {"dlogits", dlogits}, {"shard", dpart}};
+                       },
+                       rtol_for(dt, 1e-5)});
     }
 }
 

@@ -121,7 +121,7 @@ class TinyModel : public nn::Model {
     fc_ = &add_module(std::make_unique<nn::Linear>("fc", 4, 4, true, at.device));
     if (own_parameter) add_parameter("scale", {4}, false, at.device, {}, nn::Init::ones());
   }
-  float forward_loss(nn::Context&, const Tensor&, const Tensor&) override { return 0.f; }
+  nn::LossValue forward_loss(nn::Context&, const Tensor&, const Tensor&) override { return {}; }
   Tensor backward_loss(nn::Context&, float) override { return {}; }
   std::vector<nn::TiedWeight> tied_weights() const override { return ties_; }
   std::string describe() const override { return "Tiny 4x4"; }

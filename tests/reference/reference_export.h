@@ -124,7 +124,7 @@ inline float record_reference_step(nn::Model& model, std::int64_t vocab, std::in
   }
   nn::Context ctx;
   model.zero_grad();
-  const float loss = model.forward_loss(ctx, tok, tgt);
+  const float loss = float(model.forward_loss(ctx, tok, tgt).value);
   model.backward_loss(ctx, 1.f);
   w.write_scalar("loss", loss);
   for (nn::Parameter* p : model.parameters()) w.write("grads/" + p->name(), p->grad());

@@ -42,12 +42,12 @@ class Encoder : public nn::Model {
   }
   std::string describe() const override { return "Encoder V8 T12 C16"; }
 
-  float forward_loss(nn::Context& ctx, const Tensor& tokens, const Tensor& target) override {
+  nn::LossValue forward_loss(nn::Context& ctx, const Tensor& tokens, const Tensor& target) override {
     Tensor y = forward(ctx, tokens);
     Tensor loss = Tensor::empty({1}, DType::kF32, device());
     ops::mse_forward(y, target, loss);
     ctx.save(this, {y, target});
-    return loss.item(0);
+    return {.value = loss.item(0)};
   }
   Tensor backward_loss(nn::Context& ctx, float grad_scale) override {
     std::vector<Tensor> s = ctx.take(this);
@@ -176,7 +176,7 @@ TEST(Encoder, GradientsMatchFiniteDifferences) {
   auto loss_of = [&] {
     nn::Context ctx(Device::cpu(), true);
     ctx.set_side_input("key_mask", batch.side.at("key_mask"));
-    return double(model.forward_loss(ctx, batch.input, batch.target));
+    return model.forward_loss(ctx, batch.input, batch.target).value;
   };
   model.zero_grad();
   {

@@ -42,7 +42,7 @@ class CausalLM : public nn::Model {
 
   /// Mean cross-entropy of next-token prediction over the full vocabulary:
   /// input as forward takes it, targets (B, T) i32 on the model's device.
-  float forward_loss(nn::Context& ctx, const Tensor& input, const Tensor& targets) override;
+  nn::LossValue forward_loss(nn::Context& ctx, const Tensor& input, const Tensor& targets) override;
   Tensor backward_loss(nn::Context& ctx, float grad_scale = 1.f) override;
   /// (B, T, width) for tokens (B, T).
   Shape stage_input_shape(const Shape& input_shape) const override;

@@ -154,10 +154,25 @@ class Context {
   void set_batch(const BatchInfo& batch) { batch_ = batch; }
   const BatchInfo& batch() const { return batch_; }
 
+  /// An evaluation metric's sums: reported as sum / count over the whole
+  /// evaluation. A metric per sample (per_sample) leaves its count to the
+  /// engine, which counts the micro-batch's samples.
+  struct MetricSum {
+    double sum = 0;
+    double count = 0;
+    bool per_sample = true;
+  };
   /// Adds `sum` (over the micro-batch's samples) to the evaluation metric
-  /// `name` (nn::Model::add_metrics).
-  void add_metric(const std::string& name, double sum) { metrics_[name] += sum; }
-  const std::map<std::string, double>& metrics() const { return metrics_; }
+  /// `name`, reported per sample (nn::Model::add_metrics).
+  void add_metric(const std::string& name, double sum) { metric(name, true).sum += sum; }
+  /// Adds `sum` over `count` things (tokens, say) to the metric `name`,
+  /// reported as its sum over its count: a token-weighted metric.
+  void add_metric(const std::string& name, double sum, double count) {
+    MetricSum& m = metric(name, false);
+    m.sum += sum;
+    m.count += count;
+  }
+  const std::map<std::string, MetricSum>& metrics() const { return metrics_; }
 
  private:
   Device device_;
@@ -168,12 +183,13 @@ class Context {
     std::shared_ptr<Tape> tape;  // a forward-only module's run
   };
   const Entry& newest(const Module* m) const;
+  MetricSum& metric(const std::string& name, bool per_sample);
 
   std::unordered_map<const Module*, std::vector<Entry>> saved_;  // a stack per module
   std::unordered_map<std::string, Tensor> side_;
   bool sealed_ = false;
   BatchInfo batch_;
-  std::map<std::string, double> metrics_;
+  std::map<std::string, MetricSum> metrics_;
   struct Deferred {
     std::vector<Tensor> inputs;
     WeightGrad compute;

@@ -16,9 +16,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
+#include "ht/nn/loss.h"
 #include "ht/nn/tape.h"
 #include "ht/ops/matmul.h"
+#include "ht/ops/reduce.h"
 
 namespace ht::nn {
 
@@ -53,9 +56,25 @@ Var index_select(const Var& x, int dim, const Var& index);
 /// The same values in another shape of the same element count (no copy).
 Var view(const Var& x, const Shape& shape);
 
-/// The mean softmax cross-entropy of logits (..., V) against targets (...)
-/// i32 in [0, V): an f32 scalar (shape {}).
-Var cross_entropy(const Var& logits, const Tensor& targets);
+/// As PyTorch's F.cross_entropy arguments of the same names.
+struct CrossEntropyOptions {
+  /// Targets equal to it count for nothing (PyTorch's -100 is a common
+  /// choice); none by default, and any target outside [0, V) is an error.
+  std::optional<std::int32_t> ignore_index;
+  float label_smoothing = 0.f;  // [0, 1)
+  /// kMean: over the targets not ignored (0 when all are); kSum.
+  ops::Reduction reduction = ops::Reduction::kMean;
+};
+
+/// The softmax cross-entropy of logits (..., V) against targets (...) i32
+/// in [0, V): an f32 scalar (shape {}).
+Var cross_entropy(const Var& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
+/// The token-normalised cross-entropy (nn/loss.h): the sum over the
+/// targets not ignored, and their count; the engine divides the step's
+/// sum by the step's count. options.reduction is not read.
+Loss token_cross_entropy(const Var& logits, const Tensor& targets, const CrossEntropyOptions& options = {});
+/// How many of `targets` (i32, any device) are not `ignore_index`.
+std::int64_t count_targets(const Tensor& targets, std::optional<std::int32_t> ignore_index);
 /// The mean squared error of pred against target (one shape): an f32 scalar.
 Var mse(const Var& pred, const Tensor& target);
 

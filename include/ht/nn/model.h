@@ -7,7 +7,8 @@
 // Module's forward(ctx, x) / backward(ctx, dy), parameters and hooks, it
 // declares:
 //   - its loss, on the last stage: forward_loss(ctx, input, target) gives
-//     the micro-batch's mean loss, backward_loss(ctx, scale) backpropagates it;
+//     the micro-batch's loss, a mean or a token-normalised sum with its
+//     count (loss.h), and backward_loss(ctx, scale) backpropagates it;
 //   - for pipelines, the shape of the activations a stage receives from the
 //     one before (stage_input_shape), sent in the compute dtype;
 //   - the weights it holds on several stages (tied_weights: GPT's token
@@ -28,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "ht/nn/loss.h"
 #include "ht/nn/module.h"
 #include "ht/nn/tensor_parallel.h"
 
@@ -77,24 +79,27 @@ class Model : public Module {
   bool first_stage() const { return placement_.stage.first(); }
   bool last_stage() const { return placement_.stage.last(); }
 
-  /// Last stage only. A forward-only model's loss: the mean loss of a
-  /// micro-batch as an f32 scalar Var, from the model's output (a Var of
-  /// the loss's own tape) and the target on the model's device, built from
-  /// functional.h (cross_entropy, mse, ...). The default forward_loss and
+  /// Last stage only. A forward-only model's loss for a micro-batch, from
+  /// the model's output (a Var of the loss's own tape) and the target on
+  /// the model's device, built from functional.h: a mean as an f32 scalar
+  /// Var (cross_entropy, mse, ...), or a token-normalised sum and count
+  /// (token_cross_entropy; loss.h). The default forward_loss and
   /// backward_loss run it. Throws kNotSupported by default: a model defines
   /// loss(), or forward_loss and backward_loss.
-  virtual Var loss(const Var& output, const Tensor& target);
-  /// Last stage only. The mean loss of a micro-batch: `input` as forward
-  /// takes it, `target` on the model's device. Saves what backward_loss
-  /// needs (ctx.save(this, ...) after the forward; backward_loss then takes
-  /// it back with ctx.take(this) before calling backward()). In an
-  /// evaluation (ctx.batch().training false) it also adds the model's
-  /// metrics (add_metrics). By default: forward(), add_metrics in an
-  /// evaluation, then loss() on a tape kept in ctx.
-  virtual float forward_loss(Context& ctx, const Tensor& input, const Tensor& target);
-  /// Backward from the loss of the newest forward_loss in ctx, its gradient
-  /// multiplied by `grad_scale` (1/k for k accumulated micro-batches, times
-  /// the loss scale under fp16). Accumulates into parameter gradients and
+  virtual Loss loss(const Var& output, const Tensor& target);
+  /// Last stage only. The loss of a micro-batch, a mean or a sum with its
+  /// count: `input` as forward takes it, `target` on the model's device.
+  /// Saves what backward_loss needs (ctx.save(this, ...) after the forward;
+  /// backward_loss then takes it back with ctx.take(this) before calling
+  /// backward()). In an evaluation (ctx.batch().training false) it also
+  /// adds the model's metrics (add_metrics). By default: forward(),
+  /// add_metrics in an evaluation, then loss() on a tape kept in ctx.
+  virtual LossValue forward_loss(Context& ctx, const Tensor& input, const Tensor& target);
+  /// Backward from the loss of the newest forward_loss in ctx (the mean, or
+  /// the sum), its gradient multiplied by `grad_scale` (the engine's: 1/k
+  /// for k accumulated micro-batches, times the loss scale under fp16, and
+  /// for a sum 1 / the target's element count, which the step's division by
+  /// its token count corrects). Accumulates into parameter gradients and
   /// returns the gradient of the stage's input (undefined on the first
   /// stage). By default: the loss's tape, then backward().
   virtual Tensor backward_loss(Context& ctx, float grad_scale);
@@ -105,8 +110,11 @@ class Model : public Module {
   /// Last stage, evaluation only: adds each metric's sum over the
   /// micro-batch's samples to ctx (ctx.add_metric("accuracy", correct
   /// rows)) from the model's output and the target; the engine reports the
-  /// mean per validation sample. The default forward_loss calls it; a
-  /// hand-written forward_loss calls it itself. Nothing by default.
+  /// mean per validation sample. A metric given with a count
+  /// (ctx.add_metric("token_accuracy", correct tokens, tokens)) is reported
+  /// as its sum over its count, both added over the whole evaluation. The
+  /// default forward_loss calls it; a hand-written forward_loss calls it
+  /// itself. Nothing by default.
   virtual void add_metrics(Context& ctx, const Tensor& output, const Tensor& target) const {
     (void)ctx, (void)output, (void)target;
   }

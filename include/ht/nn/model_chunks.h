@@ -32,7 +32,7 @@ class ModelChunks : public Model {
   std::vector<Model*> chunks() const;
 
   /// Refused: the pipeline runs the chunks (kNotSupported).
-  float forward_loss(Context& ctx, const Tensor& input, const Tensor& target) override;
+  LossValue forward_loss(Context& ctx, const Tensor& input, const Tensor& target) override;
   Tensor backward_loss(Context& ctx, float grad_scale) override;
 
   void check_batch(const Tensor& input, const Tensor& target) const override;

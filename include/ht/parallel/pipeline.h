@@ -51,10 +51,25 @@
 
 namespace ht::parallel {
 
+/// The losses of a step's or an evaluation's micro-batches on the last
+/// stage (0 elsewhere), added up: their loss is sum / count.
+///   - a step: a mean counts 1 per micro-batch (its mean added); a
+///     token-normalised sum adds its sum and count, both divided by the
+///     micro-batch's target element count (the backward's divisor, see
+///     train_step), so that the engine's division by the whole step's count
+///     corrects the gradient;
+///   - an evaluation: a mean counts the micro-batch's rows (mean x rows
+///     added); a sum its own count.
+struct LossSums {
+  double sum = 0;
+  double count = 0;
+};
+
 /// An evaluation's sums on the last stage (0 and empty elsewhere).
 struct Evaluation {
-  double loss_sum = 0;  // sum over micro-batches of mean loss x rows
-  std::map<std::string, double> metric_sums;  // nn::Model::add_metrics' sums
+  LossSums loss;
+  /// nn::Model::add_metrics' sums; per-sample metrics count rows.
+  std::map<std::string, nn::Context::MetricSum> metric_sums;
 };
 
 struct PipelineStats {
@@ -76,12 +91,13 @@ class Pipeline {
   /// Forward and backward of every micro-batch (host batches, one per
   /// micro-batch; only the first stage reads inputs, the last targets). Each
   /// micro-batch's mean loss has gradient `loss_scale` (1/k for k micro-
-  /// batches). `before_backward(completes)` runs before each backward:
+  /// batches); a token-normalised sum `loss_scale` / its target's element
+  /// count (the same for every micro-batch of the step). `before_backward(completes)` runs before each backward:
   /// `completes` is the chunk whose gradients this backward completes (its
   /// last of the step: the model itself, but for an interleaved pipeline),
-  /// null for the others. Returns the sum of the micro-batch losses on the
-  /// last stage, 0 elsewhere.
-  double train_step(const std::vector<data::MicroBatch>& batches, float loss_scale,
+  /// null for the others. Returns the micro-batches' losses on the last
+  /// stage, zeros elsewhere.
+  LossSums train_step(const std::vector<data::MicroBatch>& batches, float loss_scale,
                     const std::function<void(nn::Model* completes)>& before_backward);
   /// Forward only, not training (micro-batches may differ in rows): on the
   /// last stage the loss and metric sums, weighted by rows; empty elsewhere.

@@ -153,7 +153,7 @@ struct EngineOptions {
 
 struct StepStats {
   std::int64_t step = 0;  // 1-based
-  float loss = 0.f;       // mean over the step's micro-batches
+  float loss = 0.f;       // the step's loss: the mean of its micro-batch means, or its sum over its count (nn/loss.h)
   float lr = 0.f;
   float grad_norm = 0.f;  // of the unscaled gradients; non-finite on a skipped step
   float loss_scale = 1.f;  // the scale this step's backward used
@@ -176,9 +176,10 @@ struct StepStats {
 
 /// An evaluation over the validation samples.
 struct EvalStats {
-  double loss = 0;          // mean over the samples (each micro-batch's mean loss weighed by its rows)
+  double loss = 0;          // mean over the samples (each micro-batch's mean loss weighed by its rows), or sum / count
   std::int64_t samples = 0;
-  /// The model's metrics (nn::Model::metric_names), each its mean per sample.
+  /// The model's metrics (nn::Model::metric_names), each its mean per
+  /// sample, or its sum over its count when the model gave one.
   std::map<std::string, double> metrics;
 };
 
@@ -300,12 +301,17 @@ class Engine {
   };
   // The step's phases, in order (step() runs them).
   std::vector<data::MicroBatch> draw_step(const StepStats& s);
-  /// Returns this rank's share of the loss sum (0 on ranks that do not report it).
-  float forward_backward(const StepStats& s, const std::vector<data::MicroBatch>& batches,
-                         std::chrono::steady_clock::time_point start);
-  void apply_update(StepStats& s);
-  /// The loss, the votes, and the divergence check on the agreed loss.
-  StepVotes agree_on_step(StepStats& s, float my_loss);
+  /// Returns this rank's share of the loss sums (zeros on ranks that do not
+  /// report it; the sum as the after_gradients hooks left it).
+  parallel::LossSums forward_backward(const StepStats& s, const std::vector<data::MicroBatch>& batches,
+                                      std::chrono::steady_clock::time_point start);
+  /// The update; the step's loss count (`my_loss`'s count summed over the
+  /// world) rides in the gradient norm's all-reduce and sets the gradient's
+  /// normalisation. Returns the count.
+  double apply_update(StepStats& s, const parallel::LossSums& my_loss);
+  /// The loss (the world's sum over `loss_count`), the votes, and the
+  /// divergence check on the agreed loss.
+  StepVotes agree_on_step(StepStats& s, float my_loss, double loss_count);
   void save_if_due(StepStats& s, const StepVotes& votes);
   /// This rank's micro-batches of the next step (training) or of an evaluation.
   std::vector<data::MicroBatch> draw_training();

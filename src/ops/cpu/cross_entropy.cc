@@ -24,10 +24,22 @@
 namespace ht::ops::cpu {
 namespace {
 
-void check_targets(const std::int32_t* tg, std::int64_t n, std::int64_t vocab) {
+/// Whether row i's target is the ignored id.
+bool ignored(const CrossEntropyOptions& o, std::int32_t target) { return o.ignore_index && target == *o.ignore_index; }
+
+void check_targets(const std::int32_t* tg, std::int64_t n, std::int64_t vocab, const CrossEntropyOptions& o = {}) {
   for (std::int64_t i = 0; i < n; ++i)
-    HT_CHECK(tg[i] >= 0 && tg[i] < vocab, ErrorKind::kOutOfRange,
-             "cross_entropy: target {} at row {} is outside the vocabulary [0, {})", tg[i], i, vocab);
+    HT_CHECK((tg[i] >= 0 && tg[i] < vocab) || ignored(o, tg[i]), ErrorKind::kOutOfRange,
+             "cross_entropy: target {} at row {} is outside the vocabulary [0, {}){}", tg[i], i, vocab,
+             o.ignore_index ? fmt::format(" and is not the ignore index {}", *o.ignore_index) : std::string());
+}
+
+/// Sum of one row.
+HT_CPU_MULTIVERSION float row_sum(const float* row, std::int64_t v) {
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t j = 0; j < v; ++j) sum += row[j];
+  return sum;
 }
 
 /// Log-sum-exp of one row.
@@ -41,10 +53,12 @@ HT_CPU_MULTIVERSION float row_lse(const float* row, std::int64_t v) {
   return mx + std::log(sum);
 }
 
-/// out = softmax(row) * dloss, from the row's log-sum-exp; out may alias row.
-HT_CPU_MULTIVERSION void row_softmax_scaled(const float* row, float lse, float dloss, float* out, std::int64_t v) {
+/// out = (softmax(row) - uniform) * dloss, from the row's log-sum-exp
+/// (uniform: label smoothing's eps / V, else 0); out may alias row.
+HT_CPU_MULTIVERSION void row_softmax_scaled(const float* row, float lse, float uniform, float dloss, float* out,
+                                            std::int64_t v) {
 #pragma omp simd
-  for (std::int64_t j = 0; j < v; ++j) out[j] = vexp(row[j] - lse) * dloss;
+  for (std::int64_t j = 0; j < v; ++j) out[j] = (vexp(row[j] - lse) - uniform) * dloss;
 }
 
 /// Row i of logits (n, v) as floats: a pointer into the tensor when it is
@@ -70,10 +84,12 @@ class Rows {
 
 }  // namespace
 
-void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse) {
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse,
+                           const CrossEntropyOptions& o) {
   const std::int64_t n = logits.size(0), v = logits.size(1);
   const std::int32_t* tg = targets.data<std::int32_t>();
-  check_targets(tg, n, v);
+  check_targets(tg, n, v, o);
+  const float eps = o.label_smoothing;
   const Rows rows(logits);
   float* ploss = losses.data<float>();
   float* plse = lse.data<float>();
@@ -85,7 +101,12 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& 
       const float* row = rows.row(i, buf);
       const float l = row_lse(row, v);
       plse[i] = l;
-      ploss[i] = l - row[tg[i]];
+      if (ignored(o, tg[i]))
+        ploss[i] = 0.f;
+      else if (eps == 0.f)
+        ploss[i] = l - row[tg[i]];
+      else
+        ploss[i] = l - (1.f - eps) * row[tg[i]] - eps * (row_sum(row, v) / float(v));
     }
   }
 }
@@ -113,11 +134,14 @@ void cross_entropy_shard_forward(const Tensor& logits, const Tensor& targets, Vo
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, float dloss,
-                            Tensor& dlogits, VocabShard shard) {
+                            Tensor& dlogits, VocabShard shard, const CrossEntropyOptions& o) {
   const std::int64_t n = logits.size(0), v = logits.size(1);
   const std::int32_t* tg = targets.data<std::int32_t>();
-  check_targets(tg, n, shard.size);
+  check_targets(tg, n, shard.size, o);
   const std::int64_t real = shard.real_rows(v);  // padding columns after them: gradient 0
+  // Label smoothing's share of every real column of the whole vocabulary.
+  const float eps = o.label_smoothing;
+  const float uniform = eps == 0.f ? 0.f : eps / float(shard.size);  // resolved: the whole vocabulary's real ids
   const Rows rows(logits);
   const float* plse = lse.data<float>();
   const DType dt = dlogits.dtype();
@@ -132,15 +156,19 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
       // since out may alias row, and its one-hot term applied after the loop
       // (only when this shard holds the target's column). 16-bit: row and
       // out are both the widened row in buf, rounded into dlogits at the end.
+      if (ignored(o, tg[i])) {
+        std::fill(pd + i * row_bytes, pd + (i + 1) * row_bytes, char(0));  // all-zero bytes are 0 in every dtype
+        continue;
+      }
       const float* row = rows.row(i, buf);
       float* out = rows.f32() ? reinterpret_cast<float*>(pd + i * row_bytes) : buf.data();
       const float l = plse[i];
       const std::int64_t col = std::int64_t(tg[i]) - shard.start;
       const bool has_target = col >= 0 && col < v;
       const float target_logit = has_target ? row[col] : 0.f;
-      row_softmax_scaled(row, l, dloss, out, real);
+      row_softmax_scaled(row, l, uniform, dloss, out, real);
       std::fill(out + real, out + v, 0.f);
-      if (has_target) out[col] = (vexp(target_logit - l) - 1.f) * dloss;
+      if (has_target) out[col] = (vexp(target_logit - l) - (1.f - eps) - uniform) * dloss;
       if (!rows.f32()) narrow(out, dt, pd + i * row_bytes, v);
     }
   }

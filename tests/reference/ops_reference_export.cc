@@ -1,0 +1,86 @@
+// The ops on Vars (nn/functional.h) for ops_torch_check.py, which computes
+// the same with PyTorch from the same inputs: each case runs one op on a
+// tape, backpropagates a seeded upstream gradient and writes the inputs, the
+// output and the input's gradient. --list names the cases.
+//
+// File layout: /x (the input, f32), other inputs as datasets of their own
+// (/targets i32), /out (the output), /dout (the upstream gradient), /dx (the
+// gradient of x); the op's settings as attributes of the root group.
+#include <random>
+
+#include "ht/nn/functional.h"
+#include "reference_export.h"
+
+namespace ht::test {
+namespace {
+
+Tensor uniform(const Shape& shape, std::mt19937& rng, float lo = -2.f, float hi = 2.f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+/// Runs `op` on x on a tape, then its backward from `dout` (drawn in the
+/// output's shape), and writes x, out, dout and dx.
+void run_on_tape(ReferenceWriter& w, const Tensor& x, const std::function<nn::Var(const nn::Var&)>& op,
+                 std::mt19937& rng) {
+  nn::Context ctx(Device::cpu(), /*save_for_backward=*/true);
+  nn::Tape tape(ctx);
+  const nn::Var out = op(tape.input(x));
+  tape.set_output(out);
+  const Tensor dout = uniform(out.shape(), rng);
+  const Tensor dx = tape.backward(ctx, dout);
+  w.write("x", x);
+  w.write("out", out.tensor());
+  w.write("dout", dout);
+  w.write("dx", dx);
+}
+
+struct CrossEntropyCase {
+  const char* name;
+  std::optional<std::int32_t> ignore_index;
+  float smoothing;
+  ops::Reduction reduction;
+};
+const CrossEntropyCase kCrossEntropy[] = {
+    {"cross_entropy_mean", std::nullopt, 0.f, ops::Reduction::kMean},
+    {"cross_entropy_ignore_smooth_mean", -100, 0.1f, ops::Reduction::kMean},
+    {"cross_entropy_ignore_sum", -100, 0.f, ops::Reduction::kSum},
+    {"cross_entropy_ignore_other_id_sum", 3, 0.f, ops::Reduction::kSum},  // an id inside the vocabulary
+    {"cross_entropy_smooth_sum", std::nullopt, 0.2f, ops::Reduction::kSum},
+};
+
+void cross_entropy_case(const CrossEntropyCase& c, const std::string& path) {
+  std::mt19937 rng(11);
+  const std::int64_t b = 3, t = 5, v = 13;
+  const Tensor logits = uniform({b, t, v}, rng, -4.f, 4.f);
+  std::uniform_int_distribution<std::int32_t> id(0, std::int32_t(v - 1));
+  std::bernoulli_distribution ignored(0.3);
+  Tensor targets = Tensor::empty({b, t}, DType::kI32);
+  for (std::int64_t i = 0; i < targets.numel(); ++i)
+    targets.data<std::int32_t>()[i] = c.ignore_index && ignored(rng) ? *c.ignore_index : id(rng);
+  ReferenceWriter w(path);
+  const nn::CrossEntropyOptions o{.ignore_index = c.ignore_index, .label_smoothing = c.smoothing,
+                                  .reduction = c.reduction};
+  run_on_tape(w, logits, [&](const nn::Var& x) { return nn::cross_entropy(x, targets, o); }, rng);
+  w.write("targets", targets);
+  w.attr("ignore_index", c.ignore_index ? double(*c.ignore_index) : -100.0);
+  w.attr("label_smoothing", double(c.smoothing));
+  w.attr("sum", c.reduction == ops::Reduction::kSum ? 1.0 : 0.0);
+  w.attr("count", double(nn::count_targets(targets, c.ignore_index)));  // token_cross_entropy's
+}
+
+}  // namespace
+}  // namespace ht::test
+
+int main(int argc, char** argv) {
+  using namespace ht::test;
+  std::vector<std::string> names;
+  for (const CrossEntropyCase& c : kCrossEntropy) names.push_back(c.name);
+  return reference_export_main(argc, argv, "ops_reference_export", names,
+                               [](const std::string& name, const std::string& path) {
+                                 for (const CrossEntropyCase& c : kCrossEntropy)
+                                   if (name == c.name) cross_entropy_case(c, path);
+                               });
+}

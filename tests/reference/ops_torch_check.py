@@ -1,0 +1,83 @@
+"""The ops on Vars against PyTorch: for every case ops_reference_export
+knows, the output and the input's gradient (backward from the same upstream
+gradient) must equal PyTorch's on the same inputs, computed in float64,
+within 1e-5 relative (max |a - b| / max |b|).
+
+usage: ops_torch_check.py EXPORTER WORKDIR
+"""
+import os
+import subprocess
+import sys
+
+try:
+    import h5py
+    import numpy as np
+    import torch
+except ImportError as e:
+    print(f"ops_torch_check: FAIL: cannot import {e.name} in {sys.executable}: {e}\n"
+          "  run scripts/setup.sh (installs python3-torch, python3-h5py and python3-numpy for /usr/bin/python3)",
+          file=sys.stderr)
+    sys.exit(1)
+
+TOL = 1e-5
+
+
+def cross_entropy(f, x):
+    v = x.shape[-1]
+    targets = torch.from_numpy(f["targets"][...]).long()
+    ignore = int(f.attrs["ignore_index"])
+    reduction = "sum" if f.attrs["sum"] else "mean"
+    out = torch.nn.functional.cross_entropy(x.reshape(-1, v), targets.reshape(-1), ignore_index=ignore,
+                                            label_smoothing=float(f.attrs["label_smoothing"]), reduction=reduction)
+    count = int((targets != ignore).sum())
+    if int(f.attrs["count"]) != count:
+        raise AssertionError(f"count_targets gave {int(f.attrs['count'])}, PyTorch counts {count}")
+    return out
+
+
+OPS = {"cross_entropy": cross_entropy}
+
+
+def op_of(case):
+    for prefix, fn in OPS.items():
+        if case.startswith(prefix):
+            return fn
+    raise KeyError(f"no PyTorch reference for case {case}")
+
+
+def rel_err(a, b):
+    scale = max(float(np.max(np.abs(b))) if b.size else 0.0, 1e-30)
+    return float(np.max(np.abs(a - b))) / scale if b.size else 0.0
+
+
+def check(exporter, workdir, case):
+    path = os.path.join(workdir, case + ".h5")
+    subprocess.run([exporter, case, path], check=True)
+    with h5py.File(path, "r") as f:
+        x = torch.tensor(f["x"][...], dtype=torch.float64, requires_grad=True)
+        out = op_of(case)(f, x)
+        out.backward(torch.tensor(f["dout"][...], dtype=torch.float64).reshape(out.shape))
+        errs = {"out": rel_err(np.asarray(f["out"][...], np.float64), out.detach().numpy()),
+                "dx": rel_err(np.asarray(f["dx"][...], np.float64), x.grad.numpy())}
+    bad = {k: e for k, e in errs.items() if not e <= TOL}
+    print(f"{case}: " + ", ".join(f"{k} {e:.2e}" for k, e in errs.items()) + (" FAIL" if bad else " ok"))
+    return not bad
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    exporter, workdir = sys.argv[1], sys.argv[2]
+    os.makedirs(workdir, exist_ok=True)
+    cases = subprocess.run([exporter, "--list"], check=True, capture_output=True, text=True).stdout.split()
+    if not cases:
+        print("ops_torch_check: FAIL: the exporter lists no case", file=sys.stderr)
+        return 1
+    ok = [check(exporter, workdir, c) for c in cases]
+    print(f"ops_torch_check: {sum(ok)} of {len(ok)} cases match PyTorch")
+    return 0 if all(ok) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
