@@ -232,6 +232,25 @@ cudaError_t launch_cross_entropy_backward(const float* logits, const std::int32_
                                           std::int64_t real, std::int64_t start, std::int64_t ignore, float eps,
                                           float uniform, cudaStream_t stream);
 
+// movement.cu -------------------------------------------------------------
+
+/// rows x width elements of element_bytes (2 or 4) from src to dst, rows
+/// src_pitch and dst_pitch elements apart.
+cudaError_t launch_copy_rows(const void* src, std::int64_t src_pitch, void* dst, std::int64_t dst_pitch,
+                             std::int64_t rows, std::int64_t width, int element_bytes, cudaStream_t stream);
+/// out (a, n1, b, n0, c) = x (a, n0, b, n1, c) with dims = {a, n0, b, n1, c}.
+cudaError_t launch_transpose(const void* x, void* out, const std::int64_t* dims, int element_bytes,
+                             cudaStream_t stream);
+
+// softmax.cu --------------------------------------------------------------
+
+/// y (rows, v) = softmax or log_softmax of x over v; y may alias x.
+cudaError_t launch_softmax_forward(const float* x, float* y, std::int64_t rows, std::int64_t v, bool log,
+                                   cudaStream_t stream);
+/// dx from y and dy (see ht/ops/softmax.h); dx may alias dy.
+cudaError_t launch_softmax_backward(const float* y, const float* dy, float* dx, std::int64_t rows, std::int64_t v,
+                                    bool log, cudaStream_t stream);
+
 // mse.cu ------------------------------------------------------------------
 
 /// How many doubles of scratch launch_mse_forward needs for n elements.

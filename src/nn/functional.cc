@@ -4,9 +4,11 @@
 #include "ht/ops/cross_entropy.h"
 #include "ht/ops/elementwise.h"
 #include "ht/ops/index_select.h"
+#include "ht/ops/movement.h"
 #include "ht/ops/mse.h"
 #include "ht/ops/reduce.h"
 #include "ht/ops/silu.h"
+#include "ht/ops/softmax.h"
 
 namespace ht::nn {
 namespace {
@@ -205,6 +207,116 @@ Var view(const Var& x, const Shape& shape) {
                            return std::vector<Tensor>{dy.view(in_shape)};
                          });
 }
+
+Var concat(const std::vector<Var>& xs, int dim) {
+  HT_CHECK(!xs.empty(), ErrorKind::kInvalidArgument, "concat: nothing to concatenate");
+  const int nd = xs.front().ndim();
+  HT_CHECK(dim >= -nd && dim < nd, ErrorKind::kInvalidArgument, "concat: dim {} is outside a tensor of shape {}", dim,
+           shape_str(xs.front().shape()));
+  if (dim < 0) dim += nd;
+  Shape shape = xs.front().shape();
+  shape[std::size_t(dim)] = 0;
+  for (const Var& x : xs) {
+    HT_CHECK(x.ndim() == nd, ErrorKind::kShapeMismatch, "concat: shapes {} and {} differ in rank",
+             shape_str(xs.front().shape()), shape_str(x.shape()));
+    shape[std::size_t(dim)] += x.size(dim);
+  }
+  Tensor out = Tensor::empty(shape, xs.front().dtype(), xs.front().device(), MemCategory::kActivations);
+  std::vector<std::int64_t> starts;
+  std::int64_t at = 0;
+  for (const Var& x : xs) {
+    starts.push_back(at);
+    ops::narrow_into(x.tensor(), dim, at, out);  // checks the other dimensions and the dtype
+    at += x.size(dim);
+  }
+  std::vector<Shape> shapes;
+  for (const Var& x : xs) shapes.push_back(x.shape());
+  return xs.front().tape().record(
+      std::move(out), xs, {},
+      [dim, starts, shapes](Context&, const Tensor& dy, const std::vector<Tensor>&, const std::vector<bool>& needs) {
+        std::vector<Tensor> grads(shapes.size());
+        for (std::size_t i = 0; i < shapes.size(); ++i) {
+          if (!needs[i]) continue;
+          grads[i] = Tensor::empty(shapes[i], dy.dtype(), dy.device(), MemCategory::kActivations);
+          ops::narrow(dy, dim, starts[i], grads[i]);
+        }
+        return grads;
+      });
+}
+
+Var narrow(const Var& x, int dim, std::int64_t start, std::int64_t length) {
+  const int nd = x.ndim();
+  HT_CHECK(dim >= -nd && dim < nd, ErrorKind::kInvalidArgument, "narrow: dim {} is outside a tensor of shape {}", dim,
+           shape_str(x.shape()));
+  if (dim < 0) dim += nd;
+  HT_CHECK(length >= 0, ErrorKind::kInvalidArgument, "narrow: length {} must be >= 0", length);
+  Shape shape = x.shape();
+  shape[std::size_t(dim)] = length;
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device(), MemCategory::kActivations);
+  ops::narrow(x.tensor(), dim, start, out);  // checks the slice lies in x
+  return x.tape().record(std::move(out), {x}, {},
+                         [dim, start, full = x.shape()](Context&, const Tensor& dy, const std::vector<Tensor>&,
+                                                        const std::vector<bool>&) {
+                           Tensor dx = Tensor::zeros(full, dy.dtype(), dy.device(), MemCategory::kActivations);
+                           ops::narrow_into(dy, dim, start, dx);
+                           return std::vector<Tensor>{dx};
+                         });
+}
+
+std::vector<Var> split(const Var& x, const std::vector<std::int64_t>& sizes, int dim) {
+  const int nd = x.ndim();
+  HT_CHECK(dim >= -nd && dim < nd, ErrorKind::kInvalidArgument, "split: dim {} is outside a tensor of shape {}", dim,
+           shape_str(x.shape()));
+  if (dim < 0) dim += nd;
+  std::int64_t total = 0;
+  for (std::int64_t n : sizes) total += n;
+  HT_CHECK(total == x.size(dim), ErrorKind::kShapeMismatch, "split: sizes {} add up to {}, but x {} has {} along dim {}",
+           fmt::join(sizes, ", "), total, shape_str(x.shape()), x.size(dim), dim);
+  std::vector<Var> parts;
+  std::int64_t at = 0;
+  for (std::int64_t n : sizes) {
+    parts.push_back(narrow(x, dim, at, n));
+    at += n;
+  }
+  return parts;
+}
+
+Var transpose(const Var& x, int d0, int d1) {
+  Shape shape = x.shape();
+  const int nd = x.ndim();
+  HT_CHECK(d0 >= -nd && d0 < nd && d1 >= -nd && d1 < nd, ErrorKind::kInvalidArgument,
+           "transpose: dims {} and {} must lie in a tensor of shape {}", d0, d1, shape_str(x.shape()));
+  std::swap(shape[std::size_t(d0 < 0 ? d0 + nd : d0)], shape[std::size_t(d1 < 0 ? d1 + nd : d1)]);
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device(), MemCategory::kActivations);
+  ops::transpose(x.tensor(), d0, d1, out);
+  return x.tape().record(std::move(out), {x}, {},
+                         [d0, d1, full = x.shape()](Context&, const Tensor& dy, const std::vector<Tensor>&,
+                                                    const std::vector<bool>&) {
+                           Tensor dx = Tensor::empty(full, dy.dtype(), dy.device(), MemCategory::kActivations);
+                           ops::transpose(dy, d0, d1, dx);
+                           return std::vector<Tensor>{dx};
+                         });
+}
+
+namespace {
+
+/// Softmax or log-softmax: keeps the output, which the backward reads.
+Var softmax_of(const Var& x, bool log) {
+  Tensor y = like(x.tensor());
+  ops::softmax_forward(x.tensor(), y, log);
+  const Tensor kept = y;
+  return x.tape().record(std::move(y), {x}, {kept},
+                         [log](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>&) {
+                           Tensor dx = like(dy);
+                           ops::softmax_backward(s[0], dy, dx, log);
+                           return std::vector<Tensor>{dx};
+                         });
+}
+
+}  // namespace
+
+Var softmax(const Var& x) { return softmax_of(x, false); }
+Var log_softmax(const Var& x) { return softmax_of(x, true); }
 
 Var cross_entropy(const Var& logits, const Tensor& targets, const CrossEntropyOptions& options) {
   HT_CHECK(logits.ndim() >= 1 && targets.numel() * logits.shape().back() == logits.tensor().numel(),

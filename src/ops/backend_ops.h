@@ -75,6 +75,13 @@
   void index_select(const Tensor& x, int dim, const Tensor& index, Tensor& out);                            \
   void index_select_backward(const Tensor& dout, int dim, const Tensor& index, Tensor& dx);                 \
   void cast(const Tensor& src, Tensor& dst);                                                                \
+  /* rows x width elements (2 or 4 bytes) from src + src_at, rows src_pitch apart, to dst + dst_at */     \
+  void copy_rows(const Tensor& src, std::int64_t src_at, std::int64_t src_pitch, Tensor& dst,              \
+                 std::int64_t dst_at, std::int64_t dst_pitch, std::int64_t rows, std::int64_t width);       \
+  /* x (a, n0, b, n1, c) -> out (a, n1, b, n0, c), 2- or 4-byte elements */                                 \
+  void transpose(const Tensor& x, const std::int64_t* dims, Tensor& out);                                   \
+  void softmax_forward(const Tensor& x, Tensor& y, bool log);                                               \
+  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log);                           \
   void scale_and_check_finite(Tensor& x, float scale, Tensor& found);                                       \
   void sum_squares(const Tensor& x, Tensor& acc);                                                           \
   void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWHyper& h);                 \

@@ -19,6 +19,8 @@
 #include "ht/ops/attention.h"
 #include "ht/ops/cast.h"
 #include "ht/ops/cross_entropy.h"
+#include "ht/ops/movement.h"
+#include "ht/ops/softmax.h"
 #include "ht/ops/dropout.h"
 #include "ht/ops/elementwise.h"
 #include "ht/ops/embedding.h"
@@ -794,6 +796,56 @@ void add_mul_pool_dropout_cases(std::vector<Case>& cases) {
       }
 }
 
+// Slices, transposes (bit-exact: copies) and softmaxes, over every compute
+// dtype, with empty and one-element dimensions.
+void add_movement_softmax_cases(std::vector<Case>& cases) {
+  for (DType dt : kComputeDtypes)
+    for (const Shape& shape : {Shape{0, 3}, Shape{1, 1}, Shape{3, 5, 7}, Shape{2, 33, 4, 9}, Shape{129, 257}}) {
+      cases.push_back({"movement_" + shape_name(shape) + dtype_suffix(dt),
+                       [shape, dt](Device dev) {
+                         std::mt19937 rng(40);
+                         const Tensor x = random_of(shape, rng, dt).to(dev);
+                         const int last = int(shape.size()) - 1;
+                         Shape cut = shape;
+                         cut[std::size_t(last)] = (shape.back() + 1) / 2;  // [start, start + cut) of the last dim
+                         const std::int64_t start = shape.back() - cut.back();
+                         Tensor part = Tensor::empty(cut, dt, dev), whole = Tensor::zeros(shape, dt, dev);
+                         ops::narrow(x, last, start, part);
+                         ops::narrow_into(part, last, 0, whole);
+                         Shape swapped = shape;
+                         std::swap(swapped.front(), swapped.back());
+                         Tensor t = Tensor::empty(swapped, dt, dev);
+                         ops::transpose(x, 0, last, t);
+                         Outputs o{{"narrow", part}, {"narrow_into", whole}, {"transpose", t}};
+                         if (shape.size() > 2) {
+                           Shape inner = shape;
+                           std::swap(inner[1], inner[2]);
+                           Tensor t12 = Tensor::empty(inner, dt, dev);
+                           ops::transpose(x, 1, 2, t12);
+                           o.emplace_back("transpose_1_2", t12);
+                         }
+                         return o;
+                       },
+                       0});
+      cases.push_back({"softmax_" + shape_name(shape) + dtype_suffix(dt),
+                       [shape, dt](Device dev) {
+                         std::mt19937 rng(41);
+                         const Tensor x = random_of(shape, rng, dt, -6.f, 6.f).to(dev);
+                         const Tensor dy = random_of(shape, rng, dt).to(dev);
+                         Outputs o;
+                         for (bool log : {false, true}) {
+                           Tensor y = nan_of(shape, dt).to(dev), dx = nan_of(shape, dt).to(dev);
+                           ops::softmax_forward(x, y, log);
+                           ops::softmax_backward(y, dy, dx, log);
+                           o.emplace_back(log ? "log_softmax" : "softmax", y);
+                           o.emplace_back(log ? "dlog_softmax" : "dsoftmax", dx);
+                         }
+                         return o;
+                       },
+                       rtol_for(dt, 1e-5)});
+    }
+}
+
 void add_precision_cases(std::vector<Case>& cases) {
   const DType floats[] = {DType::kF32, DType::kF16, DType::kBF16};
   for (DType from : floats)
@@ -914,6 +966,7 @@ std::vector<Case> all_cases() {
   add_vocab_shard_cases(cases);
   add_modelling_kit_cases(cases);
   add_mul_pool_dropout_cases(cases);
+  add_movement_softmax_cases(cases);
   add_precision_cases(cases);
   add_optimizer_cases(cases);
   return cases;

@@ -6,6 +6,7 @@
 // File layout: /x (the input, f32), other inputs as datasets of their own
 // (/targets i32), /out (the output), /dout (the upstream gradient), /dx (the
 // gradient of x); the op's settings as attributes of the root group.
+#include <functional>
 #include <random>
 
 #include "ht/nn/functional.h"
@@ -71,6 +72,33 @@ void cross_entropy_case(const CrossEntropyCase& c, const std::string& path) {
   w.attr("count", double(nn::count_targets(targets, c.ignore_index)));  // token_cross_entropy's
 }
 
+/// The shape ops and softmaxes on x (2, 5, 6); ops_torch_check.py runs the
+/// same expression in PyTorch for each name.
+struct ShapeCase {
+  const char* name;
+  std::function<nn::Var(const nn::Var&)> op;
+};
+const ShapeCase kShape[] = {
+    {"concat_narrow",  // torch.cat([x[:, 2:5], x, x[:, 0:2]], 1): x's gradient sums three parts
+     [](const nn::Var& x) { return nn::concat({nn::narrow(x, 1, 2, 3), x, nn::narrow(x, 1, 0, 2)}, 1); }},
+    {"split_concat",  // a, b, c = x.split([1, 3, 2], -1); torch.cat([c, a, b], 0)
+     [](const nn::Var& x) {
+       const std::vector<nn::Var> p = nn::split(x, {1, 3, 2}, -1);
+       return nn::concat({p[2] * 2.f, p[0], p[1]}, -1);
+     }},
+    {"transpose_0_2", [](const nn::Var& x) { return nn::transpose(x, 0, 2); }},
+    {"transpose_1_2", [](const nn::Var& x) { return nn::transpose(x, -1, 1); }},
+    {"softmax", [](const nn::Var& x) { return nn::softmax(x); }},
+    {"log_softmax", [](const nn::Var& x) { return nn::log_softmax(x); }},
+    {"softmax_of_transpose", [](const nn::Var& x) { return nn::softmax(nn::transpose(x, 1, 2)); }},
+};
+
+void shape_case(const ShapeCase& c, const std::string& path) {
+  std::mt19937 rng(13);
+  ReferenceWriter w(path);
+  run_on_tape(w, uniform({2, 5, 6}, rng, -3.f, 3.f), c.op, rng);
+}
+
 }  // namespace
 }  // namespace ht::test
 
@@ -78,9 +106,12 @@ int main(int argc, char** argv) {
   using namespace ht::test;
   std::vector<std::string> names;
   for (const CrossEntropyCase& c : kCrossEntropy) names.push_back(c.name);
+  for (const ShapeCase& c : kShape) names.push_back(c.name);
   return reference_export_main(argc, argv, "ops_reference_export", names,
                                [](const std::string& name, const std::string& path) {
                                  for (const CrossEntropyCase& c : kCrossEntropy)
                                    if (name == c.name) cross_entropy_case(c, path);
+                                 for (const ShapeCase& c : kShape)
+                                   if (name == c.name) shape_case(c, path);
                                });
 }

@@ -35,12 +35,28 @@ def cross_entropy(f, x):
     return out
 
 
-OPS = {"cross_entropy": cross_entropy}
+def split_concat(f, x):
+    a, b, c = x.split([1, 3, 2], -1)
+    return torch.cat([c * 2, a, b], -1)
+
+
+OPS = {
+    "cross_entropy_": cross_entropy,
+    "concat_narrow": lambda f, x: torch.cat([x[:, 2:5], x, x[:, 0:2]], 1),
+    "split_concat": split_concat,
+    "transpose_0_2": lambda f, x: x.transpose(0, 2),
+    "transpose_1_2": lambda f, x: x.transpose(-1, 1),
+    "softmax_of_transpose": lambda f, x: torch.softmax(x.transpose(1, 2), -1),
+    "softmax": lambda f, x: torch.softmax(x, -1),
+    "log_softmax": lambda f, x: torch.log_softmax(x, -1),
+}
 
 
 def op_of(case):
+    if case in OPS:
+        return OPS[case]
     for prefix, fn in OPS.items():
-        if case.startswith(prefix):
+        if prefix.endswith("_") and case.startswith(prefix):
             return fn
     raise KeyError(f"no PyTorch reference for case {case}")
 
@@ -57,7 +73,11 @@ def check(exporter, workdir, case):
         x = torch.tensor(f["x"][...], dtype=torch.float64, requires_grad=True)
         out = op_of(case)(f, x)
         out.backward(torch.tensor(f["dout"][...], dtype=torch.float64).reshape(out.shape))
-        errs = {"out": rel_err(np.asarray(f["out"][...], np.float64), out.detach().numpy()),
+        got_out = np.asarray(f["out"][...], np.float64)
+        if got_out.shape != tuple(out.shape):
+            print(f"{case}: FAIL: output shape {got_out.shape}, PyTorch's {tuple(out.shape)}")
+            return False
+        errs = {"out": rel_err(got_out, out.detach().numpy()),
                 "dx": rel_err(np.asarray(f["dx"][...], np.float64), x.grad.numpy())}
     bad = {k: e for k, e in errs.items() if not e <= TOL}
     print(f"{case}: " + ", ".join(f"{k} {e:.2e}" for k, e in errs.items()) + (" FAIL" if bad else " ok"))

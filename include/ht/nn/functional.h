@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "ht/nn/loss.h"
 #include "ht/nn/tape.h"
@@ -55,6 +56,19 @@ Var masked_mean(const Var& x, const Var& mask);
 Var index_select(const Var& x, int dim, const Var& index);
 /// The same values in another shape of the same element count (no copy).
 Var view(const Var& x, const Shape& shape);
+/// xs side by side along `dim` (negative: from the end): their other
+/// dimensions and dtypes equal (torch.cat). At least one.
+Var concat(const std::vector<Var>& xs, int dim);
+/// x's elements [start, start + length) along `dim`, copied (torch.narrow).
+Var narrow(const Var& x, int dim, std::int64_t start, std::int64_t length);
+/// x cut along `dim` into consecutive parts of `sizes`, which add up to
+/// x.size(dim) (torch.split with a list).
+std::vector<Var> split(const Var& x, const std::vector<std::int64_t>& sizes, int dim);
+/// x with dimensions d0 and d1 swapped, copied (torch.transpose(...).contiguous()).
+Var transpose(const Var& x, int d0, int d1);
+/// Softmax and log-softmax over the last dimension.
+Var softmax(const Var& x);
+Var log_softmax(const Var& x);
 
 /// As PyTorch's F.cross_entropy arguments of the same names.
 struct CrossEntropyOptions {
