@@ -108,10 +108,10 @@ __device__ void load_tile(S* dst, const S* src, std::int64_t ld, std::int64_t ro
   }
 }
 
-// Whether query row i may see key j (both absolute positions, j < t).
-__device__ __forceinline__ bool visible(std::int64_t i, std::int64_t j, std::int64_t t, bool causal,
+// Whether query row i may see key j (both absolute positions) of tk keys.
+__device__ __forceinline__ bool visible(std::int64_t i, std::int64_t j, std::int64_t tk, bool causal,
                                         const std::int32_t* keep) {
-  return j < t && (!causal || j <= i) && (!keep || keep[j] != 0);
+  return j < tk && (!causal || j <= i) && (!keep || keep[j] != 0);
 }
 
 // Shared-memory carving: consecutive regions, each a multiple of 32 bytes
@@ -159,10 +159,11 @@ __global__ void __launch_bounds__(kThreads)
   float* m = cv.take<float>(kTile);
   float* l = cv.take<float>(kTile);
   float* alpha = cv.take<float>(kTile);
+  const std::int64_t tk = a.tk;
   const S* q = static_cast<const S*>(a.q) + b * t * a.ld_q + h * d;
-  const S* k = static_cast<const S*>(a.k) + b * t * a.ld_k + g * d;
-  const S* v = static_cast<const S*>(a.v) + b * t * a.ld_v + g * d;
-  const std::int32_t* keep = a.key_mask ? a.key_mask + b * t : nullptr;
+  const S* k = static_cast<const S*>(a.k) + b * tk * a.ld_k + g * d;
+  const S* v = static_cast<const S*>(a.v) + b * tk * a.ld_v + g * d;
+  const std::int32_t* keep = a.key_mask ? a.key_mask + b * tk : nullptr;
 
   load_tile(qs, q, a.ld_q, r0, t, d, dp);
   for (int e = int(threadIdx.x); e < kTile * dp; e += int(blockDim.x)) acc[e] = 0.f;
@@ -170,10 +171,10 @@ __global__ void __launch_bounds__(kThreads)
     m[threadIdx.x] = -INFINITY;
     l[threadIdx.x] = 0.f;
   }
-  const std::int64_t key_end = a.causal ? std::min(t, r0 + kTile) : t;  // causal: later key tiles are all masked
+  const std::int64_t key_end = a.causal ? std::min(tk, r0 + kTile) : tk;  // causal: later key tiles are all masked
   for (std::int64_t c0 = 0; c0 < key_end; c0 += kTile) {
-    load_tile(ks, k, a.ld_k, c0, t, d, dp);
-    load_tile(vs, v, a.ld_v, c0, t, d, dp);
+    load_tile(ks, k, a.ld_k, c0, tk, d, dp);
+    load_tile(vs, v, a.ld_v, c0, tk, d, dp);
     __syncthreads();
     block_gemm<S, false, true>(kTile, kTile, dp, qs, dp, ks, dp, sc, kTile, false);  // S = Q K^T
     __syncthreads();
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(kThreads)
       float* row = sc + r * kTile;
       float mx = -INFINITY;
       for (int j = 0; j < kTile; ++j) {
-        const float s = visible(i, c0 + j, t, a.causal, keep) ? row[j] * scale : -INFINITY;
+        const float s = visible(i, c0 + j, tk, a.causal, keep) ? row[j] * scale : -INFINITY;
         row[j] = s;
         mx = fmaxf(mx, s);
       }
@@ -253,7 +254,7 @@ __device__ void tile_softmax_grad(const AttentionArgs& a, std::int64_t r0, std::
   const int r = int(threadIdx.x);
   const float row_lse = lse_rows[r];
   for (int j = 0; j < kTile; ++j) {
-    const bool on = row_lse != -INFINITY && visible(r0 + r, c0 + j, a.t, a.causal, keep);
+    const bool on = row_lse != -INFINITY && visible(r0 + r, c0 + j, a.tk, a.causal, keep);
     const float p = on ? expf(sc[r * kTile + j] * scale - row_lse) : 0.f;
     ps[r * kTile + j] = from_f<S>(p);
     dss[r * kTile + j] = from_f<S>(kern::softmax_grad(p, dp[r * kTile + j], d_rows[r]) * scale);
@@ -283,9 +284,10 @@ __global__ void __launch_bounds__(kThreads)
   float* dv = cv.take<float>(kTile * dp);
   float* lse_rows = cv.take<float>(kTile);
   float* d_rows = cv.take<float>(kTile);
-  const std::int32_t* keep = a.key_mask ? a.key_mask + b * t : nullptr;
-  load_tile(ks, static_cast<const S*>(a.k) + b * t * a.ld_k + g * d, a.ld_k, c0, t, d, dp);
-  load_tile(vs, static_cast<const S*>(a.v) + b * t * a.ld_v + g * d, a.ld_v, c0, t, d, dp);
+  const std::int64_t tk = a.tk;
+  const std::int32_t* keep = a.key_mask ? a.key_mask + b * tk : nullptr;
+  load_tile(ks, static_cast<const S*>(a.k) + b * tk * a.ld_k + g * d, a.ld_k, c0, tk, d, dp);
+  load_tile(vs, static_cast<const S*>(a.v) + b * tk * a.ld_v + g * d, a.ld_v, c0, tk, d, dp);
   for (int e = int(threadIdx.x); e < kTile * dp; e += int(blockDim.x)) dk[e] = dv[e] = 0.f;
   // Causal: query tiles before this key tile's index see none of its keys
   // (the tiles are aligned: the same kTile for rows and keys).
@@ -305,11 +307,11 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  S* dk_out = static_cast<S*>(gr.dk) + b * t * gr.ld_dk + g * d;
-  S* dv_out = static_cast<S*>(gr.dv) + b * t * gr.ld_dv + g * d;
+  S* dk_out = static_cast<S*>(gr.dk) + b * tk * gr.ld_dk + g * d;
+  S* dv_out = static_cast<S*>(gr.dv) + b * tk * gr.ld_dv + g * d;
   for (int e = int(threadIdx.x); e < kTile * d; e += int(blockDim.x)) {
     const int r = e / d, c = e % d;
-    if (c0 + r < t) {
+    if (c0 + r < tk) {
       dk_out[(c0 + r) * gr.ld_dk + c] = from_f<S>(dk[r * dp + c]);
       dv_out[(c0 + r) * gr.ld_dv + c] = from_f<S>(dv[r * dp + c]);
     }
@@ -338,16 +340,17 @@ __global__ void __launch_bounds__(kThreads)
   float* dq = cv.take<float>(kTile * dp);
   float* lse_rows = cv.take<float>(kTile);
   float* d_rows = cv.take<float>(kTile);
-  const std::int32_t* keep = a.key_mask ? a.key_mask + b * t : nullptr;
-  const S* k = static_cast<const S*>(a.k) + b * t * a.ld_k + g * d;
-  const S* v = static_cast<const S*>(a.v) + b * t * a.ld_v + g * d;
+  const std::int64_t tk = a.tk;
+  const std::int32_t* keep = a.key_mask ? a.key_mask + b * tk : nullptr;
+  const S* k = static_cast<const S*>(a.k) + b * tk * a.ld_k + g * d;
+  const S* v = static_cast<const S*>(a.v) + b * tk * a.ld_v + g * d;
   load_query_side(a, gr, b, h, r0, dp, qs, dos, lse_rows, d_rows);
   for (int e = int(threadIdx.x); e < kTile * dp; e += int(blockDim.x)) dq[e] = 0.f;
-  const std::int64_t key_end = a.causal ? std::min(t, r0 + kTile) : t;
+  const std::int64_t key_end = a.causal ? std::min(tk, r0 + kTile) : tk;
   for (std::int64_t c0 = 0; c0 < key_end; c0 += kTile) {
     __syncthreads();  // the previous tile's products are done with ks, vs, dss
-    load_tile(ks, k, a.ld_k, c0, t, d, dp);
-    load_tile(vs, v, a.ld_v, c0, t, d, dp);
+    load_tile(ks, k, a.ld_k, c0, tk, d, dp);
+    load_tile(vs, v, a.ld_v, c0, tk, d, dp);
     __syncthreads();
     block_gemm<S, false, true>(kTile, kTile, dp, qs, dp, ks, dp, sc, kTile, false);    // S = Q K^T
     block_gemm<S, false, true>(kTile, kTile, dp, dos, dp, vs, dp, dpm, kTile, false);  // dP = dO V^T
@@ -388,11 +391,16 @@ cudaError_t backward_as(const AttentionArgs& a, const AttentionGrads& gr, cudaSt
   const std::size_t smem = backward_smem_bytes(sizeof(S), dp);
   if (const cudaError_t e = allow_smem(attention_backward_kv_kernel<S>, smem); e != cudaSuccess) return e;
   if (const cudaError_t e = allow_smem(attention_backward_q_kernel<S>, smem); e != cudaSuccess) return e;
-  const unsigned tiles = unsigned((a.t + kTile - 1) / kTile);
-  attention_backward_kv_kernel<S>
-      <<<dim3(tiles, unsigned(a.n_kv_head), unsigned(a.batch)), kThreads, smem, stream>>>(a, gr);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  attention_backward_q_kernel<S><<<dim3(tiles, unsigned(a.n_head), unsigned(a.batch)), kThreads, smem, stream>>>(a, gr);
+  // dK and dV by key tiles, dQ by query tiles (either may be none).
+  const unsigned key_tiles = unsigned((a.tk + kTile - 1) / kTile), query_tiles = unsigned((a.t + kTile - 1) / kTile);
+  if (key_tiles > 0) {
+    attention_backward_kv_kernel<S>
+        <<<dim3(key_tiles, unsigned(a.n_kv_head), unsigned(a.batch)), kThreads, smem, stream>>>(a, gr);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  if (query_tiles > 0)
+    attention_backward_q_kernel<S>
+        <<<dim3(query_tiles, unsigned(a.n_head), unsigned(a.batch)), kThreads, smem, stream>>>(a, gr);
   return cudaGetLastError();
 }
 
@@ -415,7 +423,7 @@ cudaError_t launch_attention_forward(const AttentionArgs& a, void* out, float* l
 }
 
 cudaError_t launch_attention_backward(const AttentionArgs& a, const AttentionGrads& gr, cudaStream_t stream) {
-  if (a.batch == 0 || a.t == 0) return cudaSuccess;
+  if (a.batch == 0 || (a.t == 0 && a.tk == 0)) return cudaSuccess;
   switch (a.dtype) {
     case DType::kF32: return backward_as<float>(a, gr, stream);
     case DType::kF16: return backward_as<__half>(a, gr, stream);

@@ -26,9 +26,9 @@ using detail::AttentionShape;
 // launcher's untyped arguments. `base_*` are the tensors' data pointers.
 ht::cuda::AttentionArgs args_for(const AttentionShape& s, DType dtype, const void* q, const void* k, const void* v,
                                  std::int64_t ld_q, std::int64_t ld_k, std::int64_t ld_v, const Tensor& key_mask) {
-  return {dtype,   q,       k,           v,           ld_q,     ld_k,
-          ld_v,    s.batch, s.t,         s.n_head,    s.n_kv_head, s.head_dim,
-          s.causal, key_mask.defined() ? key_mask.data<std::int32_t>() : nullptr};
+  return {dtype,    q,     k,   v,        ld_q,        ld_k,       ld_v,
+          s.batch,  s.t,   s.tk, s.n_head, s.n_kv_head, s.head_dim, s.causal,
+          key_mask.defined() ? key_mask.data<std::int32_t>() : nullptr};
 }
 
 // Element pointer `offset` elements past `base`.
@@ -73,7 +73,7 @@ void forward(const ht::cuda::AttentionArgs& a, void* out, float* lse, Device dev
 }
 
 void backward(const ht::cuda::AttentionArgs& a, const ht::cuda::AttentionGrads& g, Device device) {
-  if (a.batch * a.t * a.head_dim == 0) return;
+  if (a.batch * (a.t + a.tk) * a.head_dim == 0) return;
   const ht::cuda::DeviceGuard guard(device);
   check_fits("attention_backward", a, device);
   HT_CUDA_CHECK(ht::cuda::launch_attention_backward(a, g, ht::cuda::current_stream()));
@@ -98,14 +98,14 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
                        const Tensor& key_mask, Tensor& out, Tensor& lse) {
-  const AttentionShape s = detail::attention_shape(q, o);
+  const AttentionShape s = detail::attention_shape(q, k, o);
   forward(separate_args(q, k, v, s, key_mask), out.data_ptr(), lse.data<float>(), q.device());
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const AttentionOptions& o, const Tensor& key_mask, Tensor& dq, Tensor& dk,
                         Tensor& dv) {
-  const AttentionShape s = detail::attention_shape(q, o);
+  const AttentionShape s = detail::attention_shape(q, k, o);
   const std::int64_t kv_width = s.n_kv_head * s.head_dim;
   const ht::cuda::AttentionGrads g{dout.data_ptr(), out.data_ptr(), lse.data<float>(), dq.data_ptr(),
                                    dk.data_ptr(),   dv.data_ptr(),  s.q_width(),       kv_width,

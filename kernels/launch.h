@@ -134,9 +134,9 @@ struct AttentionArgs {
   const void* k;
   const void* v;
   std::int64_t ld_q, ld_k, ld_v;
-  std::int64_t batch, t, n_head, n_kv_head, head_dim;
+  std::int64_t batch, t, tk, n_head, n_kv_head, head_dim;  // t query rows, tk keys
   bool causal;
-  const std::int32_t* key_mask;  // (batch, t), nonzero = may be attended; null for none
+  const std::int32_t* key_mask;  // (batch, tk), nonzero = may be attended; null for none
 };
 
 /// Backward's other inputs and its outputs (dq, dk, dv overwritten; their

@@ -24,8 +24,8 @@ std::int64_t check_qkv(const char* op, const Tensor& qkv, int n_head) {
   return c;
 }
 
-// Checks the head counts and the shapes of q, k, v (each (B, T, heads * D)
-// with D >= 1); returns D.
+// Checks the head counts and the shapes of q (B, T, H * D), k and v (B, Tk,
+// KV * D), D >= 1; returns D.
 std::int64_t check_qkv_separate(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                                 const AttentionOptions& o) {
   HT_CHECK(o.n_head > 0 && o.n_kv_head > 0, ErrorKind::kShapeMismatch,
@@ -51,13 +51,13 @@ std::int64_t check_qkv_separate(const char* op, const Tensor& q, const Tensor& k
            "{}: the last dimension of q {} must be n_head={} times the head dimension (>= 1)", op,
            shape_str(q.shape()), o.n_head);
   const std::int64_t d = q.size(2) / o.n_head;
-  const Shape kv{q.size(0), q.size(1), o.n_kv_head * d};
+  const Shape kv{q.size(0), k.size(1), o.n_kv_head * d};
   HT_CHECK(k.shape() == kv, ErrorKind::kShapeMismatch,
-           "{}: 'k' must have shape {} (batch and sequence of q {}, n_kv_head={} heads of dimension {}), got {}", op,
-           shape_str(kv), shape_str(q.shape()), o.n_kv_head, d, shape_str(k.shape()));
+           "{}: 'k' must have shape {} (the batch of q {}, its own keys, n_kv_head={} heads of dimension {}), got {}",
+           op, shape_str(kv), shape_str(q.shape()), o.n_kv_head, d, shape_str(k.shape()));
   HT_CHECK(v.shape() == kv, ErrorKind::kShapeMismatch,
-           "{}: 'v' must have shape {} (batch and sequence of q {}, n_kv_head={} heads of dimension {}), got {}", op,
-           shape_str(kv), shape_str(q.shape()), o.n_kv_head, d, shape_str(v.shape()));
+           "{}: 'v' must have shape {} (that of k: batch, keys, n_kv_head={} heads of dimension {}), got {}", op,
+           shape_str(kv), o.n_kv_head, d, shape_str(v.shape()));
   return d;
 }
 
@@ -69,12 +69,12 @@ void check_lse(const char* op, const Tensor& lse, const Shape& expected, DType c
   detail::check_shape(op, "lse", lse, expected);
 }
 
-// A non-null key mask is (B, T) i32 on q's device.
-void check_key_mask(const char* op, const Tensor& q, const Tensor* key_mask) {
+// A non-null key mask is (B, Tk) i32 on k's device.
+void check_key_mask(const char* op, const Tensor& k, const Tensor* key_mask) {
   if (!key_mask) return;
-  detail::check_same_device(op, {{"q", &q}, {"key_mask", key_mask}});
+  detail::check_same_device(op, {{"k", &k}, {"key_mask", key_mask}});
   detail::check_dtype(op, "key_mask", *key_mask, DType::kI32);
-  detail::check_shape(op, "key_mask", *key_mask, {q.size(0), q.size(1)});
+  detail::check_shape(op, "key_mask", *key_mask, {k.size(0), k.size(1)});
 }
 
 }  // namespace
@@ -120,7 +120,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const DType dt = detail::check_compute_dtype(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}});
   detail::check_shape(op, "out", out, q.shape());
   check_lse(op, lse, {b, options.n_head, t}, dt);
-  check_key_mask(op, q, key_mask);
+  check_key_mask(op, k, key_mask);
   static const Tensor kNoMask;
   detail::F32Staging s(/*native=*/dev.is_cuda());
   HT_DISPATCH(dev, attention_forward, s.in(q), s.in(k), s.in(v), options, key_mask ? *key_mask : kNoMask,
@@ -148,7 +148,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   detail::check_shape(op, "dout", dout, q.shape());
   detail::check_shape(op, "out", out, q.shape());
   check_lse(op, lse, {b, options.n_head, t}, dt);
-  check_key_mask(op, q, key_mask);
+  check_key_mask(op, k, key_mask);
   detail::check_shape(op, "dq", dq, q.shape());
   detail::check_shape(op, "dk", dk, k.shape());
   detail::check_shape(op, "dv", dv, v.shape());

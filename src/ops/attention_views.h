@@ -10,10 +10,10 @@
 
 namespace ht::ops::detail {
 
-/// The sizes of one attention call. The packed form is the case
-/// n_kv_head == n_head, causal.
+/// The sizes of one attention call: t query rows, tk keys. The packed form
+/// is the case tk == t, n_kv_head == n_head, causal.
 struct AttentionShape {
-  std::int64_t batch, t, n_head, n_kv_head, head_dim;
+  std::int64_t batch, t, tk, n_head, n_kv_head, head_dim;
   bool causal;
 
   /// Query heads per key/value head: query head h reads key/value head h / group().
@@ -24,7 +24,8 @@ struct AttentionShape {
 
 /// Q, K and V (or their gradients) as strided row views. Row i of batch
 /// entry b of query head h starts at q + (b * t + i) * ld_q + h * head_dim;
-/// key/value head g likewise at k + (b * t + i) * ld_k + g * head_dim, and in v.
+/// key/value head g likewise at k + (b * tk + j) * ld_k + g * head_dim for key
+/// j, and in v.
 ///
 /// Worked example, packed qkv (B, T, 3C) with C = 768, 12 heads of 64: q is
 /// the tensor's base, k = base + 768, v = base + 1536, and ld_q = ld_k = ld_v
@@ -41,11 +42,11 @@ struct QkvViews {
 
 inline AttentionShape packed_attention_shape(const Tensor& qkv, int n_head) {
   const std::int64_t c = qkv.size(2) / 3;
-  return {qkv.size(0), qkv.size(1), n_head, n_head, n_head ? c / n_head : 0, true};
+  return {qkv.size(0), qkv.size(1), qkv.size(1), n_head, n_head, n_head ? c / n_head : 0, true};
 }
 
-inline AttentionShape attention_shape(const Tensor& q, const AttentionOptions& o) {
-  return {q.size(0), q.size(1), o.n_head, o.n_kv_head, q.size(2) / o.n_head, o.causal};
+inline AttentionShape attention_shape(const Tensor& q, const Tensor& k, const AttentionOptions& o) {
+  return {q.size(0), q.size(1), k.size(1), o.n_head, o.n_kv_head, q.size(2) / o.n_head, o.causal};
 }
 
 /// The three thirds of a packed (B, T, 3C) tensor (qkv, or dqkv).

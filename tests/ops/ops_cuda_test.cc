@@ -459,27 +459,35 @@ void add_attention_general_cases(std::vector<Case>& cases) {
   struct Size {
     std::int64_t b, t, h, kv, d;
     bool causal, mask;
+    std::int64_t tk = -1;  // keys; -1: t (self-attention), else cross-attention
   };
   for (DType dt : kComputeDtypes)
     for (Size s : {Size{1, 1, 2, 1, 4, true, false}, Size{2, 7, 4, 2, 3, true, true}, Size{3, 33, 6, 3, 16, false, true},
                    Size{2, 70, 4, 1, 8, true, true}, Size{1, 65, 2, 2, 24, false, false},
                    Size{2, 100, 8, 4, 64, true, true}, Size{2, 100, 4, 1, 64, false, true},
                    Size{1, 200, 4, 2, 32, true, false}, Size{0, 5, 2, 1, 4, true, true},
-                   Size{2, 0, 2, 2, 4, false, false}}) {
-      cases.push_back({"attention_general_" + dims_name({s.b, s.t, s.h, s.kv, s.d}) + (s.causal ? "_causal" : "") +
+                   Size{2, 0, 2, 2, 4, false, false},
+                   // Cross-attention: fewer and more keys than queries, across
+                   // tiles, causal ones aligned at the top left, none at all.
+                   Size{2, 37, 4, 2, 8, false, true, 70}, Size{2, 70, 4, 2, 8, true, true, 45},
+                   Size{3, 5, 2, 1, 16, false, false, 33}, Size{1, 9, 2, 2, 4, false, false, 0},
+                   Size{2, 0, 2, 1, 4, false, true, 6}}) {
+      const std::int64_t tk = s.tk < 0 ? s.t : s.tk;
+      cases.push_back({"attention_general_" + dims_name({s.b, s.t, s.h, s.kv, s.d}) +
+                           (s.tk < 0 ? "" : "_keys" + std::to_string(tk)) + (s.causal ? "_causal" : "") +
                            (s.mask ? "_mask" : "") + dtype_suffix(dt),
-                       [s, dt](Device dev) {
+                       [s, tk, dt](Device dev) {
                          std::mt19937 rng(17);
                          const Tensor q = random_of({s.b, s.t, s.h * s.d}, rng, dt, -2.f, 2.f).to(dev);
-                         const Tensor k = random_of({s.b, s.t, s.kv * s.d}, rng, dt, -2.f, 2.f).to(dev);
-                         const Tensor v = random_of({s.b, s.t, s.kv * s.d}, rng, dt).to(dev);
+                         const Tensor k = random_of({s.b, tk, s.kv * s.d}, rng, dt, -2.f, 2.f).to(dev);
+                         const Tensor v = random_of({s.b, tk, s.kv * s.d}, rng, dt).to(dev);
                          const Tensor dout = random_of({s.b, s.t, s.h * s.d}, rng, dt).to(dev);
-                         std::vector<std::int32_t> keep(std::size_t(s.b * s.t));
-                         for (std::int64_t i = 0; i < s.b * s.t; ++i) {
-                           const std::int64_t b = i / s.t, j = i % s.t;
-                           keep[std::size_t(i)] = b > 0 && (s.t > 40 ? j >= 40 : j != 0) && j % 3 != 0;
+                         std::vector<std::int32_t> keep(std::size_t(s.b * tk));
+                         for (std::int64_t i = 0; i < s.b * tk; ++i) {
+                           const std::int64_t b = i / tk, j = i % tk;
+                           keep[std::size_t(i)] = b > 0 && (tk > 40 ? j >= 40 : j != 0) && j % 3 != 0;
                          }
-                         const Tensor mask = Tensor::from_vector(keep, {s.b, s.t}).to(dev);
+                         const Tensor mask = Tensor::from_vector(keep, {s.b, tk}).to(dev);
                          const ops::AttentionOptions o{int(s.h), int(s.kv), s.causal};
                          Tensor out = nan_of({s.b, s.t, s.h * s.d}, dt).to(dev);
                          Tensor lse = nan_of({s.b, s.h, s.t}, DType::kF32).to(dev);

@@ -99,6 +99,44 @@ void shape_case(const ShapeCase& c, const std::string& path) {
   run_on_tape(w, uniform({2, 5, 6}, rng, -3.f, 3.f), c.op, rng);
 }
 
+/// Attention with x (2, tq + tk, 24) cut into q (2, tq, 24: 4 heads of 6),
+/// and k, v (2, tk, 12 each: 2 key/value heads) from the other rows; the key
+/// mask keeps key 0 of every batch entry (no query is left without keys)
+/// and masks the last two keys of entry 1.
+struct AttentionCase {
+  const char* name;
+  std::int64_t tq, tk;
+  bool causal, masked;
+};
+const AttentionCase kAttention[] = {
+    {"attention_cross", 3, 5, false, false},
+    {"attention_cross_masked", 4, 6, false, true},
+    {"attention_cross_causal_masked", 5, 3, true, true},  // queries past the keys see them all
+    {"attention_self_causal", 6, 6, true, false},
+    {"attention_cross_tiles", 70, 130, false, true},  // several of the CPU driver's 64-row and 64-key tiles
+    {"attention_cross_causal_tiles", 130, 70, true, true},
+};
+
+void attention_case(const AttentionCase& c, const std::string& path) {
+  std::mt19937 rng(17);
+  ReferenceWriter w(path);
+  std::vector<std::int32_t> keep(std::size_t(2 * c.tk), 1);
+  if (c.masked) keep[std::size_t(2 * c.tk - 1)] = keep[std::size_t(2 * c.tk - 2)] = 0;
+  const Tensor mask = Tensor::from_vector(keep, {2, c.tk});
+  const ops::AttentionOptions o{.n_head = 4, .n_kv_head = 2, .causal = c.causal};
+  run_on_tape(
+      w, uniform({2, c.tq + c.tk, 24}, rng),
+      [&](const nn::Var& x) {
+        const nn::Var q = nn::narrow(x, 1, 0, c.tq), kv = nn::narrow(x, 1, c.tq, c.tk);
+        const nn::Var k = nn::narrow(kv, 2, 0, 12), v = nn::narrow(kv, 2, 12, 12);
+        return nn::attention(q, k, v, o, c.masked ? x.tape().constant(mask) : nn::Var());
+      },
+      rng);
+  w.write("key_mask", mask);
+  w.attr("tq", double(c.tq));
+  w.attr("causal", c.causal ? 1.0 : 0.0);
+}
+
 }  // namespace
 }  // namespace ht::test
 
@@ -107,11 +145,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> names;
   for (const CrossEntropyCase& c : kCrossEntropy) names.push_back(c.name);
   for (const ShapeCase& c : kShape) names.push_back(c.name);
+  for (const AttentionCase& c : kAttention) names.push_back(c.name);
   return reference_export_main(argc, argv, "ops_reference_export", names,
                                [](const std::string& name, const std::string& path) {
                                  for (const CrossEntropyCase& c : kCrossEntropy)
                                    if (name == c.name) cross_entropy_case(c, path);
                                  for (const ShapeCase& c : kShape)
                                    if (name == c.name) shape_case(c, path);
+                                 for (const AttentionCase& c : kAttention)
+                                   if (name == c.name) attention_case(c, path);
                                });
 }

@@ -40,8 +40,29 @@ def split_concat(f, x):
     return torch.cat([c * 2, a, b], -1)
 
 
+def attention(f, x):
+    """q, k, v cut from x as the exporter does; 4 query heads of 6 share 2
+    key/value heads; the softmax materialised, masks as -inf."""
+    tq = int(f.attrs["tq"])
+    b = x.shape[0]
+    q, kv = x[:, :tq], x[:, tq:]
+    k, v = kv[..., :12], kv[..., 12:]
+    tk = k.shape[1]
+    qh = q.reshape(b, tq, 4, 6).transpose(1, 2)
+    kh = k.reshape(b, tk, 2, 6).transpose(1, 2).repeat_interleave(2, dim=1)
+    vh = v.reshape(b, tk, 2, 6).transpose(1, 2).repeat_interleave(2, dim=1)
+    scores = qh @ kh.transpose(-1, -2) / 6 ** 0.5
+    allowed = torch.from_numpy(f["key_mask"][...] != 0)[:, None, None, :].expand(b, 1, tq, tk)
+    if f.attrs["causal"]:
+        allowed = allowed & torch.ones(tq, tk, dtype=torch.bool).tril()
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    out = torch.softmax(scores, -1) @ vh
+    return out.transpose(1, 2).reshape(b, tq, 24)
+
+
 OPS = {
     "cross_entropy_": cross_entropy,
+    "attention_": attention,
     "concat_narrow": lambda f, x: torch.cat([x[:, 2:5], x, x[:, 0:2]], 1),
     "split_concat": split_concat,
     "transpose_0_2": lambda f, x: x.transpose(0, 2),

@@ -21,6 +21,7 @@
 
 #include "ht/nn/loss.h"
 #include "ht/nn/tape.h"
+#include "ht/ops/attention.h"
 #include "ht/ops/matmul.h"
 #include "ht/ops/reduce.h"
 
@@ -69,6 +70,15 @@ Var transpose(const Var& x, int d0, int d1);
 /// Softmax and log-softmax over the last dimension.
 Var softmax(const Var& x);
 Var log_softmax(const Var& x);
+/// Scaled dot-product attention (ops/attention.h: flash attention,
+/// grouped-query heads, scale 1/sqrt(D)): q (B, T, H*D), k and v (B, Tk,
+/// KV*D) -> (B, T, H*D). Tk may differ from T (cross-attention: keys and
+/// values from an encoder's memory). `key_mask`: the (B, Tk) i32 keys that
+/// may be attended (nonzero; a padding mask, e.g. Tape::side_input of its
+/// name), or an undefined Var for all. options.causal: query i sees keys
+/// j <= i (PyTorch's is_causal).
+Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionOptions& options,
+              const Var& key_mask = {});
 
 /// As PyTorch's F.cross_entropy arguments of the same names.
 struct CrossEntropyOptions {

@@ -4,7 +4,8 @@
 // - packed: causal attention from GPT-2's c_attn output. qkv (B, T, 3C) holds
 //   [Q | K | V] along the last dimension, each (B, T, C) split into n_head
 //   heads of C / n_head channels.
-// - general: q (B, T, H*D), k and v (B, T, KV*D) as separate tensors, with
+// - general: q (B, T, H*D), k and v (B, Tk, KV*D) as separate tensors (Tk
+//   keys, T in self-attention, the memory's length in cross-attention), with
 //   grouped-query attention (KV key/value heads shared by H / KV query heads
 //   each), an optional causal mask and an optional key padding mask.
 //
@@ -52,15 +53,17 @@ struct AttentionOptions {
 };
 
 /// General attention: out (B, T, H*D) and lse (B, H, T) f32 from q (B, T,
-/// H*D), k and v (B, T, KV*D), D >= 1. Query head h reads key/value head
-/// h / (H / KV): head h's channels are [h*D, (h+1)*D) of q's last dimension,
-/// key/value head g's are [g*D, (g+1)*D) of k's and v's.
+/// H*D), k and v (B, Tk, KV*D), D >= 1, Tk keys (any length, 0 included).
+/// Query head h reads key/value head h / (H / KV): head h's channels are
+/// [h*D, (h+1)*D) of q's last dimension, key/value head g's are [g*D,
+/// (g+1)*D) of k's and v's.
 ///
-/// key_mask: null, or (B, T) i32 where nonzero means "key t of batch entry b
-/// may be attended" (a padding mask). Query i of batch b attends to keys j
-/// with key_mask[b, j] != 0 and, when causal, j <= i. A query with no such
-/// key gets an output row of zeros, lse = -inf and, in backward, zero
-/// gradient.
+/// key_mask: null, or (B, Tk) i32 where nonzero means "key j of batch entry
+/// b may be attended" (a padding mask). Query i of batch b attends to keys j
+/// with key_mask[b, j] != 0 and, when causal, j <= i (aligned at the top
+/// left, as PyTorch's scaled_dot_product_attention with is_causal). A query
+/// with no such key gets an output row of zeros, lse = -inf and, in
+/// backward, zero gradient.
 ///
 /// Throws kShapeMismatch for shapes that do not fit each other or the head
 /// counts, kDTypeMismatch for mixed or non-float dtypes (or a key mask that
@@ -68,7 +71,7 @@ struct AttentionOptions {
 /// different devices.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
                        const Tensor* key_mask, Tensor& out, Tensor& lse);
-/// dq (B, T, H*D), dk and dv (B, T, KV*D), all overwritten, from dout (B, T,
+/// dq (B, T, H*D), dk and dv (B, Tk, KV*D), all overwritten, from dout (B, T,
 /// H*D), the forward's inputs, its out and lse. `options` and `key_mask` must
 /// be the forward's (the probabilities are recomputed, masks included). dk
 /// and dv of a key/value head are the sums over the query heads that share

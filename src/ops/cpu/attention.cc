@@ -153,7 +153,7 @@ void zero_rows(float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld) 
 void forward(const AttentionShape& s, const QkvViews<const float>& in, const std::vector<float>& bias, float* out,
              float* lse) {
   if (s.batch * s.t * s.head_dim == 0) return;
-  const std::int64_t t = s.t, d = s.head_dim, ld_out = s.q_width();
+  const std::int64_t t = s.t, tk = s.tk, d = s.head_dim, ld_out = s.q_width();
   const std::int64_t q_tiles = (t + kQueryTile - 1) / kQueryTile;
   const float scale = 1.f / std::sqrt(float(d));
 #pragma omp parallel
@@ -165,16 +165,16 @@ void forward(const AttentionShape& s, const QkvViews<const float>& in, const std
       const std::int64_t bh = task / q_tiles, b = bh / s.n_head, h = bh % s.n_head, g = h / s.group();
       const std::int64_t r0 = (task % q_tiles) * kQueryTile, r1 = std::min(t, r0 + kQueryTile), rows = r1 - r0;
       const float* q = in.q + (b * t + r0) * in.ld_q + h * d;
-      const float* k = in.k + b * t * in.ld_k + g * d;
-      const float* v = in.v + b * t * in.ld_v + g * d;
-      const float* row_bias = bias.empty() ? nullptr : bias.data() + b * t;
+      const float* k = in.k + b * tk * in.ld_k + g * d;
+      const float* v = in.v + b * tk * in.ld_v + g * d;
+      const float* row_bias = bias.empty() ? nullptr : bias.data() + b * tk;
       std::fill(m.begin(), m.end(), -INFINITY);
       std::fill(l.begin(), l.end(), 0.f);
       std::fill(acc.begin(), acc.end(), 0.f);
       // Causal: key tiles starting past the last row r1 - 1 are fully masked.
-      const std::int64_t key_end = s.causal ? r1 : t;
+      const std::int64_t key_end = s.causal ? std::min(r1, tk) : tk;
       for (std::int64_t c0 = 0; c0 < key_end; c0 += kKeyTile) {
-        const std::int64_t cols = std::min(t, c0 + kKeyTile) - c0;
+        const std::int64_t cols = std::min(tk, c0 + kKeyTile) - c0;
         // S = scale * Q_i K_j^T, rows x cols.
         sgemm(false, true, rows, cols, d, scale, q, in.ld_q, k + c0 * in.ld_k, in.ld_k, 0.f, st.data(), kKeyTile);
         bool rescale = false;
@@ -208,8 +208,8 @@ void forward(const AttentionShape& s, const QkvViews<const float>& in, const std
 // and every product adds (beta 1), in this fixed order.
 void backward(const AttentionShape& s, const float* dout, const QkvViews<const float>& in, const float* out,
               const float* lse, const std::vector<float>& bias, const QkvViews<float>& grad) {
-  if (s.batch * s.t * s.head_dim == 0) return;
-  const std::int64_t t = s.t, d = s.head_dim, ld_out = s.q_width();
+  if (s.batch * s.t * s.head_dim == 0 && s.batch * s.tk * s.head_dim == 0) return;
+  const std::int64_t t = s.t, tk = s.tk, d = s.head_dim, ld_out = s.q_width();
   const float scale = 1.f / std::sqrt(float(d));
 #pragma omp parallel
   {
@@ -218,13 +218,13 @@ void backward(const AttentionShape& s, const float* dout, const QkvViews<const f
 #pragma omp for schedule(dynamic)
     for (std::int64_t bg = 0; bg < s.batch * s.n_kv_head; ++bg) {
       const std::int64_t b = bg / s.n_kv_head, g = bg % s.n_kv_head;
-      const float* k = in.k + b * t * in.ld_k + g * d;
-      const float* v = in.v + b * t * in.ld_v + g * d;
-      float* dk = grad.k + b * t * grad.ld_k + g * d;
-      float* dv = grad.v + b * t * grad.ld_v + g * d;
-      const float* row_bias = bias.empty() ? nullptr : bias.data() + b * t;
-      zero_rows(dk, t, d, grad.ld_k);
-      zero_rows(dv, t, d, grad.ld_v);
+      const float* k = in.k + b * tk * in.ld_k + g * d;
+      const float* v = in.v + b * tk * in.ld_v + g * d;
+      float* dk = grad.k + b * tk * grad.ld_k + g * d;
+      float* dv = grad.v + b * tk * grad.ld_v + g * d;
+      const float* row_bias = bias.empty() ? nullptr : bias.data() + b * tk;
+      zero_rows(dk, tk, d, grad.ld_k);
+      zero_rows(dv, tk, d, grad.ld_v);
       for (std::int64_t h = g * s.group(); h < (g + 1) * s.group(); ++h) {
         const float* q = in.q + b * t * in.ld_q + h * d;
         const float* go = dout + b * t * ld_out + h * d;
@@ -235,9 +235,9 @@ void backward(const AttentionShape& s, const float* dout, const QkvViews<const f
         for (std::int64_t i = 0; i < t; ++i) d_rows[std::size_t(i)] = dot_row(go + i * ld_out, o + i * ld_out, d);
         for (std::int64_t r0 = 0; r0 < t; r0 += kQueryTile) {
           const std::int64_t r1 = std::min(t, r0 + kQueryTile), rows = r1 - r0;
-          const std::int64_t key_end = s.causal ? r1 : t;
+          const std::int64_t key_end = s.causal ? std::min(r1, tk) : tk;
           for (std::int64_t c0 = 0; c0 < key_end; c0 += kKeyTile) {
-            const std::int64_t cols = std::min(t, c0 + kKeyTile) - c0;
+            const std::int64_t cols = std::min(tk, c0 + kKeyTile) - c0;
             sgemm(false, true, rows, cols, d, scale, q + r0 * in.ld_q, in.ld_q, k + c0 * in.ld_k, in.ld_k, 0.f,
                   st.data(), kKeyTile);
             sgemm(false, true, rows, cols, d, 1.f, go + r0 * ld_out, ld_out, v + c0 * in.ld_v, in.ld_v, 0.f,
@@ -277,7 +277,7 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
                        const Tensor& key_mask, Tensor& out, Tensor& lse) {
-  const AttentionShape s = detail::attention_shape(q, o);
+  const AttentionShape s = detail::attention_shape(q, k, o);
   forward(s, detail::separate_views<const float>(q.data<float>(), k.data<float>(), v.data<float>(), s),
           key_bias(key_mask), out.data<float>(), lse.data<float>());
 }
@@ -285,7 +285,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const AttentionOptions& o, const Tensor& key_mask, Tensor& dq, Tensor& dk,
                         Tensor& dv) {
-  const AttentionShape s = detail::attention_shape(q, o);
+  const AttentionShape s = detail::attention_shape(q, k, o);
   backward(s, dout.data<float>(), detail::separate_views<const float>(q.data<float>(), k.data<float>(), v.data<float>(), s),
            out.data<float>(), lse.data<float>(), key_bias(key_mask),
            detail::separate_views(dq.data<float>(), dk.data<float>(), dv.data<float>(), s));
