@@ -210,6 +210,9 @@ __global__ void __launch_bounds__(kThreads)
     block_gemm<S, false, false>(kTile, dp, kTile, ps, kTile, vs, dp, acc, dp, true);  // acc += P V
     __syncthreads();
   }
+  // With no key tile at all (no keys) the loop's barriers never ran: the
+  // rows' m, l and acc were set by other threads.
+  __syncthreads();
   const std::int64_t ld_out = a.n_head * a.head_dim;
   for (int e = int(threadIdx.x); e < kTile * d; e += int(blockDim.x)) {
     const int r = e / d, c = e % d;
