@@ -38,8 +38,8 @@ void Context::set_side_input(const std::string& name, Tensor t) {
   side_[name] = std::move(t);
 }
 
-void Context::save_input_for_recompute(const Module* m, Tensor input) {
-  if (saving_) saved_[m].push_back({{std::move(input)}, true, nullptr});
+void Context::save_input_for_recompute(const Module* m, std::vector<Tensor> inputs) {
+  if (saving_) saved_[m].push_back({std::move(inputs), true, nullptr});
 }
 
 bool Context::recomputes(const Module* m) const {

@@ -9,7 +9,7 @@ EncoderBlock::EncoderBlock(std::string name, const EncoderBlockConfig& c, Device
     : Module(std::move(name)),
       ln_1_(add_module(std::make_unique<LayerNorm>("ln_1", c.dim, device))),
       attn_(add_module(std::make_unique<SelfAttention>(
-          "attn", AttentionConfig{.dim = c.dim, .n_head = c.n_head, .causal = false, .bias = c.bias}, device, tp))),
+          "attn", AttentionConfig{.dim = c.dim, .n_head = c.n_head, .causal = false, .bias = c.bias, .key_mask = c.key_mask}, device, tp))),
       ln_2_(add_module(std::make_unique<LayerNorm>("ln_2", c.dim, device))),
       mlp_(add_module(std::make_unique<MLP>("mlp", c.dim, c.hidden > 0 ? c.hidden : 4 * c.dim, device, tp))) {
   if (c.dropout > 0.f) {

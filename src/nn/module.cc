@@ -7,20 +7,34 @@
 
 namespace ht::nn {
 
-Tensor Module::forward(Context& ctx, const Tensor& x) {
+Tensor Module::forward(Context& ctx, const Tensor& x) { return forward(ctx, x, {}); }
+
+Tensor Module::forward(Context& ctx, const Tensor& x, const std::vector<Tensor>& more) {
   if (pre_forward_) pre_forward_(*this, ctx);
   Tensor y;
   if (recompute_ == Recompute::kFull && ctx.saving()) {
     // Full recomputation: the forward saves nothing (its intermediate
-    // tensors go as soon as the next op has read them); only the input is
+    // tensors go as soon as the next op has read them); only the inputs are
     // kept, marked, for backward to run the forward again from.
     Context scratch = ctx.fresh(/*save_for_backward=*/false);
-    y = forward_impl(scratch, x);
-    ctx.save_input_for_recompute(this, x);
+    y = run_forward_impl(scratch, x, more);
+    std::vector<Tensor> inputs{x};
+    inputs.insert(inputs.end(), more.begin(), more.end());
+    ctx.save_input_for_recompute(this, std::move(inputs));
   } else {
-    y = forward_impl(ctx, x);
+    y = run_forward_impl(ctx, x, more);
   }
   if (post_forward_) post_forward_(*this, ctx);
+  return y;
+}
+
+Tensor Module::run_forward_impl(Context& ctx, const Tensor& x, const std::vector<Tensor>& more) {
+  ctx.set_call_inputs(this, more);
+  Tensor y = forward_impl(ctx, x);
+  HT_CHECK(!ctx.has_call_inputs(this), ErrorKind::kNotSupported,
+           "module '{}' was given {} further input(s), but its forward takes one: write it forward-only with "
+           "compute_with(x, more) (nn/module.h)",
+           name_, ctx.take_call_inputs(this).size());
   return y;
 }
 
@@ -34,10 +48,12 @@ Tensor Module::backward(Context& ctx, const Tensor& dy) {
     // The re-run's output is not needed, only what it saved. The forward ops
     // are deterministic, so backward_impl reads the very bits a saving
     // forward would have kept.
-    const Tensor x = ctx.saved(this).at(0);
+    const std::vector<Tensor> inputs = ctx.saved(this);
+    const std::vector<Tensor> more(inputs.begin() + 1, inputs.end());
     Context again = ctx.fresh(/*save_for_backward=*/true);
-    (void)forward_impl(again, x);
+    (void)run_forward_impl(again, inputs.at(0), more);
     dx = backward_impl(again, dy);
+    if (!more.empty()) ctx.put_call_input_grads(this, again.take_call_input_grads(this));
   } else {
     dx = backward_impl(ctx, dy);
   }
@@ -48,15 +64,28 @@ Tensor Module::backward(Context& ctx, const Tensor& dy) {
 
 Var Module::compute(const Var& /*x*/) {
   HT_CHECK(false, ErrorKind::kNotSupported,
-           "module '{}' says nothing of how it computes: define compute(const Var& x) (forward only; see "
-           "nn/module.h), or override both forward_impl and backward_impl",
+           "module '{}' says nothing of how it computes from one input: define compute(const Var& x) (forward only; "
+           "see nn/module.h), or override both forward_impl and backward_impl; a module of several inputs "
+           "(compute_with) is called with them, m(x, {{more}})",
            name_);
   return {};
 }
 
+Var Module::compute_with(const Var& x, const std::vector<Var>& more) {
+  HT_CHECK(more.empty(), ErrorKind::kNotSupported,
+           "module '{}' was given {} further input(s), but it computes from one: define compute_with(x, more) to "
+           "take them (nn/module.h)",
+           name_, more.size());
+  return compute(x);
+}
+
 Tensor Module::forward_impl(Context& ctx, const Tensor& x) {
+  const std::vector<Tensor> more = ctx.take_call_inputs(this);
   auto tape = std::make_shared<Tape>(ctx);
-  const Var y = compute(tape->input(x));
+  const Var in = tape->input(x);
+  std::vector<Var> more_vars;
+  for (const Tensor& t : more) more_vars.push_back(tape->more_input(t));
+  const Var y = more.empty() ? compute(in) : compute_with(in, more_vars);
   HT_CHECK(y.defined(), ErrorKind::kInvalidArgument, "module '{}': compute() returned no value", name_);
   if (ctx.saving()) {
     tape->set_output(y);
@@ -71,7 +100,10 @@ Tensor Module::backward_impl(Context& ctx, const Tensor& dy) {
            "must override backward_impl too (or neither, and define compute()); and backward follows a forward in "
            "the same Context, created with save_for_backward = true",
            name_);
-  return ctx.tape(this)->backward(ctx, dy);
+  const std::shared_ptr<Tape> tape = ctx.tape(this);
+  Tensor dx = tape->backward(ctx, dy);
+  if (tape->more_inputs() > 0) ctx.put_call_input_grads(this, tape->take_more_grads());
+  return dx;
 }
 
 void Module::set_recompute(Recompute mode) {

@@ -56,7 +56,7 @@ Tensor SelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   const ops::AttentionOptions options{.n_head = local_heads_, .n_kv_head = local_kv_heads_, .causal = config_.causal};
   Tensor out = Tensor::empty(q.shape(), q.dtype(), x.device());
   Tensor lse = Tensor::empty({b, local_heads_, t}, DType::kF32, x.device());  // f32 whatever the compute dtype
-  const Tensor* key_mask = ctx.side_input("key_mask");
+  const Tensor* key_mask = ctx.side_input(config_.key_mask);
   ops::attention_forward(q, k, v, options, key_mask, out, lse);
   // Backward recomputes the probabilities from lse, so it needs this
   // micro-batch's key mask: saved with the rest (out is o_proj's saved input

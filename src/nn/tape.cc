@@ -47,6 +47,15 @@ Var Tape::input(const Tensor& x) {
   return v;
 }
 
+Var Tape::more_input(const Tensor& t) {
+  Node n;
+  n.kind = Kind::kInput;
+  n.requires_grad = is_floating(t.dtype());
+  Var v = add(std::move(n), t);
+  more_inputs_.push_back(v.node_);
+  return v;
+}
+
 Var Tape::constant(const Tensor& t) { return Var(t, this, -1); }
 
 Var Tape::parameter(Parameter& p) {
@@ -70,16 +79,27 @@ Var Tape::side_input(const std::string& name) {
   return constant(*t);
 }
 
-Var Tape::call(Module& m, const Var& x) {
+Var Tape::call(Module& m, const Var& x) { return call(m, x, {}); }
+
+Var Tape::call(Module& m, const Var& x, const std::vector<Var>& more) {
   HT_CHECK(x.tape_ == this, ErrorKind::kInvalidArgument,
            "module '{}' was called on a Var of another module's tape: pass it the values of this compute()", m.name());
-  Tensor y = m.forward(ctx_, x.tensor());
+  std::vector<Tensor> more_tensors;
   // The child runs its backward whenever it has parameters (their
-  // gradients and hooks) or its input needs a gradient.
-  const bool needs = needs_grad(x) || !m.parameters().empty();
+  // gradients and hooks) or an input needs a gradient.
+  bool needs = needs_grad(x) || !m.parameters().empty();
   Node n;
   n.kind = Kind::kCall;
   n.inputs = {x.node_};
+  for (const Var& v : more) {
+    HT_CHECK(v.tape_ == this, ErrorKind::kInvalidArgument,
+             "module '{}' was given a further input of another module's tape: pass it the values of this compute()",
+             m.name());
+    more_tensors.push_back(v.tensor());
+    n.inputs.push_back(v.node_);
+    needs = needs || needs_grad(v);
+  }
+  Tensor y = m.forward(ctx_, x.tensor(), more_tensors);
   n.module = &m;
   n.requires_grad = needs;
   return add(std::move(n), std::move(y));
@@ -148,6 +168,14 @@ Tensor Tape::backward(Context& ctx, const Tensor& dy) {
         const Tensor dx = n.module->backward(ctx, g.defined() ? g : zeros_like(n));
         if (n.inputs[0] >= 0 && nodes_[std::size_t(n.inputs[0])].requires_grad && dx.defined())
           accumulate(grads, n.inputs[0], dx);
+        if (n.inputs.size() > 1) {
+          const std::vector<Tensor> more = ctx.take_call_input_grads(n.module);
+          for (std::size_t k = 1; k < n.inputs.size(); ++k) {
+            const int in = n.inputs[k];
+            if (in >= 0 && nodes_[std::size_t(in)].requires_grad && k - 1 < more.size() && more[k - 1].defined())
+              accumulate(grads, in, more[k - 1]);
+          }
+        }
         continue;
       }
       case Kind::kOp: {
@@ -164,14 +192,25 @@ Tensor Tape::backward(Context& ctx, const Tensor& dy) {
     }
     n.saved.clear();  // an op's activations go as soon as its backward has run
   }
-  Tensor dx;
-  if (input_ >= 0 && nodes_[std::size_t(input_)].requires_grad)
-    dx = grads[std::size_t(input_)].defined() ? grads[std::size_t(input_)] : zeros_like(nodes_[std::size_t(input_)]);
+  const auto gradient_of = [&](int node) {
+    if (node < 0 || !nodes_[std::size_t(node)].requires_grad) return Tensor();
+    return grads[std::size_t(node)].defined() ? grads[std::size_t(node)] : zeros_like(nodes_[std::size_t(node)]);
+  };
+  Tensor dx = gradient_of(input_);
+  more_grads_.clear();
+  for (int node : more_inputs_) more_grads_.push_back(gradient_of(node));
   nodes_.clear();
-  // A module returns a gradient of its own (Module::backward), which the
+  // A module returns gradients of its own (Module::backward), which the
   // caller may write into; one passed through from dy (an identity, a
-  // residual's skip) would write into the caller's dy.
+  // residual's skip), or one shared by two inputs (x + memory), would write
+  // into another's.
   if (dx.defined() && overlaps(dx, dy)) dx = dx.clone();
+  for (Tensor& g : more_grads_)
+    if (g.defined() && (overlaps(g, dy) || (dx.defined() && overlaps(g, dx)))) g = g.clone();
+  for (std::size_t i = 0; i < more_grads_.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (more_grads_[i].defined() && more_grads_[j].defined() && overlaps(more_grads_[i], more_grads_[j]))
+        more_grads_[i] = more_grads_[i].clone();
   return dx;
 }
 

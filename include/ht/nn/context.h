@@ -43,6 +43,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ht/core/tensor.h"
@@ -80,10 +81,11 @@ class Context {
   /// saved(m), then pop(m): for a model's backward_loss, whose loss entry
   /// must be gone before backward() reads the forward's own.
   std::vector<Tensor> take(const Module* m);
-  /// Stores `input` as the whole of one forward run of `m`, marked for
-  /// recomputation: m's backward runs its forward again from it
-  /// (Module::forward under Recompute::kFull). Nothing when not saving.
-  void save_input_for_recompute(const Module* m, Tensor input);
+  /// Stores `inputs` (the input, then any further ones) as the whole of one
+  /// forward run of `m`, marked for recomputation: m's backward runs its
+  /// forward again from them (Module::forward under Recompute::kFull).
+  /// Nothing when not saving.
+  void save_input_for_recompute(const Module* m, std::vector<Tensor> inputs);
   /// Whether `m` has an entry not yet backpropagated.
   bool holds(const Module* m) const {
     const auto it = saved_.find(m);
@@ -110,6 +112,34 @@ class Context {
     saved_.clear();
     side_.clear();
     sealed_ = false;
+  }
+
+  /// Module m's further inputs (Module::forward(ctx, x, more)) on their way
+  /// to its forward_impl, which takes them (the default one passes them to
+  /// compute_with); none otherwise.
+  void set_call_inputs(const Module* m, std::vector<Tensor> more) {
+    if (more.empty())
+      call_inputs_.erase(m);
+    else
+      call_inputs_[m] = std::move(more);
+  }
+  std::vector<Tensor> take_call_inputs(const Module* m) {
+    const auto it = call_inputs_.find(m);
+    if (it == call_inputs_.end()) return {};
+    std::vector<Tensor> more = std::move(it->second);
+    call_inputs_.erase(it);
+    return more;
+  }
+  bool has_call_inputs(const Module* m) const { return call_inputs_.count(m) > 0; }
+  /// The gradients of a module's further inputs, from its backward to the
+  /// caller (Tape::call), in their order; undefined where none flows.
+  void put_call_input_grads(const Module* m, std::vector<Tensor> grads) { call_grads_[m] = std::move(grads); }
+  std::vector<Tensor> take_call_input_grads(const Module* m) {
+    const auto it = call_grads_.find(m);
+    if (it == call_grads_.end()) return {};
+    std::vector<Tensor> g = std::move(it->second);
+    call_grads_.erase(it);
+    return g;
   }
 
   /// Stores the tape one run of a forward-only module recorded (call it
@@ -190,6 +220,8 @@ class Context {
   bool sealed_ = false;
   BatchInfo batch_;
   std::map<std::string, MetricSum> metrics_;
+  std::unordered_map<const Module*, std::vector<Tensor>> call_inputs_;
+  std::unordered_map<const Module*, std::vector<Tensor>> call_grads_;
   struct Deferred {
     std::vector<Tensor> inputs;
     WeightGrad compute;

@@ -2,7 +2,8 @@
 // bidirectional twin of nn::Block,
 //   h = x + dropout(attn(ln_1(x)));  y = h + dropout(mlp(ln_2(h))),
 // with non-causal self-attention that skips padded keys (the micro-batch's
-// side input "key_mask" (B, T) i32, 1 for a real token; none: every key)
+// side input EncoderBlockConfig::key_mask names, "key_mask" by default,
+// (B, T) i32, 1 for a real token; none: every key)
 // and GPT-2's GELU MLP. Written forward-only (compute(); nn/tape.h). With
 // tensor parallelism the attention heads and the MLP's hidden units split
 // over the group; the dropouts act on replicated activations. A unit ZeRO-3
@@ -22,6 +23,7 @@ struct EncoderBlockConfig {
   std::int64_t hidden = 0;  // the MLP's hidden units (0: 4 dim)
   float dropout = 0.f;      // after the attention and after the MLP (0: none)
   bool bias = true;         // biases on the attention's projections
+  std::string key_mask = "key_mask";  // the side input of the padding mask
 };
 
 class EncoderBlock : public Module {

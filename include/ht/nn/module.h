@@ -6,6 +6,9 @@
 //     from the tape that compute() recorded (tape.h). A few lines, like a
 //     PyTorch module's forward:
 //         Var compute(const Var& x) override { return x + mlp_(norm_(x)); }
+//     A module of several inputs (a decoder block: its state and the
+//     encoder's memory) defines compute_with(x, more) instead, and its
+//     caller calls it as child(x, {memory}); every input gets its gradient.
 //   - explicit: it overrides forward_impl(ctx, x) and backward_impl(ctx, dy)
 //     and saves what backward reads in the Context itself (the bundled
 //     layers, for speed and fused kernels).
@@ -71,11 +74,19 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   Tensor forward(Context& ctx, const Tensor& x);
+  /// The forward on x and further inputs `more` (a decoder block's encoder
+  /// memory): a forward-only module reads them in compute(x, more); a
+  /// module that takes none refuses them by name. Backward returns x's
+  /// gradient and leaves theirs in ctx (Context::take_call_input_grads).
+  Tensor forward(Context& ctx, const Tensor& x, const std::vector<Tensor>& more);
   Tensor backward(Context& ctx, const Tensor& dy);
 
   /// A forward-only step of the calling module's compute(): this module's
   /// forward on x, recorded on x's tape (Tape::call).
   Var operator()(const Var& x) { return x.tape().call(*this, x); }
+  /// The same with further inputs, Vars of the same tape; their gradients
+  /// flow back through the tape too.
+  Var operator()(const Var& x, const std::vector<Var>& more) { return x.tape().call(*this, x, more); }
 
   /// The module's own name within its parent ("attn"); parameters carry full names.
   const std::string& name() const { return name_; }
@@ -123,7 +134,13 @@ class Module {
   /// records when the context saves. Throws kNotSupported by default: a
   /// module defines compute(), or forward_impl and backward_impl.
   virtual Var compute(const Var& x);
-  /// The forward: by default compute() on a tape kept in ctx.
+  /// A forward-only module of several inputs: x and `more`, in the order
+  /// the caller gave them (operator()(x, more)). Called by the default
+  /// forward_impl when there are further inputs; refuses them by default
+  /// (a module of one input defines compute(x) alone).
+  virtual Var compute_with(const Var& x, const std::vector<Var>& more);
+  /// The forward: by default compute() (or compute_with() given further
+  /// inputs, which it takes from ctx) on a tape kept in ctx.
   virtual Tensor forward_impl(Context& ctx, const Tensor& x);
   /// The backward: by default the tape forward_impl kept, walked back.
   virtual Tensor backward_impl(Context& ctx, const Tensor& dy);
@@ -149,6 +166,9 @@ class Module {
   void add_module_keeping_names(std::unique_ptr<Module> child) { children_.push_back(std::move(child)); }
 
  private:
+  /// forward_impl with `more` passed through ctx; refuses them when it did
+  /// not take them.
+  Tensor run_forward_impl(Context& ctx, const Tensor& x, const std::vector<Tensor>& more);
   void adopt(std::unique_ptr<Module> child);
   void collect(std::vector<Parameter*>& out);
   void prefix_names(const std::string& prefix);

@@ -4,9 +4,12 @@
 // embeddings on q and k, a causal mask (decoders) or none (encoders), and an
 // optional key padding mask.
 //
-// Padding: when the micro-batch's Context holds a side input "key_mask"
-// ((B, T) i32, nonzero = that key may be attended; the model sets it), keys
-// are masked; a query with no admissible key outputs zeros.
+// Padding: when the micro-batch's Context holds the side input the config
+// names (AttentionConfig::key_mask, "key_mask" by default; (B, T) i32,
+// nonzero = that key may be attended; the data gives it), keys are masked;
+// a query with no admissible key outputs zeros. Naming it lets two masks
+// coexist: an encoder's self-attention reads the source's padding, a
+// decoder's the target's.
 //
 // Tensor parallelism: q, k and v are column-parallel and the output
 // projection row-parallel, so each rank computes n_head / tp query heads and
@@ -31,6 +34,7 @@ struct AttentionConfig {
   bool bias = false;       // biases on the four projections
   float rope_theta = 0.f;  // > 0: rotary position embeddings with this base
   std::int64_t max_positions = 0;  // the longest sequence (for the rotary table)
+  std::string key_mask = "key_mask";  // the side input of the key padding mask (none given: every key)
 };
 
 class SelfAttention : public Module {

@@ -98,6 +98,9 @@ class Tape {
   /// The module's input: backward returns its gradient (a floating input;
   /// an integer one, token ids, gets none).
   Var input(const Tensor& x);
+  /// A further input of the module (Module::compute_with's `more`), after
+  /// input(): a floating one gets its gradient (take_more_grads).
+  Var more_input(const Tensor& t);
   /// A value that gets no gradient (a mask, an index, a constant).
   Var constant(const Tensor& t);
   /// A parameter's values (Parameter::data(), the compute-dtype working
@@ -109,6 +112,9 @@ class Tape {
   /// `m`'s forward on x (its hooks, its own saved tensors, its collectives);
   /// backward calls m.backward.
   Var call(Module& m, const Var& x);
+  /// The same with further inputs (Module::forward(ctx, x, more)); backward
+  /// gives each its gradient.
+  Var call(Module& m, const Var& x, const std::vector<Var>& more);
   /// Appends an op: `out` is its result, `inputs` what it read (Vars of this
   /// tape), `saved` what its backward needs. When no input requires a
   /// gradient (or the tape does not record) the result is a constant and
@@ -122,6 +128,12 @@ class Tape {
   /// under `ctx`, and lets the saved tensors go. Returns the input's
   /// gradient (undefined for an integer input). Once.
   Tensor backward(Context& ctx, const Tensor& dy);
+
+  /// How many further inputs the module took (more_input).
+  std::size_t more_inputs() const { return more_inputs_.size(); }
+  /// After backward: the further inputs' gradients, in order (undefined for
+  /// integer ones); once.
+  std::vector<Tensor> take_more_grads() { return std::move(more_grads_); }
 
   /// Bytes held by the tensors the nodes keep (views counted per view).
   std::int64_t saved_bytes() const;
@@ -150,6 +162,8 @@ class Tape {
   bool recording_;
   std::vector<Node> nodes_;
   int input_ = -1, output_ = -1;
+  std::vector<int> more_inputs_;   // node indices (-1 when not recording)
+  std::vector<Tensor> more_grads_;
   bool done_ = false;
 };
 
