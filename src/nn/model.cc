@@ -20,7 +20,7 @@ Loss Model::loss(const Var& /*output*/, const Tensor& /*target*/) {
 }
 
 LossValue Model::forward_loss(Context& ctx, const Tensor& input, const Tensor& target) {
-  const Tensor y = forward(ctx, input);
+  const Tensor y = forward(ctx, input, ctx.take_stage_inputs());
   if (!ctx.batch().training) add_metrics(ctx, y, target);
   // The loss's own tape, kept under the model above the forward's entry:
   // backward_loss takes it first.

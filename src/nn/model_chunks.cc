@@ -51,6 +51,10 @@ Shape ModelChunks::stage_input_shape(const Shape& input_shape) const {
   return chunks_.front()->stage_input_shape(input_shape);
 }
 
+std::vector<StageTensor> ModelChunks::stage_inputs(const Shape& input_shape) const {
+  return chunks_.front()->stage_inputs(input_shape);
+}
+
 std::vector<TiedWeight> ModelChunks::tied_weights() const {
   const int p = stage().size;
   std::vector<TiedWeight> out = chunks_.front()->tied_weights();

@@ -87,6 +87,7 @@ Tensor Module::forward_impl(Context& ctx, const Tensor& x) {
   for (const Tensor& t : more) more_vars.push_back(tape->more_input(t));
   const Var y = more.empty() ? compute(in) : compute_with(in, more_vars);
   HT_CHECK(y.defined(), ErrorKind::kInvalidArgument, "module '{}': compute() returned no value", name_);
+  if (!tape->more_output_values().empty()) ctx.put_more_outputs(this, tape->more_output_values());
   if (ctx.saving()) {
     tape->set_output(y);
     ctx.save_tape(this, tape);
@@ -101,7 +102,7 @@ Tensor Module::backward_impl(Context& ctx, const Tensor& dy) {
            "the same Context, created with save_for_backward = true",
            name_);
   const std::shared_ptr<Tape> tape = ctx.tape(this);
-  Tensor dx = tape->backward(ctx, dy);
+  Tensor dx = tape->backward(ctx, dy, ctx.take_more_output_grads(this));
   if (tape->more_inputs() > 0) ctx.put_call_input_grads(this, tape->take_more_grads());
   return dx;
 }

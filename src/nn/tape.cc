@@ -100,6 +100,10 @@ Var Tape::call(Module& m, const Var& x, const std::vector<Var>& more) {
     needs = needs || needs_grad(v);
   }
   Tensor y = m.forward(ctx_, x.tensor(), more_tensors);
+  HT_CHECK(ctx_.take_more_outputs(&m).empty(), ErrorKind::kNotSupported,
+           "module '{}' added further outputs (Tape::add_output), which only a model's pipeline stage may: return "
+           "one value from a module called in compute()",
+           m.name());
   n.module = &m;
   n.requires_grad = needs;
   return add(std::move(n), std::move(y));
@@ -124,6 +128,12 @@ void Tape::set_output(const Var& out) {
   output_ = out.node_;
 }
 
+void Tape::add_output(const Var& v) {
+  HT_CHECK(v.tape_ == this, ErrorKind::kInvalidArgument, "add_output: a Var of another tape");
+  more_outputs_.push_back(v.node_);
+  more_output_values_.push_back(v.tensor());
+}
+
 Tensor Tape::zeros_like(const Node& n) const { return Tensor::zeros(n.shape, n.dtype, n.device); }
 
 void Tape::accumulate(std::vector<Tensor>& grads, int node, const Tensor& g) const {
@@ -137,11 +147,19 @@ void Tape::accumulate(std::vector<Tensor>& grads, int node, const Tensor& g) con
   slot = std::move(sum);
 }
 
-Tensor Tape::backward(Context& ctx, const Tensor& dy) {
+Tensor Tape::backward(Context& ctx, const Tensor& dy, const std::vector<Tensor>& more_dys) {
   HT_CHECK(!done_, ErrorKind::kInvalidArgument, "a tape is backpropagated once; run the forward again");
   done_ = true;
+  HT_CHECK(more_dys.empty() || more_dys.size() == more_outputs_.size(), ErrorKind::kInvalidArgument,
+           "backward got gradients for {} further outputs of a tape that has {}", more_dys.size(),
+           more_outputs_.size());
   std::vector<Tensor> grads(nodes_.size());
   if (output_ >= 0) grads[std::size_t(output_)] = dy;
+  for (std::size_t i = 0; i < more_dys.size(); ++i) {
+    const int node = more_outputs_[i];
+    if (node >= 0 && nodes_[std::size_t(node)].requires_grad && more_dys[i].defined())
+      accumulate(grads, node, more_dys[i]);
+  }
   for (int i = int(nodes_.size()) - 1; i >= 0; --i) {
     Node& n = nodes_[std::size_t(i)];
     Tensor g = std::move(grads[std::size_t(i)]);

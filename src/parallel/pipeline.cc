@@ -2,6 +2,7 @@
 // over this rank's model chunks.
 #include "ht/parallel/pipeline.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -38,26 +39,90 @@ bool is_compute(ActionKind kind) {
          kind == ActionKind::kBackwardWeight;
 }
 
-// The header of a tensor sent between stages: its rank, dimensions and
-// dtype, in 10 int32 (a tensor of more than 8 dimensions is refused).
-constexpr int kHeaderInts = 10;
-Tensor header_of(const Tensor& t) {
-  HT_CHECK(t.shape().size() <= 8, ErrorKind::kInvalidArgument,
-           "pipeline: a tensor of {} dimensions passed between stages; at most 8", t.shape().size());
+// The tensors between two stages travel as one buffer (a Packet): one
+// tensor as itself, several packed flat in order. The header of what is
+// sent: how many tensors, then each one's rank, dimensions and dtype in 10
+// int32 (at most 8 tensors of at most 8 dimensions).
+constexpr int kMaxStageTensors = 8;
+constexpr int kHeaderInts = 1 + 10 * kMaxStageTensors;
+Tensor header_of(const std::vector<Shape>& parts, DType dtype) {
+  HT_CHECK(parts.size() <= std::size_t(kMaxStageTensors), ErrorKind::kInvalidArgument,
+           "pipeline: {} tensors passed between stages; at most {}", parts.size(), kMaxStageTensors);
   Tensor h = Tensor::zeros({kHeaderInts}, DType::kI32, Device::cpu());
   auto* v = static_cast<std::int32_t*>(h.data_ptr());
-  v[0] = std::int32_t(t.shape().size());
-  for (std::size_t d = 0; d < t.shape().size(); ++d) v[1 + d] = std::int32_t(t.shape()[d]);
-  v[9] = std::int32_t(t.dtype());
+  v[0] = std::int32_t(parts.size());
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const Shape& shape = parts[i];
+    HT_CHECK(shape.size() <= 8, ErrorKind::kInvalidArgument,
+             "pipeline: a tensor of {} dimensions passed between stages; at most 8", shape.size());
+    std::int32_t* t = v + 1 + 10 * i;
+    t[0] = std::int32_t(shape.size());
+    for (std::size_t d = 0; d < shape.size(); ++d) t[1 + d] = std::int32_t(shape[d]);
+    t[9] = std::int32_t(dtype);
+  }
   return h;
 }
-std::string header_text(const Tensor& h) {
+/// Tensor i of a header, as text.
+std::string header_text(const Tensor& h, int i) {
   const auto* v = static_cast<const std::int32_t*>(h.data_ptr());
-  if (v[0] < 0 || v[0] > 8) return "a header that is not one";
+  if (v[0] < 0 || v[0] > kMaxStageTensors) return "a header that is not one";
+  if (i >= v[0]) return "nothing";
+  const std::int32_t* t = v + 1 + 10 * i;
+  if (t[0] < 0 || t[0] > 8) return "a header that is not one";
   Shape shape;
-  for (int d = 0; d < v[0]; ++d) shape.push_back(v[1 + d]);
-  const bool known = v[9] >= 0 && v[9] <= int(DType::kBF16);
-  return fmt::format("{} {}", shape_str(shape), known ? dtype_name(DType(v[9])) : "of an unknown dtype");
+  for (int d = 0; d < t[0]; ++d) shape.push_back(t[1 + d]);
+  const bool known = t[9] >= 0 && t[9] <= int(DType::kBF16);
+  return fmt::format("{} {}", shape_str(shape), known ? dtype_name(DType(t[9])) : "of an unknown dtype");
+}
+/// The first tensor where two headers differ, or -1.
+int first_difference(const Tensor& a, const Tensor& b) {
+  const auto* x = static_cast<const std::int32_t*>(a.data_ptr());
+  const auto* y = static_cast<const std::int32_t*>(b.data_ptr());
+  const int n = std::max(std::clamp(x[0], 0, kMaxStageTensors), std::clamp(y[0], 0, kMaxStageTensors));
+  for (int i = 0; i < n; ++i)
+    if (std::memcmp(x + 1 + 10 * i, y + 1 + 10 * i, 10 * sizeof(std::int32_t)) != 0) return i;
+  return x[0] != y[0] ? n : -1;
+}
+
+/// What passes between two stages: the buffer and the tensors it holds.
+struct Packet {
+  Tensor data;
+  std::vector<Shape> parts;
+};
+
+/// One tensor as itself; several (floating, of one dtype) copied flat.
+Packet pack(const std::vector<Tensor>& tensors) {
+  if (tensors.size() == 1) return {tensors[0], {tensors[0].shape()}};
+  std::int64_t total = 0;
+  std::vector<Shape> parts;
+  for (const Tensor& t : tensors) {
+    HT_CHECK(t.defined() && t.dtype() == tensors[0].dtype(), ErrorKind::kDTypeMismatch,
+             "pipeline: the tensors a stage sends on share one dtype (the compute dtype); got {} beside {}",
+             t.defined() ? dtype_name(t.dtype()) : "nothing", dtype_name(tensors[0].dtype()));
+    total += t.numel();
+    parts.push_back(t.shape());
+  }
+  Packet p{Tensor::empty({total}, tensors[0].dtype(), tensors[0].device(), MemCategory::kActivations), parts};
+  std::int64_t at = 0;
+  for (const Tensor& t : tensors) {
+    Tensor part = p.data.slice(at, at + t.numel()).view(t.shape());
+    part.copy_from(t);
+    at += t.numel();
+  }
+  return p;
+}
+
+/// The tensors of a packet: views of its buffer.
+std::vector<Tensor> unpack(const Packet& p) {
+  if (p.parts.size() == 1) return {p.data};
+  std::vector<Tensor> out;
+  std::int64_t at = 0;
+  for (const Shape& shape : p.parts) {
+    const std::int64_t n = shape_numel(shape);
+    out.push_back(p.data.slice(at, at + n).view(shape));
+    at += n;
+  }
+  return out;
 }
 
 std::vector<nn::Model*> chunks_of(nn::Model& model) {
@@ -124,12 +189,12 @@ class Pipeline::Step {
       case ActionKind::kRecvForward: recv_forward(sent(a)); break;
       case ActionKind::kForward: forward(sent(a)); break;
       case ActionKind::kSendForward: {
-        const Tensor y = take(outputs_, sent(a));
+        const Packet y = take(outputs_, sent(a));
         wait(transfer(&y, next(), nullptr, -1, sent(a)));
         break;
       }
       case ActionKind::kRecvBackward: {
-        Tensor& dy = grads_in_[sent(a)] = buffer(out_shapes_.at(sent(a)));
+        Packet& dy = grads_in_[sent(a)] = expect(out_parts_.at(sent(a)));
         wait(transfer(nullptr, -1, &dy, next(), sent(a)));
         break;
       }
@@ -137,31 +202,31 @@ class Pipeline::Step {
       case ActionKind::kBackwardInput: backward_of(sent(a), backward, completes, /*split=*/true); break;
       case ActionKind::kBackwardWeight: backward_weight(sent(a)); break;
       case ActionKind::kSendBackward: {
-        const Tensor dx = take(grads_out_, sent(a));
+        const Packet dx = take(grads_out_, sent(a));
         wait(transfer(&dx, prev(), nullptr, -1, sent(a)));
         break;
       }
       case ActionKind::kSendForwardRecvBackward: {
-        const Tensor y = take(outputs_, sent(a));
-        Tensor& dy = grads_in_[received(a)] = buffer(out_shapes_.at(received(a)));
+        const Packet y = take(outputs_, sent(a));
+        Packet& dy = grads_in_[received(a)] = expect(out_parts_.at(received(a)));
         wait(transfer(&y, next(), &dy, next(), received(a)));
         break;
       }
       case ActionKind::kSendBackwardRecvForward: {
-        const Tensor dx = take(grads_out_, sent(a));
-        Tensor& x = inputs_[received(a)] = buffer(in_shape(received(a)));
+        const Packet dx = take(grads_out_, sent(a));
+        Packet& x = inputs_[received(a)] = expect(in_parts(received(a)));
         wait_for_input(transfer(&dx, prev(), &x, prev(), received(a)), received(a), x);
         break;
       }
       case ActionKind::kSendForwardRecvForward: {
-        const Tensor y = take(outputs_, sent(a));
-        Tensor& x = inputs_[received(a)] = buffer(in_shape(received(a)));
+        const Packet y = take(outputs_, sent(a));
+        Packet& x = inputs_[received(a)] = expect(in_parts(received(a)));
         wait_for_input(transfer(&y, next(), &x, prev(), received(a)), received(a), x);
         break;
       }
       case ActionKind::kSendBackwardRecvBackward: {
-        const Tensor dx = take(grads_out_, sent(a));
-        Tensor& dy = grads_in_[received(a)] = buffer(out_shapes_.at(received(a)));
+        const Packet dx = take(grads_out_, sent(a));
+        Packet& dy = grads_in_[received(a)] = expect(out_parts_.at(received(a)));
         wait(transfer(&dx, prev(), &dy, next(), received(a)));
         break;
       }
@@ -172,17 +237,20 @@ class Pipeline::Step {
   /// receive the previous virtual stage's activations.
   void recv_forward(Key k) {
     if (chunk(k.chunk).first_stage()) {
-      inputs_[k] = input(k.micro_batch);
+      inputs_[k] = pack({input(k.micro_batch)});
       return;
     }
-    Tensor& x = inputs_[k] = buffer(in_shape(k));
+    Packet& x = inputs_[k] = expect(in_parts(k));
     wait_for_input(transfer(nullptr, -1, &x, prev(), k), k, x);
   }
 
   void forward(Key k) {
     const double t0 = now_ms();
     nn::Model& model = chunk(k.chunk);
-    const Tensor x = take(inputs_, k);
+    // The stage's input, and what came beside it (nn::Model::stage_inputs).
+    std::vector<Tensor> more = unpack(take(inputs_, k));
+    const Tensor x = more.front();
+    more.erase(more.begin());
     const auto [it, fresh] = contexts_.try_emplace(k, model.device(), training_);
     HT_CHECK(fresh, ErrorKind::kInternal, "pipeline: micro-batch {} ran forward twice through chunk {}", k.micro_batch,
              k.chunk);
@@ -190,7 +258,14 @@ class Pipeline::Step {
     const data::MicroBatch& batch = batches_[std::size_t(k.micro_batch)];
     prepare(ctx, batch, model.device());
     if (model.last_stage()) {
+      const std::size_t given = more.size();
+      ctx.set_stage_inputs(std::move(more));
       add_loss(model.forward_loss(ctx, x, batch.target.to(model.device())), batch, k.micro_batch);
+      HT_CHECK(ctx.take_stage_inputs().empty(), ErrorKind::kNotSupported,
+               "model '{}': its last stage receives {} further tensor(s) (stage_inputs), but its forward_loss does "
+               "not pass them to forward: use the default forward_loss, or call forward(ctx, x, "
+               "ctx.take_stage_inputs())",
+               model.name(), given);
       for (const auto& [name, m] : ctx.metrics()) {
         nn::Context::MetricSum& total = metrics_[name];
         total.sum += m.sum;
@@ -198,14 +273,16 @@ class Pipeline::Step {
         total.per_sample = m.per_sample;
       }
     } else {
-      Tensor y = model.forward(ctx, x);
-      out_shapes_[k] = y.shape();
+      std::vector<Tensor> outs{model.forward(ctx, x, more)};
+      for (Tensor& t : ctx.take_more_outputs(&model)) outs.push_back(std::move(t));
+      Packet y = pack(outs);
+      out_parts_[k] = y.parts;
       outputs_[k] = std::move(y);
     }
     note_saved_bytes();
     if (!training_) {
       contexts_.erase(it);
-      out_shapes_.erase(k);
+      out_parts_.erase(k);
     }
     p_.stats_.compute_ms += now_ms() - t0;
   }
@@ -265,10 +342,27 @@ class Pipeline::Step {
                  "pipeline: micro-batch {}'s weight gradients are still deferred at chunk {}'s last backward",
                  key.micro_batch, k.chunk);
     if (split) it->second.set_defer_weight_grads(true);
-    const Tensor dy = model.last_stage() ? Tensor() : take(grads_in_, k);
-    Tensor dx = backward(model, it->second, dy, completes);
-    if (!model.first_stage()) grads_out_[k] = std::move(dx);
-    out_shapes_.erase(k);
+    nn::Context& ctx = it->second;
+    // The outputs' gradients: the first as dy, those of the further outputs
+    // through the context (nn::Tape::add_output).
+    std::vector<Tensor> dys = model.last_stage() ? std::vector<Tensor>{Tensor()} : unpack(take(grads_in_, k));
+    const Tensor dy = dys.front();
+    dys.erase(dys.begin());
+    if (!dys.empty()) ctx.put_more_output_grads(&model, std::move(dys));
+    Tensor dx = backward(model, ctx, dy, completes);
+    if (!model.first_stage()) {
+      // The inputs' gradients, in the order they came: x's, then the
+      // further inputs' (zeros where none flowed).
+      std::vector<Tensor> grads{std::move(dx)};
+      const std::vector<Shape> parts = in_parts(k);
+      std::vector<Tensor> more = ctx.take_call_input_grads(&model);
+      for (std::size_t i = 1; i < parts.size(); ++i) {
+        const Tensor g = i - 1 < more.size() ? more[i - 1] : Tensor();
+        grads.push_back(g.defined() ? g : Tensor::zeros(parts[i], p_.activations_, model.device()));
+      }
+      grads_out_[k] = pack(grads);
+    }
+    out_parts_.erase(k);
     if (split)
       note_saved_bytes();  // B frees some activations and keeps the deferred GEMMs' inputs
     else
@@ -302,8 +396,16 @@ class Pipeline::Step {
   int next() const { return (rank() + 1) % p_.pp_.size(); }
   int prev() const { return (rank() + p_.pp_.size() - 1) % p_.pp_.size(); }
   /// What `k`'s chunk receives for its micro-batch (evaluation micro-batches may differ in rows).
-  Shape in_shape(Key k) const {
-    return chunk(k.chunk).stage_input_shape(batches_[std::size_t(k.micro_batch)].input.shape());
+  std::vector<nn::StageTensor> in_tensors(Key k) const {
+    std::vector<nn::StageTensor> t = chunk(k.chunk).stage_inputs(batches_[std::size_t(k.micro_batch)].input.shape());
+    HT_CHECK(!t.empty(), ErrorKind::kInvalidArgument, "model '{}': stage_inputs declares nothing to receive",
+             chunk(k.chunk).name());
+    return t;
+  }
+  std::vector<Shape> in_parts(Key k) const {
+    std::vector<Shape> parts;
+    for (const nn::StageTensor& t : in_tensors(k)) parts.push_back(t.shape);
+    return parts;
   }
 
   /// Micro-batch i's input on the model's device; a floating one in the
@@ -317,16 +419,20 @@ class Pipeline::Step {
     ops::cast(on_device, cast);
     return cast;
   }
-  /// A buffer for activations or their gradients arriving from a neighbour.
-  Tensor buffer(const Shape& shape) const {
-    return Tensor::empty(shape, p_.activations_, chunk(0).device(), MemCategory::kActivations);
+  /// A buffer for activations or their gradients arriving from a
+  /// neighbour: one tensor of its shape, or several flat.
+  Packet expect(const std::vector<Shape>& parts) const {
+    std::int64_t total = 0;
+    for (const Shape& shape : parts) total += shape_numel(shape);
+    const Shape shape = parts.size() == 1 ? parts[0] : Shape{total};
+    return {Tensor::empty(shape, p_.activations_, chunk(0).device(), MemCategory::kActivations), parts};
   }
-  /// The tensor of `k` in `slots`, removed from it.
-  static Tensor take(std::map<Key, Tensor>& slots, Key k) {
+  /// The packet of `k` in `slots`, removed from it.
+  static Packet take(std::map<Key, Packet>& slots, Key k) {
     const auto it = slots.find(k);
     HT_CHECK(it != slots.end(), ErrorKind::kInternal,
              "pipeline: the table uses micro-batch {}'s tensor of chunk {} before it exists", k.micro_batch, k.chunk);
-    Tensor t = std::move(it->second);
+    Packet t = std::move(it->second);
     slots.erase(it);
     return t;
   }
@@ -342,14 +448,14 @@ class Pipeline::Step {
   /// the same pattern (so it pairs as the data does):
   /// what arrives is checked against what this stage expects, and a
   /// mismatch is named with both shapes before any data moves.
-  comm::WorkPtr transfer(const Tensor* send, int dst, Tensor* recv, int src, Key k) {
+  comm::WorkPtr transfer(const Packet* send, int dst, Packet* recv, int src, Key k) {
     const bool every = p_.pp_.debug();
     const bool head_send = send && (every || !p_.headed_to_.count(dst));
     const bool head_recv = recv && (every || !p_.headed_from_.count(src));
     if (head_send || head_recv) {
       // On the data's device: a device backend moves device tensors only.
-      const Device device = (send ? *send : *recv).device();
-      const Tensor out = head_send ? header_of(*send).to(device) : Tensor();
+      const Device device = (send ? send->data : recv->data).device();
+      const Tensor out = head_send ? header_of(send->parts, send->data.dtype()).to(device) : Tensor();
       Tensor in = head_recv ? Tensor::zeros({kHeaderInts}, DType::kI32, device) : Tensor();
       if (head_send && head_recv) wait(p_.pp_.send_recv(out, dst, in, src));
       else if (head_send) wait(p_.pp_.send(out, dst));
@@ -357,35 +463,58 @@ class Pipeline::Step {
       if (head_send) p_.headed_to_.insert(dst);
       if (head_recv) {
         p_.headed_from_.insert(src);
-        in = in.to(Device::cpu());
-        const Tensor mine = header_of(*recv);
-        HT_CHECK(std::memcmp(mine.data_ptr(), in.data_ptr(), mine.nbytes()) == 0, ErrorKind::kShapeMismatch,
-                 "pipeline stage {} (chunk {}), micro-batch {}: rank {} sends {} where this stage expects {} ({}). "
-                 "stage_input_shape must give the shape the previous stage's forward returns",
-                 rank(), k.chunk, k.micro_batch, src, header_text(in), header_text(mine),
-                 src == prev() && recv->shape() == in_shape(k) ? "its input: nn::Model::stage_input_shape"
-                                                               : "a gradient of what it sent");
+        check_header(in.to(Device::cpu()), *recv, src, k);
       }
     }
-    if (send && recv) return p_.pp_.send_recv(*send, dst, *recv, src);
-    if (send) return p_.pp_.send(*send, dst);
-    return p_.pp_.recv(*recv, src);
+    if (send && recv) return p_.pp_.send_recv(send->data, dst, recv->data, src);
+    if (send) return p_.pp_.send(send->data, dst);
+    return p_.pp_.recv(recv->data, src);
+  }
+
+  /// What arrived (`in`, a header) against what `recv` expects: a mismatch
+  /// names the stage, the micro-batch, the tensor and both shapes.
+  void check_header(const Tensor& in, const Packet& recv, int src, Key k) {
+    const Tensor mine = header_of(recv.parts, recv.data.dtype());
+    const int bad = first_difference(mine, in);
+    if (bad < 0) return;
+    const bool input = src == prev() && recv.parts == in_parts(k);
+    const auto* counts = static_cast<const std::int32_t*>(in.data_ptr());
+    if (recv.parts.size() == 1 && counts[0] == 1)
+      HT_CHECK(false, ErrorKind::kShapeMismatch,
+               "pipeline stage {} (chunk {}), micro-batch {}: rank {} sends {} where this stage expects {} ({}). "
+               "stage_input_shape must give the shape the previous stage's forward returns",
+               rank(), k.chunk, k.micro_batch, src, header_text(in, 0), header_text(mine, 0),
+               input ? "its input: nn::Model::stage_input_shape" : "a gradient of what it sent");
+    const std::string what = input && std::size_t(bad) < recv.parts.size()
+                                 ? fmt::format("'{}'", in_tensors(k)[std::size_t(bad)].name)
+                                 : fmt::format("number {}", bad + 1);
+    HT_CHECK(false, ErrorKind::kShapeMismatch,
+             "pipeline stage {} (chunk {}), micro-batch {}: rank {} sends {} tensor(s) where this stage expects {} "
+             "({}); tensor {}: {} sent, {} expected. stage_inputs must list, in order, what the previous stage's "
+             "forward returns and then what it adds with Tape::add_output",
+             rank(), k.chunk, k.micro_batch, src, counts[0], recv.parts.size(),
+             input ? "its inputs: nn::Model::stage_inputs" : "the gradients of what it sent", what,
+             header_text(in, bad), header_text(mine, bad));
   }
 
   /// wait() for a transfer that brings `k`'s input `x` from the previous
   /// stage: one of another size than the model declares is named with the
   /// stage, the micro-batch and the declaration to fix.
-  void wait_for_input(const comm::WorkPtr& w, Key k, const Tensor& x) {
+  void wait_for_input(const comm::WorkPtr& w, Key k, const Packet& x) {
     try {
       wait(w);
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kShapeMismatch) throw;
+      std::string declared = fmt::format("{} {}", shape_str(x.data.shape()), dtype_name(x.data.dtype()));
+      if (x.parts.size() > 1) {
+        declared += ", the tensors";
+        for (const nn::StageTensor& t : in_tensors(k)) declared += fmt::format(" '{}' {}", t.name, shape_str(t.shape));
+      }
       throw Error(ErrorKind::kShapeMismatch,
                   fmt::format("pipeline stage {} (chunk {}), micro-batch {}: what the previous stage sent is not the "
-                              "input this stage declares, {} {} ({} elements; nn::Model::stage_input_shape): {}. "
+                              "input this stage declares, {} ({} elements; nn::Model::stage_input_shape): {}. "
                               "stage_input_shape must give the shape the previous stage's forward returns",
-                              rank(), k.chunk, k.micro_batch, shape_str(x.shape()), dtype_name(x.dtype()), x.numel(),
-                              e.what()));
+                              rank(), k.chunk, k.micro_batch, declared, x.data.numel(), e.what()));
     }
   }
 
@@ -393,11 +522,11 @@ class Pipeline::Step {
   const std::vector<data::MicroBatch>& batches_;
   bool training_;
   std::map<Key, nn::Context> contexts_;
-  std::map<Key, Tensor> inputs_;     // received or loaded, for the forward
-  std::map<Key, Tensor> outputs_;    // computed, to send to the next virtual stage
-  std::map<Key, Tensor> grads_in_;   // the outputs' gradients, received
-  std::map<Key, Tensor> grads_out_;  // the inputs' gradients, to send back
-  std::map<Key, Shape> out_shapes_;  // what each forward in flight sent on
+  std::map<Key, Packet> inputs_;     // received or loaded, for the forward
+  std::map<Key, Packet> outputs_;    // computed, to send to the next virtual stage
+  std::map<Key, Packet> grads_in_;   // the outputs' gradients, received
+  std::map<Key, Packet> grads_out_;  // the inputs' gradients, to send back
+  std::map<Key, std::vector<Shape>> out_parts_;  // what each forward in flight sent on
   LossSums loss_;
   int losses_ = 0;            // micro-batch losses added
   bool summed_ = false;       // the step's loss is token-normalised

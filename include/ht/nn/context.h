@@ -123,24 +123,24 @@ class Context {
     else
       call_inputs_[m] = std::move(more);
   }
-  std::vector<Tensor> take_call_inputs(const Module* m) {
-    const auto it = call_inputs_.find(m);
-    if (it == call_inputs_.end()) return {};
-    std::vector<Tensor> more = std::move(it->second);
-    call_inputs_.erase(it);
-    return more;
-  }
+  std::vector<Tensor> take_call_inputs(const Module* m) { return take_from(call_inputs_, m); }
   bool has_call_inputs(const Module* m) const { return call_inputs_.count(m) > 0; }
   /// The gradients of a module's further inputs, from its backward to the
   /// caller (Tape::call), in their order; undefined where none flows.
   void put_call_input_grads(const Module* m, std::vector<Tensor> grads) { call_grads_[m] = std::move(grads); }
-  std::vector<Tensor> take_call_input_grads(const Module* m) {
-    const auto it = call_grads_.find(m);
-    if (it == call_grads_.end()) return {};
-    std::vector<Tensor> g = std::move(it->second);
-    call_grads_.erase(it);
-    return g;
-  }
+  std::vector<Tensor> take_call_input_grads(const Module* m) { return take_from(call_grads_, m); }
+
+  /// Further outputs of module m's forward (Tape::add_output: a pipeline
+  /// stage's further tensors for the next stage), in order, and in
+  /// backward their gradients, on their way to and from the pipeline.
+  void put_more_outputs(const Module* m, std::vector<Tensor> outs) { more_outputs_[m] = std::move(outs); }
+  std::vector<Tensor> take_more_outputs(const Module* m) { return take_from(more_outputs_, m); }
+  void put_more_output_grads(const Module* m, std::vector<Tensor> grads) { more_output_grads_[m] = std::move(grads); }
+  std::vector<Tensor> take_more_output_grads(const Module* m) { return take_from(more_output_grads_, m); }
+  /// A pipeline stage's further inputs for a model's forward_loss (the last
+  /// stage's), which the default one passes on to forward; none otherwise.
+  void set_stage_inputs(std::vector<Tensor> more) { stage_inputs_ = std::move(more); }
+  std::vector<Tensor> take_stage_inputs() { return std::exchange(stage_inputs_, {}); }
 
   /// Stores the tape one run of a forward-only module recorded (call it
   /// once per run, like save; nothing when not saving).
@@ -220,7 +220,17 @@ class Context {
   bool sealed_ = false;
   BatchInfo batch_;
   std::map<std::string, MetricSum> metrics_;
+  static std::vector<Tensor> take_from(std::unordered_map<const Module*, std::vector<Tensor>>& slots,
+                                       const Module* m) {
+    const auto it = slots.find(m);
+    if (it == slots.end()) return {};
+    std::vector<Tensor> v = std::move(it->second);
+    slots.erase(it);
+    return v;
+  }
   std::unordered_map<const Module*, std::vector<Tensor>> call_inputs_;
+  std::unordered_map<const Module*, std::vector<Tensor>> more_outputs_, more_output_grads_;
+  std::vector<Tensor> stage_inputs_;
   std::unordered_map<const Module*, std::vector<Tensor>> call_grads_;
   struct Deferred {
     std::vector<Tensor> inputs;

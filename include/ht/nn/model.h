@@ -62,6 +62,12 @@ struct Placement {
   bool defer_storage = false;
 };
 
+/// A tensor one pipeline stage sends the next (Model::stage_inputs).
+struct StageTensor {
+  std::string name;
+  Shape shape;
+};
+
 /// A weight held by several pipeline stages under one name.
 struct TiedWeight {
   std::string name;         // the parameter's name, the same on every stage holding it
@@ -130,6 +136,16 @@ class Model : public Module {
   /// receives, for a micro-batch whose first-stage input has `input_shape`.
   /// The default refuses: the model does not split into stages.
   virtual Shape stage_input_shape(const Shape& input_shape) const;
+  /// Pipelines: every tensor this (non-first) stage receives, in order, by
+  /// name (for messages) and shape, all in the compute dtype: the first is
+  /// forward's x, the others compute_with's `more` (a decoder stage's state
+  /// and the encoder's memory). The stage before sends what its forward
+  /// returns, then what it added with Tape::add_output, in this order; each
+  /// gets its gradient back. By default one tensor, "x", of
+  /// stage_input_shape.
+  virtual std::vector<StageTensor> stage_inputs(const Shape& input_shape) const {
+    return {{"x", stage_input_shape(input_shape)}};
+  }
   /// Weights held by more than one stage; the same list on every rank,
   /// whichever stage it holds. None by default.
   virtual std::vector<TiedWeight> tied_weights() const { return {}; }

@@ -38,6 +38,7 @@ class ModelChunks : public Model {
   void check_batch(const Tensor& input, const Tensor& target) const override;
   /// What chunk 0 receives (every chunk receives the same shape).
   Shape stage_input_shape(const Shape& input_shape) const override;
+  std::vector<StageTensor> stage_inputs(const Shape& input_shape) const override;
   /// The chunks' tied weights with their virtual stages mapped to ranks.
   std::vector<TiedWeight> tied_weights() const override;
   int num_layers() const override;

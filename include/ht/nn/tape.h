@@ -124,10 +124,19 @@ class Tape {
   /// The value `out` of this tape is the module's output (called once,
   /// after compute()).
   void set_output(const Var& out);
-  /// Backpropagates `dy` (the output's gradient) through the whole tape
-  /// under `ctx`, and lets the saved tensors go. Returns the input's
-  /// gradient (undefined for an integer input). Once.
-  Tensor backward(Context& ctx, const Tensor& dy);
+  /// A further output, after the one compute() returns: what a model's
+  /// pipeline stage sends the next stage beside it, in the order the next
+  /// stage declares (nn::Model::stage_inputs). Backward seeds it with its
+  /// gradient. For a model's own compute; a child module called on a tape
+  /// may not add one.
+  void add_output(const Var& v);
+  /// The further outputs' values, in order.
+  const std::vector<Tensor>& more_output_values() const { return more_output_values_; }
+  /// Backpropagates `dy` (the output's gradient) and `more_dys` (the
+  /// further outputs', in order; none: zeros) through the whole tape under
+  /// `ctx`, and lets the saved tensors go. Returns the input's gradient
+  /// (undefined for an integer input). Once.
+  Tensor backward(Context& ctx, const Tensor& dy, const std::vector<Tensor>& more_dys = {});
 
   /// How many further inputs the module took (more_input).
   std::size_t more_inputs() const { return more_inputs_.size(); }
@@ -163,6 +172,8 @@ class Tape {
   std::vector<Node> nodes_;
   int input_ = -1, output_ = -1;
   std::vector<int> more_inputs_;   // node indices (-1 when not recording)
+  std::vector<int> more_outputs_;  // node indices (-1: a constant, or not recording)
+  std::vector<Tensor> more_output_values_;
   std::vector<Tensor> more_grads_;
   bool done_ = false;
 };
