@@ -9,6 +9,7 @@
 #
 # CASE
 #   pipelines   pp 2 under 1F1B, GPipe, ZB-H1 and interleaved (v 2)
+#   splits      pp 2 with stages of 1 + 3 and 3 + 1 layers (a model of 4)
 #   mixed       dp 2 ZeRO-3 (also with full recomputation), tp 2, tp 2 x pp 2,
 #               dp 2 x pp 2 (ZeRO-1)
 #   bf16        one process and dp 2 ZeRO-3 in bf16: within bf16's rounding of
@@ -94,6 +95,12 @@ def main():
             got = run(f"pp2_{schedule}", 2, ["--pp", "2", "--schedule", schedule, "--micro-batch", "8",
                                               "--grad-accum", "4"] + extra)
             compare(f"pp 2 {schedule}", got, one)
+    elif case == "splits":
+        one = run("one", 1, ["--micro-batch", "8", "--grad-accum", "4"])
+        for split in ["1,3", "3,1"]:
+            got = run(f"pp2_split_{split.replace(',', '_')}", 2, ["--pp", "2", "--stage-layers", split,
+                                                                   "--micro-batch", "8", "--grad-accum", "4"])
+            compare(f"pp 2 stages of {split} layers", got, one)
     elif case == "mixed":
         one = run("one", 1, ["--micro-batch", "8", "--grad-accum", "4"])
         for name, np_, flags in [("dp2_zero3", 2, ["--zero", "3", "--micro-batch", "4"]),
