@@ -12,6 +12,7 @@
 #include "ht/nn/encoder_block.h"
 #include "ht/nn/functional.h"
 #include "ht/nn/gradient_check.h"
+#include "ht/ops/elementwise.h"
 #include "test_util.h"
 
 namespace ht::nn::multi_input_test {
@@ -130,6 +131,41 @@ TEST(MultiInput, FullRecomputationGivesTheSameBits) {
   for (Parameter* p : m.parameters()) full.push_back(p->grad().to_vector<float>());
   EXPECT_EQ(full, plain);
   EXPECT_EQ(run(Recompute::kSelective), plain);
+}
+
+// docs/api.md's op of one's own on the tape (Tape::record), as written there.
+nn::Var cube(const nn::Var& x) {  // x^3, elementwise
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  ops::mul(x.tensor(), x.tensor(), y);
+  ops::mul(y, x.tensor(), y);
+  return x.tape().record(std::move(y), {x}, {x.tensor()},
+                         [](nn::Context&, const Tensor& dy, const std::vector<Tensor>& saved,
+                            const std::vector<bool>&) {
+                           Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+                           ops::mul(saved[0], saved[0], dx);  // x^2
+                           ops::scale(dx, 3.f);
+                           ops::mul(dx, dy, dx);
+                           return std::vector<Tensor>{dx};
+                         });
+}
+
+class Cubed : public Module {
+ public:
+  Cubed() : Module("cubed") { lin_ = &add_module(std::make_unique<Linear>("lin", 5, 5, true, Device::cpu())); }
+
+ protected:
+  Var compute(const Var& x) override { return cube((*lin_)(x)); }
+
+ private:
+  Linear* lin_;
+};
+
+TEST(OpOfOnesOwn, TheDocsExampleMatchesFiniteDifferences) {
+  std::mt19937 rng(9);
+  Cubed m;
+  fill_random(m, rng);
+  const GradientCheckResult r = check_gradients(m, test::random_tensor({3, 5}, rng), {});
+  EXPECT_TRUE(r.ok) << r.report();
 }
 
 class OneInput : public Module {
