@@ -11,6 +11,8 @@ Tensor Module::forward(Context& ctx, const Tensor& x) { return forward(ctx, x, {
 
 Tensor Module::forward(Context& ctx, const Tensor& x, const std::vector<Tensor>& more) {
   if (pre_forward_) pre_forward_(*this, ctx);
+  if (ctx.saving())
+    for (auto& p : params_) p->note_forward();
   Tensor y;
   if (recompute_ == Recompute::kFull && ctx.saving()) {
     // Full recomputation: the forward saves nothing (its intermediate

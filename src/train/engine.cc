@@ -380,6 +380,7 @@ parallel::LossSums Engine::forward_backward(const StepStats& s, const std::vecto
       pipeline_->train_step(batches, s.loss_scale / float(options_.layout.grad_accum), [&](nn::Model* completes) {
         if (completes) dp_->set_final_part(*completes);
       });
+  check_parameter_uses();
   // The rank's own work this step (slow ranks show here; waiting for peers
   // mostly comes later, in the reduction).
   policies_->stragglers.add_work(
@@ -392,6 +393,23 @@ parallel::LossSums Engine::forward_backward(const StepStats& s, const std::vecto
   for (const StepHooks& h : hooks_)
     if (h.after_gradients) h.after_gradients(s.step, my_loss);
   return {.sum = my_loss, .count = reports ? sums.count : 0.0};
+}
+
+void Engine::check_parameter_uses() {
+  // Each micro-batch's backward marks a parameter ready once per call of its
+  // module; the gradient is complete (and data parallelism reduces it)
+  // after uses() marks. A module called more often than that in one forward
+  // would have its gradient reduced before its last call's contribution.
+  const std::int64_t k = std::max<std::int64_t>(options_.layout.grad_accum, 1);
+  for (nn::Parameter* p : model_->parameters()) {
+    const std::int64_t forwards = p->take_forwards();
+    HT_CHECK(forwards <= k * p->uses(), ErrorKind::kNotSupported,
+             "parameter '{}' is read by {} forwards of its module per micro-batch, but one gradient counts {} "
+             "contribution(s) (Parameter::uses): its gradient would be reduced before the last of them. A module "
+             "called several times in one forward shares its weights: call set_uses({}) on its parameters, or give "
+             "each call a module of its own",
+             p->name(), forwards / k, p->uses(), forwards / k);
+  }
 }
 
 double Engine::apply_update(StepStats& s, const parallel::LossSums& my_loss) {

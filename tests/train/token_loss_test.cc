@@ -26,6 +26,7 @@
 #include "ht/parallel/tables.h"
 #include "ht/train/engine.h"
 #include "mpi_test_util.h"
+#include "test_util.h"
 
 namespace ht::train {
 namespace {
@@ -37,7 +38,10 @@ constexpr std::int32_t kPad = -100;
 // tokens (B, T) -> embeddings -> blocks x (x + MLP(LayerNorm(x))) -> logits (B, T, V).
 class Tagger : public nn::Model {
  public:
-  Tagger(const nn::Placement& at, bool token_mean) : Model("tagger", at), token_mean_(token_mean) {
+  /// `repeat`: how often the first block runs per forward (weights shared);
+  /// `declare`: its parameters say so (Parameter::set_uses).
+  Tagger(const nn::Placement& at, bool token_mean, int repeat = 1, bool declare = false)
+      : Model("tagger", at), token_mean_(token_mean), repeat_(repeat) {
     const auto [first, last] = parallel::stage_range(kBlocks, at.stage.rank, at.stage.size, at.stage.boundaries);
     if (first_stage()) embed_ = &add_built(std::make_unique<nn::Embedding>("embed", kVocab, kLen, kWidth, at.device));
     for (int b = first; b < last; ++b) {
@@ -47,9 +51,12 @@ class Tagger : public nn::Model {
       blocks_.push_back(&add_built(std::make_unique<nn::Residual>("h." + std::to_string(b), std::move(block))));
     }
     if (last_stage()) head_ = &add_built(std::make_unique<nn::Linear>("head", kWidth, kVocab, true, at.device));
+    if (declare)
+      for (nn::Parameter* p : blocks_.front()->parameters()) p->set_uses(repeat);
   }
   nn::Var compute(const nn::Var& x) override {
     nn::Var h = embed_ ? (*embed_)(x) : x;
+    for (int r = 1; r < repeat_; ++r) h = (*blocks_.front())(h);
     for (nn::Residual* block : blocks_) h = (*block)(h);
     return head_ ? (*head_)(h) : h;
   }
@@ -76,6 +83,7 @@ class Tagger : public nn::Model {
 
  private:
   bool token_mean_;
+  int repeat_;
   nn::Embedding* embed_ = nullptr;
   std::vector<nn::Residual*> blocks_;
   nn::Linear* head_ = nullptr;
@@ -128,10 +136,11 @@ EngineOptions options_for(const parallel::Layout& layout) {
   return o;
 }
 
-Run train(const EngineOptions& options, bool token_mean, comm::DeviceMesh* mesh) {
+Run train(const EngineOptions& options, bool token_mean, comm::DeviceMesh* mesh, int repeat = 1, bool declare = false) {
   VariableLengthTags data;
   Engine engine(
-      options, [&](const nn::Placement& at) { return std::make_unique<Tagger>(at, token_mean); }, data, mesh);
+      options, [&](const nn::Placement& at) { return std::make_unique<Tagger>(at, token_mean, repeat, declare); },
+      data, mesh);
   Run r;
   for (int i = 0; i < options.steps; ++i) {
     const StepStats s = engine.step();
@@ -166,15 +175,15 @@ double worst_difference(const Run& got, const Run& want) {
 
 /// `layout` on the world against one process on the whole global batch in
 /// one micro-batch; returns the worst difference on rank 0, -1 elsewhere.
-double difference_from_one_process(const parallel::Layout& layout, bool token_mean) {
+double difference_from_one_process(const parallel::Layout& layout, bool token_mean, int repeat = 1) {
   comm::DeviceMesh mesh(comm::make_mpi_world(), layout.tp, layout.pp);
   const EngineOptions options = options_for(layout);
   Run one;
   if (mesh.rank() == 0) {
     const std::int64_t global = layout.micro_batch * mesh.shape().dp_size() * layout.grad_accum;
-    one = train(options_for({.micro_batch = global}), token_mean, nullptr);
+    one = train(options_for({.micro_batch = global}), token_mean, nullptr, repeat, true);
   }
-  const Run got = train(options, token_mean, &mesh);
+  const Run got = train(options, token_mean, &mesh, repeat, true);
   if (mesh.rank() != 0) return -1;
   EXPECT_LT(one.losses.back(), one.losses.front()) << "the one-process run should learn";
   const double d = worst_difference(got, one);
@@ -210,6 +219,28 @@ TEST(TokenLoss, AMeanOfMeansDependsOnTheLayout) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs on 2";
   const double d = difference_from_one_process({.dp = 2, .micro_batch = 2, .grad_accum = 3}, /*token_mean=*/false);
   if (d >= 0) EXPECT_GT(d, 1e-3);
+}
+
+// A module called twice in one forward (weights shared) whose parameters
+// say so (set_uses(2)) trains alike on every layout; one that does not is
+// refused by name on every rank, before its gradient reduced after the
+// first call's contribution is applied.
+TEST(SharedModule, CalledTwiceAndDeclaredTrainsAlike) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs on 2";
+  for (const parallel::Layout& l : {parallel::Layout{.dp = 2, .micro_batch = 3},
+                                    parallel::Layout{.dp = 2, .zero = 3, .micro_batch = 3, .grad_accum = 2}})
+    EXPECT_LE(difference_from_one_process(l, /*token_mean=*/true, /*repeat=*/2), 1e-5) << l.name();
+}
+
+TEST(SharedModule, CalledTwiceUndeclaredIsRefusedByName) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs on 2";
+  comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 1);
+  VariableLengthTags data;
+  Engine engine(options_for({.dp = 2, .micro_batch = 2, .grad_accum = 2}),
+                [](const nn::Placement& at) { return std::make_unique<Tagger>(at, true, 2, false); }, data, &mesh);
+  EXPECT_TRUE(test::throws_error([&] { engine.step(); }, ErrorKind::kNotSupported,
+                                 {"parameter 'h.0.", "read by 2 forwards of its module per micro-batch",
+                                  "set_uses(2)"}));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "ht/core/tensor.h"
 #include "ht/nn/init.h"
@@ -107,9 +108,16 @@ class Parameter {
   Tensor& raw_grad() { return grad_; }
 
   /// How many backward contributions make one complete gradient per
-  /// micro-batch (2 for a weight tied between embedding and output head).
+  /// micro-batch (2 for a weight tied between embedding and output head,
+  /// or for a module called twice in one forward).
   void set_uses(int uses) { uses_ = uses; }
   int uses() const { return uses_; }
+  /// Counts the saving forwards of the module that owns it (Module::forward),
+  /// so the engine can refuse a module called more often per micro-batch
+  /// than uses() says (its gradient would be reduced after the first
+  /// call's contribution); take_forwards() returns the count and resets it.
+  void note_forward() { ++forwards_; }
+  std::int64_t take_forwards() { return std::exchange(forwards_, 0); }
   /// Called by a module when it has finished accumulating its contribution;
   /// after the last of `uses()` contributions, the grad-ready hook runs.
   void mark_grad_ready();
@@ -136,6 +144,7 @@ class Parameter {
   std::int64_t real_rows_ = -1;
   int uses_ = 1;
   int contributions_ = 0;
+  std::int64_t forwards_ = 0;
   GradReadyHook hook_;
 };
 

@@ -305,6 +305,9 @@ class Engine {
   /// report it; the sum as the after_gradients hooks left it).
   parallel::LossSums forward_backward(const StepStats& s, const std::vector<data::MicroBatch>& batches,
                                       std::chrono::steady_clock::time_point start);
+  /// Refuses a module called more often per micro-batch than its
+  /// parameters' uses() (Parameter::note_forward counts the calls).
+  void check_parameter_uses();
   /// The update; the step's loss count (`my_loss`'s count summed over the
   /// world) rides in the gradient norm's all-reduce and sets the gradient's
   /// normalisation. Returns the count.
