@@ -108,10 +108,11 @@ __device__ void load_tile(S* dst, const S* src, std::int64_t ld, std::int64_t ro
   }
 }
 
-// Whether query row i may see key j (both absolute positions) of tk keys.
+// Whether query row i may see key j (both absolute positions) of tk keys;
+// causal: j <= i + offset.
 __device__ __forceinline__ bool visible(std::int64_t i, std::int64_t j, std::int64_t tk, bool causal,
-                                        const std::int32_t* keep) {
-  return j < tk && (!causal || j <= i) && (!keep || keep[j] != 0);
+                                        std::int64_t offset, const std::int32_t* keep) {
+  return j < tk && (!causal || j <= i + offset) && (!keep || keep[j] != 0);
 }
 
 // Shared-memory carving: consecutive regions, each a multiple of 32 bytes
@@ -171,7 +172,8 @@ __global__ void __launch_bounds__(kThreads)
     m[threadIdx.x] = -INFINITY;
     l[threadIdx.x] = 0.f;
   }
-  const std::int64_t key_end = a.causal ? std::min(tk, r0 + kTile) : tk;  // causal: later key tiles are all masked
+  // Causal: later key tiles are all masked.
+  const std::int64_t key_end = a.causal ? std::min(tk, r0 + kTile + a.causal_offset) : tk;
   for (std::int64_t c0 = 0; c0 < key_end; c0 += kTile) {
     load_tile(ks, k, a.ld_k, c0, tk, d, dp);
     load_tile(vs, v, a.ld_v, c0, tk, d, dp);
@@ -184,7 +186,7 @@ __global__ void __launch_bounds__(kThreads)
       float* row = sc + r * kTile;
       float mx = -INFINITY;
       for (int j = 0; j < kTile; ++j) {
-        const float s = visible(i, c0 + j, tk, a.causal, keep) ? row[j] * scale : -INFINITY;
+        const float s = visible(i, c0 + j, tk, a.causal, a.causal_offset, keep) ? row[j] * scale : -INFINITY;
         row[j] = s;
         mx = fmaxf(mx, s);
       }
@@ -257,7 +259,7 @@ __device__ void tile_softmax_grad(const AttentionArgs& a, std::int64_t r0, std::
   const int r = int(threadIdx.x);
   const float row_lse = lse_rows[r];
   for (int j = 0; j < kTile; ++j) {
-    const bool on = row_lse != -INFINITY && visible(r0 + r, c0 + j, a.tk, a.causal, keep);
+    const bool on = row_lse != -INFINITY && visible(r0 + r, c0 + j, a.tk, a.causal, a.causal_offset, keep);
     const float p = on ? expf(sc[r * kTile + j] * scale - row_lse) : 0.f;
     ps[r * kTile + j] = from_f<S>(p);
     dss[r * kTile + j] = from_f<S>(kern::softmax_grad(p, dp[r * kTile + j], d_rows[r]) * scale);
@@ -292,9 +294,10 @@ __global__ void __launch_bounds__(kThreads)
   load_tile(ks, static_cast<const S*>(a.k) + b * tk * a.ld_k + g * d, a.ld_k, c0, tk, d, dp);
   load_tile(vs, static_cast<const S*>(a.v) + b * tk * a.ld_v + g * d, a.ld_v, c0, tk, d, dp);
   for (int e = int(threadIdx.x); e < kTile * dp; e += int(blockDim.x)) dk[e] = dv[e] = 0.f;
-  // Causal: query tiles before this key tile's index see none of its keys
-  // (the tiles are aligned: the same kTile for rows and keys).
-  const std::int64_t first_r0 = a.causal ? c0 : 0;
+  // Causal: query rows before c0 - offset see none of this tile's keys; the
+  // first query tile to walk is the one holding that row.
+  const std::int64_t first_row = a.causal ? std::max<std::int64_t>(0, c0 - a.causal_offset) : 0;
+  const std::int64_t first_r0 = first_row / kTile * kTile;
   for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
     for (std::int64_t r0 = first_r0; r0 < t; r0 += kTile) {
       __syncthreads();  // the previous tile's products are done with qs, dos, ps, dss
@@ -349,7 +352,7 @@ __global__ void __launch_bounds__(kThreads)
   const S* v = static_cast<const S*>(a.v) + b * tk * a.ld_v + g * d;
   load_query_side(a, gr, b, h, r0, dp, qs, dos, lse_rows, d_rows);
   for (int e = int(threadIdx.x); e < kTile * dp; e += int(blockDim.x)) dq[e] = 0.f;
-  const std::int64_t key_end = a.causal ? std::min(tk, r0 + kTile) : tk;
+  const std::int64_t key_end = a.causal ? std::min(tk, r0 + kTile + a.causal_offset) : tk;
   for (std::int64_t c0 = 0; c0 < key_end; c0 += kTile) {
     __syncthreads();  // the previous tile's products are done with ks, vs, dss
     load_tile(ks, k, a.ld_k, c0, tk, d, dp);

@@ -28,7 +28,7 @@ ht::cuda::AttentionArgs args_for(const AttentionShape& s, DType dtype, const voi
                                  std::int64_t ld_q, std::int64_t ld_k, std::int64_t ld_v, const Tensor& key_mask) {
   return {dtype,    q,     k,   v,        ld_q,        ld_k,       ld_v,
           s.batch,  s.t,   s.tk, s.n_head, s.n_kv_head, s.head_dim, s.causal,
-          key_mask.defined() ? key_mask.data<std::int32_t>() : nullptr};
+          s.offset, key_mask.defined() ? key_mask.data<std::int32_t>() : nullptr};
 }
 
 // Element pointer `offset` elements past `base`.

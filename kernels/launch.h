@@ -136,6 +136,7 @@ struct AttentionArgs {
   std::int64_t ld_q, ld_k, ld_v;
   std::int64_t batch, t, tk, n_head, n_kv_head, head_dim;  // t query rows, tk keys
   bool causal;
+  std::int64_t causal_offset;    // causal: query i sees keys j <= i + causal_offset
   const std::int32_t* key_mask;  // (batch, tk), nonzero = may be attended; null for none
 };
 

@@ -44,6 +44,8 @@ std::int64_t check_qkv_separate(const char* op, const Tensor& q, const Tensor& k
              "choose n_kv_head in {{{}}}",
              op, o.n_kv_head, o.n_head, divisors);
   }
+  HT_CHECK(o.causal_offset >= 0 && (o.causal || o.causal_offset == 0), ErrorKind::kInvalidArgument,
+           "{}: causal_offset {} must be >= 0, and only a causal mask has one", op, o.causal_offset);
   detail::check_ndim(op, "q", q, 3);
   detail::check_ndim(op, "k", k, 3);
   detail::check_ndim(op, "v", v, 3);

@@ -15,6 +15,7 @@ namespace ht::ops::detail {
 struct AttentionShape {
   std::int64_t batch, t, tk, n_head, n_kv_head, head_dim;
   bool causal;
+  std::int64_t offset = 0;  // causal: query i sees keys j <= i + offset
 
   /// Query heads per key/value head: query head h reads key/value head h / group().
   std::int64_t group() const { return n_head / n_kv_head; }
@@ -46,7 +47,7 @@ inline AttentionShape packed_attention_shape(const Tensor& qkv, int n_head) {
 }
 
 inline AttentionShape attention_shape(const Tensor& q, const Tensor& k, const AttentionOptions& o) {
-  return {q.size(0), q.size(1), k.size(1), o.n_head, o.n_kv_head, q.size(2) / o.n_head, o.causal};
+  return {q.size(0), q.size(1), k.size(1), o.n_head, o.n_kv_head, q.size(2) / o.n_head, o.causal, o.causal_offset};
 }
 
 /// The three thirds of a packed (B, T, 3C) tensor (qkv, or dqkv).

@@ -335,6 +335,11 @@ TEST(AttentionGeneral, Errors) {
                            {"n_head=0"}));
   EXPECT_TRUE(throws_error([&] { attention_forward(q, k, v, {5, 1, true}, nullptr, out, lse); },
                            ErrorKind::kShapeMismatch, {"last dimension of q [2, 5, 12]", "n_head=5"}));
+  // A causal offset: >= 0, and only on a causal mask.
+  EXPECT_TRUE(throws_error([&] { attention_forward(q, k, v, {4, 2, true, -1}, nullptr, out, lse); },
+                           ErrorKind::kInvalidArgument, {"causal_offset -1"}));
+  EXPECT_TRUE(throws_error([&] { attention_forward(q, k, v, {4, 2, false, 3}, nullptr, out, lse); },
+                           ErrorKind::kInvalidArgument, {"only a causal mask"}));
   // k and v: (B, T, KV * D).
   EXPECT_TRUE(throws_error([&] { attention_forward(q, t({2, 5, 9}), v, {4, 2, true}, nullptr, out, lse); },
                            ErrorKind::kShapeMismatch, {"'k' must have shape [2, 5, 6]", "n_kv_head=2", "[2, 5, 9]"}));

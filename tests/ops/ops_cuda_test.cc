@@ -460,6 +460,7 @@ void add_attention_general_cases(std::vector<Case>& cases) {
     std::int64_t b, t, h, kv, d;
     bool causal, mask;
     std::int64_t tk = -1;  // keys; -1: t (self-attention), else cross-attention
+    std::int64_t offset = 0;  // causal: query i sees keys j <= i + offset
   };
   for (DType dt : kComputeDtypes)
     for (Size s : {Size{1, 1, 2, 1, 4, true, false}, Size{2, 7, 4, 2, 3, true, true}, Size{3, 33, 6, 3, 16, false, true},
@@ -471,10 +472,15 @@ void add_attention_general_cases(std::vector<Case>& cases) {
                    // tiles, causal ones aligned at the top left, none at all.
                    Size{2, 37, 4, 2, 8, false, true, 70}, Size{2, 70, 4, 2, 8, true, true, 45},
                    Size{3, 5, 2, 1, 16, false, false, 33}, Size{1, 9, 2, 2, 4, false, false, 0},
-                   Size{2, 0, 2, 1, 4, false, true, 6}}) {
+                   Size{2, 0, 2, 1, 4, false, true, 6},
+                   // The causal mask shifted: queries the last rows of the
+                   // keys (bottom right), not on a tile boundary, and past them.
+                   Size{2, 37, 4, 2, 8, true, true, 70, 33}, Size{1, 70, 2, 1, 16, true, false, 140, 70},
+                   Size{1, 33, 2, 2, 8, true, false, 40, 100}}) {
       const std::int64_t tk = s.tk < 0 ? s.t : s.tk;
       cases.push_back({"attention_general_" + dims_name({s.b, s.t, s.h, s.kv, s.d}) +
                            (s.tk < 0 ? "" : "_keys" + std::to_string(tk)) + (s.causal ? "_causal" : "") +
+                           (s.offset ? "_offset" + std::to_string(s.offset) : "") +
                            (s.mask ? "_mask" : "") + dtype_suffix(dt),
                        [s, tk, dt](Device dev) {
                          std::mt19937 rng(17);
@@ -488,7 +494,7 @@ void add_attention_general_cases(std::vector<Case>& cases) {
                            keep[std::size_t(i)] = b > 0 && (tk > 40 ? j >= 40 : j != 0) && j % 3 != 0;
                          }
                          const Tensor mask = Tensor::from_vector(keep, {s.b, tk}).to(dev);
-                         const ops::AttentionOptions o{int(s.h), int(s.kv), s.causal};
+                         const ops::AttentionOptions o{int(s.h), int(s.kv), s.causal, s.offset};
                          Tensor out = nan_of({s.b, s.t, s.h * s.d}, dt).to(dev);
                          Tensor lse = nan_of({s.b, s.h, s.t}, DType::kF32).to(dev);
                          const Tensor* m = s.mask ? &mask : nullptr;

@@ -107,6 +107,7 @@ struct AttentionCase {
   const char* name;
   std::int64_t tq, tk;
   bool causal, masked;
+  std::int64_t offset = 0;  // causal: query i sees keys j <= i + offset
 };
 const AttentionCase kAttention[] = {
     {"attention_cross", 3, 5, false, false},
@@ -115,6 +116,8 @@ const AttentionCase kAttention[] = {
     {"attention_self_causal", 6, 6, true, false},
     {"attention_cross_tiles", 70, 130, false, true},  // several of the CPU driver's 64-row and 64-key tiles
     {"attention_cross_causal_tiles", 130, 70, true, true},
+    {"attention_causal_bottom_right", 4, 9, true, true, 5},  // the last 4 of 9 positions
+    {"attention_causal_offset_tiles", 70, 200, true, false, 130},
 };
 
 void attention_case(const AttentionCase& c, const std::string& path) {
@@ -123,7 +126,7 @@ void attention_case(const AttentionCase& c, const std::string& path) {
   std::vector<std::int32_t> keep(std::size_t(2 * c.tk), 1);
   if (c.masked) keep[std::size_t(2 * c.tk - 1)] = keep[std::size_t(2 * c.tk - 2)] = 0;
   const Tensor mask = Tensor::from_vector(keep, {2, c.tk});
-  const ops::AttentionOptions o{.n_head = 4, .n_kv_head = 2, .causal = c.causal};
+  const ops::AttentionOptions o{.n_head = 4, .n_kv_head = 2, .causal = c.causal, .causal_offset = c.offset};
   run_on_tape(
       w, uniform({2, c.tq + c.tk, 24}, rng),
       [&](const nn::Var& x) {
@@ -135,6 +138,7 @@ void attention_case(const AttentionCase& c, const std::string& path) {
   w.write("key_mask", mask);
   w.attr("tq", double(c.tq));
   w.attr("causal", c.causal ? 1.0 : 0.0);
+  w.attr("offset", double(c.offset));
 }
 
 }  // namespace

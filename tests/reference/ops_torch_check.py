@@ -54,7 +54,7 @@ def attention(f, x):
     scores = qh @ kh.transpose(-1, -2) / 6 ** 0.5
     allowed = torch.from_numpy(f["key_mask"][...] != 0)[:, None, None, :].expand(b, 1, tq, tk)
     if f.attrs["causal"]:
-        allowed = allowed & torch.ones(tq, tk, dtype=torch.bool).tril()
+        allowed = allowed & torch.ones(tq, tk, dtype=torch.bool).tril(diagonal=int(f.attrs["offset"]))
     scores = scores.masked_fill(~allowed, float("-inf"))
     out = torch.softmax(scores, -1) @ vh
     return out.transpose(1, 2).reshape(b, tq, 24)

@@ -49,7 +49,12 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
 struct AttentionOptions {
   int n_head = 0;     // H, query heads; positive
   int n_kv_head = 0;  // KV, key/value heads; positive and dividing H (KV == H: multi-head, 1: multi-query)
-  bool causal = true; // query position i attends to keys [0, i] only
+  bool causal = true; // query position i attends to keys [0, i + causal_offset] only
+  /// Causal only: where query row 0 sits among the keys. 0 aligns the mask
+  /// at the top left (PyTorch's is_causal); Tk - T at the bottom right (the
+  /// queries are the last T of Tk positions: a chunk of a sequence split
+  /// over ranks against all the keys before it, or decoding with a cache).
+  std::int64_t causal_offset = 0;
 };
 
 /// General attention: out (B, T, H*D) and lse (B, H, T) f32 from q (B, T,
@@ -60,8 +65,9 @@ struct AttentionOptions {
 ///
 /// key_mask: null, or (B, Tk) i32 where nonzero means "key j of batch entry
 /// b may be attended" (a padding mask). Query i of batch b attends to keys j
-/// with key_mask[b, j] != 0 and, when causal, j <= i (aligned at the top
-/// left, as PyTorch's scaled_dot_product_attention with is_causal). A query
+/// with key_mask[b, j] != 0 and, when causal, j <= i + causal_offset (0:
+/// aligned at the top left, as PyTorch's scaled_dot_product_attention with
+/// is_causal). A query
 /// with no such key gets an output row of zeros, lse = -inf and, in
 /// backward, zero gradient.
 ///

@@ -62,12 +62,12 @@ std::vector<float> key_bias(const Tensor& key_mask) {
 }
 
 /// How many leading columns of the key tile starting at c0 (cols wide) query
-/// row i may see: all of them, or under the causal mask those with key <= i
-/// (0 for a row above the tile). Worked example: tile c0 = 64 of 64 keys,
-/// row 70 sees keys 64..70, 7 columns; row 10 sees none.
-std::int64_t visible_cols(std::int64_t i, std::int64_t c0, std::int64_t cols, bool causal) {
+/// row i may see: all of them, or under the causal mask those with key <=
+/// i + offset (0 for a row above the tile). Worked example: tile c0 = 64 of
+/// 64 keys, offset 0, row 70 sees keys 64..70, 7 columns; row 10 sees none.
+std::int64_t visible_cols(std::int64_t i, std::int64_t c0, std::int64_t cols, bool causal, std::int64_t offset) {
   if (!causal) return cols;
-  return std::clamp<std::int64_t>(i + 1 - c0, 0, cols);
+  return std::clamp<std::int64_t>(i + offset + 1 - c0, 0, cols);
 }
 
 // One row of a forward tile: s holds the row's `cols` scaled scores, of which
@@ -172,14 +172,15 @@ void forward(const AttentionShape& s, const QkvViews<const float>& in, const std
       std::fill(l.begin(), l.end(), 0.f);
       std::fill(acc.begin(), acc.end(), 0.f);
       // Causal: key tiles starting past the last row r1 - 1 are fully masked.
-      const std::int64_t key_end = s.causal ? std::min(r1, tk) : tk;
+      const std::int64_t key_end = s.causal ? std::min(r1 + s.offset, tk) : tk;
       for (std::int64_t c0 = 0; c0 < key_end; c0 += kKeyTile) {
         const std::int64_t cols = std::min(tk, c0 + kKeyTile) - c0;
         // S = scale * Q_i K_j^T, rows x cols.
         sgemm(false, true, rows, cols, d, scale, q, in.ld_q, k + c0 * in.ld_k, in.ld_k, 0.f, st.data(), kKeyTile);
         bool rescale = false;
         for (std::int64_t ii = 0; ii < rows; ++ii) {
-          alpha[ii] = online_softmax_row(st.data() + ii * kKeyTile, visible_cols(r0 + ii, c0, cols, s.causal), cols,
+          alpha[ii] = online_softmax_row(st.data() + ii * kKeyTile, visible_cols(r0 + ii, c0, cols, s.causal, s.offset),
+                                         cols,
                                          row_bias ? row_bias + c0 : nullptr, m[ii], l[ii]);
           rescale |= alpha[ii] != 1.f;
         }
@@ -235,7 +236,7 @@ void backward(const AttentionShape& s, const float* dout, const QkvViews<const f
         for (std::int64_t i = 0; i < t; ++i) d_rows[std::size_t(i)] = dot_row(go + i * ld_out, o + i * ld_out, d);
         for (std::int64_t r0 = 0; r0 < t; r0 += kQueryTile) {
           const std::int64_t r1 = std::min(t, r0 + kQueryTile), rows = r1 - r0;
-          const std::int64_t key_end = s.causal ? std::min(r1, tk) : tk;
+          const std::int64_t key_end = s.causal ? std::min(r1 + s.offset, tk) : tk;
           for (std::int64_t c0 = 0; c0 < key_end; c0 += kKeyTile) {
             const std::int64_t cols = std::min(tk, c0 + kKeyTile) - c0;
             sgemm(false, true, rows, cols, d, scale, q + r0 * in.ld_q, in.ld_q, k + c0 * in.ld_k, in.ld_k, 0.f,
@@ -244,7 +245,8 @@ void backward(const AttentionShape& s, const float* dout, const QkvViews<const f
                   dp.data(), kKeyTile);
             for (std::int64_t ii = 0; ii < rows; ++ii)
               backward_row(st.data() + ii * kKeyTile, dp.data() + ii * kKeyTile,
-                           visible_cols(r0 + ii, c0, cols, s.causal), cols, row_bias ? row_bias + c0 : nullptr,
+                           visible_cols(r0 + ii, c0, cols, s.causal, s.offset), cols,
+                           row_bias ? row_bias + c0 : nullptr,
                            head_lse[r0 + ii], d_rows[std::size_t(r0 + ii)], scale);
             // dV_j += P^T dO_i ; dK_j += dS^T Q_i ; dQ_i += dS K_j.
             sgemm(true, false, cols, d, rows, 1.f, st.data(), kKeyTile, go + r0 * ld_out, ld_out, 1.f,
