@@ -374,6 +374,9 @@ parallel::LossSums Engine::forward_backward(const StepStats& s, const std::vecto
   // batch), times the loss scale; a token-normalised sum is corrected once
   // the step's count is known (apply_update).
   progress(resilience::Phase::kForwardBackward);
+  // Only this step's forwards count against the parameters' uses (a
+  // program's own forward between steps does not).
+  for (nn::Parameter* p : model_->parameters()) (void)p->take_forwards();
   // A backward that completes the model's gradients (or, interleaved, one
   // chunk's) lets data parallelism start reducing them.
   const parallel::LossSums sums =
