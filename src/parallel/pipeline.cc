@@ -266,6 +266,10 @@ class Pipeline::Step {
                "not pass them to forward: use the default forward_loss, or call forward(ctx, x, "
                "ctx.take_stage_inputs())",
                model.name(), given);
+      HT_CHECK(ctx.take_more_outputs(&model).empty(), ErrorKind::kInvalidArgument,
+               "model '{}': its last stage added further outputs (Tape::add_output), which only a stage with a next "
+               "one sends: add them when !last_stage()",
+               model.name());
       for (const auto& [name, m] : ctx.metrics()) {
         nn::Context::MetricSum& total = metrics_[name];
         total.sum += m.sum;
