@@ -12,19 +12,6 @@ namespace {
 
 constexpr int kRowBlock = 512;  // a vocabulary row is long (tens of thousands): many threads per row
 
-// Log-sum-exp of one row of v values, for every thread of the block: the
-// max, then the sum of exp(x - max), each reduced over the block in a fixed
-// tree: lse = max + log(sum). v == 0 gives -inf.
-__device__ __forceinline__ float block_row_lse(const float* row, std::int64_t v, float* smem) {
-  float mx = -INFINITY;
-  for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, row[j]);
-  mx = block_max(mx, smem);
-  float sum = 0.f;
-  for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x) sum += expf(row[j] - mx);
-  sum = block_sum(sum, smem);
-  return mx + logf(sum);
-}
-
 // Sum of one row of v values, for every thread of the block.
 __device__ __forceinline__ float block_row_sum(const float* row, std::int64_t v, float* smem) {
   float sum = 0.f;

@@ -13,13 +13,7 @@ __global__ void softmax_forward_kernel(const float* x, float* y, std::int64_t ro
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* in = x + r * v;
     float* out = y + r * v;
-    float mx = -INFINITY;
-    for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, in[j]);
-    mx = block_max(mx, smem);
-    float sum = 0.f;
-    for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x) sum += expf(in[j] - mx);
-    sum = block_sum(sum, smem);
-    const float lse = mx + logf(sum);
+    const float lse = block_row_lse(in, v, smem);
     for (std::int64_t j = threadIdx.x; j < v; j += blockDim.x) out[j] = log ? in[j] - lse : expf(in[j] - lse);
   }
 }
