@@ -296,7 +296,8 @@ class Pipeline::Step {
   /// are divided by the target's element count, the same in every
   /// micro-batch of a step, which the backward divides by too.
   void add_loss(const nn::LossValue& l, const data::MicroBatch& batch, int micro_batch) {
-    HT_CHECK(losses_++ == 0 || l.summed == summed_, ErrorKind::kInvalidArgument,
+    const bool first = losses_++ == 0;
+    HT_CHECK(first || l.summed == summed_, ErrorKind::kInvalidArgument,
              "the model's loss is {} for micro-batch {} but {} for an earlier one: a loss is one or the other",
              l.summed ? "a sum" : "a mean", micro_batch, summed_ ? "a sum" : "a mean");
     summed_ = l.summed;

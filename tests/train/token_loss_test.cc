@@ -243,5 +243,30 @@ TEST(SharedModule, CalledTwiceUndeclaredIsRefusedByName) {
                                   "set_uses(2)"}));
 }
 
+// A step whose targets are all ignored counts no token: it is skipped (no
+// update: the weights stay as they were) and reports its loss as NaN, not
+// a number made up of a division by zero.
+class AllIgnored : public VariableLengthTags {
+ public:
+  data::MicroBatch samples(std::int64_t first, std::int64_t count) override {
+    data::MicroBatch b = VariableLengthTags::samples(first, count);
+    b.target = Tensor::from_vector(std::vector<std::int32_t>(std::size_t(b.target.numel()), kPad), b.target.shape());
+    return b;
+  }
+};
+
+TEST(TokenLoss, AStepThatCountsNoTokenIsSkipped) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs on 2 (one process each)";
+  AllIgnored data;
+  Engine engine(options_for({.micro_batch = 2, .grad_accum = 2}),
+                [](const nn::Placement& at) { return std::make_unique<Tagger>(at, true); }, data, nullptr);
+  const std::map<std::string, Tensor> before = engine.full_parameters();
+  const StepStats s = engine.step();
+  EXPECT_TRUE(s.skipped);
+  EXPECT_TRUE(std::isnan(s.loss)) << s.loss;
+  for (const auto& [name, w] : engine.full_parameters())
+    EXPECT_EQ(w.to_vector<float>(), before.at(name).to_vector<float>()) << name;
+}
+
 }  // namespace
 }  // namespace ht::train
