@@ -73,9 +73,10 @@ void CausalLM::check_input(const Tensor& input) const {
     HT_CHECK(input.ndim() == 2 && input.dtype() == DType::kI32, ErrorKind::kShapeMismatch,
              "{}: tokens must be (B, T) i32, got {} {}", describe(), shape_str(input.shape()),
              dtype_name(input.dtype()));
-    HT_CHECK(input.size(1) <= context_, ErrorKind::kShapeMismatch,
+    const std::int64_t length = input.size(1) * context_parallel().size();  // the whole sequence's
+    HT_CHECK(length <= context_, ErrorKind::kShapeMismatch,
              "{}: sequence length {} exceeds the model's context {}; shorten the sequence or raise --context",
-             describe(), input.size(1), context_);
+             describe(), length, context_);
   } else {
     HT_CHECK(input.ndim() == 3 && input.size(2) == width_ && is_floating(input.dtype()), ErrorKind::kShapeMismatch,
              "{} stage {}: input activations must be (B, T, {}) floats, got {} {}", describe(), stage().rank, width_,

@@ -18,7 +18,8 @@ namespace {
 // ZeRO-3 gathers and frees as a whole.
 class LlamaBlock : public nn::Module {
  public:
-  LlamaBlock(std::string name, const LlamaConfig& c, Device device, nn::TensorParallel tp) : Module(std::move(name)) {
+  LlamaBlock(std::string name, const LlamaConfig& c, Device device, nn::TensorParallel tp, nn::ContextParallel cp)
+      : Module(std::move(name)) {
     attn_norm_ = &add_module(std::make_unique<nn::RMSNorm>("input_layernorm", c.n_embd, device, c.norm_eps));
     attn_ = &add_module(std::make_unique<nn::SelfAttention>(
         "self_attn",
@@ -29,7 +30,7 @@ class LlamaBlock : public nn::Module {
                             .bias = false,
                             .rope_theta = c.rope_theta,
                             .max_positions = c.context},
-        device, tp));
+        device, tp, cp));
     mlp_norm_ = &add_module(std::make_unique<nn::RMSNorm>("post_attention_layernorm", c.n_embd, device, c.norm_eps));
     mlp_ = &add_module(std::make_unique<nn::SwiGLUMLP>("mlp", c.n_embd, c.ffn_hidden, device, tp));
   }
@@ -135,7 +136,7 @@ Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
                                         "wpe", config.padded_vocab_size()));
   const auto [first, last] = parallel::stage_range(config.n_layer, stage().rank, stage().size, stage().boundaries);
   for (int i = first; i < last; ++i)
-    layers.push_back(&add_built(std::make_unique<LlamaBlock>(fmt::format("layers.{}", i), config, device, tp)));
+    layers.push_back(&add_built(std::make_unique<LlamaBlock>(fmt::format("layers.{}", i), config, device, tp, placement.cp)));
   if (last_stage()) {
     norm = &add_built(std::make_unique<nn::RMSNorm>("norm", config.n_embd, device, config.norm_eps));
     head = &add_built(std::make_unique<nn::LMHead>("lm_head", "weight", config.vocab_size, config.n_embd, device, tp,
@@ -147,7 +148,8 @@ Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
 }
 
 double Llama::flops_per_token(const Shape& input_shape) const {
-  return config_.flops_per_token(input_shape.size() == 2 ? input_shape[1] : config_.context);
+  // The whole sequence's length: attention's work per token grows with it.
+  return config_.flops_per_token(input_shape.size() == 2 ? input_shape[1] * context_parallel().size() : config_.context);
 }
 
 }  // namespace ht::models

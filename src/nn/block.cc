@@ -5,10 +5,10 @@
 
 namespace ht::nn {
 
-Block::Block(std::string name, std::int64_t dim, int n_head, Device device, TensorParallel tp)
+Block::Block(std::string name, std::int64_t dim, int n_head, Device device, TensorParallel tp, ContextParallel cp)
     : Module(std::move(name)) {
   ln_1_ = &add_module(std::make_unique<LayerNorm>("ln_1", dim, device));
-  attn_ = &add_module(std::make_unique<CausalSelfAttention>("attn", dim, n_head, device, tp));
+  attn_ = &add_module(std::make_unique<CausalSelfAttention>("attn", dim, n_head, device, tp, cp));
   ln_2_ = &add_module(std::make_unique<LayerNorm>("ln_2", dim, device));
   mlp_ = &add_module(std::make_unique<MLP>("mlp", dim, 4 * dim, device, tp));
 }

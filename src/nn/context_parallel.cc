@@ -1,5 +1,6 @@
-// ht::nn context-parallel attention: k and v all-gathered, each local chunk
-// attending to the keys before it, their gradients reduce-scattered back.
+// ht::nn context parallelism: a sequence's chunks, and attention across them
+// (k and v all-gathered, each local chunk attending to the keys before it,
+// their gradients reduce-scattered back).
 #include "ht/nn/context_parallel.h"
 
 #include "ht/nn/functional.h"
@@ -13,18 +14,10 @@ Tensor activation(const Shape& shape, const Tensor& like) {
   return Tensor::empty(shape, like.dtype(), like.device(), MemCategory::kActivations);
 }
 
-/// x's positions [start, start + length) along dimension 1, copied.
-Tensor positions(const Tensor& x, std::int64_t start, std::int64_t length) {
-  Shape shape = x.shape();
-  shape[1] = length;
-  Tensor out = activation(shape, x);
-  ops::narrow(x, 1, start, out);
-  return out;
+/// x's elements [start, start + length) along `dim`, copied.
+Tensor positions(const Tensor& x, std::int64_t start, std::int64_t length, int dim = 1) {
+  return ops::narrow_copy(x, dim, start, length);
 }
-
-/// The sequence's chunk of each rank's halves: rank r's first half is chunk
-/// r, its second chunk 2C - 1 - r.
-std::int64_t chunk_of(int rank, int half, int ranks) { return half == 0 ? rank : 2 * ranks - 1 - rank; }
 
 /// Every rank's (B, 2L, D) side by side, rank-major (C, B, 2L, D), into the
 /// sequence's order (B, 2CL, D); or back (to_ranks).
@@ -33,7 +26,8 @@ Tensor to_sequence(const Tensor& gathered, int ranks, std::int64_t l) {
   Tensor seq = activation({b, 2 * ranks * l, d}, gathered);
   for (int r = 0; r < ranks; ++r) {
     const Tensor mine = gathered.slice(r, r + 1).view({b, 2 * l, d});
-    for (int half = 0; half < 2; ++half) ops::narrow_into(positions(mine, half * l, l), 1, chunk_of(r, half, ranks) * l, seq);
+    for (int half = 0; half < 2; ++half)
+      ops::narrow_into(positions(mine, half * l, l), 1, ContextParallel::chunk_of(r, half, ranks) * l, seq);
   }
   return seq;
 }
@@ -42,7 +36,8 @@ Tensor to_ranks(const Tensor& seq, int ranks, std::int64_t l) {
   Tensor out = activation({ranks, b, 2 * l, d}, seq);
   for (int r = 0; r < ranks; ++r) {
     Tensor mine = out.slice(r, r + 1).view({b, 2 * l, d});
-    for (int half = 0; half < 2; ++half) ops::narrow_into(positions(seq, chunk_of(r, half, ranks) * l, l), 1, half * l, mine);
+    for (int half = 0; half < 2; ++half)
+      ops::narrow_into(positions(seq, ContextParallel::chunk_of(r, half, ranks) * l, l), 1, half * l, mine);
   }
   return out;
 }
@@ -68,9 +63,9 @@ struct ChunkView {
   std::int64_t keys;
   ops::AttentionOptions options;
 };
-ChunkView chunk_view(const ops::AttentionOptions& o, int rank, int half, int ranks, std::int64_t l) {
-  const std::int64_t start = chunk_of(rank, half, ranks) * l;
-  ChunkView c{2 * ranks * l, o};
+ChunkView chunk_view(const ops::AttentionOptions& o, const ContextParallel& cp, int half, std::int64_t l) {
+  const std::int64_t start = cp.half_start(half, 2 * l);
+  ChunkView c{2 * cp.size() * l, o};
   if (o.causal) {
     c.keys = start + l;
     c.options.causal_offset = start;
@@ -78,58 +73,101 @@ ChunkView chunk_view(const ops::AttentionOptions& o, int rank, int half, int ran
   return c;
 }
 
-}  // namespace
-
-Var context_parallel_attention(const Var& q, const Var& k, const Var& v, const ops::AttentionOptions& options,
-                               comm::Communicator& cp) {
+/// The checks every entry point makes; returns L.
+std::int64_t check_chunks(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionOptions& options) {
   HT_CHECK(options.causal_offset == 0, ErrorKind::kInvalidArgument,
-           "context_parallel_attention: causal_offset {} given; each chunk's is its own", options.causal_offset);
-  const int ranks = cp.size(), rank = cp.rank();
-  if (ranks == 1) return attention(q, k, v, options);
+           "context-parallel attention: causal_offset {} given; each chunk's is its own", options.causal_offset);
   HT_CHECK(q.ndim() == 3 && q.size(1) % 2 == 0 && k.ndim() == 3 && k.size(1) == q.size(1) && v.shape() == k.shape(),
            ErrorKind::kShapeMismatch,
-           "context_parallel_attention: q (B, 2L, H*D), k and v (B, 2L, KV*D) hold this rank's two chunks of L "
+           "context-parallel attention: q (B, 2L, H*D), k and v (B, 2L, KV*D) hold this rank's two chunks of L "
            "positions, got {}, {} and {}",
            shape_str(q.shape()), shape_str(k.shape()), shape_str(v.shape()));
-  const std::int64_t l = q.size(1) / 2;
-  const Tensor k_seq = all_gather_sequence(k.tensor(), cp, l), v_seq = all_gather_sequence(v.tensor(), cp, l);
-  Tensor out = activation(q.shape(), q.tensor());
-  std::vector<Tensor> saved{q.tensor(), k_seq, v_seq, out};
+  return q.size(1) / 2;
+}
+
+}  // namespace
+
+Tensor context_chunks(const Tensor& x, const ContextParallel& cp) {
+  if (cp.size() == 1) return x;
+  HT_CHECK(x.ndim() >= 2, ErrorKind::kShapeMismatch,
+           "context parallelism splits dimension 1 (the sequence); got a tensor of shape {}", shape_str(x.shape()));
+  const std::int64_t t = x.size(1), chunks = 2 * cp.size();
+  HT_CHECK(t % chunks == 0, ErrorKind::kConfig,
+           "--cp {} splits each sequence into {} chunks (two per rank, for causal balance), but the sequence length {} "
+           "is not a multiple of {}: choose a length divisible by {} (e.g. {}), or another --cp",
+           cp.size(), chunks, t, chunks, chunks, (t / chunks + 1) * chunks);
+  const std::int64_t l = t / chunks;
+  Shape shape = x.shape();
+  shape[1] = 2 * l;
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device(), MemCategory::kOther);
+  for (int half = 0; half < 2; ++half) ops::narrow_into(positions(x, cp.chunk(half) * l, l), 1, half * l, out);
+  return out;
+}
+
+void context_parallel_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const ops::AttentionOptions& options, const ContextParallel& cp, Tensor& out,
+                                        Tensor& lse) {
+  if (cp.size() == 1) return ops::attention_forward(q, k, v, options, nullptr, out, lse);
+  const std::int64_t l = check_chunks(q, k, v, options);
+  const Tensor k_seq = all_gather_sequence(k, *cp.group, l), v_seq = all_gather_sequence(v, *cp.group, l);
   for (int half = 0; half < 2; ++half) {
-    const ChunkView c = chunk_view(options, rank, half, ranks, l);
-    const Tensor q_half = positions(q.tensor(), half * l, l);
+    const ChunkView c = chunk_view(options, cp, half, l);
+    const Tensor q_half = positions(q, half * l, l);
     Tensor o_half = activation(q_half.shape(), q_half);
-    Tensor lse = Tensor::empty({q.size(0), options.n_head, l}, DType::kF32, q.device(), MemCategory::kActivations);
+    Tensor lse_half = Tensor::empty({q.size(0), options.n_head, l}, DType::kF32, q.device(), MemCategory::kActivations);
     ops::attention_forward(q_half, positions(k_seq, 0, c.keys), positions(v_seq, 0, c.keys), c.options, nullptr,
-                           o_half, lse);
+                           o_half, lse_half);
     ops::narrow_into(o_half, 1, half * l, out);
-    saved.push_back(lse);
+    ops::narrow_into(lse_half, 2, half * l, lse);
   }
+}
+
+void context_parallel_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Tensor& out, const Tensor& lse, const ops::AttentionOptions& options,
+                                         const ContextParallel& cp, Tensor& dq, Tensor& dk, Tensor& dv) {
+  if (cp.size() == 1) return ops::attention_backward(dout, q, k, v, out, lse, options, nullptr, dq, dk, dv);
+  const std::int64_t l = check_chunks(q, k, v, options);
+  comm::Communicator& group = *cp.group;
+  // Gathered again rather than kept from forward: see the top of the header.
+  const Tensor k_seq = all_gather_sequence(k, group, l), v_seq = all_gather_sequence(v, group, l);
+  Tensor dk_seq = Tensor::zeros(k_seq.shape(), k_seq.dtype(), k_seq.device(), MemCategory::kActivations);
+  Tensor dv_seq = Tensor::zeros(v_seq.shape(), v_seq.dtype(), v_seq.device(), MemCategory::kActivations);
+  for (int half = 0; half < 2; ++half) {
+    const ChunkView c = chunk_view(options, cp, half, l);
+    const Tensor q_half = positions(q, half * l, l), k_keys = positions(k_seq, 0, c.keys),
+                 v_keys = positions(v_seq, 0, c.keys);
+    Tensor dq_half = activation(q_half.shape(), q_half), dk_part = activation(k_keys.shape(), k_keys),
+           dv_part = activation(v_keys.shape(), v_keys);
+    ops::attention_backward(positions(dout, half * l, l), q_half, k_keys, v_keys, positions(out, half * l, l),
+                            positions(lse, half * l, l, 2), c.options, nullptr, dq_half, dk_part, dv_part);
+    ops::narrow_into(dq_half, 1, half * l, dq);
+    // Add into the keys' prefix of the sequence's gradients.
+    for (auto [grad, part] : {std::pair{&dk_seq, &dk_part}, std::pair{&dv_seq, &dv_part}}) {
+      Tensor prefix = positions(*grad, 0, c.keys);
+      ops::add(prefix, *part, prefix);
+      ops::narrow_into(prefix, 1, 0, *grad);
+    }
+  }
+  dk.copy_from(reduce_scatter_sequence(dk_seq, group, l));
+  dv.copy_from(reduce_scatter_sequence(dv_seq, group, l));
+}
+
+Var context_parallel_attention(const Var& q, const Var& k, const Var& v, const ops::AttentionOptions& options,
+                               comm::Communicator& group) {
+  if (group.size() == 1) return attention(q, k, v, options);
+  const ContextParallel cp{.group = &group};
+  check_chunks(q.tensor(), k.tensor(), v.tensor(), options);
+  Tensor out = activation(q.shape(), q.tensor());
+  Tensor lse = Tensor::empty({q.size(0), options.n_head, q.size(1)}, DType::kF32, q.device(), MemCategory::kActivations);
+  context_parallel_attention_forward(q.tensor(), k.tensor(), v.tensor(), options, cp, out, lse);
   return q.tape().record(
-      Tensor(out), {q, k, v}, std::move(saved),
-      [options, rank, ranks, l, &cp](Context&, const Tensor& dy, const std::vector<Tensor>& s,
-                                     const std::vector<bool>&) {
-        const Tensor &q_all = s[0], &k_seq = s[1], &v_seq = s[2], &out = s[3];
-        Tensor dq = activation(q_all.shape(), q_all);
-        Tensor dk_seq = Tensor::zeros(k_seq.shape(), k_seq.dtype(), k_seq.device(), MemCategory::kActivations);
-        Tensor dv_seq = Tensor::zeros(v_seq.shape(), v_seq.dtype(), v_seq.device(), MemCategory::kActivations);
-        for (int half = 0; half < 2; ++half) {
-          const ChunkView c = chunk_view(options, rank, half, ranks, l);
-          const Tensor q_half = positions(q_all, half * l, l), k_keys = positions(k_seq, 0, c.keys),
-                       v_keys = positions(v_seq, 0, c.keys);
-          Tensor dq_half = activation(q_half.shape(), q_half), dk = activation(k_keys.shape(), k_keys),
-                 dv = activation(v_keys.shape(), v_keys);
-          ops::attention_backward(positions(dy, half * l, l), q_half, k_keys, v_keys, positions(out, half * l, l),
-                                  s[std::size_t(4 + half)], c.options, nullptr, dq_half, dk, dv);
-          ops::narrow_into(dq_half, 1, half * l, dq);
-          // Add into the keys' prefix of the sequence's gradients.
-          for (auto [grad, part] : {std::pair{&dk_seq, &dk}, std::pair{&dv_seq, &dv}}) {
-            Tensor prefix = positions(*grad, 0, c.keys);
-            ops::add(prefix, *part, prefix);
-            ops::narrow_into(prefix, 1, 0, *grad);
-          }
-        }
-        return std::vector<Tensor>{dq, reduce_scatter_sequence(dk_seq, cp, l), reduce_scatter_sequence(dv_seq, cp, l)};
+      Tensor(out), {q, k, v}, {q.tensor(), k.tensor(), v.tensor(), out, lse},
+      [options, cp](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>&) {
+        const Tensor &q_all = s[0], &k_all = s[1], &v_all = s[2];
+        Tensor dq = activation(q_all.shape(), q_all), dk = activation(k_all.shape(), k_all),
+               dv = activation(v_all.shape(), v_all);
+        context_parallel_attention_backward(dy, q_all, k_all, v_all, s[3], s[4], options, cp, dq, dk, dv);
+        return std::vector<Tensor>{dq, dk, dv};
       });
 }
 

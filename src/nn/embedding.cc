@@ -2,6 +2,7 @@
 #include "ht/nn/embedding.h"
 
 #include "ht/ops/embedding.h"
+#include "ht/ops/movement.h"
 
 namespace ht::nn {
 
@@ -34,12 +35,28 @@ ops::VocabShard Embedding::shard() const {
   return {.start = tp_.rank() * (rows_ / tp_.size()), .size = vocab_, .padded_size = rows_ != vocab_ ? rows_ : -1};
 }
 
+Tensor Embedding::position_rows(const Tensor& table, int half, std::int64_t t) const {
+  const std::int64_t start = cp_.half_start(half, t);
+  return table.slice(start, start + t / 2);
+}
+
 Tensor Embedding::forward_impl(Context& ctx, const Tensor& tokens) {
   Tensor out = Tensor::empty({tokens.size(0), tokens.size(1), wte_->data().size(1)}, wte_->data().dtype(),
                              tokens.device());
   // Positions are added once: by tp rank 0, before the group sums the lookups.
   const bool add_positions = wpe_ && tp_.rank() == 0;
-  ops::embedding_forward(tokens, wte_->data(), add_positions ? wpe_->data() : Tensor(), out, shard());
+  if (cp_.size() == 1 || !add_positions) {
+    ops::embedding_forward(tokens, wte_->data(), add_positions ? wpe_->data() : Tensor(), out, shard());
+  } else {
+    // Each chunk with the rows of its own positions.
+    const std::int64_t t = tokens.size(1), l = t / 2;
+    for (int half = 0; half < 2; ++half) {
+      const Tensor chunk_tokens = ops::narrow_copy(tokens, 1, half * l, l);
+      Tensor chunk = ops::narrow_copy(out, 1, half * l, l);  // shape only; overwritten
+      ops::embedding_forward(chunk_tokens, wte_->data(), position_rows(wpe_->data(), half, t), chunk, shard());
+      ops::narrow_into(chunk, 1, half * l, out);
+    }
+  }
   tp_.all_reduce_sum(out);
   ctx.save(this, {tokens});
   return out;
@@ -50,7 +67,17 @@ Tensor Embedding::backward_impl(Context& ctx, const Tensor& dy) {
   wte_->allocate_grad();
   Tensor no_wpe;
   if (wpe_) wpe_->allocate_grad();
-  ops::embedding_backward(dy, tokens, wte_->grad(), wpe_ ? wpe_->grad() : no_wpe, shard());
+  if (cp_.size() == 1 || !wpe_) {
+    ops::embedding_backward(dy, tokens, wte_->grad(), wpe_ ? wpe_->grad() : no_wpe, shard());
+  } else {
+    const std::int64_t t = tokens.size(1), l = t / 2;
+    for (int half = 0; half < 2; ++half) {
+      Tensor rows = position_rows(wpe_->grad(), half, t);  // a view: accumulates in place
+      ops::embedding_backward(ops::narrow_copy(dy, 1, half * l, l), ops::narrow_copy(tokens, 1, half * l, l),
+                              wte_->grad(), rows,
+                              shard());
+    }
+  }
   wte_->mark_grad_ready();
   if (wpe_) wpe_->mark_grad_ready();
   return Tensor();

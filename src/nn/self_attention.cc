@@ -3,12 +3,14 @@
 
 #include "ht/ops/attention.h"
 #include "ht/ops/elementwise.h"
+#include "ht/ops/movement.h"
 #include "ht/ops/rope.h"
 
 namespace ht::nn {
 
-SelfAttention::SelfAttention(std::string name, const AttentionConfig& config, Device device, TensorParallel tp)
-    : Module(std::move(name)), config_(config) {
+SelfAttention::SelfAttention(std::string name, const AttentionConfig& config, Device device, TensorParallel tp,
+                             ContextParallel cp)
+    : Module(std::move(name)), config_(config), cp_(cp) {
   AttentionConfig& c = config_;
   if (c.n_kv_head == 0) c.n_kv_head = c.n_head;
   HT_CHECK(c.n_head > 0 && c.dim > 0 && c.dim % c.n_head == 0, ErrorKind::kConfig,
@@ -36,6 +38,19 @@ SelfAttention::SelfAttention(std::string name, const AttentionConfig& config, De
   }
 }
 
+Tensor SelfAttention::rope_rows(std::int64_t t) const {
+  if (cp_.size() == 1) return rope_table_;
+  Shape shape = rope_table_.shape();
+  shape[0] = t;
+  Tensor rows = Tensor::empty(shape, rope_table_.dtype(), rope_table_.device(), MemCategory::kOther);
+  const std::int64_t l = t / 2;
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t start = cp_.half_start(half, t);
+    ops::narrow_into(rope_table_.slice(start, start + l), 0, half * l, rows);
+  }
+  return rows;
+}
+
 void SelfAttention::set_recompute(Recompute mode) {
   Module::set_recompute(mode);
   o_->set_input_saved_by_caller(mode == Recompute::kSelective);
@@ -45,19 +60,27 @@ Tensor SelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   HT_CHECK(x.ndim() == 3, ErrorKind::kShapeMismatch, "attention '{}': input must be (B, T, C), got {}", name(),
            shape_str(x.shape()));
   const std::int64_t b = x.size(0), t = x.size(1);
-  HT_CHECK(!rope_table_.defined() || t <= config_.max_positions, ErrorKind::kShapeMismatch,
-           "attention '{}': sequence length {} exceeds the {} positions of the rotary table", name(), t,
+  HT_CHECK(!rope_table_.defined() || t * cp_.size() <= config_.max_positions, ErrorKind::kShapeMismatch,
+           "attention '{}': sequence length {} exceeds the {} positions of the rotary table", name(), t * cp_.size(),
            config_.max_positions);
+  const Tensor* key_mask = ctx.side_input(config_.key_mask);
+  HT_CHECK(cp_.size() == 1 || key_mask == nullptr, ErrorKind::kNotSupported,
+           "attention '{}': a key padding mask ('{}') under context parallelism (--cp {}) is not supported: the mask "
+           "would have to cross the sequence's split. Train with --cp 1",
+           name(), config_.key_mask, cp_.size());
   Tensor q = q_->forward(ctx, x), k = k_->forward(ctx, x), v = v_->forward(ctx, x);
   if (rope_table_.defined()) {
-    ops::rope_forward(q, rope_table_, local_heads_, q);
-    ops::rope_forward(k, rope_table_, local_kv_heads_, k);
+    const Tensor rows = rope_rows(t);
+    ops::rope_forward(q, rows, local_heads_, q);
+    ops::rope_forward(k, rows, local_kv_heads_, k);
   }
   const ops::AttentionOptions options{.n_head = local_heads_, .n_kv_head = local_kv_heads_, .causal = config_.causal};
   Tensor out = Tensor::empty(q.shape(), q.dtype(), x.device());
   Tensor lse = Tensor::empty({b, local_heads_, t}, DType::kF32, x.device());  // f32 whatever the compute dtype
-  const Tensor* key_mask = ctx.side_input(config_.key_mask);
-  ops::attention_forward(q, k, v, options, key_mask, out, lse);
+  if (cp_.size() > 1)
+    context_parallel_attention_forward(q, k, v, options, cp_, out, lse);
+  else
+    ops::attention_forward(q, k, v, options, key_mask, out, lse);
   // Backward recomputes the probabilities from lse, so it needs this
   // micro-batch's key mask: saved with the rest (out is o_proj's saved input
   // too, the same storage). Selective recomputation keeps neither out nor
@@ -80,17 +103,24 @@ Tensor SelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
     // a deterministic op), and o_proj's input saved only now.
     out = Tensor::empty(q.shape(), q.dtype(), q.device());
     lse = Tensor::empty({q.size(0), local_heads_, q.size(1)}, DType::kF32, q.device());
-    ops::attention_forward(q, k, v, options, key_mask, out, lse);
+    if (cp_.size() > 1)
+      context_parallel_attention_forward(q, k, v, options, cp_, out, lse);
+    else
+      ops::attention_forward(q, k, v, options, key_mask, out, lse);
     ctx.save(o_, {out});
   }
   Tensor dout = o_->backward(ctx, dy);
   Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
   Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
   Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-  ops::attention_backward(dout, q, k, v, out, lse, options, key_mask, dq, dk, dv);
+  if (cp_.size() > 1)
+    context_parallel_attention_backward(dout, q, k, v, out, lse, options, cp_, dq, dk, dv);
+  else
+    ops::attention_backward(dout, q, k, v, out, lse, options, key_mask, dq, dk, dv);
   if (rope_table_.defined()) {
-    ops::rope_backward(dq, rope_table_, local_heads_, dq);
-    ops::rope_backward(dk, rope_table_, local_kv_heads_, dk);
+    const Tensor rows = rope_rows(q.size(1));
+    ops::rope_backward(dq, rows, local_heads_, dq);
+    ops::rope_backward(dk, rows, local_kv_heads_, dk);
   }
   // The input feeds all three projections: its gradient is the sum of theirs
   // (v's, k's, then q's, in backward order).

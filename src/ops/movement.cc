@@ -56,6 +56,15 @@ void narrow(const Tensor& x, int dim, std::int64_t start, Tensor& out) {
   slice_copy("narrow", x, out, dim, start, /*into_whole=*/false, out);
 }
 
+Tensor narrow_copy(const Tensor& x, int dim, std::int64_t start, std::int64_t length) {
+  Shape shape = x.shape();
+  const int d = resolve_dim("narrow", x, dim);
+  shape[std::size_t(d)] = length;
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device(), MemCategory::kActivations);
+  narrow(x, d, start, out);
+  return out;
+}
+
 void narrow_into(const Tensor& part, int dim, std::int64_t start, Tensor& out) {
   slice_copy("narrow_into", out, part, dim, start, /*into_whole=*/true, out);
 }

@@ -56,16 +56,19 @@ DataParallel::DataParallel(nn::Model& model, comm::DeviceMesh& mesh, const DataP
     : model_(model), mesh_(mesh), options_(options), initial_values_(std::move(initial_values)) {
   const comm::MeshShape& shape = mesh.shape();
   const comm::MeshCoord& at = mesh.coord();
-  options_.validate(shape.dp_size());
-  const HybridShard h = hybrid_shard(shape.dp_size(), options_.shard_group, at.dp_rank, options_.zero_stage);
+  // Every rank holding these parameters (dp x cp) shares their gradients and state.
+  options_.validate(shape.size(comm::MeshAxis::kDpCp));
+  const HybridShard h =
+      hybrid_shard(shape.size(comm::MeshAxis::kDpCp), options_.shard_group, shape.dp_cp_rank(at), options_.zero_stage);
   shards_ = h.shards;
   shard_rank_ = h.shard_rank;
   replicas_ = h.replicas;
   replica_rank_ = h.replica_rank;
   if (options_.zero_stage > 0) {
-    const std::string& dp_name = mesh.dp_group().name();
-    shard_comm_ = mesh.dp_group().split(replica_rank_, shard_rank_, fmt::format("{}.shard{}", dp_name, replica_rank_));
-    replica_comm_ = mesh.dp_group().split(shard_rank_, replica_rank_, fmt::format("{}.replica{}", dp_name, shard_rank_));
+    comm::Communicator& replicas = mesh.dp_cp_group();
+    const std::string& dp_name = replicas.name();
+    shard_comm_ = replicas.split(replica_rank_, shard_rank_, fmt::format("{}.shard{}", dp_name, replica_rank_));
+    replica_comm_ = replicas.split(shard_rank_, replica_rank_, fmt::format("{}.replica{}", dp_name, shard_rank_));
   }
   tied_ = std::make_unique<TiedWeights>(model_, mesh_);
   build_groups();
@@ -312,7 +315,7 @@ void DataParallel::start_reduction(FlatGroup& g) {
     g.reduce_grads = g.work_grads;
   }
   if (options_.zero_stage <= 1) {
-    g.reduce_work = mesh_.dp_group().all_reduce(g.reduce_grads, g.reduce_grads, comm::ReduceOp::kAvg);
+    g.reduce_work = mesh_.dp_cp_group().all_reduce(g.reduce_grads, g.reduce_grads, comm::ReduceOp::kAvg);
     return;
   }
   g.reduce_work = shard_comm_->reduce_scatter(g.reduce_grads, g.shard_grads, comm::ReduceOp::kAvg);

@@ -16,7 +16,9 @@ std::string Layout::name() const {
   std::erase(sched, '-');  // zb-h1 -> zbh1: an identifier
   std::string s = fmt::format("zero{}", zero);
   if (shard_group > 0) s += fmt::format("_sg{}", shard_group);
-  s += fmt::format("_dp{}_tp{}_pp{}_{}", dp, tp, pp, sched);
+  s += fmt::format("_dp{}_tp{}", dp, tp);
+  if (cp != 1) s += fmt::format("_cp{}", cp);
+  s += fmt::format("_pp{}_{}", pp, sched);
   if (virtual_stages != 1) s += fmt::format("_v{}", virtual_stages);
   if (micro_batch != 1) s += fmt::format("_mb{}", micro_batch);
   if (grad_accum != 1) s += fmt::format("_acc{}", grad_accum);
@@ -25,8 +27,10 @@ std::string Layout::name() const {
 }
 
 std::string Layout::str() const {
-  std::string s = fmt::format("tp{} pp{} dp{} zero{}", tp, pp, dp, zero);
-  if (zero > 0 && shards() != dp) s += fmt::format("/{}", shards());
+  std::string s = fmt::format("tp{}", tp);
+  if (cp != 1) s += fmt::format(" cp{}", cp);
+  s += fmt::format(" pp{} dp{} zero{}", pp, dp, zero);
+  if (zero > 0 && shards() != dp * cp) s += fmt::format("/{}", shards());
   s += fmt::format(" mb{}x{}", micro_batch, grad_accum);
   if (pp > 1) s += " " + schedule_name(schedule);
   if (virtual_stages > 1) s += fmt::format(" v{}", virtual_stages);
@@ -34,24 +38,25 @@ std::string Layout::str() const {
 }
 
 Layout Layout::on_world(int world_size) const {
-  HT_CHECK(tp >= 1 && pp >= 1 && world_size % (tp * pp) == 0, ErrorKind::kConfig,
-           "--tp {} x --pp {} does not divide the {} ranks: choose sizes whose product divides the world", tp, pp,
-           world_size);
-  HT_CHECK(dp == 0 || tp * pp * dp == world_size, ErrorKind::kConfig,
-           "the layout {} has dp {}, but tp {} x pp {} leave {} data-parallel ranks of the {}: give dp 0 (the rest) "
-           "or {}",
-           name(), dp, tp, pp, world_size / (tp * pp), world_size, world_size / (tp * pp));
+  const int model_ranks = tp * pp * cp;  // the ranks one data-parallel replica spans
+  HT_CHECK(tp >= 1 && pp >= 1 && cp >= 1 && world_size % model_ranks == 0, ErrorKind::kConfig,
+           "--tp {} x --pp {}{} does not divide the {} ranks: choose sizes whose product divides the world", tp, pp,
+           cp != 1 ? fmt::format(" x --cp {}", cp) : "", world_size);
+  HT_CHECK(dp == 0 || model_ranks * dp == world_size, ErrorKind::kConfig,
+           "the layout {} has dp {}, but tp {} x pp {} x cp {} leave {} data-parallel ranks of the {}: give dp 0 (the "
+           "rest) or {}",
+           name(), dp, tp, pp, cp, world_size / model_ranks, world_size, world_size / model_ranks);
   Layout l = *this;
-  l.dp = world_size / (tp * pp);
+  l.dp = world_size / model_ranks;
   l.validate();
   return l;
 }
 
 Layout Layout::on_mesh(const comm::MeshShape& mesh) const {
-  HT_CHECK(tp == mesh.tp_size() && pp == mesh.pp_size(), ErrorKind::kConfig,
-           "the layout {} has tp {} and pp {}, but the mesh it runs on has tp {} and pp {}: build the mesh from the "
-           "layout (JobOptions::tp, pp), or give the layout the mesh's sizes",
-           name(), tp, pp, mesh.tp_size(), mesh.pp_size());
+  HT_CHECK(tp == mesh.tp_size() && pp == mesh.pp_size() && cp == mesh.cp_size(), ErrorKind::kConfig,
+           "the layout {} has tp {}, pp {} and cp {}, but the mesh it runs on has tp {}, pp {} and cp {}: build the "
+           "mesh from the layout (JobOptions::tp, pp, cp), or give the layout the mesh's sizes",
+           name(), tp, pp, cp, mesh.tp_size(), mesh.pp_size(), mesh.cp_size());
   return on_world(mesh.world_size());
 }
 
@@ -73,6 +78,7 @@ std::vector<int> Layout::layers_per_stage(int num_layers) const {
 std::string layout_problem(const Layout& l) {
   if (l.tp < 1 || l.pp < 1)
     return fmt::format("--tp {} and --pp {}: tensor-parallel and pipeline sizes are 1 or more", l.tp, l.pp);
+  if (l.cp < 1) return fmt::format("--cp {}: the context-parallel size is 1 or more", l.cp);
   if (l.dp < 0) return fmt::format("dp {}: give the data-parallel ranks, or 0 for the rest of the world", l.dp);
   if (l.micro_batch < 1) return fmt::format("--micro-batch must be positive, got {}", l.micro_batch);
   if (l.grad_accum < 1) return fmt::format("--grad-accum must be positive, got {}", l.grad_accum);
@@ -88,7 +94,7 @@ std::string layout_problem(const Layout& l) {
     }
     return std::string();
   };
-  const int dp = l.dp > 0 ? l.dp : std::max(l.shard_group, 1);
+  const int dp = l.dp > 0 ? l.dp * l.cp : std::max(l.shard_group, 1);
   if (std::string p = problem_of([&] { hybrid_shard(dp, l.shard_group, 0, l.zero); }); !p.empty()) return p;
   if (std::string p = schedule_problem(l.schedule, l.virtual_stages, l.pp, l.grad_accum, l.zero); !p.empty())
     return p;

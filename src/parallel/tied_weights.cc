@@ -34,8 +34,8 @@ TiedWeights::TiedWeights(nn::Model& model, comm::DeviceMesh& mesh) {
       param = *it;
       param->layout().pp_tied_copy = stage != t.stages.front();
     }
-    // The copies of one (dp, tp) position, ordered by stage.
-    const int color = holds ? at.dp_rank * shape.tp_size() + at.tp_rank : -1;
+    // The copies of one (dp, cp, tp) position, ordered by stage.
+    const int color = holds ? shape.dp_cp_rank(at) * shape.tp_size() + at.tp_rank : -1;
     ties_.emplace_back(param, mesh.world().split(color, at.pp_rank, fmt::format("tied.{}.{}", t.name, color)));
   }
 }

@@ -114,7 +114,7 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   // The whole model's size: each stage's parameters counted once (tp rank 0
   // of the first replica), tied copies not again.
   std::int64_t mine = 0;
-  if (at.dp_rank == 0 && at.tp_rank == 0)
+  if (at.dp_rank == 0 && at.cp_rank == 0 && at.tp_rank == 0)
     for (const nn::Parameter* p : model_->parameters())
       if (!p->layout().pp_tied_copy) mine += shape_numel(p->full_shape());
   num_parameters_ = comm::sum_i64(mesh_->world(), mine);
@@ -141,6 +141,7 @@ std::unique_ptr<nn::Model> Engine::build_rank_model(const ModelFactory& make_mod
   const nn::Placement placement{
       .device = options_.device,
       .tp = nn::TensorParallel{&mesh_->tp_group()},
+      .cp = nn::ContextParallel{&mesh_->cp_group()},
       .stage = {.rank = at.pp_rank, .size = pp, .boundaries = layout.stage_boundaries()},
       .defer_storage = true};
   if (v == 1) return build_model(make_model, placement);
@@ -180,6 +181,16 @@ std::unique_ptr<nn::Model> Engine::build_model(const ModelFactory& make_model, c
            "tp {}, device {}: build the model with the placement it is given",
            model->describe(), model->stage().rank, model->stage().size, model->tensor_parallel().size(),
            model->device().str(), want.rank, want.size, placement.tp.size(), placement.device.str());
+  HT_CHECK(placement.cp.size() == 1 || model->supports_context_parallel(), ErrorKind::kNotSupported,
+           "model '{}' does not run under context parallelism (--cp {}): its positions and attention would see "
+           "only this rank's part of each sequence. Train it with --cp 1, or make it give positions their global "
+           "index and attend across the group (nn/context_parallel.h) and return true from "
+           "supports_context_parallel()",
+           model->describe(), placement.cp.size());
+  HT_CHECK(model->context_parallel().size() == placement.cp.size(), ErrorKind::kInvalidArgument,
+           "the model factory built '{}' for context parallelism over {} ranks; the engine asked for {}: build the "
+           "model with the placement it is given",
+           model->describe(), model->context_parallel().size(), placement.cp.size());
   HT_CHECK(model->stage().boundaries == want.boundaries, ErrorKind::kInvalidArgument,
            "the model factory built '{}' with pipeline stage boundaries {{{}}}; the engine asked for {{{}}} "
            "(--stage-layers): build the model with the placement it is given",
@@ -301,6 +312,22 @@ void Engine::check_drawn(const data::MicroBatch& b, std::int64_t rows, const cha
   model_->check_batch(b.input, b.target);
 }
 
+void Engine::take_context_chunks(data::MicroBatch& b) const {
+  const nn::ContextParallel& cp = model_->context_parallel();
+  if (cp.size() == 1) return;
+  HT_CHECK(b.side.empty(), ErrorKind::kNotSupported,
+           "--cp {}: the data source gives side inputs ('{}'), which context parallelism does not split; padding "
+           "masks do not cross the sequence's split. Train with --cp 1",
+           cp.size(), b.side.begin()->first);
+  HT_CHECK(b.input.ndim() >= 2 && b.target.ndim() >= 2 && b.input.size(1) == b.target.size(1),
+           ErrorKind::kShapeMismatch,
+           "--cp {} splits the input and the target along dimension 1 (the sequence), which must be the same length; "
+           "got an input {} and a target {}",
+           cp.size(), shape_str(b.input.shape()), shape_str(b.target.shape()));
+  b.input = nn::context_chunks(b.input, cp);
+  b.target = nn::context_chunks(b.target, cp);
+}
+
 std::vector<data::MicroBatch> Engine::draw_training() {
   const comm::MeshShape& shape = mesh_->shape();
   const std::int64_t rows = options_.layout.micro_batch;
@@ -311,6 +338,7 @@ std::vector<data::MicroBatch> Engine::draw_training() {
     data::MicroBatch b = data_.random_access() ? data_.samples(r.first, r.count) : data_.next();
     b.first_sample = r.first;
     check_drawn(b, rows, "a training micro-batch", r.first);
+    take_context_chunks(b);
     batches.push_back(std::move(b));
   }
   return batches;
@@ -323,6 +351,7 @@ std::vector<data::MicroBatch> Engine::draw_validation() {
     data::MicroBatch b = data_.validation_samples(r.first, r.count);
     b.first_sample = r.first;
     check_drawn(b, r.count, "a validation micro-batch", r.first);
+    take_context_chunks(b);
     batches.push_back(std::move(b));
   }
   return batches;
@@ -345,7 +374,7 @@ StepStats Engine::step() {
   if (trace_) trace_->end_step(s.step, s.step >= options_.steps);
   std::int64_t targets = 0;
   for (const data::MicroBatch& b : batches) targets += b.target.numel();
-  s.tokens = targets * mesh_->shape().dp_size();
+  s.tokens = targets * mesh_->shape().size(comm::MeshAxis::kDpCp);  // each cp rank its share of the positions
   if (!batches.empty()) s.flops_per_token = model_->flops_per_token(batches.front().input.shape());
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   // What auto snapshots measure their cost by: the step's time, less a
@@ -441,9 +470,10 @@ double Engine::apply_update(StepStats& s, const parallel::LossSums& my_loss) {
   };
   const float raw_norm = optim::unscale_and_global_norm(dp_->shard_gradients(), counted, s.loss_scale, sum_over_world);
   // The backward gave each micro-batch's loss 1/k of the step (data
-  // parallelism averages over dp): right for means, whose count is k dp;
-  // a token-normalised step's gradient is its sum over its own count.
-  const double k_dp = double(options_.layout.grad_accum * mesh_->shape().dp_size());
+  // parallelism averages over dp x cp): right for means, whose count is k dp
+  // cp (each cp rank's mean is over an equal share of the positions); a
+  // token-normalised step's gradient is its sum over its own count.
+  const double k_dp = double(options_.layout.grad_accum * mesh_->shape().size(comm::MeshAxis::kDpCp));
   const float normalise = loss_count > 0 ? float(k_dp / loss_count) : 0.f;
   s.grad_norm = raw_norm * normalise;
   // Every rank sees the same norm, so every rank makes the same decision: an

@@ -61,15 +61,15 @@ void StragglerWatch::end_of_step(comm::Communicator& world, StepStats& s) {
 
 void ReplicaCheck::check(nn::Model& model, comm::DeviceMesh& mesh, bool sharded, std::int64_t step) {
   checked_step_ = step;
-  // Replicas (the same tp rank and stage in every dp group) hold identical
-  // parameters after the update; one 64-bit checksum each is compared.
-  if (mesh.shape().dp_size() < 2 || sharded) return;
+  // Replicas (the same tp rank and stage in every dp x cp group) hold
+  // identical parameters after the update; one 64-bit checksum each is compared.
+  if (mesh.shape().size(comm::MeshAxis::kDpCp) < 2 || sharded) return;
   std::uint64_t h = kFnvOffset;
   for (nn::Parameter* p : model.parameters()) {
     const Tensor host = p->data().to(Device::cpu());
     h = fnv_fold(h, ckpt::checksum64(host.data_ptr(), host.nbytes()));
   }
-  comm::Communicator& dp = mesh.dp_group();
+  comm::Communicator& dp = mesh.dp_cp_group();
   const std::vector<std::uint64_t> v = comm::all_gather_u64(dp, h);
   std::vector<int> agree(std::size_t(dp.size()), 0);
   for (int a = 0; a < dp.size(); ++a)
@@ -78,7 +78,7 @@ void ReplicaCheck::check(nn::Model& model, comm::DeviceMesh& mesh, bool sharded,
   const int most = *std::max_element(agree.begin(), agree.end());
   if (most == dp.size()) return;  // every replica agrees with every other
   // The odd ones out; with no majority (two replicas) every rank is suspect.
-  const std::vector<int> ranks = mesh.group(comm::MeshAxis::kDp);
+  const std::vector<int> ranks = mesh.group(comm::MeshAxis::kDpCp);
   std::vector<int> culprits;
   for (int a = 0; a < dp.size(); ++a)
     if (agree[std::size_t(a)] < most || most * 2 <= dp.size()) culprits.push_back(ranks[std::size_t(a)]);

@@ -1,6 +1,6 @@
-// Every parallel layout trains like one process: 20 AdamW steps of a small
-// GPT, or of a small Llama (grouped-query attention, SwiGLU, rotary
-// positions), from the same initial weights give the same losses, gradient
+// Every parallel layout trains like one process: 20 AdamW steps (8 under
+// context parallelism) of a small GPT, or of a small Llama (grouped-query
+// attention, SwiGLU, rotary positions), from the same initial weights give the same losses, gradient
 // norms and final full weights as a single process on the whole batch (fp32,
 // within 1e-5 relative); pipelines split the blocks by count or into stages
 // of chosen sizes (--stage-layers). Each ctest entry runs the layouts of its
@@ -66,9 +66,13 @@ test::GPTRunOptions options_for(const Case& c) {
     o.model.vocab_size = 61;
     o.model.vocab_multiple = 16;
   }
-  o.seq_len = 8;
+  // Context parallelism cuts each sequence into 2 cp chunks: 16 positions
+  // give cp 4 chunks of 2.
+  o.seq_len = c.layout.cp > 1 ? 16 : 8;
   o.engine.layout = c.layout;
-  o.engine.steps = 20;
+  // Fewer steps under cp: its collectives per layer are slow on
+  // oversubscribed cores, and 8 steps already compound any error.
+  o.engine.steps = c.layout.cp > 1 ? 8 : 20;
   o.engine.warmup_steps = 3;
   o.engine.lr = 1e-3f;
   o.engine.min_lr = 1e-4f;
@@ -142,7 +146,7 @@ template <typename Engine, typename Options>
 void expect_matches_one_process(const Case& c, const Options& options, std::int64_t data_vocab) {
   const Layout& l = c.layout;
   const data::TokenSplits data = test::pangram_text(data_vocab);
-  comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp);
+  comm::DeviceMesh mesh(comm::make_mpi_world(), l.tp, l.pp, l.cp);
   const int dp = mesh.shape().dp_size();
 
   RunResult ref;
@@ -279,7 +283,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{.pp = 4, .dp = 1, .grad_accum = 4, .schedule = Schedule::kInterleaved, .virtual_stages = 2}, false, false, false, 8},
         Case{{.pp = 2, .dp = 1, .grad_accum = 2, .schedule = Schedule::kInterleaved, .virtual_stages = 3}, false, false, false, 6},
         Case{{.tp = 2, .pp = 2, .dp = 1, .grad_accum = 2, .schedule = Schedule::kInterleaved, .virtual_stages = 2}},
-        Case{{.pp = 2, .dp = 2, .zero = 1, .grad_accum = 2, .schedule = Schedule::kInterleaved, .virtual_stages = 2, .stage_layers = {2, 1, 1, 1}}}),
+        Case{{.pp = 2, .dp = 2, .zero = 1, .grad_accum = 2, .schedule = Schedule::kInterleaved, .virtual_stages = 2, .stage_layers = {2, 1, 1, 1}}},
+        // Context parallelism: each sequence over cp ranks (learned
+        // positions for the GPT, rotary for the Llama), alone and with tp,
+        // pp and ZeRO-3 over dp x cp.
+        Case{{.dp = 1, .cp = 2}}, Case{{.dp = 1, .cp = 4}}, Case{{.tp = 2, .dp = 1, .cp = 2}},
+        Case{{.pp = 2, .dp = 1, .cp = 2, .grad_accum = 2}}, Case{{.dp = 2, .cp = 2, .zero = 3, .grad_accum = 2}},
+        Case{{.dp = 1, .cp = 2}, false, true}, Case{{.dp = 1, .cp = 4}, false, true},
+        Case{{.tp = 2, .dp = 1, .cp = 2}, false, true}, Case{{.pp = 2, .dp = 1, .cp = 2, .grad_accum = 2}, false, true},
+        Case{{.dp = 2, .cp = 2, .zero = 3, .grad_accum = 2}, false, true}),
     case_name);
 
 // A model whose stage_input_shape is not what the stage before returns

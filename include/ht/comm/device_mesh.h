@@ -1,12 +1,16 @@
-// ht::comm::DeviceMesh: the communicators of a 3-D mesh pp x dp x tp, built
-// once at start-up from the world communicator and the requested tp and pp.
+// ht::comm::DeviceMesh: the communicators of a mesh pp x dp x cp x tp, built
+// once at start-up from the world communicator and the requested tp, pp and
+// cp.
 //
-// The rank arithmetic is MeshShape's (mesh_shape.h): dp = world / (tp * pp),
-// rank order tp fastest, then dp, then pp. The mesh owns the world and one
+// The rank arithmetic is MeshShape's (mesh_shape.h): dp = world / (tp * pp *
+// cp), rank order tp fastest, then cp, then dp, then pp. Beside the four
+// axes, the dp x cp group (the ranks holding the same parameters: gradients
+// are reduced over it) is one more split when cp > 1, and the dp group
+// itself when cp is 1. The mesh owns the world and one
 // communicator per axis, each a split of the world with colour
 // MeshShape::group_index and key the coordinate along the axis, so a rank's
 // position in its tp group is its tp coordinate. Groups are named
-// "<axis>.<group index>" ("tp.0", "dp.1", "pp.0"), as messages and flight-
+// "<axis>.<group index>" ("tp.0", "dp.1", "pp.0", "cp.0", "dpcp.1"), as messages and flight-
 // recorder dumps show them. An axis of size 1 still has its (one-rank)
 // communicator, so callers never test for absence.
 //
@@ -26,14 +30,15 @@ namespace ht::comm {
 
 class DeviceMesh {
  public:
-  /// Collective over `world`: every rank calls it with the same tp and pp.
-  /// Splits the world into the tp, dp and pp groups, in that order. Throws
+  /// Collective over `world`: every rank calls it with the same tp, pp and
+  /// cp. Splits the world into the tp, dp, pp and cp groups (and dp x cp
+  /// when cp > 1), in that order. Throws
   /// ht::Error(kConfig) naming the sizes and the valid choices when tp * pp
   /// does not divide world->size() (the same verdict on every rank, before
   /// any communication), kInvalidArgument for a null world, and what split
   /// throws (CommTimeout when a rank does not join). On a throw the world is
   /// destroyed with the mesh (aborted, as any unfinalised communicator).
-  DeviceMesh(std::unique_ptr<Communicator> world, int tp, int pp);
+  DeviceMesh(std::unique_ptr<Communicator> world, int tp, int pp, int cp = 1);
   /// Aborts whatever was not finalised (see Communicator). Never throws.
   ~DeviceMesh();
   DeviceMesh(const DeviceMesh&) = delete;
@@ -50,6 +55,9 @@ class DeviceMesh {
   Communicator& tp_group() const { return *tp_; }
   Communicator& dp_group() const { return *dp_; }
   Communicator& pp_group() const { return *pp_; }
+  Communicator& cp_group() const { return *cp_; }
+  /// The ranks holding this rank's parameters (dp x cp; the dp group when cp is 1).
+  Communicator& dp_cp_group() const { return dp_cp_ ? *dp_cp_ : *dp_; }
   Communicator& axis(MeshAxis axis) const;
 
   /// Finalises the axis communicators, then the world, each within `timeout`
@@ -62,7 +70,8 @@ class DeviceMesh {
   std::unique_ptr<Communicator> world_;  // declared first: destroyed after the groups split from it
   MeshShape shape_;
   MeshCoord coord_;
-  std::unique_ptr<Communicator> tp_, dp_, pp_;
+  std::unique_ptr<Communicator> tp_, dp_, pp_, cp_;
+  std::unique_ptr<Communicator> dp_cp_;  // null when cp is 1 (dp_ serves)
 };
 
 }  // namespace ht::comm

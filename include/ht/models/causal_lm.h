@@ -56,6 +56,9 @@ class CausalLM : public nn::Model {
   /// kSelective and kNone go to every module (the blocks' attention acts on
   /// kSelective).
   void set_recompute(nn::Recompute mode) override;
+  /// Positions (learned or rotary) by global index and attention across the
+  /// group: the derived models build their layers with the placement's cp.
+  bool supports_context_parallel() const override { return true; }
 
   /// Continues `prompt` (token ids) by `count` tokens sampled at `temperature`
   /// (0: greedy), using the last `context` tokens as the window; padding ids

@@ -5,8 +5,14 @@
 // backward runs ops::attention_forward again for the attention's output and
 // log-sum-exp, then c_proj's backward (whose input it saves for it then:
 // c_proj keeps nothing in forward) and the attention's.
+//
+// Under context parallelism (a ContextParallel group of more than one) the
+// input holds this rank's two chunks of each sequence and the attention runs
+// across the group (nn/context_parallel.h): q, k and v are cut out of the
+// packed projection and attend to the whole sequence's keys.
 #pragma once
 
+#include "ht/nn/context_parallel.h"
 #include "ht/nn/linear.h"
 
 namespace ht::nn {
@@ -15,7 +21,8 @@ class CausalSelfAttention : public Module {
  public:
   /// Throws kConfig unless n_head divides dim and tp divides n_head. With
   /// tensor parallelism each rank computes n_head / tp whole heads.
-  CausalSelfAttention(std::string name, std::int64_t dim, int n_head, Device device, TensorParallel tp = {});
+  CausalSelfAttention(std::string name, std::int64_t dim, int n_head, Device device, TensorParallel tp = {},
+                      ContextParallel cp = {});
 
   Linear& c_attn() { return *c_attn_; }
   Linear& c_proj() { return *c_proj_; }
@@ -29,7 +36,13 @@ class CausalSelfAttention : public Module {
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 
  private:
+  /// The attention core on the packed qkv: whole, or across the cp group.
+  void attend(const Tensor& qkv, Tensor& att, Tensor& lse) const;
+  void attend_backward(const Tensor& datt, const Tensor& qkv, const Tensor& att, const Tensor& lse,
+                       Tensor& dqkv) const;
+
   int n_head_;
+  ContextParallel cp_;
   Linear* c_attn_;
   Linear* c_proj_;
 };

@@ -11,7 +11,8 @@ namespace ht::nn {
 
 class Block : public Module {
  public:
-  Block(std::string name, std::int64_t dim, int n_head, Device device, TensorParallel tp = {});
+  Block(std::string name, std::int64_t dim, int n_head, Device device, TensorParallel tp = {},
+        ContextParallel cp = {});
 
   LayerNorm& ln_1() { return *ln_1_; }
   CausalSelfAttention& attn() { return *attn_; }

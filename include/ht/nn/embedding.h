@@ -1,6 +1,7 @@
 // ht::nn::Embedding: token embedding plus learned position embedding.
 #pragma once
 
+#include "ht/nn/context_parallel.h"
 #include "ht/nn/module.h"
 #include "ht/ops/vocab_shard.h"
 #include "ht/nn/tensor_parallel.h"
@@ -23,6 +24,10 @@ class Embedding : public Module {
             TensorParallel tp = {}, const std::string& token_name = "wte", const std::string& position_name = "wpe",
             std::int64_t padded_vocab = 0);
 
+  /// Under context parallelism the tokens are this rank's two chunks of
+  /// each sequence, and each row gets the position of its global index.
+  void set_context_parallel(ContextParallel cp) { cp_ = cp; }
+
   Parameter& token_weight() { return *wte_; }
   Parameter* position_weight() { return wpe_; }
 
@@ -34,10 +39,14 @@ class Embedding : public Module {
 
  private:
   ops::VocabShard shard() const;
+  /// The rows of wpe (or its gradient) for half `half` of `t` local
+  /// positions under context parallelism: a view.
+  Tensor position_rows(const Tensor& table, int half, std::int64_t t) const;
 
   Parameter* wte_;
   Parameter* wpe_ = nullptr;
   TensorParallel tp_;
+  ContextParallel cp_;
   std::int64_t vocab_, rows_;  // real ids, and wte's full row count (padding included)
 };
 

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "ht/nn/context_parallel.h"
 #include "ht/nn/loss.h"
 #include "ht/nn/module.h"
 #include "ht/nn/tensor_parallel.h"
@@ -54,6 +55,11 @@ struct PipelineStage {
 struct Placement {
   Device device = Device::cpu();
   TensorParallel tp;  // no group: no tensor parallelism
+  /// The context-parallel group (context_parallel.h); no group: none. A
+  /// model under it receives its two chunks of every sequence (tokens (B,
+  /// 2L) of a sequence of 2CL) and must give positions their global index
+  /// and attend across the group; one that cannot refuses it (kNotSupported).
+  ContextParallel cp;
   PipelineStage stage;
   /// Parameters may be built without storage (each module's released as
   /// soon as it is built): ZeRO-3 then fills its shards from the parameters'
@@ -81,6 +87,7 @@ class Model : public Module {
   const Placement& placement() const { return placement_; }
   Device device() const { return placement_.device; }
   const TensorParallel& tensor_parallel() const { return placement_.tp; }
+  const ContextParallel& context_parallel() const { return placement_.cp; }
   const PipelineStage& stage() const { return placement_.stage; }
   bool first_stage() const { return placement_.stage.first(); }
   bool last_stage() const { return placement_.stage.last(); }
@@ -153,6 +160,13 @@ class Model : public Module {
   /// PipelineStage::boundaries count: GPT's and Llama's blocks), for reports;
   /// 0 (the default) when the model does not say.
   virtual int num_layers() const { return 0; }
+
+  /// Whether the model runs under context parallelism (Placement::cp): it
+  /// gives positions their global index and attends across the group. The
+  /// engine refuses --cp above 1 for a model that does not say so, since
+  /// one that ignored the split would train on wrong numbers without an
+  /// error. false by default.
+  virtual bool supports_context_parallel() const { return false; }
 
   /// "GPT L6 H6 C384 V256 T256": the architecture and its sizes.
   virtual std::string describe() const = 0;

@@ -16,12 +16,18 @@
 // n_kv_head / tp key/value heads (the query heads of a group stay on the
 // rank of their key/value head).
 //
+// Context parallelism (a ContextParallel group of more than one): the input
+// holds this rank's two chunks of each sequence; rotary angles are those of
+// the positions' global index, and attention runs across the group
+// (nn/context_parallel.h). No key padding mask then (refused by name).
+//
 // Selective recomputation (Recompute::kSelective): it keeps q, k, v (rotated)
 // and the key mask only; backward runs ops::attention_forward again for the
 // output and log-sum-exp, saves the output as o_proj's input (o_proj keeps
 // nothing in forward) and backpropagates.
 #pragma once
 
+#include "ht/nn/context_parallel.h"
 #include "ht/nn/linear.h"
 
 namespace ht::nn {
@@ -42,7 +48,8 @@ class SelfAttention : public Module {
   /// Throws kConfig naming the value when n_head does not divide dim,
   /// n_kv_head n_head, tp n_kv_head, or rotary embeddings lack max_positions
   /// or meet an odd head size.
-  SelfAttention(std::string name, const AttentionConfig& config, Device device, TensorParallel tp = {});
+  SelfAttention(std::string name, const AttentionConfig& config, Device device, TensorParallel tp = {},
+                ContextParallel cp = {});
 
   const AttentionConfig& config() const { return config_; }
   Linear& q_proj() { return *q_; }
@@ -59,7 +66,12 @@ class SelfAttention : public Module {
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 
  private:
+  /// The rotary table's rows for this rank's `t` positions: the table
+  /// itself, or under context parallelism its two chunks' rows.
+  Tensor rope_rows(std::int64_t t) const;
+
   AttentionConfig config_;
+  ContextParallel cp_;
   int local_heads_, local_kv_heads_;
   Tensor rope_table_;  // (max_positions, head_dim / 2, 2) f32 cos/sin, when rotary
   Linear* q_;

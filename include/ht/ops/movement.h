@@ -14,6 +14,8 @@ namespace ht::ops {
 /// out = x's elements [start, start + out.size(dim)) along `dim` (negative:
 /// from the end); every other dimension of out equals x's.
 void narrow(const Tensor& x, int dim, std::int64_t start, Tensor& out);
+/// The same into a new tensor of `length` along `dim` (an activation).
+Tensor narrow_copy(const Tensor& x, int dim, std::int64_t start, std::int64_t length);
 /// Writes `part` into out's elements [start, start + part.size(dim)) along
 /// `dim`, the rest of out untouched; every other dimension equal.
 void narrow_into(const Tensor& part, int dim, std::int64_t start, Tensor& out);

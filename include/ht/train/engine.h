@@ -321,6 +321,9 @@ class Engine {
   std::vector<data::MicroBatch> draw_validation();
   /// Checks `b` has `rows` rows (input, target and side inputs) and passes it to the model's check_batch.
   void check_drawn(const data::MicroBatch& b, std::int64_t rows, const char* what, std::int64_t first) const;
+  /// Under context parallelism, `b`'s input and target become this rank's
+  /// two chunks of each sequence (nn::context_chunks); side inputs are refused.
+  void take_context_chunks(data::MicroBatch& b) const;
   /// A stream source's share ("dp 2 x micro-batch 8"); "" for a random-access one.
   std::string stream_shard() const;
 
