@@ -57,19 +57,13 @@ Tensor reduce_scatter_sequence(const Tensor& seq, comm::Communicator& cp, std::i
   return local;
 }
 
-/// Half `half` of this rank's queries: the keys it sees (a prefix of the
-/// sequence under a causal mask) and the options that shift the mask.
-struct ChunkView {
-  std::int64_t keys;
-  ops::AttentionOptions options;
-};
-ChunkView chunk_view(const ops::AttentionOptions& o, const ContextParallel& cp, int half, std::int64_t l) {
-  const std::int64_t start = cp.half_start(half, 2 * l);
-  ChunkView c{2 * cp.size() * l, o};
-  if (o.causal) {
-    c.keys = start + l;
-    c.options.causal_offset = start;
-  }
+/// The options for half `half` of this rank's queries against the whole
+/// sequence's keys: under a causal mask shifted by the chunk's start, so the
+/// keys after the chunk are masked (and the op skips them).
+ops::AttentionOptions chunk_options(const ops::AttentionOptions& o, const ContextParallel& cp, int half,
+                                    std::int64_t l) {
+  ops::AttentionOptions c = o;
+  if (o.causal) c.causal_offset = cp.half_start(half, 2 * l);
   return c;
 }
 
@@ -111,12 +105,10 @@ void context_parallel_attention_forward(const Tensor& q, const Tensor& k, const 
   const std::int64_t l = check_chunks(q, k, v, options);
   const Tensor k_seq = all_gather_sequence(k, *cp.group, l), v_seq = all_gather_sequence(v, *cp.group, l);
   for (int half = 0; half < 2; ++half) {
-    const ChunkView c = chunk_view(options, cp, half, l);
     const Tensor q_half = positions(q, half * l, l);
     Tensor o_half = activation(q_half.shape(), q_half);
     Tensor lse_half = Tensor::empty({q.size(0), options.n_head, l}, DType::kF32, q.device(), MemCategory::kActivations);
-    ops::attention_forward(q_half, positions(k_seq, 0, c.keys), positions(v_seq, 0, c.keys), c.options, nullptr,
-                           o_half, lse_half);
+    ops::attention_forward(q_half, k_seq, v_seq, chunk_options(options, cp, half, l), nullptr, o_half, lse_half);
     ops::narrow_into(o_half, 1, half * l, out);
     ops::narrow_into(lse_half, 2, half * l, lse);
   }
@@ -128,27 +120,46 @@ void context_parallel_attention_backward(const Tensor& dout, const Tensor& q, co
   if (cp.size() == 1) return ops::attention_backward(dout, q, k, v, out, lse, options, nullptr, dq, dk, dv);
   const std::int64_t l = check_chunks(q, k, v, options);
   comm::Communicator& group = *cp.group;
-  // Gathered again rather than kept from forward: see the top of the header.
-  const Tensor k_seq = all_gather_sequence(k, group, l), v_seq = all_gather_sequence(v, group, l);
-  Tensor dk_seq = Tensor::zeros(k_seq.shape(), k_seq.dtype(), k_seq.device(), MemCategory::kActivations);
-  Tensor dv_seq = Tensor::zeros(v_seq.shape(), v_seq.dtype(), v_seq.device(), MemCategory::kActivations);
-  for (int half = 0; half < 2; ++half) {
-    const ChunkView c = chunk_view(options, cp, half, l);
-    const Tensor q_half = positions(q, half * l, l), k_keys = positions(k_seq, 0, c.keys),
-                 v_keys = positions(v_seq, 0, c.keys);
-    Tensor dq_half = activation(q_half.shape(), q_half), dk_part = activation(k_keys.shape(), k_keys),
-           dv_part = activation(v_keys.shape(), v_keys);
-    ops::attention_backward(positions(dout, half * l, l), q_half, k_keys, v_keys, positions(out, half * l, l),
-                            positions(lse, half * l, l, 2), c.options, nullptr, dq_half, dk_part, dv_part);
-    ops::narrow_into(dq_half, 1, half * l, dq);
-    // Add into the keys' prefix of the sequence's gradients.
-    for (auto [grad, part] : {std::pair{&dk_seq, &dk_part}, std::pair{&dv_seq, &dv_part}}) {
-      Tensor prefix = positions(*grad, 0, c.keys);
-      ops::add(prefix, *part, prefix);
-      ops::narrow_into(prefix, 1, 0, *grad);
+  // The whole sequence's k and v gradients from this rank's queries, key
+  // chunk by key chunk: with the forward's log-sum-exp (over all the keys)
+  // the backward splits exactly over blocks of keys, each adding its part of
+  // dq, so no second sequence-sized gradient is ever held.
+  Tensor dk_seq, dv_seq;
+  {
+    // Gathered again rather than kept from forward (see the top of the
+    // header), and released before the reduce-scatter.
+    const Tensor k_seq = all_gather_sequence(k, group, l), v_seq = all_gather_sequence(v, group, l);
+    dk_seq = Tensor::zeros(k_seq.shape(), k_seq.dtype(), k_seq.device(), MemCategory::kActivations);
+    dv_seq = Tensor::zeros(v_seq.shape(), v_seq.dtype(), v_seq.device(), MemCategory::kActivations);
+    const std::int64_t chunks = 2 * cp.size();
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t mine = cp.chunk(half);
+      const Tensor q_half = positions(q, half * l, l), dout_half = positions(dout, half * l, l),
+                   out_half = positions(out, half * l, l), lse_half = positions(lse, half * l, l, 2);
+      Tensor dq_half = Tensor::zeros(q_half.shape(), q_half.dtype(), q_half.device(), MemCategory::kActivations);
+      // Under a causal mask the chunks after this one are masked whole, the
+      // earlier ones visible whole, and this one is its own diagonal.
+      const std::int64_t last = options.causal ? mine : chunks - 1;
+      for (std::int64_t j = 0; j <= last; ++j) {
+        ops::AttentionOptions block = options;
+        block.causal = options.causal && j == mine;
+        const Tensor k_block = positions(k_seq, j * l, l), v_block = positions(v_seq, j * l, l);
+        Tensor dq_part = activation(q_half.shape(), q_half), dk_part = activation(k_block.shape(), k_block),
+               dv_part = activation(v_block.shape(), v_block);
+        ops::attention_backward(dout_half, q_half, k_block, v_block, out_half, lse_half, block, nullptr, dq_part,
+                                dk_part, dv_part);
+        ops::add(dq_half, dq_part, dq_half);
+        for (auto [grad, part] : {std::pair{&dk_seq, &dk_part}, std::pair{&dv_seq, &dv_part}}) {
+          Tensor rows = positions(*grad, j * l, l);
+          ops::add(rows, *part, rows);
+          ops::narrow_into(rows, 1, j * l, *grad);
+        }
+      }
+      ops::narrow_into(dq_half, 1, half * l, dq);
     }
   }
   dk.copy_from(reduce_scatter_sequence(dk_seq, group, l));
+  dk_seq = Tensor();
   dv.copy_from(reduce_scatter_sequence(dv_seq, group, l));
 }
 

@@ -28,29 +28,35 @@ Tensor i32_tensor(const std::vector<std::int32_t>& v) {
   return Tensor::from_vector(v, {std::int64_t(v.size())});
 }
 
-void check_mesh(int tp, int pp) {
+void check_mesh(int tp, int pp, int cp = 1) {
   const int rank = world().rank(), size = world().size();
-  DeviceMesh mesh(world_copy("mesh_world"), tp, pp);
+  DeviceMesh mesh(world_copy("mesh_world"), tp, pp, cp);
   const MeshShape& shape = mesh.shape();
   EXPECT_EQ(shape.tp_size(), tp);
   EXPECT_EQ(shape.pp_size(), pp);
-  EXPECT_EQ(shape.dp_size(), size / (tp * pp));
+  EXPECT_EQ(shape.cp_size(), cp);
+  EXPECT_EQ(shape.dp_size(), size / (tp * pp * cp));
   EXPECT_EQ(mesh.rank(), rank);
   EXPECT_EQ(mesh.world().size(), size);
   EXPECT_EQ(mesh.coord(), shape.coord(rank));
   EXPECT_EQ(&mesh.axis(MeshAxis::kTp), &mesh.tp_group());
   EXPECT_EQ(&mesh.axis(MeshAxis::kDp), &mesh.dp_group());
   EXPECT_EQ(&mesh.axis(MeshAxis::kPp), &mesh.pp_group());
+  EXPECT_EQ(&mesh.axis(MeshAxis::kCp), &mesh.cp_group());
+  EXPECT_EQ(&mesh.axis(MeshAxis::kDpCp), &mesh.dp_cp_group());
+  // Without cp the dp group is the dp x cp group: no second split.
+  if (cp == 1) EXPECT_EQ(&mesh.dp_cp_group(), &mesh.dp_group());
 
   const MeshCoord c = shape.coord(rank);
-  for (MeshAxis axis : {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp}) {
+  for (MeshAxis axis : {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp, MeshAxis::kCp, MeshAxis::kDpCp}) {
+    if (axis == MeshAxis::kDpCp && cp == 1) continue;  // the dp group, checked as kDp
     SCOPED_TRACE(axis_name(axis));
     Communicator& group = mesh.axis(axis);
     const std::vector<int> members = shape.group(rank, axis);
     EXPECT_EQ(mesh.group(axis), members);
     EXPECT_EQ(group.name(), axis_name(axis) + "." + std::to_string(shape.group_index(rank, axis)));
     EXPECT_EQ(group.size(), shape.size(axis));
-    EXPECT_EQ(group.rank(), axis == MeshAxis::kTp ? c.tp_rank : axis == MeshAxis::kDp ? c.dp_rank : c.pp_rank);
+    EXPECT_EQ(group.rank(), shape.coordinate(c, axis));
 
     // Each rank contributes its world rank (and a multiple): the sums are the group's.
     Tensor x = i32_tensor({rank, 100 * rank + 1});
@@ -70,6 +76,12 @@ void check_mesh(int tp, int pp) {
 TEST(DeviceMesh, TpTimesDp) {
   if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even world size";
   check_mesh(/*tp=*/2, /*pp=*/1);
+}
+
+// np 4: cp 2 x dp 2; np 8: tp 2 x cp 2 x dp 2.
+TEST(DeviceMesh, ContextParallel) {
+  if (world().size() % 4 != 0) GTEST_SKIP() << "needs a multiple of 4 ranks";
+  check_mesh(/*tp=*/world().size() / 4, /*pp=*/1, /*cp=*/2);
 }
 
 // np 4: tp 2 x pp 2 (dp 1); np 8: the 2 x 2 x 2 mesh.

@@ -52,6 +52,24 @@ TEST(Layout, CompactFormForPeople) {
                 .str(),
             "tp2 pp2 dp4 zero1/2 mb2x4 interleaved v2");
   EXPECT_EQ((Layout{.dp = 4, .zero = 3}).str(), "tp1 pp1 dp4 zero3 mb1x1");
+  EXPECT_EQ((Layout{.tp = 2, .dp = 2, .cp = 4, .zero = 3}).str(), "tp2 cp4 pp1 dp2 zero3 mb1x1");
+}
+
+TEST(Layout, ContextParallelismTakesRanksAndShardsWithDp) {
+  const Layout l{.tp = 2, .dp = 0, .cp = 2, .zero = 3};
+  const Layout on8 = l.on_world(8);
+  EXPECT_EQ(on8.dp, 2);
+  EXPECT_EQ(on8.world(), 8);
+  EXPECT_EQ(on8.shards(), 4);  // ZeRO shards over dp x cp: every rank holding the parameters
+  EXPECT_EQ(on8.global_batch(), 2);  // rows: cp ranks share theirs
+  EXPECT_EQ(on8.name(), "zero3_dp2_tp2_cp2_pp1_1f1b");
+  EXPECT_NE(on8.name(), (Layout{.tp = 2, .dp = 4, .zero = 3}).name());
+  EXPECT_TRUE(throws_error([] { Layout{.cp = 4}.on_world(6); }, ErrorKind::kConfig, {"--cp 4", "6 ranks"}));
+  EXPECT_TRUE(throws_error([] { Layout{.tp = 1, .pp = 1, .cp = 2}.on_mesh(comm::MeshShape(4, 1, 1)); },
+                           ErrorKind::kConfig, {"cp 2", "cp 1"}));
+  EXPECT_NE(layout_problem(Layout{.cp = 0}), "");
+  // A shard group divides dp x cp.
+  EXPECT_EQ(layout_problem(Layout{.dp = 1, .cp = 4, .zero = 1, .shard_group = 2}), "");
 }
 
 TEST(Layout, SizesOfTheBatch) {
@@ -109,7 +127,7 @@ TEST(Layout, OnAWorldResolvesDataParallelRanks) {
 TEST(Layout, OnAMeshTakesItsSizes) {
   EXPECT_EQ((Layout{.tp = 2, .pp = 2}).on_mesh(comm::MeshShape(8, 2, 2)).dp, 2);
   EXPECT_TRUE(throws_error([] { Layout{.tp = 1, .pp = 2}.on_mesh(comm::MeshShape(8, 2, 2)); }, ErrorKind::kConfig,
-                           {"has tp 1 and pp 2", "the mesh it runs on has tp 2 and pp 2"}));
+                           {"has tp 1, pp 2 and cp 1", "the mesh it runs on has tp 2, pp 2 and cp 1"}));
 }
 
 TEST(Layout, OneStageSplit) {

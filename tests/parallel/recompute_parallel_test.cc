@@ -4,7 +4,8 @@
 // 1F1B over 2 stages (several micro-batches' contexts in flight), selective
 // and full recomputation give the very bits of no recomputation: every
 // step's loss and gradient norm, and the final full weights, for the GPT and
-// the Llama; with 4 processes, ZeRO-3 and tp 2 together. Each ctest entry
+// the Llama; with 4 processes, ZeRO-3 and tp 2 together; and with each
+// sequence split over cp 2 ranks. Each ctest entry
 // runs the layouts of its process count; the others skip.
 #include <gtest/gtest.h>
 
@@ -45,7 +46,7 @@ template <typename Engine, typename Options>
 Bits train(const Options& options, Recompute mode, const data::TokenSplits& data) {
   Options o = options;
   o.engine.recompute = mode;
-  comm::DeviceMesh mesh(comm::make_mpi_world(), o.engine.layout.tp, o.engine.layout.pp);
+  comm::DeviceMesh mesh(comm::make_mpi_world(), o.engine.layout.tp, o.engine.layout.pp, o.engine.layout.cp);
   Engine e(o, data, &mesh);
   Bits b;
   for (std::int64_t i = 0; i < o.engine.steps; ++i) {
@@ -103,7 +104,10 @@ INSTANTIATE_TEST_SUITE_P(Layouts, RecomputeLayouts,
                                            Case{{.tp = 2, .dp = 1, .micro_batch = 2}, true},
                                            Case{{.pp = 2, .dp = 1, .micro_batch = 2, .grad_accum = 3}, true},
                                            Case{{.tp = 2, .dp = 2, .zero = 3, .micro_batch = 2, .grad_accum = 2}},
-                                           Case{{.tp = 2, .dp = 2, .zero = 3, .micro_batch = 2, .grad_accum = 2}, true}),
+                                           Case{{.tp = 2, .dp = 2, .zero = 3, .micro_batch = 2, .grad_accum = 2}, true},
+                                           // The re-run repeats context parallelism's all-gathers.
+                                           Case{{.dp = 1, .cp = 2, .micro_batch = 2}},
+                                           Case{{.dp = 1, .cp = 2, .micro_batch = 2}, true}),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name(); });
 
 }  // namespace
