@@ -86,6 +86,7 @@ nn::ModelSpec GPTConfig::spec(std::int64_t seq_len) const {
   s.description = "GPT " + str();
   s.seq_len = seq_len;
   s.width = c;
+  s.kv_width = c;
   s.tp_divides = {n_head, vp};
   s.layers.push_back(embedding_layer(vp, c, context));
   for (int i = 0; i < n_layer; ++i) {
@@ -126,6 +127,7 @@ nn::ModelSpec LlamaConfig::spec(std::int64_t seq_len) const {
   s.description = "Llama " + str();
   s.seq_len = seq_len;
   s.width = c;
+  s.kv_width = c / n_head * n_kv_head;
   s.tp_divides = {n_head, n_kv_head, f, vp};
   s.layers.push_back(embedding_layer(vp, c, 0));
   for (int i = 0; i < n_layer; ++i) {

@@ -233,7 +233,8 @@ double activation_peak(const std::vector<ChunkActivations>& chunks, const Layout
 std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const LayoutChoice& l) {
   const std::vector<std::vector<int>> stage_layers = layers_by_stage(model, l);
   const double c = double(dtype_size(l.precision.compute));
-  const double tokens = double(l.micro_batch) * double(model.seq_len);
+  // A context-parallel rank holds its 1/cp of each sequence's positions.
+  const double tokens = double(l.micro_batch) * double(model.seq_len) / double(l.cp);
   const StateBytes per = state_bytes_per_parameter(l.zero, l.shards(), l.precision);
   std::vector<StageMemory> out;
   for (int st = 0; st < l.pp; ++st) {
@@ -263,6 +264,11 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
     const double width = double(model.width) * c;
     const bool receives = st > 0 || chunks.size() > 1;
     cat(MemCategory::kActivations) = tokens * (activation_peak(per_chunk, l, st, m.in_flight) + (receives ? width : 0.0));
+    // Context parallelism: a block's backward holds the whole sequence's
+    // keys and values and their gradients (nn/context_parallel.h).
+    if (l.cp > 1 && m.blocks > 0)
+      cat(MemCategory::kActivations) += 4.0 * double(l.micro_batch) * double(model.seq_len) *
+                                         double(model.kv_width) / l.tp * c;
     // The pipeline's transfer buffers (one micro-batch each way).
     cat(MemCategory::kCommunication) = l.pp > 1 ? 2.0 * tokens * width : 0.0;
     out.push_back(m);

@@ -100,16 +100,26 @@ std::vector<LayoutChoice> candidate_layouts(const PlanRequest& rq) {
   const int blocks = model.num_blocks();
   std::map<std::tuple<int, int, int, std::int64_t>, std::vector<int>> balanced_cache;
   std::vector<LayoutChoice> out;
+  // Context-parallel sizes: the sequence cut into 2 cp chunks of at least
+  // kMinContextChunk positions, for a model that runs under cp.
+  std::vector<int> cps{1};
+  if (model.kv_width > 0)
+    for (int c = 2; std::int64_t(2 * c) * kMinContextChunk <= model.seq_len; ++c)
+      if (model.seq_len % (2 * c) == 0) cps.push_back(c);
   for (int tp : or_all(rq.tp, divisors(rq.world))) {
     if (rq.world % tp != 0 || !model.splits_over(tp)) continue;
-    for (int pp : or_all(rq.pp, divisors(rq.world / tp))) {
-      if ((rq.world / tp) % pp != 0 || pp > blocks) continue;
-      const int dp = rq.world / tp / pp;
+    for (int pp : or_all(rq.pp, divisors(rq.world / tp)))
+    for (int cp : or_all(rq.cp, cps)) {
+      if ((rq.world / tp) % (pp * cp) != 0 || pp > blocks) continue;
+      if (cp > 1 && (model.kv_width == 0 || model.seq_len % (2 * cp) != 0)) continue;
+      const int dp = rq.world / tp / pp / cp;
       if (rq.global_batch % dp != 0) continue;
       const std::int64_t per_dp = rq.global_batch / dp;
       std::vector<int> shard_groups{0};
-      const int node_dp = rq.profile.ranks_per_node / tp;  // dp ranks inside one node (pp outermost)
-      if (node_dp > 1 && node_dp < dp && dp % node_dp == 0) shard_groups.push_back(node_dp);
+      // Shards over dp x cp; one node's share of them (pp outermost).
+      const int node_holders = rq.profile.ranks_per_node / tp, holders = dp * cp;
+      if (node_holders > 1 && node_holders < holders && holders % node_holders == 0)
+        shard_groups.push_back(node_holders);
       for (std::int64_t mb : divisors(per_dp)) {
         if (rq.max_micro_batch > 0 && mb > rq.max_micro_batch) continue;
         const int accum = int(per_dp / mb);
@@ -118,8 +128,9 @@ std::vector<LayoutChoice> candidate_layouts(const PlanRequest& rq) {
           const auto splits_of = [&](int stages) {
             std::vector<std::vector<int>> splits{{}};
             if (stages > 1) {
-              const LayoutChoice probe{{.tp = tp, .pp = stages, .dp = dp, .micro_batch = mb}, rc, rq.precision};
-              auto& cached = balanced_cache[{tp, stages, int(rc), mb}];
+              const LayoutChoice probe{{.tp = tp, .pp = stages, .dp = dp, .cp = cp, .micro_batch = mb}, rc,
+                                       rq.precision};
+              auto& cached = balanced_cache[{tp * 1000 + cp, stages, int(rc), mb}];
               if (cached.empty()) cached = balanced_stage_layers(model, probe, rq.profile);
               if (cached != probe.layers_per_stage(blocks)) splits.push_back(cached);
             }
@@ -136,8 +147,8 @@ std::vector<LayoutChoice> candidate_layouts(const PlanRequest& rq) {
               for (int zero : or_all(rq.zero, {0, 1, 2, 3}))
                 for (int sg : shard_groups) {
                   if (zero == 0 && sg != 0) continue;
-                  if (dp == 1 && zero > 0) continue;  // nothing to shard over
-                  const parallel::Layout layout{.tp = tp, .pp = pp, .dp = dp, .zero = zero, .shard_group = sg,
+                  if (holders == 1 && zero > 0) continue;  // nothing to shard over
+                  const parallel::Layout layout{.tp = tp, .pp = pp, .dp = dp, .cp = cp, .zero = zero, .shard_group = sg,
                                                 .micro_batch = mb, .grad_accum = accum, .schedule = sched,
                                                 .virtual_stages = v, .stage_layers = split};
                   if (!parallel::layout_problem(layout).empty()) continue;  // the engine would refuse it
@@ -159,6 +170,7 @@ class Families {
     const LayoutChoice& l = p.layout;
     add(fmt::format("tp{}", l.tp), p, fits);
     add(fmt::format("pp{}", l.pp), p, fits);
+    add(fmt::format("cp{}", l.cp), p, fits);
     add(fmt::format("zero{}", l.zero), p, fits);
     add(fmt::format("recompute {}", nn::recompute_name(l.recompute)), p, fits);
     if (l.pp > 1) add("schedule " + parallel::schedule_name(l.schedule), p, fits);
@@ -215,6 +227,8 @@ std::vector<std::string> reasons_for(const Plan& best, const Families& families,
   }
   for (int pp : divisors(rq.world))
     if (pp != best.layout.pp) compare(fmt::format("pp{}", pp), fmt::format("pp {}", pp));
+  for (int cp : divisors(rq.world))
+    if (cp != best.layout.cp) compare(fmt::format("cp{}", cp), fmt::format("cp {}", cp));
   for (int z = 0; z <= 3; ++z)
     if (z != best.layout.zero) compare(fmt::format("zero{}", z), fmt::format("ZeRO {}", z));
   for (nn::Recompute rc : {nn::Recompute::kNone, nn::Recompute::kSelective, nn::Recompute::kFull})
@@ -317,7 +331,7 @@ std::string plans_to_json(const PlanResult& r, const PlanRequest& rq) {
                         {"p2p_ms", t.p2p_ms}});
     }
     plans.push_back({{"layout",
-                      {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero}, {"shard_group", l.shard_group},
+                      {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"cp", l.cp}, {"zero", l.zero}, {"shard_group", l.shard_group},
                        {"micro_batch", l.micro_batch}, {"grad_accum", l.grad_accum},
                        {"schedule", parallel::schedule_name(l.schedule)},
                        {"virtual_stages", l.virtual_stages},

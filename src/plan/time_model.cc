@@ -44,6 +44,7 @@ struct Speeds {
   double c = 0, r = 0;  // bytes of the compute and the reduction dtype
   double gemm_per_ms = 0, attn_per_ms = 0, bytes_per_ms = 0;
   const Link* tp = nullptr;
+  const Link* cp = nullptr;
   const Link* dp = nullptr;
   const Link* shard = nullptr;
   const Link* pp = nullptr;
@@ -52,16 +53,18 @@ struct Speeds {
 Speeds speeds_of(const nn::ModelSpec& model, const LayoutChoice& l, const MachineProfile& profile) {
   const Rates& rates = profile.rates_for(l.precision.compute);
   Speeds s;
-  s.tokens = double(l.micro_batch) * double(model.seq_len);
+  s.tokens = double(l.micro_batch) * double(model.seq_len) / double(l.cp);  // a cp rank's share
   s.c = double(dtype_size(l.precision.compute));
   s.r = double(dtype_size(l.precision.reduce));
   s.gemm_per_ms = rates.gemm_gflops_at(s.tokens) * 1e6;
   s.attn_per_ms = rates.attention_gflops * 1e6;
   s.bytes_per_ms = profile.memory_gbps * 1e6;
+  // Rank order tp, cp, dp, pp: each group spans the axes inside it.
   s.tp = &profile.link(l.tp);
-  s.dp = &profile.link(l.tp * l.dp);
+  s.cp = &profile.link(l.tp * l.cp);
+  s.dp = &profile.link(l.tp * l.cp * l.dp);
   s.shard = &profile.link(l.tp * l.shards());
-  s.pp = &profile.link(l.tp * l.dp * l.pp);
+  s.pp = &profile.link(l.tp * l.cp * l.dp * l.pp);
   return s;
 }
 
@@ -87,10 +90,18 @@ RankWork rank_work(const nn::ModelSpec& model, const std::vector<int>& layers, c
     const int n_ar = std::max(ls.tp_allreduces, 1);
     const double tp_ar = n_ar * all_reduce_ms(s.tokens * ls.tp_allreduce * s.c / n_ar, l.tp, *s.tp);
     const double overhead = ls.ops * profile.op_overhead_us * 1e-3;
-    const double fwd = gemm + attn + ew + tp_ar + overhead;
-    double bwd = 2.0 * (gemm + ew + overhead) + kAttentionBackwardFactor * attn + tp_ar;
+    // Context parallelism: each block's attention all-gathers k and v in
+    // forward, and again in backward, where it reduce-scatters their
+    // gradients (synchronous: not hidden).
+    const double kv_gather = block && l.cp > 1
+                                 ? reduce_scatter_ms(s.tokens * double(l.cp) * double(model.kv_width) / l.tp * s.c,
+                                                     l.cp, *s.cp)
+                                 : 0.0;
+    const double fwd = gemm + attn + ew + tp_ar + overhead + 2.0 * kv_gather;
+    double bwd = 2.0 * (gemm + ew + overhead) + kAttentionBackwardFactor * attn + tp_ar + 4.0 * kv_gather;
+    w.st.cp_comm_ms += 6.0 * kv_gather;
     if (block && l.recompute == nn::Recompute::kFull) bwd += fwd;
-    if (block && l.recompute == nn::Recompute::kSelective) bwd += attn;
+    if (block && l.recompute == nn::Recompute::kSelective) bwd += attn + 2.0 * kv_gather;
     w.st.forward_ms += fwd;
     w.st.backward_ms += bwd;
     w.weight_grads += gemm;  // dW costs the forward's GEMM again
@@ -110,14 +121,16 @@ struct DataParallelTime {
 
 DataParallelTime data_parallel_time(const LayoutChoice& l, const RankWork& w, double units,
                                     const MachineProfile& profile, const Speeds& s) {
-  if (l.dp <= 1) return {};
-  const int m = l.grad_accum, shards = l.shards(), replicas = l.dp / std::max(shards, 1);
+  // Every rank holding the parameters shares their gradients: dp x cp.
+  const int holders = l.dp * l.cp;
+  if (holders <= 1) return {};
+  const int m = l.grad_accum, shards = l.shards(), replicas = holders / std::max(shards, 1);
   const double grads = w.params * s.r;
   // Gradient reduction: behind the last micro-batch's backward only, in
   // groups (DDP and ZeRO-1/2 buckets; ZeRO-3 units), each paying the latency.
   const double groups = l.zero == 3 ? units : std::max(1.0, std::ceil(grads / double(l.bucket_bytes)));
   const double piece = grads / groups;
-  const double one_group = l.zero == 0 || shards == 1 ? all_reduce_ms(piece, l.dp, *s.dp)
+  const double one_group = l.zero == 0 || shards == 1 ? all_reduce_ms(piece, holders, *s.dp)
                                                       : reduce_scatter_ms(piece, shards, *s.shard) +
                                                             all_reduce_ms(piece / shards, replicas, *s.dp);
   const double reduce = groups * one_group;
@@ -171,7 +184,7 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
     dp_comm_worst = std::max(dp_comm_worst, dp.comm);
     dp_exposed_worst = std::max(dp_exposed_worst, dp.exposed);
     optimizer_worst = std::max(optimizer_worst, optimizer);
-    comm_worst = std::max(comm_worst, dp.exposed + m * (w.st.tp_comm_ms + w.st.p2p_ms));
+    comm_worst = std::max(comm_worst, dp.exposed + m * (w.st.tp_comm_ms + w.st.p2p_ms + w.st.cp_comm_ms));
   }
   // One micro-batch through every stage, then m - 1 at the slowest stage's
   // pace: a bubble of sum - slowest (1F1B, GPipe). Interleaved divides it by

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Training on the emulated device (HT_CUDA_EMULATION) equals training on the
 # CPU: gpt_train and llama_train, one rank and under mpirun with dp2 ZeRO-3
-# (fp32 and bf16), tp2 and pp2, every step's loss within 1e-5 (fp32) or 1e-2
-# (bf16) of the CPU run's; and a checkpoint written on one device resumes on the other to
+# (fp32 and bf16), tp2, pp2 and cp2 (each sequence split over 2 ranks), every
+# step's loss within 1e-5 (fp32) or 1e-2 (bf16) of the CPU run's; and a checkpoint written on one device resumes on the other to
 # the uninterrupted run's losses, bit for bit in fp32.
 # Usage: emu_training.sh GPT_TRAIN LLAMA_TRAIN MPIEXEC WORK_DIR
 set -euo pipefail
@@ -52,6 +52,7 @@ for model in gpt llama; do
   pair ${model}_dp2_zero3_bf16 1e-2 "${np2[@]}" "$exe" --zero 3 --precision bf16
   pair ${model}_tp2 1e-5 "${np2[@]}" "$exe" --tp 2
   pair ${model}_pp2 1e-5 "${np2[@]}" "$exe" --pp 2
+  pair ${model}_cp2 1e-5 "${np2[@]}" "$exe" --cp 2
 done
 
 # A checkpoint at step 3 on one device (the run then crashes at step 4)

@@ -394,6 +394,41 @@ TEST(Search, FitsTheBudgetAndExplains) {
   EXPECT_TRUE(test::throws_error([&] { plan::search_plans(rq); }, ErrorKind::kConfig, {"the smallest needs"}));
 }
 
+TEST(Search, ContextParallelismForSequencesTooLongForOneRank) {
+  // GPT-2 small at 16,384 tokens a row, no recomputation, tp and pp held at
+  // 1: one rank cannot hold a row's activations in 4 GiB; cp divides them.
+  plan::PlanRequest rq;
+  rq.model = models::GPTConfig{.vocab_size = 50257, .context = 16384, .n_layer = 12, .n_head = 12, .n_embd = 768,
+                               .vocab_multiple = 128}
+                 .spec(16384);
+  rq.profile = cluster(/*memory_gib=*/4);
+  rq.world = 8;
+  rq.global_batch = 8;
+  rq.precision = {.compute = DType::kBF16, .reduce = DType::kF32};
+  rq.tp = {1}, rq.pp = {1};
+  rq.recompute = {Recompute::kNone};
+  const plan::PlanResult r = plan::search_plans(rq, 3);
+  ASSERT_FALSE(r.plans.empty());
+  const plan::LayoutChoice& best = r.plans[0].layout;
+  EXPECT_GT(best.cp, 1) << plan::format_plans(r, rq);
+  EXPECT_EQ(best.world(), 8);
+  EXPECT_EQ(rq.model.seq_len % (2 * best.cp), 0);
+  EXPECT_NE(plan::plans_to_json(r, rq).find("\"cp\": " + std::to_string(best.cp)), std::string::npos);
+  EXPECT_GT(r.plans[0].time.stages[0].cp_comm_ms, 0);
+  // The activations are the cp-th part of cp1's, plus one block's whole
+  // sequence of keys, values and their gradients.
+  plan::LayoutChoice one = best;
+  one.cp = 1;
+  one.dp = best.dp * best.cp;
+  const double act = plan::estimate_memory(rq.model, best)[0].of(MemCategory::kActivations);
+  const double act1 = plan::estimate_memory(rq.model, one)[0].of(MemCategory::kActivations);
+  const double kv = 4.0 * double(best.micro_batch) * 16384 * 768 * 2;
+  EXPECT_NEAR(act, act1 / best.cp + kv, 1e-6 * act);
+  // Held at cp 1, nothing fits.
+  rq.cp = {1};
+  EXPECT_TRUE(test::throws_error([&] { plan::search_plans(rq); }, ErrorKind::kConfig, {"the smallest needs"}));
+}
+
 TEST(Search, TpAcrossNodesIsNamed) {
   plan::PlanRequest rq;
   rq.model = models::GPTConfig{.vocab_size = 50257, .context = 2048, .n_layer = 96, .n_head = 96, .n_embd = 12288,

@@ -93,6 +93,10 @@ struct ModelSpec {
   std::string description;  // as nn::Model::describe() says it
   std::int64_t seq_len = 0;
   std::int64_t width = 0;  // elements per token sent between pipeline stages
+  /// Elements per token of one block's attention keys (as many values):
+  /// what context parallelism gathers over its ranks for each block. 0: the
+  /// model does not run under context parallelism (the planner keeps cp 1).
+  std::int64_t kv_width = 0;
   std::vector<LayerSpec> layers;
   /// Sizes a tensor-parallel size must divide (heads, key/value heads, vocabulary rows, hidden sizes).
   std::vector<std::int64_t> tp_divides;

@@ -2,7 +2,8 @@
 // fit in memory, by the memory and time models.
 //
 // Enumerates tp (dividing the model's sizes), pp (at most one stage per
-// block), dp (the rest), ZeRO stage 0-3 and shard group (all of dp, or the
+// block), cp (sequences long enough to cut into 2 cp chunks of at least
+// kMinContextChunk positions), dp (the rest), ZeRO stage 0-3 and shard group (all of dp, or the
 // dp ranks of one node), micro-batch and accumulation giving the global
 // batch, schedule and recomputation; pipeline stages are split by count and
 // balanced by modelled time (the embedding counted with the first block, the
@@ -21,6 +22,11 @@
 
 namespace ht::plan {
 
+/// The shortest chunk of a sequence the search splits it into under
+/// context parallelism: one key tile of the attention op; shorter chunks
+/// pay a collective per block for little work.
+inline constexpr std::int64_t kMinContextChunk = 64;
+
 struct PlanRequest {
   nn::ModelSpec model;
   MachineProfile profile;
@@ -31,6 +37,10 @@ struct PlanRequest {
   double memory_margin = 0.10;
   /// Restrictions (empty: all). Fixing tp and pp plans the rest for a mesh already built.
   std::vector<int> tp, pp, zero;
+  /// Context-parallel sizes (empty: every size whose chunks of the
+  /// sequence, 2 cp of them, hold at least kMinContextChunk positions, for
+  /// a model with a kv_width; cp 1 otherwise).
+  std::vector<int> cp;
   std::vector<nn::Recompute> recompute;
   /// Pipeline schedules: 1F1B and GPipe unless given; interleaved (with
   /// `virtual_stages` chunks per rank) and ZB-H1 only when asked for (their

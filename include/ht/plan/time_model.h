@@ -38,6 +38,7 @@ struct StageTime {
   double backward_ms = 0;  // the same for backward (recomputation included)
   double tp_comm_ms = 0;   // of which tensor-parallel all-reduces (both directions)
   double p2p_ms = 0;       // pipeline transfers of one micro-batch (both directions)
+  double cp_comm_ms = 0;   // of forward and backward: context parallelism's k/v gathers and reduce-scatters
   double total_ms() const { return forward_ms + backward_ms + p2p_ms; }
 };
 

@@ -46,7 +46,7 @@ struct PlanArgs {
   int world = 0, top = 10, ranks_per_node = 0, virtual_stages = 2;
   double margin = 0.10, memory_gib = 0;
   std::string precision = "fp32", profile_path, save_profile, json_path;
-  std::vector<int> tps, pps, zeros;
+  std::vector<int> tps, pps, cps, zeros;
   std::vector<std::string> recomputes, schedules;
   bool list_presets = false;
 
@@ -66,6 +66,10 @@ struct PlanArgs {
     app.add_option("--margin", margin, "share of each rank's memory kept free");
     app.add_option("--tp", tps, "only these tensor-parallel sizes")->delimiter(',');
     app.add_option("--pp", pps, "only these pipeline sizes")->delimiter(',');
+    app.add_option("--cp", cps,
+                   "only these context-parallel sizes (default: every size cutting --seq into 2 cp chunks of at least "
+                   "64 positions)")
+        ->delimiter(',');
     app.add_option("--zero", zeros, "only these ZeRO stages")->delimiter(',');
     app.add_option("--recompute", recomputes, "only these recomputation modes (none, selective, full)")->delimiter(',');
     app.add_option("--schedule", schedules,
@@ -90,7 +94,7 @@ struct PlanArgs {
     rq.global_batch = global_batch;
     rq.precision = ht::precision::parse_policy(precision);
     rq.memory_margin = margin;
-    rq.tp = tps, rq.pp = pps, rq.zero = zeros, rq.max_micro_batch = max_micro_batch;
+    rq.tp = tps, rq.pp = pps, rq.cp = cps, rq.zero = zeros, rq.max_micro_batch = max_micro_batch;
     rq.recompute = parse_recompute_list(recomputes);
     for (const std::string& name : schedules) rq.schedules.push_back(ht::parallel::parse_schedule(name));
     rq.virtual_stages = virtual_stages;
