@@ -1,6 +1,7 @@
 // ht::nn context parallelism: a sequence's chunks, and attention across them
-// (k and v all-gathered, each local chunk attending to the keys before it,
-// their gradients reduce-scattered back).
+// (k and v all-gathered in forward, each local chunk attending to the keys
+// before it; in backward each rank's k and v broadcast in turn and their
+// gradients reduced back to it).
 #include "ht/nn/context_parallel.h"
 
 #include "ht/nn/functional.h"
@@ -20,7 +21,7 @@ Tensor positions(const Tensor& x, std::int64_t start, std::int64_t length, int d
 }
 
 /// Every rank's (B, 2L, D) side by side, rank-major (C, B, 2L, D), into the
-/// sequence's order (B, 2CL, D); or back (to_ranks).
+/// sequence's order (B, 2CL, D).
 Tensor to_sequence(const Tensor& gathered, int ranks, std::int64_t l) {
   const std::int64_t b = gathered.size(1), d = gathered.size(3);
   Tensor seq = activation({b, 2 * ranks * l, d}, gathered);
@@ -31,30 +32,11 @@ Tensor to_sequence(const Tensor& gathered, int ranks, std::int64_t l) {
   }
   return seq;
 }
-Tensor to_ranks(const Tensor& seq, int ranks, std::int64_t l) {
-  const std::int64_t b = seq.size(0), d = seq.size(2);
-  Tensor out = activation({ranks, b, 2 * l, d}, seq);
-  for (int r = 0; r < ranks; ++r) {
-    Tensor mine = out.slice(r, r + 1).view({b, 2 * l, d});
-    for (int half = 0; half < 2; ++half)
-      ops::narrow_into(positions(seq, ContextParallel::chunk_of(r, half, ranks) * l, l), 1, half * l, mine);
-  }
-  return out;
-}
-
 Tensor all_gather_sequence(const Tensor& local, comm::Communicator& cp, std::int64_t l) {
   Tensor gathered = activation({cp.size(), local.size(0), local.size(1), local.size(2)}, local);
   Tensor flat = gathered.view({gathered.numel()});
   cp.all_gather(local.view({local.numel()}), flat)->wait();
   return to_sequence(gathered, cp.size(), l);
-}
-
-Tensor reduce_scatter_sequence(const Tensor& seq, comm::Communicator& cp, std::int64_t l) {
-  const Tensor by_rank = to_ranks(seq, cp.size(), l);
-  Tensor local = activation({seq.size(0), 2 * l, seq.size(2)}, seq);
-  Tensor flat = local.view({local.numel()});
-  cp.reduce_scatter(by_rank.view({by_rank.numel()}), flat, comm::ReduceOp::kSum)->wait();
-  return local;
 }
 
 /// The options for half `half` of this rank's queries against the whole
@@ -120,47 +102,54 @@ void context_parallel_attention_backward(const Tensor& dout, const Tensor& q, co
   if (cp.size() == 1) return ops::attention_backward(dout, q, k, v, out, lse, options, nullptr, dq, dk, dv);
   const std::int64_t l = check_chunks(q, k, v, options);
   comm::Communicator& group = *cp.group;
-  // The whole sequence's k and v gradients from this rank's queries, key
-  // chunk by key chunk: with the forward's log-sum-exp (over all the keys)
-  // the backward splits exactly over blocks of keys, each adding its part of
-  // dq, so no second sequence-sized gradient is ever held.
-  Tensor dk_seq, dv_seq;
-  {
-    // Gathered again rather than kept from forward (see the top of the
-    // header), and released before the reduce-scatter.
-    const Tensor k_seq = all_gather_sequence(k, group, l), v_seq = all_gather_sequence(v, group, l);
-    dk_seq = Tensor::zeros(k_seq.shape(), k_seq.dtype(), k_seq.device(), MemCategory::kActivations);
-    dv_seq = Tensor::zeros(v_seq.shape(), v_seq.dtype(), v_seq.device(), MemCategory::kActivations);
-    const std::int64_t chunks = 2 * cp.size();
-    for (int half = 0; half < 2; ++half) {
-      const std::int64_t mine = cp.chunk(half);
-      const Tensor q_half = positions(q, half * l, l), dout_half = positions(dout, half * l, l),
-                   out_half = positions(out, half * l, l), lse_half = positions(lse, half * l, l, 2);
-      Tensor dq_half = Tensor::zeros(q_half.shape(), q_half.dtype(), q_half.device(), MemCategory::kActivations);
-      // Under a causal mask the chunks after this one are masked whole, the
-      // earlier ones visible whole, and this one is its own diagonal.
-      const std::int64_t last = options.causal ? mine : chunks - 1;
-      for (std::int64_t j = 0; j <= last; ++j) {
-        ops::AttentionOptions block = options;
-        block.causal = options.causal && j == mine;
-        const Tensor k_block = positions(k_seq, j * l, l), v_block = positions(v_seq, j * l, l);
-        Tensor dq_part = activation(q_half.shape(), q_half), dk_part = activation(k_block.shape(), k_block),
-               dv_part = activation(v_block.shape(), v_block);
-        ops::attention_backward(dout_half, q_half, k_block, v_block, out_half, lse_half, block, nullptr, dq_part,
-                                dk_part, dv_part);
-        ops::add(dq_half, dq_part, dq_half);
-        for (auto [grad, part] : {std::pair{&dk_seq, &dk_part}, std::pair{&dv_seq, &dv_part}}) {
-          Tensor rows = positions(*grad, j * l, l);
-          ops::add(rows, *part, rows);
-          ops::narrow_into(rows, 1, j * l, *grad);
-        }
-      }
-      ops::narrow_into(dq_half, 1, half * l, dq);
-    }
+  const int ranks = cp.size(), me = cp.rank();
+  // One owner's keys and values at a time: each rank's k and v broadcast
+  // from it, every rank's queries' gradients for them reduced back to it.
+  // With the forward's log-sum-exp (over all the keys) the backward splits
+  // exactly over blocks of keys, each adding its part of dq, so a rank holds
+  // two chunks' k, v and gradients at a time, never the whole sequence's.
+  Tensor q_half[2], dout_half[2], out_half[2], lse_half[2], dq_half[2];
+  for (int half = 0; half < 2; ++half) {
+    q_half[half] = positions(q, half * l, l);
+    dout_half[half] = positions(dout, half * l, l);
+    out_half[half] = positions(out, half * l, l);
+    lse_half[half] = positions(lse, half * l, l, 2);
+    dq_half[half] = Tensor::zeros(q_half[half].shape(), q.dtype(), q.device(), MemCategory::kActivations);
   }
-  dk.copy_from(reduce_scatter_sequence(dk_seq, group, l));
-  dk_seq = Tensor();
-  dv.copy_from(reduce_scatter_sequence(dv_seq, group, l));
+  for (int owner = 0; owner < ranks; ++owner) {
+    Tensor k_owner = owner == me ? k.clone() : activation(k.shape(), k);
+    Tensor v_owner = owner == me ? v.clone() : activation(v.shape(), v);
+    group.broadcast(k_owner, owner)->wait();
+    group.broadcast(v_owner, owner)->wait();
+    Tensor dk_owner = Tensor::zeros(k.shape(), k.dtype(), k.device(), MemCategory::kActivations);
+    Tensor dv_owner = Tensor::zeros(v.shape(), v.dtype(), v.device(), MemCategory::kActivations);
+    for (int key_half = 0; key_half < 2; ++key_half) {
+      const std::int64_t key_chunk = ContextParallel::chunk_of(owner, key_half, ranks);
+      const Tensor k_block = positions(k_owner, key_half * l, l), v_block = positions(v_owner, key_half * l, l);
+      Tensor dk_block = Tensor::zeros(k_block.shape(), k.dtype(), k.device(), MemCategory::kActivations);
+      Tensor dv_block = Tensor::zeros(v_block.shape(), v.dtype(), v.device(), MemCategory::kActivations);
+      for (int half = 0; half < 2; ++half) {
+        // Under a causal mask a later key chunk is masked whole, an earlier
+        // one visible whole, and the query's own chunk is its diagonal.
+        const std::int64_t query_chunk = cp.chunk(half);
+        if (options.causal && key_chunk > query_chunk) continue;
+        ops::AttentionOptions block = options;
+        block.causal = options.causal && key_chunk == query_chunk;
+        Tensor dq_part = activation(q_half[half].shape(), q), dk_part = activation(k_block.shape(), k),
+               dv_part = activation(v_block.shape(), v);
+        ops::attention_backward(dout_half[half], q_half[half], k_block, v_block, out_half[half], lse_half[half], block,
+                                nullptr, dq_part, dk_part, dv_part);
+        ops::add(dq_half[half], dq_part, dq_half[half]);
+        ops::add(dk_block, dk_part, dk_block);
+        ops::add(dv_block, dv_part, dv_block);
+      }
+      ops::narrow_into(dk_block, 1, key_half * l, dk_owner);
+      ops::narrow_into(dv_block, 1, key_half * l, dv_owner);
+    }
+    group.reduce(dk_owner, dk, comm::ReduceOp::kSum, owner)->wait();
+    group.reduce(dv_owner, dv, comm::ReduceOp::kSum, owner)->wait();
+  }
+  for (int half = 0; half < 2; ++half) ops::narrow_into(dq_half[half], 1, half * l, dq);
 }
 
 Var context_parallel_attention(const Var& q, const Var& k, const Var& v, const ops::AttentionOptions& options,

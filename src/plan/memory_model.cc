@@ -264,10 +264,11 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
     const double width = double(model.width) * c;
     const bool receives = st > 0 || chunks.size() > 1;
     cat(MemCategory::kActivations) = tokens * (activation_peak(per_chunk, l, st, m.in_flight) + (receives ? width : 0.0));
-    // Context parallelism: a block's backward holds the whole sequence's
-    // keys and values and their gradients (nn/context_parallel.h).
+    // Context parallelism: a block's forward holds the whole sequence's
+    // keys and values, and one more sequence-sized buffer while the second
+    // is gathered (nn/context_parallel.h); backward holds less.
     if (l.cp > 1 && m.blocks > 0)
-      cat(MemCategory::kActivations) += 4.0 * double(l.micro_batch) * double(model.seq_len) *
+      cat(MemCategory::kActivations) += 3.0 * double(l.micro_batch) * double(model.seq_len) *
                                          double(model.kv_width) / l.tp * c;
     // The pipeline's transfer buffers (one micro-batch each way).
     cat(MemCategory::kCommunication) = l.pp > 1 ? 2.0 * tokens * width : 0.0;

@@ -14,14 +14,17 @@
 // Attention: keys and values are all-gathered over the group and each local
 // chunk attends to the keys before it (the causal mask shifted by the
 // chunk's start: AttentionOptions::causal_offset), or to all of them without
-// a causal mask; in backward k and v are gathered again and their gradients
-// reduce-scattered back to their ranks. An all-gather rather than a ring of
-// k/v blocks merged by their log-sum-exp: with grouped-query heads k and v
-// are H / KV times smaller than q, one collective a layer is simpler to get
-// exactly right, and the attention op runs unchanged (Llama 3 trained with
-// this all-gather form). The whole sequence's k and v are held for one
-// layer at a time (forward, then again in backward), never kept between
-// them: what a rank keeps for backward stays its own positions' share.
+// a causal mask. An all-gather rather than a ring of k/v blocks merged by
+// their log-sum-exp: with grouped-query heads k and v are H / KV times
+// smaller than q, one collective a layer is simpler to get exactly right,
+// and the attention op runs unchanged (Llama 3 trained with this form). The
+// whole sequence's k and v are held for one layer's forward, never kept for
+// backward. Backward needs no merge: with the forward's log-sum-exp (over
+// all the keys) the attention backward splits exactly over blocks of keys,
+// each adding its part of dq. So each rank's k and v are broadcast in turn,
+// every rank computes its queries' gradients for those keys, and they are
+// reduced back to their owner: a rank holds two chunks' k, v and gradients
+// at a time, and what it keeps for backward stays its own positions' share.
 #pragma once
 
 #include <cstdint>
@@ -66,7 +69,8 @@ void context_parallel_attention_forward(const Tensor& q, const Tensor& k, const 
                                         const ops::AttentionOptions& options, const ContextParallel& cp, Tensor& out,
                                         Tensor& lse);
 /// dq, dk and dv (this rank's positions, overwritten) from dout and the
-/// forward's inputs, out and lse; k and v are gathered again.
+/// forward's inputs, out and lse; each rank's k and v broadcast in turn,
+/// their gradients reduced back to it.
 void context_parallel_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                          const Tensor& out, const Tensor& lse, const ops::AttentionOptions& options,
                                          const ContextParallel& cp, Tensor& dq, Tensor& dk, Tensor& dv);

@@ -23,8 +23,8 @@
 //                backward working set (with full recomputation, one block's
 //                whole forward again), plus the stage's received input;
 //                under context parallelism for 1/cp of the positions, plus
-//                one block's whole-sequence keys, values and their
-//                gradients (4 x seq_len x kv_width / tp);
+//                one block's whole-sequence keys and values and a gather
+//                buffer (3 x seq_len x kv_width / tp);
 //   communication  the pipeline's send and receive buffers of one
 //                micro-batch's activations.
 // This is the allocator's accounting (ht/core/memory.h), so the bench
