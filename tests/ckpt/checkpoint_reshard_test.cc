@@ -1,4 +1,4 @@
-// Resharding: a checkpoint saved under one layout (dp, ZeRO, tp, pp, the
+// Resharding: a checkpoint saved under one layout (dp, ZeRO, tp, pp, cp, the
 // blocks on each stage) loads into another — step count, weights bit for
 // bit, and optimizer state (the next K losses match those of the saving
 // layout itself within 1e-5).
@@ -36,15 +36,17 @@ constexpr int kContinuedSteps = 3;  // K: steps after it
 // draw the same sequences.
 struct Side {
   int np = 1, tp = 1, pp = 1, zero = 0;
+  int cp = 1;  // context-parallel ranks (each sequence split over them)
   std::int64_t micro_batch = 2;
   std::vector<int> stage_layers = {};  // chosen layers per stage (empty: by count)
   int virtual_stages = 1;              // model chunks per pipeline rank (interleaved 1F1B)
-  int dp() const { return np / (tp * pp); }
+  int dp() const { return np / (tp * pp * cp); }
   /// The side as the engine runs it (2 micro-batches a step).
   parallel::Layout layout() const {
     return {.tp = tp,
             .pp = pp,
             .dp = dp(),
+            .cp = cp,
             .zero = zero,
             .micro_batch = micro_batch,
             .grad_accum = 2,
@@ -97,7 +99,7 @@ void on_side(comm::Communicator& world, const Side& s, const std::string& name,
   } else {
     std::unique_ptr<comm::Communicator> sub = world.split(world.rank() < s.np ? 0 : -1, world.rank(), name);
     if (sub) {
-      comm::DeviceMesh mesh(std::move(sub), s.tp, s.pp);
+      comm::DeviceMesh mesh(std::move(sub), s.tp, s.pp, s.cp);
       EXPECT_EQ(mesh.shape().dp_size(), s.dp());
       run(&mesh);
       mesh.finalize(60s);
@@ -203,7 +205,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"zero1_dp2_tp2_pp2_to_one", {.np = 8, .tp = 2, .pp = 2, .zero = 1, .micro_batch = 2},
              {.np = 1, .micro_batch = 4}},
         // One process into tp halves, each sharded over dp (ZeRO-3).
-        Case{"one_to_zero3_dp2_tp2", {.np = 1, .micro_batch = 4}, {.np = 4, .tp = 2, .zero = 3, .micro_batch = 2}}),
+        Case{"one_to_zero3_dp2_tp2", {.np = 1, .micro_batch = 4}, {.np = 4, .tp = 2, .zero = 3, .micro_batch = 2}},
+        // Each sequence split over 2 ranks, ZeRO-3 over dp x cp, into one process.
+        Case{"zero3_cp2_to_one", {.np = 2, .zero = 3, .cp = 2}, {.np = 1}}),
     case_name);
 
 }  // namespace
