@@ -162,7 +162,8 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
   const int m = l.grad_accum, v = l.virtual_stages;
   TimeEstimate t;
   double slowest = 0, sum = 0;
-  double compute_all = 0, weight_grads_all = 0;  // forward + backward, and its weight GEMMs (ZB-H1's W)
+  StageTime slow;            // the slowest stage's times
+  double slow_weights = 0;   // and its weight GEMMs (ZB-H1's W)
   double dp_exposed_worst = 0, dp_comm_worst = 0, optimizer_worst = 0, comm_worst = 0;
   for (int stage = 0; stage < l.pp; ++stage) {
     std::vector<int> layers;  // the rank's: its stage's, or its chunks' (interleaved)
@@ -174,8 +175,7 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
       w.st.p2p_ms = double(2 * v - (stage == 0 ? 1 : 0) - (stage == l.pp - 1 ? 1 : 0)) *
                     p2p_ms(s.tokens * double(model.width) * s.c, *s.pp);
     t.stages.push_back(w.st);
-    compute_all += w.st.forward_ms + w.st.backward_ms;
-    weight_grads_all += w.weight_grads;
+    if (w.st.total_ms() > slowest) slow = w.st, slow_weights = w.weight_grads;
     slowest = std::max(slowest, w.st.total_ms());
     sum += w.st.total_ms();
     const DataParallelTime dp = data_parallel_time(l, w, double(layers.size()), profile, s);
@@ -186,15 +186,13 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
     optimizer_worst = std::max(optimizer_worst, optimizer);
     comm_worst = std::max(comm_worst, dp.exposed + m * (w.st.tp_comm_ms + w.st.p2p_ms + w.st.cp_comm_ms));
   }
-  // One micro-batch through every stage, then m - 1 at the slowest stage's
-  // pace: a bubble of sum - slowest (1F1B, GPipe). Interleaved divides it by
-  // v; ZB-H1 fills it with the weight gradients: (F + B - W) / (F + B + W)
-  // of 1F1B's (the zero-bubble paper's), B + W being this model's backward.
-  double fill = sum - slowest;
-  if (l.schedule == parallel::Schedule::kInterleaved) fill /= double(v);
-  if (l.schedule == parallel::Schedule::kZeroBubbleH1 && compute_all > 0)
-    fill *= std::clamp((compute_all - 2.0 * weight_grads_all) / compute_all, 0.0, 1.0);
-  t.pipeline_ms = fill + double(m) * slowest;
+  // The slowest stage paces the pipeline, busy m times its micro-batch's
+  // time; its idle share is the schedule simulator's for the tables the
+  // executor runs, every stage at the slowest's costs (its transfers split
+  // between forward and backward), no second closed form.
+  const double bubble = pipeline_bubble(l.schedule, l.pp, m, v, slow.forward_ms + slow.p2p_ms / 2,
+                                        slow.backward_ms + slow.p2p_ms / 2, slow_weights);
+  t.pipeline_ms = double(m) * slowest / (1.0 - bubble);
   // More ranks than cores: the rates were measured with every rank
   // computing at once, but a stage that waits gives its core to the others,
   // so the bubble is not lost time. Work-conserving, a node's cores finish

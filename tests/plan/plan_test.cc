@@ -297,8 +297,9 @@ TEST(TimeModel, PipelineBubbleAndRecomputation) {
   EXPECT_LT(selective, full);
   EXPECT_NEAR(full / none, 4.0 / 3.0, 0.1);  // one more forward of three units of work
 
-  // Interleaved divides 1F1B's fill and drain by v; ZB-H1 fills them with
-  // the weight gradients (about a third left where B and W cost the same).
+  // Interleaved and ZB-H1 idle less than 1F1B, by what the simulator finds
+  // in the tables the executor runs (p 4, m 8: 0.30 for 1F1B, 0.25 for
+  // ZB-H1, 0.22 interleaved over 2 chunks; the closed forms promised 0.5x).
   l = {{.tp = 1, .pp = 4, .dp = 1, .micro_batch = 1, .grad_accum = 8}};
   const plan::TimeEstimate base = plan::estimate_time(s, l, prof);
   l.schedule = parallel::Schedule::kZeroBubbleH1;
@@ -306,10 +307,41 @@ TEST(TimeModel, PipelineBubbleAndRecomputation) {
   l.schedule = parallel::Schedule::kInterleaved;
   l.virtual_stages = 2;
   const plan::TimeEstimate il = plan::estimate_time(s, l, prof);
-  EXPECT_LT(zb.bubble, 0.6 * base.bubble);
-  EXPECT_LT(il.bubble, 0.6 * base.bubble);
+  EXPECT_LT(zb.bubble, 0.9 * base.bubble);
+  EXPECT_LT(il.bubble, 0.8 * base.bubble);
   EXPECT_LT(zb.step_ms, base.step_ms);
   EXPECT_LT(il.step_ms, base.step_ms);
+}
+
+// The bubble is the schedule simulator's on the executor's tables: equal
+// stages give 1F1B's and GPipe's (p - 1) / (m + p - 1) up to the
+// transfers' ticks, and the extrapolation past the steady state agrees with
+// a whole simulation.
+TEST(TimeModel, PipelineBubbleIsTheSimulators) {
+  using parallel::Schedule;
+  for (Schedule sch : {Schedule::k1F1B, Schedule::kGPipe})
+    for (int p : {2, 4, 8})
+      for (int m : {1, 4, 16}) {
+        const double b = plan::pipeline_bubble(sch, p, m, 1, 1.0, 2.0, 1.0);
+        const double ideal = double(p - 1) / double(m + p - 1);
+        EXPECT_GE(b, ideal - 1e-9) << parallel::schedule_name(sch) << " p " << p << " m " << m;
+        EXPECT_LE(b, ideal + 0.05) << parallel::schedule_name(sch) << " p " << p << " m " << m;
+      }
+  // m 64 at p 4 is extrapolated from m 8 and 12: the same as simulating all
+  // 64. F 1 and B 3 of which W 1.5: shares on the grid, in ticks of 1/64 of
+  // a micro-batch (a chunk's half of them under v 2).
+  const int p = 4, m = 64;
+  for (Schedule sch : {Schedule::k1F1B, Schedule::kZeroBubbleH1, Schedule::kInterleaved}) {
+    const int v = sch == Schedule::kInterleaved ? 2 : 1;
+    const parallel::SimCosts c{.forward_ticks = 16 / v, .backward_ticks = 48 / v, .backward_input_ticks = 24 / v,
+                               .backward_weight_ticks = 24 / v};
+    std::vector<std::vector<parallel::Action>> tables;
+    for (int s = 0; s < p; ++s) tables.push_back(parallel::stage_actions(sch, s, p, m, v));
+    const double whole = 1.0 - double(m) * v * (c.forward_ticks + c.backward_ticks) /
+                                   double(parallel::simulate(tables, c).ticks);
+    EXPECT_NEAR(plan::pipeline_bubble(sch, p, m, v, 1.0, 3.0, 1.5), whole, 1e-9) << parallel::schedule_name(sch);
+  }
+  EXPECT_EQ(plan::pipeline_bubble(Schedule::k1F1B, 1, 8, 1, 1.0, 2.0, 1.0), 0.0);
 }
 
 // Interleaved and ZB-H1 are searched only when asked for, with the engine's limits.

@@ -48,7 +48,7 @@ plans = j["plans"]
 assert 1 <= len(plans) <= 5
 for p in plans:
     l = p["layout"]
-    assert l["tp"] * l["pp"] * l["dp"] == 4, l
+    assert l["tp"] * l["pp"] * l["dp"] * l["cp"] == 4, l
     assert l["micro_batch"] * l["grad_accum"] * l["dp"] == 16, l
     assert sum(l["stage_layers"]) == 12 and len(l["stage_layers"]) == l["pp"], l
     assert p["peak_bytes"] <= j["budget_gib"] * 2**30

@@ -57,6 +57,17 @@ struct TimeEstimate {
 /// Throws kConfig when the layout does not fit the model (as estimate_memory).
 TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& layout, const MachineProfile& profile);
 
+/// The idle share of a pipeline step of `m` micro-batches over `p` stages
+/// (`v` chunks a rank under the interleaved schedule), every stage taking
+/// `forward_ms` and `backward_ms` a micro-batch, `weight_ms` of the backward
+/// being the weight gradients (ZB-H1's W): from parallel::simulate over the
+/// tables the executor runs (parallel::stage_actions), the costs in ticks of
+/// 1/64 of a micro-batch, each transfer one tick. Steady-state runs are
+/// extrapolated for large m and remembered per thread, so a search pays
+/// for a few simulations. 0 for p <= 1.
+double pipeline_bubble(parallel::Schedule schedule, int p, int m, int v, double forward_ms, double backward_ms,
+                       double weight_ms);
+
 /// Ring collective times in ms over `ranks` ranks on `link` for `bytes` each.
 double all_reduce_ms(double bytes, int ranks, const Link& link);
 double reduce_scatter_ms(double bytes, int ranks, const Link& link);  // also all-gather's
