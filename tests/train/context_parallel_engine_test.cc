@@ -81,7 +81,7 @@ TEST(ContextParallelEngine, Cp4LlamaHoldsAtMostThreeTenthsOfOneProcesssActivatio
 
 // Plain multi-head attention (the GPT): k and v as wide as q, so the
 // forward's whole-sequence k and v and backward's copies of the local q, k,
-// v and their halves weigh more: 0.30x on this 2-layer model (less with
+// v and their halves weigh more: 0.31x on this 2-layer model (less with
 // more layers). Bounded so that keeping the gathered k and v for every
 // layer, or gathering them whole in backward, would fail.
 TEST(ContextParallelEngine, Cp4GptHoldsAboutAQuarterOfOneProcesssActivations) {

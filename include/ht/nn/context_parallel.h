@@ -21,10 +21,11 @@
 // whole sequence's k and v are held for one layer's forward, never kept for
 // backward. Backward needs no merge: with the forward's log-sum-exp (over
 // all the keys) the attention backward splits exactly over blocks of keys,
-// each adding its part of dq. So each rank's k and v are broadcast in turn,
-// every rank computes its queries' gradients for those keys, and they are
-// reduced back to their owner: a rank holds two chunks' k, v and gradients
-// at a time, and what it keeps for backward stays its own positions' share.
+// each adding its part of dq. So each rank's k and v are sent in turn to
+// the others, every rank computes its queries' gradients for those keys,
+// and the owner sums them in rank order: a rank holds two chunks' k, v and
+// gradients at a time, and what it keeps for backward stays its own
+// positions' share.
 #pragma once
 
 #include <cstdint>
@@ -69,8 +70,8 @@ void context_parallel_attention_forward(const Tensor& q, const Tensor& k, const 
                                         const ops::AttentionOptions& options, const ContextParallel& cp, Tensor& out,
                                         Tensor& lse);
 /// dq, dk and dv (this rank's positions, overwritten) from dout and the
-/// forward's inputs, out and lse; each rank's k and v broadcast in turn,
-/// their gradients reduced back to it.
+/// forward's inputs, out and lse; each rank's k and v sent to the others in
+/// turn, their gradients summed back on it.
 void context_parallel_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                          const Tensor& out, const Tensor& lse, const ops::AttentionOptions& options,
                                          const ContextParallel& cp, Tensor& dq, Tensor& dk, Tensor& dv);
