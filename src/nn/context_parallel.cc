@@ -1,7 +1,7 @@
 // ht::nn context parallelism: a sequence's chunks, and attention across them
 // (k and v all-gathered in forward, each local chunk attending to the keys
-// before it; in backward each rank's k and v broadcast in turn and their
-// gradients summed back on it).
+// before it; in backward each rank's k and v sent to the others in turn and
+// their gradients summed back on it).
 #include "ht/nn/context_parallel.h"
 
 #include "ht/nn/functional.h"
@@ -141,8 +141,8 @@ void context_parallel_attention_backward(const Tensor& dout, const Tensor& q, co
   const std::int64_t l = check_chunks(q, k, v, options);
   comm::Communicator& group = *cp.group;
   const int ranks = cp.size(), me = cp.rank();
-  // One owner's keys and values at a time: each rank's k and v broadcast
-  // from it, every rank's queries' gradients for them reduced back to it.
+  // One owner's keys and values at a time: each rank's k and v sent from
+  // it, every rank's queries' gradients for them summed back on it.
   // With the forward's log-sum-exp (over all the keys) the backward splits
   // exactly over blocks of keys, each adding its part of dq, so a rank holds
   // two chunks' k, v and gradients at a time, never the whole sequence's.
