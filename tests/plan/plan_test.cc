@@ -398,14 +398,21 @@ TEST(Search, BalancesStagesWithTheHeadCounted) {
   EXPECT_LT(plan::estimate_time(s, balanced, cluster()).step_ms, plan::estimate_time(s, by_count, cluster()).step_ms);
 }
 
-TEST(Search, FitsTheBudgetAndExplains) {
+/// GPT-2 small (124M, padded vocabulary) at `seq` tokens a row on the test
+/// cluster with `memory_gib` per rank.
+plan::PlanRequest gpt2_small(std::int64_t seq, double memory_gib, int world, std::int64_t global_batch) {
   plan::PlanRequest rq;
-  rq.model = models::GPTConfig{.vocab_size = 50257, .context = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768,
+  rq.model = models::GPTConfig{.vocab_size = 50257, .context = seq, .n_layer = 12, .n_head = 12, .n_embd = 768,
                                .vocab_multiple = 128}
-                 .spec(1024);
-  rq.profile = cluster(/*memory_gib=*/4);
-  rq.world = 8;
-  rq.global_batch = 32;
+                 .spec(seq);
+  rq.profile = cluster(memory_gib);
+  rq.world = world;
+  rq.global_batch = global_batch;
+  return rq;
+}
+
+TEST(Search, FitsTheBudgetAndExplains) {
+  plan::PlanRequest rq = gpt2_small(/*seq=*/1024, /*memory_gib=*/4, /*world=*/8, /*global_batch=*/32);
   const plan::PlanResult r = plan::search_plans(rq, 5);
   ASSERT_FALSE(r.plans.empty());
   EXPECT_LE(r.plans.size(), 5u);
@@ -429,13 +436,7 @@ TEST(Search, FitsTheBudgetAndExplains) {
 TEST(Search, ContextParallelismForSequencesTooLongForOneRank) {
   // GPT-2 small at 16,384 tokens a row, no recomputation, tp and pp held at
   // 1: one rank cannot hold a row's activations in 4 GiB; cp divides them.
-  plan::PlanRequest rq;
-  rq.model = models::GPTConfig{.vocab_size = 50257, .context = 16384, .n_layer = 12, .n_head = 12, .n_embd = 768,
-                               .vocab_multiple = 128}
-                 .spec(16384);
-  rq.profile = cluster(/*memory_gib=*/4);
-  rq.world = 8;
-  rq.global_batch = 8;
+  plan::PlanRequest rq = gpt2_small(/*seq=*/16384, /*memory_gib=*/4, /*world=*/8, /*global_batch=*/8);
   rq.precision = {.compute = DType::kBF16, .reduce = DType::kF32};
   rq.tp = {1}, rq.pp = {1};
   rq.recompute = {Recompute::kNone};
