@@ -286,9 +286,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{.pp = 2, .dp = 2, .zero = 1, .grad_accum = 2, .schedule = Schedule::kInterleaved, .virtual_stages = 2, .stage_layers = {2, 1, 1, 1}}},
         // Context parallelism: each sequence over cp ranks (learned
         // positions for the GPT, rotary for the Llama), alone and with tp,
-        // pp and ZeRO-3 over dp x cp.
+        // pp (1F1B, interleaved, ZB-H1) and ZeRO 1-3 over dp x cp.
         Case{{.dp = 1, .cp = 2}}, Case{{.dp = 1, .cp = 4}}, Case{{.tp = 2, .dp = 1, .cp = 2}},
         Case{{.pp = 2, .dp = 1, .cp = 2, .grad_accum = 2}}, Case{{.dp = 2, .cp = 2, .zero = 3, .grad_accum = 2}},
+        Case{{.dp = 2, .cp = 2, .zero = 1}}, Case{{.dp = 2, .cp = 2, .zero = 2, .grad_accum = 2}},
+        Case{{.pp = 2, .dp = 1, .cp = 2, .grad_accum = 2, .schedule = Schedule::kInterleaved, .virtual_stages = 2},
+             false, false, false, 4},
+        Case{{.pp = 2, .dp = 1, .cp = 2, .grad_accum = 2, .schedule = Schedule::kZeroBubbleH1}},
         Case{{.dp = 1, .cp = 2}, false, true}, Case{{.dp = 1, .cp = 4}, false, true},
         Case{{.tp = 2, .dp = 1, .cp = 2}, false, true}, Case{{.pp = 2, .dp = 1, .cp = 2, .grad_accum = 2}, false, true},
         Case{{.dp = 2, .cp = 2, .zero = 3, .grad_accum = 2}, false, true}),
