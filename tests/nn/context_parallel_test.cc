@@ -2,7 +2,8 @@
 // 2 and 4 ranks, each holding its load-balanced pair of chunks, gives the
 // output and the q, k and v gradients of attention over the whole sequence
 // in one process, for those positions, within 1e-5 relative; causal and not,
-// grouped-query heads, chunks of a length off every tile.
+// grouped-query heads, chunks of a length off every tile; and the chunks
+// the engine hands a rank hold the positions the models index.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -81,6 +82,29 @@ TEST(ContextParallel, EqualsAttentionOverTheWholeSequence) {
           my_chunks(Tensor::from_vector(whole.out, {kBatch, t, kQ}), (rank + 1) % ranks, ranks, l).to_vector<float>();
       EXPECT_GT(max_relative(split.out, other), 1e-3);
     }
+}
+
+// What the engine hands a rank (context_chunks) holds, at each local
+// position i, the sequence's position ContextParallel::position(i): the
+// index GPT's learned and Llama's rotary positions take. A length that does
+// not cut into 2C chunks is refused, naming one that does.
+TEST(ContextParallel, ChunksHoldThePositionsTheModelsIndex) {
+  auto world = comm::make_mpi_world();
+  const ContextParallel cp{.group = world.get()};
+  const std::int64_t t = 6 * 2 * cp.size();
+  std::vector<std::int32_t> ids(std::size_t(2 * t));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(i);  // row b, position j: b t + j
+  const Tensor mine = context_chunks(Tensor::from_vector(ids, {2, t}), cp);
+  ASSERT_EQ(mine.shape(), (Shape{2, t / cp.size()}));
+  const std::vector<std::int32_t> got = mine.to_vector<std::int32_t>();
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t i = 0; i < mine.size(1); ++i)
+      EXPECT_EQ(got[std::size_t(b * mine.size(1) + i)], b * t + cp.position(i, mine.size(1))) << "row " << b << ", i " << i;
+  // Rank r's halves are chunks r and 2C - 1 - r.
+  EXPECT_EQ(cp.position(0, mine.size(1)), std::int64_t(cp.rank()) * 6);
+  EXPECT_EQ(cp.position(6, mine.size(1)), std::int64_t(2 * cp.size() - 1 - cp.rank()) * 6);
+  EXPECT_TRUE(test::throws_error([&] { context_chunks(Tensor::zeros({2, t + 2}, DType::kI32), cp); },
+                                 ErrorKind::kConfig, {"is not a multiple of", "e.g."}));
 }
 
 }  // namespace
