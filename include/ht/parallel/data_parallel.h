@@ -1,5 +1,8 @@
 // ht::parallel::DataParallel: data parallelism and ZeRO stages 1-3 over the
-// data-parallel axis of a DeviceMesh, for one rank's part of any nn::Model.
+// ranks of a DeviceMesh that hold the same parameters (the dp x cp group:
+// the data-parallel ranks and, under context parallelism, the ranks that
+// hold other positions of the same rows), for one rank's part of any
+// nn::Model. "dp" below is that group.
 //
 // Parameters are laid end to end in flat groups, padded so that every group
 // divides into equal shards:
@@ -61,7 +64,7 @@ struct FlatGroup;
 
 struct DataParallelOptions {
   int zero_stage = 0;
-  /// Ranks per ZeRO shard group (hybrid sharding); 0: the whole dp group.
+  /// Ranks per ZeRO shard group (hybrid sharding); 0: the whole dp x cp group.
   int shard_group = 0;
   /// Target gradient bucket size (stages 0-2).
   std::int64_t bucket_bytes = std::int64_t(25) << 20;

@@ -4,7 +4,7 @@
 // copies' gradients are summed over those stages, so that every copy steps
 // with the whole gradient and they stay equal. Built once per model; the
 // data-parallel layer isolates tied parameters into deferred groups and
-// sums them here before reducing them over dp.
+// sums them here before reducing them over dp (x cp).
 #pragma once
 
 #include <memory>
