@@ -28,24 +28,29 @@ Tensor packed_part(const Tensor& qkv, int i) {
 
 }  // namespace
 
-void CausalSelfAttention::attend(const Tensor& qkv, Tensor& att, Tensor& lse) const {
-  if (cp_.size() == 1) return ops::attention_forward(qkv, n_head_, att, lse);
-  const ops::AttentionOptions options{.n_head = n_head_, .n_kv_head = n_head_, .causal = true};
-  context_parallel_attention_forward(packed_part(qkv, 0), packed_part(qkv, 1), packed_part(qkv, 2), options, cp_,
-                                     att, lse);
+std::vector<Tensor> CausalSelfAttention::attention_inputs(const Tensor& qkv) const {
+  if (cp_.size() == 1) return {qkv};
+  return {packed_part(qkv, 0), packed_part(qkv, 1), packed_part(qkv, 2)};
 }
 
-void CausalSelfAttention::attend_backward(const Tensor& datt, const Tensor& qkv, const Tensor& att, const Tensor& lse,
-                                          Tensor& dqkv) const {
-  if (cp_.size() == 1) return ops::attention_backward(datt, qkv, att, lse, n_head_, dqkv);
-  const ops::AttentionOptions options{.n_head = n_head_, .n_kv_head = n_head_, .causal = true};
-  const Tensor q = packed_part(qkv, 0), k = packed_part(qkv, 1), v = packed_part(qkv, 2);
+ops::AttentionOptions CausalSelfAttention::options() const {
+  return {.n_head = n_head_, .n_kv_head = n_head_, .causal = true};
+}
+
+void CausalSelfAttention::attend(const std::vector<Tensor>& in, Tensor& att, Tensor& lse) const {
+  if (in.size() == 1) return ops::attention_forward(in[0], n_head_, att, lse);
+  context_parallel_attention_forward(in[0], in[1], in[2], options(), cp_, att, lse);
+}
+
+void CausalSelfAttention::attend_backward(const Tensor& datt, const std::vector<Tensor>& in, const Tensor& att,
+                                          const Tensor& lse, Tensor& dqkv) const {
+  if (in.size() == 1) return ops::attention_backward(datt, in[0], att, lse, n_head_, dqkv);
   const auto like = [](const Tensor& t) {
     return Tensor::empty(t.shape(), t.dtype(), t.device(), MemCategory::kActivations);
   };
-  Tensor dq = like(q), dk = like(k), dv = like(v);
-  context_parallel_attention_backward(datt, q, k, v, att, lse, options, cp_, dq, dk, dv);
-  const std::int64_t c = q.size(2);
+  Tensor dq = like(in[0]), dk = like(in[1]), dv = like(in[2]);
+  context_parallel_attention_backward(datt, in[0], in[1], in[2], att, lse, options(), cp_, dq, dk, dv);
+  const std::int64_t c = in[0].size(2);
   ops::narrow_into(dq, 2, 0, dqkv);
   ops::narrow_into(dk, 2, c, dqkv);
   ops::narrow_into(dv, 2, 2 * c, dqkv);
@@ -60,33 +65,39 @@ Tensor CausalSelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   HT_CHECK(x.ndim() == 3, ErrorKind::kShapeMismatch, "attention '{}': input must be (B, T, C), got {}", name(),
            shape_str(x.shape()));
   const std::int64_t b = x.size(0), t = x.size(1);
-  Tensor qkv = c_attn_->forward(ctx, x);
-  const std::int64_t c = qkv.size(2) / 3;  // this rank's channels (whole heads)
-  Tensor att = Tensor::empty({b, t, c}, qkv.dtype(), x.device());
+  std::vector<Tensor> saved = attention_inputs(c_attn_->forward(ctx, x));
+  const std::int64_t c = saved.size() == 1 ? saved[0].size(2) / 3 : saved[0].size(2);  // this rank's channels
+  Tensor att = Tensor::empty({b, t, c}, saved[0].dtype(), x.device());
   Tensor lse = Tensor::empty({b, n_head_, t}, DType::kF32, x.device());  // f32 whatever the compute dtype
-  attend(qkv, att, lse);
-  if (recompute() == Recompute::kSelective)
-    ctx.save(this, {qkv, Tensor(), Tensor()});  // att and lse: recomputed in backward
-  else
-    ctx.save(this, {qkv, att, lse});  // att is c_proj's saved input too: the same storage
+  attend(saved, att, lse);
+  // att is c_proj's saved input too (the same storage); under selective
+  // recomputation neither it nor lse is kept: backward computes them again.
+  const bool selective = recompute() == Recompute::kSelective;
+  saved.push_back(selective ? Tensor() : att);
+  saved.push_back(selective ? Tensor() : lse);
+  ctx.save(this, std::move(saved));
   return c_proj_->forward(ctx, att);
 }
 
 Tensor CausalSelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
-  const std::vector<Tensor> s = ctx.saved(this);
-  const Tensor& qkv = s.at(0);
-  Tensor att = s.at(1), lse = s.at(2);
+  std::vector<Tensor> in = ctx.saved(this);  // qkv, or q, k and v; then att and lse
+  Tensor lse = in.back();
+  in.pop_back();
+  Tensor att = in.back();
+  in.pop_back();
+  const Tensor& first = in.at(0);
+  const std::int64_t c = in.size() == 1 ? first.size(2) / 3 : first.size(2);
   if (!att.defined()) {
     // Selective recomputation: the attention forward again, the same bits
     // (a deterministic op), and c_proj's input saved only now.
-    att = Tensor::empty({qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(), qkv.device());
-    lse = Tensor::empty({qkv.size(0), n_head_, qkv.size(1)}, DType::kF32, qkv.device());
-    attend(qkv, att, lse);
+    att = Tensor::empty({first.size(0), first.size(1), c}, first.dtype(), first.device());
+    lse = Tensor::empty({first.size(0), n_head_, first.size(1)}, DType::kF32, first.device());
+    attend(in, att, lse);
     ctx.save(c_proj_, {att});
   }
   Tensor datt = c_proj_->backward(ctx, dy);
-  Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), dy.device());
-  attend_backward(datt, qkv, att, lse, dqkv);
+  Tensor dqkv = Tensor::empty({first.size(0), first.size(1), 3 * c}, first.dtype(), dy.device());
+  attend_backward(datt, in, att, lse, dqkv);
   return c_attn_->backward(ctx, dqkv);
 }
 

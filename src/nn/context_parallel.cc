@@ -4,6 +4,8 @@
 // their gradients summed back on it).
 #include "ht/nn/context_parallel.h"
 
+#include <utility>
+
 #include "ht/nn/functional.h"
 #include "ht/ops/elementwise.h"
 #include "ht/ops/movement.h"
@@ -39,42 +41,38 @@ Tensor all_gather_sequence(const Tensor& local, comm::Communicator& cp, std::int
   return to_sequence(gathered, cp.size(), l);
 }
 
-/// Rank `owner`'s k and v side by side (2, B, 2L, D), sent by it to every
-/// other rank of the group (point to point: on the host, MPI's nonblocking
-/// broadcast and reduce move a few MiB at a fraction of the speed of sends).
-Tensor owner_kv(const Tensor& k, const Tensor& v, int owner, comm::Communicator& group) {
-  Tensor kv = activation({2, k.size(0), k.size(1), k.size(2)}, k);
-  if (group.rank() != owner) {
-    group.recv(kv, owner)->wait();
-    return kv;
+/// Rank `owner`'s k and v on every rank of the group: its own on it, sent
+/// to the others (point to point: on the host, MPI's nonblocking broadcast
+/// and reduce move a few MiB at a fraction of the speed of sends).
+std::pair<Tensor, Tensor> owner_kv(const Tensor& k, const Tensor& v, int owner, comm::Communicator& group) {
+  if (group.rank() == owner) {
+    for (int r = 0; r < group.size(); ++r)
+      if (r != owner) {
+        group.send(k, r)->wait();
+        group.send(v, r)->wait();
+      }
+    return {k, v};
   }
-  kv.slice(0, 1).copy_from(k);
-  kv.slice(1, 2).copy_from(v);
-  for (int r = 0; r < group.size(); ++r)
-    if (r != owner) group.send(kv, r)->wait();
-  return kv;
+  Tensor k_owner = activation(k.shape(), k), v_owner = activation(v.shape(), v);
+  group.recv(k_owner, owner)->wait();
+  group.recv(v_owner, owner)->wait();
+  return {k_owner, v_owner};
 }
 
-/// The sum over the group's ranks of `part`, in rank order, on `owner`
-/// (its result; every other rank sends its part and returns undefined).
-Tensor sum_on_owner(const Tensor& part, int owner, comm::Communicator& group) {
+/// On `owner`, `part` becomes the sum over the group's ranks of their parts
+/// (its own first, then the others' in rank order: a fixed order, so the
+/// same bits every time); every other rank sends its part.
+void sum_on_owner(Tensor& part, int owner, comm::Communicator& group) {
   if (group.rank() != owner) {
     group.send(part, owner)->wait();
-    return Tensor();
+    return;
   }
-  Tensor sum = activation(part.shape(), part), received = activation(part.shape(), part);
-  for (int r = 0; r < group.size(); ++r) {
-    const Tensor* add = &part;
+  Tensor received = activation(part.shape(), part);
+  for (int r = 0; r < group.size(); ++r)
     if (r != owner) {
       group.recv(received, r)->wait();
-      add = &received;
+      ops::add(part, received, part);
     }
-    if (r == 0)
-      sum.copy_from(*add);
-    else
-      ops::add(sum, *add, sum);
-  }
-  return sum;
 }
 
 /// The options for half `half` of this rank's queries against the whole
@@ -155,10 +153,10 @@ void context_parallel_attention_backward(const Tensor& dout, const Tensor& q, co
     dq_half[half] = Tensor::zeros(q_half[half].shape(), q.dtype(), q.device(), MemCategory::kActivations);
   }
   for (int owner = 0; owner < ranks; ++owner) {
-    const Tensor kv_owner = owner_kv(k, v, owner, group);
-    const Tensor k_owner = kv_owner.slice(0, 1).view(k.shape()), v_owner = kv_owner.slice(1, 2).view(v.shape());
+    const auto [k_owner, v_owner] = owner_kv(k, v, owner, group);
     // The owner's k and v gradients from this rank's queries, side by side.
-    Tensor dkv_owner = Tensor::zeros(kv_owner.shape(), k.dtype(), k.device(), MemCategory::kActivations);
+    Tensor dkv_owner =
+        Tensor::zeros({2, k.size(0), k.size(1), k.size(2)}, k.dtype(), k.device(), MemCategory::kActivations);
     Tensor dk_owner = dkv_owner.slice(0, 1).view(k.shape()), dv_owner = dkv_owner.slice(1, 2).view(v.shape());
     for (int key_half = 0; key_half < 2; ++key_half) {
       const std::int64_t key_chunk = ContextParallel::chunk_of(owner, key_half, ranks);
@@ -183,10 +181,10 @@ void context_parallel_attention_backward(const Tensor& dout, const Tensor& q, co
       ops::narrow_into(dk_block, 1, key_half * l, dk_owner);
       ops::narrow_into(dv_block, 1, key_half * l, dv_owner);
     }
-    const Tensor sum = sum_on_owner(dkv_owner, owner, group);
+    sum_on_owner(dkv_owner, owner, group);
     if (owner == me) {
-      dk.copy_from(sum.slice(0, 1));
-      dv.copy_from(sum.slice(1, 2));
+      dk.copy_from(dkv_owner.slice(0, 1));
+      dv.copy_from(dkv_owner.slice(1, 2));
     }
   }
   for (int half = 0; half < 2; ++half) ops::narrow_into(dq_half[half], 1, half * l, dq);

@@ -1,9 +1,8 @@
 // Context parallelism in the engine (--cp): at sequence length 8,192 on a
-// small Llama (grouped-query heads), 4 context-parallel ranks each hold at
-// most 0.3x the activation bytes of one process (the engine's byte
-// accounting, MemCategory::kActivations, peak over a step above what was
-// live before it), on a small GPT (multi-head) at most 0.33x, and both give
-// one process's loss; and what cannot be split is refused by name: a model that does not
+// small Llama (grouped-query heads) and a small GPT (multi-head), 4
+// context-parallel ranks each hold at most 0.3x the activation bytes of one
+// process (the engine's byte accounting, MemCategory::kActivations, peak
+// over a step above what was live before it) and give its loss; and what cannot be split is refused by name: a model that does not
 // say it runs under context parallelism, and a sequence that does not cut
 // into 2 cp chunks. Each test runs at its process count; the others skip.
 #include <gtest/gtest.h>
@@ -69,7 +68,9 @@ double cp4_activation_ratio(Options o, const char* model) {
 }
 
 // Grouped-query heads (the Llama: 4 query heads share 1 key/value head), for
-// which the all-gather of k and v was chosen: within 0.3x.
+// which the all-gather of k and v was chosen, and plain multi-head attention
+// (the GPT: k and v as wide as q, so the forward's whole-sequence k and v
+// weigh most): both within 0.3x (0.25x and 0.28x measured).
 TEST(ContextParallelEngine, Cp4LlamaHoldsAtMostThreeTenthsOfOneProcesssActivations) {
   if (test::world_size() != 4) GTEST_SKIP() << "runs with 4 processes";
   test::LlamaRunOptions o;
@@ -79,17 +80,12 @@ TEST(ContextParallelEngine, Cp4LlamaHoldsAtMostThreeTenthsOfOneProcesssActivatio
   if (test::world_rank() == 0) EXPECT_LE(ratio, 0.3);
 }
 
-// Plain multi-head attention (the GPT): k and v as wide as q, so the
-// forward's whole-sequence k and v and backward's copies of the local q, k,
-// v and their halves weigh more: 0.31x on this 2-layer model (less with
-// more layers). Bounded so that keeping the gathered k and v for every
-// layer, or gathering them whole in backward, would fail.
-TEST(ContextParallelEngine, Cp4GptHoldsAboutAQuarterOfOneProcesssActivations) {
+TEST(ContextParallelEngine, Cp4GptHoldsAtMostThreeTenthsOfOneProcesssActivations) {
   if (test::world_size() != 4) GTEST_SKIP() << "runs with 4 processes";
   test::GPTRunOptions o;
   o.model = {.vocab_size = 64, .context = 8192, .n_layer = 2, .n_head = 2, .n_embd = 32};
   const double ratio = cp4_activation_ratio<test::GPTEngine>(long_sequence(o), "GPT (multi-head)");
-  if (test::world_rank() == 0) EXPECT_LE(ratio, 0.33);
+  if (test::world_rank() == 0) EXPECT_LE(ratio, 0.3);
 }
 
 // The GPT, not saying it runs under context parallelism: a model that would

@@ -30,15 +30,21 @@ class CausalSelfAttention : public Module {
   void set_recompute(Recompute mode) override;
 
  protected:
-  /// x (B, T, C) -> (B, T, C); saves qkv, the attention's output and its
-  /// log-sum-exp per row (qkv only under kSelective).
+  /// x (B, T, C) -> (B, T, C); saves qkv (q, k and v under context
+  /// parallelism), the attention's output and its log-sum-exp per row (no
+  /// output or lse under kSelective).
   Tensor forward_impl(Context& ctx, const Tensor& x) override;
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 
  private:
-  /// The attention core on the packed qkv: whole, or across the cp group.
-  void attend(const Tensor& qkv, Tensor& att, Tensor& lse) const;
-  void attend_backward(const Tensor& datt, const Tensor& qkv, const Tensor& att, const Tensor& lse,
+  /// What the attention core reads and backward keeps: the packed qkv, or
+  /// under context parallelism q, k and v cut out of it (kept instead of
+  /// it, so backward cuts nothing).
+  std::vector<Tensor> attention_inputs(const Tensor& qkv) const;
+  ops::AttentionOptions options() const;
+  /// The attention core on those inputs: whole, or across the cp group.
+  void attend(const std::vector<Tensor>& in, Tensor& att, Tensor& lse) const;
+  void attend_backward(const Tensor& datt, const std::vector<Tensor>& in, const Tensor& att, const Tensor& lse,
                        Tensor& dqkv) const;
 
   int n_head_;
