@@ -98,62 +98,68 @@ namespace {
 std::vector<LayoutChoice> candidate_layouts(const PlanRequest& rq) {
   const nn::ModelSpec& model = rq.model;
   const int blocks = model.num_blocks();
-  std::map<std::tuple<int, int, int, std::int64_t>, std::vector<int>> balanced_cache;
+  // (tp, cp, stages, recomputation, micro-batch) -> balanced split
+  std::map<std::tuple<int, int, int, int, std::int64_t>, std::vector<int>> balanced_cache;
   std::vector<LayoutChoice> out;
-  // Context-parallel sizes: the sequence cut into 2 cp chunks of at least
-  // kMinContextChunk positions, for a model that runs under cp.
+  // Context-parallel sizes: 1, and for a model that runs under cp each size
+  // cutting the sequence into 2 cp chunks of at least kMinContextChunk
+  // positions; or those of the request that cut it.
+  const auto cuts = [&](int c) { return c == 1 || (model.kv_width > 0 && model.seq_len % (2 * c) == 0); };
   std::vector<int> cps{1};
-  if (model.kv_width > 0)
-    for (int c = 2; std::int64_t(2 * c) * kMinContextChunk <= model.seq_len; ++c)
-      if (model.seq_len % (2 * c) == 0) cps.push_back(c);
+  for (int c = 2; std::int64_t(2 * c) * kMinContextChunk <= model.seq_len; ++c)
+    if (cuts(c)) cps.push_back(c);
+  if (!rq.cp.empty()) {
+    cps = rq.cp;
+    std::erase_if(cps, [&](int c) { return !cuts(c); });
+  }
   for (int tp : or_all(rq.tp, divisors(rq.world))) {
     if (rq.world % tp != 0 || !model.splits_over(tp)) continue;
-    for (int pp : or_all(rq.pp, divisors(rq.world / tp)))
-    for (int cp : or_all(rq.cp, cps)) {
-      if ((rq.world / tp) % (pp * cp) != 0 || pp > blocks) continue;
-      if (cp > 1 && (model.kv_width == 0 || model.seq_len % (2 * cp) != 0)) continue;
-      const int dp = rq.world / tp / pp / cp;
-      if (rq.global_batch % dp != 0) continue;
-      const std::int64_t per_dp = rq.global_batch / dp;
-      std::vector<int> shard_groups{0};
-      // Shards over dp x cp; one node's share of them (pp outermost).
-      const int node_holders = rq.profile.ranks_per_node / tp, holders = dp * cp;
-      if (node_holders > 1 && node_holders < holders && holders % node_holders == 0)
-        shard_groups.push_back(node_holders);
-      for (std::int64_t mb : divisors(per_dp)) {
-        if (rq.max_micro_batch > 0 && mb > rq.max_micro_batch) continue;
-        const int accum = int(per_dp / mb);
-        for (nn::Recompute rc : or_all(rq.recompute, {nn::Recompute::kNone, nn::Recompute::kSelective,
-                                                         nn::Recompute::kFull})) {
-          const auto splits_of = [&](int stages) {
-            std::vector<std::vector<int>> splits{{}};
-            if (stages > 1) {
-              const LayoutChoice probe{{.tp = tp, .pp = stages, .dp = dp, .cp = cp, .micro_batch = mb}, rc,
-                                       rq.precision};
-              auto& cached = balanced_cache[{tp * 1000 + cp, stages, int(rc), mb}];
-              if (cached.empty()) cached = balanced_stage_layers(model, probe, rq.profile);
-              if (cached != probe.layers_per_stage(blocks)) splits.push_back(cached);
+    for (int pp : or_all(rq.pp, divisors(rq.world / tp))) {
+      for (int cp : cps) {
+        if ((rq.world / tp) % (pp * cp) != 0 || pp > blocks) continue;
+        const int dp = rq.world / tp / pp / cp;
+        if (rq.global_batch % dp != 0) continue;
+        const std::int64_t per_dp = rq.global_batch / dp;
+        std::vector<int> shard_groups{0};
+        // Shards over dp x cp; one node's share of them (pp outermost).
+        const int node_holders = rq.profile.ranks_per_node / tp, holders = dp * cp;
+        if (node_holders > 1 && node_holders < holders && holders % node_holders == 0)
+          shard_groups.push_back(node_holders);
+        for (std::int64_t mb : divisors(per_dp)) {
+          if (rq.max_micro_batch > 0 && mb > rq.max_micro_batch) continue;
+          const int accum = int(per_dp / mb);
+          for (nn::Recompute rc : or_all(rq.recompute, {nn::Recompute::kNone, nn::Recompute::kSelective,
+                                                           nn::Recompute::kFull})) {
+            const auto splits_of = [&](int stages) {
+              std::vector<std::vector<int>> splits{{}};
+              if (stages > 1) {
+                const LayoutChoice probe{{.tp = tp, .pp = stages, .dp = dp, .cp = cp, .micro_batch = mb}, rc,
+                                         rq.precision};
+                auto& cached = balanced_cache[{tp, cp, stages, int(rc), mb}];
+                if (cached.empty()) cached = balanced_stage_layers(model, probe, rq.profile);
+                if (cached != probe.layers_per_stage(blocks)) splits.push_back(cached);
+              }
+              return splits;
+            };
+            std::vector<parallel::Schedule> schedules{parallel::Schedule::k1F1B};
+            if (pp > 1) schedules = or_all(rq.schedules, {parallel::Schedule::k1F1B, parallel::Schedule::kGPipe});
+            for (parallel::Schedule sched : schedules) {
+              // One micro-batch: GPipe's table is 1F1B's; one name for it is enough.
+              if (sched == parallel::Schedule::kGPipe && accum == 1 && schedules.size() > 1) continue;
+              const int v = sched == parallel::Schedule::kInterleaved ? rq.virtual_stages : 1;
+              if (pp * v > blocks) continue;  // a virtual stage without a block
+              for (const std::vector<int>& split : splits_of(pp * v))
+                for (int zero : or_all(rq.zero, {0, 1, 2, 3}))
+                  for (int sg : shard_groups) {
+                    if (zero == 0 && sg != 0) continue;
+                    if (holders == 1 && zero > 0) continue;  // nothing to shard over
+                    const parallel::Layout layout{.tp = tp, .pp = pp, .dp = dp, .cp = cp, .zero = zero,
+                                                  .shard_group = sg, .micro_batch = mb, .grad_accum = accum,
+                                                  .schedule = sched, .virtual_stages = v, .stage_layers = split};
+                    if (!parallel::layout_problem(layout).empty()) continue;  // the engine would refuse it
+                    out.push_back({layout, rc, rq.precision});
+                  }
             }
-            return splits;
-          };
-          std::vector<parallel::Schedule> schedules{parallel::Schedule::k1F1B};
-          if (pp > 1) schedules = or_all(rq.schedules, {parallel::Schedule::k1F1B, parallel::Schedule::kGPipe});
-          for (parallel::Schedule sched : schedules) {
-            // One micro-batch: GPipe's table is 1F1B's; one name for it is enough.
-            if (sched == parallel::Schedule::kGPipe && accum == 1 && schedules.size() > 1) continue;
-            const int v = sched == parallel::Schedule::kInterleaved ? rq.virtual_stages : 1;
-            if (pp * v > blocks) continue;  // a virtual stage without a block
-            for (const std::vector<int>& split : splits_of(pp * v))
-              for (int zero : or_all(rq.zero, {0, 1, 2, 3}))
-                for (int sg : shard_groups) {
-                  if (zero == 0 && sg != 0) continue;
-                  if (holders == 1 && zero > 0) continue;  // nothing to shard over
-                  const parallel::Layout layout{.tp = tp, .pp = pp, .dp = dp, .cp = cp, .zero = zero, .shard_group = sg,
-                                                .micro_batch = mb, .grad_accum = accum, .schedule = sched,
-                                                .virtual_stages = v, .stage_layers = split};
-                  if (!parallel::layout_problem(layout).empty()) continue;  // the engine would refuse it
-                  out.push_back({layout, rc, rq.precision});
-                }
           }
         }
       }
