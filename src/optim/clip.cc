@@ -8,8 +8,9 @@
 
 namespace ht::optim {
 
-float global_grad_norm(const std::vector<Tensor>& grads, const std::function<void(Tensor&)>& reduce) {
-  const Device device = grads.empty() ? Device::cpu() : grads.front().device();
+namespace {
+
+float norm_on(Device device, const std::vector<Tensor>& grads, const std::function<void(Tensor&)>& reduce) {
   Tensor acc = Tensor::zeros({1}, DType::kF32, device, MemCategory::kOther);
   for (const Tensor& g : grads)
     if (g.defined()) ops::sum_squares(g, acc);
@@ -17,15 +18,21 @@ float global_grad_norm(const std::vector<Tensor>& grads, const std::function<voi
   return std::sqrt(acc.item(0));
 }
 
+}  // namespace
+
+float global_grad_norm(const std::vector<Tensor>& grads, const std::function<void(Tensor&)>& reduce) {
+  return norm_on(grads.empty() ? Device::cpu() : grads.front().device(), grads, reduce);
+}
+
 float unscale_and_global_norm(std::vector<Tensor> grads, const std::vector<Tensor>& counted, float loss_scale,
-                              const std::function<void(Tensor&)>& reduce) {
+                              Device device, const std::function<void(Tensor&)>& reduce) {
   // The flag lives with the gradients; with none to scale it stays 0.
-  const Device device = grads.empty() ? Device::cpu() : grads.front().device();
-  Tensor found = Tensor::zeros({1}, DType::kF32, device, MemCategory::kOther);
+  Tensor found = Tensor::zeros({1}, DType::kF32, grads.empty() ? device : grads.front().device(),
+                               MemCategory::kOther);
   if (loss_scale != 1.f)
     for (Tensor& g : grads) ops::scale_and_check_finite(g, 1.f / loss_scale, found);
   const bool nonfinite_here = found.item(0) != 0.f;
-  return global_grad_norm(counted, [&](Tensor& sum) {
+  return norm_on(device, counted, [&](Tensor& sum) {
     if (nonfinite_here) sum.fill_(INFINITY);
     if (reduce) reduce(sum);
   });

@@ -460,19 +460,16 @@ double Engine::apply_update(StepStats& s, const parallel::LossSums& my_loss) {
   comm::Communicator& world = mesh_->world();
   double loss_count = 0;
   const auto sum_over_world = [&](Tensor& sum) {
-    // On the run's device on every rank, whatever `sum` is on: a rank that
-    // owns no primary gradient piece (a DDP replica but the first) has its
-    // sum on the host, and the all-reduce must take the same path (NCCL or
-    // MPI) on every rank or it never completes.
-    Tensor both = Tensor::empty({2}, DType::kF32, options_.device, MemCategory::kOther);
+    Tensor both = Tensor::empty({2}, DType::kF32, sum.device(), MemCategory::kOther);
     Tensor norm_part = both.slice(0, 1), count_part = both.slice(1, 2);
     norm_part.copy_from(sum);
-    count_part.copy_from(Tensor::from_vector(std::vector<float>{float(my_loss.count)}, {1}));
+    count_part.copy_from(Tensor::from_vector(std::vector<float>{float(my_loss.count)}, {1}).to(sum.device()));
     world.all_reduce(both, both, comm::ReduceOp::kSum)->wait();
     sum.copy_from(norm_part);
     loss_count = count_part.item(0);
   };
-  const float raw_norm = optim::unscale_and_global_norm(dp_->shard_gradients(), counted, s.loss_scale, sum_over_world);
+  const float raw_norm = optim::unscale_and_global_norm(dp_->shard_gradients(), counted, s.loss_scale,
+                                                        options_.device, sum_over_world);
   // The backward gave each micro-batch's loss 1/k of the step (data
   // parallelism averages over dp x cp): right for means, whose count is k dp
   // cp (each cp rank's mean is over an equal share of the positions); a

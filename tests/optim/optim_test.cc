@@ -59,17 +59,28 @@ TEST(Clip, UnscaleAndGlobalNorm) {
   Tensor held = Tensor::from_vector<float>({6.f, 0.f, 8.f}, {3});
   const Tensor counted = held.slice(0, 2);  // the piece this rank counts: 6, 0 -> 3, 0
   int reduced = 0;
-  EXPECT_FLOAT_EQ(unscale_and_global_norm({held}, {counted}, 2.f, [&](Tensor&) { ++reduced; }), 3.f);
+  EXPECT_FLOAT_EQ(unscale_and_global_norm({held}, {counted}, 2.f, Device::cpu(), [&](Tensor&) { ++reduced; }), 3.f);
   EXPECT_EQ(held.to_vector<float>(), (std::vector<float>{3.f, 0.f, 4.f}));
   EXPECT_EQ(reduced, 1);
-  EXPECT_FLOAT_EQ(unscale_and_global_norm({held}, {held}, 1.f), 5.f);  // a scale of 1 leaves them
+  EXPECT_FLOAT_EQ(unscale_and_global_norm({held}, {held}, 1.f, Device::cpu()), 5.f);  // a scale of 1 leaves them
   Tensor bad = Tensor::from_vector<float>({1.f, INFINITY}, {2});
   const Tensor finite_piece = bad.slice(0, 1);
-  EXPECT_FALSE(std::isfinite(unscale_and_global_norm({bad}, {finite_piece}, 4.f)));
+  EXPECT_FALSE(std::isfinite(unscale_and_global_norm({bad}, {finite_piece}, 4.f, Device::cpu())));
   // A peer's overflow reaches this rank through the reduction.
   const Tensor mine = Tensor::from_vector<float>({1.f}, {1});
   EXPECT_FALSE(std::isfinite(
-      unscale_and_global_norm({mine}, {mine}, 4.f, [](Tensor& sum) { sum.data<float>()[0] += INFINITY; })));
+      unscale_and_global_norm({mine}, {mine}, 4.f, Device::cpu(),
+                              [](Tensor& sum) { sum.data<float>()[0] += INFINITY; })));
+  // A rank that counts nothing still takes part in the reduction, its sum on
+  // the device asked for (on a GPU run, the one every rank's NCCL call needs:
+  // emu_training's cp2 run hung while it followed the counted pieces).
+  Device seen = Device::cuda(0);
+  EXPECT_FLOAT_EQ(unscale_and_global_norm({held}, {}, 1.f, Device::cpu(), [&](Tensor& sum) {
+                    seen = sum.device();
+                    sum.data<float>()[0] += 49.f;  // the peers' squares
+                  }),
+                  7.f);
+  EXPECT_EQ(seen, Device::cpu());
 }
 
 TEST(AdamW, MatchesReferenceFormulaAndSkipsDecayWhereAsked) {
