@@ -116,6 +116,19 @@ Tensor context_chunks(const Tensor& x, const ContextParallel& cp) {
   return out;
 }
 
+Tensor context_rows(const Tensor& table, const ContextParallel& cp, std::int64_t t) {
+  if (cp.size() == 1) return table;
+  Shape shape = table.shape();
+  shape[0] = t;
+  Tensor rows = Tensor::empty(shape, table.dtype(), table.device(), MemCategory::kOther);
+  const std::int64_t l = t / 2;
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t start = cp.half_start(half, t);
+    ops::narrow_into(table.slice(start, start + l), 0, half * l, rows);
+  }
+  return rows;
+}
+
 void context_parallel_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const ops::AttentionOptions& options, const ContextParallel& cp, Tensor& out,
                                         Tensor& lse) {

@@ -2,7 +2,7 @@
 #include "ht/nn/embedding.h"
 
 #include "ht/ops/embedding.h"
-#include "ht/ops/movement.h"
+#include "ht/ops/elementwise.h"
 
 namespace ht::nn {
 
@@ -35,28 +35,14 @@ ops::VocabShard Embedding::shard() const {
   return {.start = tp_.rank() * (rows_ / tp_.size()), .size = vocab_, .padded_size = rows_ != vocab_ ? rows_ : -1};
 }
 
-Tensor Embedding::position_rows(const Tensor& table, int half, std::int64_t t) const {
-  const std::int64_t start = cp_.half_start(half, t);
-  return table.slice(start, start + t / 2);
-}
-
 Tensor Embedding::forward_impl(Context& ctx, const Tensor& tokens) {
   Tensor out = Tensor::empty({tokens.size(0), tokens.size(1), wte_->data().size(1)}, wte_->data().dtype(),
                              tokens.device());
-  // Positions are added once: by tp rank 0, before the group sums the lookups.
-  const bool add_positions = wpe_ && tp_.rank() == 0;
-  if (cp_.size() == 1 || !add_positions) {
-    ops::embedding_forward(tokens, wte_->data(), add_positions ? wpe_->data() : Tensor(), out, shard());
-  } else {
-    // Each chunk with the rows of its own positions.
-    const std::int64_t t = tokens.size(1), l = t / 2;
-    for (int half = 0; half < 2; ++half) {
-      const Tensor chunk_tokens = ops::narrow_copy(tokens, 1, half * l, l);
-      Tensor chunk = ops::narrow_copy(out, 1, half * l, l);  // shape only; overwritten
-      ops::embedding_forward(chunk_tokens, wte_->data(), position_rows(wpe_->data(), half, t), chunk, shard());
-      ops::narrow_into(chunk, 1, half * l, out);
-    }
-  }
+  // Positions are added once: by tp rank 0, before the group sums the
+  // lookups; under context parallelism, the rows of this rank's positions.
+  const Tensor positions =
+      wpe_ && tp_.rank() == 0 ? context_rows(wpe_->data(), cp_, tokens.size(1)) : Tensor();
+  ops::embedding_forward(tokens, wte_->data(), positions, out, shard());
   tp_.all_reduce_sum(out);
   ctx.save(this, {tokens});
   return out;
@@ -70,12 +56,14 @@ Tensor Embedding::backward_impl(Context& ctx, const Tensor& dy) {
   if (cp_.size() == 1 || !wpe_) {
     ops::embedding_backward(dy, tokens, wte_->grad(), wpe_ ? wpe_->grad() : no_wpe, shard());
   } else {
+    // The gradient of this rank's position rows, added into their rows of wpe.
     const std::int64_t t = tokens.size(1), l = t / 2;
+    Tensor rows = Tensor::zeros({t, wpe_->grad().size(1)}, wpe_->grad().dtype(), dy.device());
+    ops::embedding_backward(dy, tokens, wte_->grad(), rows, shard());
     for (int half = 0; half < 2; ++half) {
-      Tensor rows = position_rows(wpe_->grad(), half, t);  // a view: accumulates in place
-      ops::embedding_backward(ops::narrow_copy(dy, 1, half * l, l), ops::narrow_copy(tokens, 1, half * l, l),
-                              wte_->grad(), rows,
-                              shard());
+      const std::int64_t start = cp_.half_start(half, t);
+      Tensor mine = wpe_->grad().slice(start, start + l);
+      ops::add(mine, rows.slice(half * l, half * l + l), mine);
     }
   }
   wte_->mark_grad_ready();

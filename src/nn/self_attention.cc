@@ -3,7 +3,6 @@
 
 #include "ht/ops/attention.h"
 #include "ht/ops/elementwise.h"
-#include "ht/ops/movement.h"
 #include "ht/ops/rope.h"
 
 namespace ht::nn {
@@ -38,19 +37,6 @@ SelfAttention::SelfAttention(std::string name, const AttentionConfig& config, De
   }
 }
 
-Tensor SelfAttention::rope_rows(std::int64_t t) const {
-  if (cp_.size() == 1) return rope_table_;
-  Shape shape = rope_table_.shape();
-  shape[0] = t;
-  Tensor rows = Tensor::empty(shape, rope_table_.dtype(), rope_table_.device(), MemCategory::kOther);
-  const std::int64_t l = t / 2;
-  for (int half = 0; half < 2; ++half) {
-    const std::int64_t start = cp_.half_start(half, t);
-    ops::narrow_into(rope_table_.slice(start, start + l), 0, half * l, rows);
-  }
-  return rows;
-}
-
 void SelfAttention::set_recompute(Recompute mode) {
   Module::set_recompute(mode);
   o_->set_input_saved_by_caller(mode == Recompute::kSelective);
@@ -70,7 +56,7 @@ Tensor SelfAttention::forward_impl(Context& ctx, const Tensor& x) {
            name(), config_.key_mask, cp_.size());
   Tensor q = q_->forward(ctx, x), k = k_->forward(ctx, x), v = v_->forward(ctx, x);
   if (rope_table_.defined()) {
-    const Tensor rows = rope_rows(t);
+    const Tensor rows = context_rows(rope_table_, cp_, t);
     ops::rope_forward(q, rows, local_heads_, q);
     ops::rope_forward(k, rows, local_kv_heads_, k);
   }
@@ -118,7 +104,7 @@ Tensor SelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
   else
     ops::attention_backward(dout, q, k, v, out, lse, options, key_mask, dq, dk, dv);
   if (rope_table_.defined()) {
-    const Tensor rows = rope_rows(q.size(1));
+    const Tensor rows = context_rows(rope_table_, cp_, q.size(1));
     ops::rope_backward(dq, rows, local_heads_, dq);
     ops::rope_backward(dk, rows, local_kv_heads_, dk);
   }

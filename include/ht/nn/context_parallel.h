@@ -61,6 +61,11 @@ struct ContextParallel {
 /// does not split into 2C chunks, naming T and what would.
 Tensor context_chunks(const Tensor& x, const ContextParallel& cp);
 
+/// The rows of a table indexed by position along dimension 0 (learned
+/// position embeddings, a rotary table) for this rank's `t` positions, its
+/// two chunks' rows side by side, copied; `table` itself for a group of one.
+Tensor context_rows(const Tensor& table, const ContextParallel& cp, std::int64_t t);
+
 /// Attention of this rank's two chunks over the whole sequence: q (B, 2L,
 /// H*D), k and v (B, 2L, KV*D) -> out (B, 2L, H*D) and lse (B, H, 2L) f32,
 /// as ops::attention_forward on the whole sequence would give for these

@@ -39,9 +39,6 @@ class Embedding : public Module {
 
  private:
   ops::VocabShard shard() const;
-  /// The rows of wpe (or its gradient) for half `half` of `t` local
-  /// positions under context parallelism: a view.
-  Tensor position_rows(const Tensor& table, int half, std::int64_t t) const;
 
   Parameter* wte_;
   Parameter* wpe_ = nullptr;

@@ -66,10 +66,6 @@ class SelfAttention : public Module {
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 
  private:
-  /// The rotary table's rows for this rank's `t` positions: the table
-  /// itself, or under context parallelism its two chunks' rows.
-  Tensor rope_rows(std::int64_t t) const;
-
   AttentionConfig config_;
   ContextParallel cp_;
   int local_heads_, local_kv_heads_;
