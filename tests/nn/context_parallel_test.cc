@@ -2,8 +2,9 @@
 // 2 and 4 ranks, each holding its load-balanced pair of chunks, gives the
 // output and the q, k and v gradients of attention over the whole sequence
 // in one process, for those positions, within 1e-5 relative; causal and not,
-// grouped-query heads, chunks of a length off every tile; and the chunks
-// the engine hands a rank hold the positions the models index.
+// grouped-query heads, chunks of a length off every tile; the chunks the
+// engine hands a rank hold the positions the models index; and a key mask,
+// which cannot cross the split, is refused.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -11,6 +12,7 @@
 #include "ht/comm/mpi_communicator.h"
 #include "ht/nn/context_parallel.h"
 #include "ht/nn/functional.h"
+#include "ht/nn/self_attention.h"
 #include "ht/ops/movement.h"
 #include "mpi_test_util.h"
 #include "test_util.h"
@@ -105,6 +107,19 @@ TEST(ContextParallel, ChunksHoldThePositionsTheModelsIndex) {
   EXPECT_EQ(cp.position(6, mine.size(1)), std::int64_t(2 * cp.size() - 1 - cp.rank()) * 6);
   EXPECT_TRUE(test::throws_error([&] { context_chunks(Tensor::zeros({2, t + 2}, DType::kI32), cp); },
                                  ErrorKind::kConfig, {"is not a multiple of", "e.g."}));
+}
+
+// A key padding mask cannot cross the sequence's split: SelfAttention under
+// context parallelism refuses one by name rather than mask only its chunks.
+TEST(ContextParallel, SelfAttentionRefusesAKeyMask) {
+  auto world = comm::make_mpi_world();
+  SelfAttention attn("attn", {.dim = 8, .n_head = 2, .causal = false}, Device::cpu(), {},
+                     ContextParallel{.group = world.get()});
+  Context ctx;
+  ctx.set_side_input("key_mask", Tensor::zeros({1, 4}, DType::kI32));
+  const Tensor x = Tensor::zeros({1, 4, 8}, DType::kF32);
+  EXPECT_TRUE(test::throws_error([&] { attn.forward(ctx, x); }, ErrorKind::kNotSupported,
+                                 {"key padding mask ('key_mask')", "--cp 1"}));
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 // small Llama (grouped-query heads) and a small GPT (multi-head), 4
 // context-parallel ranks each hold at most 0.3x the activation bytes of one
 // process (the engine's byte accounting, MemCategory::kActivations, peak
-// over a step above what was live before it) and give its loss; and what cannot be split is refused by name: a model that does not
-// say it runs under context parallelism, and a sequence that does not cut
-// into 2 cp chunks. Each test runs at its process count; the others skip.
+// over a step above what was live before it) and give its loss; and what
+// cannot be split is refused by name: a model that does not say it runs
+// under context parallelism, a sequence that does not cut into 2 cp chunks,
+// side inputs and a target of another length. Each test runs at its process
+// count; the others skip.
 #include <gtest/gtest.h>
 
 #include <mpi.h>
@@ -124,6 +126,41 @@ TEST(ContextParallelEngine, ASequenceThatDoesNotCutIntoChunksIsRefused) {
   test::GPTEngine e(o, data, &mesh);
   EXPECT_TRUE(test::throws_error([&] { e.engine.step(); }, ErrorKind::kConfig,
                                  {"--cp 2 splits each sequence into 4 chunks", "sequence length 6", "e.g. 8"}));
+}
+
+// Token windows with something context parallelism does not split: a key
+// padding mask beside the input, or a target of another length.
+class Unsplittable : public data::DataSource {
+ public:
+  enum class What { kSideInput, kShortTarget };
+  explicit Unsplittable(What what) : what_(what) {}
+  data::MicroBatch samples(std::int64_t first, std::int64_t count) override {
+    (void)first;
+    data::MicroBatch b;
+    b.input = Tensor::zeros({count, 8}, DType::kI32);
+    b.target = Tensor::zeros({count, what_ == What::kShortTarget ? 4 : 8}, DType::kI32);
+    if (what_ == What::kSideInput) b.side["key_mask"] = Tensor::zeros({count, 8}, DType::kI32);
+    return b;
+  }
+
+ private:
+  What what_;
+};
+
+TEST(ContextParallelEngine, WhatDoesNotSplitIsRefusedByName) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs with 2 processes";
+  test::GPTRunOptions o = test::tiny_gpt_options(1);
+  o.engine.layout.cp = 2;
+  o.engine.eval_samples = 0;
+  comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 1, 2);
+  const auto gpt = [&](const nn::Placement& at) { return std::make_unique<models::GPT>(o.model, at); };
+  Unsplittable masked(Unsplittable::What::kSideInput), short_target(Unsplittable::What::kShortTarget);
+  Engine with_mask(o.engine, gpt, masked, &mesh);
+  EXPECT_TRUE(test::throws_error([&] { with_mask.step(); }, ErrorKind::kNotSupported,
+                                 {"--cp 2", "side inputs ('key_mask')", "--cp 1"}));
+  Engine with_short_target(o.engine, gpt, short_target, &mesh);
+  EXPECT_TRUE(test::throws_error([&] { with_short_target.step(); }, ErrorKind::kShapeMismatch,
+                                 {"--cp 2 splits the input and the target along dimension 1", "a target [4, 4]"}));
 }
 
 }  // namespace
