@@ -82,7 +82,8 @@ GPT::GPT(const GPTConfig& config, const nn::Placement& placement)
   const auto [first, last] = parallel::stage_range(config.n_layer, stage().rank, stage().size, stage().boundaries);
   for (int i = first; i < last; ++i)
     blocks_.push_back(
-        &add_built(std::make_unique<nn::Block>(fmt::format("h.{}", i), config.n_embd, config.n_head, device, tp, placement.cp)));
+        &add_built(std::make_unique<nn::Block>(fmt::format("h.{}", i), config.n_embd, config.n_head, device, tp,
+                                               placement.cp)));
   if (last_stage()) {
     ln_f_ = &add_built(std::make_unique<nn::LayerNorm>("ln_f", config.n_embd, device));
     if (first_stage()) {
@@ -131,7 +132,8 @@ std::vector<nn::TiedWeight> GPT::tied_weights() const {
 
 double GPT::flops_per_token(const Shape& input_shape) const {
   // The whole sequence's length: attention's work per token grows with it.
-  return config_.flops_per_token(input_shape.size() == 2 ? input_shape[1] * context_parallel().size() : config_.context);
+  const std::int64_t length = input_shape.size() == 2 ? input_shape[1] * context_parallel().size() : config_.context;
+  return config_.flops_per_token(length);
 }
 
 }  // namespace ht::models

@@ -136,7 +136,8 @@ Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
                                         "wpe", config.padded_vocab_size()));
   const auto [first, last] = parallel::stage_range(config.n_layer, stage().rank, stage().size, stage().boundaries);
   for (int i = first; i < last; ++i)
-    layers.push_back(&add_built(std::make_unique<LlamaBlock>(fmt::format("layers.{}", i), config, device, tp, placement.cp)));
+    layers.push_back(
+        &add_built(std::make_unique<LlamaBlock>(fmt::format("layers.{}", i), config, device, tp, placement.cp)));
   if (last_stage()) {
     norm = &add_built(std::make_unique<nn::RMSNorm>("norm", config.n_embd, device, config.norm_eps));
     head = &add_built(std::make_unique<nn::LMHead>("lm_head", "weight", config.vocab_size, config.n_embd, device, tp,
@@ -149,7 +150,8 @@ Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
 
 double Llama::flops_per_token(const Shape& input_shape) const {
   // The whole sequence's length: attention's work per token grows with it.
-  return config_.flops_per_token(input_shape.size() == 2 ? input_shape[1] * context_parallel().size() : config_.context);
+  const std::int64_t length = input_shape.size() == 2 ? input_shape[1] * context_parallel().size() : config_.context;
+  return config_.flops_per_token(length);
 }
 
 }  // namespace ht::models

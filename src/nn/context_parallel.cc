@@ -207,9 +207,9 @@ Var context_parallel_attention(const Var& q, const Var& k, const Var& v, const o
                                comm::Communicator& group) {
   if (group.size() == 1) return attention(q, k, v, options);
   const ContextParallel cp{.group = &group};
-  check_chunks(q.tensor(), k.tensor(), v.tensor(), options);
   Tensor out = activation(q.shape(), q.tensor());
-  Tensor lse = Tensor::empty({q.size(0), options.n_head, q.size(1)}, DType::kF32, q.device(), MemCategory::kActivations);
+  Tensor lse =
+      Tensor::empty({q.size(0), options.n_head, q.size(1)}, DType::kF32, q.device(), MemCategory::kActivations);
   context_parallel_attention_forward(q.tensor(), k.tensor(), v.tensor(), options, cp, out, lse);
   return q.tape().record(
       Tensor(out), {q, k, v}, {q.tensor(), k.tensor(), v.tensor(), out, lse},
