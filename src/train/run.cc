@@ -2,6 +2,7 @@
 #include "ht/train/run.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -80,6 +81,15 @@ struct Peak {
 
 Peak run_peak(const Engine& engine, const FitOptions& options) {
   if (options.peak_tflops > 0) return {options.peak_tflops, "given with --peak-tflops"};
+  if (const char* given = std::getenv(resilience::kEnvMfuPeak); given && *given) {
+    char* end = nullptr;
+    const double tflops = std::strtod(given, &end);
+    HT_CHECK(*end == '\0' && std::isfinite(tflops) && tflops > 0, ErrorKind::kConfig,
+             "{}='{}' is not a rate in TFLOP/s above 0 (htrun sets it for a relaunch); unset it outside htrun",
+             resilience::kEnvMfuPeak, given);
+    const char* source = std::getenv(resilience::kEnvMfuPeakSource);
+    return {tflops, fmt::format("{}, at an earlier launch of the job", source && *source ? source : "measured")};
+  }
   const EngineOptions& o = engine.options();
   const DType dtype = peak_dtype(o.device, o.precision.compute);
   // A GPU reaches its rate only on a large GEMM; the emulated device runs it

@@ -69,6 +69,8 @@ expect_error "--steps" --steps -3
 expect_error "recomputation 'attention' is not known" --data "$work/run/tokens.h5" --run-dir "$work/r9" --recompute attention
 expect_error "unknown device" --data "$work/run/tokens.h5" --run-dir "$work/r6" --device tpu
 expect_error "bogus" --bogus-flag
+HT_MFU_PEAK=fast expect_error "HT_MFU_PEAK='fast' is not a rate" --data "$work/run/tokens.h5" --run-dir "$work/r10" \
+  --steps 1
 if ! nvidia-smi -L > /dev/null 2>&1; then  # without a GPU, --device cuda says so before any work
   expect_error "no CUDA device is visible\|has no CUDA backend" --data "$work/run/tokens.h5" --run-dir "$work/r8" \
     --device cuda

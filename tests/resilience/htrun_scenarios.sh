@@ -106,6 +106,17 @@ PY
     resumed=$(sed -n 's/^htrun: launch 2: .*resuming after step \([0-9]*\)$/\1/p' "$work/crash.log")
     case "$resumed" in 4|8) ;; *) tail -30 "$work/crash.log"; fail "launch 2 resumed after step '$resumed', not 4 or 8" ;; esac
     expect crash "# resumed from step $resumed "
+    # The relaunch takes the MFU peak launch 1 measured (HT_MFU_PEAK) rather
+    # than measuring it again.
+    python3 - "$work/crash.log" "$work/crash/metrics.jsonl" <<'PY' || fail "the relaunch did not take launch 1's MFU peak"
+import json, re, sys
+lines = re.findall(r"^# MFU against (\S+) TFLOP/s a rank \((.*)\)$", open(sys.argv[1]).read(), re.M)
+run = [r for r in map(json.loads, open(sys.argv[2])) if r.get("type") == "run"][-1]
+ok = (len(lines) == 2 and lines[0][1].startswith("f32 GEMM 1024^3 measured on cpu") and lines[1][0] == lines[0][0]
+      and lines[1][1] == lines[0][1] + ", at an earlier launch of the job" and run["peak_source"] == lines[1][1])
+print(lines, run["peak_source"]) if not ok else None
+sys.exit(0 if ok else 1)
+PY
     exact_accounting crash 1; same_as_fault_free crash ;;
   memory)
     # Memory snapshots every step (steps slowed to ~100 ms: a snapshot's

@@ -293,6 +293,11 @@ inline constexpr const char* kEnvLaunchEpoch = "HT_LAUNCH_EPOCH";        // the 
 inline constexpr const char* kEnvSimulatedNodes = "HT_SIMULATED_NODES";  // "<slots>:<id>,<id>,..." (simulated nodes)
 inline constexpr const char* kEnvAgentDir = "HT_AGENT_DIR";              // the node agents' socket directory
 inline constexpr const char* kEnvCommTimeout = "HT_COMM_TIMEOUT";        // the ranks' communication timeout (s)
+/// The MFU peak an earlier launch of the job measured (its run line's
+/// "peak_tflops" and "peak_source"): a relaunch takes it rather than
+/// measuring again (a third of a second on a CPU, at every recovery).
+inline constexpr const char* kEnvMfuPeak = "HT_MFU_PEAK";                // TFLOP/s a rank
+inline constexpr const char* kEnvMfuPeakSource = "HT_MFU_PEAK_SOURCE";  // how it was measured
 
 // ----------------------------------------------------------------- paths
 

@@ -153,6 +153,8 @@ struct Supervisor::WatchState {
   std::int64_t epoch = 0;
   /// Hosts whose agent's connection closed: a probe of each, by node index.
   std::map<std::size_t, std::unique_ptr<HostProbe>> probes;
+  /// The MFU peak of the launch's run line, with how it was measured.
+  std::optional<std::pair<double, std::string>> mfu_peak;
 
   WatchState(const std::string& run_dir, std::int64_t launch_epoch) : metrics(run_dir), epoch(launch_epoch) {}
 
@@ -165,6 +167,7 @@ struct Supervisor::WatchState {
         w.training_began = true;
         w.resumed_from = run->resumed_from;
         w.resume_tier = run->resume_tier;
+        take_mfu_peak(run->fields);
       }
       if (const auto* step = std::get_if<protocol::StepLine>(&line);
           step && step->time_s() >= w.launched_at && protocol::of_launch(step->epoch, epoch)) {
@@ -172,6 +175,15 @@ struct Supervisor::WatchState {
         w.last_step_done_s = std::max(w.last_step_done_s, step->time_s());
       }
     }
+  }
+  // The MFU peak the launch's rank 0 measured, for the launches after it.
+  void take_mfu_peak(const protocol::Fields& fields) {
+    const auto tflops = fields.find("peak_tflops");
+    const auto source = fields.find("peak_source");
+    if (tflops == fields.end() || source == fields.end()) return;
+    const double* value = std::get_if<double>(&tflops->second);
+    const std::string* how = std::get_if<std::string>(&source->second);
+    if (value && how && *value > 0) mfu_peak = {{*value, *how}};
   }
   // The watch found `f`: the launch ends for it.
   void declare(const Finding& f) {
@@ -381,6 +393,7 @@ std::unique_ptr<Process> Supervisor::start_launch(int launch, std::int64_t resum
     env.push_back(fmt::format("{}={:g}", protocol::kEnvCommTimeout, comm_timeout_s()));
   env.push_back(fmt::format("{}={}", protocol::kEnvLaunchEpoch, epoch_));
   env.push_back(fmt::format("{}={}", protocol::kEnvAgentDir, options_.agent_dir));
+  env.insert(env.end(), mfu_peak_env_.begin(), mfu_peak_env_.end());
   if (cluster_.kind() == ClusterKind::kLocal)
     env.push_back(fmt::format("{}={}:{}", protocol::kEnvSimulatedNodes, options_.slots, fmt::join(ids, ",")));
   return spawner_->launch(job_command(env), env, protocol::job_log_path(options_.run_dir),
@@ -398,6 +411,11 @@ Watch Supervisor::launch_and_watch(int launch, std::int64_t resume_step, Report&
   while (!poll_launch(*job, s)) {
   }
   conclude_watch(*job, s);
+  // A peak measured once serves the whole job (one given with
+  // --peak-tflops is the program's own flag, given again at each launch).
+  if (mfu_peak_env_.empty() && s.mfu_peak && s.mfu_peak->second.rfind("given", 0) != 0)
+    mfu_peak_env_ = {fmt::format("{}={:.17g}", protocol::kEnvMfuPeak, s.mfu_peak->first),
+                     fmt::format("{}={}", protocol::kEnvMfuPeakSource, s.mfu_peak->second)};
   // Each node's communication wait, as its agent's last summary of the launch said.
   for (std::size_t n = 0; n < active_.size() && n < s.w.hosts.size(); ++n)
     if (s.w.hosts[n].summarized)

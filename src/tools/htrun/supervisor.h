@@ -231,6 +231,8 @@ class Supervisor {
   std::map<std::uint32_t, double> link_done_;  // link test request -> when its last echo arrived
   std::vector<AgentEvent> launch_events_;
   std::int64_t epoch_ = 0;  // the current launch's (HT_LAUNCH_EPOCH)
+  /// HT_MFU_PEAK and its source, once a launch has measured the peak.
+  std::vector<std::string> mfu_peak_env_;
 };
 
 }  // namespace htrun
