@@ -119,6 +119,7 @@ case "$scenario" in
     tb_exec h1 sh -c 'echo x > /dev/shm/ht_testbed_probe'
     tb_exec h2 test ! -e /dev/shm/ht_testbed_probe || fail "/dev/shm is shared between hosts"
     [ ! -e /dev/shm/ht_testbed_probe ] || fail "a host's /dev/shm is this machine's"
+    tb_exec h1 grep -qx "pml = ob1" "$TB_MCA_PARAMS" || fail "h1's Open MPI is not set up for Ethernet alone"
     [ "$(tb_exec h0 ssh h2 hostname)" = h2 ] || fail "ssh from h0 to h2 does not reach h2"
     tb_cut h2
     if tb_exec h0 ssh -o ConnectTimeout=1 h2 true 2> /dev/null; then fail "h2 answers with its link cut"; fi
