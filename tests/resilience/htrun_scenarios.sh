@@ -318,7 +318,25 @@ WRAPPER
     printf '%064d\n' 0 | timeout 20 "$(dirname "$htrun")/ht-agent" --node 0 --controller "127.0.0.1:$port" \
       --socket-dir "$work/lonely-agent" > "$work/lonely-agent.log" 2>&1 || rc=$?
     [ "$rc" = 0 ] || { cat "$work/lonely-agent.log"; fail "an agent without its htrun did not leave by itself (exit $rc)"; }
-    grep -q "refused every connection for" "$work/lonely-agent.log" || fail "the lonely agent did not say why it left" ;;
+    grep -q "refused every connection for" "$work/lonely-agent.log" || fail "the lonely agent did not say why it left"
+    # Agents started by one launch on every host each find their own node:
+    # by their task index under mpirun, by their host under Slurm (a
+    # detached agent's log names its node). One that cannot tell says so.
+    agent_of() {  # agent_of NAME [VAR=value]: a lonely agent of --nodes 4,7 --hosts a,b with that environment
+      mkdir -p "$work/$1"
+      printf '%064d\n' 0 | env -u OMPI_COMM_WORLD_RANK -u SLURMD_NODENAME "${@:2}" "$(dirname "$htrun")/ht-agent" \
+        --nodes 4,7 --hosts a,b --controller "127.0.0.1:$port" --socket-dir "$work/$1/sock" --run-dir "$work/$1" \
+        --detach > "$work/$1.log" 2>&1
+    }
+    agent_of by-task OMPI_COMM_WORLD_RANK=1 || fail "an agent of one launch did not start: $(cat "$work/by-task.log")"
+    agent_of by-host SLURMD_NODENAME=b || fail "an agent of one launch did not start: $(cat "$work/by-host.log")"
+    [ -e "$work/by-task/agent_node7.log" ] && [ -e "$work/by-host/agent_node7.log" ] \
+      || fail "an agent of one launch took another node than its own: $(ls "$work/by-task" "$work/by-host")"
+    if agent_of no-index; then fail "an agent of one launch started without knowing its node"; fi
+    grep -q "needs its task's index" "$work/no-index.log" || fail "unclear error: $(cat "$work/no-index.log")"
+    if agent_of unknown-host SLURMD_NODENAME=c; then fail "an agent on a host not in --hosts started"; fi
+    grep -q "this host, c (SLURMD_NODENAME), is not among --hosts" "$work/unknown-host.log" \
+      || fail "unclear error: $(cat "$work/unknown-host.log")" ;;
   slurm)
     # A real Slurm of 4 nodes on this machine (tests/resilience/slurm_local.sh):
     # htrun inside an allocation of 3 launches with srun, finds node 1
@@ -402,7 +420,9 @@ WRAPPER
     grep -q "2 active, 1 spare, 4 slot(s) per node" "$work/plan.txt" || fail "wrong node set: $(cat "$work/plan.txt")"
     grep -q "job: mpirun -np 8 --host node-a:4,node-b:4 --map-by slot --mca odls_base_sigkill_timeout 0 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 $gpt --steps 3 --run-dir runs/htrun --resume auto" \
       "$work/plan.txt" || fail "wrong job command: $(cat "$work/plan.txt")"
-    grep -q "agent of node 2 (node-c): mpirun -np 1 --host node-c:1 --mca plm_rsh_args -o ConnectTimeout=10 -o ServerAliveInterval=2 -o ServerAliveCountMax=2 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-agent --node 2 --controller [^ ]*:PORT --socket-dir /tmp/htrun-[0-9]*-[0-9a-f]* --run-dir runs/htrun --detach$" "$work/plan.txt" \
+    grep -q "agents, one launch: mpirun -np 3 --host node-a:1,node-b:1,node-c:1 --mca plm_rsh_args -o ConnectTimeout=10 -o ServerAliveInterval=2 -o ServerAliveCountMax=2 --map-by node --stdin all -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-agent --nodes 0,1,2 --hosts node-a,node-b,node-c --controller [^ ]*:PORT --socket-dir /tmp/htrun-[0-9]*-[0-9a-f]* --run-dir runs/htrun --detach$" "$work/plan.txt" \
+      || fail "wrong command for all agents: $(cat "$work/plan.txt")"
+    grep -q "agent of node 2 (node-c), alone: mpirun -np 1 --host node-c:1 --mca plm_rsh_args -o ConnectTimeout=10 -o ServerAliveInterval=2 -o ServerAliveCountMax=2 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-agent --node 2 --controller [^ ]*:PORT --socket-dir /tmp/htrun-[0-9]*-[0-9a-f]* --run-dir runs/htrun --detach$" "$work/plan.txt" \
       || fail "wrong agent command: $(cat "$work/plan.txt")"
     grep -q "health checks, run by the agents: .*ht-health --node N \.\.\. --min-memory-gbps=0.05$" "$work/plan.txt" \
       || fail "wrong health command: $(cat "$work/plan.txt")"

@@ -265,19 +265,35 @@ std::vector<std::string> Cluster::job_env() const {
 std::vector<std::string> Cluster::on_node(const Node& node, const std::vector<std::string>& command,
                                           const std::vector<std::string>& launcher_args,
                                           double connect_timeout_s) const {
+  if (kind_ == ClusterKind::kLocal) return command;
+  return on_nodes({node}, command, launcher_args, connect_timeout_s);
+}
+
+std::vector<std::string> Cluster::on_nodes(const std::vector<Node>& nodes, const std::vector<std::string>& command,
+                                           const std::vector<std::string>& launcher_args,
+                                           double connect_timeout_s) const {
+  const std::string tasks = std::to_string(nodes.size());
   std::vector<std::string> cmd;
   switch (kind_) {
-    case ClusterKind::kLocal: return command;
-    case ClusterKind::kHostfile:
-      // A host that does not answer fails the check within the connect
-      // timeout, and one that stops answering within a few keep-alives.
-      cmd = {mpirun_, "-np", "1", "--host", node.host + ":1", "--mca", "plm_rsh_args",
+    case ClusterKind::kLocal: return {};
+    case ClusterKind::kHostfile: {
+      // A host that does not answer fails within the connect timeout, and
+      // one that stops answering within a few keep-alives.
+      std::vector<std::string> hosts;
+      for (const Node& n : nodes) hosts.push_back(n.host + ":1");
+      cmd = {mpirun_, "-np", tasks, "--host", fmt::format("{}", fmt::join(hosts, ",")), "--mca", "plm_rsh_args",
              fmt::format("-o ConnectTimeout={} -o ServerAliveInterval=2 -o ServerAliveCountMax=2",
                          std::max(1, int(connect_timeout_s)))};
+      if (nodes.size() > 1) cmd.insert(cmd.end(), {"--map-by", "node", "--stdin", "all"});
       for (const std::string& flag : exported_env_flags({})) cmd.push_back(flag);
       break;
+    }
     case ClusterKind::kSlurm:
-      cmd = {"srun", "--nodes=1", "--ntasks=1", "--nodelist=" + node.host, "--overlap"};
+      cmd = {"srun", fmt::format("--nodes={}", tasks), fmt::format("--ntasks={}", tasks),
+             "--nodelist=" + fmt::format("{}", fmt::join(hosts_of(nodes), ",")), "--overlap"};
+      // One task's node failing must not end the others' (--no-kill), and
+      // each task reads the same standard input.
+      if (nodes.size() > 1) cmd.insert(cmd.end(), {"--ntasks-per-node=1", "--no-kill", "--input=all"});
       break;
   }
   cmd.insert(cmd.end(), launcher_args.begin(), launcher_args.end());

@@ -72,6 +72,16 @@ class Cluster {
   std::vector<std::string> on_node(const Node& node, const std::vector<std::string>& command,
                                    const std::vector<std::string>& launcher_args,
                                    double connect_timeout_s = 10) const;
+  /// `command` run once on every one of `nodes` by a single launch (the
+  /// node agents): one srun step, or one mpirun whose daemons fan out over
+  /// ssh, with standard input given to every task. The tasks follow the
+  /// order of `nodes` (task i, OMPI_COMM_WORLD_RANK or SLURM_PROCID, on
+  /// nodes[i] under mpirun; under Slurm in Slurm's own order, so a task
+  /// finds its node by SLURMD_NODENAME). Empty for simulated nodes, each
+  /// its own process here.
+  std::vector<std::string> on_nodes(const std::vector<Node>& nodes, const std::vector<std::string>& command,
+                                    const std::vector<std::string>& launcher_args,
+                                    double connect_timeout_s = 10) const;
   /// Takes `node` out of the cluster's own scheduling (Slurm: drain it).
   /// Returns "" or what went wrong (a warning: htrun stops using the node
   /// either way).

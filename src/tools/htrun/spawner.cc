@@ -13,6 +13,11 @@ std::unique_ptr<Process> ProcessSpawner::launch(const std::vector<std::string>& 
 
 std::unique_ptr<Process> ProcessSpawner::agent(const Node&, const std::vector<std::string>& argv,
                                                const wire::Secret& secret, const std::string& log_path) {
+  return agents(argv, secret, log_path);
+}
+
+std::unique_ptr<Process> ProcessSpawner::agents(const std::vector<std::string>& argv, const wire::Secret& secret,
+                                                const std::string& log_path) {
   return std::make_unique<ChildProcess>(argv, std::vector<std::string>{}, log_path, /*echo=*/false,
                                         Process::LineParser{}, wire::secret_hex(secret) + "\n");
 }

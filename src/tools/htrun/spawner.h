@@ -27,6 +27,15 @@ class Spawner {
   /// standard input; its output to `log_path`.
   virtual std::unique_ptr<Process> agent(const Node& node, const std::vector<std::string>& argv,
                                          const wire::Secret& secret, const std::string& log_path) = 0;
+  /// The agents of several nodes by one launch: `argv` (Cluster::on_nodes)
+  /// reaches every node, and each agent finds its own. nullptr where the
+  /// spawner starts each agent alone (the default): the supervisor then
+  /// calls agent() for each node.
+  virtual std::unique_ptr<Process> agents(const std::vector<std::string>& argv, const wire::Secret& secret,
+                                          const std::string& log_path) {
+    (void)argv, (void)secret, (void)log_path;
+    return nullptr;
+  }
 };
 
 /// Real processes (ChildProcess): the job's output is echoed, an agent's is not.
@@ -36,6 +45,8 @@ class ProcessSpawner : public Spawner {
                                   const std::string& log_path, Process::LineParser parser) override;
   std::unique_ptr<Process> agent(const Node& node, const std::vector<std::string>& argv, const wire::Secret& secret,
                                  const std::string& log_path) override;
+  std::unique_ptr<Process> agents(const std::vector<std::string>& argv, const wire::Secret& secret,
+                                  const std::string& log_path) override;
 };
 
 }  // namespace htrun

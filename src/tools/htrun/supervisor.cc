@@ -126,8 +126,11 @@ std::vector<std::string> Supervisor::job_command(const std::vector<std::string>&
 std::string Supervisor::plan() const {
   std::string out = fmt::format("nodes: {}; {} active, {} spare, {} slot(s) per node\njob: {}\n", cluster_.describe(),
                                 active_.size(), spares_.size(), options_.slots, fmt::join(job_command(), " "));
+  if (const std::vector<std::string> all = agents_command(cluster_.nodes()); !all.empty())
+    out += fmt::format("agents, one launch: {}\n", fmt::join(all, " "));
   for (const Node& n : cluster_.nodes())
-    out += fmt::format("agent of {}: {}\n", cluster_.name(n), fmt::join(agent_command(n), " "));
+    out += fmt::format("agent of {}{}: {}\n", cluster_.name(n), cluster_.nodes().size() > 1 ? ", alone" : "",
+                       fmt::join(agent_command(n), " "));
   std::vector<std::string> check{options_.health_tool, "--node", "N", "..."};
   check.insert(check.end(), options_.health_args.begin(), options_.health_args.end());
   out += fmt::format("health checks, run by the agents: {}\n", fmt::join(check, " "));
@@ -698,7 +701,7 @@ Report Supervisor::run() {
   int last_early_failure_code = -1;
   // Every node's agent, the spares' too: they run the health checks, and a
   // spare is ready the moment it is needed.
-  for (const Node& n : all_nodes()) ensure_agent(n);
+  start_agents(all_nodes());
   for (;;) {
     if (!agents_ready(report)) {
       report.exit_code = kSupervisorGaveUp;

@@ -167,6 +167,12 @@ class Supervisor {
   // --- nodes and their agents (supervisor_nodes.cc)
   /// The command that runs node `node`'s agent there.
   std::vector<std::string> agent_command(const Node& node) const;
+  /// The command that runs the agents of all `nodes` by one launch (empty
+  /// where each runs alone: simulated nodes, or one node).
+  std::vector<std::string> agents_command(const std::vector<Node>& nodes) const;
+  /// Starts the agents of `nodes` by one launch where the cluster has one,
+  /// else each alone (ensure_agent).
+  void start_agents(const std::vector<Node>& nodes);
   /// Starts the agent of `node` unless it is connected or one started
   /// within the agent timeout is still on its way.
   void ensure_agent(const Node& node);
@@ -220,6 +226,10 @@ class Supervisor {
   std::vector<Node> active_, spares_;
   std::vector<Cordoned> cordoned_;
   std::map<int, std::unique_ptr<Process>> agent_processes_;  // by node id
+  /// The one launch of every node's agent at the start, and the nodes whose
+  /// agent it still stands for (a node's own start takes over from it).
+  std::unique_ptr<Process> agent_group_;
+  std::set<int> agent_group_nodes_;
   std::map<int, double> agent_started_s_;                     // by node id
   /// Readmission checks running while the job runs: node id -> (request, when it started).
   std::map<int, std::pair<std::uint32_t, double>> readmit_checks_;

@@ -57,15 +57,59 @@ std::vector<std::string> Supervisor::agent_command(const Node& node) const {
   return cluster_.on_node(node, command, options_.launcher_args, options_.connect_timeout_s);
 }
 
+std::vector<std::string> Supervisor::agents_command(const std::vector<Node>& nodes) const {
+  if (nodes.size() < 2) return {};
+  std::vector<std::string> command = agent_command(nodes.front());
+  // The agent's own command (after the launcher's words), with --node N
+  // made into the table each agent finds itself in.
+  const std::vector<std::string> own = cluster_.on_node(nodes.front(), {}, options_.launcher_args,
+                                                        options_.connect_timeout_s);
+  command.erase(command.begin(), command.begin() + std::ptrdiff_t(own.size()));
+  const auto at = std::find(command.begin(), command.end(), "--node");
+  std::vector<std::string> ids, hosts;
+  for (const Node& n : nodes) {
+    ids.push_back(std::to_string(n.id));
+    hosts.push_back(n.host);
+  }
+  *at = "--nodes";
+  *(at + 1) = fmt::format("{}", fmt::join(ids, ","));
+  command.insert(at + 2, {"--hosts", fmt::format("{}", fmt::join(hosts, ","))});
+  return cluster_.on_nodes(nodes, command, options_.launcher_args, options_.connect_timeout_s);
+}
+
+void Supervisor::start_agents(const std::vector<Node>& nodes) {
+  if (const std::vector<std::string> argv = agents_command(nodes); !argv.empty()) {
+    // One launch for all: at thousands of hosts, thousands of launchers
+    // (srun clients, mpirun and ssh) would be the slowest part of a start.
+    agent_group_ = spawner_->agents(argv, secret_, (fs::path(options_.run_dir) / "agents.log").string());
+    if (agent_group_) {
+      const double t = now();
+      for (const Node& n : nodes) {
+        agent_group_nodes_.insert(n.id);
+        agent_started_s_[n.id] = t;
+      }
+      return;
+    }
+  }
+  for (const Node& n : nodes) ensure_agent(n);
+}
+
 void Supervisor::ensure_agent(const Node& node) {
   if (const AgentState* a = controller_->agent(node.id); a && a->connected) return;
   const double t = now();
+  const double age = t - agent_started_s_[node.id];
+  // Still on its way (a remote start takes a launcher and an ssh), or
+  // just tried: leave it.
+  const auto on_its_way = [&](Process& p) {
+    return age < kAgentRestartS || (!p.poll() && age < options_.agent_timeout_s);
+  };
+  if (agent_group_nodes_.count(node.id)) {
+    if (on_its_way(*agent_group_)) return;
+    agent_group_nodes_.erase(node.id);  // started alone from now on; the others' agents stay
+  }
   const auto it = agent_processes_.find(node.id);
   if (it != agent_processes_.end()) {
-    const double age = t - agent_started_s_[node.id];
-    // Still on its way (a remote start takes a launcher and an ssh), or
-    // just tried: leave it.
-    if (age < kAgentRestartS || (!it->second->poll() && age < options_.agent_timeout_s)) return;
+    if (on_its_way(*it->second)) return;
     it->second->stop(0);
   }
   agent_processes_[node.id] = spawner_->agent(
@@ -387,6 +431,13 @@ void Supervisor::stop_agents() {
     process->finish(0.5);
   }
   agent_processes_.clear();
+  if (agent_group_) {
+    while (!agent_group_->poll() && now() < deadline) wait(0.02);
+    agent_group_->stop(0);
+    agent_group_->finish(0.5);
+    agent_group_.reset();
+    agent_group_nodes_.clear();
+  }
   // Simulated nodes' sockets are this machine's, and gone with their agents.
   if (cluster_.kind() == ClusterKind::kLocal) {
     std::error_code ignored;
