@@ -38,6 +38,10 @@ std::string divisors_list(std::int64_t n) {
   return fmt::format("{{{}}}", fmt::join(out, ","));
 }
 
+std::int64_t CausalLM::sequence_length(const Shape& input_shape) const {
+  return input_shape.size() == 2 ? input_shape[1] * context_parallel().size() : context_;
+}
+
 void CausalLM::set_stage(nn::Module* embedding, std::vector<nn::Module*> blocks, nn::Module* norm, nn::Module* head) {
   HT_CHECK((embedding != nullptr) == first_stage() && (norm != nullptr) == last_stage() &&
                (head != nullptr) == last_stage(),

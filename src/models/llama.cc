@@ -149,9 +149,7 @@ Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
 }
 
 double Llama::flops_per_token(const Shape& input_shape) const {
-  // The whole sequence's length: attention's work per token grows with it.
-  const std::int64_t length = input_shape.size() == 2 ? input_shape[1] * context_parallel().size() : config_.context;
-  return config_.flops_per_token(length);
+  return config_.flops_per_token(sequence_length(input_shape));
 }
 
 }  // namespace ht::models

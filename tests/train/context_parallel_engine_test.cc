@@ -24,13 +24,14 @@ namespace {
 struct StepMeasure {
   float loss = 0;
   std::int64_t activation_bytes = 0;  // peak over the step above what was live before it
+  double flops_per_token = 0;
 };
 
 StepMeasure one_step(Engine& e) {
   const std::int64_t before = memory_stats(DeviceType::kCPU, MemCategory::kActivations).current_bytes;
   reset_memory_peaks();
   const StepStats s = e.step();
-  return {s.loss, memory_stats(DeviceType::kCPU, MemCategory::kActivations).peak_bytes - before};
+  return {s.loss, memory_stats(DeviceType::kCPU, MemCategory::kActivations).peak_bytes - before, s.flops_per_token};
 }
 
 template <typename Options>
@@ -66,6 +67,8 @@ double cp4_activation_ratio(Options o, const char* model) {
               double(one.activation_bytes) / (1 << 20), double(most) / (1 << 20), ratio);
   EXPECT_GT(one.activation_bytes, 0);
   EXPECT_NEAR(mine.loss, one.loss, 1e-5 * std::abs(one.loss)) << model;
+  // A token's work is the whole sequence's (MFU), though the rank holds a quarter of it.
+  EXPECT_EQ(mine.flops_per_token, one.flops_per_token) << model;
   return ratio;
 }
 

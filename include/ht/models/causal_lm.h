@@ -71,6 +71,10 @@ class CausalLM : public nn::Model {
   /// (first stage, else null), its blocks in order, the final norm and the
   /// head (last stage, else null). forward runs them in that order.
   void set_stage(nn::Module* embedding, std::vector<nn::Module*> blocks, nn::Module* norm, nn::Module* head);
+  /// The whole sequence's length of a batch whose rank-local shape is
+  /// `input_shape` (every cp rank holds 1/cp of it; the context when the
+  /// shape says nothing): attention's work per token grows with it.
+  std::int64_t sequence_length(const Shape& input_shape) const;
   Tensor forward_impl(nn::Context& ctx, const Tensor& input) override;
   Tensor backward_impl(nn::Context& ctx, const Tensor& dy) override;
 
