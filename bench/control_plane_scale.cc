@@ -5,7 +5,7 @@
 // speaks the real agent protocol over loopback TCP, with simulated ranks
 // whose steps advance on the clock. Every figure is of simulated hosts.
 //
-//   control_plane_scale --hosts N [--ranks-per-host 8] [--summary-interval-ms 500]
+//   control_plane_scale --hosts N [--ranks-per-host 8] [--summary-interval-ms MS] [--unreachable-after S]
 //
 // One run: the hosts connect and the job starts; a quiet window measures the
 // controller's share of one core and its memory; then a host crashes (its
@@ -46,7 +46,7 @@ struct Options {
   int hosts = 64;
   int ranks_per_host = 8;
   int spares = 2;
-  int summary_interval_ms = 500;
+  int summary_interval_ms = 0;  // 0: htrun's own choice for the size
   double hang_timeout_s = 6;
   double unreachable_after_s = 2;
   double steady_s = 10;
@@ -172,7 +172,8 @@ int main(int argc, char** argv) {
   CLI::App app{"control_plane_scale: htrun's controller against simulated hosts speaking the agent protocol"};
   app.add_option("--hosts", o.hosts, "active simulated hosts")->check(CLI::Range(2, 65000));
   app.add_option("--ranks-per-host", o.ranks_per_host, "simulated ranks per host")->check(CLI::PositiveNumber);
-  app.add_option("--summary-interval-ms", o.summary_interval_ms, "each agent's summary interval")->capture_default_str();
+  app.add_option("--summary-interval-ms", o.summary_interval_ms,
+                 "each agent's summary interval (default: htrun's for the size, auto_summary_interval_ms)");
   app.add_option("--hang-timeout", o.hang_timeout_s, "the controller's hang timeout (s)")->capture_default_str();
   app.add_option("--unreachable-after", o.unreachable_after_s, "an agent's silence before its host is cut off (s)")
       ->capture_default_str();
@@ -181,10 +182,21 @@ int main(int argc, char** argv) {
   app.add_option("--work", o.work, "a scratch directory (default: a new one under /tmp)");
   CLI11_PARSE(app, argc, argv);
   // Two descriptors a host (its connection, its daemon's port) on each side.
+  // Raised past the hard limit where this process may (root), else to it.
   rlimit files{};
   ::getrlimit(RLIMIT_NOFILE, &files);
+  const rlim_t wanted = rlim_t(4 * (o.hosts + o.spares) + 1024);
+  if (files.rlim_max < wanted) {
+    const rlimit more{wanted, wanted};
+    if (::setrlimit(RLIMIT_NOFILE, &more) == 0) files = more;
+  }
   files.rlim_cur = files.rlim_max;
   ::setrlimit(RLIMIT_NOFILE, &files);
+  if (files.rlim_cur < wanted)
+    std::fprintf(stderr, "# control_plane_scale: warning: %llu file descriptors allowed, %llu wanted; hosts past "
+                 "that never join\n", (unsigned long long)files.rlim_cur, (unsigned long long)wanted);
+  if (o.summary_interval_ms <= 0)
+    o.summary_interval_ms = auto_summary_interval_ms(std::size_t(o.hosts + o.spares), o.unreachable_after_s);
   if (o.work.empty()) o.work = (fs::temp_directory_path() / fmt::format("control_plane_scale_{}", ::getpid())).string();
   fs::remove_all(o.work);
   fs::create_directories(o.work);

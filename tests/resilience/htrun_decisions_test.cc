@@ -596,6 +596,16 @@ TEST(HtrunNext, BackoffDoublesUpToItsCap) {
   EXPECT_DOUBLE_EQ(backoff_s(3, 10), kMaxBackoffS);
 }
 
+TEST(HtrunSummaries, TheIntervalGrowsWithHostsWithinAThirdOfTheSilenceAllowed) {
+  EXPECT_EQ(auto_summary_interval_ms(8, 3), 500);
+  EXPECT_EQ(auto_summary_interval_ms(4096, 3), 500) << "8,192 summaries a second";
+  EXPECT_EQ(auto_summary_interval_ms(6144, 3), 750);
+  EXPECT_EQ(auto_summary_interval_ms(8192, 3), 1000);
+  EXPECT_EQ(auto_summary_interval_ms(16384, 3), 1000) << "a host silent for 3 s is cut off: at most 1 s";
+  EXPECT_EQ(auto_summary_interval_ms(16384, 6), 2000);
+  EXPECT_EQ(auto_summary_interval_ms(100000, 1), 500) << "never below 500 ms";
+}
+
 TEST(HtrunNext, FailedBeforeTrainingAndPreemption) {
   Watch w;
   w.exit_code = 1;

@@ -418,6 +418,7 @@ WRAPPER
       "$htrun" --hostfile "$work/hosts" --spares 1 --launcher-arg=--mca --launcher-arg=btl_tcp_if_include \
       --launcher-arg=eth0 --health-arg=--min-memory-gbps=0.05 --dry-run -- "$gpt" --steps 3 > "$work/plan.txt"
     grep -q "2 active, 1 spare, 4 slot(s) per node" "$work/plan.txt" || fail "wrong node set: $(cat "$work/plan.txt")"
+    grep -qx "agents' summaries every 500 ms" "$work/plan.txt" || fail "no summary interval: $(cat "$work/plan.txt")"
     grep -q "job: mpirun -np 8 --host node-a:4,node-b:4 --map-by slot --mca odls_base_sigkill_timeout 0 -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 $gpt --steps 3 --run-dir runs/htrun --resume auto" \
       "$work/plan.txt" || fail "wrong job command: $(cat "$work/plan.txt")"
     grep -q "agents, one launch: mpirun -np 3 --host node-a:1,node-b:1,node-c:1 --mca plm_rsh_args -o ConnectTimeout=10 -o ServerAliveInterval=2 -o ServerAliveCountMax=2 --map-by node --stdin all -x HT_COMM_TIMEOUT -x OMP_NUM_THREADS --mca btl_tcp_if_include eth0 .*ht-agent --nodes 0,1,2 --hosts node-a,node-b,node-c --controller [^ ]*:PORT --socket-dir /tmp/htrun-[0-9]*-[0-9a-f]* --run-dir runs/htrun --detach$" "$work/plan.txt" \

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace htrun {
@@ -456,6 +457,12 @@ int failures_in_a_row(int before, std::int64_t reached, std::int64_t resume_step
 double backoff_s(int failures_in_a_row, double base_s) {
   if (failures_in_a_row <= 0) return 0.0;
   return std::min(kMaxBackoffS, base_s * double(1 << std::min(failures_in_a_row - 1, 5)));
+}
+
+int auto_summary_interval_ms(std::size_t hosts, double unreachable_after_s) {
+  const double budget_ms = std::ceil(double(hosts) * 1000 / kSummariesPerSecond);
+  const double most_ms = std::max(500.0, std::floor(unreachable_after_s * 1000 / 3));
+  return int(std::clamp(budget_ms, 500.0, most_ms));
 }
 
 }  // namespace htrun

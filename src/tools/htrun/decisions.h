@@ -300,4 +300,14 @@ inline constexpr double kMaxBackoffS = 30;
 /// then `base_s`, doubling with each failure in a row, at most kMaxBackoffS.
 double backoff_s(int failures_in_a_row, double base_s);
 
+/// The summaries a second one controller takes at most when the interval is
+/// its own choice: about a tenth of a core (docs/benchmarks.md, "The
+/// control plane at scale").
+inline constexpr double kSummariesPerSecond = 8192;
+/// The agents' summary interval (ms) for `hosts` hosts when none is given:
+/// 500 ms, longer beyond 4,096 hosts so that the controller takes at most
+/// kSummariesPerSecond, but never past a third of `unreachable_after_s` (a
+/// host silent that long is taken for cut off).
+int auto_summary_interval_ms(std::size_t hosts, double unreachable_after_s);
+
 }  // namespace htrun

@@ -123,9 +123,15 @@ std::vector<std::string> Supervisor::job_command(const std::vector<std::string>&
   return cluster_.job_command(active_, options_.slots, program, options_.launcher_args, env);
 }
 
+int Supervisor::summary_interval_ms() const {
+  if (options_.summary_interval_ms > 0) return options_.summary_interval_ms;
+  return auto_summary_interval_ms(cluster_.nodes().size(), options_.unreachable_after_s);
+}
+
 std::string Supervisor::plan() const {
   std::string out = fmt::format("nodes: {}; {} active, {} spare, {} slot(s) per node\njob: {}\n", cluster_.describe(),
                                 active_.size(), spares_.size(), options_.slots, fmt::join(job_command(), " "));
+  out += fmt::format("agents' summaries every {} ms\n", summary_interval_ms());
   if (const std::vector<std::string> all = agents_command(cluster_.nodes()); !all.empty())
     out += fmt::format("agents, one launch: {}\n", fmt::join(all, " "));
   for (const Node& n : cluster_.nodes())
@@ -687,7 +693,7 @@ Report Supervisor::run() {
   controller_ = std::make_unique<Controller>(ControllerOptions{.bind_address = "0.0.0.0",
                                                                .port = options_.controller_port,
                                                                .secret = secret_,
-                                                               .summary_interval_ms = options_.summary_interval_ms,
+                                                               .summary_interval_ms = summary_interval_ms(),
                                                                .controller_lost_ms = controller_lost_ms,
                                                                .handshake_timeout_s = 5},
                                              [this] { return now(); });

@@ -56,8 +56,9 @@ struct SupervisorOptions {
   /// host's name) and the port htrun listens on (0: any free one).
   std::string controller_address;
   int controller_port = 0;
-  /// How often each agent sends its summary (ms).
-  int summary_interval_ms = 500;
+  /// How often each agent sends its summary (ms); 0: htrun's choice for
+  /// the cluster's size (auto_summary_interval_ms).
+  int summary_interval_ms = 0;
   /// Seconds an agent has to connect after it was started.
   double agent_timeout_s = 30;
   /// Seconds the agents have to acknowledge a launch (their ranks of older
@@ -162,6 +163,8 @@ class Supervisor {
   void wait(double seconds);
   std::string memory_dir() const;
   double comm_timeout_s() const;
+  /// The agents' summary interval: given, or for the cluster's size.
+  int summary_interval_ms() const;
   std::string node_name(int id) const;
 
   // --- nodes and their agents (supervisor_nodes.cc)
