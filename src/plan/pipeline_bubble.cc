@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "ht/core/error.h"
 #include "ht/plan/time_model.h"
 
 namespace ht::plan {

@@ -41,6 +41,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -104,6 +105,7 @@ class Context {
     c.sealed_ = sealed_;
     c.batch_ = batch_;
     c.deferred_ = deferred_;
+    c.aux_loss_grad_scale_ = aux_loss_grad_scale_;
     return c;
   }
   /// Drops everything saved and the side inputs, and unseals them (frees
@@ -153,6 +155,15 @@ class Context {
   /// Bytes held by saved tensors and those deferred weight gradients keep
   /// (views of one storage counted per view).
   std::int64_t saved_bytes() const;
+
+  /// The factor the gradient of a mean loss of this micro-batch takes in
+  /// its step (the loss scale over the micro-batches and replicas the step
+  /// averages): what a loss a layer computes inside the model (nn::MoE's
+  /// load-balancing and z-losses) multiplies its gradient by, since its
+  /// backward starts from the layer's output gradient, not from a loss.
+  /// Unset (nullopt) until its driver sets it.
+  void set_aux_loss_grad_scale(float scale) { aux_loss_grad_scale_ = scale; }
+  std::optional<float> aux_loss_grad_scale() const { return aux_loss_grad_scale_; }
 
   /// From now on, weight_grad() keeps what it is given (see the top).
   void set_defer_weight_grads(bool defer);
@@ -239,6 +250,7 @@ class Context {
   // Shared with fresh() contexts, so a recomputed module's backward defers
   // into the micro-batch's queue; null when not deferring.
   std::shared_ptr<std::vector<Deferred>> deferred_;
+  std::optional<float> aux_loss_grad_scale_;
 };
 
 }  // namespace ht::nn

@@ -1,0 +1,94 @@
+// ht::nn::MoE: a mixture-of-experts feed-forward block (Mixtral's,
+// DeepSeek's), dropless:
+//
+//   scores  = softmax(router(x)) or sigmoid(router(x))       (N, E)
+//   chosen  = the top_k experts of each token by score (ties: the lower index)
+//   weights = their scores, divided by their sum when `renormalize`
+//   y       = sum over the chosen experts e of weight * expert_e(x)  [+ shared(x)]
+//
+// Each routed expert is a SwiGLU MLP of `hidden` (nn/swiglu_mlp.h), run on
+// the rows of the tokens that chose it, in token order; the shared experts
+// (`shared_experts` of them, DeepSeek's) are one SwiGLU MLP of
+// shared_experts x hidden run on every token. The router is a Linear of E
+// outputs without bias.
+//
+// Auxiliary losses, each added to the step's loss through its gradient
+// (the reported loss is the model's own, as in Megatron-Core):
+//   load balancing (Switch/GShard), aux_loss_coeff x E x sum_e f_e P_e, with
+//     f_e the share of the N x top_k choices that went to expert e and P_e
+//     the mean over tokens of e's probability (the scores, normalised over
+//     the experts for sigmoid scores);
+//   router z-loss (ST-MoE), z_loss_coeff x mean over tokens of
+//     logsumexp(router(x))^2.
+// Their gradients are multiplied by Context::aux_loss_grad_scale (the
+// factor the model's mean loss takes), which must be set when a
+// coefficient is not 0: the layer's backward starts from its output's
+// gradient, which already carries that factor, not from a loss.
+//
+// What it does not do yet, refused by name: tensors other than f32 on the
+// CPU (the routing and the combination run on the host), tensor or expert
+// parallelism. Dropless only: every token reaches its top_k experts.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ht/nn/linear.h"
+#include "ht/nn/swiglu_mlp.h"
+
+namespace ht::nn {
+
+enum class RouterScore { kSoftmax, kSigmoid };
+
+struct MoEOptions {
+  std::int64_t dim = 0;     // the token's width
+  std::int64_t hidden = 0;  // each routed expert's hidden width
+  int experts = 0;          // E, routed experts
+  int top_k = 2;
+  RouterScore score = RouterScore::kSoftmax;
+  /// The chosen experts' weights divided by their sum (Mixtral, DeepSeek-V3);
+  /// false: the scores as they are (Switch).
+  bool renormalize = true;
+  /// Experts every token goes through besides its chosen ones (DeepSeek's
+  /// shared experts), each of `hidden`; 0: none.
+  int shared_experts = 0;
+  float aux_loss_coeff = 0.f;
+  float z_loss_coeff = 0.f;
+
+  /// Throws kConfig naming the bad value.
+  void validate() const;
+};
+
+/// What the newest forward routed (for metrics).
+struct MoERouting {
+  std::vector<std::int64_t> tokens_per_expert;  // E counts; they add up to N x top_k
+  std::vector<std::int32_t> choice;             // N x top_k: each token's experts, in order of score
+  float aux_loss = 0.f;                         // coefficient included
+  float z_loss = 0.f;                           // coefficient included
+};
+
+class MoE : public Module {
+ public:
+  MoE(std::string name, const MoEOptions& options, Device device);
+
+  const MoEOptions& options() const { return options_; }
+  Linear& router() { return *router_; }
+  SwiGLUMLP& expert(int e) { return *experts_.at(std::size_t(e)); }
+  /// Null without shared experts.
+  SwiGLUMLP* shared() { return shared_; }
+  const MoERouting& last_routing() const { return routing_; }
+
+ protected:
+  /// x (..., dim) -> (..., dim).
+  Tensor forward_impl(Context& ctx, const Tensor& x) override;
+  Tensor backward_impl(Context& ctx, const Tensor& dy) override;
+
+ private:
+  MoEOptions options_;
+  Linear* router_;
+  std::vector<SwiGLUMLP*> experts_;
+  SwiGLUMLP* shared_ = nullptr;
+  MoERouting routing_;
+};
+
+}  // namespace ht::nn
