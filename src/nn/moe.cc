@@ -150,6 +150,7 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
            "give aux_loss_coeff and z_loss_coeff 0",
            name());
   const float aux_scale = aux ? *ctx.aux_loss_grad_scale() : 0.f;
+  if (aux) ctx.note_aux_loss_grads();
   const Tensor dy2 = dy.flatten_rows();
   const float* g = dy2.data<float>();
   const float* s = scores.data<float>();

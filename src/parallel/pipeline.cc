@@ -146,8 +146,10 @@ class Pipeline::Step {
   static Key received(const Action& a) { return {a.recv_micro_batch, a.recv_chunk}; }
 
  public:
-  Step(Pipeline& p, const std::vector<data::MicroBatch>& batches, bool training)
-      : p_(p), batches_(batches), training_(training) {}
+  /// `loss_scale`: a training step's mean-loss gradient factor, which
+  /// layers' auxiliary losses take too (nn::Context::aux_loss_grad_scale).
+  Step(Pipeline& p, const std::vector<data::MicroBatch>& batches, bool training, float loss_scale = 0.f)
+      : p_(p), batches_(batches), training_(training), loss_scale_(loss_scale) {}
 
   /// Executes `table`. `backward(chunk, ctx, dy, completes)` runs each
   /// backward (or B) through a chunk: dy is undefined on the last virtual
@@ -301,6 +303,7 @@ class Pipeline::Step {
              "the model's loss is {} for micro-batch {} but {} for an earlier one: a loss is one or the other",
              l.summed ? "a sum" : "a mean", micro_batch, summed_ ? "a sum" : "a mean");
     summed_ = l.summed;
+    loss_.summed = l.summed;
     if (!training_) {
       loss_.sum += l.summed ? l.value : l.value * double(batch.rows());
       loss_.count += l.summed ? l.count : double(batch.rows());
@@ -326,6 +329,7 @@ class Pipeline::Step {
   /// inputs, sealed (nn/context.h).
   void prepare(nn::Context& ctx, const data::MicroBatch& batch, Device device) const {
     ctx.set_batch({.training = training_, .seed = p_.seed_, .first_sample = batch.first_sample});
+    if (training_) ctx.set_aux_loss_grad_scale(loss_scale_);
     for (const auto& [name, t] : batch.side) ctx.set_side_input(name, t.to(device));
     ctx.seal_side_inputs();
   }
@@ -355,6 +359,7 @@ class Pipeline::Step {
     dys.erase(dys.begin());
     if (!dys.empty()) ctx.put_more_output_grads(&model, std::move(dys));
     Tensor dx = backward(model, ctx, dy, completes);
+    if (ctx.aux_loss_grads_added()) loss_.aux_loss_grads = true;
     if (!model.first_stage()) {
       // The inputs' gradients, in the order they came: x's, then the
       // further inputs' (zeros where none flowed).
@@ -533,6 +538,7 @@ class Pipeline::Step {
   std::map<Key, Packet> grads_out_;  // the inputs' gradients, to send back
   std::map<Key, std::vector<Shape>> out_parts_;  // what each forward in flight sent on
   LossSums loss_;
+  float loss_scale_;
   int losses_ = 0;            // micro-batch losses added
   bool summed_ = false;       // the step's loss is token-normalised
   float loss_divisor_ = 1.f;  // see loss_divisor()
@@ -555,7 +561,7 @@ LossSums Pipeline::train_step(const std::vector<data::MicroBatch>& batches, floa
                             const std::function<void(nn::Model*)>& before_backward) {
   HT_CHECK_ARG(!batches.empty(), "pipeline: a step needs at least one micro-batch");
   stats_ = {};
-  Step s(*this, batches, /*training=*/true);
+  Step s(*this, batches, /*training=*/true, loss_scale);
   s.run(stage_actions(schedule_, pp_.rank(), pp_.size(), int(batches.size()), virtual_stages()),
         [&](nn::Model& model, nn::Context& ctx, const Tensor& dy, bool completes) {
           if (before_backward) before_backward(completes ? &model : nullptr);

@@ -424,7 +424,10 @@ parallel::LossSums Engine::forward_backward(const StepStats& s, const std::vecto
   float my_loss = reports ? float(sums.sum) : 0.f;
   for (const StepHooks& h : hooks_)
     if (h.after_gradients) h.after_gradients(s.step, my_loss);
-  return {.sum = my_loss, .count = reports ? sums.count : 0.0};
+  return {.sum = my_loss,
+          .count = reports ? sums.count : 0.0,
+          .summed = model_->last_stage() && sums.summed,
+          .aux_loss_grads = sums.aux_loss_grads};
 }
 
 void Engine::check_parameter_uses() {
@@ -456,20 +459,32 @@ double Engine::apply_update(StepStats& s, const parallel::LossSums& my_loss) {
   for (const optim::Slot& slot : dp_->slots())
     if (slot.primary) counted.push_back(slot.grad);
   // The step's loss count rides in the norm's one all-reduce: k dp for mean
-  // losses (k per reporting rank), whatever a token-normalised loss counted.
+  // losses (k per reporting rank), whatever a token-normalised loss counted;
+  // with it, whether the loss is a sum and whether a layer added an
+  // auxiliary loss's gradient, which are known on different stages.
   comm::Communicator& world = mesh_->world();
   double loss_count = 0;
+  bool summed_with_aux = false;
   const auto sum_over_world = [&](Tensor& sum) {
-    Tensor both = Tensor::empty({2}, DType::kF32, sum.device(), MemCategory::kOther);
-    Tensor norm_part = both.slice(0, 1), count_part = both.slice(1, 2);
+    Tensor all = Tensor::empty({4}, DType::kF32, sum.device(), MemCategory::kOther);
+    Tensor norm_part = all.slice(0, 1), rest = all.slice(1, 4);
     norm_part.copy_from(sum);
-    count_part.copy_from(Tensor::from_vector(std::vector<float>{float(my_loss.count)}, {1}).to(sum.device()));
-    world.all_reduce(both, both, comm::ReduceOp::kSum)->wait();
+    rest.copy_from(Tensor::from_vector(std::vector<float>{float(my_loss.count), my_loss.summed ? 1.f : 0.f,
+                                                          my_loss.aux_loss_grads ? 1.f : 0.f},
+                                       {3})
+                       .to(sum.device()));
+    world.all_reduce(all, all, comm::ReduceOp::kSum)->wait();
     sum.copy_from(norm_part);
-    loss_count = count_part.item(0);
+    const std::vector<float> r = rest.to(Device::cpu()).to_vector<float>();
+    loss_count = r[0];
+    summed_with_aux = r[1] > 0 && r[2] > 0;
   };
   const float raw_norm = optim::unscale_and_global_norm(dp_->shard_gradients(), counted, s.loss_scale,
                                                         options_.device, sum_over_world);
+  HT_CHECK(!summed_with_aux, ErrorKind::kNotSupported,
+           "the model's loss is a token-normalised sum, and a layer added an auxiliary loss's gradient (nn::MoE's "
+           "load-balancing or z-loss): the step divides every gradient by its token count, which would scale the "
+           "auxiliary ones too. Give the model a mean loss, or the layer's auxiliary coefficients 0");
   // The backward gave each micro-batch's loss 1/k of the step (data
   // parallelism averages over dp x cp): right for means, whose count is k dp
   // cp (each cp rank's mean is over an equal share of the positions); a

@@ -106,6 +106,7 @@ class Context {
     c.batch_ = batch_;
     c.deferred_ = deferred_;
     c.aux_loss_grad_scale_ = aux_loss_grad_scale_;
+    c.aux_loss_grads_ = aux_loss_grads_;
     return c;
   }
   /// Drops everything saved and the side inputs, and unseals them (frees
@@ -164,6 +165,13 @@ class Context {
   /// Unset (nullopt) until its driver sets it.
   void set_aux_loss_grad_scale(float scale) { aux_loss_grad_scale_ = scale; }
   std::optional<float> aux_loss_grad_scale() const { return aux_loss_grad_scale_; }
+  /// A layer that added an auxiliary loss's gradient in backward says so;
+  /// the record is shared with the fresh() contexts made from this one (a
+  /// recomputed layer's backward runs in one). The engine refuses a
+  /// token-normalised loss beside one: its gradients are divided by the
+  /// step's token count, which would scale the auxiliary ones too.
+  void note_aux_loss_grads() { *aux_loss_grads_ = true; }
+  bool aux_loss_grads_added() const { return *aux_loss_grads_; }
 
   /// From now on, weight_grad() keeps what it is given (see the top).
   void set_defer_weight_grads(bool defer);
@@ -251,6 +259,7 @@ class Context {
   // into the micro-batch's queue; null when not deferring.
   std::shared_ptr<std::vector<Deferred>> deferred_;
   std::optional<float> aux_loss_grad_scale_;
+  std::shared_ptr<bool> aux_loss_grads_ = std::make_shared<bool>(false);
 };
 
 }  // namespace ht::nn

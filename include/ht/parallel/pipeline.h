@@ -63,6 +63,11 @@ namespace ht::parallel {
 struct LossSums {
   double sum = 0;
   double count = 0;
+  /// A training step's: whether the loss is a token-normalised sum (known
+  /// on the last stage), and whether a layer added an auxiliary loss's
+  /// gradient on this stage (nn::Context::note_aux_loss_grads).
+  bool summed = false;
+  bool aux_loss_grads = false;
 };
 
 /// An evaluation's sums on the last stage (0 and empty elsewhere).

@@ -1,0 +1,198 @@
+// A model of one's own with mixture-of-experts blocks (nn::MoE with its
+// load-balancing and z-losses) trains alike on every layout: under data
+// parallelism, ZeRO-3, tensor parallelism (the experts replicated) and
+// pipeline parallelism, the losses, gradient norms, final weights and
+// validation loss equal one process's on the same micro-batches within 1e-5.
+// The auxiliary losses are per micro-batch (Megatron-Core's), so the one
+// process accumulates the same micro-batches the layout spreads over its
+// replicas. A token-normalised loss beside them is refused by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "ht/comm/device_mesh.h"
+#include "ht/comm/mpi_communicator.h"
+#include "ht/core/rng.h"
+#include "ht/nn/embedding.h"
+#include "ht/nn/functional.h"
+#include "ht/nn/layer_norm.h"
+#include "ht/nn/linear.h"
+#include "ht/nn/model.h"
+#include "ht/nn/moe.h"
+#include "ht/parallel/tables.h"
+#include "ht/train/engine.h"
+#include "mpi_test_util.h"
+#include "test_util.h"
+
+namespace ht::train {
+namespace {
+
+constexpr std::int64_t kVocab = 24, kLen = 8, kWidth = 16;
+constexpr int kBlocks = 2;
+
+// x + MoE(LayerNorm(x)).
+class MoEBlock : public nn::Module {
+ public:
+  MoEBlock(const std::string& name, Device device) : Module(name) {
+    norm_ = &add_module(std::make_unique<nn::LayerNorm>("ln", kWidth, device));
+    moe_ = &add_module(std::make_unique<nn::MoE>(
+        "moe",
+        nn::MoEOptions{
+            .dim = kWidth, .hidden = 24, .experts = 4, .top_k = 2, .aux_loss_coeff = 0.05f, .z_loss_coeff = 0.01f},
+        device));
+  }
+  nn::Var compute(const nn::Var& x) override { return x + (*moe_)((*norm_)(x)); }
+
+ private:
+  nn::LayerNorm* norm_;
+  nn::MoE* moe_;
+};
+
+// tokens (B, T) -> embeddings -> MoE blocks -> logits (B, T, V).
+class Tagger : public nn::Model {
+ public:
+  Tagger(const nn::Placement& at, bool token_mean) : Model("moe_tagger", at), token_mean_(token_mean) {
+    const auto [first, last] = parallel::stage_range(kBlocks, at.stage.rank, at.stage.size, at.stage.boundaries);
+    if (first_stage()) embed_ = &add_built(std::make_unique<nn::Embedding>("embed", kVocab, kLen, kWidth, at.device));
+    for (int b = first; b < last; ++b)
+      blocks_.push_back(&add_built(std::make_unique<MoEBlock>("h." + std::to_string(b), at.device)));
+    if (last_stage()) head_ = &add_built(std::make_unique<nn::Linear>("head", kWidth, kVocab, true, at.device));
+  }
+  nn::Var compute(const nn::Var& x) override {
+    nn::Var h = embed_ ? (*embed_)(x) : x;
+    for (MoEBlock* block : blocks_) h = (*block)(h);
+    return head_ ? (*head_)(h) : h;
+  }
+  nn::Loss loss(const nn::Var& logits, const Tensor& target) override {
+    return token_mean_ ? nn::token_cross_entropy(logits, target) : nn::Loss(nn::cross_entropy(logits, target));
+  }
+  Shape stage_input_shape(const Shape& input) const override { return {input[0], input[1], kWidth}; }
+  int num_layers() const override { return kBlocks; }
+  std::string describe() const override { return "MoE tagger"; }
+
+ private:
+  bool token_mean_;
+  nn::Embedding* embed_ = nullptr;
+  std::vector<MoEBlock*> blocks_;
+  nn::Linear* head_ = nullptr;
+};
+
+// Sample i: kLen tokens tagged (3 token + 1) mod V, all from (seed, i).
+class Tags : public data::DataSource {
+ public:
+  void attach(const data::DataShard& shard) override { seed_ = shard.seed; }
+  data::MicroBatch samples(std::int64_t first, std::int64_t count) override { return make(first, count, 1); }
+  bool has_validation() const override { return true; }
+  data::MicroBatch validation_samples(std::int64_t first, std::int64_t count) override {
+    return make(first, count, 2);
+  }
+
+ private:
+  data::MicroBatch make(std::int64_t first, std::int64_t count, std::uint64_t stream) const {
+    std::vector<std::int32_t> tokens(std::size_t(count * kLen)), tags(tokens.size());
+    for (std::int64_t r = 0; r < count; ++r) {
+      Rng rng;
+      rng.set_state(seed_ ^ (stream << 60), std::uint64_t(first + r) * 64);
+      for (std::int64_t t = 0; t < kLen; ++t) {
+        const std::size_t i = std::size_t(r * kLen + t);
+        tokens[i] = std::int32_t(rng.uniform() * kVocab) % std::int32_t(kVocab);
+        tags[i] = (3 * tokens[i] + 1) % std::int32_t(kVocab);
+      }
+    }
+    return {.input = Tensor::from_vector(tokens, {count, kLen}), .target = Tensor::from_vector(tags, {count, kLen})};
+  }
+  std::uint64_t seed_ = 0;
+};
+
+struct Trained {
+  std::vector<float> losses, norms;
+  double val = 0;
+  std::map<std::string, Tensor> weights;
+};
+
+EngineOptions options_for(const parallel::Layout& layout) {
+  EngineOptions o;
+  o.layout = layout;
+  o.steps = 6;
+  o.warmup_steps = 1;
+  o.lr = 1e-2f;
+  o.min_lr = 1e-3f;
+  o.grad_clip = 1.f;
+  o.eval_samples = 8;
+  return o;
+}
+
+Trained train(const EngineOptions& options, comm::DeviceMesh* mesh) {
+  Tags data;
+  Engine engine(options, [&](const nn::Placement& at) { return std::make_unique<Tagger>(at, false); }, data, mesh);
+  Trained r;
+  for (int i = 0; i < options.steps; ++i) {
+    const StepStats s = engine.step();
+    r.losses.push_back(s.loss);
+    r.norms.push_back(s.grad_norm);
+  }
+  r.val = engine.evaluate().loss;
+  r.weights = engine.full_parameters();
+  return r;
+}
+
+double worst_difference(const Trained& got, const Trained& want) {
+  double worst = 0;
+  const auto rel = [](double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); };
+  for (std::size_t i = 0; i < want.losses.size(); ++i)
+    worst = std::max({worst, rel(got.losses[i], want.losses[i]), rel(got.norms[i], want.norms[i])});
+  worst = std::max(worst, rel(got.val, want.val));
+  double diff2 = 0, norm2 = 0;
+  for (const auto& [name, w] : want.weights) {
+    const std::vector<float> a = got.weights.at(name).to_vector<float>(), b = w.to_vector<float>();
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      diff2 += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+      norm2 += double(b[i]) * b[i];
+    }
+  }
+  return std::max(worst, std::sqrt(diff2 / norm2));
+}
+
+class MoELayouts : public ::testing::TestWithParam<parallel::Layout> {};
+
+TEST_P(MoELayouts, EqualOneProcessOnTheSameMicroBatches) {
+  const parallel::Layout layout = GetParam();
+  if (test::world_size() != layout.world()) GTEST_SKIP() << layout.name() << " runs on " << layout.world();
+  comm::DeviceMesh mesh(comm::make_mpi_world(), layout.tp, layout.pp);
+  Trained one;
+  if (mesh.rank() == 0) {
+    const std::int64_t k = layout.grad_accum * mesh.shape().dp_size();
+    one = train(options_for({.micro_batch = layout.micro_batch, .grad_accum = k}), nullptr);
+  }
+  const Trained got = train(options_for(layout), &mesh);
+  if (mesh.rank() != 0) return;
+  EXPECT_LT(one.losses.back(), one.losses.front()) << "the one-process run should learn";
+  const double d = worst_difference(got, one);
+  std::printf("%s: loss %.5f -> %.5f; worst relative difference %.2e\n", layout.name().c_str(), one.losses.front(),
+              one.losses.back(), d);
+  EXPECT_LE(d, 1e-5) << layout.name();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, MoELayouts,
+    ::testing::Values(parallel::Layout{.dp = 2, .micro_batch = 3},
+                      parallel::Layout{.dp = 2, .zero = 3, .micro_batch = 2, .grad_accum = 2},
+                      parallel::Layout{.tp = 2, .dp = 1, .micro_batch = 3, .grad_accum = 2},
+                      parallel::Layout{.pp = 2, .dp = 1, .micro_batch = 2, .grad_accum = 4}),
+    [](const ::testing::TestParamInfo<parallel::Layout>& info) { return info.param.name(); });
+
+TEST(MoELoss, ATokenNormalisedLossBesideAuxiliaryLossesIsRefused) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs on 2";
+  comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 2);
+  Tags data;
+  Engine engine(options_for({.pp = 2, .dp = 1, .micro_batch = 2, .grad_accum = 2}),
+                [](const nn::Placement& at) { return std::make_unique<Tagger>(at, true); }, data, &mesh);
+  EXPECT_TRUE(test::throws_error([&] { engine.step(); }, ErrorKind::kNotSupported,
+                                 {"token-normalised sum", "auxiliary loss", "mean loss"}));
+}
+
+}  // namespace
+}  // namespace ht::train
