@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "ht/nn/embedding.h"
+#include "ht/nn/moe.h"
 #include "ht/nn/lm_head.h"
 #include "ht/nn/rms_norm.h"
 #include "ht/nn/self_attention.h"
@@ -18,7 +19,8 @@ namespace {
 // ZeRO-3 gathers and frees as a whole.
 class LlamaBlock : public nn::Module {
  public:
-  LlamaBlock(std::string name, const LlamaConfig& c, Device device, nn::TensorParallel tp, nn::ContextParallel cp)
+  LlamaBlock(std::string name, const LlamaConfig& c, bool moe, Device device, nn::TensorParallel tp,
+             nn::ContextParallel cp)
       : Module(std::move(name)) {
     attn_norm_ = &add_module(std::make_unique<nn::RMSNorm>("input_layernorm", c.n_embd, device, c.norm_eps));
     attn_ = &add_module(std::make_unique<nn::SelfAttention>(
@@ -32,7 +34,20 @@ class LlamaBlock : public nn::Module {
                             .max_positions = c.context},
         device, tp, cp));
     mlp_norm_ = &add_module(std::make_unique<nn::RMSNorm>("post_attention_layernorm", c.n_embd, device, c.norm_eps));
-    mlp_ = &add_module(std::make_unique<nn::SwiGLUMLP>("mlp", c.n_embd, c.ffn_hidden, device, tp));
+    // The experts are not split over tp: each tp rank runs them all on
+    // the whole (replicated) input, as the norms.
+    if (moe)
+      mlp_ = &add_module(std::make_unique<nn::MoE>("mlp",
+                                                   nn::MoEOptions{.dim = c.n_embd,
+                                                                  .hidden = c.ffn_hidden,
+                                                                  .experts = c.experts,
+                                                                  .top_k = c.top_k,
+                                                                  .shared_experts = c.shared_experts,
+                                                                  .aux_loss_coeff = c.moe_aux_loss_coeff,
+                                                                  .z_loss_coeff = c.moe_z_loss_coeff},
+                                                   device));
+    else
+      mlp_ = &add_module(std::make_unique<nn::SwiGLUMLP>("mlp", c.n_embd, c.ffn_hidden, device, tp));
   }
 
  protected:
@@ -56,7 +71,7 @@ class LlamaBlock : public nn::Module {
   nn::RMSNorm* attn_norm_;
   nn::SelfAttention* attn_;
   nn::RMSNorm* mlp_norm_;
-  nn::SwiGLUMLP* mlp_;
+  nn::Module* mlp_;  // nn::SwiGLUMLP, or nn::MoE
 };
 
 }  // namespace
@@ -75,6 +90,14 @@ void LlamaConfig::validate() const {
   HT_CHECK(n_head % n_kv_head == 0, ErrorKind::kConfig,
            "Llama config: --kv-heads {} must divide n_head={}: choose it in {}", n_kv_head, n_head,
            divisors_list(n_head));
+  HT_CHECK(experts >= 0 && shared_experts >= 0 && moe_every >= 1, ErrorKind::kConfig,
+           "Llama config: --experts {}, --shared-experts {} must be >= 0 and --moe-every {} >= 1", experts,
+           shared_experts, moe_every);
+  HT_CHECK(experts == 0 || (top_k >= 1 && top_k <= experts), ErrorKind::kConfig,
+           "Llama config: --top-k {} must lie in [1, --experts {}]", top_k, experts);
+  HT_CHECK(experts == 0 || moe_every <= n_layer, ErrorKind::kConfig,
+           "Llama config: --moe-every {} leaves none of the {} layers a mixture of experts; give at most {}",
+           moe_every, n_layer, n_layer);
 }
 
 void LlamaConfig::validate_parallel(int tp, int pp) const {
@@ -104,20 +127,36 @@ std::int64_t LlamaConfig::ffn_for_width(std::int64_t n_embd) {
 
 std::int64_t LlamaConfig::num_parameters() const {
   const std::int64_t c = n_embd, kv = c / n_head * n_kv_head;
-  const std::int64_t per_block = 2 * c + (c * c + 2 * c * kv + c * c) + 3 * c * ffn_hidden;
-  return 2 * padded_vocab_size() * c + n_layer * per_block + c;
+  const std::int64_t attention = 2 * c + (c * c + 2 * c * kv + c * c), mlp = 3 * c * ffn_hidden;
+  const std::int64_t moe = c * experts + (experts + shared_experts) * mlp;
+  std::int64_t total = 2 * padded_vocab_size() * c + c;
+  for (int l = 0; l < n_layer; ++l) total += attention + (moe_layer(l) ? moe : mlp);
+  return total;
+}
+
+std::int64_t LlamaConfig::active_parameters() const {
+  const std::int64_t c = n_embd, mlp = 3 * c * ffn_hidden;
+  std::int64_t idle = 0;  // the routed experts a token does not go through
+  for (int l = 0; l < n_layer; ++l)
+    if (moe_layer(l)) idle += std::int64_t(experts - top_k) * mlp;
+  return num_parameters() - idle;
 }
 
 double LlamaConfig::flops_per_token(std::int64_t seq_len) const {
   // The embedding is a lookup; the head's padding rows are not useful work.
-  const double n = double(num_parameters() - padded_vocab_size() * n_embd - (padded_vocab_size() - vocab_size) * n_embd);
+  // A token goes through top_k of each mixture's routed experts.
+  const double n =
+      double(active_parameters() - padded_vocab_size() * n_embd - (padded_vocab_size() - vocab_size) * n_embd);
   return 6.0 * n + 12.0 * double(n_layer) * double(seq_len) * double(n_embd);
 }
 
 std::string LlamaConfig::str() const {
   const std::string pad = padded_vocab_size() != vocab_size ? fmt::format(" Vp{}", padded_vocab_size()) : "";
-  return fmt::format("L{} H{} KV{} C{} F{} V{}{} T{} theta{:g}", n_layer, n_head, n_kv_head, n_embd, ffn_hidden,
-                     vocab_size, pad, context, rope_theta);
+  const std::string moe = experts > 0 ? fmt::format(" E{}k{} S{} every{} aux{:g} z{:g}", experts, top_k,
+                                                    shared_experts, moe_every, moe_aux_loss_coeff, moe_z_loss_coeff)
+                                      : "";
+  return fmt::format("L{} H{} KV{} C{} F{} V{}{} T{} theta{:g}{}", n_layer, n_head, n_kv_head, n_embd, ffn_hidden,
+                     vocab_size, pad, context, rope_theta, moe);
 }
 
 Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
@@ -137,7 +176,8 @@ Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
   const auto [first, last] = parallel::stage_range(config.n_layer, stage().rank, stage().size, stage().boundaries);
   for (int i = first; i < last; ++i)
     layers.push_back(
-        &add_built(std::make_unique<LlamaBlock>(fmt::format("layers.{}", i), config, device, tp, placement.cp)));
+        &add_built(std::make_unique<LlamaBlock>(fmt::format("layers.{}", i), config, config.moe_layer(i), device, tp,
+                                                placement.cp)));
   if (last_stage()) {
     norm = &add_built(std::make_unique<nn::RMSNorm>("norm", config.n_embd, device, config.norm_eps));
     head = &add_built(std::make_unique<nn::LMHead>("lm_head", "weight", config.vocab_size, config.n_embd, device, tp,

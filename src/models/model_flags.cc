@@ -43,10 +43,22 @@ void ModelFlags::add_to(CLI::App& app) {
                               "Llama: hidden size of the SwiGLU MLP (default with --embd: 8/3 x width rounded up "
                               "to a multiple of 256, Llama's rule)");
     rope_theta_opt_ = app.add_option("--rope-theta", rope_theta_, "Llama: base of the rotary position embeddings");
+    experts_opt_ = app.add_option("--experts", experts_,
+                                  "Llama: a mixture of this many experts (each of --ffn) in place of the MLP of every "
+                                  "--moe-every-th block (nn::MoE)");
+    top_k_opt_ = app.add_option("--top-k", top_k_, "Llama, with --experts: experts per token (default 2)");
+    shared_experts_opt_ = app.add_option("--shared-experts", shared_experts_,
+                                         "Llama, with --experts: experts every token goes through too (DeepSeek's)");
+    moe_every_opt_ = app.add_option("--moe-every", moe_every_,
+                                    "Llama, with --experts: every how many blocks one is a mixture (default 1: all)");
+    moe_aux_opt_ = app.add_option("--moe-aux-loss", moe_aux_,
+                                  "Llama, with --experts: the load-balancing loss's coefficient (default 0.01)");
+    moe_z_opt_ = app.add_option("--moe-z-loss", moe_z_, "Llama, with --experts: the router z-loss's (default 0)");
   }
   // The members' zeros are "not given", not defaults: --help must not show them.
   for (CLI::Option* o : {preset_opt_, layers_opt_, heads_opt_, embd_opt_, context_opt_, vocab_opt_, vocab_multiple_opt_,
-                         kv_heads_opt_, ffn_opt_, rope_theta_opt_})
+                         kv_heads_opt_, ffn_opt_, rope_theta_opt_, experts_opt_, top_k_opt_, shared_experts_opt_,
+                         moe_every_opt_, moe_aux_opt_, moe_z_opt_})
     if (o) o->always_capture_default(false)->default_str("");
   if (model_opt_) model_opt_->capture_default_str();
 }
@@ -80,8 +92,19 @@ ModelConfig ModelFlags::resolve() const {
           if (given(ffn_opt_)) c.ffn_hidden = ffn_;
           else if (given(embd_opt_)) c.ffn_hidden = LlamaConfig::ffn_for_width(embd_);
           if (given(rope_theta_opt_)) c.rope_theta = rope_theta_;
+          if (given(experts_opt_)) c.experts = experts_;
+          if (given(top_k_opt_)) c.top_k = top_k_;
+          if (given(shared_experts_opt_)) c.shared_experts = shared_experts_;
+          if (given(moe_every_opt_)) c.moe_every = moe_every_;
+          if (given(moe_aux_opt_)) c.moe_aux_loss_coeff = moe_aux_;
+          if (given(moe_z_opt_)) c.moe_z_loss_coeff = moe_z_;
+          for (const CLI::Option* o :
+               {top_k_opt_, shared_experts_opt_, moe_every_opt_, moe_aux_opt_, moe_z_opt_})
+            HT_CHECK(!given(o) || c.experts > 0, ErrorKind::kConfig, "{} shapes a mixture of experts: give --experts",
+                     o->get_name());
         } else {
-          for (const CLI::Option* o : {kv_heads_opt_, ffn_opt_, rope_theta_opt_})
+          for (const CLI::Option* o : {kv_heads_opt_, ffn_opt_, rope_theta_opt_, experts_opt_, top_k_opt_,
+                                       shared_experts_opt_, moe_every_opt_, moe_aux_opt_, moe_z_opt_})
             HT_CHECK(!given(o), ErrorKind::kConfig, "{} is a Llama size; a GPT has none (--model llama?)",
                      o->get_name());
         }

@@ -121,6 +121,10 @@ nn::ModelSpec GPTConfig::spec(std::int64_t seq_len) const {
 
 nn::ModelSpec LlamaConfig::spec(std::int64_t seq_len) const {
   validate();
+  HT_CHECK(experts == 0, ErrorKind::kNotSupported,
+           "the planner does not model mixtures of experts yet (Llama {}): give the layout by hand (--tp, --pp, --dp, "
+           "--zero) rather than --auto",
+           str());
   const std::int64_t c = n_embd, vp = padded_vocab_size(), kv = n_embd / n_head * n_kv_head, f = ffn_hidden;
   const double cd = double(c), t = double(seq_len);
   nn::ModelSpec s;

@@ -5,7 +5,8 @@
 // validation loss equal one process's on the same micro-batches within 1e-5.
 // The auxiliary losses are per micro-batch (Megatron-Core's), so the one
 // process accumulates the same micro-batches the layout spreads over its
-// replicas. A token-normalised loss beside them is refused by name.
+// replicas. The bundled Llama with mixture-of-experts blocks (--experts)
+// does the same. A token-normalised loss beside them is refused by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,6 +25,7 @@
 #include "ht/nn/moe.h"
 #include "ht/parallel/tables.h"
 #include "ht/train/engine.h"
+#include "lm_engine.h"
 #include "mpi_test_util.h"
 #include "test_util.h"
 
@@ -183,6 +185,47 @@ INSTANTIATE_TEST_SUITE_P(
                       parallel::Layout{.tp = 2, .dp = 1, .micro_batch = 3, .grad_accum = 2},
                       parallel::Layout{.pp = 2, .dp = 1, .micro_batch = 2, .grad_accum = 4}),
     [](const ::testing::TestParamInfo<parallel::Layout>& info) { return info.param.name(); });
+
+// The bundled Llama, every other block a mixture (4 experts, top 2, one
+// shared), both auxiliary losses on.
+Trained train_llama(const parallel::Layout& layout, comm::DeviceMesh* mesh) {
+  test::LlamaRunOptions o;
+  o.model = {.vocab_size = 64, .context = 16, .n_layer = 2, .n_head = 2, .n_kv_head = 2, .n_embd = 16,
+             .ffn_hidden = 24, .experts = 4, .top_k = 2, .shared_experts = 1, .moe_every = 1,
+             .moe_aux_loss_coeff = 0.05f, .moe_z_loss_coeff = 0.01f};
+  o.seq_len = 8;
+  o.engine = options_for(layout);
+  o.engine.lr = 3e-3f;
+  const data::TokenSplits splits = test::pangram_text(64);
+  test::LlamaEngine e(o, splits, mesh);
+  Trained r;
+  for (int i = 0; i < o.engine.steps; ++i) {
+    const StepStats s = e.engine.step();
+    r.losses.push_back(s.loss);
+    r.norms.push_back(s.grad_norm);
+  }
+  r.val = e.engine.evaluate().loss;
+  r.weights = e.engine.full_parameters();
+  return r;
+}
+
+TEST_P(MoELayouts, TheBundledLlamaWithExpertsEqualsOneProcess) {
+  const parallel::Layout layout = GetParam();
+  if (test::world_size() != layout.world()) GTEST_SKIP() << layout.name() << " runs on " << layout.world();
+  comm::DeviceMesh mesh(comm::make_mpi_world(), layout.tp, layout.pp);
+  Trained one;
+  if (mesh.rank() == 0) {
+    const std::int64_t k = layout.grad_accum * mesh.shape().dp_size();
+    one = train_llama({.micro_batch = layout.micro_batch, .grad_accum = k}, nullptr);
+  }
+  const Trained got = train_llama(layout, &mesh);
+  if (mesh.rank() != 0) return;
+  EXPECT_LT(one.losses.back(), one.losses.front()) << "the one-process run should learn";
+  const double d = worst_difference(got, one);
+  std::printf("Llama E4k2 S1 %s: loss %.5f -> %.5f; worst relative difference %.2e\n", layout.name().c_str(),
+              one.losses.front(), one.losses.back(), d);
+  EXPECT_LE(d, 1e-5) << layout.name();
+}
 
 TEST(MoELoss, ATokenNormalisedLossBesideAuxiliaryLossesIsRefused) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs on 2";

@@ -42,6 +42,17 @@ struct LlamaConfig {
   /// The embedding and head hold vocab_size rounded up to a multiple of
   /// this many rows; the extra ids are padding (see CausalLM). 1: none.
   std::int64_t vocab_multiple = 1;
+  /// Mixture of experts (nn::MoE) in place of the SwiGLU MLP of every
+  /// moe_every-th block (the last of each moe_every): `experts` routed
+  /// experts of ffn_hidden each, top_k of them per token, softmax scores
+  /// renormalised (Mixtral's), `shared_experts` beside them (DeepSeek's),
+  /// the load-balancing and z-losses by coefficient. 0 experts: dense.
+  int experts = 0;
+  int top_k = 2;
+  int shared_experts = 0;
+  int moe_every = 1;
+  float moe_aux_loss_coeff = 0.01f;
+  float moe_z_loss_coeff = 0.f;
 
   /// Throws kConfig naming the bad value and what would be valid.
   void validate() const;
@@ -55,6 +66,9 @@ struct LlamaConfig {
   static std::int64_t ffn_for_width(std::int64_t n_embd);
   /// As stored: the padded vocabulary's rows included.
   std::int64_t num_parameters() const;
+  /// What one token goes through: num_parameters() less the routed experts
+  /// it is not sent to (all of them when dense).
+  std::int64_t active_parameters() const;
   /// Matmul FLOPs of one forward+backward per token: 6 N (N without the
   /// embedding, a lookup, and without the head's padding rows) plus
   /// attention's 12 L T C.
@@ -63,8 +77,11 @@ struct LlamaConfig {
   /// `seq_len`, counted from what this library's layers keep and compute
   /// (src/models/model_specs.cc).
   nn::ModelSpec spec(std::int64_t seq_len) const;
+  /// Whether block `layer` is a mixture of experts.
+  bool moe_layer(int layer) const { return experts > 0 && (layer + 1) % moe_every == 0; }
   /// "L6 H6 KV2 C384 F1024 V256 T256 theta10000", with " Vp<rows>" after
-  /// V when the vocabulary is padded.
+  /// V when the vocabulary is padded and " E8k2 S1 every2 aux0.01 z0" with
+  /// experts (so a checkpoint of another mixture does not resume).
   std::string str() const;
   friend bool operator==(const LlamaConfig&, const LlamaConfig&) = default;
 };
@@ -82,6 +99,10 @@ class Llama : public CausalLM {
   std::string describe() const override { return "Llama " + config_.str(); }
   int num_layers() const override { return config_.n_layer; }
   double flops_per_token(const Shape& input_shape) const override;
+  /// Not with the mixtures' load-balancing loss: it is one product over a
+  /// micro-batch's tokens, which a cp rank holds a part of (the z-loss, a
+  /// mean over tokens, splits exactly).
+  bool supports_context_parallel() const override { return config_.experts == 0 || config_.moe_aux_loss_coeff == 0.f; }
 
  private:
   LlamaConfig config_;
