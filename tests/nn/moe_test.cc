@@ -81,6 +81,37 @@ TEST(MoE, EveryExpertsGradientIsReadyAndAnIdleExpertsIsZero) {
     }
 }
 
+// As the engine runs it: gradients discarded, not zeroed, before a step. An
+// expert that no token chose this time must still overwrite what an
+// earlier step left in its gradient.
+TEST(MoE, AnIdleExpertOverwritesADiscardedGradient) {
+  std::mt19937 rng(9);
+  MoEOptions o = small();
+  o.top_k = 1;
+  MoE moe("m", o, Device::cpu());
+  randomize(moe, rng);
+  const auto chosen_by = [&](const Tensor& x) {
+    Context ctx(Device::cpu(), /*save_for_backward=*/false);
+    moe.forward(ctx, x);
+    return moe.last_routing().choice.at(0);
+  };
+  const Tensor first = normal({1, 1, 8}, rng);
+  Tensor second = normal({1, 1, 8}, rng);
+  while (chosen_by(second) == chosen_by(first)) second = normal({1, 1, 8}, rng);
+  const int e = chosen_by(first);
+  for (const Tensor& x : {first, second}) {
+    Context ctx;
+    moe.discard_grads();
+    moe.forward(ctx, x);
+    moe.backward(ctx, normal({1, 1, 8}, rng));
+  }
+  for (Parameter* p : moe.expert(e).parameters()) {
+    const std::vector<float> g = p->grad().to_vector<float>();
+    EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](float v) { return v == 0.f; }))
+        << p->name() << " keeps the first step's gradient";
+  }
+}
+
 TEST(MoE, FullRecomputationGivesTheSameBits) {
   std::mt19937 rng(7);
   const Tensor x = normal({2, 6, 8}, rng), dy = normal({2, 6, 8}, rng);
