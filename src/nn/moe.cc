@@ -4,12 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 namespace ht::nn {
 namespace {
 
 // The forward's saved tensors, in this order, then each expert's output.
-enum Saved { kLogits, kScores, kChoice, kChosen, kWeights, kPosition, kExpertOutputs };
+enum Saved { kLogits, kScores, kChoice, kChosen, kWeights, kPosition, kLosses, kExpertOutputs };
 
 // `count` rows of `src` (width `w`) at `rows`, gathered.
 Tensor gather_rows(const Tensor& src, const std::vector<std::int32_t>& rows) {
@@ -117,7 +118,10 @@ Tensor MoE::forward_impl(Context& ctx, const Tensor& x) {
   // Every expert runs, on the rows that chose it (none, for some): each
   // parameter's gradient is then ready after backward, as data
   // parallelism's hooks expect.
-  std::vector<Tensor> saved{logits, scores, choice, chosen, weights, position};
+  std::vector<Tensor> saved{logits,   scores,
+                            choice,   chosen,
+                            weights,  position,
+                            Tensor::from_vector(std::vector<float>{routing_.aux_loss, routing_.z_loss}, {2})};
   std::vector<Tensor> outputs;
   for (int e = 0; e < experts; ++e)
     outputs.push_back(experts_[std::size_t(e)]->forward(ctx, gather_rows(x2, rows[std::size_t(e)])));
@@ -151,6 +155,12 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
            name());
   const float aux_scale = aux ? *ctx.aux_loss_grad_scale() : 0.f;
   if (aux) ctx.note_aux_loss_grads();
+  step_load_.tokens_per_expert.resize(std::size_t(options_.experts), 0);
+  for (std::int64_t i = 0; i < saved[kChoice].numel(); ++i)
+    ++step_load_.tokens_per_expert[std::size_t(saved[kChoice].data<std::int32_t>()[i])];
+  step_load_.aux_loss += saved[kLosses].data<float>()[0];
+  step_load_.z_loss += saved[kLosses].data<float>()[1];
+  ++step_load_.micro_batches;
   const Tensor dy2 = dy.flatten_rows();
   const float* g = dy2.data<float>();
   const float* s = scores.data<float>();
@@ -261,6 +271,12 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
   const float* d = dr.data<float>();
   for (std::int64_t i = 0; i < n * width; ++i) dxp[i] += d[i];
   return dx.view(dy.shape());
+}
+
+MoEStepLoad MoE::take_step_load() {
+  MoEStepLoad load = std::exchange(step_load_, {});
+  load.tokens_per_expert.resize(std::size_t(options_.experts), 0);
+  return load;
 }
 
 }  // namespace ht::nn

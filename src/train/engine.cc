@@ -15,6 +15,7 @@
 #include "ht/parallel/tables.h"
 #include "ht/train/job.h"
 #include "ht/train/rehearsals.h"
+#include "train/expert_load.h"
 #include "train/policies.h"
 #include "train/trace_session.h"
 
@@ -128,6 +129,7 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   }
   if (!options_.trace_path.empty())
     trace_ = std::make_unique<TraceSession>(options_.trace_path, options_.trace_first, options_.trace_last, *mesh_);
+  expert_loads_ = ExpertLoads::of(*model_, *mesh_);
 }
 
 std::unique_ptr<nn::Model> Engine::build_rank_model(const ModelFactory& make_model) const {
@@ -203,7 +205,17 @@ Engine::Engine(Job& job, EngineOptions options, const ModelFactory& make_model, 
   add_fault_rehearsals(*this, job.faults(), job.options().run_dir);
 }
 
-Engine::~Engine() = default;  // TraceSession is complete here
+Engine::~Engine() = default;  // TraceSession and ExpertLoads are complete here
+
+double ExpertLoad::max_over_mean() const {
+  if (tokens.empty()) return 0;
+  double sum = 0, most = 0;
+  for (std::int64_t t : tokens) {
+    sum += double(t);
+    most = std::max(most, double(t));
+  }
+  return sum > 0 ? most * double(tokens.size()) / sum : 0;
+}
 
 void Engine::resume() {
   const std::optional<ckpt::RunState> run =
@@ -368,6 +380,7 @@ StepStats Engine::step() {
   const double loss_count = apply_update(s, my_loss);
   if (policies_->replicas.due(s.step)) check_replicas(s.step);
   const StepVotes votes = agree_on_step(s, float(my_loss.sum), loss_count);
+  if (expert_loads_) s.experts = expert_loads_->take(options_.layout.grad_accum);
   save_if_due(s, votes);
   policies_->stragglers.end_of_step(mesh_->world(), s);
   progress(resilience::Phase::kStepDone);

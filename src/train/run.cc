@@ -104,9 +104,13 @@ std::string progress_line(Engine& engine, const StepStats& s, double mfu) {
   if (engine.loss_scaler().enabled())
     scale = fmt::format(" | scale {:g}{}", s.loss_scale,
                         s.skipped ? fmt::format(" | SKIPPED (overflow; {} so far)", s.skipped_steps) : "");
-  return fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f}{} | {:.0f} ms | {} tok/s{}{}", s.step,
+  // The least balanced mixture-of-experts layer.
+  double worst = 0;
+  for (const ExpertLoad& l : s.experts) worst = std::max(worst, l.max_over_mean());
+  return fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f}{} | {:.0f} ms | {} tok/s{}{}{}", s.step,
                      engine.options().steps, s.loss, s.lr, s.grad_norm, scale, s.ms, human_count(s.tokens_per_s()),
                      mfu > 0 ? fmt::format(" | MFU {:.1f}%", mfu) : "",
+                     s.experts.empty() ? "" : fmt::format(" | experts max/mean {:.2f}", worst),
                      s.checkpointed ? fmt::format(" | checkpoint ({:.0f} ms stall)",
                                                   engine.checkpointer()->last_save().stall_ms)
                                     : "");
@@ -139,6 +143,19 @@ void report_step(MetricsWriter& metrics, Engine& engine, const FitOptions& optio
   if (s.flops_per_token > 0) {
     fields["flops_per_token"] = s.flops_per_token;
     fields["mfu"] = mfu;
+  }
+  // Each mixture-of-experts layer: its experts' tokens ("12 9 ..."), their
+  // max over mean, and the auxiliary losses summed over the layers.
+  double aux = 0, z = 0;
+  for (const ExpertLoad& l : s.experts) {
+    fields["experts." + l.layer] = fmt::format("{}", fmt::join(l.tokens, " "));
+    fields["experts." + l.layer + ".max_over_mean"] = l.max_over_mean();
+    aux += l.aux_loss;
+    z += l.z_loss;
+  }
+  if (!s.experts.empty()) {
+    fields["moe_aux_loss"] = aux;
+    fields["moe_z_loss"] = z;
   }
   metrics.write_step(s, fields);
 }

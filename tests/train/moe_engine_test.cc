@@ -111,6 +111,7 @@ class Tags : public data::DataSource {
 
 struct Trained {
   std::vector<float> losses, norms;
+  std::vector<std::vector<ExpertLoad>> experts;  // per step
   double val = 0;
   std::map<std::string, Tensor> weights;
 };
@@ -135,6 +136,7 @@ Trained train(const EngineOptions& options, comm::DeviceMesh* mesh) {
     const StepStats s = engine.step();
     r.losses.push_back(s.loss);
     r.norms.push_back(s.grad_norm);
+    r.experts.push_back(s.experts);
   }
   r.val = engine.evaluate().loss;
   r.weights = engine.full_parameters();
@@ -144,6 +146,18 @@ Trained train(const EngineOptions& options, comm::DeviceMesh* mesh) {
 double worst_difference(const Trained& got, const Trained& want) {
   double worst = 0;
   const auto rel = [](double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); };
+  // Every step's routing report: the same layers, the same token counts
+  // (exact), the same auxiliary losses.
+  EXPECT_EQ(got.experts.size(), want.experts.size());
+  for (std::size_t i = 0; i < want.experts.size() && i < got.experts.size(); ++i) {
+    EXPECT_EQ(got.experts[i].size(), want.experts[i].size()) << "step " << i + 1;
+    for (std::size_t l = 0; l < want.experts[i].size() && l < got.experts[i].size(); ++l) {
+      const ExpertLoad &a = got.experts[i][l], &b = want.experts[i][l];
+      EXPECT_EQ(a.layer, b.layer);
+      EXPECT_EQ(a.tokens, b.tokens) << a.layer << " at step " << i + 1;
+      worst = std::max({worst, rel(a.aux_loss, b.aux_loss), rel(a.z_loss, b.z_loss)});
+    }
+  }
   for (std::size_t i = 0; i < want.losses.size(); ++i)
     worst = std::max({worst, rel(got.losses[i], want.losses[i]), rel(got.norms[i], want.norms[i])});
   worst = std::max(worst, rel(got.val, want.val));
@@ -203,6 +217,7 @@ Trained train_llama(const parallel::Layout& layout, comm::DeviceMesh* mesh) {
     const StepStats s = e.engine.step();
     r.losses.push_back(s.loss);
     r.norms.push_back(s.grad_norm);
+    r.experts.push_back(s.experts);
   }
   r.val = e.engine.evaluate().loss;
   r.weights = e.engine.full_parameters();
@@ -221,6 +236,16 @@ TEST_P(MoELayouts, TheBundledLlamaWithExpertsEqualsOneProcess) {
   const Trained got = train_llama(layout, &mesh);
   if (mesh.rank() != 0) return;
   EXPECT_LT(one.losses.back(), one.losses.front()) << "the one-process run should learn";
+  // Both blocks report, each expert's tokens adding up to the step's
+  // tokens (dp x micro-batch x accumulation x 8 positions) x top 2.
+  ASSERT_EQ(one.experts.front().size(), 2u);
+  EXPECT_EQ(one.experts.front()[1].layer, "layers.1.mlp");
+  for (const ExpertLoad& l : one.experts.front()) {
+    std::int64_t sum = 0;
+    for (std::int64_t t : l.tokens) sum += t;
+    EXPECT_EQ(sum, mesh.shape().dp_size() * layout.micro_batch * layout.grad_accum * 8 * 2) << l.layer;
+    EXPECT_GT(l.aux_loss, 0) << l.layer;
+  }
   const double d = worst_difference(got, one);
   std::printf("Llama E4k2 S1 %s: loss %.5f -> %.5f; worst relative difference %.2e\n", layout.name().c_str(),
               one.losses.front(), one.losses.back(), d);

@@ -59,7 +59,15 @@ struct MoEOptions {
   void validate() const;
 };
 
-/// What the newest forward routed (for metrics).
+/// What the training backwards since the last take_step_load() routed: once
+/// per micro-batch (a recomputed forward is not counted twice).
+struct MoEStepLoad {
+  std::vector<std::int64_t> tokens_per_expert;  // E counts
+  double aux_loss = 0, z_loss = 0;              // summed over the micro-batches (coefficients included)
+  int micro_batches = 0;
+};
+
+/// What the newest forward routed.
 struct MoERouting {
   std::vector<std::int64_t> tokens_per_expert;  // E counts; they add up to N x top_k
   std::vector<std::int32_t> choice;             // N x top_k: each token's experts, in order of score
@@ -77,6 +85,9 @@ class MoE : public Module {
   /// Null without shared experts.
   SwiGLUMLP* shared() { return shared_; }
   const MoERouting& last_routing() const { return routing_; }
+  /// The load since the last call, which starts it again (the engine's
+  /// per-step report, train::ExpertLoad).
+  MoEStepLoad take_step_load();
 
  protected:
   /// x (..., dim) -> (..., dim).
@@ -89,6 +100,7 @@ class MoE : public Module {
   std::vector<SwiGLUMLP*> experts_;
   SwiGLUMLP* shared_ = nullptr;
   MoERouting routing_;
+  MoEStepLoad step_load_;
 };
 
 }  // namespace ht::nn

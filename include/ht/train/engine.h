@@ -45,6 +45,7 @@
 namespace ht::train {
 
 class TraceSession;  // src/train/trace_session.h
+class ExpertLoads;   // src/train/expert_load.h
 struct Policies;     // src/train/policies.h
 
 class Job;
@@ -151,6 +152,18 @@ struct EngineOptions {
   void validate() const;
 };
 
+/// One mixture-of-experts layer's step (nn::MoE), over every rank that saw
+/// its tokens: the token choices each expert took (they add up to the
+/// step's tokens x top_k), and the auxiliary losses' mean over the
+/// micro-batches (coefficients included).
+struct ExpertLoad {
+  std::string layer;  // the module's path in the model ("layers.3.mlp")
+  std::vector<std::int64_t> tokens;
+  double aux_loss = 0, z_loss = 0;
+  /// The busiest expert's tokens over the mean (1: balanced).
+  double max_over_mean() const;
+};
+
 struct StepStats {
   std::int64_t step = 0;  // 1-based
   float loss = 0.f;       // the step's loss: the mean of its micro-batch means, or its sum over its count (nn/loss.h)
@@ -171,6 +184,9 @@ struct StepStats {
   /// The model's FLOPs per token at this step's micro-batch shape
   /// (nn::Model::flops_per_token; 0 when the model does not say).
   double flops_per_token = 0;
+  /// Every mixture-of-experts layer of the model, whichever stage holds it
+  /// (the same on every rank); empty without one.
+  std::vector<ExpertLoad> experts;
   double tokens_per_s() const { return ms > 0 ? double(tokens) * 1000.0 / ms : 0.0; }
 };
 
@@ -349,6 +365,7 @@ class Engine {
   // Divergence, stragglers, checkpoint and snapshot cadence, replica checks (src/train/policies.h).
   std::unique_ptr<Policies> policies_;
   std::unique_ptr<TraceSession> trace_;       // options_.trace_path: the steps being traced
+  std::unique_ptr<ExpertLoads> expert_loads_;  // the model's MoE layers; null without one
 };
 
 }  // namespace ht::train
