@@ -179,6 +179,23 @@ TEST_F(RunDirTest, MfuTakesTheRunsOwnFlopsPerTokenAndPeak) {
   EXPECT_EQ(count(render_page(r, {.peak_tflops = 2e-6}), "data-mfu-percent=\"320\""), 2u);
 }
 
+TEST_F(RunDirTest, ExpertLoadIsChartedPerLayer) {
+  // Two mixture-of-experts layers over two steps, as fit writes them.
+  write("metrics.jsonl",
+        R"({"type":"run","model":"Llama test","num_parameters":1000,"mesh":"pp1 x dp1 x tp1","steps":2}
+{"type":"step","step":1,"time_ms":1,"loss":5.0,"step_ms":10,"tokens":64,"tokens_per_s":6400,"loss_scale":1,"skipped":false,"skipped_steps":0,"checkpoint":false,"experts.layers.0.mlp":"60 20 30 18","experts.layers.0.mlp.max_over_mean":1.875,"experts.layers.1.mlp":"32 32 32 32","experts.layers.1.mlp.max_over_mean":1.0,"moe_aux_loss":0.02}
+{"type":"step","step":2,"time_ms":2,"loss":4.0,"step_ms":10,"tokens":64,"tokens_per_s":6400,"loss_scale":1,"skipped":false,"skipped_steps":0,"checkpoint":false,"experts.layers.0.mlp":"40 30 30 28","experts.layers.0.mlp.max_over_mean":1.25,"experts.layers.1.mlp":"32 32 32 32","experts.layers.1.mlp.max_over_mean":1.0,"moe_aux_loss":0.02}
+)");
+  const std::string page = render_page(read_run_dir(dir_.string()), {});
+  EXPECT_EQ(count(page, "id=\"chart-experts\""), 1u);
+  EXPECT_EQ(count(page, "data-expert-load=\""), 4u);
+  EXPECT_EQ(count(page, "data-expert-load=\"1.875\""), 1u);
+  EXPECT_EQ(count(page, "layers.1.mlp"), count(page, "layers.0.mlp"));
+  // A dense model has no such chart.
+  write("metrics.jsonl", kMetrics);
+  EXPECT_EQ(count(render_page(read_run_dir(dir_.string()), {}), "chart-experts"), 0u);
+}
+
 TEST(SvgChart, EveryPointIsAnElement) {
   Series s{.name = "loss", .color = "#000", .y_key = "loss", .x = {1, 2, 3, 4, 5}, .y = {5, 4, std::nan(""), 3, 2}};
   const std::string svg = line_chart({.id = "c", .title = "t"}, {s});

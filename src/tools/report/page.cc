@@ -134,6 +134,39 @@ std::string header(const RunDir& r, double mfu_median) {
   return h + "</table>\n";
 }
 
+// Each mixture-of-experts layer's balance over the steps: its busiest
+// expert's tokens over the mean ("experts.<layer>.max_over_mean", as fit
+// writes it); nothing for a model without one.
+std::string expert_load_chart(const RunDir& r) {
+  static const char* const kColors[] = {"#2b6cb0", "#d97706", "#2f855a", "#7a5cc4", "#b3261e", "#0f766e"};
+  const std::string prefix = "experts.", suffix = ".max_over_mean";
+  std::map<std::string, Series> by_layer;  // in name order
+  for (const StepRecord& s : r.steps)
+    for (const auto& [key, value] : s.fields) {
+      const double* v = std::get_if<double>(&value);
+      if (!v || key.size() <= prefix.size() + suffix.size() || key.rfind(prefix, 0) != 0 ||
+          key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
+      const std::string layer = key.substr(prefix.size(), key.size() - prefix.size() - suffix.size());
+      Series& series = by_layer[layer];
+      series.x.push_back(static_cast<double>(s.step));
+      series.y.push_back(*v);
+    }
+  if (by_layer.empty()) return "";
+  std::vector<Series> series;
+  for (auto& [layer, s] : by_layer) {
+    s.name = layer;
+    s.color = kColors[series.size() % std::size(kColors)];
+    s.y_key = "expert-load";
+    series.push_back(std::move(s));
+  }
+  return line_chart({.id = "chart-experts",
+                     .title = "Expert load: the busiest expert's tokens over the mean, per mixture-of-experts layer",
+                     .x_label = "step",
+                     .y_label = "max / mean"},
+                    series);
+}
+
 std::string curves(const RunDir& r, const std::vector<double>& mfu) {
   Series loss{.name = "loss", .color = "#2b6cb0", .y_key = "loss"},
       val{.name = "val_loss", .color = "#d97706", .y_key = "val-loss"};
@@ -186,6 +219,7 @@ std::string curves(const RunDir& r, const std::vector<double>& mfu) {
     out +=
         line_chart({.id = "chart-mfu", .title = "Model FLOPs utilisation", .x_label = "step", .y_label = "MFU %"}, {m});
   }
+  out += expert_load_chart(r);
   out += line_chart(
       {.id = "chart-scale", .title = "Loss scale", .x_label = "step", .y_label = "scale", .height = 180, .log_y = true},
       {scale});
