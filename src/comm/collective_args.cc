@@ -137,6 +137,31 @@ void check_all_to_all_args(const CollectiveGroup& g, const Tensor& in, const Ten
   check_overlap(g, name, in, out, in.data_ptr(), "the same tensor as 'in' and 'out' for an in-place all_to_all");
 }
 
+void check_all_to_all_v_args(const CollectiveGroup& g, const Tensor& in, const std::vector<std::int64_t>& send_counts,
+                             const Tensor& out, const std::vector<std::int64_t>& recv_counts) {
+  const char* name = "all_to_all_v";
+  check_in_out(g, name, in, out);
+  for (const auto* counts : {&send_counts, &recv_counts}) {
+    const char* which = counts == &send_counts ? "send_counts" : "recv_counts";
+    if (counts->size() != std::size_t(g.size))
+      throw_argument_error(g, name, ErrorKind::kInvalidArgument,
+                           fmt::format("{} has {} entries for a group of {}: give one per rank", which,
+                                       counts->size(), g.size));
+    std::int64_t total = 0;
+    for (std::int64_t c : *counts) {
+      if (c < 0)
+        throw_argument_error(g, name, ErrorKind::kInvalidArgument, fmt::format("{} holds {}: counts are >= 0", which, c));
+      total += c;
+    }
+    const Tensor& t = counts == &send_counts ? in : out;
+    if (total != t.numel())
+      throw_argument_error(g, name, ErrorKind::kShapeMismatch,
+                           fmt::format("{} add up to {} elements, but '{}' holds {}", which, total,
+                                       counts == &send_counts ? "in" : "out", t.numel()));
+  }
+  check_overlap(g, name, in, out, nullptr, "none: all_to_all_v is not in place");
+}
+
 void check_point_to_point_args(const CollectiveGroup& g, const char* op, const Tensor& t, int peer) {
   check_tensor(g, op, t, "'t'");
   check_rank(g, op, "peer", peer);

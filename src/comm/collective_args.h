@@ -57,6 +57,8 @@ void check_broadcast_args(const CollectiveGroup& g, const Tensor& t, int root);
 void check_reduce_args(const CollectiveGroup& g, const Tensor& in, const Tensor& out, ReduceOp op, int root);
 /// in and out hold the same count, a multiple of the group size; in place: the same tensor.
 void check_all_to_all_args(const CollectiveGroup& g, const Tensor& in, const Tensor& out);
+void check_all_to_all_v_args(const CollectiveGroup& g, const Tensor& in, const std::vector<std::int64_t>& send_counts,
+                             const Tensor& out, const std::vector<std::int64_t>& recv_counts);
 /// send (op "send") or recv (op "recv") of t with `peer`.
 void check_point_to_point_args(const CollectiveGroup& g, const char* op, const Tensor& t, int peer);
 /// send_recv: both tensors, dst and src. What a backend cannot do beyond that

@@ -164,6 +164,15 @@ WorkPtr MpiCommunicator::all_to_all(const Tensor& in, Tensor& out) {
                 detail::all_to_all_body(in, out, size()));
 }
 
+WorkPtr MpiCommunicator::all_to_all_v(const Tensor& in, const std::vector<std::int64_t>& send_counts, Tensor& out,
+                                      const std::vector<std::int64_t>& recv_counts) {
+  engine_->check_usable();
+  detail::check_all_to_all_v_args(group_of(*engine_), in, send_counts, out, recv_counts);
+  // The ranks' counts differ: the debug check compares the group's size.
+  return submit(engine_, signature(OpKind::kAllToAllV, size(), in.dtype()),
+                detail::all_to_all_v_body(in, send_counts, out, recv_counts));
+}
+
 namespace {
 constexpr int kP2pTag = 7;
 }

@@ -30,6 +30,7 @@ enum class OpKind : std::int32_t {
   kBroadcast,
   kReduce,
   kAllToAll,
+  kAllToAllV,
   kBarrier,
   kSplit,
   kSend,
@@ -130,6 +131,8 @@ OpBody all_gather_body(const Tensor& in, const Tensor& out, int rank, int size);
 OpBody broadcast_body(const Tensor& t, int root);
 OpBody reduce_body(const Tensor& in, const Tensor& out, ReduceOp op, int root, int rank, int size);
 OpBody all_to_all_body(const Tensor& in, const Tensor& out, int size);
+OpBody all_to_all_v_body(const Tensor& in, const std::vector<std::int64_t>& send_counts, const Tensor& out,
+                         const std::vector<std::int64_t>& recv_counts);
 OpBody send_body(const Tensor& t, int peer, int tag);
 OpBody recv_body(const Tensor& t, int peer, int tag);
 OpBody send_recv_body(const Tensor& send, int dst, const Tensor& recv, int src, int tag);

@@ -4,6 +4,7 @@
 // convert back with round-to-nearest-even. avg is a sum divided by the group
 // size after the reduction. Data movement without arithmetic (gather,
 // broadcast, all_to_all, send/recv) moves f16/bf16 as 16-bit words.
+#include <array>
 #include <fmt/format.h>
 
 #include <climits>
@@ -64,6 +65,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::kBroadcast: return "broadcast";
     case OpKind::kReduce: return "reduce";
     case OpKind::kAllToAll: return "all_to_all";
+    case OpKind::kAllToAllV: return "all_to_all_v";
     case OpKind::kBarrier: return "barrier";
     case OpKind::kSplit: return "split";
     case OpKind::kSend: return "send";
@@ -283,6 +285,31 @@ OpBody all_to_all_body(const Tensor& in, const Tensor& out, int size) {
     }
     const MPI_Datatype type = wire_type(in.dtype());
     HT_MPI_CHECK(MPI_Ialltoall(send, icount(block), type, out.data_ptr(), icount(block), type, comm, reqs.add()));
+  };
+  return b;
+}
+
+// MPI's counts and displacements are ints; they fit, as the tensors' element
+// counts do (checked by the communicator) and the counts add up to them.
+OpBody all_to_all_v_body(const Tensor& in, const std::vector<std::int64_t>& send_counts, const Tensor& out,
+                         const std::vector<std::int64_t>& recv_counts) {
+  OpBody b;
+  b.payload_bytes = in.nbytes();
+  auto layout = std::make_shared<std::array<std::vector<int>, 4>>();  // send counts, send displs, recv counts, recv displs
+  for (int side = 0; side < 2; ++side) {
+    const std::vector<std::int64_t>& counts = side == 0 ? send_counts : recv_counts;
+    std::int64_t at = 0;
+    for (std::int64_t c : counts) {
+      (*layout)[std::size_t(2 * side)].push_back(icount(c));
+      (*layout)[std::size_t(2 * side + 1)].push_back(icount(at));
+      at += c;
+    }
+  }
+  b.start = [in, out, layout](MPI_Comm comm, RequestSet& reqs) {
+    const MPI_Datatype type = wire_type(in.dtype());
+    const auto& l = *layout;
+    HT_MPI_CHECK(MPI_Ialltoallv(in.data_ptr(), l[0].data(), l[1].data(), type, out.data_ptr(), l[2].data(),
+                                l[3].data(), type, comm, reqs.add()));
   };
   return b;
 }

@@ -218,6 +218,35 @@ WorkPtr NcclCommunicator::reduce(const Tensor& in, Tensor& out, ReduceOp op, int
   });
 }
 
+WorkPtr NcclCommunicator::all_to_all_v(const Tensor& in, const std::vector<std::int64_t>& send_counts, Tensor& out,
+                                       const std::vector<std::int64_t>& recv_counts) {
+  Impl& c = *impl_;
+  const char* name = "all_to_all_v";
+  detail::check_all_to_all_v_args(group_of(c), in, send_counts, out, recv_counts);
+  Tensor from = in;  // a handle of the same storage, to take addresses in
+  // The ranks' counts differ: the debug check compares the group's size.
+  return c.enqueue(info_of(name, c.size, in.dtype()), {in, out}, [&](const PendingOp& p) {
+    const ncclDataType_t type = to_nccl(in.dtype());
+    c.nccl(p, "ncclGroupEnd (all_to_all_v)", [&](ncclComm_t comm) {
+      return in_group([&] {
+        std::int64_t sent = 0, received = 0;
+        for (int peer = 0; peer < c.size; ++peer) {
+          // An empty block on one side is empty on the other: both skip it.
+          const std::int64_t s = send_counts[std::size_t(peer)], r = recv_counts[std::size_t(peer)];
+          ncclResult_t result = ncclSuccess;
+          if (s > 0) result = ncclSend(bytes_at(from, sent), std::size_t(s), type, peer, comm, c.stream());
+          if (result == ncclSuccess && r > 0)
+            result = ncclRecv(bytes_at(out, received), std::size_t(r), type, peer, comm, c.stream());
+          if (result != ncclSuccess) return result;
+          sent += s;
+          received += r;
+        }
+        return ncclSuccess;
+      });
+    });
+  });
+}
+
 WorkPtr NcclCommunicator::all_to_all(const Tensor& in, Tensor& out) {
   Impl& c = *impl_;
   const char* name = "all_to_all";

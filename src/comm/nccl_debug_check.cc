@@ -17,8 +17,9 @@ namespace {
 
 // Operation codes of the debug-mode signature (the order is part of no
 // format: all ranks run the same build).
-constexpr const char* kOpNames[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
-                                    "barrier",    "send",           "recv",       "send_recv", "split"};
+constexpr const char* kOpNames[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                    "reduce",     "all_to_all",     "barrier",    "send",
+                                    "recv",       "send_recv",      "split",      "all_to_all_v"};
 
 int op_code(const char* op) {
   for (int i = 0; i < int(std::size(kOpNames)); ++i)

@@ -37,6 +37,10 @@ class RoutingCommunicator final : public Communicator {
   WorkPtr all_to_all(const Tensor& in, Tensor& out) override {
     return plane("all_to_all", {&in, &out}).all_to_all(in, out);
   }
+  WorkPtr all_to_all_v(const Tensor& in, const std::vector<std::int64_t>& send_counts, Tensor& out,
+                       const std::vector<std::int64_t>& recv_counts) override {
+    return plane("all_to_all_v", {&in, &out}).all_to_all_v(in, send_counts, out, recv_counts);
+  }
   WorkPtr send(const Tensor& t, int peer) override { return plane("send", {&t}).send(t, peer); }
   WorkPtr recv(Tensor& t, int peer) override { return plane("recv", {&t}).recv(t, peer); }
   WorkPtr send_recv(const Tensor& send, int dst, Tensor& recv, int src) override {

@@ -34,6 +34,15 @@ class SelfCommunicator final : public Communicator {
     return copy("reduce", in, out);
   }
   WorkPtr all_to_all(const Tensor& in, Tensor& out) override { return copy("all_to_all", in, out); }
+  WorkPtr all_to_all_v(const Tensor& in, const std::vector<std::int64_t>& send_counts, Tensor& out,
+                       const std::vector<std::int64_t>& recv_counts) override {
+    HT_CHECK_ARG(send_counts.size() == 1 && recv_counts.size() == 1 && send_counts[0] == recv_counts[0],
+                 "all_to_all_v on group '{}' of one rank: one count each way, the same, not {} and {} entries",
+                 name_, send_counts.size(), recv_counts.size());
+    HT_CHECK_ARG(in.numel() == 0 || in.data_ptr() != out.data_ptr(), "all_to_all_v on group '{}': not in place",
+                 name_);
+    return copy("all_to_all_v", in, out);
+  }
   WorkPtr send(const Tensor&, int peer) override { return no_peer("send", peer); }
   WorkPtr recv(Tensor&, int peer) override { return no_peer("recv", peer); }
   WorkPtr send_recv(const Tensor&, int dst, Tensor&, int) override { return no_peer("send_recv", dst); }

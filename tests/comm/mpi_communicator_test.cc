@@ -310,6 +310,43 @@ TEST(MpiCommunicator, AllToAll) {
       }
 }
 
+TEST(MpiCommunicator, AllToAllWithUnevenBlocks) {
+  const int rank = world().rank(), size = world().size();
+  // Rank r sends rank p count(r, p) elements, some of them none; element k
+  // of that block is value(r, 100 p + k).
+  for (std::int64_t scale : {1, 300})
+    for (DType t : kDTypes) {
+      SCOPED_TRACE(label(t, scale, "uneven"));
+      const auto count = [&](int from, int to) { return scale * ((from + 2 * to) % 3); };
+      std::vector<std::int64_t> send, recv;
+      std::vector<double> in_values, want;
+      for (int p = 0; p < size; ++p) {
+        send.push_back(count(rank, p));
+        recv.push_back(count(p, rank));
+        for (std::int64_t k = 0; k < count(rank, p); ++k) in_values.push_back(value(rank, 100 * p + k));
+        for (std::int64_t k = 0; k < count(p, rank); ++k) want.push_back(value(p, 100 * rank + k));
+      }
+      Tensor in = make(t, in_values), out = filled(t, std::int64_t(want.size()));
+      world().all_to_all_v(in, send, out, recv)->wait();
+      EXPECT_TRUE(matches(out, want));
+    }
+}
+
+TEST(MpiCommunicator, AllToAllWithUnevenBlocksRefusesCountsThatDoNotFit) {
+  const int size = world().size();
+  Tensor in = filled(DType::kF32, 2 * size), out = filled(DType::kF32, 2 * size);
+  const std::vector<std::int64_t> twos(std::size_t(size), 2);
+  EXPECT_TRUE(test::throws_error([&] { world().all_to_all_v(in, {2}, out, twos); }, ErrorKind::kInvalidArgument,
+                                 {"all_to_all_v", "send_counts has 1 entries"}) ||
+              size == 1);
+  std::vector<std::int64_t> three = twos;
+  three[0] = 3;
+  EXPECT_TRUE(test::throws_error([&] { world().all_to_all_v(in, twos, out, three); }, ErrorKind::kShapeMismatch,
+                                 {"recv_counts add up to", "'out' holds"}));
+  EXPECT_TRUE(test::throws_error([&] { world().all_to_all_v(in, twos, in, twos); }, ErrorKind::kInvalidArgument,
+                                 {"all_to_all_v is not in place"}));
+}
+
 TEST(MpiCommunicator, SendRecvRing) {
   const int rank = world().rank(), size = world().size();
   const int next = (rank + 1) % size, prev = (rank + size - 1) % size;

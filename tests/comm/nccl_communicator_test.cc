@@ -252,6 +252,32 @@ TEST(NcclCommunicator, AllToAll) {
   c.finalize();
 }
 
+TEST(NcclCommunicator, AllToAllWithUnevenBlocks) {
+  if (ht::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Comms c = make_comms();
+  const int rank = c->rank(), size = c->size();
+  // Rank r sends rank p (r + 2p) % 3 x n elements (some blocks empty),
+  // element e of it r * 20 + p * 5 + e % 5.
+  for (DType dtype : kAllDTypes)
+    for (std::int64_t n : {1, 7}) {
+      SCOPED_TRACE(trace(dtype, ReduceOp::kSum, false, n));
+      const auto count = [&](int from, int to) { return n * ((from + 2 * to) % 3 + (size == 1 ? 1 : 0)); };
+      std::vector<std::int64_t> send, recv;
+      std::vector<float> in_values, want;
+      for (int p = 0; p < size; ++p) {
+        send.push_back(count(rank, p));
+        recv.push_back(count(p, rank));
+        for (std::int64_t e = 0; e < count(rank, p); ++e) in_values.push_back(float(rank * 20 + p * 5 + e % 5));
+        for (std::int64_t e = 0; e < count(p, rank); ++e) want.push_back(float(p * 20 + rank * 5 + e % 5));
+      }
+      Tensor in = device_tensor(in_values, dtype, c->device());
+      Tensor out = sentinel_tensor(std::int64_t(want.size()), dtype, c->device());
+      c->all_to_all_v(in, send, out, recv)->wait();
+      EXPECT_TRUE(all_equal(values(out), want));
+    }
+  c.finalize();
+}
+
 TEST(NcclCommunicator, SendRecvRingIncludingSelf) {
   if (ht::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   Comms c = make_comms();

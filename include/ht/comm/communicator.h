@@ -14,6 +14,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ht/comm/work.h"
 #include "ht/core/tensor.h"
@@ -61,6 +62,15 @@ class Communicator {
   /// in and out hold size() blocks of n; block j of in goes to rank j, block
   /// i of out comes from rank i.
   virtual WorkPtr all_to_all(const Tensor& in, Tensor& out) = 0;
+  /// The all-to-all of uneven blocks (MPI_Alltoallv): `in` holds this
+  /// rank's blocks for ranks 0, 1, ... packed in rank order, send_counts[r]
+  /// elements for rank r; `out` receives recv_counts[r] elements from rank
+  /// r, packed in rank order. Rank a's send_counts[b] must equal rank b's
+  /// recv_counts[a] (exchange the counts first, with all_to_all of an i32
+  /// tensor); zeros are allowed. Not in place. Mixtures of experts'
+  /// dispatch and combine.
+  virtual WorkPtr all_to_all_v(const Tensor& in, const std::vector<std::int64_t>& send_counts, Tensor& out,
+                               const std::vector<std::int64_t>& recv_counts) = 0;
   virtual WorkPtr send(const Tensor& t, int peer) = 0;
   virtual WorkPtr recv(Tensor& t, int peer) = 0;
   /// Sends to `dst` and receives from `src` at once (no ordering deadlock).

@@ -69,6 +69,8 @@ class MpiCommunicator final : public Communicator {
   /// `out` may be undefined on ranks other than `root`.
   WorkPtr reduce(const Tensor& in, Tensor& out, ReduceOp op, int root) override;
   WorkPtr all_to_all(const Tensor& in, Tensor& out) override;
+  WorkPtr all_to_all_v(const Tensor& in, const std::vector<std::int64_t>& send_counts, Tensor& out,
+                       const std::vector<std::int64_t>& recv_counts) override;
   WorkPtr send(const Tensor& t, int peer) override;
   WorkPtr recv(Tensor& t, int peer) override;
   WorkPtr send_recv(const Tensor& send, int dst, Tensor& recv, int src) override;

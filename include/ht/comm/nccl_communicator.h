@@ -78,6 +78,9 @@ class NcclCommunicator final : public Communicator {
   WorkPtr reduce(const Tensor& in, Tensor& out, ReduceOp op, int root) override;
   /// In place (in and out the same tensor) costs a copy of the input.
   WorkPtr all_to_all(const Tensor& in, Tensor& out) override;
+  /// Grouped ncclSend/ncclRecv of the blocks that are not empty.
+  WorkPtr all_to_all_v(const Tensor& in, const std::vector<std::int64_t>& send_counts, Tensor& out,
+                       const std::vector<std::int64_t>& recv_counts) override;
   /// A send to or receive from this rank itself would never complete: use
   /// send_recv with dst == src == rank().
   WorkPtr send(const Tensor& t, int peer) override;
