@@ -13,6 +13,7 @@
 #include "ht/nn/encoder_block.h"
 #include "ht/nn/functional.h"
 #include "ht/nn/gradient_check.h"
+#include "ht/nn/model.h"
 #include "ht/nn/sequential.h"
 #include "test_util.h"
 
@@ -336,6 +337,39 @@ TEST(Tape, MistakesAreNamed) {
   sealed.seal_side_inputs();
   EXPECT_TRUE(test::throws_error([&] { setter.forward(sealed, x); }, ErrorKind::kConfig,
                                  {"'key_mask'", "MicroBatch::side", "every stage"}));
+}
+
+// A model whose loss() gives what the caller asks of it: a sum over a count
+// of -1, or a loss that is not a scalar.
+class BadLoss : public Model {
+ public:
+  enum class What { kNegativeCount, kNotAScalar };
+  explicit BadLoss(What what) : Model("bad_loss", Placement{}), what_(what) {}
+  Var compute(const Var& x) override { return x; }
+  Loss loss(const Var& y, const Tensor&) override {
+    return what_ == What::kNegativeCount ? Loss::sum(sum(y, 0), -1.0) : Loss(y);
+  }
+  std::string describe() const override { return "bad loss"; }
+
+ private:
+  What what_;
+};
+
+TEST(Loss, MistakesAreNamed) {
+  const Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3});
+  const Tensor target = Tensor::from_vector(std::vector<std::int32_t>{0, 1, 2}, {3});
+  BadLoss negative(BadLoss::What::kNegativeCount), not_scalar(BadLoss::What::kNotAScalar);
+  Context c1, c2;
+  EXPECT_TRUE(test::throws_error([&] { negative.forward_loss(c1, x, target); }, ErrorKind::kInvalidArgument,
+                                 {"a count of -1", ">= 0"}));
+  EXPECT_TRUE(test::throws_error([&] { not_scalar.forward_loss(c2, x, target); }, ErrorKind::kInvalidArgument,
+                                 {"f32 scalar", "[3]"}));
+  EXPECT_TRUE(test::throws_error([&] { count_targets(x, -100); }, ErrorKind::kDTypeMismatch, {"count_targets"}));
+  Context ctx;
+  Tape tape(ctx);
+  const Var v = tape.input(x);
+  EXPECT_TRUE(test::throws_error([&] { split(v, {1, 1}, 0); }, ErrorKind::kShapeMismatch,
+                                 {"split: sizes 1, 1 add up to 2", "has 3 along dim 0"}));
 }
 
 }  // namespace
