@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <random>
 #include <string>
 #include <string_view>
@@ -72,6 +73,23 @@ inline Tensor nan_tensor(const Shape& shape) {
 }
 
 inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+/// |a - b| / |b| (b's magnitude floored at 1e-30).
+inline double relative_difference(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
+
+/// ||got - want|| / ||want|| over every tensor of `want` (by name, f32),
+/// as one vector: how far a whole model's weights are from another's.
+inline double weights_difference(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want) {
+  double diff2 = 0, norm2 = 0;
+  for (const auto& [name, w] : want) {
+    const std::vector<float> a = got.at(name).to_vector<float>(), b = w.to_vector<float>();
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      diff2 += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+      norm2 += double(b[i]) * b[i];
+    }
+  }
+  return std::sqrt(diff2 / std::max(norm2, 1e-300));
+}
 inline std::vector<double> to_double(const Tensor& t) { return to_double(t.to_vector<float>()); }
 
 /// Passes when |got_i - want_i| <= rtol * (|want_i| + max_j |want_j|) + atol for every i:

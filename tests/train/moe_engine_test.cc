@@ -145,7 +145,7 @@ Trained train(const EngineOptions& options, comm::DeviceMesh* mesh) {
 
 double worst_difference(const Trained& got, const Trained& want) {
   double worst = 0;
-  const auto rel = [](double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); };
+  const auto rel = test::relative_difference;
   // Every step's routing report: the same layers, the same token counts
   // (exact), the same auxiliary losses.
   EXPECT_EQ(got.experts.size(), want.experts.size());
@@ -161,35 +161,36 @@ double worst_difference(const Trained& got, const Trained& want) {
   for (std::size_t i = 0; i < want.losses.size(); ++i)
     worst = std::max({worst, rel(got.losses[i], want.losses[i]), rel(got.norms[i], want.norms[i])});
   worst = std::max(worst, rel(got.val, want.val));
-  double diff2 = 0, norm2 = 0;
-  for (const auto& [name, w] : want.weights) {
-    const std::vector<float> a = got.weights.at(name).to_vector<float>(), b = w.to_vector<float>();
-    for (std::size_t i = 0; i < b.size(); ++i) {
-      diff2 += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-      norm2 += double(b[i]) * b[i];
-    }
-  }
-  return std::max(worst, std::sqrt(diff2 / norm2));
+  return std::max(worst, test::weights_difference(got.weights, want.weights));
 }
 
 class MoELayouts : public ::testing::TestWithParam<parallel::Layout> {};
 
+/// `train` under `layout` against one process accumulating the same
+/// micro-batches; returns the one-process run on rank 0 (empty elsewhere).
+Trained compare_with_one_process(const parallel::Layout& layout, const char* model,
+                                 Trained (*train)(const parallel::Layout&, comm::DeviceMesh*)) {
+  comm::DeviceMesh mesh(comm::make_mpi_world(), layout.tp, layout.pp);
+  Trained one;
+  if (mesh.rank() == 0)
+    one = train({.micro_batch = layout.micro_batch, .grad_accum = layout.grad_accum * mesh.shape().dp_size()},
+                nullptr);
+  const Trained got = train(layout, &mesh);
+  if (mesh.rank() != 0) return {};
+  EXPECT_LT(one.losses.back(), one.losses.front()) << "the one-process run should learn";
+  const double d = worst_difference(got, one);
+  std::printf("%s %s: loss %.5f -> %.5f; worst relative difference %.2e\n", model, layout.name().c_str(),
+              one.losses.front(), one.losses.back(), d);
+  EXPECT_LE(d, 1e-5) << layout.name();
+  return one;
+}
+
+Trained train_tagger(const parallel::Layout& layout, comm::DeviceMesh* mesh) { return train(options_for(layout), mesh); }
+
 TEST_P(MoELayouts, EqualOneProcessOnTheSameMicroBatches) {
   const parallel::Layout layout = GetParam();
   if (test::world_size() != layout.world()) GTEST_SKIP() << layout.name() << " runs on " << layout.world();
-  comm::DeviceMesh mesh(comm::make_mpi_world(), layout.tp, layout.pp);
-  Trained one;
-  if (mesh.rank() == 0) {
-    const std::int64_t k = layout.grad_accum * mesh.shape().dp_size();
-    one = train(options_for({.micro_batch = layout.micro_batch, .grad_accum = k}), nullptr);
-  }
-  const Trained got = train(options_for(layout), &mesh);
-  if (mesh.rank() != 0) return;
-  EXPECT_LT(one.losses.back(), one.losses.front()) << "the one-process run should learn";
-  const double d = worst_difference(got, one);
-  std::printf("%s: loss %.5f -> %.5f; worst relative difference %.2e\n", layout.name().c_str(), one.losses.front(),
-              one.losses.back(), d);
-  EXPECT_LE(d, 1e-5) << layout.name();
+  compare_with_one_process(layout, "MoE tagger", train_tagger);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -227,15 +228,8 @@ Trained train_llama(const parallel::Layout& layout, comm::DeviceMesh* mesh) {
 TEST_P(MoELayouts, TheBundledLlamaWithExpertsEqualsOneProcess) {
   const parallel::Layout layout = GetParam();
   if (test::world_size() != layout.world()) GTEST_SKIP() << layout.name() << " runs on " << layout.world();
-  comm::DeviceMesh mesh(comm::make_mpi_world(), layout.tp, layout.pp);
-  Trained one;
-  if (mesh.rank() == 0) {
-    const std::int64_t k = layout.grad_accum * mesh.shape().dp_size();
-    one = train_llama({.micro_batch = layout.micro_batch, .grad_accum = k}, nullptr);
-  }
-  const Trained got = train_llama(layout, &mesh);
-  if (mesh.rank() != 0) return;
-  EXPECT_LT(one.losses.back(), one.losses.front()) << "the one-process run should learn";
+  const Trained one = compare_with_one_process(layout, "Llama E4k2 S1", train_llama);
+  if (one.experts.empty()) return;  // not rank 0
   // Both blocks report, each expert's tokens adding up to the step's
   // tokens (dp x micro-batch x accumulation x 8 positions) x top 2.
   ASSERT_EQ(one.experts.front().size(), 2u);
@@ -243,13 +237,9 @@ TEST_P(MoELayouts, TheBundledLlamaWithExpertsEqualsOneProcess) {
   for (const ExpertLoad& l : one.experts.front()) {
     std::int64_t sum = 0;
     for (std::int64_t t : l.tokens) sum += t;
-    EXPECT_EQ(sum, mesh.shape().dp_size() * layout.micro_batch * layout.grad_accum * 8 * 2) << l.layer;
+    EXPECT_EQ(sum, layout.dp * layout.micro_batch * layout.grad_accum * 8 * 2) << l.layer;
     EXPECT_GT(l.aux_loss, 0) << l.layer;
   }
-  const double d = worst_difference(got, one);
-  std::printf("Llama E4k2 S1 %s: loss %.5f -> %.5f; worst relative difference %.2e\n", layout.name().c_str(),
-              one.losses.front(), one.losses.back(), d);
-  EXPECT_LE(d, 1e-5) << layout.name();
 }
 
 TEST(MoELoss, ATokenNormalisedLossBesideAuxiliaryLossesIsRefused) {

@@ -158,19 +158,11 @@ Run train(const EngineOptions& options, bool token_mean, comm::DeviceMesh* mesh,
 /// validation, and of the whole model's final weights.
 double worst_difference(const Run& got, const Run& want) {
   double worst = 0;
-  const auto rel = [](double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); };
+  const auto rel = test::relative_difference;
   for (std::size_t i = 0; i < want.losses.size(); ++i)
     worst = std::max({worst, rel(got.losses[i], want.losses[i]), rel(got.norms[i], want.norms[i])});
   worst = std::max({worst, rel(got.val, want.val), rel(got.accuracy, want.accuracy)});
-  double diff2 = 0, norm2 = 0;
-  for (const auto& [name, w] : want.weights) {
-    const std::vector<float> a = got.weights.at(name).to_vector<float>(), b = w.to_vector<float>();
-    for (std::size_t i = 0; i < b.size(); ++i) {
-      diff2 += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-      norm2 += double(b[i]) * b[i];
-    }
-  }
-  return std::max(worst, std::sqrt(diff2 / norm2));
+  return std::max(worst, test::weights_difference(got.weights, want.weights));
 }
 
 /// `layout` on the world against one process on the whole global batch in
