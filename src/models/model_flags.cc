@@ -54,11 +54,14 @@ void ModelFlags::add_to(CLI::App& app) {
     moe_aux_opt_ = app.add_option("--moe-aux-loss", moe_aux_,
                                   "Llama, with --experts: the load-balancing loss's coefficient (default 0.01)");
     moe_z_opt_ = app.add_option("--moe-z-loss", moe_z_, "Llama, with --experts: the router z-loss's (default 0)");
+    moe_capacity_opt_ = app.add_option("--moe-capacity", moe_capacity_,
+                                       "Llama, with --experts: each expert takes at most this factor x its even share of "
+                                       "a sequence's choices, the rest dropped (default 0: dropless)");
   }
   // The members' zeros are "not given", not defaults: --help must not show them.
   for (CLI::Option* o : {preset_opt_, layers_opt_, heads_opt_, embd_opt_, context_opt_, vocab_opt_, vocab_multiple_opt_,
                          kv_heads_opt_, ffn_opt_, rope_theta_opt_, experts_opt_, top_k_opt_, shared_experts_opt_,
-                         moe_every_opt_, moe_aux_opt_, moe_z_opt_})
+                         moe_every_opt_, moe_aux_opt_, moe_z_opt_, moe_capacity_opt_})
     if (o) o->always_capture_default(false)->default_str("");
   if (model_opt_) model_opt_->capture_default_str();
 }
@@ -98,13 +101,15 @@ ModelConfig ModelFlags::resolve() const {
           if (given(moe_every_opt_)) c.moe_every = moe_every_;
           if (given(moe_aux_opt_)) c.moe_aux_loss_coeff = moe_aux_;
           if (given(moe_z_opt_)) c.moe_z_loss_coeff = moe_z_;
+          if (given(moe_capacity_opt_)) c.moe_capacity_factor = moe_capacity_;
           for (const CLI::Option* o :
-               {top_k_opt_, shared_experts_opt_, moe_every_opt_, moe_aux_opt_, moe_z_opt_})
+               {top_k_opt_, shared_experts_opt_, moe_every_opt_, moe_aux_opt_, moe_z_opt_, moe_capacity_opt_})
             HT_CHECK(!given(o) || c.experts > 0, ErrorKind::kConfig, "{} shapes a mixture of experts: give --experts",
                      o->get_name());
         } else {
           for (const CLI::Option* o : {kv_heads_opt_, ffn_opt_, rope_theta_opt_, experts_opt_, top_k_opt_,
-                                       shared_experts_opt_, moe_every_opt_, moe_aux_opt_, moe_z_opt_})
+                                       shared_experts_opt_, moe_every_opt_, moe_aux_opt_, moe_z_opt_,
+                                       moe_capacity_opt_})
             HT_CHECK(!given(o), ErrorKind::kConfig, "{} is a Llama size; a GPT has none (--model llama?)",
                      o->get_name());
         }

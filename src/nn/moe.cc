@@ -13,6 +13,13 @@ namespace {
 enum Saved { kLogits, kScores, kChoice, kChosen, kWeights, kPosition, kLosses, kExpertOutputs };
 
 // `count` rows of `src` (width `w`) at `rows`, gathered.
+// How many of the token choices `choice` (N, top_k) went to each expert.
+std::vector<std::int64_t> choices_per_expert(const Tensor& choice, int experts) {
+  std::vector<std::int64_t> counts(std::size_t(experts), 0);
+  for (std::int64_t i = 0; i < choice.numel(); ++i) ++counts[std::size_t(choice.data<std::int32_t>()[i])];
+  return counts;
+}
+
 Tensor gather_rows(const Tensor& src, const std::vector<std::int32_t>& rows) {
   const std::int64_t w = src.size(1);
   Tensor out = Tensor::empty({std::int64_t(rows.size()), w}, DType::kF32);
@@ -31,6 +38,8 @@ void MoEOptions::validate() const {
            "MoE: top_k {} must lie in [1, experts] = [1, {}]: a token chooses that many distinct experts", top_k,
            experts);
   HT_CHECK(shared_experts >= 0, ErrorKind::kConfig, "MoE: {} shared experts; give 0 or more", shared_experts);
+  HT_CHECK(std::isfinite(capacity_factor) && capacity_factor >= 0, ErrorKind::kConfig,
+           "MoE: capacity factor {}; give 0 (dropless) or more", capacity_factor);
   HT_CHECK(std::isfinite(aux_loss_coeff) && aux_loss_coeff >= 0 && std::isfinite(z_loss_coeff) && z_loss_coeff >= 0,
            ErrorKind::kConfig, "MoE: the auxiliary loss coefficients ({}, z {}) must be finite and >= 0",
            aux_loss_coeff, z_loss_coeff);
@@ -92,14 +101,37 @@ Tensor MoE::forward_impl(Context& ctx, const Tensor& x) {
       c[t * k + j] = e;
       raw[t * k + j] = st[e];
       w[t * k + j] = options_.renormalize ? st[e] / picked : st[e];
+    }
+  }
+  // Each expert's rows, in token order; with a capacity, a sequence's
+  // choices of an expert past it are dropped (position -1), in order of
+  // position and then of score.
+  const std::int64_t sequence = x.ndim() >= 3 ? x.size(-2) : n;
+  const std::int64_t capacity =
+      options_.capacity_factor > 0
+          ? std::int64_t(std::ceil(double(options_.capacity_factor) * double(sequence * k) / double(experts)))
+          : n * k;
+  std::vector<std::int64_t> taken(static_cast<std::size_t>(experts), 0);
+  routing_.dropped = 0;
+  for (std::int64_t t = 0; t < n; ++t) {
+    if (t % sequence == 0) std::fill(taken.begin(), taken.end(), 0);
+    for (int j = 0; j < k; ++j) {
+      const int e = c[t * k + j];
+      if (taken[std::size_t(e)]++ >= capacity) {
+        pos[t * k + j] = -1;
+        ++routing_.dropped;
+        continue;
+      }
       pos[t * k + j] = std::int32_t(rows[std::size_t(e)].size());
       rows[std::size_t(e)].push_back(std::int32_t(t));
     }
   }
 
-  // The auxiliary losses' values (their gradients come in backward).
+  // The auxiliary losses' values (their gradients come in backward); f_e
+  // counts the router's choices, dropped or not.
   routing_.choice.assign(c, c + n * k);
   routing_.tokens_per_expert.assign(std::size_t(experts), 0);
+  const std::vector<std::int64_t> choices = choices_per_expert(choice, experts);
   double balance = 0;
   for (int e = 0; e < experts; ++e) {
     routing_.tokens_per_expert[std::size_t(e)] = std::int64_t(rows[std::size_t(e)].size());
@@ -109,7 +141,7 @@ Tensor MoE::forward_impl(Context& ctx, const Tensor& x) {
       const double norm = options_.score == RouterScore::kSoftmax ? 1.0 : std::accumulate(st, st + experts, 0.0);
       p += double(st[e]) / norm;
     }
-    const double f = double(rows[std::size_t(e)].size()) / double(std::max<std::int64_t>(n * k, 1));
+    const double f = double(choices[std::size_t(e)]) / double(std::max<std::int64_t>(n * k, 1));
     balance += f * p / double(std::max<std::int64_t>(n, 1));
   }
   routing_.aux_loss = float(options_.aux_loss_coeff * experts * balance);
@@ -130,6 +162,7 @@ Tensor MoE::forward_impl(Context& ctx, const Tensor& x) {
   float* yp = y.data<float>();
   for (std::int64_t t = 0; t < n; ++t)
     for (int j = 0; j < k; ++j) {
+      if (pos[t * k + j] < 0) continue;  // dropped
       const float* o = outputs[std::size_t(c[t * k + j])].data<float>() + std::int64_t(pos[t * k + j]) * width;
       const float wj = w[t * k + j];
       float* yt = yp + t * width;
@@ -156,8 +189,12 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
   const float aux_scale = aux ? *ctx.aux_loss_grad_scale() : 0.f;
   if (aux) ctx.note_aux_loss_grads();
   step_load_.tokens_per_expert.resize(std::size_t(options_.experts), 0);
-  for (std::int64_t i = 0; i < saved[kChoice].numel(); ++i)
-    ++step_load_.tokens_per_expert[std::size_t(saved[kChoice].data<std::int32_t>()[i])];
+  for (std::int64_t i = 0; i < saved[kChoice].numel(); ++i) {
+    if (saved[kPosition].data<std::int32_t>()[i] < 0)
+      ++step_load_.dropped;
+    else
+      ++step_load_.tokens_per_expert[std::size_t(saved[kChoice].data<std::int32_t>()[i])];
+  }
   step_load_.aux_loss += saved[kLosses].data<float>()[0];
   step_load_.z_loss += saved[kLosses].data<float>()[1];
   ++step_load_.micro_batches;
@@ -178,6 +215,10 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
     for (int j = 0; j < k; ++j) {
       const int e = c[t * k + j];
       const std::int64_t at = pos[t * k + j];
+      if (at < 0) {  // dropped: no output, no gradient through its weight
+        dw[std::size_t(t * k + j)] = 0.f;
+        continue;
+      }
       const float* o = saved[std::size_t(kExpertOutputs + e)].data<float>() + at * width;
       const float* gt = g + t * width;
       float* de = dys[std::size_t(e)].data<float>() + at * width;
@@ -224,6 +265,7 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
     }
   }
   const double tokens = double(std::max<std::int64_t>(n, 1));
+  const std::vector<std::int64_t> choices = choices_per_expert(saved[kChoice], experts);
   if (options_.aux_loss_coeff > 0)
     for (std::int64_t t = 0; t < n; ++t) {
       const float* st = s + t * experts;
@@ -233,7 +275,7 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
       std::vector<double> dp(static_cast<std::size_t>(experts));
       for (int e = 0; e < experts; ++e)
         dp[std::size_t(e)] = double(aux_scale) * options_.aux_loss_coeff * experts *
-                             (double(rows[std::size_t(e)].size()) / (tokens * k)) / tokens;
+                             (double(choices[std::size_t(e)]) / (tokens * k)) / tokens;
       if (options_.score == RouterScore::kSoftmax) {
         for (int e = 0; e < experts; ++e) dt[e] += dp[std::size_t(e)];
       } else {  // p = s / sum(s)

@@ -64,6 +64,7 @@ std::vector<ExpertLoad> ExpertLoads::take(int micro_batches) {
     const nn::MoEStepLoad load = l.mine ? l.mine->take_step_load() : nn::MoEStepLoad{};
     for (int e = 0; e < l.experts; ++e)
       counts.push_back(l.mine ? std::int32_t(load.tokens_per_expert[std::size_t(e)]) : 0);
+    counts.push_back(std::int32_t(load.dropped));
     losses.push_back(float(load.aux_loss));
     losses.push_back(float(load.z_loss));
   }
@@ -81,6 +82,7 @@ std::vector<ExpertLoad> ExpertLoads::take(int micro_batches) {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     ExpertLoad l{.layer = layers_[i].name};
     for (int e = 0; e < layers_[i].experts; ++e) l.tokens.push_back(*n++ / tp);
+    l.dropped = *n++ / tp;
     l.aux_loss = double(loss[2 * i]) / replicas;
     l.z_loss = double(loss[2 * i + 1]) / replicas;
     out.push_back(std::move(l));

@@ -145,9 +145,12 @@ void report_step(MetricsWriter& metrics, Engine& engine, const FitOptions& optio
     fields["mfu"] = mfu;
   }
   // Each mixture-of-experts layer: its experts' tokens ("12 9 ..."), their
-  // max over mean, and the auxiliary losses summed over the layers.
+  // max over mean; the auxiliary losses and the dropped choices summed over
+  // the layers.
   double aux = 0, z = 0;
+  std::int64_t dropped = 0;
   for (const ExpertLoad& l : s.experts) {
+    dropped += l.dropped;
     fields["experts." + l.layer] = fmt::format("{}", fmt::join(l.tokens, " "));
     fields["experts." + l.layer + ".max_over_mean"] = l.max_over_mean();
     aux += l.aux_loss;
@@ -156,6 +159,7 @@ void report_step(MetricsWriter& metrics, Engine& engine, const FitOptions& optio
   if (!s.experts.empty()) {
     fields["moe_aux_loss"] = aux;
     fields["moe_z_loss"] = z;
+    fields["moe_dropped"] = dropped;
   }
   metrics.write_step(s, fields);
 }

@@ -28,7 +28,8 @@ losses = [r["loss"] for r in steps]
 # The mixture's layer: each expert's tokens, adding up to 4 x 16 tokens x top 2.
 load = [list(map(int, r["experts.layers.1.mlp"].split())) for r in steps]
 ok = (len(losses) == 30 and losses[-1] < losses[0] - 0.5 and all(len(l) == 4 and sum(l) == 128 for l in load)
-      and all(r["moe_aux_loss"] > 0 and r["experts.layers.1.mlp.max_over_mean"] >= 1 for r in steps)
+      and all(r["moe_aux_loss"] > 0 and r["experts.layers.1.mlp.max_over_mean"] >= 1 and r["moe_dropped"] == 0
+              for r in steps)
       and not any(k.startswith("experts.layers.0") for r in steps for k in r))
 print(losses[0], losses[-1], load[-1], steps[-1].get("moe_aux_loss")) if not ok else None
 sys.exit(0 if ok else 1)
@@ -44,4 +45,5 @@ expect_error "top-k shapes a mixture of experts: give --experts" --run-dir "$wor
 expect_error "top-k 5 must lie in \[1, --experts 4\]" --run-dir "$work/e2" --experts 4 --top-k 5
 expect_error "moe-every 3 leaves none of the 2 layers" --run-dir "$work/e3" --experts 4 --moe-every 3
 expect_error "the planner does not model mixtures of experts yet" --run-dir "$work/e4" --experts 4 --auto
+expect_error "moe-capacity -1 must be >= 0" --run-dir "$work/e5" --experts 4 --moe-capacity -1
 echo "llama_train with experts: all checks passed"

@@ -5,7 +5,8 @@
 //
 // File layout: /x (B, T, dim), /dout, /out, /dx; /params/<name> and
 // /grads/<name>; /choice (N, top_k) i32 in order of score;
-// /tokens_per_expert (E) i32; /aux_loss, /z_loss (coefficients included);
+// /tokens_per_expert (E) i32, the choices each expert took; /dropped (1) i32,
+// those past capacity; /aux_loss, /z_loss (coefficients included);
 // the options and aux_scale as attributes of the root group.
 #include <random>
 
@@ -38,6 +39,12 @@ const MoECase kCases[] = {
      3, 4},
     {"switch", {.dim = 8, .hidden = 16, .experts = 4, .top_k = 1, .renormalize = false, .aux_loss_coeff = 0.01f}, 1,
      3},
+    // Capacity 0.5: each expert takes at most ceil(0.5 x 8 x 2 / 4) = 2 of
+    // a sequence's 16 choices, so most sequences drop some.
+    {"capacity",
+     {.dim = 8, .hidden = 12, .experts = 4, .top_k = 2, .aux_loss_coeff = 0.01f, .capacity_factor = 0.5f},
+     3,
+     8},
 };
 
 Tensor normal(const Shape& shape, std::mt19937& rng, float scale) {
@@ -74,6 +81,7 @@ void run(const MoECase& c, const std::string& path) {
   w.attr("shared_experts", double(o.shared_experts));
   w.attr("aux_loss_coeff", double(o.aux_loss_coeff));
   w.attr("z_loss_coeff", double(o.z_loss_coeff));
+  w.attr("capacity_factor", double(o.capacity_factor));
   w.attr("aux_scale", double(aux_scale));
   w.write("x", x);
   w.write("dout", dout);
@@ -88,6 +96,7 @@ void run(const MoECase& c, const std::string& path) {
   w.write("choice", Tensor::from_vector(r.choice, {std::int64_t(r.choice.size()) / o.top_k, o.top_k}));
   w.write("tokens_per_expert", Tensor::from_vector(counts, {std::int64_t(counts.size())}));
   w.write_scalar("aux_loss", r.aux_loss);
+  w.write("dropped", Tensor::from_vector(std::vector<std::int32_t>{std::int32_t(r.dropped)}, {1}));
   w.write_scalar("z_loss", r.z_loss);
 }
 

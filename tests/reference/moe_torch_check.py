@@ -1,13 +1,14 @@
 """nn::MoE against PyTorch: for every case moe_reference_export knows, the
 layer written here in PyTorch (float64) from the same weights and tokens
-must give the same routing (each token's experts, in order of score, and the
-tokens per expert), the same output and auxiliary losses, and, backward from
+must give the same routing (each token's experts, in order of score, the
+tokens per expert, and with a capacity the same choices dropped), the same output and auxiliary losses, and, backward from
 the same upstream gradient plus aux_scale x (load-balancing + z-loss), the
 same input and parameter gradients, within 1e-5 relative (max |a - b| /
 max |b|).
 
 usage: moe_torch_check.py EXPORTER WORKDIR
 """
+import math
 import os
 import subprocess
 import sys
@@ -47,19 +48,33 @@ def moe(f, p, x):
     scores = torch.sigmoid(logits) if a["sigmoid"] else torch.softmax(logits, dim=-1)
     top, choice = torch.topk(scores, k, dim=-1)
     weights = top / top.sum(-1, keepdim=True) if a["renormalize"] else top
+    # With a capacity: each expert takes at most ceil(factor x T x k / E) of
+    # a sequence's choices, in order of position and then of score.
+    kept = torch.ones_like(choice, dtype=torch.bool)
+    factor = float(a["capacity_factor"])
+    if factor > 0:
+        t_len = x.shape[-2] if x.dim() >= 3 else n
+        capacity = math.ceil(factor * t_len * k / experts)
+        for start in range(0, n, t_len):
+            taken = [0] * experts
+            for t in range(start, start + t_len):
+                for j in range(k):
+                    e = int(choice[t, j])
+                    kept[t, j] = taken[e] < capacity
+                    taken[e] += 1
     y = torch.zeros_like(tokens)
     for e in range(experts):
-        tok, slot = (choice == e).nonzero(as_tuple=True)
+        tok, slot = ((choice == e) & kept).nonzero(as_tuple=True)
         if len(tok):
             y = y.index_add(0, tok, weights[tok, slot, None] * swiglu(p, f"moe.expert{e}", tokens[tok]))
     if int(a["shared_experts"]):
         y = y + swiglu(p, "moe.shared", tokens)
-    counts = torch.bincount(choice.flatten(), minlength=experts)
-    share = counts.to(torch.float64) / (n * k)
+    share = torch.bincount(choice.flatten(), minlength=experts).to(torch.float64) / (n * k)  # the router's choices
+    counts = torch.bincount(choice[kept], minlength=experts)  # the choices taken
     probs = scores if not a["sigmoid"] else scores / scores.sum(-1, keepdim=True)
     aux = float(a["aux_loss_coeff"]) * experts * (share * probs.mean(0)).sum()
     z = float(a["z_loss_coeff"]) * (torch.logsumexp(logits, dim=-1) ** 2).mean()
-    return y.reshape(x.shape), aux, z, choice, counts
+    return y.reshape(x.shape), aux, z, choice, counts, int((~kept).sum())
 
 
 def check(exporter, workdir, case):
@@ -69,7 +84,10 @@ def check(exporter, workdir, case):
         p = {n: torch.tensor(f["params"][n][...], dtype=torch.float64, requires_grad=True) for n in f["params"]}
         p = {f"moe.{n}" if not n.startswith("moe.") else n: t for n, t in p.items()}
         x = torch.tensor(f["x"][...], dtype=torch.float64, requires_grad=True)
-        out, aux, z, choice, counts = moe(f, p, x)
+        out, aux, z, choice, counts, dropped = moe(f, p, x)
+        if dropped != int(f["dropped"][0]):
+            print(f"{case}: FAIL: {int(f['dropped'][0])} choices dropped, PyTorch drops {dropped}")
+            return False
         if not np.array_equal(choice.numpy(), f["choice"][...]):
             print(f"{case}: FAIL: the experts chosen differ:\n{f['choice'][...]}\nPyTorch's:\n{choice.numpy()}")
             return False
@@ -90,7 +108,7 @@ def check(exporter, workdir, case):
         idle = int((counts == 0).sum())
     bad = {k: e for k, e in errs.items() if not e <= TOL}
     print(f"{case}: " + ", ".join(f"{k} {e:.2e}" for k, e in errs.items()) +
-          f"; tokens per expert {counts.tolist()} ({idle} idle)" + (" FAIL" if bad else " ok"))
+          f"; tokens per expert {counts.tolist()} ({idle} idle, {dropped} dropped)" + (" FAIL" if bad else " ok"))
     return not bad
 
 

@@ -155,6 +155,7 @@ double worst_difference(const Trained& got, const Trained& want) {
       const ExpertLoad &a = got.experts[i][l], &b = want.experts[i][l];
       EXPECT_EQ(a.layer, b.layer);
       EXPECT_EQ(a.tokens, b.tokens) << a.layer << " at step " << i + 1;
+      EXPECT_EQ(a.dropped, b.dropped) << a.layer << " at step " << i + 1;
       worst = std::max({worst, rel(a.aux_loss, b.aux_loss), rel(a.z_loss, b.z_loss)});
     }
   }
@@ -167,13 +168,17 @@ double worst_difference(const Trained& got, const Trained& want) {
 class MoELayouts : public ::testing::TestWithParam<parallel::Layout> {};
 
 /// `train` under `layout` against one process accumulating the same
-/// micro-batches; returns the one-process run on rank 0 (empty elsewhere).
+/// micro-batches (or, `whole_batch`, taking the global batch as one);
+/// returns the one-process run on rank 0 (empty elsewhere).
 Trained compare_with_one_process(const parallel::Layout& layout, const char* model,
-                                 Trained (*train)(const parallel::Layout&, comm::DeviceMesh*)) {
+                                 Trained (*train)(const parallel::Layout&, comm::DeviceMesh*),
+                                 bool whole_batch = false) {
   comm::DeviceMesh mesh(comm::make_mpi_world(), layout.tp, layout.pp);
   Trained one;
+  const std::int64_t k = layout.grad_accum * mesh.shape().dp_size();
   if (mesh.rank() == 0)
-    one = train({.micro_batch = layout.micro_batch, .grad_accum = layout.grad_accum * mesh.shape().dp_size()},
+    one = train(whole_batch ? parallel::Layout{.micro_batch = layout.micro_batch * k}
+                            : parallel::Layout{.micro_batch = layout.micro_batch, .grad_accum = k},
                 nullptr);
   const Trained got = train(layout, &mesh);
   if (mesh.rank() != 0) return {};
@@ -203,11 +208,11 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The bundled Llama, every other block a mixture (4 experts, top 2, one
 // shared), both auxiliary losses on.
-Trained train_llama(const parallel::Layout& layout, comm::DeviceMesh* mesh) {
+Trained train_llama_with(const parallel::Layout& layout, comm::DeviceMesh* mesh, float capacity, float aux) {
   test::LlamaRunOptions o;
   o.model = {.vocab_size = 64, .context = 16, .n_layer = 2, .n_head = 2, .n_kv_head = 2, .n_embd = 16,
              .ffn_hidden = 24, .experts = 4, .top_k = 2, .shared_experts = 1, .moe_every = 1,
-             .moe_aux_loss_coeff = 0.05f, .moe_z_loss_coeff = 0.01f};
+             .moe_aux_loss_coeff = aux, .moe_z_loss_coeff = aux / 5, .moe_capacity_factor = capacity};
   o.seq_len = 8;
   o.engine = options_for(layout);
   o.engine.lr = 3e-3f;
@@ -225,6 +230,17 @@ Trained train_llama(const parallel::Layout& layout, comm::DeviceMesh* mesh) {
   return r;
 }
 
+Trained train_llama(const parallel::Layout& layout, comm::DeviceMesh* mesh) {
+  return train_llama_with(layout, mesh, 0.f, 0.05f);
+}
+
+// A capacity of 0.5: each expert takes at most 2 of a sequence's 16
+// choices. No auxiliary loss: it is per micro-batch, and this run is
+// compared with one process taking the whole batch at once.
+Trained train_llama_capacity(const parallel::Layout& layout, comm::DeviceMesh* mesh) {
+  return train_llama_with(layout, mesh, 0.5f, 0.f);
+}
+
 TEST_P(MoELayouts, TheBundledLlamaWithExpertsEqualsOneProcess) {
   const parallel::Layout layout = GetParam();
   if (test::world_size() != layout.world()) GTEST_SKIP() << layout.name() << " runs on " << layout.world();
@@ -240,6 +256,22 @@ TEST_P(MoELayouts, TheBundledLlamaWithExpertsEqualsOneProcess) {
     EXPECT_EQ(sum, layout.dp * layout.micro_batch * layout.grad_accum * 8 * 2) << l.layer;
     EXPECT_GT(l.aux_loss, 0) << l.layer;
   }
+}
+
+// With a capacity the same choices drop under every layout, whatever the
+// micro-batches (drops are per sequence): against one process taking the
+// global batch as one micro-batch, the counts compared exactly step by
+// step, and the run equal.
+TEST_P(MoELayouts, TheSameChoicesDropUnderEveryLayout) {
+  const parallel::Layout layout = GetParam();
+  if (test::world_size() != layout.world()) GTEST_SKIP() << layout.name() << " runs on " << layout.world();
+  const Trained one = compare_with_one_process(layout, "Llama E4k2 S1 cap0.5, one micro-batch", train_llama_capacity,
+                                               /*whole_batch=*/true);
+  if (one.experts.empty()) return;  // not rank 0
+  std::int64_t dropped = 0;
+  for (const std::vector<ExpertLoad>& step : one.experts)
+    for (const ExpertLoad& l : step) dropped += l.dropped;
+  EXPECT_GT(dropped, 0) << "a capacity of 0.5 drops choices";
 }
 
 TEST(MoELoss, ATokenNormalisedLossBesideAuxiliaryLossesIsRefused) {

@@ -53,6 +53,7 @@ struct LlamaConfig {
   int moe_every = 1;
   float moe_aux_loss_coeff = 0.01f;
   float moe_z_loss_coeff = 0.f;
+  float moe_capacity_factor = 0.f;  // 0: dropless (nn::MoEOptions::capacity_factor)
 
   /// Throws kConfig naming the bad value and what would be valid.
   void validate() const;
@@ -99,10 +100,13 @@ class Llama : public CausalLM {
   std::string describe() const override { return "Llama " + config_.str(); }
   int num_layers() const override { return config_.n_layer; }
   double flops_per_token(const Shape& input_shape) const override;
-  /// Not with the mixtures' load-balancing loss: it is one product over a
-  /// micro-batch's tokens, which a cp rank holds a part of (the z-loss, a
-  /// mean over tokens, splits exactly).
-  bool supports_context_parallel() const override { return config_.experts == 0 || config_.moe_aux_loss_coeff == 0.f; }
+  /// Not with the mixtures' load-balancing loss (one product over a
+  /// micro-batch's tokens, which a cp rank holds a part of; the z-loss, a
+  /// mean over tokens, splits exactly) nor with a capacity (drops are per
+  /// whole sequence).
+  bool supports_context_parallel() const override {
+    return config_.experts == 0 || (config_.moe_aux_loss_coeff == 0.f && config_.moe_capacity_factor == 0.f);
+  }
 
  private:
   LlamaConfig config_;

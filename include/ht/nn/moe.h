@@ -27,7 +27,8 @@
 //
 // What it does not do yet, refused by name: tensors other than f32 on the
 // CPU (the routing and the combination run on the host), tensor or expert
-// parallelism. Dropless only: every token reaches its top_k experts.
+// parallelism. Dropless by default; a capacity factor drops choices per
+// sequence (MoEOptions::capacity_factor).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +55,15 @@ struct MoEOptions {
   int shared_experts = 0;
   float aux_loss_coeff = 0.f;
   float z_loss_coeff = 0.f;
+  /// 0: dropless. Otherwise each expert takes at most
+  /// ceil(capacity_factor x T x top_k / E) of a sequence's T x top_k token
+  /// choices (an input (..., T, dim); a 2-d input is one sequence), in
+  /// order of position and then of score; the rest are dropped: that
+  /// choice adds nothing to the token's output (the weights are not
+  /// renormalised again). A sequence's drops depend on it alone, so the
+  /// same choices drop under every layout that keeps sequences whole (cp
+  /// splits them: refused by the models that use it).
+  float capacity_factor = 0.f;
 
   /// Throws kConfig naming the bad value.
   void validate() const;
@@ -62,14 +72,16 @@ struct MoEOptions {
 /// What the training backwards since the last take_step_load() routed: once
 /// per micro-batch (a recomputed forward is not counted twice).
 struct MoEStepLoad {
-  std::vector<std::int64_t> tokens_per_expert;  // E counts
+  std::vector<std::int64_t> tokens_per_expert;  // E counts, of the choices each expert took
+  std::int64_t dropped = 0;                     // choices past an expert's capacity
   double aux_loss = 0, z_loss = 0;              // summed over the micro-batches (coefficients included)
   int micro_batches = 0;
 };
 
 /// What the newest forward routed.
 struct MoERouting {
-  std::vector<std::int64_t> tokens_per_expert;  // E counts; they add up to N x top_k
+  std::vector<std::int64_t> tokens_per_expert;  // E counts of the choices taken; with drops they add up to N x top_k
+  std::int64_t dropped = 0;                     // choices past an expert's capacity
   std::vector<std::int32_t> choice;             // N x top_k: each token's experts, in order of score
   float aux_loss = 0.f;                         // coefficient included
   float z_loss = 0.f;                           // coefficient included

@@ -159,6 +159,7 @@ struct EngineOptions {
 struct ExpertLoad {
   std::string layer;  // the module's path in the model ("layers.3.mlp")
   std::vector<std::int64_t> tokens;
+  std::int64_t dropped = 0;  // choices past an expert's capacity (nn::MoEOptions::capacity_factor)
   double aux_loss = 0, z_loss = 0;
   /// The busiest expert's tokens over the mean (1: balanced).
   double max_over_mean() const;
