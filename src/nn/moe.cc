@@ -1,6 +1,9 @@
 // ht::nn::MoE.
 #include "ht/nn/moe.h"
 
+#include "ht/ops/elementwise.h"
+#include "ht/ops/index_select.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -20,12 +23,10 @@ std::vector<std::int64_t> choices_per_expert(const Tensor& choice, int experts) 
   return counts;
 }
 
+// The rows `rows` of src (N, width), gathered.
 Tensor gather_rows(const Tensor& src, const std::vector<std::int32_t>& rows) {
-  const std::int64_t w = src.size(1);
-  Tensor out = Tensor::empty({std::int64_t(rows.size()), w}, DType::kF32);
-  const float* s = src.data<float>();
-  float* o = out.data<float>();
-  for (std::size_t i = 0; i < rows.size(); ++i) std::copy_n(s + rows[i] * w, w, o + std::int64_t(i) * w);
+  Tensor out = Tensor::empty({std::int64_t(rows.size()), src.size(1)}, src.dtype(), src.device());
+  if (!rows.empty()) ops::index_select(src, 0, Tensor::from_vector(rows, {std::int64_t(rows.size())}), out);
   return out;
 }
 
@@ -244,11 +245,7 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
       for (std::int64_t q = 0; q < width; ++q) row[q] += d[std::int64_t(i) * width + q];
     }
   }
-  if (shared_) {
-    const Tensor ds = shared_->backward(ctx, dy2);
-    const float* d = ds.data<float>();
-    for (std::int64_t i = 0; i < n * width; ++i) dxp[i] += d[i];
-  }
+  if (shared_) ops::add(dx, shared_->backward(ctx, dy2), dx);
 
   // The scores' gradients: from the chosen weights, then from the
   // load-balancing loss through P; then the logits', with the z-loss's.
@@ -266,16 +263,17 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
   }
   const double tokens = double(std::max<std::int64_t>(n, 1));
   const std::vector<std::int64_t> choices = choices_per_expert(saved[kChoice], experts);
+  // dLoss/dp_te: coefficient x E x f_e / N, the same for every token; f_e
+  // from this forward's choices (not last_routing(): a pipeline holds
+  // several in flight).
+  std::vector<double> dp(static_cast<std::size_t>(experts));
+  for (int e = 0; e < experts; ++e)
+    dp[std::size_t(e)] = double(aux_scale) * options_.aux_loss_coeff * experts *
+                         (double(choices[std::size_t(e)]) / (tokens * k)) / tokens;
   if (options_.aux_loss_coeff > 0)
     for (std::int64_t t = 0; t < n; ++t) {
       const float* st = s + t * experts;
       double* dt = dscore.data() + t * experts;
-      // dLoss/dp_te: coefficient x E x f_e / N, f_e from this forward's
-      // choices (not last_routing(): a pipeline holds several in flight).
-      std::vector<double> dp(static_cast<std::size_t>(experts));
-      for (int e = 0; e < experts; ++e)
-        dp[std::size_t(e)] = double(aux_scale) * options_.aux_loss_coeff * experts *
-                             (double(choices[std::size_t(e)]) / (tokens * k)) / tokens;
       if (options_.score == RouterScore::kSoftmax) {
         for (int e = 0; e < experts; ++e) dt[e] += dp[std::size_t(e)];
       } else {  // p = s / sum(s)
@@ -309,9 +307,7 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
                                      std::exp(double(lt[e]) - lse) / tokens);
     }
   }
-  const Tensor dr = router_->backward(ctx, dlogits);
-  const float* d = dr.data<float>();
-  for (std::int64_t i = 0; i < n * width; ++i) dxp[i] += d[i];
+  ops::add(dx, router_->backward(ctx, dlogits), dx);
   return dx.view(dy.shape());
 }
 
