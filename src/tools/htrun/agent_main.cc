@@ -115,16 +115,22 @@ int main(int argc, char** argv) {
   try {
     htrun::Agent agent(o);
     if (detach) {
+      // The log is opened before the fork so that it exists once the
+      // launcher's process has returned: whoever started the agent can look.
+      const std::string log = o.run_dir.empty() ? std::string("/dev/null")
+                                                : fmt::format("{}/agent_node{}.log", o.run_dir, o.node);
+      const int in = ::open("/dev/null", O_RDONLY), out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       const pid_t pid = ::fork();
-      if (pid < 0) std::perror("ht-agent: fork");
+      if (pid < 0) {  // the agent goes on in the launcher's session
+        std::perror("ht-agent: fork");
+        if (in >= 0) ::close(in);
+        if (out >= 0) ::close(out);
+      }
       if (pid > 0) ::_exit(0);  // the launcher's process is done; the agent goes on below
       if (pid == 0) {
         ::setsid();
-        const std::string log = o.run_dir.empty() ? std::string("/dev/null")
-                                                  : fmt::format("{}/agent_node{}.log", o.run_dir, o.node);
-        const int in = ::open("/dev/null", O_RDONLY), out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (in >= 0) ::dup2(in, 0);
-        if (out >= 0) ::dup2(out, 1), ::dup2(out, 2);
+        if (in >= 0) ::dup2(in, 0), ::close(in);
+        if (out >= 0) ::dup2(out, 1), ::dup2(out, 2), ::close(out);
       }
     }
     return agent.run();
