@@ -12,10 +12,9 @@
 namespace ht::nn {
 namespace {
 
-// The forward's saved tensors, in this order, then each expert's output.
-enum Saved { kLogits, kScores, kChoice, kChosen, kWeights, kPosition, kLosses, kExpertOutputs };
+// The forward's saved tensors, in this order.
+enum Saved { kLogits, kScores, kChoice, kChosen, kWeights, kPosition, kLosses, kExpertOutputs, kReceived };
 
-// `count` rows of `src` (width `w`) at `rows`, gathered.
 // How many of the token choices `choice` (N, top_k) went to each expert.
 std::vector<std::int64_t> choices_per_expert(const Tensor& choice, int experts) {
   std::vector<std::int64_t> counts(std::size_t(experts), 0);
@@ -27,6 +26,60 @@ std::vector<std::int64_t> choices_per_expert(const Tensor& choice, int experts) 
 Tensor gather_rows(const Tensor& src, const std::vector<std::int32_t>& rows) {
   Tensor out = Tensor::empty({std::int64_t(rows.size()), src.size(1)}, src.dtype(), src.device());
   if (!rows.empty()) ops::index_select(src, 0, Tensor::from_vector(rows, {std::int64_t(rows.size())}), out);
+  return out;
+}
+
+// Where each expert's rows start in rows laid out in expert order:
+// offsets[e] = counts[0] + ... + counts[e - 1], with the total last.
+std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts) {
+  std::vector<std::int64_t> offsets(counts.size() + 1, 0);
+  std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
+  return offsets;
+}
+
+// The rows this rank routes and their experts' outputs (or the gradients
+// of both) are laid out by global expert, hence by the rank holding it;
+// the rows a rank receives, by source rank and then by local expert
+// (received[s * local + le] rows from rank s for local expert le). Each
+// local expert runs on its rows from every rank at once: the expert-major
+// order, by local expert and then by source rank.
+
+// Rows per rank of `ranks`, each the sum of `local` consecutive counts.
+std::vector<std::int64_t> rows_per_rank(const std::vector<std::int64_t>& counts, int ranks, int local) {
+  std::vector<std::int64_t> out(std::size_t(ranks), 0);
+  for (std::size_t i = 0; i < counts.size(); ++i) out[i / std::size_t(local)] += counts[i];
+  return out;
+}
+
+// `rows` (width w) sent over `group`: send[r] rows to rank r, recv[r] rows from rank r.
+Tensor exchange(comm::Communicator& group, const Tensor& rows, const std::vector<std::int64_t>& send,
+                const std::vector<std::int64_t>& recv) {
+  const std::int64_t width = rows.size(1);
+  std::vector<std::int64_t> send_elements, recv_elements;
+  for (std::int64_t n : send) send_elements.push_back(n * width);
+  for (std::int64_t n : recv) recv_elements.push_back(n * width);
+  Tensor out = Tensor::empty({std::accumulate(recv.begin(), recv.end(), std::int64_t(0)), width}, rows.dtype(),
+                             rows.device());
+  group.all_to_all_v(rows, send_elements, out, recv_elements)->wait();
+  return out;
+}
+
+// Received rows from source-major order to expert-major order, or back.
+Tensor regroup(const Tensor& rows, const std::vector<std::int64_t>& received, int ranks, int local,
+               bool to_expert_major) {
+  std::vector<std::int64_t> expert_major(received.size());
+  for (int s = 0; s < ranks; ++s)
+    for (int le = 0; le < local; ++le) expert_major[std::size_t(le * ranks + s)] = received[std::size_t(s * local + le)];
+  const std::vector<std::int64_t> at_source = offsets_of(received), at_expert = offsets_of(expert_major);
+  Tensor out = Tensor::empty(rows.shape(), rows.dtype(), rows.device());
+  for (int s = 0; s < ranks; ++s)
+    for (int le = 0; le < local; ++le) {
+      const std::int64_t n = received[std::size_t(s * local + le)];
+      if (n == 0) continue;
+      std::int64_t from = at_source[std::size_t(s * local + le)], to = at_expert[std::size_t(le * ranks + s)];
+      if (!to_expert_major) std::swap(from, to);
+      out.slice(to, to + n).copy_from(rows.slice(from, from + n));
+    }
   return out;
 }
 
@@ -46,15 +99,77 @@ void MoEOptions::validate() const {
            aux_loss_coeff, z_loss_coeff);
 }
 
-MoE::MoE(std::string name, const MoEOptions& options, Device device)
-    : Module(std::move(name)), options_((options.validate(), options)) {
+MoE::MoE(std::string name, const MoEOptions& options, Device device, const ExpertParallel& ep)
+    : Module(std::move(name)), options_((options.validate(), options)), ep_(ep) {
+  HT_CHECK(options_.experts % ep_.size() == 0, ErrorKind::kConfig,
+           "MoE '{}': {} experts do not split evenly over {} expert-parallel ranks; choose an ep that divides {}",
+           this->name(), options_.experts, ep_.size(), options_.experts);
   router_ = &add_module(std::make_unique<Linear>("router", options_.dim, options_.experts, /*bias=*/false, device));
-  for (int e = 0; e < options_.experts; ++e)
+  for (int e = first_local_expert(); e < first_local_expert() + local_experts(); ++e) {
     experts_.push_back(&add_module(
         std::make_unique<SwiGLUMLP>(fmt::format("expert{}", e), options_.dim, options_.hidden, device)));
+    for (Parameter* p : experts_.back()->parameters()) p->layout().expert = true;
+  }
   if (options_.shared_experts > 0)
     shared_ = &add_module(
         std::make_unique<SwiGLUMLP>("shared", options_.dim, options_.shared_experts * options_.hidden, device));
+}
+
+SwiGLUMLP& MoE::expert(int e) {
+  const int le = e - first_local_expert();
+  HT_CHECK(le >= 0 && le < local_experts(), ErrorKind::kOutOfRange,
+           "MoE '{}': expert {} is not on this rank, which holds experts {} to {} of {} (expert-parallel rank {} of {})",
+           name(), e, first_local_expert(), first_local_expert() + local_experts() - 1, options_.experts, ep_.rank(),
+           ep_.size());
+  return *experts_[std::size_t(le)];
+}
+
+Tensor MoE::run_experts(Context& ctx, const Tensor& rows, const std::vector<std::int64_t>& counts,
+                        std::vector<std::int64_t>& received) {
+  const int ranks = ep_.size(), local = local_experts();
+  Tensor in = rows;  // the local experts' rows, expert-major
+  std::vector<std::int64_t> send, recv;
+  if (ranks == 1) {
+    received = counts;
+  } else {
+    std::vector<std::int32_t> wanted(counts.begin(), counts.end());
+    Tensor counts_in = Tensor::empty({std::int64_t(counts.size())}, DType::kI32);
+    const std::vector<std::int64_t> per_rank(std::size_t(ranks), local);
+    ep_.group->all_to_all_v(Tensor::from_vector(wanted, {std::int64_t(wanted.size())}), per_rank, counts_in, per_rank)
+        ->wait();
+    received.assign(counts_in.data<std::int32_t>(), counts_in.data<std::int32_t>() + counts_in.numel());
+    send = rows_per_rank(counts, ranks, local), recv = rows_per_rank(received, ranks, local);
+    in = regroup(exchange(*ep_.group, rows, send, recv), received, ranks, local, /*to_expert_major=*/true);
+  }
+  Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
+  std::int64_t at = 0;
+  for (int le = 0; le < local; ++le) {
+    std::int64_t n = 0;
+    for (int s = 0; s < ranks; ++s) n += received[std::size_t(s * local + le)];
+    out.slice(at, at + n).copy_from(experts_[std::size_t(le)]->forward(ctx, in.slice(at, at + n)));
+    at += n;
+  }
+  if (ranks == 1) return out;
+  return exchange(*ep_.group, regroup(out, received, ranks, local, /*to_expert_major=*/false), recv, send);
+}
+
+Tensor MoE::experts_backward(Context& ctx, const Tensor& drows, const std::vector<std::int64_t>& counts,
+                             const std::vector<std::int64_t>& received) {
+  const int ranks = ep_.size(), local = local_experts();
+  const std::vector<std::int64_t> send = rows_per_rank(counts, ranks, local), recv = rows_per_rank(received, ranks, local);
+  const Tensor din =
+      ranks == 1 ? drows : regroup(exchange(*ep_.group, drows, send, recv), received, ranks, local, true);
+  std::vector<std::int64_t> per_expert(std::size_t(local), 0);
+  for (int s = 0; s < ranks; ++s)
+    for (int le = 0; le < local; ++le) per_expert[std::size_t(le)] += received[std::size_t(s * local + le)];
+  const std::vector<std::int64_t> at = offsets_of(per_expert);
+  Tensor dx = Tensor::empty(din.shape(), din.dtype(), din.device());
+  for (int le = local - 1; le >= 0; --le) {  // the reverse of the forward's order
+    const std::int64_t lo = at[std::size_t(le)], hi = at[std::size_t(le) + 1];
+    dx.slice(lo, hi).copy_from(experts_[std::size_t(le)]->backward(ctx, din.slice(lo, hi)));
+  }
+  if (ranks == 1) return dx;
+  return exchange(*ep_.group, regroup(dx, received, ranks, local, false), recv, send);
 }
 
 Tensor MoE::forward_impl(Context& ctx, const Tensor& x) {
@@ -148,29 +263,35 @@ Tensor MoE::forward_impl(Context& ctx, const Tensor& x) {
   routing_.aux_loss = float(options_.aux_loss_coeff * experts * balance);
   routing_.z_loss = float(options_.z_loss_coeff * z_sum / double(std::max<std::int64_t>(n, 1)));
 
-  // Every expert runs, on the rows that chose it (none, for some): each
-  // parameter's gradient is then ready after backward, as data
+  // Every local expert runs, on the rows that chose it (none, for some):
+  // each parameter's gradient is then ready after backward, as data
   // parallelism's hooks expect.
   std::vector<Tensor> saved{logits,   scores,
                             choice,   chosen,
                             weights,  position,
                             Tensor::from_vector(std::vector<float>{routing_.aux_loss, routing_.z_loss}, {2})};
-  std::vector<Tensor> outputs;
-  for (int e = 0; e < experts; ++e)
-    outputs.push_back(experts_[std::size_t(e)]->forward(ctx, gather_rows(x2, rows[std::size_t(e)])));
+  std::vector<std::int32_t> routed;  // the routed rows, by expert
+  for (const std::vector<std::int32_t>& r : rows) routed.insert(routed.end(), r.begin(), r.end());
+  const std::vector<std::int64_t>& counts = routing_.tokens_per_expert;
+  const std::vector<std::int64_t> at = offsets_of(counts);
+  std::vector<std::int64_t> received;
+  const Tensor outputs = run_experts(ctx, gather_rows(x2, routed), counts, received);
   Tensor y = Tensor::zeros({n, width}, DType::kF32);
   if (shared_) y.copy_from(shared_->forward(ctx, x2));
   float* yp = y.data<float>();
+  const float* out = outputs.data<float>();
   for (std::int64_t t = 0; t < n; ++t)
     for (int j = 0; j < k; ++j) {
       if (pos[t * k + j] < 0) continue;  // dropped
-      const float* o = outputs[std::size_t(c[t * k + j])].data<float>() + std::int64_t(pos[t * k + j]) * width;
+      const float* o = out + (at[std::size_t(c[t * k + j])] + pos[t * k + j]) * width;
       const float wj = w[t * k + j];
       float* yt = yp + t * width;
       for (std::int64_t i = 0; i < width; ++i) yt[i] += wj * o[i];
     }
   if (ctx.saving()) {
-    saved.insert(saved.end(), outputs.begin(), outputs.end());
+    saved.push_back(outputs);
+    saved.push_back(Tensor::from_vector(std::vector<std::int32_t>(received.begin(), received.end()),
+                                        {std::int64_t(received.size())}));
     ctx.save(this, std::move(saved));
   }
   return y.view(x.shape());
@@ -207,44 +328,43 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
   const float* w = saved[kWeights].data<float>();
   const std::int32_t* pos = saved[kPosition].data<std::int32_t>();
 
-  // The chosen weights' gradients, and each expert's output gradient.
+  // The chosen weights' gradients, and each routed row's output gradient,
+  // by expert as the forward laid them out.
+  std::vector<std::int64_t> counts(std::size_t(experts), 0);
+  for (std::int64_t i = 0; i < n * k; ++i)
+    if (pos[i] >= 0) ++counts[std::size_t(c[i])];
+  const std::vector<std::int64_t> at = offsets_of(counts);
+  const Tensor& outputs = saved[kExpertOutputs];
+  const float* out = outputs.data<float>();
   std::vector<float> dw(static_cast<std::size_t>(n * k));
-  std::vector<Tensor> dys;
-  std::vector<std::vector<std::int32_t>> rows(std::size_t(experts), std::vector<std::int32_t>{});
-  for (int e = 0; e < experts; ++e) dys.push_back(Tensor::empty({saved[kExpertOutputs + e].size(0), width}, DType::kF32));
+  std::vector<std::int32_t> order(std::size_t(at.back()));
+  Tensor drows = Tensor::empty(outputs.shape(), DType::kF32);
   for (std::int64_t t = 0; t < n; ++t)
     for (int j = 0; j < k; ++j) {
-      const int e = c[t * k + j];
-      const std::int64_t at = pos[t * k + j];
-      if (at < 0) {  // dropped: no output, no gradient through its weight
+      if (pos[t * k + j] < 0) {  // dropped: no output, no gradient through its weight
         dw[std::size_t(t * k + j)] = 0.f;
         continue;
       }
-      const float* o = saved[std::size_t(kExpertOutputs + e)].data<float>() + at * width;
+      const std::int64_t row = at[std::size_t(c[t * k + j])] + pos[t * k + j];
+      const float* o = out + row * width;
       const float* gt = g + t * width;
-      float* de = dys[std::size_t(e)].data<float>() + at * width;
+      float* de = drows.data<float>() + row * width;
       double dot = 0;
       for (std::int64_t i = 0; i < width; ++i) {
         dot += double(gt[i]) * double(o[i]);
         de[i] = w[t * k + j] * gt[i];
       }
       dw[std::size_t(t * k + j)] = float(dot);
-      rows[std::size_t(e)].push_back(std::int32_t(t));
+      order[std::size_t(row)] = std::int32_t(t);
     }
 
   // The experts' input gradients, added into the tokens' rows; the shared
   // experts' and the router's after, in the reverse order of the forward.
-  Tensor dx = Tensor::zeros({n, width}, DType::kF32);
-  float* dxp = dx.data<float>();
-  for (int e = experts - 1; e >= 0; --e) {
-    const Tensor de = experts_[std::size_t(e)]->backward(ctx, dys[std::size_t(e)]);
-    const float* d = de.data<float>();
-    const std::vector<std::int32_t>& r = rows[std::size_t(e)];
-    for (std::size_t i = 0; i < r.size(); ++i) {
-      float* row = dxp + std::int64_t(r[i]) * width;
-      for (std::int64_t q = 0; q < width; ++q) row[q] += d[std::int64_t(i) * width + q];
-    }
-  }
+  const std::int32_t* got = saved[kReceived].data<std::int32_t>();
+  const std::vector<std::int64_t> received(got, got + saved[kReceived].numel());
+  const Tensor din = experts_backward(ctx, drows, counts, received);
+  Tensor dx = Tensor::empty({n, width}, DType::kF32);
+  ops::index_select_backward(din, 0, Tensor::from_vector(order, {std::int64_t(order.size())}), dx);
   if (shared_) ops::add(dx, shared_->backward(ctx, dy2), dx);
 
   // The scores' gradients: from the chosen weights, then from the

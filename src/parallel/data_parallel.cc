@@ -55,25 +55,39 @@ DataParallel::DataParallel(nn::Model& model, comm::DeviceMesh& mesh, const DataP
                            InitialValues initial_values)
     : model_(model), mesh_(mesh), options_(options), initial_values_(std::move(initial_values)) {
   const comm::MeshShape& shape = mesh.shape();
-  const comm::MeshCoord& at = mesh.coord();
   // Every rank holding these parameters (dp x cp) shares their gradients and state.
   options_.validate(shape.size(comm::MeshAxis::kDpCp));
-  const HybridShard h =
-      hybrid_shard(shape.size(comm::MeshAxis::kDpCp), options_.shard_group, shape.dp_cp_rank(at), options_.zero_stage);
-  shards_ = h.shards;
-  shard_rank_ = h.shard_rank;
-  replicas_ = h.replicas;
-  replica_rank_ = h.replica_rank;
-  if (options_.zero_stage > 0) {
-    comm::Communicator& replicas = mesh.dp_cp_group();
-    const std::string& dp_name = replicas.name();
-    shard_comm_ = replicas.split(replica_rank_, shard_rank_, fmt::format("{}.shard{}", dp_name, replica_rank_));
-    replica_comm_ = replicas.split(shard_rank_, replica_rank_, fmt::format("{}.replica{}", dp_name, shard_rank_));
+  add_domain(mesh.dp_cp_group(), shape.dp_cp_rank(mesh.coord()), 1.f);
+  if (mesh.ep_size() > 1) {
+    HT_CHECK(options_.shard_group == 0, ErrorKind::kNotSupported,
+             "hybrid sharding (--shard-group {}) with expert parallelism (ep {}) is not supported yet: the experts' "
+             "state is sharded over their own expert-data-parallel group; give --shard-group 0",
+             options_.shard_group, mesh.ep_size());
+    add_domain(mesh.edp_group(), mesh.edp_group().rank(), 1.f / float(mesh.ep_size()));
   }
   tied_ = std::make_unique<TiedWeights>(model_, mesh_);
   build_groups();
   if (options_.zero_stage == 2) install_zero2_hooks();
   if (options_.zero_stage == 3) install_zero3_hooks();
+}
+
+void DataParallel::add_domain(comm::Communicator& group, int rank_in_group, float grad_scale) {
+  const HybridShard h = hybrid_shard(group.size(), options_.shard_group, rank_in_group, options_.zero_stage);
+  Domain d;
+  d.group = &group;
+  d.shards = h.shards, d.shard_rank = h.shard_rank;
+  d.replicas = h.replicas, d.replica_rank = h.replica_rank;
+  d.grad_scale = grad_scale;
+  if (options_.zero_stage > 0) {
+    const std::string& name = group.name();
+    d.shard_comm = group.split(h.replica_rank, h.shard_rank, fmt::format("{}.shard{}", name, h.replica_rank));
+    d.replica_comm = group.split(h.shard_rank, h.replica_rank, fmt::format("{}.replica{}", name, h.shard_rank));
+  }
+  domains_.push_back(std::move(d));
+}
+
+int DataParallel::domain_of(const nn::Parameter& p) const {
+  return p.layout().expert && domains_.size() > 1 ? 1 : 0;
 }
 
 DataParallel::~DataParallel() = default;
@@ -82,16 +96,39 @@ std::vector<ParamGroup> DataParallel::group_table(const std::vector<nn::Paramete
   // Which parameters share a flat group is a table (parallel/tables.h):
   // buckets in reverse registration order at stages 0-2, one unit per child
   // module at stage 3; weights tied across stages are reduced after backward.
+  // A group holds parameters of one domain only: at stages 0-2 each
+  // domain's parameters are bucketed on their own, at stage 3 a unit's
+  // experts are a group of their own.
   std::unordered_map<const nn::Parameter*, int> index_of;
   std::vector<bool> isolated;
   for (nn::Parameter* p : params) {
     index_of[p] = int(isolated.size());
     isolated.push_back(tied_->tied(p));
   }
+  const auto by_domain = [&](const ParamGroup& g) {
+    std::vector<ParamGroup> out(domains_.size(), ParamGroup{.params = {}, .deferred = g.deferred});
+    for (int i : g.params) out[std::size_t(domain_of(*params[std::size_t(i)]))].params.push_back(i);
+    std::erase_if(out, [](const ParamGroup& part) { return part.params.empty(); });
+    return out;
+  };
   if (options_.zero_stage != 3) {
-    std::vector<std::int64_t> numels;
-    for (const nn::Parameter* p : params) numels.push_back(shape_numel(p->shape()));
-    return assign_buckets(numels, std::int64_t(sizeof(float)), options_.bucket_bytes, isolated);
+    std::vector<ParamGroup> groups;
+    for (int d = 0; d < int(domains_.size()); ++d) {
+      std::vector<int> members;  // of this domain, in registration order
+      std::vector<std::int64_t> numels;
+      std::vector<bool> member_isolated;
+      for (int i = 0; i < int(params.size()); ++i)
+        if (domain_of(*params[std::size_t(i)]) == d) {
+          members.push_back(i);
+          numels.push_back(shape_numel(params[std::size_t(i)]->shape()));
+          member_isolated.push_back(isolated[std::size_t(i)]);
+        }
+      for (ParamGroup g : assign_buckets(numels, std::int64_t(sizeof(float)), options_.bucket_bytes, member_isolated)) {
+        for (int& i : g.params) i = members[std::size_t(i)];
+        groups.push_back(std::move(g));
+      }
+    }
+    return groups;
   }
   const std::vector<nn::Parameter*> own = own_parameters(model_);
   HT_CHECK(own.empty(), ErrorKind::kInvalidArgument,
@@ -108,7 +145,15 @@ std::vector<ParamGroup> DataParallel::group_table(const std::vector<nn::Paramete
   }
   UnitAssignment units = assign_units(module_params, isolated, names);
   unit_of_.assign(units.unit_of_module.begin(), units.unit_of_module.end());
-  return std::move(units.units);
+  std::vector<ParamGroup> groups;
+  for (const ParamGroup& unit : units.units) {
+    unit_groups_.emplace_back();
+    for (ParamGroup& part : by_domain(unit)) {
+      unit_groups_.back().push_back(groups.size());
+      groups.push_back(std::move(part));
+    }
+  }
+  return groups;
 }
 
 std::unique_ptr<FlatGroup> DataParallel::make_group(const std::vector<nn::Parameter*>& members, bool deferred) {
@@ -116,8 +161,10 @@ std::unique_ptr<FlatGroup> DataParallel::make_group(const std::vector<nn::Parame
   const DType compute = options_.precision.compute;
   const bool mixed = options_.precision.mixed();
   Tensor values;  // f32, padded
+  const int domain = domain_of(*members.front());
+  const Domain& d = domains_[std::size_t(domain)];
   auto g = std::make_unique<FlatGroup>(detail::make_flat_group(
-      members, shards_, shard_rank_, model_.device(),
+      members, d.shards, d.shard_rank, model_.device(),
       [&](const nn::Parameter& p) {
         if (initial_values_) return initial_values_(p);
         HT_CHECK(p.data().defined(), ErrorKind::kInvalidArgument,
@@ -128,6 +175,7 @@ std::unique_ptr<FlatGroup> DataParallel::make_group(const std::vector<nn::Parame
       },
       values));
   g->deferred = deferred;
+  g->domain = domain;
   g->compute = compute;
   g->reduce = options_.precision.reduce;
   const std::int64_t lo = g->shard_begin(), hi = lo + g->shard_numel();
@@ -211,7 +259,7 @@ void DataParallel::install_zero3_hooks() {
     sequence_[i]->set_pre_backward_hook([this, unit, prev](nn::Module&, nn::Context&) {
       if (final_) free_reduced_grads();
       acquire(unit);
-      ensure_grads(*groups_[unit]);
+      for (std::size_t g : unit_groups_[unit]) ensure_grads(*groups_[g]);
       if (prev != unit) prefetch(prev);
     });
     sequence_[i]->set_post_backward_hook([this, unit](nn::Module&, nn::Context&) { release(unit); });
@@ -219,31 +267,38 @@ void DataParallel::install_zero3_hooks() {
 }
 
 void DataParallel::prefetch(std::size_t unit) {
-  FlatGroup& g = *groups_[unit];
-  if (g.work_params.defined()) return;
-  g.work_params = Tensor::empty({g.padded()}, g.compute, g.device, MemCategory::kParameters);
-  g.gather_work = shard_comm_->all_gather(g.work_shard, g.work_params);
+  for (std::size_t i : unit_groups_[unit]) {
+    FlatGroup& g = *groups_[i];
+    if (g.work_params.defined()) continue;
+    g.work_params = Tensor::empty({g.padded()}, g.compute, g.device, MemCategory::kParameters);
+    g.gather_work = domains_[std::size_t(g.domain)].shard_comm->all_gather(g.work_shard, g.work_params);
+  }
 }
 
 void DataParallel::acquire(std::size_t unit) {
-  FlatGroup& g = *groups_[unit];
   prefetch(unit);
-  if (g.gather_work) {
-    // Only the layer's kernels read the gathered weights: on a GPU the
-    // compute stream waits for the gather, not the host, which goes on
-    // queueing the layer (and the next unit's prefetch).
-    g.gather_work->stream_wait();
-    g.gather_work.reset();
+  for (std::size_t i : unit_groups_[unit]) {
+    FlatGroup& g = *groups_[i];
+    if (g.gather_work) {
+      // Only the layer's kernels read the gathered weights: on a GPU the
+      // compute stream waits for the gather, not the host, which goes on
+      // queueing the layer (and the next unit's prefetch).
+      g.gather_work->stream_wait();
+      g.gather_work.reset();
+    }
+    if (g.gather_refs++ == 0) g.bind_params();
   }
-  if (g.gather_refs++ == 0) g.bind_params();
 }
 
 void DataParallel::release(std::size_t unit) {
-  FlatGroup& g = *groups_[unit];
-  HT_CHECK(g.gather_refs > 0, ErrorKind::kInvalidArgument, "ZeRO-3: unit {} released more often than gathered", unit);
-  if (--g.gather_refs > 0) return;
-  g.unbind_params();
-  g.work_params = Tensor();
+  for (std::size_t i : unit_groups_[unit]) {
+    FlatGroup& g = *groups_[i];
+    HT_CHECK(g.gather_refs > 0, ErrorKind::kInvalidArgument, "ZeRO-3: unit {} released more often than gathered",
+             unit);
+    if (--g.gather_refs > 0) continue;
+    g.unbind_params();
+    g.work_params = Tensor();
+  }
 }
 
 void DataParallel::ensure_grads(FlatGroup& g) {
@@ -314,11 +369,12 @@ void DataParallel::start_reduction(FlatGroup& g) {
   } else {
     g.reduce_grads = g.work_grads;
   }
+  const Domain& d = domains_[std::size_t(g.domain)];
   if (options_.zero_stage <= 1) {
-    g.reduce_work = mesh_.dp_cp_group().all_reduce(g.reduce_grads, g.reduce_grads, comm::ReduceOp::kAvg);
+    g.reduce_work = d.group->all_reduce(g.reduce_grads, g.reduce_grads, comm::ReduceOp::kAvg);
     return;
   }
-  g.reduce_work = shard_comm_->reduce_scatter(g.reduce_grads, g.shard_grads, comm::ReduceOp::kAvg);
+  g.reduce_work = d.shard_comm->reduce_scatter(g.reduce_grads, g.shard_grads, comm::ReduceOp::kAvg);
 }
 
 void DataParallel::finish_gradients() {
@@ -344,12 +400,14 @@ void DataParallel::finish_gradients() {
   times_.exposed_ms = now_ms() - start;
   times_.backward_ms = start - final_start_;
   if (options_.zero_stage >= 2) {
-    if (replicas_ > 1) {
-      for (auto& g : groups_) works.push_back(replica_comm_->all_reduce(g->shard_grads, g->shard_grads, comm::ReduceOp::kAvg));
-      wait_all(works);
-    }
+    for (auto& g : groups_)
+      if (const Domain& d = domains_[std::size_t(g->domain)]; d.replicas > 1)
+        works.push_back(d.replica_comm->all_reduce(g->shard_grads, g->shard_grads, comm::ReduceOp::kAvg));
+    wait_all(works);
     for (auto& g : groups_) drop_full_grads(*g);
   }
+  for (auto& g : groups_)
+    if (const float scale = domains_[std::size_t(g->domain)].grad_scale; scale != 1.f) ops::scale(g->shard_grads, scale);
 }
 
 std::vector<Tensor> DataParallel::shard_gradients() const {
@@ -363,13 +421,15 @@ std::vector<optim::Slot> DataParallel::make_slots() const {
   // per piece of a parameter this rank's shard holds.
   std::vector<optim::Slot> out;
   for (const auto& g : groups_) {
-    for (const ShardPiece& piece : shard_pieces(g->layout, shard_rank_)) {
+    const Domain& d = domains_[std::size_t(g->domain)];
+    for (const ShardPiece& piece : shard_pieces(g->layout, d.shard_rank)) {
       const nn::Parameter& p = *g->params[std::size_t(piece.member)];
       const std::string name =
           piece.whole ? p.name() : fmt::format("{}[{}:{}]", p.name(), piece.offset, piece.offset + piece.numel());
-      // The primary copy: its shard's owner in the first replica, tp rank 0
-      // for unsplit tensors, and never a later stage's tied copy.
-      const bool primary = replica_rank_ == 0 && !p.layout().pp_tied_copy &&
+      // The primary copy: its shard's owner in the first replica of its
+      // domain, tp rank 0 for unsplit tensors, and never a later stage's
+      // tied copy.
+      const bool primary = d.replica_rank == 0 && !p.layout().pp_tied_copy &&
                            (p.layout().tp_split() || mesh_.coord().tp_rank == 0);
       out.push_back({.name = name,
                      .param = g->master.slice(piece.begin, piece.end),
@@ -396,19 +456,19 @@ void DataParallel::after_step() {
     }
     Tensor own = g->work_params.slice(g->shard_begin(), g->shard_begin() + g->shard_numel());
     if (mixed) ops::cast(g->master, own);
-    if (stage > 0) works.push_back(shard_comm_->all_gather(own, g->work_params));
+    if (stage > 0) works.push_back(domains_[std::size_t(g->domain)].shard_comm->all_gather(own, g->work_params));
   }
   wait_all(works);
 }
 
 void DataParallel::gather_all() {
   if (options_.zero_stage == 3)
-    for (std::size_t u = 0; u < groups_.size(); ++u) acquire(u);
+    for (std::size_t u = 0; u < unit_groups_.size(); ++u) acquire(u);
 }
 
 void DataParallel::release_all() {
   if (options_.zero_stage == 3)
-    for (std::size_t u = 0; u < groups_.size(); ++u) release(u);
+    for (std::size_t u = 0; u < unit_groups_.size(); ++u) release(u);
 }
 
 }  // namespace ht::parallel

@@ -35,6 +35,8 @@ struct FlatGroup {
   DType compute = DType::kF32, reduce = DType::kF32;
   /// Holds a weight tied across pipeline stages: reduced after backward.
   bool deferred = false;
+  /// The ranks holding it (DataParallel::Domain): 0 dense, 1 routed experts.
+  int domain = 0;
   Device device;
 
   Tensor work_params, work_shard, master;

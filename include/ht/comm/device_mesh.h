@@ -14,6 +14,14 @@
 // recorder dumps show them. An axis of size 1 still has its (one-rank)
 // communicator, so callers never test for absence.
 //
+// Expert parallelism (ep > 1) carves each dp group into runs of ep
+// consecutive dp ranks (Megatron-Core's order): the expert-parallel group
+// ("ep.<i>"), over which a mixture-of-experts layer's experts are split and
+// its tokens exchanged, and the expert-data-parallel group ("edp.<i>"), the
+// dp ranks with the same ep coordinate (dp_rank % ep), which hold the same
+// experts and reduce their gradients. With ep 1 the ep group is one rank
+// and the edp group is the dp group itself.
+//
 // No globals: the mesh is passed explicitly to whoever needs a group.
 // Construction, finalize() and the axes' collectives follow the Communicator
 // contract (collective over the world, deadlines from its options).
@@ -31,14 +39,15 @@ namespace ht::comm {
 class DeviceMesh {
  public:
   /// Collective over `world`: every rank calls it with the same tp, pp and
-  /// cp. Splits the world into the tp, dp, pp and cp groups (and dp x cp
-  /// when cp > 1), in that order. Throws
+  /// cp (and ep). Splits the world into the tp, dp, pp and cp groups (and dp
+  /// x cp when cp > 1; ep and edp when ep > 1), in that order. Throws
   /// ht::Error(kConfig) naming the sizes and the valid choices when tp * pp
   /// does not divide world->size() (the same verdict on every rank, before
-  /// any communication), kInvalidArgument for a null world, and what split
+  /// any communication; also when ep does not divide dp, or ep > 1 meets
+  /// cp > 1), kInvalidArgument for a null world, and what split
   /// throws (CommTimeout when a rank does not join). On a throw the world is
   /// destroyed with the mesh (aborted, as any unfinalised communicator).
-  DeviceMesh(std::unique_ptr<Communicator> world, int tp, int pp, int cp = 1);
+  DeviceMesh(std::unique_ptr<Communicator> world, int tp, int pp, int cp = 1, int ep = 1);
   /// Aborts whatever was not finalised (see Communicator). Never throws.
   ~DeviceMesh();
   DeviceMesh(const DeviceMesh&) = delete;
@@ -59,6 +68,13 @@ class DeviceMesh {
   /// The ranks holding this rank's parameters (dp x cp; the dp group when cp is 1).
   Communicator& dp_cp_group() const { return dp_cp_ ? *dp_cp_ : *dp_; }
   Communicator& axis(MeshAxis axis) const;
+  /// Expert parallelism: its size, this rank's coordinate in it (dp_rank %
+  /// ep), the group the experts are split over and the group that holds the
+  /// same experts (the dp group when ep is 1).
+  int ep_size() const { return ep_size_; }
+  int ep_rank() const { return coord_.dp_rank % ep_size_; }
+  Communicator& ep_group() const { return *ep_; }
+  Communicator& edp_group() const { return edp_ ? *edp_ : *dp_; }
 
   /// Finalises the axis communicators, then the world, each within `timeout`
   /// (see Communicator::finalize). Idempotent.
@@ -72,6 +88,8 @@ class DeviceMesh {
   MeshCoord coord_;
   std::unique_ptr<Communicator> tp_, dp_, pp_, cp_;
   std::unique_ptr<Communicator> dp_cp_;  // null when cp is 1 (dp_ serves)
+  int ep_size_ = 1;
+  std::unique_ptr<Communicator> ep_, edp_;  // edp_ null when ep is 1 (dp_ serves)
 };
 
 }  // namespace ht::comm

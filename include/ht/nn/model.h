@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ht/nn/context_parallel.h"
+#include "ht/nn/expert_parallel.h"
 #include "ht/nn/loss.h"
 #include "ht/nn/module.h"
 #include "ht/nn/tensor_parallel.h"
@@ -60,6 +61,9 @@ struct Placement {
   /// 2L) of a sequence of 2CL) and must give positions their global index
   /// and attend across the group; one that cannot refuses it (kNotSupported).
   ContextParallel cp;
+  /// The expert-parallel group (expert_parallel.h); no group: none. Only a
+  /// model with mixture-of-experts layers uses it.
+  ExpertParallel ep;
   PipelineStage stage;
   /// Parameters may be built without storage (each module's released as
   /// soon as it is built): ZeRO-3 then fills its shards from the parameters'

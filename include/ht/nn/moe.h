@@ -25,15 +25,29 @@
 // coefficient is not 0: the layer's backward starts from its output's
 // gradient, which already carries that factor, not from a loss.
 //
+// Expert parallelism (an ExpertParallel group of ep ranks, E divisible by
+// ep): each rank holds E/ep of the routed experts, named by global index,
+// and routes its own tokens as above; the rows that chose each expert go
+// to the expert's rank in one all-to-all with uneven splits (the counts
+// exchanged first), each local expert runs once on the rows of every
+// rank, in rank order, and the outputs come back the same way. Backward
+// does the same with the gradients. The router, the shared experts and the
+// auxiliary losses stay per rank, so routing, drops and losses are those
+// of the rank's own tokens, whatever ep. The routed experts' parameters are
+// marked ParamLayout::expert: data parallelism reduces them over the
+// ranks that hold the same experts.
+//
 // What it does not do yet, refused by name: tensors other than f32 on the
-// CPU (the routing and the combination run on the host), tensor or expert
-// parallelism. Dropless by default; a capacity factor drops choices per
-// sequence (MoEOptions::capacity_factor).
+// CPU (the routing and the combination run on the host), tensor
+// parallelism inside the layer (under tp every tp rank runs the whole
+// layer on the same rows). Dropless by default; a capacity factor drops
+// choices per sequence (MoEOptions::capacity_factor).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "ht/nn/expert_parallel.h"
 #include "ht/nn/linear.h"
 #include "ht/nn/swiglu_mlp.h"
 
@@ -89,11 +103,18 @@ struct MoERouting {
 
 class MoE : public Module {
  public:
-  MoE(std::string name, const MoEOptions& options, Device device);
+  /// Throws kConfig when ep does not divide the experts.
+  MoE(std::string name, const MoEOptions& options, Device device, const ExpertParallel& ep = {});
 
   const MoEOptions& options() const { return options_; }
+  const ExpertParallel& expert_parallel() const { return ep_; }
   Linear& router() { return *router_; }
-  SwiGLUMLP& expert(int e) { return *experts_.at(std::size_t(e)); }
+  /// The routed experts this rank holds: [first_local_expert(), + local_experts()).
+  int first_local_expert() const { return ep_.rank() * local_experts(); }
+  int local_experts() const { return options_.experts / ep_.size(); }
+  /// Routed expert `e` by global index; throws kOutOfRange when another
+  /// rank of the expert-parallel group holds it.
+  SwiGLUMLP& expert(int e);
   /// Null without shared experts.
   SwiGLUMLP* shared() { return shared_; }
   const MoERouting& last_routing() const { return routing_; }
@@ -107,7 +128,18 @@ class MoE : public Module {
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 
  private:
+  /// The routed experts' part of a forward (backward): `rows` holds the
+  /// rows (row gradients) this rank routes, in global expert order, counts[e]
+  /// of them for expert e; returns the experts' outputs (input gradients)
+  /// for those rows, in the same order. `received` is what the exchange
+  /// brought in: rows per (source rank, local expert), from the forward.
+  Tensor run_experts(Context& ctx, const Tensor& rows, const std::vector<std::int64_t>& counts,
+                     std::vector<std::int64_t>& received);
+  Tensor experts_backward(Context& ctx, const Tensor& drows, const std::vector<std::int64_t>& counts,
+                          const std::vector<std::int64_t>& received);
+
   MoEOptions options_;
+  ExpertParallel ep_;
   Linear* router_;
   std::vector<SwiGLUMLP*> experts_;
   SwiGLUMLP* shared_ = nullptr;

@@ -31,6 +31,10 @@ struct ParamLayout {
   /// counted and saved once, by the first holder. Set by the parallel layer
   /// from the model's nn::Model::tied_weights().
   bool pp_tied_copy = false;
+  /// A routed expert's (nn::MoE): under expert parallelism only the ranks
+  /// of one expert-parallel coordinate hold it, and its gradient is reduced
+  /// over the expert-data-parallel group (comm::DeviceMesh::edp_group).
+  bool expert = false;
 };
 
 class Parameter {

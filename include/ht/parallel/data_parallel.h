@@ -31,6 +31,15 @@
 // groups: reduce-scatter inside the shard group, then all-reduce of the
 // shard across replicas, and all-gathers stay inside the shard group.
 //
+// Routed experts under expert parallelism (mesh ep > 1; parameters marked
+// ParamLayout::expert) are held by the edp group alone (the dp ranks with
+// the same ep coordinate): they form groups of their own (buckets at
+// stages 0-2; at stage 3 a unit's experts are a second group of the unit),
+// whose gradients are reduced and whose state is sharded over edp. An
+// expert's gradient on its rank already sums the tokens of the ep ranks
+// that sent it rows, so it is averaged over edp and divided by ep: the
+// mean over dp that a dense gradient gets.
+//
 // Gradients are averaged over dp. With gradient accumulation, call
 // set_final_part(model) before the last micro-batch's backward only:
 // earlier micro-batches accumulate locally and reduce nothing.
@@ -138,11 +147,23 @@ class DataParallel {
   void release_all();
 
   const DataParallelOptions& options() const { return options_; }
-  int shards() const { return shards_; }
-  int replicas() const { return replicas_; }
+  /// The dense parameters' shards and replicas (the experts' are over edp).
+  int shards() const { return domains_[0].shards; }
+  int replicas() const { return domains_[0].replicas; }
   const ReductionTimes& reduction_times() const { return times_; }
 
  private:
+  /// The ranks that hold a group's parameters: the dp x cp group for
+  /// dense ones (domain 0), the edp group for routed experts under ep > 1
+  /// (domain 1). Shards, replicas and their communicators are per domain.
+  struct Domain {
+    comm::Communicator* group = nullptr;
+    int shards = 1, shard_rank = 0, replicas = 1, replica_rank = 0;
+    std::unique_ptr<comm::Communicator> shard_comm, replica_comm;
+    float grad_scale = 1.f;  // after the average over `group`: 1 / ep for experts
+  };
+  void add_domain(comm::Communicator& group, int stage_rank_in_group, float grad_scale);
+  int domain_of(const nn::Parameter& p) const;
   void build_groups();
   /// Which parameters share each flat group (parallel/tables.h); at stage 3
   /// also the module sequence and each module's unit.
@@ -155,9 +176,9 @@ class DataParallel {
   void install_zero3_hooks();
   void on_grad_ready(std::size_t group, const nn::Parameter& p);
   void start_reduction(detail::FlatGroup& g);
-  void acquire(std::size_t group);
-  void release(std::size_t group);
-  void prefetch(std::size_t group);
+  void acquire(std::size_t unit);
+  void release(std::size_t unit);
+  void prefetch(std::size_t unit);
   void ensure_grads(detail::FlatGroup& g);
   void free_reduced_grads();
   void drop_full_grads(detail::FlatGroup& g);
@@ -166,14 +187,15 @@ class DataParallel {
   comm::DeviceMesh& mesh_;
   DataParallelOptions options_;
   InitialValues initial_values_;
-  int shards_ = 1, shard_rank_ = 0, replicas_ = 1, replica_rank_ = 0;
-  std::unique_ptr<comm::Communicator> shard_comm_, replica_comm_;
+  std::vector<Domain> domains_;
   std::unique_ptr<TiedWeights> tied_;  // split after the shard and replica groups
   std::vector<std::unique_ptr<detail::FlatGroup>> groups_;
   std::vector<optim::Slot> slots_;
-  // Stage 3: the unit of each top-level module, in execution order.
+  // Stage 3: the unit of each top-level module, in execution order, and
+  // the groups of each unit (its dense parameters', then its experts').
   std::vector<nn::Module*> sequence_;
   std::vector<std::size_t> unit_of_;
+  std::vector<std::vector<std::size_t>> unit_groups_;
   bool final_ = true;  // the whole model's last backward has begun (set_final_part(model))
   std::unordered_set<const nn::Parameter*> final_params_;  // of the parts set_final_part named this step
   ReductionTimes times_;
