@@ -20,7 +20,7 @@ namespace {
 class LlamaBlock : public nn::Module {
  public:
   LlamaBlock(std::string name, const LlamaConfig& c, bool moe, Device device, nn::TensorParallel tp,
-             nn::ContextParallel cp)
+             nn::ContextParallel cp, nn::ExpertParallel ep)
       : Module(std::move(name)) {
     attn_norm_ = &add_module(std::make_unique<nn::RMSNorm>("input_layernorm", c.n_embd, device, c.norm_eps));
     attn_ = &add_module(std::make_unique<nn::SelfAttention>(
@@ -34,8 +34,8 @@ class LlamaBlock : public nn::Module {
                             .max_positions = c.context},
         device, tp, cp));
     mlp_norm_ = &add_module(std::make_unique<nn::RMSNorm>("post_attention_layernorm", c.n_embd, device, c.norm_eps));
-    // The experts are not split over tp: each tp rank runs them all on
-    // the whole (replicated) input, as the norms.
+    // The experts are not split over tp: each tp rank runs its experts on
+    // the whole (replicated) input, as the norms; they are split over ep.
     if (moe)
       mlp_ = &add_module(std::make_unique<nn::MoE>("mlp",
                                                    nn::MoEOptions{.dim = c.n_embd,
@@ -46,7 +46,7 @@ class LlamaBlock : public nn::Module {
                                                                   .aux_loss_coeff = c.moe_aux_loss_coeff,
                                                                   .z_loss_coeff = c.moe_z_loss_coeff,
                                                                   .capacity_factor = c.moe_capacity_factor},
-                                                   device));
+                                                   device, ep));
     else
       mlp_ = &add_module(std::make_unique<nn::SwiGLUMLP>("mlp", c.n_embd, c.ffn_hidden, device, tp));
   }
@@ -180,7 +180,7 @@ Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
   for (int i = first; i < last; ++i)
     layers.push_back(
         &add_built(std::make_unique<LlamaBlock>(fmt::format("layers.{}", i), config, config.moe_layer(i), device, tp,
-                                                placement.cp)));
+                                                placement.cp, placement.ep)));
   if (last_stage()) {
     norm = &add_built(std::make_unique<nn::RMSNorm>("norm", config.n_embd, device, config.norm_eps));
     head = &add_built(std::make_unique<nn::LMHead>("lm_head", "weight", config.vocab_size, config.n_embd, device, tp,

@@ -60,8 +60,8 @@ DataParallel::DataParallel(nn::Model& model, comm::DeviceMesh& mesh, const DataP
   add_domain(mesh.dp_cp_group(), shape.dp_cp_rank(mesh.coord()), 1.f);
   if (mesh.ep_size() > 1) {
     HT_CHECK(options_.shard_group == 0, ErrorKind::kNotSupported,
-             "hybrid sharding (--shard-group {}) with expert parallelism (ep {}) is not supported yet: the experts' "
-             "state is sharded over their own expert-data-parallel group; give --shard-group 0",
+             "hybrid sharding (--zero-shard-group {}) with expert parallelism (ep {}) is not supported yet: the experts' "
+             "state is sharded over their own expert-data-parallel group; give --zero-shard-group 0",
              options_.shard_group, mesh.ep_size());
     add_domain(mesh.edp_group(), mesh.edp_group().rank(), 1.f / float(mesh.ep_size()));
   }

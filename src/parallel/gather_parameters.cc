@@ -30,9 +30,11 @@ Tensor header_of(const Piece& piece) {
   return Tensor::from_vector(h, {kHeader});
 }
 
-std::vector<Piece> local_pieces(nn::Model& model) {
+// This rank's parameters; `experts_only`: its routed experts alone.
+std::vector<Piece> local_pieces(nn::Model& model, bool experts_only) {
   std::vector<Piece> out;
   for (nn::Parameter* p : model.parameters()) {
+    if (experts_only && !p->layout().expert) continue;
     Tensor values = Tensor::empty(p->shape(), DType::kF32, p->data().device());
     ops::cast(p->data(), values);
     out.push_back({p->name(), p->layout(), values.to(Device::cpu())});
@@ -81,22 +83,25 @@ std::map<std::string, Tensor> gather_full_parameters(nn::Model& model, DataParal
   std::map<std::string, std::vector<Tensor>> parts;  // name -> part per tp rank
   std::map<std::string, nn::ParamLayout> layouts;
   std::map<std::string, Tensor> tied_copies;
+  // Every stage and tp part from dp rank 0; the routed experts of the
+  // other ranks of its expert-parallel run from them.
   for (int pp = 0; pp < shape.pp_size(); ++pp)
-    for (int tp = 0; tp < shape.tp_size(); ++tp) {
-      const int src = shape.rank({.tp_rank = tp, .dp_rank = 0, .pp_rank = pp});
-      if (world.rank() == src && src != 0) send_pieces(world, local_pieces(model), 0);
-      if (world.rank() != 0) continue;
-      for (Piece& piece : src == 0 ? local_pieces(model) : recv_pieces(world, src)) {
-        if (piece.layout.pp_tied_copy) {
-          auto& list = parts[piece.name + "#tied"];
-          list.push_back(piece.data);
-          layouts[piece.name + "#tied"] = piece.layout;
-          continue;
+    for (int tp = 0; tp < shape.tp_size(); ++tp)
+      for (int ep = 0; ep < mesh.ep_size(); ++ep) {
+        const int src = shape.rank({.tp_rank = tp, .dp_rank = ep, .pp_rank = pp});
+        if (world.rank() == src && src != 0) send_pieces(world, local_pieces(model, ep > 0), 0);
+        if (world.rank() != 0) continue;
+        for (Piece& piece : src == 0 ? local_pieces(model, false) : recv_pieces(world, src)) {
+          if (piece.layout.pp_tied_copy) {
+            auto& list = parts[piece.name + "#tied"];
+            list.push_back(piece.data);
+            layouts[piece.name + "#tied"] = piece.layout;
+            continue;
+          }
+          parts[piece.name].push_back(piece.data);
+          layouts[piece.name] = piece.layout;
         }
-        parts[piece.name].push_back(piece.data);
-        layouts[piece.name] = piece.layout;
       }
-    }
   dp.release_all();
   std::map<std::string, Tensor> full;
   for (auto& [name, list] : parts) {

@@ -18,6 +18,7 @@ std::string Layout::name() const {
   if (shard_group > 0) s += fmt::format("_sg{}", shard_group);
   s += fmt::format("_dp{}_tp{}", dp, tp);
   if (cp != 1) s += fmt::format("_cp{}", cp);
+  if (ep != 1) s += fmt::format("_ep{}", ep);
   s += fmt::format("_pp{}_{}", pp, sched);
   if (virtual_stages != 1) s += fmt::format("_v{}", virtual_stages);
   if (micro_batch != 1) s += fmt::format("_mb{}", micro_batch);
@@ -29,7 +30,9 @@ std::string Layout::name() const {
 std::string Layout::str() const {
   std::string s = fmt::format("tp{}", tp);
   if (cp != 1) s += fmt::format(" cp{}", cp);
-  s += fmt::format(" pp{} dp{} zero{}", pp, dp, zero);
+  s += fmt::format(" pp{} dp{}", pp, dp);
+  if (ep != 1) s += fmt::format(" ep{}", ep);
+  s += fmt::format(" zero{}", zero);
   if (zero > 0 && shards() != dp * cp) s += fmt::format("/{}", shards());
   s += fmt::format(" mb{}x{}", micro_batch, grad_accum);
   if (pp > 1) s += " " + schedule_name(schedule);
@@ -80,6 +83,19 @@ std::string layout_problem(const Layout& l) {
     return fmt::format("--tp {} and --pp {}: tensor-parallel and pipeline sizes are 1 or more", l.tp, l.pp);
   if (l.cp < 1) return fmt::format("--cp {}: the context-parallel size is 1 or more", l.cp);
   if (l.dp < 0) return fmt::format("dp {}: give the data-parallel ranks, or 0 for the rest of the world", l.dp);
+  if (l.ep < 1) return fmt::format("--ep {}: the expert-parallel size is 1 or more", l.ep);
+  if (l.dp > 0 && l.dp % l.ep != 0)
+    return fmt::format("--ep {} does not divide the {} data-parallel ranks: the experts are split over runs of ep "
+                       "data-parallel ranks; choose an ep that divides {}",
+                       l.ep, l.dp, l.dp);
+  if (l.ep > 1 && l.cp > 1)
+    return fmt::format("--ep {} with --cp {}: expert parallelism with context parallelism is not supported yet; "
+                       "choose one of them",
+                       l.ep, l.cp);
+  if (l.ep > 1 && l.shard_group > 0)
+    return fmt::format("--ep {} with --zero-shard-group {}: hybrid sharding with expert parallelism is not supported yet; "
+                       "give --zero-shard-group 0",
+                       l.ep, l.shard_group);
   if (l.micro_batch < 1) return fmt::format("--micro-batch must be positive, got {}", l.micro_batch);
   if (l.grad_accum < 1) return fmt::format("--grad-accum must be positive, got {}", l.grad_accum);
   // hybrid_shard and stage_boundaries say what they check in their own

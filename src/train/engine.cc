@@ -89,6 +89,10 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
     : options_((options.validate(), options)), data_(data), mesh_(mesh_or_own(mesh, own_mesh_)) {
   const comm::MeshCoord& at = mesh_->coord();
   options_.layout = options_.layout.on_mesh(mesh_->shape());  // dp resolved
+  HT_CHECK(options_.layout.ep == mesh_->ep_size(), ErrorKind::kConfig,
+           "the layout {} has ep {}, but the mesh it runs on has ep {}: build the mesh from the layout (JobOptions::ep), "
+           "or give the layout the mesh's ep",
+           options_.layout.name(), options_.layout.ep, mesh_->ep_size());
   const parallel::Layout& layout = options_.layout;
   policies_ = std::make_unique<Policies>(options_);
   model_ = build_rank_model(make_model);
@@ -113,11 +117,13 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   scaler_ = precision::LossScaler(
       options_.force_loss_scaling || options_.precision.needs_loss_scaling(), options_.loss_scaler);
   // The whole model's size: each stage's parameters counted once (tp rank 0
-  // of the first replica), tied copies not again.
+  // of the first replica; a routed expert by the first run of ep ranks,
+  // which holds every expert once), tied copies not again.
   std::int64_t mine = 0;
-  if (at.dp_rank == 0 && at.cp_rank == 0 && at.tp_rank == 0)
+  if (at.cp_rank == 0 && at.tp_rank == 0)
     for (const nn::Parameter* p : model_->parameters())
-      if (!p->layout().pp_tied_copy) mine += shape_numel(p->full_shape());
+      if (!p->layout().pp_tied_copy && at.dp_rank < (p->layout().expert ? mesh_->ep_size() : 1))
+        mine += shape_numel(p->full_shape());
   num_parameters_ = comm::sum_i64(mesh_->world(), mine);
   data_.attach({.dp_rank = at.dp_rank,
                 .dp_size = layout.dp,
@@ -144,6 +150,7 @@ std::unique_ptr<nn::Model> Engine::build_rank_model(const ModelFactory& make_mod
       .device = options_.device,
       .tp = nn::TensorParallel{&mesh_->tp_group()},
       .cp = nn::ContextParallel{&mesh_->cp_group()},
+      .ep = nn::ExpertParallel{&mesh_->ep_group()},
       .stage = {.rank = at.pp_rank, .size = pp, .boundaries = layout.stage_boundaries()},
       .defer_storage = true};
   if (v == 1) return build_model(make_model, placement);

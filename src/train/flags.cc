@@ -62,6 +62,10 @@ void TrainFlags::add_layout_flags(CLI::App& app) {
                  "context-parallel ranks: each sequence split over them (two chunks each, balanced for causal "
                  "attention); the sequence length must be a multiple of 2 x cp")
       ->check(CLI::PositiveNumber);
+  app.add_option("--ep", l.ep,
+                 "expert-parallel ranks: each mixture-of-experts layer's routed experts split over runs of ep "
+                 "data-parallel ranks (ep divides dp and the expert count); tokens reach their experts by all-to-all")
+      ->check(CLI::PositiveNumber);
   app.add_option("--stage-layers", l.stage_layers,
                  "layers on each pipeline stage, one count per stage, e.g. 3,5,5,3 (default: by count)")
       ->delimiter(',');
@@ -198,7 +202,7 @@ void TrainFlags::resolve() {
   }
   if (engine.ckpt_every > 0 || engine.ckpt_every_s > 0 || engine.resume || !ckpt_dir.empty())
     engine.ckpt_dir = ckpt_dir.empty() ? resilience::checkpoint_dir(job.run_dir) : ckpt_dir;
-  job.tp = l.tp, job.pp = l.pp, job.cp = l.cp;  // the job splits its mesh from the layout
+  job.tp = l.tp, job.pp = l.pp, job.cp = l.cp, job.ep = l.ep;  // the job splits its mesh from the layout
   job.validate();
   engine.validate();  // the layout too, before any process starts
   fit.validate();

@@ -1,7 +1,8 @@
 // A model of one's own with mixture-of-experts blocks (nn::MoE with its
 // load-balancing and z-losses) trains alike on every layout: under data
-// parallelism, ZeRO-3, tensor parallelism (the experts replicated) and
-// pipeline parallelism, the losses, gradient norms, final weights and
+// parallelism, ZeRO-3, tensor parallelism (the experts replicated),
+// pipeline parallelism and expert parallelism (ep alone and with dp, tp,
+// pp and ZeRO 1-3), the losses, gradient norms, final weights and
 // validation loss equal one process's on the same micro-batches within 1e-5.
 // The auxiliary losses are per micro-batch (Megatron-Core's), so the one
 // process accumulates the same micro-batches the layout spreads over its
@@ -38,13 +39,13 @@ constexpr int kBlocks = 2;
 // x + MoE(LayerNorm(x)).
 class MoEBlock : public nn::Module {
  public:
-  MoEBlock(const std::string& name, Device device) : Module(name) {
+  MoEBlock(const std::string& name, Device device, const nn::ExpertParallel& ep) : Module(name) {
     norm_ = &add_module(std::make_unique<nn::LayerNorm>("ln", kWidth, device));
     moe_ = &add_module(std::make_unique<nn::MoE>(
         "moe",
         nn::MoEOptions{
             .dim = kWidth, .hidden = 24, .experts = 4, .top_k = 2, .aux_loss_coeff = 0.05f, .z_loss_coeff = 0.01f},
-        device));
+        device, ep));
   }
   nn::Var compute(const nn::Var& x) override { return x + (*moe_)((*norm_)(x)); }
 
@@ -60,7 +61,7 @@ class Tagger : public nn::Model {
     const auto [first, last] = parallel::stage_range(kBlocks, at.stage.rank, at.stage.size, at.stage.boundaries);
     if (first_stage()) embed_ = &add_built(std::make_unique<nn::Embedding>("embed", kVocab, kLen, kWidth, at.device));
     for (int b = first; b < last; ++b)
-      blocks_.push_back(&add_built(std::make_unique<MoEBlock>("h." + std::to_string(b), at.device)));
+      blocks_.push_back(&add_built(std::make_unique<MoEBlock>("h." + std::to_string(b), at.device, at.ep)));
     if (last_stage()) head_ = &add_built(std::make_unique<nn::Linear>("head", kWidth, kVocab, true, at.device));
   }
   nn::Var compute(const nn::Var& x) override {
@@ -173,7 +174,7 @@ class MoELayouts : public ::testing::TestWithParam<parallel::Layout> {};
 Trained compare_with_one_process(const parallel::Layout& layout, const char* model,
                                  Trained (*train)(const parallel::Layout&, comm::DeviceMesh*),
                                  bool whole_batch = false) {
-  comm::DeviceMesh mesh(comm::make_mpi_world(), layout.tp, layout.pp);
+  comm::DeviceMesh mesh(comm::make_mpi_world(), layout.tp, layout.pp, 1, layout.ep);
   Trained one;
   const std::int64_t k = layout.grad_accum * mesh.shape().dp_size();
   if (mesh.rank() == 0)
@@ -203,7 +204,18 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(parallel::Layout{.dp = 2, .micro_batch = 3},
                       parallel::Layout{.dp = 2, .zero = 3, .micro_batch = 2, .grad_accum = 2},
                       parallel::Layout{.tp = 2, .dp = 1, .micro_batch = 3, .grad_accum = 2},
-                      parallel::Layout{.pp = 2, .dp = 1, .micro_batch = 2, .grad_accum = 4}),
+                      parallel::Layout{.pp = 2, .dp = 1, .micro_batch = 2, .grad_accum = 4},
+                      // Expert parallelism: alone, under each ZeRO stage, and
+                      // on 4 ranks with dp, tp and pp.
+                      parallel::Layout{.dp = 2, .ep = 2, .micro_batch = 3},
+                      parallel::Layout{.dp = 2, .ep = 2, .zero = 1, .micro_batch = 2, .grad_accum = 2},
+                      parallel::Layout{.dp = 2, .ep = 2, .zero = 2, .micro_batch = 2, .grad_accum = 2},
+                      parallel::Layout{.dp = 2, .ep = 2, .zero = 3, .micro_batch = 2, .grad_accum = 2},
+                      parallel::Layout{.dp = 4, .ep = 2, .micro_batch = 2},
+                      parallel::Layout{.dp = 4, .ep = 4, .zero = 3, .micro_batch = 1, .grad_accum = 2},
+                      parallel::Layout{.dp = 4, .ep = 2, .zero = 3, .micro_batch = 2},
+                      parallel::Layout{.tp = 2, .dp = 2, .ep = 2, .micro_batch = 2},
+                      parallel::Layout{.pp = 2, .dp = 2, .ep = 2, .micro_batch = 1, .grad_accum = 4}),
     [](const ::testing::TestParamInfo<parallel::Layout>& info) { return info.param.name(); });
 
 // The bundled Llama, every other block a mixture (4 experts, top 2, one

@@ -29,6 +29,10 @@ struct Layout {
   /// context_parallel.h); they hold the same parameters as the dp ranks do,
   /// so gradients are reduced and ZeRO state sharded over dp x cp.
   int cp = 1;
+  /// Expert-parallel ranks: a mixture-of-experts layer's routed experts are
+  /// split over runs of ep consecutive dp ranks (comm::DeviceMesh), so ep
+  /// divides dp; the other parameters stay data-parallel over all of dp.
+  int ep = 1;
   int zero = 0;         // ZeRO stage: 0 (DDP), 1, 2, 3
   int shard_group = 0;  // ranks per ZeRO shard group (hybrid sharding); 0: all of dp x cp
   std::int64_t micro_batch = 1;  // rows per micro-batch and data-parallel rank
@@ -51,13 +55,13 @@ struct Layout {
   /// Rows per optimizer step over the world: micro_batch x grad_accum x dp.
   std::int64_t global_batch() const { return micro_batch * grad_accum * dp; }
 
-  /// An identifier made of the fields: zero<z>[_sg<s>]_dp<d>_tp<t>[_cp<c>]_
+  /// An identifier made of the fields: zero<z>[_sg<s>]_dp<d>_tp<t>[_cp<c>][_ep<e>]_
   /// pp<p>_<schedule>[_v<v>][_mb<rows>][_acc<m>][_stages<a>_<b>...], the optional
   /// parts where they differ from 1 (or are given); the schedule as gpipe,
   /// 1f1b, interleaved or zbh1. Distinct layouts have distinct names.
   std::string name() const;
   /// The compact form for people: "tp2 pp2 dp4 zero1/4 mb2x4 1f1b v2" (cp
-  /// after tp when above 1; the shard group after the stage when it is not
+  /// after tp and ep after dp when above 1; the shard group after the stage when it is not
   /// all of dp x cp; the schedule when pp > 1).
   std::string str() const;
 

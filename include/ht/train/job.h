@@ -47,6 +47,7 @@ struct JobOptions {
   Device device = Device::cpu();
   int tp = 1, pp = 1;  // tensor-parallel and pipeline sizes; dp is the rest of the world
   int cp = 1;          // context-parallel size (each sequence split over cp ranks)
+  int ep = 1;          // expert-parallel size (a run of ep dp ranks splits each MoE layer's experts)
   double heartbeat_s = 2;   // seconds between heartbeats
   double watchdog_s = 300;  // seconds without progress before the rank exits as hung (0: off)
   /// Called on every rank once the world exists and before the mesh is split
