@@ -286,6 +286,80 @@ TEST_P(MoELayouts, TheSameChoicesDropUnderEveryLayout) {
   EXPECT_GT(dropped, 0) << "a capacity of 0.5 drops choices";
 }
 
+// An ep2 ZeRO-3 checkpoint (experts saved by global index, each a quarter
+// per rank of its expert-data-parallel pair) loads into ep1, ep4 and pp2
+// bit for bit, and each continues the uninterrupted run's losses. No
+// auxiliary loss: it is per micro-batch, and pp2 takes other micro-batches.
+class MoECheckpoint : public ::testing::TestWithParam<parallel::Layout> {};
+
+TEST_P(MoECheckpoint, AnEp2Zero3CheckpointResumesUnderAnotherLayout) {
+  const parallel::Layout saved_layout{.dp = 4, .ep = 2, .zero = 3, .micro_batch = 2};
+  const parallel::Layout layout = GetParam();
+  if (test::world_size() != 4) GTEST_SKIP() << "runs on 4";
+  ASSERT_EQ(layout.global_batch(), saved_layout.global_batch());
+  constexpr int kSaved = 3, kContinued = 3;
+  std::unique_ptr<comm::Communicator> world = comm::make_mpi_world();
+  const test::SharedTempDir dir(*world, "ht_moe_ckpt_" + layout.name());
+  const auto engine_options = [&](const parallel::Layout& l) {
+    EngineOptions o = options_for(l);
+    o.ckpt_dir = dir.path();
+    return o;
+  };
+  const auto run = [&](const parallel::Layout& l, bool resume, bool save, std::vector<float>& losses,
+                       std::map<std::string, Tensor>& weights) {
+    comm::DeviceMesh mesh(world->split(0, world->rank(), "moe_ckpt"), l.tp, l.pp, 1, l.ep);
+    test::LlamaRunOptions o;
+    o.model = {.vocab_size = 64, .context = 16, .n_layer = 2, .n_head = 2, .n_kv_head = 2, .n_embd = 16,
+               .ffn_hidden = 24, .experts = 4, .top_k = 2, .shared_experts = 1, .moe_every = 1,
+               .moe_aux_loss_coeff = 0.f};
+    o.seq_len = 8;
+    o.engine = engine_options(l);
+    o.engine.resume = resume;
+    const data::TokenSplits splits = test::pangram_text(64);
+    test::LlamaEngine e(o, splits, &mesh);
+    if (resume) {
+      EXPECT_EQ(e.engine.resumed_from(), kSaved) << l.name() << " did not load the ep2 checkpoint";
+      weights = e.engine.full_parameters();
+    }
+    for (int i = 0; i < (resume ? 0 : kSaved); ++i) e.engine.step();
+    if (save) {
+      weights = e.engine.full_parameters();
+      EXPECT_EQ(e.engine.save_checkpoint(), "");
+      EXPECT_EQ(e.engine.wait_for_checkpoint(), "");
+    }
+    for (int i = 0; i < kContinued; ++i) losses.push_back(e.engine.step().loss);
+    mesh.finalize(std::chrono::seconds(60));
+  };
+  std::vector<float> want, got;
+  std::map<std::string, Tensor> saved, loaded;
+  run(saved_layout, false, true, want, saved);
+  run(layout, true, false, got, loaded);
+  if (world->rank() == 0) {
+    ASSERT_EQ(loaded.size(), saved.size());
+    for (int e = 0; e < 4; ++e)  // experts 2 and 3 come from the second rank of each ep pair
+      EXPECT_TRUE(std::any_of(saved.begin(), saved.end(),
+                              [&](const auto& kv) { return kv.first.find(fmt::format(".expert{}.", e)) != std::string::npos; }))
+          << "no weights of expert " << e;
+    for (const auto& [name, values] : saved) {
+      ASSERT_TRUE(loaded.count(name)) << name << " missing after loading into " << layout.name();
+      EXPECT_EQ(values.to_vector<float>(), loaded.at(name).to_vector<float>()) << name << " as loaded by " << layout.name();
+    }
+    for (int i = 0; i < kContinued; ++i)
+      EXPECT_NEAR(got[std::size_t(i)], want[std::size_t(i)], 1e-5 * std::abs(want[std::size_t(i)]))
+          << "step " << kSaved + i + 1 << " under " << layout.name();
+    std::printf("ep2 zero3 checkpoint of step %d into %s: losses %.6f %.6f %.6f, uninterrupted %.6f %.6f %.6f\n",
+                kSaved, layout.name().c_str(), got[0], got[1], got[2], want[0], want[1], want[2]);
+  }
+  world->barrier()->wait();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, MoECheckpoint,
+    ::testing::Values(parallel::Layout{.dp = 4, .micro_batch = 2},
+                      parallel::Layout{.dp = 4, .ep = 4, .zero = 1, .micro_batch = 2},
+                      parallel::Layout{.pp = 2, .dp = 2, .micro_batch = 2, .grad_accum = 2}),
+    [](const ::testing::TestParamInfo<parallel::Layout>& info) { return info.param.name(); });
+
 TEST(MoELoss, ATokenNormalisedLossBesideAuxiliaryLossesIsRefused) {
   if (test::world_size() != 2) GTEST_SKIP() << "runs on 2";
   comm::DeviceMesh mesh(comm::make_mpi_world(), 1, 2);
