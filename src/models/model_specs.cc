@@ -11,10 +11,16 @@
 //   Llama block: the two RMSNorms' inputs and rstd, the projections' and
 //   gate_up's inputs (4C + 2 f32), q (C), k and v (kv each), attention's
 //   output (C), gate_up's output (2F) and the SwiGLU product (F), and H f32.
+//   Llama mixture-of-experts block (nn::MoE in place of the MLP, whole on
+//   every tp rank): attention's part as above; for the mixture the routing
+//   on the host (2 E + 5 top_k f32), per routed row (top_k a token) its
+//   input, gate_up's output and the SwiGLU product (C + 3F), the expert's
+//   output and the row's weight (2C), and the shared experts' 3 S F.
 //   Last stage: the norm's input, the head's input, the logits (Vp / tp, kept
 //   until backward turns them into their gradient in place), targets and lse.
 // Attention's core is 2 T C FLOPs per token forward (Q Kᵀ and P V over the
 // causal half: masked tiles are skipped).
+#include <algorithm>
 #include <cmath>
 
 #include "ht/models/gpt.h"
@@ -121,18 +127,22 @@ nn::ModelSpec GPTConfig::spec(std::int64_t seq_len) const {
 
 nn::ModelSpec LlamaConfig::spec(std::int64_t seq_len) const {
   validate();
-  HT_CHECK(experts == 0, ErrorKind::kNotSupported,
-           "the planner does not model mixtures of experts yet (Llama {}): give the layout by hand (--tp, --pp, --dp, "
-           "--zero) rather than --auto",
-           str());
   const std::int64_t c = n_embd, vp = padded_vocab_size(), kv = n_embd / n_head * n_kv_head, f = ffn_hidden;
-  const double cd = double(c), t = double(seq_len);
+  const double cd = double(c), fd = double(f), t = double(seq_len);
   nn::ModelSpec s;
   s.description = "Llama " + str();
   s.seq_len = seq_len;
   s.width = c;
-  s.kv_width = c / n_head * n_kv_head;
-  s.tp_divides = {n_head, n_kv_head, f, vp};
+  // Context parallelism: not with a mixture's load-balancing loss or
+  // capacity (Llama::supports_context_parallel).
+  const bool cp_ok = experts == 0 || (moe_aux_loss_coeff == 0.f && moe_capacity_factor == 0.f);
+  s.kv_width = cp_ok ? c / n_head * n_kv_head : 0;
+  bool dense_mlp = false;
+  for (int i = 0; i < n_layer; ++i) dense_mlp = dense_mlp || !moe_layer(i);
+  // The mixtures' experts are not split over tp: the MLP's hidden size
+  // needs to divide only where a dense MLP is.
+  s.tp_divides = {n_head, n_kv_head, vp};
+  if (dense_mlp) s.tp_divides.push_back(f);
   s.layers.push_back(embedding_layer(vp, c, 0));
   for (int i = 0; i < n_layer; ++i) {
     LayerSpec b;
@@ -141,22 +151,63 @@ nn::ModelSpec LlamaConfig::spec(std::int64_t seq_len) const {
     b.params_replicated = 2 * c;
     b.gemm_flops = 2.0 * double(2 * c * c + 2 * c * kv + 3 * c * f);
     b.attention_flops = 2.0 * t * cd;
-    const TokenElements none{.split = 2.0 * cd + 2.0 * double(kv) + 3.0 * double(f), .replicated = 4.0 * cd,
-                             .f32_split = double(n_head), .f32_replicated = 2.0};
+    TokenElements none{.split = 2.0 * cd + 2.0 * double(kv) + 3.0 * fd, .replicated = 4.0 * cd,
+                       .f32_split = double(n_head), .f32_replicated = 2.0};
+    b.backward_workspace = {.split = 2.0 * fd, .replicated = 2.0 * cd};  // dy and d, then dgu (down's input gone)
+    // ZB-H1: the projections' inputs (the normed input, read by q, k and v;
+    // attention's output; the second norm's output; SwiGLU's) and outputs'
+    // gradients (q, k, v, o; gate_up; down).
+    b.deferred = {.split = (cd + fd) + (cd + 2.0 * double(kv) + 2.0 * fd), .replicated = 2.0 * cd + 2.0 * cd};
+    b.traffic = {.split = 6.0 * fd + 4.0 * cd, .replicated = 8.0 * cd};
+    b.tp_allreduce = 2.0 * cd;
+    b.tp_allreduces = 2;
+    b.ops = 15;  // 2 norms, 5 projections, 2 rotary, attention, SwiGLU, 2 residual adds
+    if (moe_layer(i)) {
+      // The mixture (nn::MoE) in place of the SwiGLU MLP, whole on every tp
+      // rank: the router (C x E) and the shared experts (one SwiGLU of S F)
+      // data-parallel, the E routed experts (3 C F each) over ep.
+      const double k = double(top_k), sf = double(shared_experts) * fd;
+      b.params_split = 2 * c * c + 2 * c * kv;
+      b.params_replicated = 2 * c + c * experts + 3 * c * shared_experts * f;
+      b.experts = experts;
+      b.top_k = top_k;
+      b.params_expert = std::int64_t(experts) * 3 * c * f;
+      b.gemm_flops = 2.0 * double(2 * c * c + 2 * c * kv);
+      b.gemm_flops_replicated = 2.0 * (cd * double(experts) + 3.0 * cd * (k * fd + sf));
+      // Kept: the routing on the host (logits and scores, E f32 each; per
+      // choice its expert, score, weight and position, and each routed
+      // row's token), and per routed row (top_k a token) its input, the
+      // expert's gate_up output and SwiGLU product (3F), its output and its
+      // weight spread over the row (C each); the shared experts' 3 S F.
+      none.split -= 3.0 * fd;
+      none.replicated += k * (3.0 * cd + 3.0 * fd) + 3.0 * sf;
+      none.f32_replicated += 2.0 * double(experts) + 5.0 * k;
+      // Backward: the routed rows' output gradients, their products with the
+      // outputs and the rows' gradients (C each), the experts' input
+      // gradients (C) and gate_up gradients (2F); the shared experts' 2 S F
+      // (after the routed ones: the larger of the two).
+      b.backward_workspace = {.replicated = 2.0 * cd + std::max(k * (4.0 * cd + 2.0 * fd), 2.0 * sf)};
+      // ZB-H1: the routed and shared experts' inputs and SwiGLU products,
+      // their outputs' gradients (C and 2F a row; C and 2 S F).
+      b.deferred = {.split = cd + (cd + 2.0 * double(kv)),
+                    .replicated = 2.0 * cd + 2.0 * cd + k * (2.0 * cd + 3.0 * fd) + cd + 3.0 * sf};
+      // The rows gathered and weighted, SwiGLU on each row and on the shared
+      // experts, the outputs added into their tokens.
+      b.traffic = {.split = 4.0 * cd, .replicated = 8.0 * cd + k * (6.0 * fd + 6.0 * cd) + 6.0 * sf};
+      b.tp_allreduce = cd;  // attention's alone: the mixture's output is whole already
+      b.tp_allreduces = 1;
+      b.ep_all_to_all = k * cd;  // dispatch the rows, combine the outputs
+      b.ep_all_to_alls = 2;
+      // One exchange's rows in flight: the rows sent and those received, and
+      // their regrouped copy.
+      b.ep_buffers = {.replicated = 3.0 * k * cd};
+      b.ops = 12 + 8 + (shared_experts > 0 ? 3 : 0);  // attention's part; router, routing, gathers, combine
+      b.expert_ops = 3;                               // gate_up, SwiGLU, down
+    }
     TokenElements selective = none;
     selective.split -= cd;
     selective.f32_split = 0;
     b.saved = {none, selective, TokenElements{.replicated = cd}};
-    b.backward_workspace = {.split = 2.0 * double(f), .replicated = 2.0 * cd};  // dy and d, then dgu (down's input gone)
-    // ZB-H1: the projections' inputs (the normed input, read by q, k and v;
-    // attention's output; the second norm's output; SwiGLU's) and outputs'
-    // gradients (q, k, v, o; gate_up; down).
-    b.deferred = {.split = (cd + double(f)) + (cd + 2.0 * double(kv) + 2.0 * double(f)),
-                  .replicated = 2.0 * cd + 2.0 * cd};
-    b.traffic = {.split = 6.0 * double(f) + 4.0 * cd, .replicated = 8.0 * cd};
-    b.tp_allreduce = 2.0 * cd;
-    b.tp_allreduces = 2;
-    b.ops = 15;  // 2 norms, 5 projections, 2 rotary, attention, SwiGLU, 2 residual adds
     s.layers.push_back(std::move(b));
   }
   s.layers.push_back(head_layer(vp, c, c, 1.0, /*shares_with=*/-1));

@@ -51,6 +51,18 @@ const std::vector<ModelPreset>& model_presets() {
        LlamaConfig{.vocab_size = 128256, .context = 8192, .n_layer = 32, .n_head = 32, .n_kv_head = 8, .n_embd = 4096,
                    .ffn_hidden = 14336, .rope_theta = 500000.f, .vocab_multiple = 128},
        "Llama 3 8B (Meta, 2024)"},
+      {"mixtral-8x7b",
+       LlamaConfig{.vocab_size = 32000, .context = 4096, .n_layer = 32, .n_head = 32, .n_kv_head = 8, .n_embd = 4096,
+                   .ffn_hidden = 14336, .rope_theta = 1000000.f, .vocab_multiple = 128, .experts = 8, .top_k = 2,
+                   .shared_experts = 0, .moe_every = 1},
+       "Mixtral 8x7B (Mistral AI, 2023): config.json of mistralai/Mixtral-8x7B-v0.1 (8 experts of 14336, top-2, "
+       "every layer), trained at 32768 positions; 4096 here"},
+      {"deepseek-moe-16b",
+       LlamaConfig{.vocab_size = 102400, .context = 4096, .n_layer = 28, .n_head = 16, .n_kv_head = 16, .n_embd = 2048,
+                   .ffn_hidden = 1408, .vocab_multiple = 128, .experts = 64, .top_k = 6, .shared_experts = 2,
+                   .moe_every = 1},
+       "DeepSeekMoE 16B (DeepSeek, 2024): config.json of deepseek-ai/deepseek-moe-16b-base (64 experts of 1408, "
+       "top-6, 2 shared); its first layer, a dense MLP of 10944, is modelled as a mixture like the others"},
   };
   return presets;
 }

@@ -1,6 +1,8 @@
 // ht::nn::ModelSpec.
 #include "ht/nn/model_spec.h"
 
+#include <algorithm>
+
 #include "ht/core/error.h"
 
 namespace ht::nn {
@@ -34,8 +36,30 @@ int ModelSpec::end_block() const {
 
 std::int64_t ModelSpec::num_parameters() const {
   std::int64_t n = 0;
-  for (const LayerSpec& l : layers) n += l.params_split + l.params_replicated;
+  for (const LayerSpec& l : layers) n += l.params_split + l.params_replicated + l.params_expert;
   return n;
+}
+
+std::int64_t ModelSpec::active_parameters() const {
+  std::int64_t n = num_parameters();
+  for (const LayerSpec& l : layers)
+    if (l.experts > 0) n -= l.params_expert / l.experts * (l.experts - l.top_k);
+  return n;
+}
+
+int ModelSpec::max_experts() const {
+  int e = 0;
+  for (const LayerSpec& l : layers) e = std::max(e, l.experts);
+  return e;
+}
+
+bool ModelSpec::splits_experts_over(int ep) const {
+  if (ep <= 0) return false;
+  if (ep == 1) return true;
+  if (max_experts() == 0) return false;
+  for (const LayerSpec& l : layers)
+    if (l.experts > 0 && l.experts % ep != 0) return false;
+  return true;
 }
 
 bool ModelSpec::splits_over(int tp) const {
@@ -61,6 +85,14 @@ void ModelSpec::validate() const {
              l.name, l.shares_with);
     HT_CHECK(l.params_split >= 0 && l.params_replicated >= 0 && l.gemm_flops >= 0 && l.attention_flops >= 0,
              ErrorKind::kConfig, "model spec '{}': layer '{}' has a negative size", description, l.name);
+    HT_CHECK(l.params_expert >= 0 && l.gemm_flops_replicated >= 0 && l.ep_all_to_all >= 0 && l.experts >= 0 &&
+                 (l.experts > 0 ? l.top_k >= 1 && l.top_k <= l.experts && l.params_expert % l.experts == 0
+                                : l.params_expert == 0 && l.top_k == 0),
+             ErrorKind::kConfig,
+             "model spec '{}': layer '{}' has {} routed experts, top_k {} and {} expert parameters: give experts >= 1, "
+             "top_k in [1, experts] and parameters that divide evenly among the experts, or all three 0 for a dense "
+             "layer",
+             description, l.name, l.experts, l.top_k, l.params_expert);
   }
 }
 

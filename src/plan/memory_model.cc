@@ -78,9 +78,14 @@ std::vector<std::vector<int>> layers_by_stage(const nn::ModelSpec& model, const 
   return stages;
 }
 
-double layer_params(const nn::ModelSpec& model, const std::vector<int>& stage_layers, int i, int tp) {
+int expert_shards(const parallel::Layout& l) {
+  if (l.ep <= 1) return l.shards();
+  return l.zero == 0 ? 1 : l.dp * l.cp / l.ep;
+}
+
+double layer_params(const nn::ModelSpec& model, const std::vector<int>& stage_layers, int i, int tp, int ep) {
   const nn::LayerSpec& ls = model.layers[std::size_t(i)];
-  double n = double(ls.params(tp));
+  double n = double(ls.params(tp)) + double(ls.expert_params(ep));
   if (ls.shares_with >= 0 &&
       std::find(stage_layers.begin(), stage_layers.end(), ls.shares_with) == stage_layers.end())
     n += double(ls.shared_params_split) / tp;
@@ -94,17 +99,19 @@ namespace {
 /// that unit again).
 struct RankParams {
   double params = 0;
+  double expert = 0;          // of params, routed experts' (sharded over dp / ep)
   double shared_unit = 0;     // a unit whose weight a later layer of the stage uses too (GPT's wte)
   double tied_elsewhere = 0;  // a layer using a weight of another stage (the last stage's tied head)
   std::vector<double> units;      // each layer's gathered elements
   std::vector<double> own_units;  // each layer's own, the shared unit left out
 };
 
-RankParams rank_params(const nn::ModelSpec& model, const std::vector<int>& layers, int tp) {
+RankParams rank_params(const nn::ModelSpec& model, const std::vector<int>& layers, int tp, int ep) {
   RankParams p;
   for (int i : layers) {
     const nn::LayerSpec& ls = model.layers[std::size_t(i)];
-    const double n = layer_params(model, layers, i, tp);
+    const double n = layer_params(model, layers, i, tp, ep);
+    p.expert += double(ls.expert_params(ep));
     const auto shared_at = std::find(layers.begin(), layers.end(), ls.shares_with);
     double gathered = n;
     if (ls.shares_with >= 0 && shared_at != layers.end()) {
@@ -133,10 +140,10 @@ double largest_pair(const std::vector<double>& u) {
 
 /// Gradient bytes of a rank: the ZeRO stage's share, and the full-size
 /// gradients ZeRO-2 and -3 write before they reduce-scatter them.
-double gradient_bytes(const RankParams& p, const LayoutChoice& l, const StateBytes& per) {
+double gradient_bytes(const RankParams& p, const LayoutChoice& l, const StateBytes& per, const StateBytes& per_expert) {
   const double c = double(dtype_size(l.precision.compute)), r = double(dtype_size(l.precision.reduce));
   const bool converts = l.precision.compute != l.precision.reduce;
-  double grads = per.grads * p.params;
+  double grads = per.grads * (p.params - p.expert) + per_expert.grads * p.expert;
   if (l.zero == 2) {
     // Backward writes each bucket's full gradients (compute dtype, and the
     // reduction dtype's copy when they differ) before its reduce-scatter,
@@ -236,6 +243,8 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
   // A context-parallel rank holds its 1/cp of each sequence's positions.
   const double tokens = double(l.micro_batch) * double(model.seq_len) / double(l.cp);
   const StateBytes per = state_bytes_per_parameter(l.zero, l.shards(), l.precision);
+  // Routed experts: sharded over the dp / ep ranks holding the same ones.
+  const StateBytes per_expert = state_bytes_per_parameter(l.zero, expert_shards(l), l.precision);
   std::vector<StageMemory> out;
   for (int st = 0; st < l.pp; ++st) {
     // The rank's layers: its one stage's, or its chunks' (interleaved), in order.
@@ -252,10 +261,12 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
       }
     const auto cat = [&](MemCategory k) -> double& { return m.bytes[std::size_t(k)]; };
     // Model state.
-    const RankParams p = rank_params(model, layers, l.tp);
-    cat(MemCategory::kParameters) = per.params * p.params + (l.zero >= 3 ? c * largest_pair(p.units) : 0.0);
-    cat(MemCategory::kOptimizerState) = per.optim * p.params;
-    cat(MemCategory::kGradients) = gradient_bytes(p, l, per);
+    const RankParams p = rank_params(model, layers, l.tp, l.ep);
+    const double dense = p.params - p.expert;
+    cat(MemCategory::kParameters) =
+        per.params * dense + per_expert.params * p.expert + (l.zero >= 3 ? c * largest_pair(p.units) : 0.0);
+    cat(MemCategory::kOptimizerState) = per.optim * dense + per_expert.optim * p.expert;
+    cat(MemCategory::kGradients) = gradient_bytes(p, l, per, per_expert);
     // Activations: what the micro-batches in flight keep, the newest one's
     // backward sweep, and the activation received from the previous stage.
     m.in_flight = in_flight(l.schedule, st, l.pp, l.grad_accum, l.virtual_stages);
@@ -270,8 +281,12 @@ std::vector<StageMemory> estimate_memory(const nn::ModelSpec& model, const Layou
     if (l.cp > 1 && m.blocks > 0)
       cat(MemCategory::kActivations) += 3.0 * double(l.micro_batch) * double(model.seq_len) *
                                          double(model.kv_width) / l.tp * c;
-    // The pipeline's transfer buffers (one micro-batch each way).
-    cat(MemCategory::kCommunication) = l.pp > 1 ? 2.0 * tokens * width : 0.0;
+    // The pipeline's transfer buffers (one micro-batch each way), and under
+    // expert parallelism one all-to-all's buffers at a time (the largest).
+    double exchange = 0;
+    if (l.ep > 1)
+      for (int i : layers) exchange = std::max(exchange, model.layers[std::size_t(i)].ep_buffers.bytes(l.tp, c));
+    cat(MemCategory::kCommunication) = (l.pp > 1 ? 2.0 * tokens * width : 0.0) + tokens * exchange;
     out.push_back(m);
   }
   return out;

@@ -38,7 +38,7 @@ std::vector<T> or_all(const std::vector<T>& given, std::vector<T> all) {
 /// stages, lower tp, lower ZeRO stage), so ties resolve the same everywhere.
 bool better(const Plan& a, const Plan& b) {
   const auto key = [](const Plan& p) {
-    return std::make_tuple(p.time.step_ms, p.peak_bytes, p.layout.pp, p.layout.tp, p.layout.zero,
+    return std::make_tuple(p.time.step_ms, p.peak_bytes, p.layout.pp, p.layout.tp, p.layout.ep, p.layout.zero,
                            int(p.layout.recompute), p.layout.micro_batch, int(p.layout.schedule),
                            p.layout.stage_layers);
   };
@@ -65,7 +65,8 @@ std::vector<int> balanced_stage_layers(const nn::ModelSpec& model, const LayoutC
                                        const MachineProfile& profile) {
   // Each layer's modelled forward + backward time alone, in ns, as an integer cost.
   LayoutChoice one = layout;
-  one.pp = 1, one.dp = 1, one.zero = 0, one.grad_accum = 1, one.stage_layers.clear();
+  // (dp as ep: the all-to-alls of a mixture's layer count in its time.)
+  one.pp = 1, one.dp = layout.ep, one.zero = 0, one.shard_group = 0, one.grad_accum = 1, one.stage_layers.clear();
   const int first = model.first_block(), end = model.end_block();
   std::vector<std::int64_t> costs;
   for (int i = first; i < end; ++i) {
@@ -98,8 +99,8 @@ namespace {
 std::vector<LayoutChoice> candidate_layouts(const PlanRequest& rq) {
   const nn::ModelSpec& model = rq.model;
   const int blocks = model.num_blocks();
-  // (tp, cp, stages, recomputation, micro-batch) -> balanced split
-  std::map<std::tuple<int, int, int, int, std::int64_t>, std::vector<int>> balanced_cache;
+  // (tp, cp, ep, stages, recomputation, micro-batch) -> balanced split
+  std::map<std::tuple<int, int, int, int, int, std::int64_t>, std::vector<int>> balanced_cache;
   std::vector<LayoutChoice> out;
   // Context-parallel sizes: 1, and for a model that runs under cp each size
   // cutting the sequence into 2 cp chunks of at least kMinContextChunk
@@ -125,6 +126,11 @@ std::vector<LayoutChoice> candidate_layouts(const PlanRequest& rq) {
         const int node_holders = rq.profile.ranks_per_node / tp, holders = dp * cp;
         if (node_holders > 1 && node_holders < holders && holders % node_holders == 0)
           shard_groups.push_back(node_holders);
+        // Expert-parallel sizes: those dividing dp and every mixture's experts (1 for a dense model).
+        std::vector<int> eps;
+        for (int e : or_all(rq.ep, divisors(dp)))
+          if (dp % e == 0 && model.splits_experts_over(e)) eps.push_back(e);
+        for (int ep : eps)
         for (std::int64_t mb : divisors(per_dp)) {
           if (rq.max_micro_batch > 0 && mb > rq.max_micro_batch) continue;
           const int accum = int(per_dp / mb);
@@ -133,9 +139,9 @@ std::vector<LayoutChoice> candidate_layouts(const PlanRequest& rq) {
             const auto splits_of = [&](int stages) {
               std::vector<std::vector<int>> splits{{}};
               if (stages > 1) {
-                const LayoutChoice probe{{.tp = tp, .pp = stages, .dp = dp, .cp = cp, .micro_batch = mb}, rc,
+                const LayoutChoice probe{{.tp = tp, .pp = stages, .dp = dp, .cp = cp, .ep = ep, .micro_batch = mb}, rc,
                                          rq.precision};
-                auto& cached = balanced_cache[{tp, cp, stages, int(rc), mb}];
+                auto& cached = balanced_cache[{tp, cp, ep, stages, int(rc), mb}];
                 if (cached.empty()) cached = balanced_stage_layers(model, probe, rq.profile);
                 if (cached != probe.layers_per_stage(blocks)) splits.push_back(cached);
               }
@@ -153,7 +159,7 @@ std::vector<LayoutChoice> candidate_layouts(const PlanRequest& rq) {
                   for (int sg : shard_groups) {
                     if (zero == 0 && sg != 0) continue;
                     if (holders == 1 && zero > 0) continue;  // nothing to shard over
-                    const parallel::Layout layout{.tp = tp, .pp = pp, .dp = dp, .cp = cp, .zero = zero,
+                    const parallel::Layout layout{.tp = tp, .pp = pp, .dp = dp, .cp = cp, .ep = ep, .zero = zero,
                                                   .shard_group = sg, .micro_batch = mb, .grad_accum = accum,
                                                   .schedule = sched, .virtual_stages = v, .stage_layers = split};
                     if (!parallel::layout_problem(layout).empty()) continue;  // the engine would refuse it
@@ -177,6 +183,7 @@ class Families {
     add(fmt::format("tp{}", l.tp), p, fits);
     add(fmt::format("pp{}", l.pp), p, fits);
     add(fmt::format("cp{}", l.cp), p, fits);
+    add(fmt::format("ep{}", l.ep), p, fits);
     add(fmt::format("zero{}", l.zero), p, fits);
     add(fmt::format("recompute {}", nn::recompute_name(l.recompute)), p, fits);
     if (l.pp > 1) add("schedule " + parallel::schedule_name(l.schedule), p, fits);
@@ -235,6 +242,8 @@ std::vector<std::string> reasons_for(const Plan& best, const Families& families,
     if (pp != best.layout.pp) compare(fmt::format("pp{}", pp), fmt::format("pp {}", pp));
   for (int cp : divisors(rq.world))
     if (cp != best.layout.cp) compare(fmt::format("cp{}", cp), fmt::format("cp {}", cp));
+  for (int ep : divisors(rq.world))
+    if (ep != best.layout.ep) compare(fmt::format("ep{}", ep), fmt::format("ep {}", ep));
   for (int z = 0; z <= 3; ++z)
     if (z != best.layout.zero) compare(fmt::format("zero{}", z), fmt::format("ZeRO {}", z));
   for (nn::Recompute rc : {nn::Recompute::kNone, nn::Recompute::kSelective, nn::Recompute::kFull})
@@ -288,10 +297,14 @@ PlanResult search_plans(const PlanRequest& rq, int top) {
 }
 
 std::string format_plans(const PlanResult& r, const PlanRequest& rq) {
+  const std::int64_t active = rq.model.active_parameters();
+  const std::string params = active != rq.model.num_parameters()
+                                 ? fmt::format("{} parameters ({} active)", rq.model.num_parameters(), active)
+                                 : fmt::format("{} parameters", rq.model.num_parameters());
   std::string s = fmt::format(
-      "# ht-plan {} | {} parameters | {} ranks ({} per node) | global batch {} x {} tokens | {} | {} GiB per rank, "
+      "# ht-plan {} | {} | {} ranks ({} per node) | global batch {} x {} tokens | {} | {} GiB per rank, "
       "{} usable | profile: {}\n",
-      rq.model.description, rq.model.num_parameters(), rq.world, rq.profile.ranks_per_node, rq.global_batch, rq.model.seq_len,
+      rq.model.description, params, rq.world, rq.profile.ranks_per_node, rq.global_batch, rq.model.seq_len,
       precision::policy_name(rq.precision), gib(rq.profile.memory_gib * kGiB), gib(r.budget_bytes), rq.profile.name);
   s += fmt::format("# {} layouts considered, {} fit, searched in {:.0f} ms\n", r.considered, r.fitting, r.search_ms);
   s += fmt::format("{:>3} {:<46} {:>9} {:>10} {:>9} {:>7} {:>6}  {}\n", "#", "layout", "step ms", "tokens/s",
@@ -334,10 +347,10 @@ std::string plans_to_json(const PlanResult& r, const PlanRequest& rq) {
       stages.push_back({{"stage", m.stage}, {"first_block", m.first_block}, {"blocks", m.blocks},
                         {"in_flight", m.in_flight}, {"bytes", bytes}, {"total_bytes", m.total()},
                         {"forward_ms", t.forward_ms}, {"backward_ms", t.backward_ms}, {"tp_comm_ms", t.tp_comm_ms},
-                        {"p2p_ms", t.p2p_ms}});
+                        {"p2p_ms", t.p2p_ms}, {"ep_comm_ms", t.ep_comm_ms}});
     }
     plans.push_back({{"layout",
-                      {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"cp", l.cp}, {"zero", l.zero}, {"shard_group", l.shard_group},
+                      {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"cp", l.cp}, {"ep", l.ep}, {"zero", l.zero}, {"shard_group", l.shard_group},
                        {"micro_batch", l.micro_batch}, {"grad_accum", l.grad_accum},
                        {"schedule", parallel::schedule_name(l.schedule)},
                        {"virtual_stages", l.virtual_stages},
@@ -358,6 +371,7 @@ std::string plans_to_json(const PlanResult& r, const PlanRequest& rq) {
   }
   return json{{"model", rq.model.description},
               {"parameters", rq.model.num_parameters()},
+              {"active_parameters", rq.model.active_parameters()},
               {"world", rq.world},
               {"global_batch", rq.global_batch},
               {"seq_len", rq.model.seq_len},

@@ -36,6 +36,11 @@ double reduce_scatter_ms(double bytes, int ranks, const Link& link) {
 
 double p2p_ms(double bytes, const Link& link) { return bytes <= 0 ? 0 : link_ms(bytes, 1.0, 1, link); }
 
+double all_to_all_ms(double bytes, int ranks, const Link& link) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  return link_ms(bytes, double(ranks - 1) / ranks, ranks - 1, link);
+}
+
 namespace {
 
 // A layout's rates on a machine, per millisecond, and its links.
@@ -48,6 +53,7 @@ struct Speeds {
   const Link* dp = nullptr;
   const Link* shard = nullptr;
   const Link* pp = nullptr;
+  const Link* ep = nullptr;
 };
 
 Speeds speeds_of(const nn::ModelSpec& model, const LayoutChoice& l, const MachineProfile& profile) {
@@ -65,6 +71,7 @@ Speeds speeds_of(const nn::ModelSpec& model, const LayoutChoice& l, const Machin
   s.dp = &profile.link(l.tp * l.cp * l.dp);
   s.shard = &profile.link(l.tp * l.shards());
   s.pp = &profile.link(l.tp * l.cp * l.dp * l.pp);
+  s.ep = &profile.link(l.tp * l.cp * l.ep);  // ep consecutive dp ranks
   return s;
 }
 
@@ -73,7 +80,10 @@ Speeds speeds_of(const nn::ModelSpec& model, const LayoutChoice& l, const Machin
 struct RankWork {
   StageTime st;
   double params = 0;        // the rank's parameters (data-parallel traffic, the optimizer)
-  double largest_unit = 0;  // the largest layer's (ZeRO-3's first gather)
+  double expert = 0;        // of which routed experts' (reduced and sharded over dp / ep)
+  int expert_units = 0;     // layers holding routed experts (ZeRO-3 gathers them apart)
+  double largest_unit = 0;  // the largest layer's dense part (ZeRO-3's first gather)
+  double largest_expert_unit = 0;  // and routed experts' part
   double weight_grads = 0;  // the weight gradients' GEMMs (ZB-H1's W)
 };
 
@@ -83,13 +93,17 @@ RankWork rank_work(const nn::ModelSpec& model, const std::vector<int>& layers, c
   for (int i : layers) {
     const nn::LayerSpec& ls = model.layers[std::size_t(i)];
     const bool block = ls.role == nn::LayerRole::kBlock;
-    const double gemm = s.tokens * ls.gemm_flops / l.tp / s.gemm_per_ms;
+    const double gemm = s.tokens * (ls.gemm_flops / l.tp + ls.gemm_flops_replicated) / s.gemm_per_ms;
     const double attn = s.attn_per_ms > 0 ? s.tokens * ls.attention_flops / l.tp / s.attn_per_ms : 0.0;
     const double ew = s.tokens * ls.traffic.bytes(l.tp, s.c) / s.bytes_per_ms;
     // Each of the layer's all-reduces pays the latency; the bytes are split among them.
     const int n_ar = std::max(ls.tp_allreduces, 1);
     const double tp_ar = n_ar * all_reduce_ms(s.tokens * ls.tp_allreduce * s.c / n_ar, l.tp, *s.tp);
-    const double overhead = ls.ops * profile.op_overhead_us * 1e-3;
+    const int ops = ls.ops + (ls.experts > 0 ? ls.expert_ops * ls.experts / l.ep : 0);
+    const double overhead = ops * profile.op_overhead_us * 1e-3;
+    // Expert parallelism: the layer's all-to-alls over the ep group, in
+    // forward and as many in backward (synchronous: not hidden).
+    const double a2a = ls.ep_all_to_alls * all_to_all_ms(s.tokens * ls.ep_all_to_all * s.c, l.ep, *s.ep);
     // Context parallelism: each block's attention all-gathers k and v in
     // forward, and again in backward, where it reduce-scatters their
     // gradients (synchronous: not hidden).
@@ -97,18 +111,24 @@ RankWork rank_work(const nn::ModelSpec& model, const std::vector<int>& layers, c
                                  ? reduce_scatter_ms(s.tokens * double(l.cp) * double(model.kv_width) / l.tp * s.c,
                                                      l.cp, *s.cp)
                                  : 0.0;
-    const double fwd = gemm + attn + ew + tp_ar + overhead + 2.0 * kv_gather;
-    double bwd = 2.0 * (gemm + ew + overhead) + kAttentionBackwardFactor * attn + tp_ar + 4.0 * kv_gather;
+    const double fwd = gemm + attn + ew + tp_ar + overhead + 2.0 * kv_gather + a2a;
+    double bwd = 2.0 * (gemm + ew + overhead) + kAttentionBackwardFactor * attn + tp_ar + 4.0 * kv_gather + a2a;
     w.st.cp_comm_ms += 6.0 * kv_gather;
+    w.st.ep_comm_ms += 2.0 * a2a;
+    if (block && l.recompute == nn::Recompute::kFull) w.st.ep_comm_ms += a2a;
     if (block && l.recompute == nn::Recompute::kFull) bwd += fwd;
     if (block && l.recompute == nn::Recompute::kSelective) bwd += attn + 2.0 * kv_gather;
     w.st.forward_ms += fwd;
     w.st.backward_ms += bwd;
     w.weight_grads += gemm;  // dW costs the forward's GEMM again
     w.st.tp_comm_ms += 2.0 * tp_ar;
-    const double n = layer_params(model, layers, i, l.tp);
+    const double n = layer_params(model, layers, i, l.tp, l.ep);
     w.params += n;
-    w.largest_unit = std::max(w.largest_unit, n);
+    const double expert = double(ls.expert_params(l.ep));
+    w.expert += expert;
+    if (expert > 0) ++w.expert_units;
+    w.largest_unit = std::max(w.largest_unit, n - expert);
+    w.largest_expert_unit = std::max(w.largest_expert_unit, expert);
   }
   return w;
 }
@@ -121,36 +141,51 @@ struct DataParallelTime {
 
 DataParallelTime data_parallel_time(const LayoutChoice& l, const RankWork& w, double units,
                                     const MachineProfile& profile, const Speeds& s) {
-  // Every rank holding the parameters shares their gradients: dp x cp.
-  const int holders = l.dp * l.cp;
-  if (holders <= 1) return {};
-  const int m = l.grad_accum, shards = l.shards(), replicas = holders / std::max(shards, 1);
-  const double grads = w.params * s.r;
-  // Gradient reduction: behind the last micro-batch's backward only, in
-  // groups (DDP and ZeRO-1/2 buckets; ZeRO-3 units), each paying the latency.
-  const double groups = l.zero == 3 ? units : std::max(1.0, std::ceil(grads / double(l.bucket_bytes)));
-  const double piece = grads / groups;
-  const double one_group = l.zero == 0 || shards == 1 ? all_reduce_ms(piece, holders, *s.dp)
-                                                      : reduce_scatter_ms(piece, shards, *s.shard) +
-                                                            all_reduce_ms(piece / shards, replicas, *s.dp);
-  const double reduce = groups * one_group;
-  const double last_bucket = one_group;
-  // ZeRO-3: two gathers of every unit per micro-batch (forward, backward),
-  // prefetched behind any compute; the first unit's is never hidden.
-  const double gathers =
-      l.zero == 3 ? 2.0 * m * units * reduce_scatter_ms(w.params * s.c / units, shards, *s.shard) : 0.0;
-  const double first_unit = l.zero == 3 ? reduce_scatter_ms(w.largest_unit * s.c, shards, *s.shard) : 0.0;
+  // The parameters' groups: the dense ones, held by every rank of dp x cp,
+  // and the routed experts, held by the dp / ep ranks of the same experts
+  // (their own buckets and ZeRO-3 units; the group spans as much of the
+  // mesh, every ep-th dp rank).
+  struct Group {
+    double params, units;
+    int holders, shards;
+  };
+  const int m = l.grad_accum;
+  std::vector<Group> groups{{w.params - w.expert, units, l.dp * l.cp, l.shards()}};
+  if (w.expert > 0) groups.push_back({w.expert, double(w.expert_units), l.dp * l.cp / l.ep, expert_shards(l)});
+  double reduce = 0, gathers = 0, last_bucket = 0, first_unit = 0, updated = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const Group& gr = groups[g];
+    if (gr.holders <= 1 || gr.params <= 0) continue;
+    const int shards = gr.shards, replicas = gr.holders / std::max(shards, 1);
+    const double grads = gr.params * s.r;
+    // Gradient reduction: behind the last micro-batch's backward only, in
+    // groups (DDP and ZeRO-1/2 buckets; ZeRO-3 units), each paying the latency.
+    const double pieces = l.zero == 3 ? gr.units : std::max(1.0, std::ceil(grads / double(l.bucket_bytes)));
+    const double piece = grads / pieces;
+    const double one_piece = l.zero == 0 || shards == 1 ? all_reduce_ms(piece, gr.holders, *s.dp)
+                                                        : reduce_scatter_ms(piece, shards, *s.shard) +
+                                                              all_reduce_ms(piece / shards, replicas, *s.dp);
+    reduce += pieces * one_piece;
+    last_bucket = std::max(last_bucket, one_piece);
+    if (l.zero == 3) {
+      // Two gathers of every unit per micro-batch (forward, backward),
+      // prefetched behind any compute; the first unit's is never hidden.
+      gathers += 2.0 * m * gr.units * reduce_scatter_ms(gr.params * s.c / gr.units, shards, *s.shard);
+      const double largest = g == 0 ? w.largest_unit : w.largest_expert_unit;
+      first_unit += reduce_scatter_ms(largest * s.c, shards, *s.shard);
+    }
+    if (l.zero == 1 || l.zero == 2) updated += reduce_scatter_ms(gr.params * s.c, shards, *s.shard);
+  }
   DataParallelTime t;
   t.comm = reduce + gathers;
+  if (t.comm <= 0 && updated <= 0) return t;
   // Both share the link: what cannot hide behind its window, or behind all compute together.
   const double ov = profile.comm_overlap;
   t.exposed = std::max({last_bucket + first_unit, reduce - ov * w.st.backward_ms,
                         reduce + gathers - ov * m * (w.st.forward_ms + w.st.backward_ms)});
-  if (l.zero == 1 || l.zero == 2) {
-    const double gather = reduce_scatter_ms(w.params * s.c, shards, *s.shard);  // all-gather of updated weights
-    t.comm += gather;
-    t.exposed += gather;
-  }
+  // ZeRO-1/2's all-gather of updated weights after the optimizer.
+  t.comm += updated;
+  t.exposed += updated;
   return t;
 }
 
@@ -179,12 +214,13 @@ TimeEstimate estimate_time(const nn::ModelSpec& model, const LayoutChoice& l, co
     slowest = std::max(slowest, w.st.total_ms());
     sum += w.st.total_ms();
     const DataParallelTime dp = data_parallel_time(l, w, double(layers.size()), profile, s);
-    const double optimizer =
-        w.params / (l.zero >= 1 ? l.shards() : 1) * optimizer_bytes_per_element(l.precision) / s.bytes_per_ms;
+    const double optimizer = ((w.params - w.expert) / (l.zero >= 1 ? l.shards() : 1) +
+                              w.expert / (l.zero >= 1 ? expert_shards(l) : 1)) *
+                             optimizer_bytes_per_element(l.precision) / s.bytes_per_ms;
     dp_comm_worst = std::max(dp_comm_worst, dp.comm);
     dp_exposed_worst = std::max(dp_exposed_worst, dp.exposed);
     optimizer_worst = std::max(optimizer_worst, optimizer);
-    comm_worst = std::max(comm_worst, dp.exposed + m * (w.st.tp_comm_ms + w.st.p2p_ms + w.st.cp_comm_ms));
+    comm_worst = std::max(comm_worst, dp.exposed + m * (w.st.tp_comm_ms + w.st.p2p_ms + w.st.cp_comm_ms + w.st.ep_comm_ms));
   }
   // The slowest stage paces the pipeline, busy m times its micro-batch's
   // time; its idle share is the schedule simulator's for the tables the

@@ -78,6 +78,7 @@ void TrainFlags::apply_auto_plan(comm::Communicator& world, JobOptions& job_opti
   job_options.tp = job.tp = best.tp;
   job_options.pp = job.pp = best.pp;
   job_options.cp = job.cp = best.cp;
+  job_options.ep = job.ep = best.ep;
   engine.validate();
   if (world.rank() == 0) {
     std::string text = plan::format_plans(result, rq);

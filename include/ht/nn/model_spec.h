@@ -15,7 +15,11 @@
 //   - the working set its backward needs on top (activation gradients), and
 //     its memory traffic (element-wise ops) in compute-dtype elements;
 //   - the elements it all-reduces over the tensor-parallel group in forward
-//     (as many again in backward).
+//     (as many again in backward);
+//   - for a mixture-of-experts layer: its routed experts' parameters (split
+//     over expert-parallel ranks, whole on every tp rank), the FLOPs every
+//     tp rank runs whole (router, shared experts, the top_k routed experts
+//     a token goes through), and the rows its all-to-alls exchange.
 // Bundled models give theirs (models::GPTConfig::spec, LlamaConfig::spec); a
 // program's own model fills one in, layer by layer, for ht-plan and --auto.
 #pragma once
@@ -86,7 +90,29 @@ struct LayerSpec {
   int tp_allreduces = 0;             // how many all-reduces that is (each pays the link's latency)
   int ops = 0;                       // ops (kernels) of one forward; backward runs about twice as many
 
+  /// Mixture of experts (all 0 for a dense layer). The routed experts are
+  /// not split over tp: every tp rank holds its experts whole and runs the
+  /// layer on the same rows. Under expert parallelism (ep ranks) a rank
+  /// holds experts / ep of them, and data parallelism reduces and shards
+  /// their state over the dp / ep ranks holding the same ones; the router
+  /// and shared experts are in params_replicated, data-parallel as usual.
+  int experts = 0;                       // routed experts (ep must divide it)
+  int top_k = 0;                         // of them, how many each token goes through
+  std::int64_t params_expert = 0;        // parameter elements of all `experts` routed experts
+  double gemm_flops_replicated = 0;      // forward matmul FLOPs per token, whole on every tp rank
+  /// Compute elements per token each of the layer's all-to-alls over the
+  /// ep group carries (top_k rows of the width: the dispatched rows, the
+  /// combined outputs); of them (ep - 1) / ep leave the rank.
+  double ep_all_to_all = 0;
+  int ep_all_to_alls = 0;                // all-to-alls in forward (as many in backward)
+  /// Transient under ep > 1: the all-to-alls' send and receive buffers
+  /// (one exchange at a time), per token.
+  TokenElements ep_buffers;
+  int expert_ops = 0;                    // ops of one routed expert's forward (the rank runs experts / ep of them)
+
   std::int64_t params(int tp) const { return params_split / tp + params_replicated; }
+  /// Routed-expert parameter elements one rank of `ep` holds.
+  std::int64_t expert_params(int ep) const { return params_expert / ep; }
 };
 
 struct ModelSpec {
@@ -107,8 +133,16 @@ struct ModelSpec {
   int num_blocks() const { return end_block() - first_block(); }
   /// Parameter elements of the whole model, shared weights once.
   std::int64_t num_parameters() const;
+  /// What one token goes through: num_parameters() less the routed experts
+  /// it is not sent to (experts - top_k of each mixture layer's).
+  std::int64_t active_parameters() const;
   /// Whether the model splits over `tp` ranks.
   bool splits_over(int tp) const;
+  /// The most routed experts of a layer (0: dense).
+  int max_experts() const;
+  /// Whether every mixture-of-experts layer's experts split over `ep` ranks
+  /// (ep 1 always; ep > 1 only for a model with experts).
+  bool splits_experts_over(int ep) const;
   /// Throws kConfig naming what is wrong: no block, layers out of order
   /// (first, blocks, last), a shares_with index that is not an earlier layer.
   void validate() const;

@@ -9,7 +9,10 @@
 //
 // Per category, with c the compute dtype's bytes, r the reduction dtype's,
 // P the parameter elements this rank's stage holds (its tp part; a weight
-// shared with another stage counted on each), S the ZeRO shard count:
+// shared with another stage counted on each), S the ZeRO shard count. A
+// mixture of experts' routed experts count 1/ep of theirs in P, and their
+// S is dp / ep, the ranks holding the same experts (expert_shards); the
+// router and shared experts are dense parameters:
 //   parameters   c P, or c P / S at ZeRO-3 plus the two units gathered at
 //                once (the one computing and the one prefetched);
 //   gradients    ZeRO 0-1: c P, and r P more when c != r; ZeRO 2: the
@@ -25,8 +28,13 @@
 //                under context parallelism for 1/cp of the positions, plus
 //                one block's whole-sequence keys and values and a gather
 //                buffer (3 x seq_len x kv_width / tp);
+//                A mixture-of-experts layer keeps its routing and its
+//                routed rows (tokens x top_k) through the experts' SwiGLU,
+//                the same per rank whatever ep (balanced routing assumed);
 //   communication  the pipeline's send and receive buffers of one
-//                micro-batch's activations.
+//                micro-batch's activations; under ep > 1 also one
+//                all-to-all's send, receive and regrouped rows (the
+//                largest layer's LayerSpec::ep_buffers).
 // This is the allocator's accounting (ht/core/memory.h), so the bench
 // compares the two category by category (docs/benchmarks.md).
 #pragma once
@@ -64,10 +72,16 @@ std::vector<std::vector<int>> layers_by_stage(const nn::ModelSpec& model, const 
 /// its stage, or its virtual stages rank, pp + rank, ... (interleaved).
 std::vector<std::vector<int>> rank_chunks(const std::vector<std::vector<int>>& stage_layers, const LayoutChoice& l,
                                           int rank);
-/// Parameter elements one tp rank holds for layer `i` on a stage running
-/// `stage_layers`: its own, and a copy of a weight it uses from a layer on
-/// another stage (GPT's head on the last stage: wte).
-double layer_params(const nn::ModelSpec& model, const std::vector<int>& stage_layers, int i, int tp);
+/// Parameter elements one tp rank of an ep group holds for layer `i` on a
+/// stage running `stage_layers`: its own (routed experts: 1/ep of them), and
+/// a copy of a weight it uses from a layer on another stage (GPT's head on
+/// the last stage: wte).
+double layer_params(const nn::ModelSpec& model, const std::vector<int>& stage_layers, int i, int tp, int ep = 1);
+
+/// Ranks the routed experts' ZeRO state is sharded over: the dp / ep ranks
+/// holding the same experts (cp is 1 under ep); shards() when ep is 1, and
+/// 1 without ZeRO.
+int expert_shards(const parallel::Layout& l);
 
 /// Per stage, in stage order. Throws kConfig when the layout does not fit
 /// the model (a stage without a block, tp not dividing its sizes).

@@ -3,7 +3,8 @@
 //
 // Enumerates tp (dividing the model's sizes), pp (at most one stage per
 // block), cp (sequences long enough to cut into 2 cp chunks of at least
-// kMinContextChunk positions), dp (the rest), ZeRO stage 0-3 and shard group (all of dp, or the
+// kMinContextChunk positions), dp (the rest), ep (for a mixture of experts:
+// dividing dp and the experts), ZeRO stage 0-3 and shard group (all of dp, or the
 // dp ranks of one node), micro-batch and accumulation giving the global
 // batch, schedule and recomputation; pipeline stages are split by count and
 // balanced by modelled time (the embedding counted with the first block, the
@@ -41,6 +42,9 @@ struct PlanRequest {
   /// sequence, 2 cp of them, hold at least kMinContextChunk positions, for
   /// a model with a kv_width; cp 1 otherwise).
   std::vector<int> cp;
+  /// Expert-parallel sizes (empty: every size dividing dp and each mixture
+  /// layer's experts; 1 for a dense model).
+  std::vector<int> ep;
   std::vector<nn::Recompute> recompute;
   /// Pipeline schedules: 1F1B and GPipe unless given; interleaved (with
   /// `virtual_stages` chunks per rank) and ZB-H1 only when asked for (their

@@ -13,6 +13,14 @@
 //   all-reduce      2 (g - 1) / g x bytes / bandwidth + 2 (g - 1) latency
 //   reduce-scatter  (g - 1) / g x bytes / bandwidth + (g - 1) latency (all-gather the same)
 //   p2p             bytes / bandwidth + latency
+//   all-to-all      (g - 1) / g x bytes / bandwidth + (g - 1) latency
+// Mixtures of experts: a layer's routed experts and router run whole on
+// every tp rank (their FLOPs are not divided by tp), and under expert
+// parallelism each all-to-all (dispatch and combine in forward, the same in
+// backward) moves top_k rows of the width per token over the ep group's
+// link (inside a node when tp x ep ranks fit in one), on the critical path;
+// the routed experts' gradients are reduced (and ZeRO-sharded, gathered)
+// over the dp / ep ranks holding the same experts, the dense ones over dp.
 // The pipeline: with stage times t_s (forward + backward of one
 // micro-batch, with its transfers) and m micro-batches, a step takes
 // sum_s t_s + (m - 1) max_s t_s (fill and drain through every stage, the
@@ -39,6 +47,7 @@ struct StageTime {
   double tp_comm_ms = 0;   // of which tensor-parallel all-reduces (both directions)
   double p2p_ms = 0;       // pipeline transfers of one micro-batch (both directions)
   double cp_comm_ms = 0;   // of forward and backward: context parallelism's k/v gathers and reduce-scatters
+  double ep_comm_ms = 0;   // of forward and backward: expert parallelism's all-to-alls
   double total_ms() const { return forward_ms + backward_ms + p2p_ms; }
 };
 
@@ -72,5 +81,9 @@ double pipeline_bubble(parallel::Schedule schedule, int p, int m, int v, double 
 double all_reduce_ms(double bytes, int ranks, const Link& link);
 double reduce_scatter_ms(double bytes, int ranks, const Link& link);  // also all-gather's
 double p2p_ms(double bytes, const Link& link);
+/// An all-to-all over `ranks` ranks on `link`, each rank holding `bytes`
+/// for all of them (its own share stays): (g - 1) / g x bytes / bandwidth +
+/// (g - 1) latency, the bus bandwidth as nccl-tests defines it for it.
+double all_to_all_ms(double bytes, int ranks, const Link& link);
 
 }  // namespace ht::plan

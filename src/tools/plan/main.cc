@@ -111,7 +111,7 @@ struct PlanArgs {
 
 void print_presets() {
   for (const ht::models::ModelPreset& p : ht::models::model_presets())
-    std::printf("%-12s %-5s %-52s %14lld parameters  %s\n", p.name.c_str(),
+    std::printf("%-16s %-5s %-52s %14lld parameters  %s\n", p.name.c_str(),
                 std::string(ht::models::architecture(p.config)).c_str(), ht::models::describe(p.config).c_str(),
                 static_cast<long long>(ht::models::num_parameters(p.config)), p.about.c_str());
 }
