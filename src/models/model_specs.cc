@@ -13,7 +13,7 @@
 //   output (C), gate_up's output (2F) and the SwiGLU product (F), and H f32.
 //   Llama mixture-of-experts block (nn::MoE in place of the MLP, whole on
 //   every tp rank): attention's part as above; for the mixture the routing
-//   on the host (2 E + 5 top_k f32), per routed row (top_k a token) its
+//   on the host (2 E + 4 top_k f32), per routed row (top_k a token) its
 //   input, gate_up's output and the SwiGLU product (C + 3F), the expert's
 //   output and the row's weight (2C), and the shared experts' 3 S F.
 //   Last stage: the norm's input, the head's input, the logits (Vp / tp, kept
@@ -175,13 +175,14 @@ nn::ModelSpec LlamaConfig::spec(std::int64_t seq_len) const {
       b.gemm_flops = 2.0 * double(2 * c * c + 2 * c * kv);
       b.gemm_flops_replicated = 2.0 * (cd * double(experts) + 3.0 * cd * (k * fd + sf));
       // Kept: the routing on the host (logits and scores, E f32 each; per
-      // choice its expert, score, weight and position, and each routed
-      // row's token), and per routed row (top_k a token) its input, the
+      // choice its expert, score, weight and position; each routed row's
+      // token and the per-layer counts are the allocator's "other" memory,
+      // not counted here), and per routed row (top_k a token) its input, the
       // expert's gate_up output and SwiGLU product (3F), its output and its
       // weight spread over the row (C each); the shared experts' 3 S F.
       none.split -= 3.0 * fd;
       none.replicated += k * (3.0 * cd + 3.0 * fd) + 3.0 * sf;
-      none.f32_replicated += 2.0 * double(experts) + 5.0 * k;
+      none.f32_replicated += 2.0 * double(experts) + 4.0 * k;
       // Backward: the routed rows' output gradients, their products with the
       // outputs and the rows' gradients (C each), the experts' input
       // gradients (C) and gate_up gradients (2F); the shared experts' 2 S F

@@ -3,12 +3,16 @@
 // the search's constraints and speed, and the profile file's errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <set>
 #include <numeric>
 
 #include "ht/core/memory.h"
 #include "ht/models/gpt.h"
 #include "ht/models/llama.h"
+#include "ht/models/presets.h"
 #include "ht/nn/context.h"
 #include "ht/parallel/schedule.h"
 #include "ht/plan/search.h"
@@ -541,6 +545,198 @@ TEST(TimeModel, OversubscribedPipelinesCostTheNodesWork) {
   EXPECT_LT(crowded.bubble, alone.bubble);
   l = {{.tp = 1, .pp = 1, .dp = 4, .micro_batch = 16}};
   EXPECT_DOUBLE_EQ(plan::estimate_time(s, l, shared).step_ms, plan::estimate_time(s, l, own).step_ms);
+}
+
+// --- Mixtures of experts and expert parallelism ---------------------------
+
+models::LlamaConfig tiny_moe(int moe_every = 1) {
+  models::LlamaConfig c = tiny_llama();
+  c.experts = 4, c.top_k = 2, c.shared_experts = 1, c.moe_every = moe_every;
+  return c;
+}
+
+TEST(ModelSpec, MixtureParameterAndFlopCountsMatchTheModel) {
+  for (int every : {1, 2}) {
+    SCOPED_TRACE(every);
+    const models::LlamaConfig c = tiny_moe(every);
+    const nn::ModelSpec s = c.spec(16);
+    EXPECT_EQ(s.num_parameters(), c.num_parameters());
+    EXPECT_EQ(s.num_parameters(), models::Llama(c).num_parameters());
+    EXPECT_EQ(s.active_parameters(), c.active_parameters());
+    EXPECT_EQ(s.max_experts(), 4);
+    EXPECT_TRUE(s.splits_experts_over(1) && s.splits_experts_over(2) && s.splits_experts_over(4));
+    EXPECT_FALSE(s.splits_experts_over(3));
+    EXPECT_FALSE(s.splits_experts_over(8));
+    // Matmul FLOPs of forward and backward (3 x forward) are the config's
+    // 6 x active parameters (no padding rows here) less the embedding's
+    // lookup and the norms' weights (2 C a block, C the final one).
+    double fwd = 0;
+    for (const nn::LayerSpec& l : s.layers) fwd += l.gemm_flops + l.gemm_flops_replicated;
+    const double norms = 6.0 * double((2 * c.n_layer + 1) * c.n_embd);
+    EXPECT_NEAR(3.0 * fwd, c.flops_per_token(16) - 12.0 * c.n_layer * 16 * c.n_embd - norms, 1e-6 * fwd);
+    // The experts are not split over tp: ffn_hidden need not divide it where no dense MLP is.
+    int dense = 0;
+    for (int i = 0; i < c.n_layer; ++i) dense += c.moe_layer(i) ? 0 : 1;
+    EXPECT_EQ(std::count(s.tp_divides.begin(), s.tp_divides.end(), c.ffn_hidden) > 0, dense > 0);
+  }
+  EXPECT_FALSE(tiny_llama().spec(16).splits_experts_over(2));  // dense: ep 1 only
+  EXPECT_EQ(tiny_llama().spec(16).active_parameters(), tiny_llama().num_parameters());
+}
+
+// The published sizes: Mixtral 8x7B 46.7B parameters (12.9B active),
+// DeepSeekMoE 16B 16.4B (2.8B active; its first layer, dense in the
+// original, is a mixture here: a few percent more).
+TEST(ModelSpec, MixturePresetsHaveThePublishedSizes) {
+  const auto near = [](double got, double want, double share) { return std::abs(got / want - 1.0) <= share; };
+  const nn::ModelSpec mixtral = models::spec(models::find_preset("mixtral-8x7b").config, 4096);
+  EXPECT_PRED3(near, double(mixtral.num_parameters()), 46.7e9, 0.02);
+  EXPECT_PRED3(near, double(mixtral.active_parameters()), 12.9e9, 0.02);
+  const nn::ModelSpec deepseek = models::spec(models::find_preset("deepseek-moe-16b").config, 4096);
+  EXPECT_PRED3(near, double(deepseek.num_parameters()), 16.4e9, 0.04);
+  EXPECT_PRED3(near, double(deepseek.active_parameters()), 2.8e9, 0.04);
+  EXPECT_EQ(mixtral.max_experts(), 8);
+  EXPECT_EQ(deepseek.max_experts(), 64);
+}
+
+TEST(MemoryModel, MixtureActivationsAreWhatAForwardKeeps) {
+  // Dropless at ep 1, the routed rows are exactly tokens x top_k whatever
+  // the routing.
+  for (int every : {1, 2})
+    for (Recompute mode : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      SCOPED_TRACE(std::string(nn::recompute_name(mode)) + " every " + std::to_string(every));
+      const models::LlamaConfig c = tiny_moe(every);
+      const std::int64_t b = 2, t = 16;
+      const std::int64_t got = measured_forward_bytes<models::Llama>(c, b, t, DType::kF32, mode);
+      EXPECT_EQ(double(got), spec_forward_bytes(c.spec(t), double(b * t), mode));
+    }
+}
+
+/// One block of `dense` replicated parameter elements and 4 routed experts of
+/// `per_expert` elements each, top-2, all-to-alls of 2 x `width` elements a token.
+nn::ModelSpec one_mixture(std::int64_t dense, std::int64_t per_expert, std::int64_t width = 8) {
+  nn::ModelSpec s;
+  s.description = "one mixture";
+  s.seq_len = 4;
+  s.width = width;
+  nn::LayerSpec b;
+  b.name = "moe";
+  b.params_replicated = dense;
+  b.experts = 4;
+  b.top_k = 2;
+  b.params_expert = 4 * per_expert;
+  b.ep_all_to_all = 2.0 * double(width);
+  b.ep_all_to_alls = 2;
+  b.ep_buffers = {.replicated = 3.0 * 2.0 * double(width)};
+  s.layers.push_back(b);
+  return s;
+}
+
+TEST(MemoryModel, ExpertStateDividedByEpAndShardedOverDpOverEp) {
+  // 1000 dense elements, 4 experts of 1000, f32, dp 4: a rank holds 1000 +
+  // 4000 / ep elements; ZeRO shards the dense ones over 4 ranks and the
+  // experts over the dp / ep ranks holding the same ones (expert_shards).
+  const nn::ModelSpec s = one_mixture(1000, 1000);
+  const auto state = [&](int ep, int zero) {
+    const plan::LayoutChoice l{{.tp = 1, .pp = 1, .dp = 4, .ep = ep, .zero = zero, .micro_batch = 1}};
+    return plan::estimate_memory(s, l).at(0);
+  };
+  struct Want {
+    int ep, zero;
+    double params, grads, optim;
+  };
+  for (const Want& w : std::vector<Want>{
+           // ZeRO 0: 4 bytes of parameter and of gradient, 8 of AdamW's moments, each whole.
+           {1, 0, 4 * 5000.0, 4 * 5000.0, 8 * 5000.0},
+           {2, 0, 4 * 3000.0, 4 * 3000.0, 8 * 3000.0},
+           {4, 0, 4 * 2000.0, 4 * 2000.0, 8 * 2000.0},
+           // ZeRO 1: the moments sharded: 8 x (1000 / 4 + (4000 / ep) / (4 / ep)), the same at every ep.
+           {1, 1, 4 * 5000.0, 4 * 5000.0, 8 * (250.0 + 1000.0)},
+           {2, 1, 4 * 3000.0, 4 * 3000.0, 8 * (250.0 + 1000.0)},
+           {4, 1, 4 * 2000.0, 4 * 2000.0, 8 * (250.0 + 1000.0)},
+           // ZeRO 2: the gradient shards (4 x 1250) and backward's full buckets (4 x the rank's elements).
+           {1, 2, 4 * 5000.0, 4 * 1250.0 + 4 * 5000.0, 8 * 1250.0},
+           {2, 2, 4 * 3000.0, 4 * 1250.0 + 4 * 3000.0, 8 * 1250.0},
+           {4, 2, 4 * 2000.0, 4 * 1250.0 + 4 * 2000.0, 8 * 1250.0},
+           // ZeRO 3: the parameter shards and the one unit gathered whole.
+           {1, 3, 4 * 1250.0 + 4 * 5000.0, 4 * 1250.0 + 4 * 5000.0, 8 * 1250.0},
+           {2, 3, 4 * 1250.0 + 4 * 3000.0, 4 * 1250.0 + 4 * 3000.0, 8 * 1250.0},
+           {4, 3, 4 * 1250.0 + 4 * 2000.0, 4 * 1250.0 + 4 * 2000.0, 8 * 1250.0},
+       }) {
+    SCOPED_TRACE(fmt::format("ep {} zero {}", w.ep, w.zero));
+    const plan::StageMemory m = state(w.ep, w.zero);
+    EXPECT_DOUBLE_EQ(m.of(MemCategory::kParameters), w.params);
+    EXPECT_DOUBLE_EQ(m.of(MemCategory::kGradients), w.grads);
+    EXPECT_DOUBLE_EQ(m.of(MemCategory::kOptimizerState), w.optim);
+    // One all-to-all's buffers under ep > 1: 4 tokens x 3 x top_k x width x 4 bytes.
+    EXPECT_DOUBLE_EQ(m.of(MemCategory::kCommunication), w.ep > 1 ? 4 * 3 * 2 * 8 * 4.0 : 0.0);
+  }
+  EXPECT_EQ(plan::expert_shards({.dp = 8, .ep = 2, .zero = 1}), 4);
+  EXPECT_EQ(plan::expert_shards({.dp = 8, .ep = 2, .zero = 0}), 1);
+  EXPECT_EQ(plan::expert_shards({.dp = 8, .ep = 1, .zero = 3, .shard_group = 4}), 4);
+}
+
+TEST(TimeModel, AllToAllPerMixtureLayerOnTheEpGroupsLink) {
+  const plan::Link link{.latency_us = 10, .gbps = 1};
+  EXPECT_DOUBLE_EQ(plan::all_to_all_ms(1e9, 1, link), 0.0);
+  // (g - 1) / g x bytes / bandwidth + (g - 1) latency.
+  EXPECT_NEAR(plan::all_to_all_ms(1e9, 4, link), 0.75e3 + 3 * 0.01, 1e-9);
+  // Forward dispatches and combines, backward the same: 4 all-to-alls of
+  // tokens x top_k x width elements a micro-batch, on the link tp x ep ranks span.
+  const nn::ModelSpec s = one_mixture(1000, 1000, 1024);
+  const plan::MachineProfile p = cluster(80, 8);
+  const double tokens = 2 * 4, bytes = tokens * 2 * 1024 * 4.0;
+  for (int ep : {1, 2, 4}) {
+    for (int tp : {1, 4}) {
+      SCOPED_TRACE(fmt::format("ep {} tp {}", ep, tp));
+      plan::LayoutChoice l{{.tp = tp, .pp = 1, .dp = 4, .ep = ep, .micro_batch = 2}};
+      const plan::Link& on = tp * ep <= 8 ? p.intra_node : p.inter_node;
+      const plan::TimeEstimate t = plan::estimate_time(s, l, p);
+      EXPECT_NEAR(t.stages[0].ep_comm_ms, 4 * plan::all_to_all_ms(bytes, ep, on), 1e-12);
+      // Full recomputation runs forward's two again.
+      l.recompute = Recompute::kFull;
+      EXPECT_NEAR(plan::estimate_time(s, l, p).stages[0].ep_comm_ms, 6 * plan::all_to_all_ms(bytes, ep, on), 1e-12);
+    }
+  }
+  EXPECT_EQ(plan::estimate_time(s, {{.tp = 1, .pp = 1, .dp = 4, .ep = 1, .micro_batch = 2}}, p).stages[0].ep_comm_ms, 0);
+}
+
+TEST(TimeModel, MixtureFlopsAreNotDividedOverTp) {
+  // The routed experts run whole on every tp rank: a model of mixtures
+  // gains less from tp than the same model dense.
+  models::LlamaConfig moe = tiny_moe();
+  moe.n_embd = 256, moe.n_head = 8, moe.n_kv_head = 8, moe.ffn_hidden = 512, moe.context = 256;
+  moe.moe_aux_loss_coeff = 0;
+  models::LlamaConfig dense = moe;
+  dense.experts = 0;
+  dense.ffn_hidden = 2 * 512;  // top_k experts' worth of FLOPs
+  const plan::MachineProfile p = cluster(80, 8);
+  const auto fwd = [&](const models::LlamaConfig& c, int tp) {
+    const plan::LayoutChoice l{{.tp = tp, .pp = 1, .dp = 1, .micro_batch = 4}};
+    return plan::estimate_time(c.spec(256), l, p).stages[0].forward_ms;
+  };
+  EXPECT_LT(fwd(dense, 4) / fwd(dense, 1), fwd(moe, 4) / fwd(moe, 1));
+}
+
+TEST(Search, EnumeratesEpDividingDpAndTheExperts) {
+  plan::PlanRequest rq;
+  rq.profile = cluster(80, 8);
+  rq.world = 8;
+  rq.global_batch = 16;
+  rq.model = tiny_moe().spec(16);
+  rq.tp = {1};
+  rq.pp = {1};
+  const plan::PlanResult r = plan::search_plans(rq, 1000);
+  std::set<int> eps;
+  for (const plan::Plan& p : r.plans) {
+    EXPECT_EQ(p.layout.dp % p.layout.ep, 0) << p.layout.str();
+    eps.insert(p.layout.ep);
+  }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));  // 4 experts: never 8
+  rq.ep = {2};
+  for (const plan::Plan& p : plan::search_plans(rq, 1000).plans) EXPECT_EQ(p.layout.ep, 2);
+  rq.ep = {};
+  rq.model = tiny_llama().spec(16);
+  for (const plan::Plan& p : plan::search_plans(rq, 1000).plans) EXPECT_EQ(p.layout.ep, 1);
 }
 
 }  // namespace
