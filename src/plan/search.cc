@@ -328,6 +328,18 @@ std::string format_plans(const PlanResult& r, const PlanRequest& rq) {
     s += fmt::format("{:>3} {:<46} {:>9.1f} {:>10.0f} {:>9} {:>6.1f}% {:>5.1f}%  {}\n", ++i, name, p.time.step_ms,
                      p.time.tokens_per_s, gib(p.peak_bytes), p.time.bubble * 100, p.time.comm_share * 100, stages);
   }
+  if (!r.plans.empty()) {
+    // The best plan's memory per rank by category, stage by stage.
+    const Plan& best = r.plans.front();
+    s += fmt::format("# memory of plan 1 ({}) per rank, GiB:\n", best.layout.str());
+    s += fmt::format("# {:>5} {:>6} {:>10} {:>10} {:>10} {:>12} {:>10} {:>10}\n", "stage", "blocks", "parameters",
+                     "gradients", "optimizer", "activations", "comm", "total");
+    for (const StageMemory& m : best.memory)
+      s += fmt::format("# {:>5} {:>6} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.3f} {:>10.3f} {:>10.3f}\n", m.stage, m.blocks,
+                       m.of(MemCategory::kParameters) / kGiB, m.of(MemCategory::kGradients) / kGiB,
+                       m.of(MemCategory::kOptimizerState) / kGiB, m.of(MemCategory::kActivations) / kGiB,
+                       m.of(MemCategory::kCommunication) / kGiB, m.total() / kGiB);
+  }
   s += "# why:\n";
   for (const std::string& why : r.reasons) s += "#   " + why + "\n";
   return s;

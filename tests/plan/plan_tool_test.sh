@@ -10,6 +10,8 @@
 #             --preset P --dry-run describe the same model, with the same parameter count
 #             and the same heaviest-stage memory for one layout; a preset of the other
 #             architecture and a Llama size for a GPT are refused by name
+#   moe       Mixtral 8x7B on 64 H100s (8 a node) from the profile file: the plan
+#             splits the experts (ep > 1) and prints its memory by category
 #   auto      mpirun -np 2 gpt_train --auto: the plan printed, the mesh it chose, training runs;
 #             ranks whose profiles plan different layouts, and --auto on cuda without a
 #             profile, each refused with what to give
@@ -130,6 +132,33 @@ PY
     expect_usage "--model says gpt" "$plan" --model gpt --preset llama2-7b --world 1 --profile "$profile"
     expect_usage "--model 'bert' is not known" "$plan" --model bert --world 1 --profile "$profile"
     expect_usage "preset 'gpt5' is not known: choose gpt-small" "$llama" --preset gpt5 --dry-run --run-dir "$work/wrong" ;;
+  moe)
+    "$plan" --preset mixtral-8x7b --world 64 --global-batch 256 --precision bf16 --profile "$profile" --top 5 \
+      --json "$work/plans.json" > "$work/out.txt"
+    cat "$work/out.txt"
+    grep -q "^# ht-plan Llama .* E8k2 .* | 467[0-9]* parameters (128[0-9]* active) | 64 ranks (8 per node)" \
+      "$work/out.txt" || fail "no header with the mixture's parameters"
+    grep -q "^  1 tp[0-9]* .* ep[2-9]" "$work/out.txt" || fail "the first plan does not split the experts (ep > 1)"
+    grep -q "^# memory of plan 1 (tp[0-9]* .* ep[2-9]" "$work/out.txt" || fail "no memory table of the first plan"
+    grep -q "^#  *stage  *blocks  *parameters  *gradients  *optimizer  *activations  *comm  *total" "$work/out.txt" \
+      || fail "no memory categories"
+    grep -q "^#  *0  *[0-9]*  *[0-9.]*  *[0-9.]*  *[0-9.]*  *[0-9.]*  *[0-9.]*  *[0-9.]*$" "$work/out.txt" \
+      || fail "no memory row for stage 0"
+    python3 - "$work/plans.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+best = j["plans"][0]
+l = best["layout"]
+assert l["ep"] > 1 and l["dp"] % l["ep"] == 0 and 8 % l["ep"] == 0, l
+assert l["tp"] * l["pp"] * l["dp"] * l["cp"] == 64, l
+for s in best["stages"]:
+    b = s["bytes"]
+    for k in ("parameters", "gradients", "optimizer_state", "activations"):
+        assert b[k] > 0, (k, b)
+    assert s["total_bytes"] <= j["budget_gib"] * 2**30, s
+print("moe ok:", l["name"])
+PY
+    ;;
   auto)
     "${np2[@]}" "$gpt" --auto --run-dir "$work/auto" --layers 2 --embd 64 --heads 2 --seq-len 32 --context 32 \
       --micro-batch 2 --grad-accum 2 --steps 2 --eval-samples 4 --sample-tokens 4 > "$work/auto.txt" 2>&1 || {

@@ -5,6 +5,8 @@
 //   ht-plan --preset gpt2-124m --world 4 --global-batch 16              probes this machine
 //   mpirun -np 4 ht-plan --preset gpt2-124m --global-batch 16           probes the 4 ranks together
 //   ht-plan --preset llama2-70b --world 1024 --global-batch 1024 --profile h100.json --precision bf16
+//   ht-plan --preset mixtral-8x7b --world 64 --global-batch 256 --profile h100.json --precision bf16
+//                                            a mixture of experts: ep chosen too
 //   ht-plan ... --save-profile mine.json     keeps the probe's figures for later plans
 //   ht-plan --reliability --hosts 2048 --gpus-per-host 8      goodput at that size, snapshot and checkpoint intervals
 //   ht-plan --reliability --from-report RUN/htrun_report.json --fault-free FREE/htrun_report.json
@@ -46,7 +48,7 @@ struct PlanArgs {
   int world = 0, top = 10, ranks_per_node = 0, virtual_stages = 2;
   double margin = 0.10, memory_gib = 0;
   std::string precision = "fp32", profile_path, save_profile, json_path;
-  std::vector<int> tps, pps, cps, zeros;
+  std::vector<int> tps, pps, cps, eps, zeros;
   std::vector<std::string> recomputes, schedules;
   bool list_presets = false;
 
@@ -69,6 +71,10 @@ struct PlanArgs {
     app.add_option("--cp", cps,
                    "only these context-parallel sizes (default: every size cutting --seq into 2 cp chunks of at least "
                    "64 positions)")
+        ->delimiter(',');
+    app.add_option("--ep", eps,
+                   "only these expert-parallel sizes (default: every size dividing dp and the experts; 1 for a "
+                   "dense model)")
         ->delimiter(',');
     app.add_option("--zero", zeros, "only these ZeRO stages")->delimiter(',');
     app.add_option("--recompute", recomputes, "only these recomputation modes (none, selective, full)")->delimiter(',');
@@ -94,7 +100,7 @@ struct PlanArgs {
     rq.global_batch = global_batch;
     rq.precision = ht::precision::parse_policy(precision);
     rq.memory_margin = margin;
-    rq.tp = tps, rq.pp = pps, rq.cp = cps, rq.zero = zeros, rq.max_micro_batch = max_micro_batch;
+    rq.tp = tps, rq.pp = pps, rq.cp = cps, rq.ep = eps, rq.zero = zeros, rq.max_micro_batch = max_micro_batch;
     rq.recompute = parse_recompute_list(recomputes);
     for (const std::string& name : schedules) rq.schedules.push_back(ht::parallel::parse_schedule(name));
     rq.virtual_stages = virtual_stages;
