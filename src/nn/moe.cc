@@ -1,8 +1,10 @@
 // ht::nn::MoE.
 #include "ht/nn/moe.h"
 
+#include "ht/ops/cast.h"
 #include "ht/ops/elementwise.h"
 #include "ht/ops/index_select.h"
+#include "ht/ops/reduce.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +15,21 @@ namespace ht::nn {
 namespace {
 
 // The forward's saved tensors, in this order.
-enum Saved { kLogits, kScores, kChoice, kChosen, kWeights, kPosition, kLosses, kExpertOutputs, kReceived };
+// On the host (f32, i32): the routing. On the input's device: the experts'
+// outputs, each routed row's token and weight.
+enum Saved {
+  kLogits,
+  kScores,
+  kChoice,
+  kChosen,
+  kWeights,
+  kPosition,
+  kLosses,
+  kExpertOutputs,
+  kReceived,
+  kTokenOfRow,
+  kRowWeight
+};
 
 // How many of the token choices `choice` (N, top_k) went to each expert.
 std::vector<std::int64_t> choices_per_expert(const Tensor& choice, int experts) {
@@ -22,10 +38,42 @@ std::vector<std::int64_t> choices_per_expert(const Tensor& choice, int experts) 
   return counts;
 }
 
-// The rows `rows` of src (N, width), gathered.
-Tensor gather_rows(const Tensor& src, const std::vector<std::int32_t>& rows) {
-  Tensor out = Tensor::empty({std::int64_t(rows.size()), src.size(1)}, src.dtype(), src.device());
-  if (!rows.empty()) ops::index_select(src, 0, Tensor::from_vector(rows, {std::int64_t(rows.size())}), out);
+// The rows `index` (i32, on src's device) names of src (N, width), gathered.
+Tensor gather_rows(const Tensor& src, const Tensor& index) {
+  Tensor out = Tensor::empty({index.numel(), src.size(1)}, src.dtype(), src.device());
+  if (index.numel() > 0) ops::index_select(src, 0, index, out);
+  return out;
+}
+
+// `values` as a tensor of `shape` on `device` in `dtype` (the host's
+// routing decisions going to the device).
+template <typename T>
+Tensor on_device(const std::vector<T>& values, const Shape& shape, Device device, DType dtype) {
+  Tensor host = Tensor::from_vector(values, shape);
+  Tensor there = device.is_cpu() ? host : host.to(device);
+  if (dtype == there.dtype()) return there;
+  Tensor out = Tensor::empty(shape, dtype, device);
+  ops::cast(there, out);
+  return out;
+}
+
+// `t` in f32 on the host (the router's logits and the routing weights'
+// gradients, which the host routes by).
+Tensor host_f32(const Tensor& t) {
+  if (t.dtype() == DType::kF32) return t.to(Device::cpu());
+  Tensor f32 = Tensor::empty(t.shape(), DType::kF32, t.device());
+  ops::cast(t, f32);
+  return f32.to(Device::cpu());
+}
+
+// Each of `rows` rows' weight, repeated across `width` columns: the factor
+// the rows' outputs take when they are combined (a gather along the
+// columns: no kernel of its own).
+Tensor row_weights(const std::vector<float>& weights, std::int64_t width, Device device, DType dtype) {
+  const std::int64_t rows = std::int64_t(weights.size());
+  Tensor column = on_device(weights, {rows, 1}, device, dtype);
+  Tensor out = Tensor::empty({rows, width}, dtype, device);
+  if (rows > 0) ops::index_select(column, 1, on_device(std::vector<std::int32_t>(std::size_t(width), 0), {width}, device, DType::kI32), out);
   return out;
 }
 
@@ -173,16 +221,13 @@ Tensor MoE::experts_backward(Context& ctx, const Tensor& drows, const std::vecto
 }
 
 Tensor MoE::forward_impl(Context& ctx, const Tensor& x) {
-  HT_CHECK(x.device().is_cpu() && x.dtype() == DType::kF32, ErrorKind::kNotSupported,
-           "MoE '{}': the routing runs on the host, in f32, so far; got {} on {}: train a model with MoE layers on "
-           "the CPU in fp32",
-           name(), dtype_name(x.dtype()), x.device().str());
   HT_CHECK(x.ndim() >= 1 && x.size(-1) == options_.dim, ErrorKind::kShapeMismatch,
            "MoE '{}': input {} does not end in the width {}", name(), shape_str(x.shape()), options_.dim);
   const Tensor x2 = x.flatten_rows();
   const std::int64_t n = x2.size(0), width = options_.dim;
   const int experts = options_.experts, k = options_.top_k;
-  const Tensor logits = router_->forward(ctx, x2);
+  // The router's logits go to the host, which routes (N x E values).
+  const Tensor logits = host_f32(router_->forward(ctx, x2));
   const float* l = logits.data<float>();
 
   // Scores, and each token's top_k experts by score (ties: the lower index).
@@ -270,28 +315,32 @@ Tensor MoE::forward_impl(Context& ctx, const Tensor& x) {
                             choice,   chosen,
                             weights,  position,
                             Tensor::from_vector(std::vector<float>{routing_.aux_loss, routing_.z_loss}, {2})};
-  std::vector<std::int32_t> routed;  // the routed rows, by expert
+  // The routed rows, by expert: the token of each, and its weight.
+  std::vector<std::int32_t> routed;
   for (const std::vector<std::int32_t>& r : rows) routed.insert(routed.end(), r.begin(), r.end());
   const std::vector<std::int64_t>& counts = routing_.tokens_per_expert;
   const std::vector<std::int64_t> at = offsets_of(counts);
+  std::vector<float> weight_of_row(routed.size());
+  for (std::int64_t i = 0; i < n * k; ++i)
+    if (pos[i] >= 0) weight_of_row[std::size_t(at[std::size_t(c[i])] + pos[i])] = w[i];
+  const Device device = x2.device();
+  const Tensor token_of_row = on_device(routed, {std::int64_t(routed.size())}, device, DType::kI32);
+  const Tensor row_weight = row_weights(weight_of_row, width, device, x2.dtype());
   std::vector<std::int64_t> received;
-  const Tensor outputs = run_experts(ctx, gather_rows(x2, routed), counts, received);
-  Tensor y = Tensor::zeros({n, width}, DType::kF32);
-  if (shared_) y.copy_from(shared_->forward(ctx, x2));
-  float* yp = y.data<float>();
-  const float* out = outputs.data<float>();
-  for (std::int64_t t = 0; t < n; ++t)
-    for (int j = 0; j < k; ++j) {
-      if (pos[t * k + j] < 0) continue;  // dropped
-      const float* o = out + (at[std::size_t(c[t * k + j])] + pos[t * k + j]) * width;
-      const float wj = w[t * k + j];
-      float* yt = yp + t * width;
-      for (std::int64_t i = 0; i < width; ++i) yt[i] += wj * o[i];
-    }
+  const Tensor outputs = run_experts(ctx, gather_rows(x2, token_of_row), counts, received);
+  // y = the weighted outputs added into their tokens' rows (in row order:
+  // by expert, then by token), then the shared experts' output.
+  Tensor weighted = Tensor::empty(outputs.shape(), outputs.dtype(), device);
+  ops::mul(outputs, row_weight, weighted);
+  Tensor y = Tensor::empty({n, width}, x2.dtype(), device);
+  ops::index_select_backward(weighted, 0, token_of_row, y);
+  if (shared_) ops::add(y, shared_->forward(ctx, x2), y);
   if (ctx.saving()) {
     saved.push_back(outputs);
     saved.push_back(Tensor::from_vector(std::vector<std::int32_t>(received.begin(), received.end()),
                                         {std::int64_t(received.size())}));
+    saved.push_back(token_of_row);
+    saved.push_back(row_weight);
     ctx.save(this, std::move(saved));
   }
   return y.view(x.shape());
@@ -321,50 +370,39 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
   step_load_.z_loss += saved[kLosses].data<float>()[1];
   ++step_load_.micro_batches;
   const Tensor dy2 = dy.flatten_rows();
-  const float* g = dy2.data<float>();
   const float* s = scores.data<float>();
   const std::int32_t* c = saved[kChoice].data<std::int32_t>();
   const float* raw = saved[kChosen].data<float>();
   const float* w = saved[kWeights].data<float>();
   const std::int32_t* pos = saved[kPosition].data<std::int32_t>();
 
-  // The chosen weights' gradients, and each routed row's output gradient,
-  // by expert as the forward laid them out.
+  // Each routed row's output gradient (its token's, times its weight) and
+  // the gradient of its weight (the output's dot product with it, summed
+  // in double), on the device; the weights' gradients go to the host.
   std::vector<std::int64_t> counts(std::size_t(experts), 0);
   for (std::int64_t i = 0; i < n * k; ++i)
     if (pos[i] >= 0) ++counts[std::size_t(c[i])];
   const std::vector<std::int64_t> at = offsets_of(counts);
-  const Tensor& outputs = saved[kExpertOutputs];
-  const float* out = outputs.data<float>();
-  std::vector<float> dw(static_cast<std::size_t>(n * k));
-  std::vector<std::int32_t> order(std::size_t(at.back()));
-  Tensor drows = Tensor::empty(outputs.shape(), DType::kF32);
-  for (std::int64_t t = 0; t < n; ++t)
-    for (int j = 0; j < k; ++j) {
-      if (pos[t * k + j] < 0) {  // dropped: no output, no gradient through its weight
-        dw[std::size_t(t * k + j)] = 0.f;
-        continue;
-      }
-      const std::int64_t row = at[std::size_t(c[t * k + j])] + pos[t * k + j];
-      const float* o = out + row * width;
-      const float* gt = g + t * width;
-      float* de = drows.data<float>() + row * width;
-      double dot = 0;
-      for (std::int64_t i = 0; i < width; ++i) {
-        dot += double(gt[i]) * double(o[i]);
-        de[i] = w[t * k + j] * gt[i];
-      }
-      dw[std::size_t(t * k + j)] = float(dot);
-      order[std::size_t(row)] = std::int32_t(t);
-    }
+  const Tensor &outputs = saved[kExpertOutputs], &token_of_row = saved[kTokenOfRow];
+  const Tensor token_grads = gather_rows(dy2, token_of_row);
+  Tensor products = Tensor::empty(outputs.shape(), outputs.dtype(), outputs.device());
+  ops::mul(token_grads, outputs, products);
+  Tensor dots = Tensor::empty({outputs.size(0)}, outputs.dtype(), outputs.device());
+  ops::reduce(products, 1, ops::Reduction::kSum, dots);
+  const Tensor dot_of_row = host_f32(dots);
+  std::vector<float> dw(static_cast<std::size_t>(n * k), 0.f);  // dropped: no output, no gradient through its weight
+  for (std::int64_t i = 0; i < n * k; ++i)
+    if (pos[i] >= 0) dw[std::size_t(i)] = dot_of_row.data<float>()[at[std::size_t(c[i])] + pos[i]];
+  Tensor drows = Tensor::empty(outputs.shape(), outputs.dtype(), outputs.device());
+  ops::mul(token_grads, saved[kRowWeight], drows);
 
   // The experts' input gradients, added into the tokens' rows; the shared
   // experts' and the router's after, in the reverse order of the forward.
   const std::int32_t* got = saved[kReceived].data<std::int32_t>();
   const std::vector<std::int64_t> received(got, got + saved[kReceived].numel());
   const Tensor din = experts_backward(ctx, drows, counts, received);
-  Tensor dx = Tensor::empty({n, width}, DType::kF32);
-  ops::index_select_backward(din, 0, Tensor::from_vector(order, {std::int64_t(order.size())}), dx);
+  Tensor dx = Tensor::empty({n, width}, dy2.dtype(), dy2.device());
+  ops::index_select_backward(din, 0, token_of_row, dx);
   if (shared_) ops::add(dx, shared_->backward(ctx, dy2), dx);
 
   // The scores' gradients: from the chosen weights, then from the
@@ -427,7 +465,10 @@ Tensor MoE::backward_impl(Context& ctx, const Tensor& dy) {
                                      std::exp(double(lt[e]) - lse) / tokens);
     }
   }
-  ops::add(dx, router_->backward(ctx, dlogits), dx);
+  const Tensor dlogits_there = dy2.device().is_cpu() && dy2.dtype() == DType::kF32
+                                   ? dlogits
+                                   : on_device(dlogits.to_vector<float>(), {n, experts}, dy2.device(), dy2.dtype());
+  ops::add(dx, router_->backward(ctx, dlogits_there), dx);
   return dx.view(dy.shape());
 }
 

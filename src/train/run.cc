@@ -43,8 +43,8 @@ void print_preamble(Engine& engine, const FitOptions& fit) {
               engine.loss_scaler().enabled()
                   ? fmt::format(" (dynamic loss scale from {:g})", engine.loss_scaler().scale()).c_str()
                   : "");
-  std::printf("# mesh %s, zero %d%s, schedule %s%s; global batch %lld rows (micro-batch %lld x %d accumulation x dp %d)\n",
-              shape.str().c_str(), l.zero,
+  std::printf("# mesh %s%s, zero %d%s, schedule %s%s; global batch %lld rows (micro-batch %lld x %d accumulation x dp %d)\n",
+              shape.str().c_str(), l.ep > 1 ? fmt::format(" (experts over ep {})", l.ep).c_str() : "", l.zero,
               l.shard_group > 0 ? fmt::format(" (shard group {})", l.shard_group).c_str() : "",
               parallel::schedule_name(l.schedule).c_str(),
               o.recompute != nn::Recompute::kNone ? fmt::format(", recompute {}", nn::recompute_name(o.recompute)).c_str()

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Training on the emulated device (HT_CUDA_EMULATION) equals training on the
 # CPU: gpt_train and llama_train, one rank and under mpirun with dp2 ZeRO-3
-# (fp32 and bf16), tp2, pp2 and cp2 (each sequence split over 2 ranks), every
+# (fp32 and bf16), tp2, pp2 and cp2 (each sequence split over 2 ranks), and
+# llama_train with mixture-of-experts blocks (one rank, fp32 and bf16, and
+# 4 ranks of dp4 with the experts split over ep2, in fp32), every
 # step's loss within 1e-5 (fp32) or 1e-2 (bf16) of the CPU run's; and a checkpoint written on one device resumes on the other to
 # the uninterrupted run's losses, bit for bit in fp32.
 # Usage: emu_training.sh GPT_TRAIN LLAMA_TRAIN MPIEXEC WORK_DIR
@@ -13,6 +15,7 @@ for i in $(seq 200); do echo "the quick brown fox jumps over the lazy dog $i"; d
 common=(--text "$work/text.txt" --layers 2 --heads 2 --embd 32 --context 32 --seq-len 16 --micro-batch 4
         --eval-every 0 --eval-samples 0 --sample-tokens 0 --mem-ckpt-every 0)
 np2=("$mpiexec" -n 2 --oversubscribe --bind-to none)
+np4=("$mpiexec" -n 4 --oversubscribe --bind-to none)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 fail() { echo "FAIL: $*"; exit 1; }
@@ -54,6 +57,13 @@ for model in gpt llama; do
   pair ${model}_pp2 1e-5 "${np2[@]}" "$exe" --pp 2
   pair ${model}_cp2 1e-5 "${np2[@]}" "$exe" --cp 2
 done
+
+# Mixture of experts: 4 experts, top 2, routed on the host and run on the
+# device; under ep2 the rows travel between ranks by NCCL all-to-all.
+moe=(--experts 4 --top-k 2 --shared-experts 1)
+pair llama_moe_fp32 1e-5 "$llama" "${moe[@]}"
+pair llama_moe_bf16 1e-2 "$llama" "${moe[@]}" --precision bf16
+pair llama_moe_dp4_ep2 1e-5 "${np4[@]}" "$llama" "${moe[@]}" --ep 2 --zero 1
 
 # A checkpoint at step 3 on one device (the run then crashes at step 4)
 # resumes on the other to the uninterrupted CPU run's losses, bit for bit.

@@ -4,7 +4,8 @@
 # the parameter count is the config's, metrics.jsonl and the progress line
 # carry the experts' load), and the flags that make no sense
 # are refused with a clear message: a mixture's shape without --experts,
-# more chosen experts than there are, a mixture on a GPT, the planner.
+# more chosen experts than there are, experts split over more ranks than
+# there are data-parallel ones.
 set -euo pipefail
 exe="$1"
 work="$2"
@@ -44,6 +45,6 @@ expect_error() {  # expect_error PATTERN ARGS...: must exit non-zero and print P
 expect_error "top-k shapes a mixture of experts: give --experts" --run-dir "$work/e1" --top-k 2
 expect_error "top-k 5 must lie in \[1, --experts 4\]" --run-dir "$work/e2" --experts 4 --top-k 5
 expect_error "moe-every 3 leaves none of the 2 layers" --run-dir "$work/e3" --experts 4 --moe-every 3
-expect_error "the planner does not model mixtures of experts yet" --run-dir "$work/e4" --experts 4 --auto
+expect_error "expert parallelism over 2 ranks does not divide the 1 data-parallel ranks" --run-dir "$work/e4" --experts 4 --ep 2
 expect_error "moe-capacity -1 must be >= 0" --run-dir "$work/e5" --experts 4 --moe-capacity -1
 echo "llama_train with experts: all checks passed"

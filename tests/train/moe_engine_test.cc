@@ -220,7 +220,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The bundled Llama, every other block a mixture (4 experts, top 2, one
 // shared), both auxiliary losses on.
-Trained train_llama_with(const parallel::Layout& layout, comm::DeviceMesh* mesh, float capacity, float aux) {
+Trained train_llama_with(const parallel::Layout& layout, comm::DeviceMesh* mesh, float capacity, float aux,
+                         nn::Recompute recompute = nn::Recompute::kNone) {
   test::LlamaRunOptions o;
   o.model = {.vocab_size = 64, .context = 16, .n_layer = 2, .n_head = 2, .n_kv_head = 2, .n_embd = 16,
              .ffn_hidden = 24, .experts = 4, .top_k = 2, .shared_experts = 1, .moe_every = 1,
@@ -228,6 +229,7 @@ Trained train_llama_with(const parallel::Layout& layout, comm::DeviceMesh* mesh,
   o.seq_len = 8;
   o.engine = options_for(layout);
   o.engine.lr = 3e-3f;
+  o.engine.recompute = recompute;
   const data::TokenSplits splits = test::pangram_text(64);
   test::LlamaEngine e(o, splits, mesh);
   Trained r;
@@ -284,6 +286,18 @@ TEST_P(MoELayouts, TheSameChoicesDropUnderEveryLayout) {
   for (const std::vector<ExpertLoad>& step : one.experts)
     for (const ExpertLoad& l : step) dropped += l.dropped;
   EXPECT_GT(dropped, 0) << "a capacity of 0.5 drops choices";
+}
+
+// Full recomputation re-runs each MoE block's forward, all-to-alls
+// included, before its backward: under ep2 with ZeRO-3 the run equals one
+// process that keeps every activation, and the expert loads are counted once.
+TEST(MoERecompute, FullRecomputationUnderEp2EqualsOneProcess) {
+  if (test::world_size() != 2) GTEST_SKIP() << "runs on 2";
+  compare_with_one_process({.dp = 2, .ep = 2, .zero = 3, .micro_batch = 2, .grad_accum = 2},
+                           "Llama E4k2 S1, full recomputation", [](const parallel::Layout& l, comm::DeviceMesh* mesh) {
+                             return train_llama_with(l, mesh, 0.f, 0.05f,
+                                                     mesh ? nn::Recompute::kFull : nn::Recompute::kNone);
+                           });
 }
 
 // An ep2 ZeRO-3 checkpoint (experts saved by global index, each a quarter
