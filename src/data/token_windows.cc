@@ -7,6 +7,16 @@
 
 namespace ht::data {
 
+std::int64_t random_window_start(std::uint64_t seed, std::int64_t sample, std::int64_t tokens, std::int64_t seq_len) {
+  Rng rng;
+  rng.set_state(seed, std::uint64_t(sample));  // sample i's own draw: the counter is the index
+  return std::int64_t(rng.below(std::uint64_t(tokens - seq_len)));  // valid starts: [0, tokens - seq_len)
+}
+
+std::int64_t sequential_window_start(std::int64_t sample, std::int64_t tokens, std::int64_t seq_len) {
+  return (sample % ((tokens - 1) / seq_len)) * seq_len;
+}
+
 TokenWindows::TokenWindows(const std::vector<std::int32_t>& tokens, std::int64_t seq_len)
     : tokens_(tokens), seq_len_(seq_len) {
   HT_CHECK_ARG(seq_len > 0, "token windows: seq_len={} must be positive", seq_len);
@@ -34,13 +44,9 @@ MicroBatch TokenWindows::make(const std::vector<std::int64_t>& starts) const {
 MicroBatch TokenWindows::random(std::uint64_t seed, std::int64_t first, std::int64_t count) const {
   HT_CHECK_ARG(first >= 0 && count >= 0, "token windows: samples [{}, {}) are not a range of sample indices", first,
                first + count);
-  const std::uint64_t span = tokens_.size() - std::size_t(seq_len_);  // valid starts: [0, span)
   std::vector<std::int64_t> starts;
-  for (std::int64_t i = first; i < first + count; ++i) {
-    Rng rng;
-    rng.set_state(seed, std::uint64_t(i));  // sample i's own draw: the counter is the index
-    starts.push_back(std::int64_t(rng.below(span)));
-  }
+  for (std::int64_t i = first; i < first + count; ++i)
+    starts.push_back(random_window_start(seed, i, std::int64_t(tokens_.size()), seq_len_));
   return make(starts);
 }
 
@@ -48,7 +54,8 @@ MicroBatch TokenWindows::sequential(std::int64_t first, std::int64_t count) cons
   HT_CHECK_ARG(first >= 0 && count >= 0, "token windows: samples [{}, {}) are not a range of sample indices", first,
                first + count);
   std::vector<std::int64_t> starts;
-  for (std::int64_t i = first; i < first + count; ++i) starts.push_back((i % windows()) * seq_len_);
+  for (std::int64_t i = first; i < first + count; ++i)
+    starts.push_back(sequential_window_start(i, std::int64_t(tokens_.size()), seq_len_));
   return make(starts);
 }
 

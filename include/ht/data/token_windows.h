@@ -12,6 +12,14 @@
 
 namespace ht::data {
 
+/// Where training sample `sample` starts in an array of `tokens` tokens: a
+/// position uniform over [0, tokens - seq_len), drawn from (seed, sample)
+/// alone (Rng at seed, counter = sample). Needs tokens > seq_len > 0.
+std::int64_t random_window_start(std::uint64_t seed, std::int64_t sample, std::int64_t tokens, std::int64_t seq_len);
+/// Where validation sample `sample` starts: the (sample mod windows)-th of
+/// the consecutive, non-overlapping windows, windows = (tokens - 1) / seq_len.
+std::int64_t sequential_window_start(std::int64_t sample, std::int64_t tokens, std::int64_t seq_len);
+
 class TokenWindows {
  public:
   /// `tokens` must outlive this object. Throws kInvalidArgument when the
