@@ -350,7 +350,7 @@ std::vector<int> plan_safetensors_shards(const std::vector<std::int64_t>& bytes,
   std::int64_t filled = 0;
   bool empty = true;
   for (const std::int64_t b : bytes) {
-    if (!empty && filled + b > max_shard_bytes) {
+    if (!empty && b > 0 && filled + b > max_shard_bytes) {
       ++current;
       filled = 0;
       empty = true;
