@@ -76,3 +76,20 @@ endif()
 # MPI (Open MPI): host collectives and bootstrap.
 find_package(MPI REQUIRED COMPONENTS C)
 set(HT_HAVE_MPI ON)
+
+# ICU (libicu-dev): Unicode general categories for the GPT-2 tokenizer's
+# pre-tokenizer (src/data/gpt2_pretokenizer.cc).
+find_package(ICU 60 COMPONENTS uc)
+if(NOT ICU_FOUND)
+  message(FATAL_ERROR "ICU (libicu-dev) not found: the tokenizers need its Unicode character classes; run scripts/setup.sh")
+endif()
+# SentencePiece (libsentencepiece-dev): optional; without it load_tokenizer()
+# refuses .model files with a message saying so.
+find_package(PkgConfig QUIET)
+set(HT_HAVE_SENTENCEPIECE OFF)
+if(PkgConfig_FOUND)
+  pkg_check_modules(HT_SENTENCEPIECE QUIET IMPORTED_TARGET sentencepiece)
+  if(HT_SENTENCEPIECE_FOUND)
+    set(HT_HAVE_SENTENCEPIECE ON)
+  endif()
+endif()

@@ -16,8 +16,13 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-h5py python3-numpy
   fortunes
+  libicu-dev  # the GPT-2 tokenizer's Unicode letter and number classes (src/data/bpe_tokenizer.cc)
+  libsentencepiece-dev sentencepiece  # SentencePiece models; spm_train/spm_encode for tests/data
   chromium  # tests/report/ht_report_chromium.sh: ht-report's page in headless Chromium
 )
+
+# Node.js runs the reference GPT-2 encoder (npm gpt-3-encoder, scripts/setup_npm.sh).
+command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -26,12 +31,14 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages already installed"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# npm packages the reference tests compare with, pinned (scripts/setup_npm.sh).
+"$(dirname "$0")/setup_npm.sh"

@@ -1,0 +1,76 @@
+// tokenizer_bench: how fast a tokenizer encodes real text, on one thread.
+// Reads the text files named (directories: their regular files, sorted,
+// skipping fortune index files *.dat and links), then encodes all of it
+// --rounds times: round 1 with the tokenizer just loaded (its word cache
+// empty), later rounds with the cache warm. One line a round; MB = 10^6 bytes.
+//
+//   tokenizer_bench --tokenizer DIR_OF_ENCODER_JSON /usr/share/games/fortunes /usr/share/common-licenses
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ht/core/version.h"
+#include "ht/data/tokenizer.h"
+
+namespace {
+namespace fs = std::filesystem;
+
+void append_file(const fs::path& path, std::string& text) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read '" + path.string() + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  text += ss.str();
+}
+
+std::string read_inputs(const std::vector<std::string>& inputs) {
+  std::string text;
+  for (const std::string& in : inputs) {
+    if (!fs::is_directory(in)) {
+      append_file(in, text);
+      continue;
+    }
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(in))
+      if (e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files) append_file(f, text);
+  }
+  return text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"How fast a tokenizer encodes text (one thread)", "tokenizer_bench"};
+  std::string tokenizer_path;
+  std::vector<std::string> inputs{"/usr/share/games/fortunes", "/usr/share/common-licenses"};
+  int rounds = 3;
+  app.add_option("--tokenizer", tokenizer_path, "what ht::data::load_tokenizer takes")->required();
+  app.add_option("--rounds", rounds, "encodes of the whole text; the first with an empty cache")
+      ->check(CLI::PositiveNumber);
+  app.add_option("inputs", inputs, "text files or directories (default: the fortunes and the licences)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const std::string text = read_inputs(inputs);
+    const auto tokenizer = ht::data::load_tokenizer(tokenizer_path);
+    std::printf("# tokenizer_bench: %s, %s\n", ht::build_description().c_str(),
+                tokenizer->description().c_str());
+    std::printf("# %zu bytes of text from %zu input(s), one thread\n", text.size(), inputs.size());
+    for (int r = 1; r <= rounds; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::vector<std::int32_t> ids = tokenizer->encode(text);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double mb = double(text.size()) / 1e6;
+      std::printf("round %d | %.2f MB | %.3f s | %.2f MB/s | %zu tokens | %.2f bytes/token | cache %s\n", r, mb, s,
+                  mb / s, ids.size(), double(text.size()) / double(ids.size()), r == 1 ? "cold" : "warm");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tokenizer_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
