@@ -45,7 +45,8 @@ class LlamaBlock : public nn::Module {
                                                                   .shared_experts = c.shared_experts,
                                                                   .aux_loss_coeff = c.moe_aux_loss_coeff,
                                                                   .z_loss_coeff = c.moe_z_loss_coeff,
-                                                                  .capacity_factor = c.moe_capacity_factor},
+                                                                  .capacity_factor = c.moe_capacity_factor,
+                                                                  .bias_update_rate = c.moe_bias_update_rate},
                                                    device, ep));
     else
       mlp_ = &add_module(std::make_unique<nn::SwiGLUMLP>("mlp", c.n_embd, c.ffn_hidden, device, tp));
@@ -91,9 +92,12 @@ void LlamaConfig::validate() const {
   HT_CHECK(n_head % n_kv_head == 0, ErrorKind::kConfig,
            "Llama config: --kv-heads {} must divide n_head={}: choose it in {}", n_kv_head, n_head,
            divisors_list(n_head));
-  HT_CHECK(experts >= 0 && shared_experts >= 0 && moe_every >= 1 && moe_capacity_factor >= 0, ErrorKind::kConfig,
-           "Llama config: --experts {}, --shared-experts {} and --moe-capacity {} must be >= 0 and --moe-every {} >= 1",
-           experts, shared_experts, moe_capacity_factor, moe_every);
+  HT_CHECK(experts >= 0 && shared_experts >= 0 && moe_every >= 1 && moe_capacity_factor >= 0 &&
+               moe_bias_update_rate >= 0,
+           ErrorKind::kConfig,
+           "Llama config: --experts {}, --shared-experts {}, --moe-capacity {} and --moe-bias-update {} must be >= 0 "
+           "and --moe-every {} >= 1",
+           experts, shared_experts, moe_capacity_factor, moe_bias_update_rate, moe_every);
   HT_CHECK(experts == 0 || (top_k >= 1 && top_k <= experts), ErrorKind::kConfig,
            "Llama config: --top-k {} must lie in [1, --experts {}]", top_k, experts);
   HT_CHECK(experts == 0 || moe_every <= n_layer, ErrorKind::kConfig,
@@ -153,7 +157,8 @@ double LlamaConfig::flops_per_token(std::int64_t seq_len) const {
 
 std::string LlamaConfig::str() const {
   const std::string pad = padded_vocab_size() != vocab_size ? fmt::format(" Vp{}", padded_vocab_size()) : "";
-  const std::string capacity = moe_capacity_factor > 0 ? fmt::format(" cap{:g}", moe_capacity_factor) : "";
+  const std::string capacity = (moe_capacity_factor > 0 ? fmt::format(" cap{:g}", moe_capacity_factor) : "") +
+                               (moe_bias_update_rate > 0 ? fmt::format(" bias{:g}", moe_bias_update_rate) : "");
   const std::string moe = experts > 0 ? fmt::format(" E{}k{} S{} every{} aux{:g} z{:g}{}", experts, top_k,
                                                     shared_experts, moe_every, moe_aux_loss_coeff, moe_z_loss_coeff,
                                                     capacity)

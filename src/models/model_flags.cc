@@ -57,11 +57,15 @@ void ModelFlags::add_to(CLI::App& app) {
     moe_capacity_opt_ = app.add_option("--moe-capacity", moe_capacity_,
                                        "Llama, with --experts: each expert takes at most this factor x its even share of "
                                        "a sequence's choices, the rest dropped (default 0: dropless)");
+    moe_bias_opt_ = app.add_option("--moe-bias-update", moe_bias_,
+                                   "Llama, with --experts: balance the load without a loss, DeepSeek-V3's way: a "
+                                   "per-expert routing bias moved by this much a step towards balance (DeepSeek-V3: "
+                                   "0.001; default 0: none)");
   }
   // The members' zeros are "not given", not defaults: --help must not show them.
   for (CLI::Option* o : {preset_opt_, layers_opt_, heads_opt_, embd_opt_, context_opt_, vocab_opt_, vocab_multiple_opt_,
                          kv_heads_opt_, ffn_opt_, rope_theta_opt_, experts_opt_, top_k_opt_, shared_experts_opt_,
-                         moe_every_opt_, moe_aux_opt_, moe_z_opt_, moe_capacity_opt_})
+                         moe_every_opt_, moe_aux_opt_, moe_z_opt_, moe_capacity_opt_, moe_bias_opt_})
     if (o) o->always_capture_default(false)->default_str("");
   if (model_opt_) model_opt_->capture_default_str();
 }
@@ -102,14 +106,15 @@ ModelConfig ModelFlags::resolve() const {
           if (given(moe_aux_opt_)) c.moe_aux_loss_coeff = moe_aux_;
           if (given(moe_z_opt_)) c.moe_z_loss_coeff = moe_z_;
           if (given(moe_capacity_opt_)) c.moe_capacity_factor = moe_capacity_;
-          for (const CLI::Option* o :
-               {top_k_opt_, shared_experts_opt_, moe_every_opt_, moe_aux_opt_, moe_z_opt_, moe_capacity_opt_})
+          if (given(moe_bias_opt_)) c.moe_bias_update_rate = moe_bias_;
+          for (const CLI::Option* o : {top_k_opt_, shared_experts_opt_, moe_every_opt_, moe_aux_opt_, moe_z_opt_,
+                                       moe_capacity_opt_, moe_bias_opt_})
             HT_CHECK(!given(o) || c.experts > 0, ErrorKind::kConfig, "{} shapes a mixture of experts: give --experts",
                      o->get_name());
         } else {
           for (const CLI::Option* o : {kv_heads_opt_, ffn_opt_, rope_theta_opt_, experts_opt_, top_k_opt_,
                                        shared_experts_opt_, moe_every_opt_, moe_aux_opt_, moe_z_opt_,
-                                       moe_capacity_opt_})
+                                       moe_capacity_opt_, moe_bias_opt_})
             HT_CHECK(!given(o), ErrorKind::kConfig, "{} is a Llama size; a GPT has none (--model llama?)",
                      o->get_name());
         }

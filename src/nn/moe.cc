@@ -142,13 +142,16 @@ void MoEOptions::validate() const {
   HT_CHECK(shared_experts >= 0, ErrorKind::kConfig, "MoE: {} shared experts; give 0 or more", shared_experts);
   HT_CHECK(std::isfinite(capacity_factor) && capacity_factor >= 0, ErrorKind::kConfig,
            "MoE: capacity factor {}; give 0 (dropless) or more", capacity_factor);
+  HT_CHECK(std::isfinite(bias_update_rate) && bias_update_rate >= 0, ErrorKind::kConfig,
+           "MoE: the bias update rate {}; give 0 (no bias) or more (DeepSeek-V3 uses 0.001)", bias_update_rate);
   HT_CHECK(std::isfinite(aux_loss_coeff) && aux_loss_coeff >= 0 && std::isfinite(z_loss_coeff) && z_loss_coeff >= 0,
            ErrorKind::kConfig, "MoE: the auxiliary loss coefficients ({}, z {}) must be finite and >= 0",
            aux_loss_coeff, z_loss_coeff);
 }
 
 MoE::MoE(std::string name, const MoEOptions& options, Device device, const ExpertParallel& ep)
-    : Module(std::move(name)), options_((options.validate(), options)), ep_(ep) {
+    : Module(std::move(name)), options_((options.validate(), options)), ep_(ep),
+      bias_(std::size_t(options_.experts), 0.f) {
   HT_CHECK(options_.experts % ep_.size() == 0, ErrorKind::kConfig,
            "MoE '{}': {} experts do not split evenly over {} expert-parallel ranks; choose an ep that divides {}",
            this->name(), options_.experts, ep_.size(), options_.experts);
@@ -170,6 +173,25 @@ SwiGLUMLP& MoE::expert(int e) {
            name(), e, first_local_expert(), first_local_expert() + local_experts() - 1, options_.experts, ep_.rank(),
            ep_.size());
   return *experts_[std::size_t(le)];
+}
+
+void MoE::set_expert_bias(std::vector<float> bias) {
+  HT_CHECK(bias.size() == bias_.size(), ErrorKind::kShapeMismatch, "MoE '{}': a routing bias of {} values for {} experts",
+           name(), bias.size(), bias_.size());
+  bias_ = std::move(bias);
+}
+
+void MoE::update_expert_bias(const std::vector<std::int64_t>& tokens_per_expert) {
+  if (options_.bias_update_rate == 0.f) return;
+  HT_CHECK(tokens_per_expert.size() == bias_.size(), ErrorKind::kShapeMismatch,
+           "MoE '{}': the bias update got the loads of {} experts, not {}", name(), tokens_per_expert.size(),
+           bias_.size());
+  const double mean = double(std::accumulate(tokens_per_expert.begin(), tokens_per_expert.end(), std::int64_t(0))) /
+                      double(bias_.size());
+  for (std::size_t e = 0; e < bias_.size(); ++e) {
+    const double load = double(tokens_per_expert[e]);
+    bias_[e] += options_.bias_update_rate * float((mean > load) - (mean < load));
+  }
 }
 
 Tensor MoE::run_experts(Context& ctx, const Tensor& rows, const std::vector<std::int64_t>& counts,
@@ -252,9 +274,13 @@ Tensor MoE::forward_impl(Context& ctx, const Tensor& x) {
     z_sum += double(lse) * double(lse);
     for (int e = 0; e < experts; ++e)
       st[e] = options_.score == RouterScore::kSoftmax ? std::exp(lt[e] - lse) : 1.f / (1.f + std::exp(-lt[e]));
+    // Chosen by the biased score (the bias is zero without balancing by it).
+    const float* b = bias_.data();
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int a, int b) { return st[a] > st[b] || (st[a] == st[b] && a < b); });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int i, int j) {
+      const float si = st[i] + b[i], sj = st[j] + b[j];
+      return si > sj || (si == sj && i < j);
+    });
     float picked = 0;
     for (int j = 0; j < k; ++j) picked += st[order[std::size_t(j)]];
     for (int j = 0; j < k; ++j) {

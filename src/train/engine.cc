@@ -129,13 +129,13 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
                 .dp_size = layout.dp,
                 .micro_batch = layout.micro_batch,
                 .seed = options_.seed});
+  expert_loads_ = ExpertLoads::of(*model_, *mesh_);  // before a resume, which restores the routing biases
   if (!options_.ckpt_dir.empty()) {
     checkpointer_ = make_checkpointer(options_, *mesh_);
     if (options_.resume) resume();
   }
   if (!options_.trace_path.empty())
     trace_ = std::make_unique<TraceSession>(options_.trace_path, options_.trace_first, options_.trace_last, *mesh_);
-  expert_loads_ = ExpertLoads::of(*model_, *mesh_);
 }
 
 std::unique_ptr<nn::Model> Engine::build_rank_model(const ModelFactory& make_model) const {
@@ -248,6 +248,7 @@ void Engine::resume() {
   consumed_samples_ = run->consumed_samples;
   if (!shard.empty()) data_.restore(run->data);
   client_state_ = run->client;
+  if (expert_loads_) expert_loads_->restore(client_state_);
   steps_done_ = resumed_from_ = run->step;
   policies_->snapshots.resumed(run->step);
 }
@@ -265,6 +266,7 @@ std::string Engine::save_checkpoint() {
   // held in it sorts with the save, after the step's loss reduction.
   if (policies_->replicas.before_save(steps_done_)) check_replicas(steps_done_, resilience::Phase::kCheckpoint);
   policies_->checkpoints.saved();
+  if (expert_loads_) expert_loads_->save(client_state_);
   return checkpointer_->save(run_state(), optimizer_->slots(), *optimizer_);
 }
 
@@ -387,7 +389,7 @@ StepStats Engine::step() {
   const double loss_count = apply_update(s, my_loss);
   if (policies_->replicas.due(s.step)) check_replicas(s.step);
   const StepVotes votes = agree_on_step(s, float(my_loss.sum), loss_count);
-  if (expert_loads_) s.experts = expert_loads_->take(options_.layout.grad_accum);
+  if (expert_loads_) s.experts = expert_loads_->take(options_.layout.grad_accum, !s.skipped);
   save_if_due(s, votes);
   policies_->stragglers.end_of_step(mesh_->world(), s);
   progress(resilience::Phase::kStepDone);
@@ -572,6 +574,7 @@ void Engine::save_if_due(StepStats& s, const StepVotes& votes) {
   // resumed from after every failure.
   if (policies_->replicas.before_save(steps_done_)) check_replicas(steps_done_, resilience::Phase::kSnapshot);
   progress(resilience::Phase::kSnapshot);
+  if (expert_loads_) expert_loads_->save(client_state_);
   s.snapshot_error = checkpointer_->snapshot(run_state(), optimizer_->slots(), *optimizer_);
   s.snapshotted = true;
   // The fields the snapshot's thread never writes.

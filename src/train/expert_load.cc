@@ -2,6 +2,8 @@
 #include "train/expert_load.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <numeric>
 #include <sstream>
 
 #include "ht/comm/agreement.h"
@@ -38,16 +40,20 @@ std::vector<std::string> all_gather_text(comm::Communicator& c, const std::strin
 std::unique_ptr<ExpertLoads> ExpertLoads::of(nn::Model& model, comm::DeviceMesh& mesh) {
   std::vector<std::pair<std::string, nn::MoE*>> found;
   collect(model, "", found);
-  std::ostringstream mine;  // "path experts\n" per layer
-  for (const auto& [path, m] : found) mine << path << ' ' << m->options().experts << '\n';
+  std::ostringstream mine;  // "path experts bias_update_rate\n" per layer (the rate in hex: exact)
+  for (const auto& [path, m] : found)
+    mine << path << ' ' << m->options().experts << ' ' << fmt::format("{:a}", m->options().bias_update_rate) << '\n';
   std::vector<Layer> layers;
   for (const std::string& text : all_gather_text(mesh.world(), mine.str())) {
     std::istringstream in(text);
-    std::string name;
+    std::string name, rate;
     int experts = 0;
-    while (in >> name >> experts)
+    while (in >> name >> experts >> rate)
       if (std::none_of(layers.begin(), layers.end(), [&](const Layer& l) { return l.name == name; }))
-        layers.push_back({.name = name, .experts = experts});
+        layers.push_back({.name = name,
+                          .experts = experts,
+                          .bias_update_rate = std::strtof(rate.c_str(), nullptr),
+                          .bias = std::vector<float>(std::size_t(experts), 0.f)});
   }
   if (layers.empty()) return nullptr;
   for (Layer& l : layers)
@@ -56,7 +62,7 @@ std::unique_ptr<ExpertLoads> ExpertLoads::of(nn::Model& model, comm::DeviceMesh&
   return std::unique_ptr<ExpertLoads>(new ExpertLoads(std::move(layers), mesh));
 }
 
-std::vector<ExpertLoad> ExpertLoads::take(int micro_batches) {
+std::vector<ExpertLoad> ExpertLoads::take(int micro_batches, bool applied) {
   // Counts in i32 (exact), losses in f32, each in one all-reduce.
   std::vector<std::int32_t> counts;
   std::vector<float> losses;
@@ -85,9 +91,59 @@ std::vector<ExpertLoad> ExpertLoads::take(int micro_batches) {
     l.dropped = *n++ / tp;
     l.aux_loss = double(loss[2 * i]) / replicas;
     l.z_loss = double(loss[2 * i + 1]) / replicas;
+    if (applied) update_bias(layers_[i], l.tokens);
     out.push_back(std::move(l));
   }
   return out;
+}
+
+namespace {
+std::string bias_key(const std::string& layer) { return "moe_bias." + layer; }
+}  // namespace
+
+void ExpertLoads::update_bias(Layer& l, const std::vector<std::int64_t>& tokens) {
+  // Every rank moves every layer's bias by the same global loads, so the
+  // rank that saves the run holds the biases of layers on other stages.
+  if (l.bias_update_rate == 0.f) return;
+  if (l.mine) {
+    l.mine->update_expert_bias(tokens);
+    l.bias = l.mine->expert_bias();
+    return;
+  }
+  const double mean = double(std::accumulate(tokens.begin(), tokens.end(), std::int64_t(0))) / double(l.experts);
+  for (int e = 0; e < l.experts; ++e) {
+    const double load = double(tokens[std::size_t(e)]);
+    l.bias[std::size_t(e)] += l.bias_update_rate * float((mean > load) - (mean < load));
+  }
+}
+
+void ExpertLoads::save(ClientState& state) const {
+  for (const Layer& l : layers_) {
+    if (l.bias_update_rate == 0.f) continue;
+    std::string text;
+    for (float b : l.bias) text += fmt::format("{}{:a}", text.empty() ? "" : " ", b);  // hex: exact
+    state[bias_key(l.name)] = text;
+  }
+}
+
+void ExpertLoads::restore(const ClientState& state) {
+  for (Layer& l : layers_) {
+    if (l.bias_update_rate == 0.f) continue;
+    const auto it = state.find(bias_key(l.name));
+    HT_CHECK(it != state.end() && std::holds_alternative<std::string>(it->second), ErrorKind::kConfig,
+             "the checkpoint holds no routing bias for the mixture-of-experts layer {}, which balances its load by "
+             "one (bias_update_rate {}): it was saved by a run without that balancing; resume with the same MoE "
+             "options, or start afresh",
+             l.name, l.bias_update_rate);
+    std::vector<float> bias;
+    std::istringstream in(std::get<std::string>(it->second));
+    for (std::string word; in >> word;) bias.push_back(std::strtof(word.c_str(), nullptr));
+    HT_CHECK(int(bias.size()) == l.experts, ErrorKind::kConfig,
+             "the checkpoint's routing bias for {} has {} values; the layer has {} experts", l.name, bias.size(),
+             l.experts);
+    l.bias = bias;
+    if (l.mine) l.mine->set_expert_bias(std::move(bias));
+  }
 }
 
 }  // namespace ht::train

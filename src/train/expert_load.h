@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ht/comm/device_mesh.h"
+#include "ht/core/client_state.h"
 #include "ht/nn/model.h"
 #include "ht/nn/moe.h"
 #include "ht/train/engine.h"
@@ -23,14 +24,28 @@ class ExpertLoads {
 
   /// Collective over the world: the step's loads, one per layer, from what
   /// each layer counted since the last call (`micro_batches` per replica).
-  std::vector<ExpertLoad> take(int micro_batches);
+  /// `applied` (the optimizer stepped): each layer balanced by its bias
+  /// (MoEOptions::bias_update_rate) moves it by these loads, the same on
+  /// every rank.
+  std::vector<ExpertLoad> take(int micro_batches, bool applied);
+  /// The routing bias of every layer balanced by one, whichever stage holds
+  /// it (every rank follows every layer's bias from the global loads), for
+  /// a checkpoint's client state ("moe_bias.<layer>": E floats as hex text,
+  /// which reads back exactly); restore() gives them back.
+  void save(ClientState& state) const;
+  /// Throws kConfig naming the layer when the checkpoint lacks a bias this
+  /// model balances by, or holds one of another size.
+  void restore(const ClientState& state);
 
  private:
   struct Layer {
     std::string name;
     int experts = 0;
+    float bias_update_rate = 0.f;
+    std::vector<float> bias;  // the layer's routing bias, kept on every rank
     nn::MoE* mine = nullptr;  // null on ranks that do not hold it
   };
+  void update_bias(Layer& l, const std::vector<std::int64_t>& tokens);
   ExpertLoads(std::vector<Layer> layers, comm::DeviceMesh& mesh) : layers_(std::move(layers)), mesh_(mesh) {}
 
   std::vector<Layer> layers_;

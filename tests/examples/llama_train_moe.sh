@@ -46,5 +46,6 @@ expect_error "top-k shapes a mixture of experts: give --experts" --run-dir "$wor
 expect_error "top-k 5 must lie in \[1, --experts 4\]" --run-dir "$work/e2" --experts 4 --top-k 5
 expect_error "moe-every 3 leaves none of the 2 layers" --run-dir "$work/e3" --experts 4 --moe-every 3
 expect_error "expert parallelism over 2 ranks does not divide the 1 data-parallel ranks" --run-dir "$work/e4" --experts 4 --ep 2
-expect_error "moe-capacity -1 must be >= 0" --run-dir "$work/e5" --experts 4 --moe-capacity -1
+expect_error "moe-capacity -1 and .* must be >= 0" --run-dir "$work/e5" --experts 4 --moe-capacity -1
+expect_error "moe-bias-update -1 must be >= 0" --run-dir "$work/e6" --experts 4 --moe-bias-update -1
 echo "llama_train with experts: all checks passed"

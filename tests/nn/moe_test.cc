@@ -1,7 +1,9 @@
 // nn::MoE beside its PyTorch reference (moe_torch_reference): what the
 // reference does not reach — options refused by name, the auxiliary losses'
 // gradient scale required, every expert's gradient ready after backward
-// (an idle expert's zero), full recomputation giving the same bits.
+// (an idle expert's zero), full recomputation giving the same bits,
+// DeepSeek-V3's bias update, and experts named by global index under
+// expert parallelism.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -129,6 +131,31 @@ TEST(MoE, FullRecomputationGivesTheSameBits) {
     for (Parameter* p : moe.parameters()) grads[recompute].push_back(p->grad().to_vector<float>());
   }
   EXPECT_EQ(grads[0], grads[1]);
+}
+
+// b_e += rate x sign(mean load - load of e): the overloaded expert's bias
+// falls, the idle ones' rise, an expert at the mean keeps its own; the
+// bias then steers the choice (the weights stay the scores').
+TEST(MoE, TheBiasMovesTowardsBalanceAndSteersTheChoice) {
+  MoEOptions o = small();
+  o.bias_update_rate = 0.25f;
+  MoE moe("m", o, Device::cpu());
+  EXPECT_EQ(moe.expert_bias(), std::vector<float>(4, 0.f));
+  moe.update_expert_bias({10, 2, 4, 0});  // mean 4
+  EXPECT_EQ(moe.expert_bias(), (std::vector<float>{-0.25f, 0.25f, 0.f, 0.25f}));
+  std::mt19937 rng(5);
+  randomize(moe, rng);
+  const Tensor x = normal({1, 6, 8}, rng);
+  moe.set_expert_bias({100.f, 100.f, 0.f, 0.f});  // far above any score gap: experts 0 and 1 for every token
+  Context ctx;
+  moe.forward(ctx, x);
+  EXPECT_EQ(moe.last_routing().tokens_per_expert, (std::vector<std::int64_t>{6, 6, 0, 0}));
+  EXPECT_TRUE(test::throws_error([&] { moe.set_expert_bias({1.f}); }, ErrorKind::kShapeMismatch, {"1 values", "4 experts"}));
+  MoE without("m", small(), Device::cpu());
+  without.update_expert_bias({10, 2, 4, 0});
+  EXPECT_EQ(without.expert_bias(), std::vector<float>(4, 0.f)) << "no rate: no bias";
+  o.bias_update_rate = -1.f;
+  EXPECT_TRUE(test::throws_error([&] { MoE("m", o, Device::cpu()); }, ErrorKind::kConfig, {"bias update rate -1"}));
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 // File layout: /x (B, T, dim), /dout, /out, /dx; /params/<name> and
 // /grads/<name>; /choice (N, top_k) i32 in order of score;
 // /tokens_per_expert (E) i32, the choices each expert took; /dropped (1) i32,
-// those past capacity; /aux_loss, /z_loss (coefficients included);
+// those past capacity; /aux_loss, /z_loss (coefficients included); /bias
+// (E) the routing bias;
 // the options and aux_scale as attributes of the root group.
 #include <random>
 
@@ -20,6 +21,7 @@ struct MoECase {
   const char* name;
   nn::MoEOptions options;
   std::int64_t batch, seq;
+  std::vector<float> bias = {};  // the experts' routing bias; empty: none
 };
 
 // Mixtral (softmax, top 2 of 8, renormalised), DeepSeek (sigmoid, top 3 of
@@ -45,6 +47,19 @@ const MoECase kCases[] = {
      {.dim = 8, .hidden = 12, .experts = 4, .top_k = 2, .aux_loss_coeff = 0.01f, .capacity_factor = 0.5f},
      3,
      8},
+    // DeepSeek-V3's balancing: a routing bias large enough to change
+    // choices (chosen by score + bias, weighted by the score alone).
+    {"bias",
+     {.dim = 16,
+      .hidden = 12,
+      .experts = 6,
+      .top_k = 2,
+      .score = nn::RouterScore::kSigmoid,
+      .shared_experts = 1,
+      .bias_update_rate = 0.001f},
+     2,
+     6,
+     {0.3f, -0.2f, 0.f, 0.15f, -0.35f, 0.05f}},
 };
 
 Tensor normal(const Shape& shape, std::mt19937& rng, float scale) {
@@ -57,6 +72,7 @@ Tensor normal(const Shape& shape, std::mt19937& rng, float scale) {
 void run(const MoECase& c, const std::string& path) {
   const nn::MoEOptions& o = c.options;
   nn::MoE moe("moe", o, Device::cpu());
+  if (!c.bias.empty()) moe.set_expert_bias(c.bias);
   std::mt19937 rng(1234);
   // Weights of about unit gain, so that routing scores are far apart
   // (the library's small initial router would put them within rounding).
@@ -83,6 +99,7 @@ void run(const MoECase& c, const std::string& path) {
   w.attr("z_loss_coeff", double(o.z_loss_coeff));
   w.attr("capacity_factor", double(o.capacity_factor));
   w.attr("aux_scale", double(aux_scale));
+  w.write("bias", Tensor::from_vector(moe.expert_bias(), {o.experts}));
   w.write("x", x);
   w.write("dout", dout);
   w.write("out", out);

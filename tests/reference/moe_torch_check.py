@@ -46,7 +46,10 @@ def moe(f, p, x):
     n = tokens.shape[0]
     logits = tokens @ p["moe.router.weight"].T
     scores = torch.sigmoid(logits) if a["sigmoid"] else torch.softmax(logits, dim=-1)
-    top, choice = torch.topk(scores, k, dim=-1)
+    # Chosen by score + routing bias (DeepSeek-V3), weighted by the score.
+    bias = torch.tensor(f["bias"][...], dtype=scores.dtype)
+    choice = torch.topk(scores + bias, k, dim=-1).indices
+    top = scores.gather(-1, choice)
     weights = top / top.sum(-1, keepdim=True) if a["renormalize"] else top
     # With a capacity: each expert takes at most ceil(factor x T x k / E) of
     # a sequence's choices, in order of position and then of score.

@@ -221,11 +221,12 @@ INSTANTIATE_TEST_SUITE_P(
 // The bundled Llama, every other block a mixture (4 experts, top 2, one
 // shared), both auxiliary losses on.
 Trained train_llama_with(const parallel::Layout& layout, comm::DeviceMesh* mesh, float capacity, float aux,
-                         nn::Recompute recompute = nn::Recompute::kNone) {
+                         nn::Recompute recompute = nn::Recompute::kNone, float bias_rate = 0.f) {
   test::LlamaRunOptions o;
   o.model = {.vocab_size = 64, .context = 16, .n_layer = 2, .n_head = 2, .n_kv_head = 2, .n_embd = 16,
              .ffn_hidden = 24, .experts = 4, .top_k = 2, .shared_experts = 1, .moe_every = 1,
-             .moe_aux_loss_coeff = aux, .moe_z_loss_coeff = aux / 5, .moe_capacity_factor = capacity};
+             .moe_aux_loss_coeff = aux, .moe_z_loss_coeff = aux / 5, .moe_capacity_factor = capacity,
+             .moe_bias_update_rate = bias_rate};
   o.seq_len = 8;
   o.engine = options_for(layout);
   o.engine.lr = 3e-3f;
@@ -253,6 +254,26 @@ Trained train_llama(const parallel::Layout& layout, comm::DeviceMesh* mesh) {
 // compared with one process taking the whole batch at once.
 Trained train_llama_capacity(const parallel::Layout& layout, comm::DeviceMesh* mesh) {
   return train_llama_with(layout, mesh, 0.5f, 0.f);
+}
+
+// DeepSeek-V3's balancing, no auxiliary loss: every rank moves the bias by
+// the step's loads over the whole batch, so each layout routes as one
+// process does, step after step (a large rate, so the bias soon decides).
+Trained train_llama_bias(const parallel::Layout& layout, comm::DeviceMesh* mesh) {
+  return train_llama_with(layout, mesh, 0.f, 0.f, nn::Recompute::kNone, 0.05f);
+}
+
+TEST_P(MoELayouts, BiasBalancingRoutesAsOneProcess) {
+  const parallel::Layout layout = GetParam();
+  if (test::world_size() != layout.world()) GTEST_SKIP() << layout.name() << " runs on " << layout.world();
+  const Trained one = compare_with_one_process(layout, "Llama E4k2 S1 bias0.05", train_llama_bias);
+  if (one.experts.empty()) return;  // not rank 0
+  const Trained plain = train_llama_with({.micro_batch = layout.micro_batch, .grad_accum = int(layout.grad_accum * layout.dp)},
+                                         nullptr, 0.f, 0.f);
+  bool routed_otherwise = false;
+  for (std::size_t i = 0; i < one.experts.size(); ++i)
+    routed_otherwise |= one.experts[i].front().tokens != plain.experts[i].front().tokens;
+  EXPECT_TRUE(routed_otherwise) << "the bias never changed a choice: the test would not see a wrong one";
 }
 
 TEST_P(MoELayouts, TheBundledLlamaWithExpertsEqualsOneProcess) {
@@ -304,6 +325,8 @@ TEST(MoERecompute, FullRecomputationUnderEp2EqualsOneProcess) {
 // per rank of its expert-data-parallel pair) loads into ep1, ep4 and pp2
 // bit for bit, and each continues the uninterrupted run's losses. No
 // auxiliary loss: it is per micro-batch, and pp2 takes other micro-batches.
+// The layers balance by DeepSeek-V3's bias, which the checkpoint carries
+// (a resume that lost it would route otherwise).
 class MoECheckpoint : public ::testing::TestWithParam<parallel::Layout> {};
 
 TEST_P(MoECheckpoint, AnEp2Zero3CheckpointResumesUnderAnotherLayout) {
@@ -325,7 +348,7 @@ TEST_P(MoECheckpoint, AnEp2Zero3CheckpointResumesUnderAnotherLayout) {
     test::LlamaRunOptions o;
     o.model = {.vocab_size = 64, .context = 16, .n_layer = 2, .n_head = 2, .n_kv_head = 2, .n_embd = 16,
                .ffn_hidden = 24, .experts = 4, .top_k = 2, .shared_experts = 1, .moe_every = 1,
-               .moe_aux_loss_coeff = 0.f};
+               .moe_aux_loss_coeff = 0.f, .moe_bias_update_rate = 0.05f};
     o.seq_len = 8;
     o.engine = engine_options(l);
     o.engine.resume = resume;

@@ -54,6 +54,7 @@ struct LlamaConfig {
   float moe_aux_loss_coeff = 0.01f;
   float moe_z_loss_coeff = 0.f;
   float moe_capacity_factor = 0.f;  // 0: dropless (nn::MoEOptions::capacity_factor)
+  float moe_bias_update_rate = 0.f;  // DeepSeek-V3's bias balancing (nn::MoEOptions::bias_update_rate); 0: none
 
   /// Throws kConfig naming the bad value and what would be valid.
   void validate() const;

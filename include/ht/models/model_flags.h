@@ -49,9 +49,10 @@ class ModelFlags {
   std::int64_t embd_ = 0, ffn_ = 0, context_ = 0, vocab_ = 0, vocab_multiple_ = 0;
   float rope_theta_ = 0.f;
   int experts_ = 0, top_k_ = 0, shared_experts_ = 0, moe_every_ = 0;
-  float moe_aux_ = 0.f, moe_z_ = 0.f, moe_capacity_ = 0.f;
+  float moe_aux_ = 0.f, moe_z_ = 0.f, moe_capacity_ = 0.f, moe_bias_ = 0.f;
   CLI::Option *experts_opt_ = nullptr, *top_k_opt_ = nullptr, *shared_experts_opt_ = nullptr,
-              *moe_every_opt_ = nullptr, *moe_aux_opt_ = nullptr, *moe_z_opt_ = nullptr, *moe_capacity_opt_ = nullptr;
+              *moe_every_opt_ = nullptr, *moe_aux_opt_ = nullptr, *moe_z_opt_ = nullptr, *moe_capacity_opt_ = nullptr,
+              *moe_bias_opt_ = nullptr;
   CLI::Option *preset_opt_ = nullptr, *model_opt_ = nullptr, *layers_opt_ = nullptr, *heads_opt_ = nullptr,
               *kv_heads_opt_ = nullptr, *embd_opt_ = nullptr, *ffn_opt_ = nullptr, *rope_theta_opt_ = nullptr,
               *context_opt_ = nullptr, *vocab_opt_ = nullptr, *vocab_multiple_opt_ = nullptr;

@@ -20,6 +20,13 @@
 //     the experts for sigmoid scores);
 //   router z-loss (ST-MoE), z_loss_coeff x mean over tokens of
 //     logsumexp(router(x))^2.
+// And load balancing without a loss (DeepSeek-V3's), by bias_update_rate:
+// a per-expert bias b is added to the scores to choose the top_k (the
+// weights stay the scores' own), and after each optimizer step the trainer
+// moves it by the rate towards balance, b_e += rate x sign(mean load - load
+// of e), from the step's loads over all of the data-parallel ranks
+// (update_expert_bias), so that every layout routes alike. The bias is
+// state, not a parameter: the engine keeps it in checkpoints.
 // Their gradients are multiplied by Context::aux_loss_grad_scale (the
 // factor the model's mean loss takes), which must be set when a
 // coefficient is not 0: the layer's backward starts from its output's
@@ -78,6 +85,8 @@ struct MoEOptions {
   /// same choices drop under every layout that keeps sequences whole (cp
   /// splits them: refused by the models that use it).
   float capacity_factor = 0.f;
+  /// DeepSeek-V3's bias update speed (its gamma, 0.001); 0: no bias.
+  float bias_update_rate = 0.f;
 
   /// Throws kConfig naming the bad value.
   void validate() const;
@@ -118,6 +127,14 @@ class MoE : public Module {
   /// Null without shared experts.
   SwiGLUMLP* shared() { return shared_; }
   const MoERouting& last_routing() const { return routing_; }
+  /// The experts' routing bias (E values; zeros unless bias_update_rate).
+  const std::vector<float>& expert_bias() const { return bias_; }
+  /// Replaces it (a resume); throws kShapeMismatch unless E values.
+  void set_expert_bias(std::vector<float> bias);
+  /// One step of DeepSeek-V3's update from the step's choices each expert
+  /// took over the whole data-parallel group (E counts): every rank must
+  /// give the same counts. Nothing when bias_update_rate is 0.
+  void update_expert_bias(const std::vector<std::int64_t>& tokens_per_expert);
   /// The load since the last call, which starts it again (the engine's
   /// per-step report, train::ExpertLoad).
   MoEStepLoad take_step_load();
@@ -145,6 +162,7 @@ class MoE : public Module {
   SwiGLUMLP* shared_ = nullptr;
   MoERouting routing_;
   MoEStepLoad step_load_;
+  std::vector<float> bias_;
 };
 
 }  // namespace ht::nn
