@@ -72,7 +72,7 @@ void add_flags(CLI::App& app, Options& o, Flags& f) {
   app.add_option("-e,--maxbytes", f.max_bytes, "largest size");
   app.add_option("-f,--stepfactor", o.factor, "multiply the size by this each step");
   app.add_option("-o,--operation", f.op,
-                 "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, send_recv, or all "
+                 "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, all_to_all_v, send_recv, or all "
                  "(each in turn, a table each)");
   app.add_option("-d,--datatype", f.dtype, "float, half, bfloat16, int32");
   app.add_option("-r,--redop", f.redop, "sum, avg, max, min");
@@ -165,6 +165,9 @@ void print_preamble(const Options& o, const comm::CommOptions& copts, const comm
   for (int r = 0; r < n; ++r) std::printf("#  Rank %2d on %s\n", r, &hosts[std::size_t(256) * r]);
   if (o.op == Op::kBroadcast) std::printf("# broadcast is in place only: both placements time the same call\n");
   if (o.op == Op::kSendRecv) std::printf("# send_recv: to rank+1, from rank-1; no in-place form\n");
+  if (o.op == Op::kAllToAllV)
+    std::printf("# all_to_all_v: rank r sends rank j (1 + (r + j) mod n) units, the size column their sum; no "
+                "in-place form\n");
 }
 
 int collectives_bench(int argc, char** argv, const comm::MpiRuntime& runtime) {

@@ -35,7 +35,7 @@ std::int64_t count_wrong(const Tensor& t, const std::function<double(std::int64_
 std::vector<Op> parse_ops(const std::string& s) {
   if (lower_no_sep(s) == "all")
     return {Op::kAllReduce, Op::kReduceScatter, Op::kAllGather, Op::kBroadcast, Op::kReduce, Op::kAllToAll,
-            Op::kSendRecv};
+            Op::kAllToAllV, Op::kSendRecv};
   return {parse_op(s)};
 }
 
@@ -47,9 +47,11 @@ Op parse_op(const std::string& s) {
   if (k == "broadcast" || k == "bcast") return Op::kBroadcast;
   if (k == "reduce") return Op::kReduce;
   if (k == "alltoall") return Op::kAllToAll;
+  if (k == "alltoallv") return Op::kAllToAllV;
   if (k == "sendrecv") return Op::kSendRecv;
   throw UsageError("unknown operation '" + s +
-                   "' (all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, send_recv)");
+                   "' (all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, all_to_all_v, "
+                   "send_recv)");
 }
 
 const char* op_name(Op op) {
@@ -60,6 +62,7 @@ const char* op_name(Op op) {
     case Op::kBroadcast: return "broadcast";
     case Op::kReduce: return "reduce";
     case Op::kAllToAll: return "all_to_all";
+    case Op::kAllToAllV: return "all_to_all_v";
     case Op::kSendRecv: return "send_recv";
   }
   return "?";
@@ -121,7 +124,8 @@ double bus_factor(Op op, int n) {
     case Op::kAllReduce: return 2.0 * (n - 1) / n;
     case Op::kReduceScatter:
     case Op::kAllGather:
-    case Op::kAllToAll: return double(n - 1) / n;
+    case Op::kAllToAll:
+    case Op::kAllToAllV: return double(n - 1) / n;
     case Op::kBroadcast:
     case Op::kReduce:
     case Op::kSendRecv: return 1.0;
@@ -151,6 +155,10 @@ Shape shape_for(Op op, std::int64_t requested_bytes, DType t, int n) {
     case Op::kAllToAll:
       s.block = count / n;
       s.in = s.out = s.block * n;
+      break;
+    case Op::kAllToAllV:  // block: the unit of the uneven splits
+      s.block = count / (std::int64_t(n) * (n + 1) / 2);
+      s.in = s.out = s.block * (std::int64_t(n) * (n + 1) / 2);
       break;
   }
   s.bytes = std::max(s.in, s.out) * e;
@@ -201,12 +209,23 @@ Buffers make_buffers(Op op, const Shape& s, DType t, Device device, int rank) {
       b.ip_out = b.ip_buf;
       b.ip_in = b.ip_buf.slice(rank * s.block, (rank + 1) * s.block);
       break;
-    case Op::kSendRecv: break;  // no in-place form
+    case Op::kSendRecv:
+    case Op::kAllToAllV: break;  // no in-place form
     default:
       b.ip_buf = Tensor::zeros({s.in}, t, device);
       b.ip_in = b.ip_out = b.ip_buf;
   }
   return b;
+}
+
+std::vector<std::int64_t> uneven_send_counts(std::int64_t unit, int rank, int n) {
+  std::vector<std::int64_t> counts;
+  for (int j = 0; j < n; ++j) counts.push_back(unit * (1 + (rank + j) % n));
+  return counts;
+}
+
+std::vector<std::int64_t> uneven_recv_counts(std::int64_t unit, int rank, int n) {
+  return uneven_send_counts(unit, rank, n);  // r sends j what j sends r: the rule is symmetric
 }
 
 // ---- one operation on our communicator ----------------------------------
@@ -220,6 +239,10 @@ WorkPtr issue(Communicator& c, Op op, const Tensor& in, Tensor& out, ReduceOp r,
     case Op::kBroadcast: return c.broadcast(out, root);  // in place only
     case Op::kReduce: return c.reduce(in, out, r, root);
     case Op::kAllToAll: return c.all_to_all(in, out);
+    case Op::kAllToAllV: {
+      const std::int64_t unit = in.numel() / (std::int64_t(n) * (n + 1) / 2);
+      return c.all_to_all_v(in, uneven_send_counts(unit, rank, n), out, uneven_recv_counts(unit, rank, n));
+    }
     case Op::kSendRecv: return c.send_recv(in, (rank + 1) % n, out, (rank - 1 + n) % n);
   }
   return nullptr;
@@ -256,6 +279,7 @@ std::int64_t run_check(Communicator& c, Op op, const Shape& s, Tensor& in, Tenso
       fill(out, [&](std::int64_t i) { return rank == root ? pattern(root, i) : sentinel; });
       break;
     case Op::kAllToAll:
+    case Op::kAllToAllV:
       fill(in, [&](std::int64_t j) { return pattern(rank, j); });
       break;
     case Op::kSendRecv:
@@ -277,6 +301,20 @@ std::int64_t run_check(Communicator& c, Op op, const Shape& s, Tensor& in, Tenso
         const std::int64_t b = std::max<std::int64_t>(s.block, 1);
         return pattern(int(j / b), rank * s.block + j % b);
       });
+    case Op::kAllToAllV: {
+      // Rank i's block for this rank, in rank order: its offset in i's
+      // input is the sum of i's blocks for the ranks before this one.
+      std::vector<std::int64_t> source, offset;  // per element of out
+      for (int i = 0; i < n; ++i) {
+        const std::vector<std::int64_t> sent = uneven_send_counts(s.block, i, n);
+        std::int64_t at = 0;
+        for (int j = 0; j < rank; ++j) at += sent[std::size_t(j)];
+        for (std::int64_t e = 0; e < sent[std::size_t(rank)]; ++e) source.push_back(i), offset.push_back(at + e);
+      }
+      return count_wrong(out, [&](std::int64_t j) {
+        return pattern(int(source[std::size_t(j)]), offset[std::size_t(j)]);
+      });
+    }
     case Op::kSendRecv: return count_wrong(out, [&](std::int64_t i) { return pattern((rank - 1 + n) % n, i); });
   }
   return 0;

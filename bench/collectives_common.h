@@ -24,7 +24,13 @@ using comm::Communicator;
 using comm::ReduceOp;
 using comm::WorkPtr;
 
-enum class Op { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kSendRecv };
+enum class Op { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kAllToAllV, kSendRecv };
+
+/// all_to_all_v's uneven blocks (a mixture of experts' dispatch): rank r
+/// sends rank j `unit` x (1 + (r + j) mod n) elements, so every rank sends
+/// and receives unit x n(n+1)/2 in all; unit = count / (n(n+1)/2).
+std::vector<std::int64_t> uneven_send_counts(std::int64_t unit, int rank, int n);
+std::vector<std::int64_t> uneven_recv_counts(std::int64_t unit, int rank, int n);
 
 /// A bad command line: rank 0 prints it, every rank exits 2.
 struct UsageError : std::runtime_error {

@@ -93,6 +93,15 @@ void RawMpi::run(Op o, const Tensor& in, Tensor& out, bool in_place, bool nonblo
       if (in_place) MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, outp, b, type_, comm_);
       else MPI_Alltoall(ip, b, type_, outp, b, type_, comm_);
       break;
+    case Op::kAllToAllV: {  // the uneven blocks of uneven_send_counts (block: their unit)
+      std::vector<int> counts, displs;
+      for (std::int64_t c : uneven_send_counts(block, rank_, size_)) {
+        displs.push_back(counts.empty() ? 0 : displs.back() + counts.back());
+        counts.push_back(int(c));
+      }
+      MPI_Alltoallv(ip, counts.data(), displs.data(), type_, outp, counts.data(), displs.data(), type_, comm_);
+      break;
+    }
     case Op::kSendRecv:
       MPI_Sendrecv(ip, n_in, type_, (rank_ + 1) % size_, 7, outp, int(out.numel()), type_,
                    (rank_ - 1 + size_) % size_, 7, comm_, MPI_STATUS_IGNORE);

@@ -193,7 +193,7 @@ int run_sweep(Communicator& c, MPI_Comm world, const Options& o, bool print) {
     row.s = shape_for(o.op, bytes, o.dtype, n);
     Buffers buf = make_buffers(o.op, row.s, o.dtype, c.device(), c.rank());
     for (int placement = 0; placement < 2; ++placement) {
-      if (placement == 1 && o.op == Op::kSendRecv) continue;
+      if (placement == 1 && (o.op == Op::kSendRecv || o.op == Op::kAllToAllV)) continue;
       row.ours[placement] = measure_placement(c, world, o, buf, placement == 1, raw.get(), row);
       total_wrong += row.ours[placement].wrong;
       busbw_sum += algbw_gbps(row.s.bytes, row.ours[placement].sec) * col.factor;
