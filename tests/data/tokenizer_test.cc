@@ -8,6 +8,7 @@
 // spm_encode's (tests/data/sentencepiece_reference_test.sh).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -108,8 +109,8 @@ TEST(Gpt2Pretokenizer, SplitsAsThePattern) {
   EXPECT_EQ(split("x ... y"), (V{"x", " ...", " y"}));
   EXPECT_EQ(split("caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87"), (V{"caf\xC3\xA9", " \xE4\xB8\xAD\xE6\x96\x87"}));
   EXPECT_EQ(split("hi \xF0\x9F\x98\x80\xF0\x9F\x98\x80!"), (V{"hi", " \xF0\x9F\x98\x80\xF0\x9F\x98\x80!"}));
-  // U+3000 is a space, one character of three bytes.
-  EXPECT_EQ(split("a\xE3\x80\x80\xE3\x80\x80" "b"), (V{"a", "\xE3\x80\x80", "\xE3\x80\x80" "b"}));
+  // U+3000 is a space of three bytes, but only U+0020 joins the word after it.
+  EXPECT_EQ(split("a\xE3\x80\x80\xE3\x80\x80" "b"), (V{"a", "\xE3\x80\x80", "\xE3\x80\x80", "b"}));
   // Invalid bytes are "other" characters of one byte each.
   EXPECT_EQ(split("ab\xFF\xFE" "cd \xC3"), (V{"ab", "\xFF\xFE", "cd", " \xC3"}));
   // Every split concatenates back to the text.
@@ -329,11 +330,12 @@ TEST(SentencePiece, IdsEqualSpmEncodeLineByLine) {
     const std::vector<std::int32_t> got = tok->encode(line);
     if (got != want && ++differ <= 5) ADD_FAILURE() << "line " << n + 1 << " '" << line << "': ids differ";
     // A model that normalises (NFKC, runs of spaces) decodes to the
-    // normalised line, which encodes to the same ids again; one trained with
-    // the identity rule and byte fallback (HT_SPM_EXACT) gives the line back.
+    // normalised line, which encodes to the same ids again (unless a piece
+    // was unknown: <unk>, spm_train's id 0, decodes to " \u2047 "); one trained
+    // with the identity rule and byte fallback (HT_SPM_EXACT) gives the line back.
     if (env("HT_SPM_EXACT"))
       EXPECT_EQ(tok->decode(got), line) << "line " << n + 1;
-    else
+    else if (std::find(got.begin(), got.end(), 0) == got.end())
       EXPECT_EQ(tok->encode(tok->decode(got)), got) << "line " << n + 1;
     ++n;
   }
