@@ -58,7 +58,7 @@ Layout Layout::on_world(int world_size) const {
 Layout Layout::on_mesh(const comm::MeshShape& mesh) const {
   HT_CHECK(tp == mesh.tp_size() && pp == mesh.pp_size() && cp == mesh.cp_size(), ErrorKind::kConfig,
            "the layout {} has tp {}, pp {} and cp {}, but the mesh it runs on has tp {}, pp {} and cp {}: build the "
-           "mesh from the layout (JobOptions::tp, pp, cp), or give the layout the mesh's sizes",
+           "mesh from the layout (JobOptions::layout), or give the layout the mesh's sizes",
            name(), tp, pp, cp, mesh.tp_size(), mesh.pp_size(), mesh.cp_size());
   return on_world(mesh.world_size());
 }

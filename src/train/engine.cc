@@ -90,7 +90,7 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
   const comm::MeshCoord& at = mesh_->coord();
   options_.layout = options_.layout.on_mesh(mesh_->shape());  // dp resolved
   HT_CHECK(options_.layout.ep == mesh_->ep_size(), ErrorKind::kConfig,
-           "the layout {} has ep {}, but the mesh it runs on has ep {}: build the mesh from the layout (JobOptions::ep), "
+           "the layout {} has ep {}, but the mesh it runs on has ep {}: build the mesh from the layout (JobOptions::layout), "
            "or give the layout the mesh's ep",
            options_.layout.name(), options_.layout.ep, mesh_->ep_size());
   const parallel::Layout& layout = options_.layout;

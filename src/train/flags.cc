@@ -202,7 +202,7 @@ void TrainFlags::resolve() {
   }
   if (engine.ckpt_every > 0 || engine.ckpt_every_s > 0 || engine.resume || !ckpt_dir.empty())
     engine.ckpt_dir = ckpt_dir.empty() ? resilience::checkpoint_dir(job.run_dir) : ckpt_dir;
-  job.tp = l.tp, job.pp = l.pp, job.cp = l.cp, job.ep = l.ep;  // the job splits its mesh from the layout
+  job.layout = l;  // the job splits its mesh from the layout
   job.validate();
   engine.validate();  // the layout too, before any process starts
   fit.validate();

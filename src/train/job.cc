@@ -19,8 +19,7 @@ namespace fs = std::filesystem;
 
 void JobOptions::validate() const {
   HT_CHECK(!run_dir.empty(), ErrorKind::kConfig, "--run-dir is empty: name a directory for the run's files");
-  HT_CHECK(tp > 0 && pp > 0 && cp > 0 && ep > 0, ErrorKind::kConfig,
-           "--tp ({}), --pp ({}), --cp ({}) and --ep ({}) must be positive", tp, pp, cp, ep);
+  layout.validate();
   HT_CHECK(heartbeat_s > 0 && watchdog_s >= 0, ErrorKind::kConfig,
            "--heartbeat ({} s) must be positive and --watchdog ({} s) non-negative", heartbeat_s, watchdog_s);
 }
@@ -71,7 +70,8 @@ Job::Job(const JobOptions& options, resilience::RankGuard* guard)
   comm_options.run_dir = options_.run_dir;
   comm_options = comm::comm_options_from_env(comm_options);
   std::unique_ptr<comm::Communicator> world;
-  if (launched_by_mpi() || options_.tp * options_.pp * options_.cp * options_.ep > 1) {
+  const parallel::Layout& l = options_.layout;
+  if (launched_by_mpi() || l.tp * l.pp * l.cp * l.ep > 1) {
     mpi_ = std::make_unique<comm::MpiRuntime>();
     world = comm::make_mpi_world(comm_options);
   } else {
@@ -91,7 +91,9 @@ Job::Job(const JobOptions& options, resilience::RankGuard* guard)
     options_.choose_layout(*world, options_);
     options_.validate();
   }
-  mesh_ = std::make_unique<comm::DeviceMesh>(std::move(world), options_.tp, options_.pp, options_.cp, options_.ep);
+  if (options_.layout.dp > 0) options_.layout.on_world(world->size());  // a dp given must fill the world
+  mesh_ = std::make_unique<comm::DeviceMesh>(std::move(world), options_.layout.tp, options_.layout.pp,
+                                             options_.layout.cp, options_.layout.ep);
   std::error_code ec;
   if (rank0()) ec = ht::detail::make_directories(options_.run_dir);
   HT_CHECK(!ec && (!rank0() || fs::is_directory(options_.run_dir)), ErrorKind::kIo,

@@ -75,10 +75,7 @@ void TrainFlags::apply_auto_plan(comm::Communicator& world, JobOptions& job_opti
            "--plan-profile FILE");
   engine.layout = best;  // the parallel::Layout part of the choice
   engine.recompute = best.recompute;
-  job_options.tp = job.tp = best.tp;
-  job_options.pp = job.pp = best.pp;
-  job_options.cp = job.cp = best.cp;
-  job_options.ep = job.ep = best.ep;
+  job_options.layout = job.layout = engine.layout;
   engine.validate();
   if (world.rank() == 0) {
     std::string text = plan::format_plans(result, rq);

@@ -33,6 +33,7 @@
 #include "ht/core/device.h"
 #include "ht/core/launcher_env.h"
 #include "ht/core/stream.h"
+#include "ht/parallel/layout.h"
 #include "ht/resilience/faults.h"
 #include "ht/resilience/rank_guard.h"
 
@@ -45,14 +46,16 @@ struct JobOptions {
   /// visible devices), so "cuda" gives every rank of a node its own GPU
   /// (as torchrun's LOCAL_RANK does). See Job::device().
   Device device = Device::cpu();
-  int tp = 1, pp = 1;  // tensor-parallel and pipeline sizes; dp is the rest of the world
-  int cp = 1;          // context-parallel size (each sequence split over cp ranks)
-  int ep = 1;          // expert-parallel size (a run of ep dp ranks splits each MoE layer's experts)
+  /// The run's layout (parallel/layout.h): the mesh is split from its tp,
+  /// pp, cp and ep, dp being the rest of the world (a dp given must fill
+  /// it). The one value a program sets: TrainFlags fills it from the
+  /// flags, and an engine on this job checks its own against the mesh.
+  parallel::Layout layout;
   double heartbeat_s = 2;   // seconds between heartbeats
   double watchdog_s = 300;  // seconds without progress before the rank exits as hung (0: off)
   /// Called on every rank once the world exists and before the mesh is split
-  /// from it (collective over the world): may change tp and pp, e.g. to a
-  /// layout planned for the world found (TrainFlags' --auto). Whatever it
+  /// from it (collective over the world): may change the layout, e.g. to
+  /// one planned for the world found (TrainFlags' --auto). Whatever it
   /// sets must be the same on every rank. None by default.
   std::function<void(comm::Communicator& world, JobOptions& options)> choose_layout;
 
