@@ -99,6 +99,14 @@ std::vector<std::int64_t> rows_per_rank(const std::vector<std::int64_t>& counts,
   return out;
 }
 
+// Rows per local expert, from every rank: the sum over s of received[s * local + le].
+std::vector<std::int64_t> rows_per_local_expert(const std::vector<std::int64_t>& received, int ranks, int local) {
+  std::vector<std::int64_t> out(std::size_t(local), 0);
+  for (int s = 0; s < ranks; ++s)
+    for (int le = 0; le < local; ++le) out[std::size_t(le)] += received[std::size_t(s * local + le)];
+  return out;
+}
+
 // `rows` (width w) sent over `group`: send[r] rows to rank r, recv[r] rows from rank r.
 Tensor exchange(comm::Communicator& group, const Tensor& rows, const std::vector<std::int64_t>& send,
                 const std::vector<std::int64_t>& recv) {
@@ -181,17 +189,20 @@ void MoE::set_expert_bias(std::vector<float> bias) {
   bias_ = std::move(bias);
 }
 
-void MoE::update_expert_bias(const std::vector<std::int64_t>& tokens_per_expert) {
-  if (options_.bias_update_rate == 0.f) return;
-  HT_CHECK(tokens_per_expert.size() == bias_.size(), ErrorKind::kShapeMismatch,
-           "MoE '{}': the bias update got the loads of {} experts, not {}", name(), tokens_per_expert.size(),
-           bias_.size());
+void balance_bias_step(std::vector<float>& bias, float rate, const std::vector<std::int64_t>& tokens_per_expert) {
+  if (rate == 0.f) return;
+  HT_CHECK(tokens_per_expert.size() == bias.size(), ErrorKind::kShapeMismatch,
+           "MoE bias update: the loads of {} experts for a bias of {}", tokens_per_expert.size(), bias.size());
   const double mean = double(std::accumulate(tokens_per_expert.begin(), tokens_per_expert.end(), std::int64_t(0))) /
-                      double(bias_.size());
-  for (std::size_t e = 0; e < bias_.size(); ++e) {
+                      double(bias.size());
+  for (std::size_t e = 0; e < bias.size(); ++e) {
     const double load = double(tokens_per_expert[e]);
-    bias_[e] += options_.bias_update_rate * float((mean > load) - (mean < load));
+    bias[e] += rate * float((mean > load) - (mean < load));
   }
+}
+
+void MoE::update_expert_bias(const std::vector<std::int64_t>& tokens_per_expert) {
+  balance_bias_step(bias_, options_.bias_update_rate, tokens_per_expert);
 }
 
 Tensor MoE::run_experts(Context& ctx, const Tensor& rows, const std::vector<std::int64_t>& counts,
@@ -212,12 +223,10 @@ Tensor MoE::run_experts(Context& ctx, const Tensor& rows, const std::vector<std:
     in = regroup(exchange(*ep_.group, rows, send, recv), received, ranks, local, /*to_expert_major=*/true);
   }
   Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
-  std::int64_t at = 0;
+  const std::vector<std::int64_t> at = offsets_of(rows_per_local_expert(received, ranks, local));
   for (int le = 0; le < local; ++le) {
-    std::int64_t n = 0;
-    for (int s = 0; s < ranks; ++s) n += received[std::size_t(s * local + le)];
-    out.slice(at, at + n).copy_from(experts_[std::size_t(le)]->forward(ctx, in.slice(at, at + n)));
-    at += n;
+    const std::int64_t lo = at[std::size_t(le)], hi = at[std::size_t(le) + 1];
+    out.slice(lo, hi).copy_from(experts_[std::size_t(le)]->forward(ctx, in.slice(lo, hi)));
   }
   if (ranks == 1) return out;
   return exchange(*ep_.group, regroup(out, received, ranks, local, /*to_expert_major=*/false), recv, send);
@@ -229,10 +238,7 @@ Tensor MoE::experts_backward(Context& ctx, const Tensor& drows, const std::vecto
   const std::vector<std::int64_t> send = rows_per_rank(counts, ranks, local), recv = rows_per_rank(received, ranks, local);
   const Tensor din =
       ranks == 1 ? drows : regroup(exchange(*ep_.group, drows, send, recv), received, ranks, local, true);
-  std::vector<std::int64_t> per_expert(std::size_t(local), 0);
-  for (int s = 0; s < ranks; ++s)
-    for (int le = 0; le < local; ++le) per_expert[std::size_t(le)] += received[std::size_t(s * local + le)];
-  const std::vector<std::int64_t> at = offsets_of(per_expert);
+  const std::vector<std::int64_t> at = offsets_of(rows_per_local_expert(received, ranks, local));
   Tensor dx = Tensor::empty(din.shape(), din.dtype(), din.device());
   for (int le = local - 1; le >= 0; --le) {  // the reverse of the forward's order
     const std::int64_t lo = at[std::size_t(le)], hi = at[std::size_t(le) + 1];

@@ -105,16 +105,8 @@ void ExpertLoads::update_bias(Layer& l, const std::vector<std::int64_t>& tokens)
   // Every rank moves every layer's bias by the same global loads, so the
   // rank that saves the run holds the biases of layers on other stages.
   if (l.bias_update_rate == 0.f) return;
-  if (l.mine) {
-    l.mine->update_expert_bias(tokens);
-    l.bias = l.mine->expert_bias();
-    return;
-  }
-  const double mean = double(std::accumulate(tokens.begin(), tokens.end(), std::int64_t(0))) / double(l.experts);
-  for (int e = 0; e < l.experts; ++e) {
-    const double load = double(tokens[std::size_t(e)]);
-    l.bias[std::size_t(e)] += l.bias_update_rate * float((mean > load) - (mean < load));
-  }
+  nn::balance_bias_step(l.bias, l.bias_update_rate, tokens);
+  if (l.mine) l.mine->set_expert_bias(l.bias);
 }
 
 void ExpertLoads::save(ClientState& state) const {

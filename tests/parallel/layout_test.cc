@@ -17,6 +17,8 @@ using test::throws_error;
 TEST(Layout, NamesItselfFromItsFields) {
   EXPECT_EQ((Layout{.tp = 2, .pp = 2, .dp = 2, .zero = 1}).name(), "zero1_dp2_tp2_pp2_1f1b");
   EXPECT_EQ((Layout{.dp = 4}).name(), "zero0_dp4_tp1_pp1_1f1b");
+  EXPECT_EQ((Layout{.dp = 4, .ep = 2, .zero = 3}).name(), "zero3_dp4_tp1_ep2_pp1_1f1b");
+  EXPECT_EQ((Layout{.dp = 4, .ep = 2, .zero = 3}).str(), "tp1 pp1 dp4 ep2 zero3 mb1x1");
   EXPECT_EQ((Layout{.pp = 2, .dp = 4, .zero = 2, .shard_group = 2, .micro_batch = 4, .grad_accum = 4,
                     .schedule = Schedule::kInterleaved, .virtual_stages = 2, .stage_layers = {1, 2, 2, 1}})
                 .name(),
@@ -93,6 +95,14 @@ TEST(Layout, ProblemsInTheFlagsWords) {
                                   .virtual_stages = 2, .stage_layers = {1, 1, 1, 1, 1, 1, 1, 1}}),
             "");
   says(Layout{.tp = 0}, "--tp 0 and --pp 1");
+  // Expert parallelism: a divisor of dp, without cp or a shard group.
+  EXPECT_EQ(layout_problem(Layout{.dp = 4, .ep = 2, .zero = 3}), "");
+  EXPECT_EQ(layout_problem(Layout{.ep = 2}), "") << "dp 0, not resolved yet: checked on the world";
+  says(Layout{.ep = 0}, "--ep 0: the expert-parallel size is 1 or more");
+  says(Layout{.dp = 6, .ep = 4}, "--ep 4 does not divide the 6 data-parallel ranks");
+  says(Layout{.dp = 2, .cp = 2, .ep = 2}, "--ep 2 with --cp 2");
+  says(Layout{.dp = 4, .ep = 2, .zero = 1, .shard_group = 2}, "--ep 2 with --zero-shard-group 2");
+  EXPECT_TRUE(throws_error([] { Layout{.ep = 4}.on_world(6); }, ErrorKind::kConfig, {"--ep 4", "6 data-parallel"}));
   says(Layout{.dp = -1}, "dp -1");
   says(Layout{.micro_batch = 0}, "--micro-batch must be positive, got 0");
   says(Layout{.grad_accum = 0}, "--grad-accum must be positive, got 0");

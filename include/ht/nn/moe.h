@@ -110,6 +110,11 @@ struct MoERouting {
   float z_loss = 0.f;                           // coefficient included
 };
 
+/// One step of DeepSeek-V3's bias update: bias[e] += rate x sign(mean
+/// load - tokens_per_expert[e]). What MoE::update_expert_bias applies, and
+/// what the trainer applies to the copies of layers other ranks hold.
+void balance_bias_step(std::vector<float>& bias, float rate, const std::vector<std::int64_t>& tokens_per_expert);
+
 class MoE : public Module {
  public:
   /// Throws kConfig when ep does not divide the experts.
