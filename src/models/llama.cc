@@ -134,7 +134,7 @@ std::int64_t LlamaConfig::num_parameters() const {
   const std::int64_t c = n_embd, kv = c / n_head * n_kv_head;
   const std::int64_t attention = 2 * c + (c * c + 2 * c * kv + c * c), mlp = 3 * c * ffn_hidden;
   const std::int64_t moe = c * experts + (experts + shared_experts) * mlp;
-  std::int64_t total = 2 * padded_vocab_size() * c + c;
+  std::int64_t total = (tie_embeddings ? 1 : 2) * padded_vocab_size() * c + c;
   for (int l = 0; l < n_layer; ++l) total += attention + (moe_layer(l) ? moe : mlp);
   return total;
 }
@@ -150,8 +150,9 @@ std::int64_t LlamaConfig::active_parameters() const {
 double LlamaConfig::flops_per_token(std::int64_t seq_len) const {
   // The embedding is a lookup; the head's padding rows are not useful work.
   // A token goes through top_k of each mixture's routed experts.
-  const double n =
-      double(active_parameters() - padded_vocab_size() * n_embd - (padded_vocab_size() - vocab_size) * n_embd);
+  // A tied embedding is counted once, as the head's matrix.
+  const std::int64_t embedding = tie_embeddings ? 0 : padded_vocab_size() * n_embd;
+  const double n = double(active_parameters() - embedding - (padded_vocab_size() - vocab_size) * n_embd);
   return 6.0 * n + 12.0 * double(n_layer) * double(seq_len) * double(n_embd);
 }
 
@@ -163,8 +164,9 @@ std::string LlamaConfig::str() const {
                                                     shared_experts, moe_every, moe_aux_loss_coeff, moe_z_loss_coeff,
                                                     capacity)
                                       : "";
-  return fmt::format("L{} H{} KV{} C{} F{} V{}{} T{} theta{:g}{}", n_layer, n_head, n_kv_head, n_embd, ffn_hidden,
-                     vocab_size, pad, context, rope_theta, moe);
+  const std::string eps = norm_eps != 1e-5f ? fmt::format(" eps{:g}", norm_eps) : "";
+  return fmt::format("L{} H{} KV{} C{} F{} V{}{} T{} theta{:g}{}{}{}", n_layer, n_head, n_kv_head, n_embd,
+                     ffn_hidden, vocab_size, pad, context, rope_theta, eps, tie_embeddings ? " tied" : "", moe);
 }
 
 Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
@@ -188,12 +190,25 @@ Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
                                                 placement.cp, placement.ep)));
   if (last_stage()) {
     norm = &add_built(std::make_unique<nn::RMSNorm>("norm", config.n_embd, device, config.norm_eps));
-    head = &add_built(std::make_unique<nn::LMHead>("lm_head", "weight", config.vocab_size, config.n_embd, device, tp,
-                                                   config.padded_vocab_size()));
+    if (config.tie_embeddings && first_stage()) {
+      // The head reuses the token embedding: two gradient contributions per backward.
+      head = &add_module(std::make_unique<nn::LMHead>(embed->token_weight(), tp));
+      embed->token_weight().set_uses(2);
+    } else {
+      // Tied on another stage than the embedding's: a copy of the same name.
+      head = &add_built(std::make_unique<nn::LMHead>(config.tie_embeddings ? "embed_tokens" : "lm_head", "weight",
+                                                     config.vocab_size, config.n_embd, device, tp,
+                                                     config.padded_vocab_size()));
+    }
   }
   set_stage(embed, std::move(layers), norm, head);
   for (nn::Parameter* p : parameters())
     p->set_init(p->full_shape().size() == 1 ? nn::Init::ones() : nn::Init::normal(0.02f));
+}
+
+std::vector<nn::TiedWeight> Llama::tied_weights() const {
+  if (!config_.tie_embeddings || stage().size == 1) return {};
+  return {{.name = "embed_tokens.weight", .stages = {0, stage().size - 1}}};
 }
 
 double Llama::flops_per_token(const Shape& input_shape) const {

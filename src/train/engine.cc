@@ -107,8 +107,9 @@ Engine::Engine(const EngineOptions& options, const ModelFactory& make_model, dat
                                                  .shard_group = layout.shard_group,
                                                  .bucket_bytes = options_.bucket_bytes,
                                                  .precision = options_.precision};
-  dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, dp_options,
-                                                 [seed](const nn::Parameter& p) { return p.initial_value(seed); });
+  parallel::DataParallel::InitialValues initial_values = options_.initial_values;
+  if (!initial_values) initial_values = [seed](const nn::Parameter& p) { return p.initial_value(seed); };
+  dp_ = std::make_unique<parallel::DataParallel>(*model_, *mesh_, dp_options, std::move(initial_values));
   pipeline_ = std::make_unique<parallel::Pipeline>(*model_, mesh_->pp_group(), layout.schedule,
                                                    options_.precision.compute, options_.seed);
   optimizer_ = make_optimizer(options_, dp_->slots());

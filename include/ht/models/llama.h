@@ -39,6 +39,11 @@ struct LlamaConfig {
   std::int64_t ffn_hidden = 1024;  // the SwiGLU MLP's hidden size
   float rope_theta = 10000.f;
   float norm_eps = 1e-5f;
+  /// The output head reuses the token embedding (Hugging Face's
+  /// tie_word_embeddings, as Llama 3.2 1B and 3B do): no lm_head.weight of
+  /// its own; under pipeline parallelism the last stage holds a copy
+  /// (tied_weights()), as GPT's.
+  bool tie_embeddings = false;
   /// The embedding and head hold vocab_size rounded up to a multiple of
   /// this many rows; the extra ids are padding (see CausalLM). 1: none.
   std::int64_t vocab_multiple = 1;
@@ -82,8 +87,9 @@ struct LlamaConfig {
   /// Whether block `layer` is a mixture of experts.
   bool moe_layer(int layer) const { return experts > 0 && (layer + 1) % moe_every == 0; }
   /// "L6 H6 KV2 C384 F1024 V256 T256 theta10000", with " Vp<rows>" after
-  /// V when the vocabulary is padded and " E8k2 S1 every2 aux0.01 z0" with
-  /// experts (so a checkpoint of another mixture does not resume).
+  /// V when the vocabulary is padded, " eps1e-06" when norm_eps is not
+  /// 1e-5, " tied" with tie_embeddings and " E8k2 S1 every2 aux0.01 z0"
+  /// with experts (so a checkpoint of another model does not resume).
   std::string str() const;
   friend bool operator==(const LlamaConfig&, const LlamaConfig&) = default;
 };
@@ -105,6 +111,8 @@ class Llama : public CausalLM {
   /// micro-batch's tokens, which a cp rank holds a part of; the z-loss, a
   /// mean over tokens, splits exactly) nor with a capacity (drops are per
   /// whole sequence).
+  /// embed_tokens.weight on the first and last stages, when tied and they differ.
+  std::vector<nn::TiedWeight> tied_weights() const override;
   bool supports_context_parallel() const override {
     return config_.experts == 0 || (config_.moe_aux_loss_coeff == 0.f && config_.moe_capacity_factor == 0.f);
   }

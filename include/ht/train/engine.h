@@ -84,6 +84,13 @@ struct EngineOptions {
   optim::SgdOptions sgd;
   std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::Slot>)> make_optimizer;
   std::uint64_t seed = 1337;  // weights and data order
+  /// Where the weights start from: the values of a parameter as its rank
+  /// holds it (its tensor-parallel part, f32 on the host; ZeRO shards are
+  /// cut from it), called once per parameter as the model is sharded.
+  /// Empty: each parameter's own initialisation under `seed`
+  /// (nn::Parameter::initial_value). A pretrained model: models::HFWeights::
+  /// initial_value. A resumed checkpoint replaces these values either way.
+  std::function<Tensor(const nn::Parameter&)> initial_values;
   std::int64_t eval_every = 25;  // 0: only at the end
   /// Validation samples per evaluation, spread over the data-parallel ranks
   /// (data::validation_ranges): the same samples under every layout. 0: no

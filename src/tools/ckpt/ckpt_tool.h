@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "ht/core/dtype.h"
+
 namespace ht::ckpt::tool {
 
 /// A wrong command line or a path that names no checkpoint: ht-ckpt exits 2.
@@ -61,6 +63,14 @@ VerifyReport verify_checkpoint(const std::string& step_dir);
 /// be read or the file cannot be written (nothing is left at `out_path`
 /// then). Returns the number of datasets written.
 int export_checkpoint(const std::string& step_dir, const std::string& out_path, const std::vector<std::string>& kinds);
+
+/// Writes a Hugging Face model directory `out_dir` (config.json and
+/// safetensors, models/hf_format.h) from the master weights of a checkpoint
+/// of a bundled GPT or Llama, converted to `dtype` (f32, bf16, f16). Throws
+/// UsageError for a checkpoint of another model or an `out_dir` that is not
+/// a new or empty directory, ht::Error when a piece cannot be read or a file
+/// cannot be written. Returns the number of parameters written.
+int export_checkpoint_hf(const std::string& step_dir, const std::string& out_dir, DType dtype);
 
 /// "[256, 32]" -> "256x32"; "scalar" for a shape of rank 0.
 std::string dims_str(const std::vector<std::int64_t>& shape);

@@ -6,6 +6,8 @@
 //                                             reads every piece: checksums, coverage, rank files
 //   ht-ckpt export STEP_DIR | DIR OUT.h5 [--step N] [--kinds master,exp_avg,...]
 //                                             one HDF5 file of full f32 tensors (see ckpt_tool.h)
+//   ht-ckpt export --format hf STEP_DIR | DIR OUT_DIR [--step N] [--dtype f32|bf16|f16]
+//                                             a Hugging Face model directory (GPT-2, Llama)
 //
 // Exit status: 0 on success (verify: every checkpoint is good); 1 when a
 // checkpoint is corrupt or cannot be read (the message names the file and
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
   std::int64_t step = -1;
   bool all = false;
   std::vector<std::string> kinds{"master"};
+  std::string format = "h5", dtype = "f32";
 
   CLI::App* list = app.add_subcommand("list", "the committed checkpoints of a checkpoint directory, oldest first");
   list->add_option("DIR", dir, "checkpoint directory (--ckpt-dir of the run)")->required();
@@ -70,8 +73,12 @@ int main(int argc, char** argv) {
                          "write the full tensors of one checkpoint to one HDF5 file: dataset <tensor> (master), "
                          "<tensor>.<kind> (other kinds); root attributes step, model, ...");
   exp->add_option("PATH", path, path_help)->required();
-  exp->add_option("OUT", out, "the HDF5 file to write (replaced atomically)")->required();
+  exp->add_option("OUT", out, "the HDF5 file to write (replaced atomically), or with --format hf a new directory")->required();
   exp->add_option("--step", step, step_help)->check(CLI::NonNegativeNumber);
+  exp->add_option("--format", format, "h5: one HDF5 file (default); hf: a Hugging Face directory, OUT is a new directory")
+      ->check(CLI::IsMember({"h5", "hf"}));
+  exp->add_option("--dtype", dtype, "--format hf: the weights' dtype (f32 default, bf16, f16)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   exp->add_option("--kinds", kinds, "state kinds to export, comma-separated (master, exp_avg, exp_avg_sq, ...)")
       ->delimiter(',');
 
@@ -101,8 +108,18 @@ int main(int argc, char** argv) {
       return bad == 0 ? kOk : kCorrupt;
     }
     if (exp->parsed()) {
-      if (kinds.empty()) throw tool::UsageError("--kinds names no kind: pass e.g. --kinds master,exp_avg");
       const std::string step_dir = tool::resolve_step_dir(path, step);
+      if (format == "hf") {
+        if (kinds != std::vector<std::string>{"master"})
+          throw tool::UsageError("--format hf writes the model's weights (master) only: drop --kinds");
+        const ht::DType d = dtype == "bf16" ? ht::DType::kBF16 : dtype == "f16" ? ht::DType::kF16 : ht::DType::kF32;
+        const int n = tool::export_checkpoint_hf(step_dir, out, d);
+        fmt::print("# exported {} parameter(s) of {} to the Hugging Face directory {} ({})\n", n, step_dir, out,
+                   dtype);
+        return kOk;
+      }
+      if (dtype != "f32") throw tool::UsageError("--dtype is for --format hf; an HDF5 export holds f32");
+      if (kinds.empty()) throw tool::UsageError("--kinds names no kind: pass e.g. --kinds master,exp_avg");
       const int n = tool::export_checkpoint(step_dir, out, kinds);
       fmt::print("# exported {} dataset(s) ({}) of {} to {}\n", n, fmt::join(kinds, ","), step_dir, out);
       return kOk;
