@@ -3,8 +3,13 @@
 // skipping fortune index files *.dat and links), then encodes all of it
 // --rounds times: round 1 with the tokenizer just loaded (its word cache
 // empty), later rounds with the cache warm. One line a round; MB = 10^6 bytes.
+// With --threads 1,2,...: then the parallel path of `ht-data shards`
+// (data::encode_corpus: each file a document, one pool of threads, results
+// in document order), for each thread count a tokenizer just loaded (cold)
+// and the same again (warm), with the speed-up over the first count.
 //
 //   tokenizer_bench --tokenizer DIR_OF_ENCODER_JSON /usr/share/games/fortunes /usr/share/common-licenses
+//   tokenizer_bench --tokenizer DIR_OF_ENCODER_JSON --rounds 1 --threads 1,2
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -13,6 +18,7 @@
 #include <sstream>
 
 #include "ht/core/version.h"
+#include "ht/data/text_corpus.h"
 #include "ht/data/tokenizer.h"
 
 namespace {
@@ -49,8 +55,13 @@ int main(int argc, char** argv) {
   std::string tokenizer_path;
   std::vector<std::string> inputs{"/usr/share/games/fortunes", "/usr/share/common-licenses"};
   int rounds = 3;
+  std::vector<int> threads;
   app.add_option("--tokenizer", tokenizer_path, "what ht::data::load_tokenizer takes")->required();
   app.add_option("--rounds", rounds, "encodes of the whole text; the first with an empty cache")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "thread counts for the parallel path, e.g. 1,2 (default: none)")
+      ->delimiter(',')
+      ->allow_extra_args(false)
       ->check(CLI::PositiveNumber);
   app.add_option("inputs", inputs, "text files or directories (default: the fortunes and the licences)");
   CLI11_PARSE(app, argc, argv);
@@ -67,6 +78,27 @@ int main(int argc, char** argv) {
       const double mb = double(text.size()) / 1e6;
       std::printf("round %d | %.2f MB | %.3f s | %.2f MB/s | %zu tokens | %.2f bytes/token | cache %s\n", r, mb, s,
                   mb / s, ids.size(), double(text.size()) / double(ids.size()), r == 1 ? "cold" : "warm");
+    }
+    if (!threads.empty()) {
+      const ht::data::TextCorpus corpus = ht::data::TextCorpus::open(inputs);
+      std::printf("# parallel path (data::encode_corpus): %lld documents, %.2f MB\n",
+                  static_cast<long long>(corpus.documents()), double(corpus.bytes()) / 1e6);
+      double base[2] = {0, 0};
+      for (const int t : threads) {
+        const auto fresh = ht::data::load_tokenizer(tokenizer_path);
+        for (int warm = 0; warm < 2; ++warm) {
+          std::size_t tokens = 0;
+          const auto t0 = std::chrono::steady_clock::now();
+          ht::data::encode_corpus(corpus, *fresh, {.threads = t, .end_of_text = fresh->end_of_text()},
+                                  [&](ht::data::EncodedPiece&& p) { tokens += p.tokens.size(); });
+          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          const double rate = double(corpus.bytes()) / 1e6 / s;
+          if (base[warm] == 0) base[warm] = rate;
+          std::printf("threads %d | %.2f MB | %.3f s | %.2f MB/s | %zu tokens | x%.2f over %d thread(s) | cache %s\n", t,
+                      double(corpus.bytes()) / 1e6, s, rate, tokens, rate / base[warm], threads.front(),
+                      warm ? "warm" : "cold");
+        }
+      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tokenizer_bench: %s\n", e.what());

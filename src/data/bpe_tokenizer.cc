@@ -349,18 +349,20 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t
     merge_piece(piece, /*heap=*/true, out);
     return;
   }
+  // The high bits pick the part: the map inside uses the low ones.
+  CacheShard& shard = cache_[(PieceHash{}(piece) >> 40) % kCacheShards];
   {
-    std::lock_guard lock(cache_mutex_);
-    if (const auto it = cache_.find(piece); it != cache_.end()) {
+    std::lock_guard lock(shard.mutex);
+    if (const auto it = shard.pieces.find(piece); it != shard.pieces.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
   }
   const std::size_t first = out.size();
   merge_piece(piece, /*heap=*/false, out);
-  std::lock_guard lock(cache_mutex_);
-  if (cache_.size() >= kCacheEntries) cache_.clear();
-  cache_.emplace(std::string(piece), std::vector<std::int32_t>(out.begin() + std::ptrdiff_t(first), out.end()));
+  std::lock_guard lock(shard.mutex);
+  if (shard.pieces.size() >= kCacheEntries / kCacheShards) shard.pieces.clear();
+  shard.pieces.emplace(std::string(piece), std::vector<std::int32_t>(out.begin() + std::ptrdiff_t(first), out.end()));
 }
 
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {

@@ -70,14 +70,21 @@ class BpeTokenizer final : public Tokenizer {
   BpeVocabulary vocab_;
   // Pieces repeat (" the", ","): their ids are kept, up to kCacheEntries
   // pieces of at most kCachePieceBytes bytes; then the cache starts afresh.
+  // The cache is cut by the piece's hash into kCacheShards parts, each with
+  // its own lock (a part starts afresh when it holds its share of the
+  // entries), so that threads encoding at once seldom wait for each other.
   static constexpr std::size_t kCacheEntries = 1 << 18;
   static constexpr std::size_t kCachePieceBytes = 64;
-  mutable std::mutex cache_mutex_;
+  static constexpr std::size_t kCacheShards = 64;
   struct PieceHash {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
-  mutable std::unordered_map<std::string, std::vector<std::int32_t>, PieceHash, std::equal_to<>> cache_;
+  struct alignas(64) CacheShard {
+    std::mutex mutex;
+    std::unordered_map<std::string, std::vector<std::int32_t>, PieceHash, std::equal_to<>> pieces;
+  };
+  mutable std::array<CacheShard, kCacheShards> cache_;
 };
 
 }  // namespace ht::data::detail

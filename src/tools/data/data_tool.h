@@ -17,5 +17,7 @@ struct Subcommand {
 
 /// `ht-data encode --tokenizer PATH` (encode.cc).
 Subcommand add_encode(CLI::App& app);
+/// `ht-data shards --tokenizer PATH --out DIR INPUTS...` (shards.cc).
+Subcommand add_shards(CLI::App& app);
 
 }  // namespace ht::data::tool

@@ -1,6 +1,8 @@
 // ht-data: text and datasets for training, one subcommand a file.
 //
 //   ht-data encode --tokenizer PATH   token ids of standard input, space-separated, one line
+//   ht-data shards --tokenizer PATH --out DIR INPUTS...
+//                                     text tokenized in parallel into a set of token shards
 //
 // Exit status: 0 on success; 1 when a file cannot be read or is malformed
 // (the message names it); 2 on a usage error.
@@ -13,9 +15,9 @@
 
 int main(int argc, char** argv) {
   namespace tool = ht::data::tool;
-  CLI::App app{"Text and datasets for hypertrain: tokenize text", "ht-data"};
+  CLI::App app{"Text and datasets for hypertrain: tokenize text, write token shards", "ht-data"};
   app.require_subcommand(1);
-  const std::vector<tool::Subcommand> subcommands{tool::add_encode(app)};
+  const std::vector<tool::Subcommand> subcommands{tool::add_encode(app), tool::add_shards(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
