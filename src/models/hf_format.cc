@@ -235,6 +235,10 @@ LlamaConfig llama_config(const Json& j, const std::string& path) {
   return c;
 }
 
+// A float as the shortest decimal that reads back as it (1e-06, not
+// 9.99999997e-07): what a person wrote in the config it came from.
+double shortest(float v) { return std::stod(fmt::format("{}", v)); }
+
 std::string config_path(const std::string& dir) {
   return fs::is_directory(dir) ? (fs::path(dir) / "config.json").string() : dir;
 }
@@ -284,8 +288,8 @@ std::string hf_config_json(const ModelConfig& config, const std::string& torch_d
     j["num_key_value_heads"] = l.n_kv_head;
     j["head_dim"] = l.n_embd / l.n_head;
     j["max_position_embeddings"] = l.context;
-    j["rms_norm_eps"] = double(l.norm_eps);
-    j["rope_theta"] = double(l.rope_theta);
+    j["rms_norm_eps"] = shortest(l.norm_eps);
+    j["rope_theta"] = shortest(l.rope_theta);
     j["rope_scaling"] = nullptr;
     j["hidden_act"] = "silu";
     j["attention_bias"] = false;
