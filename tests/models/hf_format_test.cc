@@ -1,0 +1,143 @@
+// models/hf_format.h without PyTorch: model descriptions parsed back, the
+// config.json refusals, a tied head's checks and the tensor list of an
+// export. (hf_torch_check.py compares the numbers with PyTorch.)
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ht/models/hf_format.h"
+#include "test_util.h"
+
+namespace ht {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The error `fn` throws, or "" when it throws none.
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / fmt::format("hf_format_test_{}", ::getpid());
+  TempDir() {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name) << text;
+    return (path / name).string();
+  }
+};
+
+models::LlamaConfig tiny_llama() {
+  return {.vocab_size = 10, .context = 8, .n_layer = 1, .n_head = 2, .n_kv_head = 1, .n_embd = 4, .ffn_hidden = 6};
+}
+
+TEST(HFFormat, DescriptionsParseBackForEveryPreset) {
+  for (const models::ModelPreset& p : models::model_presets()) {
+    const std::string d = models::describe(p.config);
+    EXPECT_EQ(models::describe(models::parse_model_description(d)), d) << p.name;
+  }
+  models::LlamaConfig l = tiny_llama();
+  l.norm_eps = 1e-6f;
+  l.tie_embeddings = true;
+  l.vocab_multiple = 8;
+  const std::string d = models::describe(l);
+  EXPECT_EQ(d, "Llama L1 H2 KV1 C4 F6 V10 Vp16 T8 theta10000 eps1e-06 tied");
+  const auto back = std::get<models::LlamaConfig>(models::parse_model_description(d));
+  EXPECT_EQ(models::describe(back), d);
+  EXPECT_TRUE(back.tie_embeddings);
+  EXPECT_EQ(back.norm_eps, 1e-6f);
+  EXPECT_EQ(back.padded_vocab_size(), 16);
+  EXPECT_NE(error_of([] { models::parse_model_description("Regressor D8"); }).find("no architecture"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { models::parse_model_description("GPT L2 H2 C8 V16 T8 X3"); }).find("'X3'"),
+            std::string::npos);
+}
+
+TEST(HFFormat, ConfigRefusesWhatCannotBeCarried) {
+  TempDir dir;
+  const std::string gpt = R"({"model_type": "gpt2", "vocab_size": 16, "n_positions": 8, "n_embd": 8, "n_layer": 1,
+                              "n_head": 2)";
+  dir.write("config.json", gpt + "}");
+  const auto g = std::get<models::GPTConfig>(models::read_hf_config(dir.path.string()));
+  EXPECT_EQ(g.str(), "L1 H2 C8 V16 T8");
+  dir.write("config.json", gpt + R"(, "n_inner": 64})");
+  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"n_inner\" is 64"),
+            std::string::npos);
+  dir.write("config.json", gpt + R"(, "layer_norm_epsilon": 1e-6})");
+  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("layer_norm_epsilon"),
+            std::string::npos);
+  const std::string llama = R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 4, "intermediate_size": 6,
+                                "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1)";
+  dir.write("config.json", llama + R"(, "head_dim": 4})");
+  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"head_dim\" is 4"),
+            std::string::npos);
+  dir.write("config.json", llama + R"(, "attention_bias": true})");
+  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("attention_bias"), std::string::npos);
+  dir.write("config.json", llama + R"(, "rms_norm_eps": 1e-5, "tie_word_embeddings": true})");
+  const auto l = std::get<models::LlamaConfig>(models::read_hf_config(dir.path.string()));
+  EXPECT_TRUE(l.tie_embeddings);
+  EXPECT_EQ(l.norm_eps, 1e-5f);
+  dir.write("config.json", R"({"model_type": "mistral"})");
+  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"mistral\""), std::string::npos);
+  fs::remove(dir.path / "config.json");
+  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("config.json"), std::string::npos);
+}
+
+// A tied Llama has no head of its own: an lm_head.weight beside the
+// embedding is taken only when it holds the embedding's bits.
+TEST(HFFormat, TiedHeadMustEqualTheEmbedding) {
+  TempDir dir;
+  models::LlamaConfig c = tiny_llama();
+  c.tie_embeddings = true;
+  models::Llama model(c);
+  model.init_weights(3);
+  std::map<std::string, Tensor> full;
+  for (nn::Parameter* p : model.parameters()) full.emplace(p->name(), p->data());
+  EXPECT_FALSE(full.contains("lm_head.weight"));
+  ckpt::NamedTensors tensors = models::to_hf_tensors(c, full);
+  const Tensor embedding = tensors.front().second;
+  ASSERT_EQ(tensors.front().first, "model.embed_tokens.weight");
+  tensors.emplace_back("lm_head.weight", embedding.clone());
+  ckpt::write_safetensors((dir.path / "model.safetensors").string(), tensors);
+  models::HFWeights::open(dir.path.string(), c);  // the same bits: taken
+  Tensor other = embedding.clone();
+  other.data<float>()[0] += 1.f;
+  tensors.back().second = other;
+  ckpt::write_safetensors((dir.path / "model.safetensors").string(), tensors);
+  EXPECT_NE(error_of([&] { models::HFWeights::open(dir.path.string(), c); }).find("differs from"),
+            std::string::npos);
+}
+
+TEST(HFFormat, ExportNamesEveryParameterOnce) {
+  const models::LlamaConfig c = tiny_llama();
+  models::Llama model(c);
+  model.init_weights(5);
+  std::map<std::string, Tensor> full;
+  for (nn::Parameter* p : model.parameters()) full.emplace(p->name(), p->data());
+  const ckpt::NamedTensors t = models::to_hf_tensors(c, full, DType::kBF16);
+  ASSERT_EQ(t.size(), full.size() + 1);  // gate_up is two tensors
+  EXPECT_EQ(t.back().first, "lm_head.weight");
+  for (const auto& [name, value] : t) EXPECT_EQ(value.dtype(), DType::kBF16) << name;
+  full.emplace("extra.weight", Tensor::zeros({2}, DType::kF32));
+  EXPECT_NE(error_of([&] { models::to_hf_tensors(c, full); }).find("'extra.weight'"), std::string::npos);
+  full.erase("extra.weight");
+  full.erase("norm.weight");
+  EXPECT_NE(error_of([&] { models::to_hf_tensors(c, full); }).find("'norm.weight'"), std::string::npos);
+  models::LlamaConfig moe = c;
+  moe.experts = 2;
+  EXPECT_NE(error_of([&] { models::hf_config_json(moe); }).find("mixture of experts"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ht
