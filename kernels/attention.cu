@@ -1,6 +1,7 @@
 // CUDA flash attention, forward and backward, for both public forms (packed
 // causal, and general with grouped-query heads, an optional causal mask and
-// key padding mask): the tiled online softmax of ht/ops/attention.h, one
+// key padding mask), either with optional segment ids (document masking):
+// the tiled online softmax of ht/ops/attention.h, one
 // thread block per tile, f32 on CUDA cores and f16/bf16 inputs on tensor
 // cores (WMMA 16x16x16, f32 accumulation).
 //
@@ -15,11 +16,15 @@
 // kernels that each recompute P from lse: one block per (key tile, key/value
 // head) accumulates dK and dV over its query heads and their query tiles in
 // order, one block per (query tile, query head) accumulates dQ over its key
-// tiles in order. Neither uses atomics, so results are deterministic.
+// tiles in order. Neither uses atomics, so results are deterministic. With
+// segment ids, a tile pair whose query rows and keys hold disjoint ranges of
+// ids is skipped by the whole block (every thread computes the same ranges,
+// so the barriers stay matched); the others mask per element.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include <climits>
 #include <type_traits>
 
 #include "cuda_launch.cuh"
@@ -109,11 +114,32 @@ __device__ void load_tile(S* dst, const S* src, std::int64_t ld, std::int64_t ro
 }
 
 // Whether query row i may see key j (both absolute positions) of tk keys;
-// causal: j <= i + offset.
+// causal: j <= i + offset; keep: the batch entry's key mask; ids: its
+// segment ids, q_id query i's (read only when ids is not null).
 __device__ __forceinline__ bool visible(std::int64_t i, std::int64_t j, std::int64_t tk, bool causal,
-                                        std::int64_t offset, const std::int32_t* keep) {
-  return j < tk && (!causal || j <= i + offset) && (!keep || keep[j] != 0);
+                                        std::int64_t offset, const std::int32_t* keep, const std::int32_t* ids,
+                                        std::int32_t q_id) {
+  return j < tk && (!causal || j <= i + offset) && (!keep || keep[j] != 0) && (!ids || ids[j] == q_id);
 }
+
+// The smallest and largest segment id of positions [p0, p0 + kTile) below
+// t, read from global memory by every thread alike (kTile reads, cached):
+// each thread of a block gets the same range, so a tile skipped on it is
+// skipped by all and the barriers stay matched.
+struct IdRange {
+  std::int32_t lo = INT_MAX, hi = INT_MIN;
+};
+__device__ IdRange id_range(const std::int32_t* ids, std::int64_t p0, std::int64_t t) {
+  IdRange r;
+  for (std::int64_t p = p0; p < p0 + kTile && p < t; ++p) {
+    const std::int32_t id = ids[p];
+    r.lo = id < r.lo ? id : r.lo;
+    r.hi = id > r.hi ? id : r.hi;
+  }
+  return r;
+}
+// Whether no query of one range can see a key of the other.
+__device__ __forceinline__ bool apart(IdRange a, IdRange b) { return a.hi < b.lo || b.hi < a.lo; }
 
 // Shared-memory carving: consecutive regions, each a multiple of 32 bytes
 // (Dp and kTile are multiples of 16 elements), so every WMMA pointer keeps
@@ -165,6 +191,8 @@ __global__ void __launch_bounds__(kThreads)
   const S* k = static_cast<const S*>(a.k) + b * tk * a.ld_k + g * d;
   const S* v = static_cast<const S*>(a.v) + b * tk * a.ld_v + g * d;
   const std::int32_t* keep = a.key_mask ? a.key_mask + b * tk : nullptr;
+  const std::int32_t* ids = a.segment_ids ? a.segment_ids + b * t : nullptr;  // t == tk with ids
+  const IdRange q_ids = ids ? id_range(ids, r0, t) : IdRange{};
 
   load_tile(qs, q, a.ld_q, r0, t, d, dp);
   for (int e = int(threadIdx.x); e < kTile * dp; e += int(blockDim.x)) acc[e] = 0.f;
@@ -175,6 +203,7 @@ __global__ void __launch_bounds__(kThreads)
   // Causal: later key tiles are all masked.
   const std::int64_t key_end = a.causal ? std::min(tk, r0 + kTile + a.causal_offset) : tk;
   for (std::int64_t c0 = 0; c0 < key_end; c0 += kTile) {
+    if (ids && apart(q_ids, id_range(ids, c0, tk))) continue;  // the whole block alike
     load_tile(ks, k, a.ld_k, c0, tk, d, dp);
     load_tile(vs, v, a.ld_v, c0, tk, d, dp);
     __syncthreads();
@@ -183,10 +212,12 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x < kTile) {
       const int r = int(threadIdx.x);
       const std::int64_t i = r0 + r;
+      const std::int32_t q_id = ids && i < t ? ids[i] : 0;
       float* row = sc + r * kTile;
       float mx = -INFINITY;
       for (int j = 0; j < kTile; ++j) {
-        const float s = visible(i, c0 + j, tk, a.causal, a.causal_offset, keep) ? row[j] * scale : -INFINITY;
+        const float s =
+            visible(i, c0 + j, tk, a.causal, a.causal_offset, keep, ids, q_id) ? row[j] * scale : -INFINITY;
         row[j] = s;
         mx = fmaxf(mx, s);
       }
@@ -212,8 +243,8 @@ __global__ void __launch_bounds__(kThreads)
     block_gemm<S, false, false>(kTile, dp, kTile, ps, kTile, vs, dp, acc, dp, true);  // acc += P V
     __syncthreads();
   }
-  // With no key tile at all (no keys) the loop's barriers never ran: the
-  // rows' m, l and acc were set by other threads.
+  // With no key tile at all (no keys, or every tile skipped) the loop's
+  // barriers never ran: the rows' m, l and acc were set by other threads.
   __syncthreads();
   const std::int64_t ld_out = a.n_head * a.head_dim;
   for (int e = int(threadIdx.x); e < kTile * d; e += int(blockDim.x)) {
@@ -251,15 +282,18 @@ __device__ void load_query_side(const AttentionArgs& a, const AttentionGrads& gr
 // After sc = Q K^T and dp = dO V^T of one tile: P = exp(s scale - lse) on
 // visible entries (0 elsewhere, and on rows with lse = -inf), into ps; dS = P
 // (dP - D) scale into dss. One thread per row.
+// keep and ids: the batch entry's key mask and segment ids, or null.
 template <typename S>
 __device__ void tile_softmax_grad(const AttentionArgs& a, std::int64_t r0, std::int64_t c0, const std::int32_t* keep,
-                                  const float* sc, const float* dp, const float* lse_rows, const float* d_rows, S* ps,
-                                  S* dss, float scale) {
+                                  const std::int32_t* ids, const float* sc, const float* dp, const float* lse_rows,
+                                  const float* d_rows, S* ps, S* dss, float scale) {
   if (threadIdx.x >= kTile) return;
   const int r = int(threadIdx.x);
   const float row_lse = lse_rows[r];
+  const std::int32_t q_id = ids && r0 + r < a.t ? ids[r0 + r] : 0;
   for (int j = 0; j < kTile; ++j) {
-    const bool on = row_lse != -INFINITY && visible(r0 + r, c0 + j, a.tk, a.causal, a.causal_offset, keep);
+    const bool on =
+        row_lse != -INFINITY && visible(r0 + r, c0 + j, a.tk, a.causal, a.causal_offset, keep, ids, q_id);
     const float p = on ? expf(sc[r * kTile + j] * scale - row_lse) : 0.f;
     ps[r * kTile + j] = from_f<S>(p);
     dss[r * kTile + j] = from_f<S>(kern::softmax_grad(p, dp[r * kTile + j], d_rows[r]) * scale);
@@ -291,6 +325,8 @@ __global__ void __launch_bounds__(kThreads)
   float* d_rows = cv.take<float>(kTile);
   const std::int64_t tk = a.tk;
   const std::int32_t* keep = a.key_mask ? a.key_mask + b * tk : nullptr;
+  const std::int32_t* ids = a.segment_ids ? a.segment_ids + b * t : nullptr;  // t == tk with ids
+  const IdRange k_ids = ids ? id_range(ids, c0, tk) : IdRange{};
   load_tile(ks, static_cast<const S*>(a.k) + b * tk * a.ld_k + g * d, a.ld_k, c0, tk, d, dp);
   load_tile(vs, static_cast<const S*>(a.v) + b * tk * a.ld_v + g * d, a.ld_v, c0, tk, d, dp);
   for (int e = int(threadIdx.x); e < kTile * dp; e += int(blockDim.x)) dk[e] = dv[e] = 0.f;
@@ -300,13 +336,14 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t first_r0 = first_row / kTile * kTile;
   for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
     for (std::int64_t r0 = first_r0; r0 < t; r0 += kTile) {
+      if (ids && apart(id_range(ids, r0, t), k_ids)) continue;  // the whole block alike
       __syncthreads();  // the previous tile's products are done with qs, dos, ps, dss
       load_query_side(a, gr, b, h, r0, dp, qs, dos, lse_rows, d_rows);
       __syncthreads();
       block_gemm<S, false, true>(kTile, kTile, dp, qs, dp, ks, dp, sc, kTile, false);    // S = Q K^T
       block_gemm<S, false, true>(kTile, kTile, dp, dos, dp, vs, dp, dpm, kTile, false);  // dP = dO V^T
       __syncthreads();
-      tile_softmax_grad(a, r0, c0, keep, sc, dpm, lse_rows, d_rows, ps, dss, scale);
+      tile_softmax_grad(a, r0, c0, keep, ids, sc, dpm, lse_rows, d_rows, ps, dss, scale);
       __syncthreads();
       block_gemm<S, true, false>(kTile, dp, kTile, ps, kTile, dos, dp, dv, dp, true);  // dV += P^T dO
       block_gemm<S, true, false>(kTile, dp, kTile, dss, kTile, qs, dp, dk, dp, true);  // dK += dS^T Q
@@ -348,12 +385,15 @@ __global__ void __launch_bounds__(kThreads)
   float* d_rows = cv.take<float>(kTile);
   const std::int64_t tk = a.tk;
   const std::int32_t* keep = a.key_mask ? a.key_mask + b * tk : nullptr;
+  const std::int32_t* ids = a.segment_ids ? a.segment_ids + b * t : nullptr;  // t == tk with ids
+  const IdRange q_ids = ids ? id_range(ids, r0, t) : IdRange{};
   const S* k = static_cast<const S*>(a.k) + b * tk * a.ld_k + g * d;
   const S* v = static_cast<const S*>(a.v) + b * tk * a.ld_v + g * d;
   load_query_side(a, gr, b, h, r0, dp, qs, dos, lse_rows, d_rows);
   for (int e = int(threadIdx.x); e < kTile * dp; e += int(blockDim.x)) dq[e] = 0.f;
   const std::int64_t key_end = a.causal ? std::min(tk, r0 + kTile + a.causal_offset) : tk;
   for (std::int64_t c0 = 0; c0 < key_end; c0 += kTile) {
+    if (ids && apart(q_ids, id_range(ids, c0, tk))) continue;  // the whole block alike
     __syncthreads();  // the previous tile's products are done with ks, vs, dss
     load_tile(ks, k, a.ld_k, c0, tk, d, dp);
     load_tile(vs, v, a.ld_v, c0, tk, d, dp);
@@ -361,7 +401,7 @@ __global__ void __launch_bounds__(kThreads)
     block_gemm<S, false, true>(kTile, kTile, dp, qs, dp, ks, dp, sc, kTile, false);    // S = Q K^T
     block_gemm<S, false, true>(kTile, kTile, dp, dos, dp, vs, dp, dpm, kTile, false);  // dP = dO V^T
     __syncthreads();
-    tile_softmax_grad(a, r0, c0, keep, sc, dpm, lse_rows, d_rows, ps, dss, scale);
+    tile_softmax_grad(a, r0, c0, keep, ids, sc, dpm, lse_rows, d_rows, ps, dss, scale);
     __syncthreads();
     block_gemm<S, false, false>(kTile, dp, kTile, dss, kTile, ks, dp, dq, dp, true);  // dQ += dS K
   }

@@ -138,6 +138,9 @@ struct AttentionArgs {
   bool causal;
   std::int64_t causal_offset;    // causal: query i sees keys j <= i + causal_offset
   const std::int32_t* key_mask;  // (batch, tk), nonzero = may be attended; null for none
+  /// (batch, t) with t == tk: query i sees key j only when their ids are
+  /// equal (document masking); null for none.
+  const std::int32_t* segment_ids;
 };
 
 /// Backward's other inputs and its outputs (dq, dk, dv overwritten; their

@@ -1,7 +1,7 @@
 // Self-attention, packed and general: validation and dispatch. On the CPU
 // f16 and bf16 calls run the f32 driver through F32Staging; the CUDA driver
 // takes 16-bit inputs itself (tensor cores, f32 accumulation). lse is f32 and
-// the key mask i32 on both: they pass through.
+// the key mask and segment ids i32 on both: they pass through.
 #include "ht/ops/attention.h"
 
 #include <string>
@@ -79,9 +79,53 @@ void check_key_mask(const char* op, const Tensor& k, const Tensor* key_mask) {
   detail::check_shape(op, "key_mask", *key_mask, {k.size(0), k.size(1)});
 }
 
+// Non-null segment ids are (B, T) i32 on `like`'s device, T the queries'
+// (and, in self-attention, the keys') positions.
+void check_segment_ids(const char* op, const char* like_name, const Tensor& like, const Tensor* segment_ids,
+                       std::int64_t b, std::int64_t t) {
+  if (!segment_ids) return;
+  detail::check_same_device(op, {{like_name, &like}, {"segment_ids", segment_ids}});
+  detail::check_dtype(op, "segment_ids", *segment_ids, DType::kI32);
+  detail::check_shape(op, "segment_ids", *segment_ids, {b, t});
+}
+
+// Segment ids compare a query's position with a key's in one sequence:
+// self-attention only.
+void check_segments_self(const char* op, const Tensor& q, const Tensor& k, const Tensor* segment_ids) {
+  HT_CHECK(!segment_ids || q.size(1) == k.size(1), ErrorKind::kShapeMismatch,
+           "{}: segment ids need as many keys as queries (self-attention: key j is position j of the queries' "
+           "sequence), got {} queries and {} keys; pass none for cross-attention",
+           op, q.size(1), k.size(1));
+}
+
+const Tensor& or_none(const Tensor* t) {
+  static const Tensor kNone;
+  return t ? *t : kNone;
+}
+
 }  // namespace
 
 void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& lse) {
+  attention_forward(qkv, n_head, nullptr, out, lse);
+}
+
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
+                        Tensor& dqkv) {
+  attention_backward(dout, qkv, out, lse, n_head, nullptr, dqkv);
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                       const Tensor* key_mask, Tensor& out, Tensor& lse) {
+  attention_forward(q, k, v, options, key_mask, nullptr, out, lse);
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const AttentionOptions& options, const Tensor* key_mask, Tensor& dq,
+                        Tensor& dk, Tensor& dv) {
+  attention_backward(dout, q, k, v, out, lse, options, key_mask, nullptr, dq, dk, dv);
+}
+
+void attention_forward(const Tensor& qkv, int n_head, const Tensor* segment_ids, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
   const Device dev = detail::check_same_device(op, {{"qkv", &qkv}, {"out", &out}, {"lse", &lse}});
   const std::int64_t c = check_qkv(op, qkv, n_head);
@@ -89,13 +133,15 @@ void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& lse) 
   const DType dt = detail::check_compute_dtype(op, {{"qkv", &qkv}, {"out", &out}});
   detail::check_shape(op, "out", out, {b, t, c});
   check_lse(op, lse, {b, n_head, t}, dt);
+  check_segment_ids(op, "qkv", qkv, segment_ids, b, t);
   detail::F32Staging s(/*native=*/dev.is_cuda());
-  HT_DISPATCH(dev, attention_forward, s.in(qkv), n_head, s.out(out, detail::Staged::kOverwrite), lse);
+  HT_DISPATCH(dev, attention_forward, s.in(qkv), n_head, or_none(segment_ids), s.out(out, detail::Staged::kOverwrite),
+              lse);
   s.commit();
 }
 
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
-                        Tensor& dqkv) {
+                        const Tensor* segment_ids, Tensor& dqkv) {
   const char* op = "attention_backward";
   const Device dev = detail::check_same_device(
       op, {{"dout", &dout}, {"qkv", &qkv}, {"out", &out}, {"lse", &lse}, {"dqkv", &dqkv}});
@@ -106,14 +152,15 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   detail::check_shape(op, "out", out, {b, t, c});
   check_lse(op, lse, {b, n_head, t}, dt);
   detail::check_shape(op, "dqkv", dqkv, qkv.shape());
+  check_segment_ids(op, "qkv", qkv, segment_ids, b, t);
   detail::F32Staging s(/*native=*/dev.is_cuda());
-  HT_DISPATCH(dev, attention_backward, s.in(dout), s.in(qkv), s.in(out), lse, n_head,
+  HT_DISPATCH(dev, attention_backward, s.in(dout), s.in(qkv), s.in(out), lse, n_head, or_none(segment_ids),
               s.out(dqkv, detail::Staged::kOverwrite));
   s.commit();
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
-                       const Tensor* key_mask, Tensor& out, Tensor& lse) {
+                       const Tensor* key_mask, const Tensor* segment_ids, Tensor& out, Tensor& lse) {
   const char* op = "attention_forward";
   const Device dev =
       detail::check_same_device(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}});
@@ -123,16 +170,17 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   detail::check_shape(op, "out", out, q.shape());
   check_lse(op, lse, {b, options.n_head, t}, dt);
   check_key_mask(op, k, key_mask);
-  static const Tensor kNoMask;
+  check_segments_self(op, q, k, segment_ids);
+  check_segment_ids(op, "q", q, segment_ids, b, t);
   detail::F32Staging s(/*native=*/dev.is_cuda());
-  HT_DISPATCH(dev, attention_forward, s.in(q), s.in(k), s.in(v), options, key_mask ? *key_mask : kNoMask,
+  HT_DISPATCH(dev, attention_forward, s.in(q), s.in(k), s.in(v), options, or_none(key_mask), or_none(segment_ids),
               s.out(out, detail::Staged::kOverwrite), lse);
   s.commit();
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, const AttentionOptions& options, const Tensor* key_mask, Tensor& dq,
-                        Tensor& dk, Tensor& dv) {
+                        const Tensor& lse, const AttentionOptions& options, const Tensor* key_mask,
+                        const Tensor* segment_ids, Tensor& dq, Tensor& dk, Tensor& dv) {
   const char* op = "attention_backward";
   const Device dev = detail::check_same_device(op, {{"dout", &dout},
                                                     {"q", &q},
@@ -154,11 +202,12 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   detail::check_shape(op, "dq", dq, q.shape());
   detail::check_shape(op, "dk", dk, k.shape());
   detail::check_shape(op, "dv", dv, v.shape());
-  static const Tensor kNoMask;
+  check_segments_self(op, q, k, segment_ids);
+  check_segment_ids(op, "q", q, segment_ids, b, t);
   using detail::Staged;
   detail::F32Staging s(/*native=*/dev.is_cuda());
   HT_DISPATCH(dev, attention_backward, s.in(dout), s.in(q), s.in(k), s.in(v), s.in(out), lse, options,
-              key_mask ? *key_mask : kNoMask, s.out(dq, Staged::kOverwrite), s.out(dk, Staged::kOverwrite),
+              or_none(key_mask), or_none(segment_ids), s.out(dq, Staged::kOverwrite), s.out(dk, Staged::kOverwrite),
               s.out(dv, Staged::kOverwrite));
   s.commit();
 }

@@ -44,16 +44,18 @@
                         Tensor& dw);                                                                        \
   /* forward, or the inverse rotation (backward) */                                                         \
   void rope(const Tensor& x, const Tensor& table, int n_head, bool inverse, Tensor& y);                     \
-  /* lse (B, H, T) f32 */                                                                                   \
-  void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& lse);                          \
+  /* lse (B, H, T) f32; segment_ids (B, T) i32, undefined for none */                                     \
+  void attention_forward(const Tensor& qkv, int n_head, const Tensor& segment_ids, Tensor& out,             \
+                         Tensor& lse);                                                                      \
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,      \
-                          int n_head, Tensor& dqkv);                                                        \
-  /* key_mask: undefined for none */                                                                        \
+                          int n_head, const Tensor& segment_ids, Tensor& dqkv);                             \
+  /* key_mask, segment_ids: undefined for none */                                                           \
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,      \
-                         const Tensor& key_mask, Tensor& out, Tensor& lse);                                 \
+                         const Tensor& key_mask, const Tensor& segment_ids, Tensor& out, Tensor& lse);      \
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,            \
                           const Tensor& out, const Tensor& lse, const AttentionOptions& o,                  \
-                          const Tensor& key_mask, Tensor& dq, Tensor& dk, Tensor& dv);                      \
+                          const Tensor& key_mask, const Tensor& segment_ids, Tensor& dq, Tensor& dk,        \
+                          Tensor& dv);                                                                      \
   void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out,           \
                          VocabShard shard);                                                                 \
   void embedding_backward(const Tensor& dout, const Tensor& tokens, Tensor& dwte, Tensor& dwpe,             \

@@ -11,7 +11,9 @@
 namespace ht::test {
 
 /// The sizes and masks of one reference call: q (B, T, H*D), k and v (B, T,
-/// KV*D) row-major; mask (B, T), nonzero = key may be attended, or empty.
+/// KV*D) row-major; mask (B, T), nonzero = key may be attended, or empty;
+/// segments (B, T), query i sees key j only when their ids are equal, or
+/// empty.
 struct AttentionRefShape {
   std::int64_t b, t, h, kv, d;
   bool causal;
@@ -27,14 +29,16 @@ struct AttentionRefGrads {
   std::vector<double> dq, dk, dv;
 };
 
-inline bool ref_visible(const AttentionRefShape& s, const std::vector<std::int32_t>& mask, std::int64_t b,
-                        std::int64_t i, std::int64_t j) {
-  return (!s.causal || j <= i) && (mask.empty() || mask[std::size_t(b * s.t + j)] != 0);
+inline bool ref_visible(const AttentionRefShape& s, const std::vector<std::int32_t>& mask,
+                        const std::vector<std::int32_t>& segments, std::int64_t b, std::int64_t i, std::int64_t j) {
+  return (!s.causal || j <= i) && (mask.empty() || mask[std::size_t(b * s.t + j)] != 0) &&
+         (segments.empty() || segments[std::size_t(b * s.t + i)] == segments[std::size_t(b * s.t + j)]);
 }
 
 inline AttentionRef attention_reference(const AttentionRefShape& s, const std::vector<double>& q,
                                         const std::vector<double>& k, const std::vector<double>& v,
-                                        const std::vector<std::int32_t>& mask) {
+                                        const std::vector<std::int32_t>& mask,
+                                        const std::vector<std::int32_t>& segments = {}) {
   const std::int64_t t = s.t, d = s.d, wq = s.h * d, wk = s.kv * d, group = s.h / s.kv;
   AttentionRef r;
   r.out.assign(std::size_t(s.b * t * wq), 0.0);
@@ -51,7 +55,7 @@ inline AttentionRef attention_reference(const AttentionRefShape& s, const std::v
           double dot = 0;
           for (std::int64_t c = 0; c < d; ++c)
             dot += q[std::size_t((b * t + i) * wq + h * d + c)] * k[std::size_t((b * t + j) * wk + g * d + c)];
-          row[std::size_t(j)] = ref_visible(s, mask, b, i, j) ? dot * scale : -INFINITY;
+          row[std::size_t(j)] = ref_visible(s, mask, segments, b, i, j) ? dot * scale : -INFINITY;
           mx = std::max(mx, row[std::size_t(j)]);
         }
         if (mx == -INFINITY) continue;  // no key: zeros, lse -inf

@@ -508,6 +508,76 @@ void add_attention_general_cases(std::vector<Case>& cases) {
     }
 }
 
+// Segment ids (document masking), both forms: documents of 1 to 50 tokens
+// drawn per row (CUDA tiles of 32 skipped whole where a tile's documents
+// end before another's begin, mixed elsewhere), ids that are not sorted (no
+// tile skipped), and one token per document; general cases with grouped-query
+// heads, causal or not, some with a key mask as well.
+void add_attention_segment_cases(std::vector<Case>& cases) {
+  enum Layout { kDocuments, kUnsorted, kSingletons };
+  struct Size {
+    std::int64_t b, t, h, kv, d;
+    bool packed, causal, mask;
+    Layout layout;
+  };
+  const auto segments = [](const Size& s, std::mt19937& rng) {
+    std::vector<std::int32_t> ids(std::size_t(s.b * s.t));
+    std::uniform_int_distribution<std::int64_t> length(1, 50);
+    for (std::int64_t b = 0; b < s.b; ++b) {
+      std::int64_t left = 0;
+      std::int32_t doc = -1;
+      for (std::int64_t j = 0; j < s.t; ++j) {
+        if (left == 0) left = length(rng), ++doc;
+        --left;
+        std::int32_t& id = ids[std::size_t(b * s.t + j)];
+        id = s.layout == kDocuments ? doc : s.layout == kUnsorted ? std::int32_t(7 * j / 5 % 3) : std::int32_t(j);
+      }
+    }
+    return ids;
+  };
+  for (DType dt : kComputeDtypes)
+    for (Size s : {Size{2, 100, 2, 2, 8, true, true, false, kDocuments}, Size{1, 70, 3, 3, 16, true, true, false, kUnsorted},
+                   Size{2, 7, 2, 2, 4, true, true, false, kSingletons}, Size{2, 130, 4, 2, 16, false, true, true, kDocuments},
+                   Size{2, 100, 4, 1, 8, false, false, false, kDocuments}, Size{1, 65, 2, 1, 8, false, true, true, kUnsorted},
+                   Size{2, 40, 2, 2, 24, false, false, true, kSingletons}}) {
+      cases.push_back({std::string(s.packed ? "attention_segments_packed_" : "attention_segments_") +
+                           dims_name({s.b, s.t, s.h, s.kv, s.d}) + (s.causal ? "_causal" : "") + (s.mask ? "_mask" : "") +
+                           "_layout" + std::to_string(int(s.layout)) + dtype_suffix(dt),
+                       [s, dt, segments](Device dev) {
+                         std::mt19937 rng(23);
+                         const Tensor ids = Tensor::from_vector(segments(s, rng), {s.b, s.t}).to(dev);
+                         if (s.packed) {
+                           const std::int64_t c = s.h * s.d;
+                           const Tensor qkv = random_of({s.b, s.t, 3 * c}, rng, dt, -2.f, 2.f).to(dev);
+                           const Tensor dout = random_of({s.b, s.t, c}, rng, dt).to(dev);
+                           Tensor out = nan_of({s.b, s.t, c}, dt).to(dev);
+                           Tensor lse = nan_of({s.b, s.h, s.t}, DType::kF32).to(dev);
+                           ops::attention_forward(qkv, int(s.h), &ids, out, lse);
+                           Tensor dqkv = nan_of(qkv.shape(), dt).to(dev);
+                           ops::attention_backward(dout, qkv, out, lse, int(s.h), &ids, dqkv);
+                           return Outputs{{"out", out}, {"lse", lse}, {"dqkv", dqkv}};
+                         }
+                         const Tensor q = random_of({s.b, s.t, s.h * s.d}, rng, dt, -2.f, 2.f).to(dev);
+                         const Tensor k = random_of({s.b, s.t, s.kv * s.d}, rng, dt, -2.f, 2.f).to(dev);
+                         const Tensor v = random_of({s.b, s.t, s.kv * s.d}, rng, dt).to(dev);
+                         const Tensor dout = random_of({s.b, s.t, s.h * s.d}, rng, dt).to(dev);
+                         std::vector<std::int32_t> keep(std::size_t(s.b * s.t));
+                         for (std::size_t i = 0; i < keep.size(); ++i) keep[i] = i % 5 != 1;
+                         const Tensor mask = Tensor::from_vector(keep, {s.b, s.t}).to(dev);
+                         const ops::AttentionOptions o{int(s.h), int(s.kv), s.causal};
+                         Tensor out = nan_of({s.b, s.t, s.h * s.d}, dt).to(dev);
+                         Tensor lse = nan_of({s.b, s.h, s.t}, DType::kF32).to(dev);
+                         const Tensor* m = s.mask ? &mask : nullptr;
+                         ops::attention_forward(q, k, v, o, m, &ids, out, lse);
+                         Tensor dq = nan_of(q.shape(), dt).to(dev), dk = nan_of(k.shape(), dt).to(dev),
+                                dv = nan_of(v.shape(), dt).to(dev);
+                         ops::attention_backward(dout, q, k, v, out, lse, o, m, &ids, dq, dk, dv);
+                         return Outputs{{"out", out}, {"lse", lse}, {"dq", dq}, {"dk", dk}, {"dv", dv}};
+                       },
+                       attention_rtol(dt)});
+    }
+}
+
 void add_embedding_cases(std::vector<Case>& cases) {
   struct Size {
     std::int64_t b, t, c, vocab, t_max;  // t_max 0: no position table
@@ -975,6 +1045,7 @@ std::vector<Case> all_cases() {
   add_rope_cases(cases);
   add_attention_cases(cases);
   add_attention_general_cases(cases);
+  add_attention_segment_cases(cases);
   add_embedding_cases(cases);
   add_cross_entropy_cases(cases);
   add_vocab_shard_cases(cases);

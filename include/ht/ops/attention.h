@@ -22,13 +22,21 @@
 // and with D_i = sum_c dout[i, c] out[i, c] forms dS = P (dO V^T - D) /
 // sqrt(D), from which dQ, dK and dV follow tile by tile.
 //
+// Segments (document masking): with segment ids seg (B, T) i32, query i of
+// batch entry b attends key j only when seg[b, i] == seg[b, j], on top of the
+// causal and key masks: several documents packed into one row attend each
+// within its own (Megatron's reset_attention_mask, a block-diagonal mask).
+// Tiles whose query rows and keys hold disjoint ranges of ids are skipped
+// whole (any ids work; non-decreasing ones, as documents give, skip most);
+// tiles that mix ids are masked per element.
+//
 // Saved for backward: out (which the caller keeps anyway) and lse (B, H, T),
 // f32: O(T) per head instead of the (B, H, T, T) probabilities. Softmax scale
 // 1/sqrt(D). Synchronous on CPU; on CUDA enqueued on the current stream.
 //
 // Dtypes: q, k, v (or qkv), out, dout and the gradients share one compute
 // dtype, f32, f16 or bf16 (ht/ops/compute_dtype.h); lse is f32 whatever the
-// compute dtype; the key mask is i32. Results are deterministic: the same
+// compute dtype; the key mask and segment ids are i32. Results are deterministic: the same
 // bits run to run, whatever the thread count (CPU) or scheduling (CUDA).
 #pragma once
 
@@ -44,6 +52,14 @@ void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& lse);
 /// out and lse.
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
                         Tensor& dqkv);
+/// The same with segment ids: null (the two above), or (B, T) i32 on qkv's
+/// device; query i of batch entry b attends key j <= i only when
+/// segment_ids[b, i] == segment_ids[b, j]. Backward must get the forward's.
+/// Throws kDTypeMismatch for ids that are not i32, kShapeMismatch for ids
+/// of another shape, kDeviceMismatch for ids elsewhere.
+void attention_forward(const Tensor& qkv, int n_head, const Tensor* segment_ids, Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
+                        const Tensor* segment_ids, Tensor& dqkv);
 
 /// How the general attention op splits and masks its inputs.
 struct AttentionOptions {
@@ -85,5 +101,17 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const AttentionOptions& options, const Tensor* key_mask, Tensor& dq,
                         Tensor& dk, Tensor& dv);
+
+/// General attention with segment ids (see the top): null (the two above),
+/// or (B, T) i32 on q's device, for self-attention only (Tk == T: key j is
+/// position j of the queries' sequence); query i of batch entry b attends
+/// key j only when segment_ids[b, i] == segment_ids[b, j], besides the key
+/// and causal masks. Backward must get the forward's. Throws as above, and
+/// kShapeMismatch for ids with Tk != T.
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                       const Tensor* key_mask, const Tensor* segment_ids, Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const AttentionOptions& options, const Tensor* key_mask,
+                        const Tensor* segment_ids, Tensor& dq, Tensor& dk, Tensor& dv);
 
 }  // namespace ht::ops

@@ -7,6 +7,13 @@
 // fixed lane order). No (T, T) matrix exists: a thread's scratch is a few
 // tiles.
 //
+// Segment ids (document masking): a tile pair whose query rows and keys
+// hold disjoint ranges of ids is skipped; one whose rows and keys all hold
+// the same id runs as without ids; a mixed one sets the scores of other
+// segments' keys to -inf before the softmax, which the row functions below
+// treat as any masked key (probability exactly 0). Skipping a tile changes
+// no bit: its keys would add exact zeros and leave every maximum alone.
+//
 // Parallelism and determinism. Forward tasks are (batch, query head, query
 // tile) triples: each writes its own rows of out and lse, walking its key
 // tiles in order, so any schedule gives the same bits. Backward tasks are
@@ -68,6 +75,27 @@ std::vector<float> key_bias(const Tensor& key_mask) {
 std::int64_t visible_cols(std::int64_t i, std::int64_t c0, std::int64_t cols, bool causal, std::int64_t offset) {
   if (!causal) return cols;
   return std::clamp<std::int64_t>(i + offset + 1 - c0, 0, cols);
+}
+
+/// How the segment ids of a tile pair (query rows [r0, r1), keys [c0, c1))
+/// mask it: none of its entries can be attended, all can (as far as the
+/// ids go: no ids, or one id throughout), or some.
+enum class TileSegments { kSkip, kAll, kMixed };
+
+TileSegments tile_segments(const std::int32_t* ids, std::int64_t r0, std::int64_t r1, std::int64_t c0,
+                           std::int64_t c1) {
+  if (!ids) return TileSegments::kAll;
+  const auto [q_lo, q_hi] = std::minmax_element(ids + r0, ids + r1);
+  const auto [k_lo, k_hi] = std::minmax_element(ids + c0, ids + c1);
+  if (*q_hi < *k_lo || *k_hi < *q_lo) return TileSegments::kSkip;
+  return *q_lo == *q_hi && *k_lo == *k_hi && *q_lo == *k_lo ? TileSegments::kAll : TileSegments::kMixed;
+}
+
+// The first `len` scores of a query row of segment `id`: -inf where the
+// key's id (key_ids[j]) differs.
+HT_CPU_MULTIVERSION void mask_segment_row(float* s, std::int64_t len, const std::int32_t* key_ids, std::int32_t id) {
+#pragma omp simd
+  for (std::int64_t j = 0; j < len; ++j) s[j] = key_ids[j] == id ? s[j] : -INFINITY;
 }
 
 // One row of a forward tile: s holds the row's `cols` scaled scores, of which
@@ -150,8 +178,8 @@ void zero_rows(float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld) 
 // Forward: out (B, T, H*D) and lse (B, H, T). Task (b, h, query tile):
 // acc (rows x D) accumulates exp(S - m) V over the key tiles, rescaled
 // whenever a row's maximum m grows; at the end out = acc / l.
-void forward(const AttentionShape& s, const QkvViews<const float>& in, const std::vector<float>& bias, float* out,
-             float* lse) {
+void forward(const AttentionShape& s, const QkvViews<const float>& in, const std::vector<float>& bias,
+             const std::int32_t* segments, float* out, float* lse) {
   if (s.batch * s.t * s.head_dim == 0) return;
   const std::int64_t t = s.t, tk = s.tk, d = s.head_dim, ld_out = s.q_width();
   const std::int64_t q_tiles = (t + kQueryTile - 1) / kQueryTile;
@@ -168,6 +196,7 @@ void forward(const AttentionShape& s, const QkvViews<const float>& in, const std
       const float* k = in.k + b * tk * in.ld_k + g * d;
       const float* v = in.v + b * tk * in.ld_v + g * d;
       const float* row_bias = bias.empty() ? nullptr : bias.data() + b * tk;
+      const std::int32_t* ids = segments ? segments + b * t : nullptr;  // t == tk with ids
       std::fill(m.begin(), m.end(), -INFINITY);
       std::fill(l.begin(), l.end(), 0.f);
       std::fill(acc.begin(), acc.end(), 0.f);
@@ -175,13 +204,16 @@ void forward(const AttentionShape& s, const QkvViews<const float>& in, const std
       const std::int64_t key_end = s.causal ? std::min(r1 + s.offset, tk) : tk;
       for (std::int64_t c0 = 0; c0 < key_end; c0 += kKeyTile) {
         const std::int64_t cols = std::min(tk, c0 + kKeyTile) - c0;
+        const TileSegments segs = tile_segments(ids, r0, r1, c0, c0 + cols);
+        if (segs == TileSegments::kSkip) continue;
         // S = scale * Q_i K_j^T, rows x cols.
         sgemm(false, true, rows, cols, d, scale, q, in.ld_q, k + c0 * in.ld_k, in.ld_k, 0.f, st.data(), kKeyTile);
         bool rescale = false;
         for (std::int64_t ii = 0; ii < rows; ++ii) {
-          alpha[ii] = online_softmax_row(st.data() + ii * kKeyTile, visible_cols(r0 + ii, c0, cols, s.causal, s.offset),
-                                         cols,
-                                         row_bias ? row_bias + c0 : nullptr, m[ii], l[ii]);
+          float* row = st.data() + ii * kKeyTile;
+          const std::int64_t len = visible_cols(r0 + ii, c0, cols, s.causal, s.offset);
+          if (segs == TileSegments::kMixed) mask_segment_row(row, len, ids + c0, ids[r0 + ii]);
+          alpha[ii] = online_softmax_row(row, len, cols, row_bias ? row_bias + c0 : nullptr, m[ii], l[ii]);
           rescale |= alpha[ii] != 1.f;
         }
         if (rescale)
@@ -208,7 +240,8 @@ void forward(const AttentionShape& s, const QkvViews<const float>& in, const std
 // - D) scale, dQ_i += dS K_j, dK_j += dS^T Q_i. The outputs are zeroed first
 // and every product adds (beta 1), in this fixed order.
 void backward(const AttentionShape& s, const float* dout, const QkvViews<const float>& in, const float* out,
-              const float* lse, const std::vector<float>& bias, const QkvViews<float>& grad) {
+              const float* lse, const std::vector<float>& bias, const std::int32_t* segments,
+              const QkvViews<float>& grad) {
   if (s.batch * s.t * s.head_dim == 0 && s.batch * s.tk * s.head_dim == 0) return;
   const std::int64_t t = s.t, tk = s.tk, d = s.head_dim, ld_out = s.q_width();
   const float scale = 1.f / std::sqrt(float(d));
@@ -224,6 +257,7 @@ void backward(const AttentionShape& s, const float* dout, const QkvViews<const f
       float* dk = grad.k + b * tk * grad.ld_k + g * d;
       float* dv = grad.v + b * tk * grad.ld_v + g * d;
       const float* row_bias = bias.empty() ? nullptr : bias.data() + b * tk;
+      const std::int32_t* ids = segments ? segments + b * t : nullptr;  // t == tk with ids
       zero_rows(dk, tk, d, grad.ld_k);
       zero_rows(dv, tk, d, grad.ld_v);
       for (std::int64_t h = g * s.group(); h < (g + 1) * s.group(); ++h) {
@@ -239,15 +273,19 @@ void backward(const AttentionShape& s, const float* dout, const QkvViews<const f
           const std::int64_t key_end = s.causal ? std::min(r1 + s.offset, tk) : tk;
           for (std::int64_t c0 = 0; c0 < key_end; c0 += kKeyTile) {
             const std::int64_t cols = std::min(tk, c0 + kKeyTile) - c0;
+            const TileSegments segs = tile_segments(ids, r0, r1, c0, c0 + cols);
+            if (segs == TileSegments::kSkip) continue;
             sgemm(false, true, rows, cols, d, scale, q + r0 * in.ld_q, in.ld_q, k + c0 * in.ld_k, in.ld_k, 0.f,
                   st.data(), kKeyTile);
             sgemm(false, true, rows, cols, d, 1.f, go + r0 * ld_out, ld_out, v + c0 * in.ld_v, in.ld_v, 0.f,
                   dp.data(), kKeyTile);
-            for (std::int64_t ii = 0; ii < rows; ++ii)
-              backward_row(st.data() + ii * kKeyTile, dp.data() + ii * kKeyTile,
-                           visible_cols(r0 + ii, c0, cols, s.causal, s.offset), cols,
-                           row_bias ? row_bias + c0 : nullptr,
+            for (std::int64_t ii = 0; ii < rows; ++ii) {
+              float* row = st.data() + ii * kKeyTile;
+              const std::int64_t len = visible_cols(r0 + ii, c0, cols, s.causal, s.offset);
+              if (segs == TileSegments::kMixed) mask_segment_row(row, len, ids + c0, ids[r0 + ii]);
+              backward_row(row, dp.data() + ii * kKeyTile, len, cols, row_bias ? row_bias + c0 : nullptr,
                            head_lse[r0 + ii], d_rows[std::size_t(r0 + ii)], scale);
+            }
             // dV_j += P^T dO_i ; dK_j += dS^T Q_i ; dQ_i += dS K_j.
             sgemm(true, false, cols, d, rows, 1.f, st.data(), kKeyTile, go + r0 * ld_out, ld_out, 1.f,
                   dv + c0 * grad.ld_v, grad.ld_v);
@@ -262,34 +300,39 @@ void backward(const AttentionShape& s, const float* dout, const QkvViews<const f
   }
 }
 
+const std::int32_t* ids_of(const Tensor& segment_ids) {
+  return segment_ids.defined() ? segment_ids.data<std::int32_t>() : nullptr;
+}
+
 }  // namespace
 
-void attention_forward(const Tensor& qkv, int n_head, Tensor& out, Tensor& lse) {
+void attention_forward(const Tensor& qkv, int n_head, const Tensor& segment_ids, Tensor& out, Tensor& lse) {
   const AttentionShape s = detail::packed_attention_shape(qkv, n_head);
-  forward(s, detail::packed_views<const float>(qkv.data<float>(), s.q_width()), {}, out.data<float>(),
-          lse.data<float>());
+  forward(s, detail::packed_views<const float>(qkv.data<float>(), s.q_width()), {}, ids_of(segment_ids),
+          out.data<float>(), lse.data<float>());
 }
 
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head,
-                        Tensor& dqkv) {
+                        const Tensor& segment_ids, Tensor& dqkv) {
   const AttentionShape s = detail::packed_attention_shape(qkv, n_head);
   backward(s, dout.data<float>(), detail::packed_views<const float>(qkv.data<float>(), s.q_width()),
-           out.data<float>(), lse.data<float>(), {}, detail::packed_views(dqkv.data<float>(), s.q_width()));
+           out.data<float>(), lse.data<float>(), {}, ids_of(segment_ids),
+           detail::packed_views(dqkv.data<float>(), s.q_width()));
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
-                       const Tensor& key_mask, Tensor& out, Tensor& lse) {
+                       const Tensor& key_mask, const Tensor& segment_ids, Tensor& out, Tensor& lse) {
   const AttentionShape s = detail::attention_shape(q, k, o);
   forward(s, detail::separate_views<const float>(q.data<float>(), k.data<float>(), v.data<float>(), s),
-          key_bias(key_mask), out.data<float>(), lse.data<float>());
+          key_bias(key_mask), ids_of(segment_ids), out.data<float>(), lse.data<float>());
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, const AttentionOptions& o, const Tensor& key_mask, Tensor& dq, Tensor& dk,
-                        Tensor& dv) {
+                        const Tensor& lse, const AttentionOptions& o, const Tensor& key_mask,
+                        const Tensor& segment_ids, Tensor& dq, Tensor& dk, Tensor& dv) {
   const AttentionShape s = detail::attention_shape(q, k, o);
   backward(s, dout.data<float>(), detail::separate_views<const float>(q.data<float>(), k.data<float>(), v.data<float>(), s),
-           out.data<float>(), lse.data<float>(), key_bias(key_mask),
+           out.data<float>(), lse.data<float>(), key_bias(key_mask), ids_of(segment_ids),
            detail::separate_views(dq.data<float>(), dk.data<float>(), dv.data<float>(), s));
 }
 
