@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "ht/core/error.h"
+#include "ht/models/hf_format.h"
 
 namespace ht::models {
 
@@ -27,6 +28,9 @@ void ModelFlags::add_to(CLI::App& app) {
                                            "replaces the preset's",
                                            defaults, preset_names()));
   if (arch_.empty()) model_opt_ = app.add_option("--model", model_, "gpt or llama (without --preset)");
+  init_from_opt_ = app.add_option("--init-from", init_from_,
+                                   "a Hugging Face model directory (config.json, safetensors): the model and the "
+                                   "weights to start from, read into any layout");
   layers_opt_ = app.add_option("--layers,--n-layer", layers_, "transformer blocks");
   heads_opt_ = app.add_option("--heads,--n-head", heads_, "attention (query) heads");
   embd_opt_ = app.add_option("--embd,--n-embd", embd_, "model width");
@@ -71,6 +75,23 @@ void ModelFlags::add_to(CLI::App& app) {
 }
 
 ModelConfig ModelFlags::resolve() const {
+  if (given(init_from_opt_)) {
+    ModelConfig config = read_hf_config(init_from_);
+    const std::string_view got = architecture(config);
+    HT_CHECK(arch_.empty() || got == arch_, ErrorKind::kConfig,
+             "--init-from {} holds a {} model; this program trains {} models (use {}_train)", init_from_, got, arch_,
+             got);
+    for (const CLI::Option* o : {preset_opt_, model_opt_, layers_opt_, heads_opt_, embd_opt_, context_opt_,
+                                 vocab_opt_, kv_heads_opt_, ffn_opt_, rope_theta_opt_, experts_opt_, top_k_opt_,
+                                 shared_experts_opt_, moe_every_opt_, moe_aux_opt_, moe_z_opt_, moe_capacity_opt_,
+                                 moe_bias_opt_})
+      HT_CHECK(!given(o), ErrorKind::kConfig,
+               "{} would change the model that --init-from {} describes in its config.json: drop it", o->get_name(),
+               init_from_);
+    if (given(vocab_multiple_opt_))
+      std::visit([&](auto& c) { c.vocab_multiple = vocab_multiple_; }, config);
+    return config;
+  }
   const std::string arch = !arch_.empty() ? arch_ : model_;
   HT_CHECK(arch == "gpt" || arch == "llama", ErrorKind::kConfig, "--model '{}' is not known: choose gpt or llama",
            arch);

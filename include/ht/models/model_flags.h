@@ -30,13 +30,18 @@ class ModelFlags {
   /// for) and, for either architecture, --model.
   void add_to(CLI::App& app);
   /// After parsing: the preset (else the default) with the sizes given put
-  /// over it, validated. Throws kConfig for a preset of another
+  /// over it, validated. With --init-from DIR: the model of DIR's
+  /// config.json (models/hf_format.h), which no preset or size may change
+  /// but --vocab-multiple (padding is not part of the model). Throws kConfig for a preset of another
   /// architecture than the program's or --model's, or a Llama size given
   /// for a GPT.
   ModelConfig resolve() const;
   /// resolve()'s config of the one architecture a program trains.
   GPTConfig gpt() const { return std::get<GPTConfig>(resolve()); }
   LlamaConfig llama() const { return std::get<LlamaConfig>(resolve()); }
+  /// --init-from: a Hugging Face model directory whose weights the run
+  /// starts from (models::HFWeights), or "".
+  const std::string& init_from() const { return init_from_; }
 
  private:
   ModelFlags() = default;
@@ -44,7 +49,7 @@ class ModelFlags {
 
   std::string arch_;  // "gpt", "llama", or "" for either
   std::string gpt_default_, llama_default_;
-  std::string preset_, model_ = "gpt";
+  std::string preset_, model_ = "gpt", init_from_;
   int layers_ = 0, heads_ = 0, kv_heads_ = 0;
   std::int64_t embd_ = 0, ffn_ = 0, context_ = 0, vocab_ = 0, vocab_multiple_ = 0;
   float rope_theta_ = 0.f;
@@ -53,6 +58,7 @@ class ModelFlags {
   CLI::Option *experts_opt_ = nullptr, *top_k_opt_ = nullptr, *shared_experts_opt_ = nullptr,
               *moe_every_opt_ = nullptr, *moe_aux_opt_ = nullptr, *moe_z_opt_ = nullptr, *moe_capacity_opt_ = nullptr,
               *moe_bias_opt_ = nullptr;
+  CLI::Option* init_from_opt_ = nullptr;
   CLI::Option *preset_opt_ = nullptr, *model_opt_ = nullptr, *layers_opt_ = nullptr, *heads_opt_ = nullptr,
               *kv_heads_opt_ = nullptr, *embd_opt_ = nullptr, *ffn_opt_ = nullptr, *rope_theta_opt_ = nullptr,
               *context_opt_ = nullptr, *vocab_opt_ = nullptr, *vocab_multiple_opt_ = nullptr;
