@@ -1,6 +1,7 @@
 // ht::nn::CausalSelfAttention.
 #include "ht/nn/attention.h"
 
+#include "ht/data/data_source.h"
 #include "ht/ops/attention.h"
 #include "ht/ops/movement.h"
 
@@ -37,14 +38,15 @@ ops::AttentionOptions CausalSelfAttention::options() const {
   return {.n_head = n_head_, .n_kv_head = n_head_, .causal = true};
 }
 
-void CausalSelfAttention::attend(const std::vector<Tensor>& in, Tensor& att, Tensor& lse) const {
-  if (in.size() == 1) return ops::attention_forward(in[0], n_head_, att, lse);
+void CausalSelfAttention::attend(const std::vector<Tensor>& in, const Tensor& docs, Tensor& att, Tensor& lse) const {
+  if (in.size() == 1) return ops::attention_forward(in[0], n_head_, docs.defined() ? &docs : nullptr, att, lse);
   context_parallel_attention_forward(in[0], in[1], in[2], options(), cp_, att, lse);
 }
 
-void CausalSelfAttention::attend_backward(const Tensor& datt, const std::vector<Tensor>& in, const Tensor& att,
-                                          const Tensor& lse, Tensor& dqkv) const {
-  if (in.size() == 1) return ops::attention_backward(datt, in[0], att, lse, n_head_, dqkv);
+void CausalSelfAttention::attend_backward(const Tensor& datt, const std::vector<Tensor>& in, const Tensor& docs,
+                                          const Tensor& att, const Tensor& lse, Tensor& dqkv) const {
+  if (in.size() == 1)
+    return ops::attention_backward(datt, in[0], att, lse, n_head_, docs.defined() ? &docs : nullptr, dqkv);
   const auto like = [](const Tensor& t) {
     return Tensor::empty(t.shape(), t.dtype(), t.device(), MemCategory::kActivations);
   };
@@ -65,22 +67,32 @@ Tensor CausalSelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   HT_CHECK(x.ndim() == 3, ErrorKind::kShapeMismatch, "attention '{}': input must be (B, T, C), got {}", name(),
            shape_str(x.shape()));
   const std::int64_t b = x.size(0), t = x.size(1);
+  const Tensor* docs = ctx.side_input(std::string(data::kDocumentIdsSide));
+  HT_CHECK(cp_.size() == 1 || docs == nullptr, ErrorKind::kNotSupported,
+           "attention '{}': document masking ('{}') under context parallelism (--cp {}) is not supported: the "
+           "document ids would have to cross the sequence's split. Train with --cp 1, or without document ids",
+           name(), data::kDocumentIdsSide, cp_.size());
   std::vector<Tensor> saved = attention_inputs(c_attn_->forward(ctx, x));
   const std::int64_t c = saved.size() == 1 ? saved[0].size(2) / 3 : saved[0].size(2);  // this rank's channels
   Tensor att = Tensor::empty({b, t, c}, saved[0].dtype(), x.device());
   Tensor lse = Tensor::empty({b, n_head_, t}, DType::kF32, x.device());  // f32 whatever the compute dtype
-  attend(saved, att, lse);
+  attend(saved, docs ? *docs : Tensor(), att, lse);
   // att is c_proj's saved input too (the same storage); under selective
   // recomputation neither it nor lse is kept: backward computes them again.
+  // The document ids (or an undefined tensor) come last: backward's
+  // probabilities need them.
   const bool selective = recompute() == Recompute::kSelective;
   saved.push_back(selective ? Tensor() : att);
   saved.push_back(selective ? Tensor() : lse);
+  saved.push_back(docs ? *docs : Tensor());
   ctx.save(this, std::move(saved));
   return c_proj_->forward(ctx, att);
 }
 
 Tensor CausalSelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
-  std::vector<Tensor> in = ctx.saved(this);  // qkv, or q, k and v; then att and lse
+  std::vector<Tensor> in = ctx.saved(this);  // qkv, or q, k and v; then att, lse and the document ids
+  const Tensor docs = in.back();
+  in.pop_back();
   Tensor lse = in.back();
   in.pop_back();
   Tensor att = in.back();
@@ -92,12 +104,12 @@ Tensor CausalSelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
     // (a deterministic op), and c_proj's input saved only now.
     att = Tensor::empty({first.size(0), first.size(1), c}, first.dtype(), first.device());
     lse = Tensor::empty({first.size(0), n_head_, first.size(1)}, DType::kF32, first.device());
-    attend(in, att, lse);
+    attend(in, docs, att, lse);
     ctx.save(c_proj_, {att});
   }
   Tensor datt = c_proj_->backward(ctx, dy);
   Tensor dqkv = Tensor::empty({first.size(0), first.size(1), 3 * c}, first.dtype(), dy.device());
-  attend_backward(datt, in, att, lse, dqkv);
+  attend_backward(datt, in, docs, att, lse, dqkv);
   return c_attn_->backward(ctx, dqkv);
 }
 

@@ -318,19 +318,21 @@ Var softmax_of(const Var& x, bool log) {
 Var softmax(const Var& x) { return softmax_of(x, false); }
 Var log_softmax(const Var& x) { return softmax_of(x, true); }
 
-Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionOptions& options, const Var& key_mask) {
+Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionOptions& options, const Var& key_mask,
+              const Var& segment_ids) {
   HT_CHECK(q.ndim() == 3, ErrorKind::kShapeMismatch, "attention: q must be (B, T, H*D), got {}", shape_str(q.shape()));
   Tensor out = like(q.tensor());
   Tensor lse = Tensor::empty({q.size(0), options.n_head, q.size(1)}, DType::kF32, q.device(), MemCategory::kActivations);
   const Tensor mask = key_mask.defined() ? key_mask.tensor() : Tensor();
-  ops::attention_forward(q.tensor(), k.tensor(), v.tensor(), options, mask.defined() ? &mask : nullptr, out, lse);
+  const Tensor ids = segment_ids.defined() ? segment_ids.tensor() : Tensor();
+  const auto or_null = [](const Tensor& t) { return t.defined() ? &t : nullptr; };
+  ops::attention_forward(q.tensor(), k.tensor(), v.tensor(), options, or_null(mask), or_null(ids), out, lse);
   const Tensor kept_out = out;
   return q.tape().record(
-      std::move(out), {q, k, v}, {q.tensor(), k.tensor(), v.tensor(), kept_out, lse, mask},
-      [options](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>&) {
+      std::move(out), {q, k, v}, {q.tensor(), k.tensor(), v.tensor(), kept_out, lse, mask, ids},
+      [options, or_null](Context&, const Tensor& dy, const std::vector<Tensor>& s, const std::vector<bool>&) {
         Tensor dq = like(s[0]), dk = like(s[1]), dv = like(s[2]);
-        ops::attention_backward(dy, s[0], s[1], s[2], s[3], s[4], options, s[5].defined() ? &s[5] : nullptr, dq, dk,
-                                dv);
+        ops::attention_backward(dy, s[0], s[1], s[2], s[3], s[4], options, or_null(s[5]), or_null(s[6]), dq, dk, dv);
         return std::vector<Tensor>{dq, dk, dv};
       });
 }

@@ -54,6 +54,11 @@ Tensor SelfAttention::forward_impl(Context& ctx, const Tensor& x) {
            "attention '{}': a key padding mask ('{}') under context parallelism (--cp {}) is not supported: the mask "
            "would have to cross the sequence's split. Train with --cp 1",
            name(), config_.key_mask, cp_.size());
+  const Tensor* docs = config_.document_ids.empty() ? nullptr : ctx.side_input(config_.document_ids);
+  HT_CHECK(cp_.size() == 1 || docs == nullptr, ErrorKind::kNotSupported,
+           "attention '{}': document masking ('{}') under context parallelism (--cp {}) is not supported: the "
+           "document ids would have to cross the sequence's split. Train with --cp 1, or without document ids",
+           name(), config_.document_ids, cp_.size());
   Tensor q = q_->forward(ctx, x), k = k_->forward(ctx, x), v = v_->forward(ctx, x);
   if (rope_table_.defined()) {
     const Tensor rows = context_rows(rope_table_, cp_, t);
@@ -66,15 +71,15 @@ Tensor SelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   if (cp_.size() > 1)
     context_parallel_attention_forward(q, k, v, options, cp_, out, lse);
   else
-    ops::attention_forward(q, k, v, options, key_mask, out, lse);
+    ops::attention_forward(q, k, v, options, key_mask, docs, out, lse);
   // Backward recomputes the probabilities from lse, so it needs this
-  // micro-batch's key mask: saved with the rest (out is o_proj's saved input
-  // too, the same storage). Selective recomputation keeps neither out nor
-  // lse: backward computes them again.
+  // micro-batch's key mask and document ids: saved with the rest (undefined
+  // when absent; out is o_proj's saved input too, the same storage).
+  // Selective recomputation keeps neither out nor lse: backward computes
+  // them again.
   const bool selective = recompute() == Recompute::kSelective;
-  std::vector<Tensor> saved{q, k, v, selective ? Tensor() : out, selective ? Tensor() : lse};
-  if (key_mask) saved.push_back(*key_mask);
-  ctx.save(this, std::move(saved));
+  ctx.save(this, {q, k, v, selective ? Tensor() : out, selective ? Tensor() : lse, key_mask ? *key_mask : Tensor(),
+                  docs ? *docs : Tensor()});
   return o_->forward(ctx, out);
 }
 
@@ -82,7 +87,8 @@ Tensor SelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
   const std::vector<Tensor> s = ctx.saved(this);
   const Tensor &q = s.at(0), &k = s.at(1), &v = s.at(2);
   const ops::AttentionOptions options{.n_head = local_heads_, .n_kv_head = local_kv_heads_, .causal = config_.causal};
-  const Tensor* key_mask = s.size() > 5 ? &s.at(5) : nullptr;
+  const Tensor* key_mask = s.at(5).defined() ? &s.at(5) : nullptr;
+  const Tensor* docs = s.at(6).defined() ? &s.at(6) : nullptr;
   Tensor out = s.at(3), lse = s.at(4);
   if (!out.defined()) {
     // Selective recomputation: the attention forward again (the same bits:
@@ -92,7 +98,7 @@ Tensor SelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
     if (cp_.size() > 1)
       context_parallel_attention_forward(q, k, v, options, cp_, out, lse);
     else
-      ops::attention_forward(q, k, v, options, key_mask, out, lse);
+      ops::attention_forward(q, k, v, options, key_mask, docs, out, lse);
     ctx.save(o_, {out});
   }
   Tensor dout = o_->backward(ctx, dy);
@@ -102,7 +108,7 @@ Tensor SelfAttention::backward_impl(Context& ctx, const Tensor& dy) {
   if (cp_.size() > 1)
     context_parallel_attention_backward(dout, q, k, v, out, lse, options, cp_, dq, dk, dv);
   else
-    ops::attention_backward(dout, q, k, v, out, lse, options, key_mask, dq, dk, dv);
+    ops::attention_backward(dout, q, k, v, out, lse, options, key_mask, docs, dq, dk, dv);
   if (rope_table_.defined()) {
     const Tensor rows = context_rows(rope_table_, cp_, q.size(1));
     ops::rope_backward(dq, rows, local_heads_, dq);

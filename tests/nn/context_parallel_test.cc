@@ -3,13 +3,15 @@
 // output and the q, k and v gradients of attention over the whole sequence
 // in one process, for those positions, within 1e-5 relative; causal and not,
 // grouped-query heads, chunks of a length off every tile; the chunks the
-// engine hands a rank hold the positions the models index; and a key mask,
-// which cannot cross the split, is refused.
+// engine hands a rank hold the positions the models index; and a key mask
+// or document ids, which cannot cross the split, are refused.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "ht/comm/mpi_communicator.h"
+#include "ht/data/data_source.h"
+#include "ht/nn/attention.h"
 #include "ht/nn/context_parallel.h"
 #include "ht/nn/functional.h"
 #include "ht/nn/self_attention.h"
@@ -120,6 +122,22 @@ TEST(ContextParallel, SelfAttentionRefusesAKeyMask) {
   const Tensor x = Tensor::zeros({1, 4, 8}, DType::kF32);
   EXPECT_TRUE(test::throws_error([&] { attn.forward(ctx, x); }, ErrorKind::kNotSupported,
                                  {"key padding mask ('key_mask')", "--cp 1"}));
+}
+
+// Document ids cannot cross the split either: GPT's and Llama's attention
+// refuse them by name under context parallelism.
+TEST(ContextParallel, AttentionRefusesDocumentIds) {
+  auto world = comm::make_mpi_world();
+  const ContextParallel cp{.group = world.get()};
+  SelfAttention llama("attn", {.dim = 8, .n_head = 2}, Device::cpu(), {}, cp);
+  CausalSelfAttention gpt("attn", 8, 2, Device::cpu(), {}, cp);
+  const Tensor x = Tensor::zeros({1, 4, 8}, DType::kF32);
+  for (Module* m : {static_cast<Module*>(&llama), static_cast<Module*>(&gpt)}) {
+    Context ctx;
+    ctx.set_side_input(std::string(data::kDocumentIdsSide), Tensor::zeros({1, 4}, DType::kI32));
+    EXPECT_TRUE(test::throws_error([&] { m->forward(ctx, x); }, ErrorKind::kNotSupported,
+                                   {"document masking ('document_ids')", "--cp 1"}));
+  }
 }
 
 }  // namespace

@@ -41,18 +41,27 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "ht/core/client_state.h"
 #include "ht/core/tensor.h"
 
 namespace ht::data {
 
+/// The side input of document ids: (B, T) i32, the document each input
+/// token of a row belongs to; a query attends only to keys of its own
+/// document (ShardBatchesOptions::document_ids gives it; the GPT and Llama
+/// attention layers read it).
+inline constexpr std::string_view kDocumentIdsSide = "document_ids";
+
 struct MicroBatch {
   Tensor input;   // the first stage's input, e.g. tokens (B, T) i32; rows along dimension 0
   Tensor target;  // the last stage's target, e.g. next tokens (B, T) i32
   /// Named tensors beside the input that layers read, on the host, rows
   /// along dimension 0: a padding mask "key_mask" (B, T) i32, 1 for a real
-  /// token (nn::SelfAttention and ops::masked_mean read it). The engine
+  /// token (nn::SelfAttention and ops::masked_mean read it); the document
+  /// of each token, kDocumentIdsSide (nn::CausalSelfAttention and
+  /// nn::SelfAttention mask attention across documents with it). The engine
   /// gives them to every pipeline stage's nn::Context as side inputs, on
   /// the model's device, before the stage's forward: they reach every
   /// stage whatever the layout (a model must not set side inputs in its

@@ -17,9 +17,14 @@
 // begins after it (Megatron's convention). With document_ids on, each
 // micro-batch carries side[kDocumentIdsSide], (B, T) i32: row b's t-th
 // input token belongs to the document numbered by the end-of-text tokens
-// before it in the row (0, 1, ...); a query may attend to a key only of its
-// own number. No attention of the library reads it yet: it is data for a
-// model that masks attention across documents.
+// before it in the row (0, 1, ...; the end-of-text token itself belongs to
+// the document it ends); a query may attend to a key only of its own
+// number. nn::CausalSelfAttention (GPT) and nn::SelfAttention (Llama) read
+// it and mask attention across documents (Megatron's reset_attention_mask);
+// positions stay those of the row (position ids are not reset per
+// document), and the loss still counts every target, the first token of the
+// next document after an end-of-text included. Context parallelism refuses
+// it (the engine refuses side inputs under --cp).
 //
 // Shards are mapped and a window reads only its own tokens. Not thread-safe
 // (the DataSource contract: called from the training thread).
@@ -36,8 +41,6 @@
 #include "ht/data/token_corpus.h"
 
 namespace ht::data {
-
-inline constexpr std::string_view kDocumentIdsSide = "document_ids";
 
 struct ShardBatchesOptions {
   std::int64_t seq_len = 1024;

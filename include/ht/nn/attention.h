@@ -10,6 +10,14 @@
 // input holds this rank's two chunks of each sequence and the attention runs
 // across the group (nn/context_parallel.h): q, k and v are cut out of the
 // packed projection and attend to the whole sequence's keys.
+//
+// Documents: when the micro-batch's Context holds the side input
+// data::kDocumentIdsSide ("document_ids", (B, T) i32, the document of each
+// position; data::ShardBatches gives it), a query attends only to the keys
+// of its own document (ops::attention_forward's segment ids). Positions are
+// not reset per document: the model's learned positions stay those of the
+// row. Refused by name under context parallelism (the ids would have to
+// cross the sequence's split).
 #pragma once
 
 #include "ht/nn/context_parallel.h"
@@ -32,7 +40,8 @@ class CausalSelfAttention : public Module {
  protected:
   /// x (B, T, C) -> (B, T, C); saves qkv (q, k and v under context
   /// parallelism), the attention's output and its log-sum-exp per row (no
-  /// output or lse under kSelective).
+  /// output or lse under kSelective) and the document ids, if any. Throws
+  /// kNotSupported for document ids under context parallelism.
   Tensor forward_impl(Context& ctx, const Tensor& x) override;
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 
@@ -42,10 +51,11 @@ class CausalSelfAttention : public Module {
   /// it, so backward cuts nothing).
   std::vector<Tensor> attention_inputs(const Tensor& qkv) const;
   ops::AttentionOptions options() const;
-  /// The attention core on those inputs: whole, or across the cp group.
-  void attend(const std::vector<Tensor>& in, Tensor& att, Tensor& lse) const;
-  void attend_backward(const Tensor& datt, const std::vector<Tensor>& in, const Tensor& att, const Tensor& lse,
-                       Tensor& dqkv) const;
+  /// The attention core on those inputs: whole, or across the cp group;
+  /// `docs`: the document ids (undefined: none; never under cp).
+  void attend(const std::vector<Tensor>& in, const Tensor& docs, Tensor& att, Tensor& lse) const;
+  void attend_backward(const Tensor& datt, const std::vector<Tensor>& in, const Tensor& docs, const Tensor& att,
+                       const Tensor& lse, Tensor& dqkv) const;
 
   int n_head_;
   ContextParallel cp_;

@@ -76,9 +76,12 @@ Var log_softmax(const Var& x);
 /// values from an encoder's memory). `key_mask`: the (B, Tk) i32 keys that
 /// may be attended (nonzero; a padding mask, e.g. Tape::side_input of its
 /// name), or an undefined Var for all. options.causal: query i sees keys
-/// j <= i (PyTorch's is_causal).
+/// j <= i (PyTorch's is_causal). `segment_ids`: self-attention only (Tk ==
+/// T), the (B, T) i32 segment of each position (the documents of a packed
+/// row, e.g. Tape::side_input(data::kDocumentIdsSide)); query i sees key j
+/// only of its own segment. An undefined Var: none.
 Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionOptions& options,
-              const Var& key_mask = {});
+              const Var& key_mask = {}, const Var& segment_ids = {});
 
 /// As PyTorch's F.cross_entropy arguments of the same names.
 struct CrossEntropyOptions {

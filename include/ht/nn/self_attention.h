@@ -11,6 +11,15 @@
 // coexist: an encoder's self-attention reads the source's padding, a
 // decoder's the target's.
 //
+// Documents: when the Context holds the side input AttentionConfig::
+// document_ids names (data::kDocumentIdsSide, "document_ids", by default;
+// (B, T) i32, the document of each position; data::ShardBatches gives it),
+// a query attends only to keys of its own document, besides the causal and
+// padding masks (ops::attention_forward's segment ids). Rotary angles stay
+// those of the row's positions (not reset per document): attention scores
+// depend only on the distance between positions, so a document sees the
+// same scores wherever it starts in the row, up to rounding.
+//
 // Tensor parallelism: q, k and v are column-parallel and the output
 // projection row-parallel, so each rank computes n_head / tp query heads and
 // n_kv_head / tp key/value heads (the query heads of a group stay on the
@@ -19,14 +28,16 @@
 // Context parallelism (a ContextParallel group of more than one): the input
 // holds this rank's two chunks of each sequence; rotary angles are those of
 // the positions' global index, and attention runs across the group
-// (nn/context_parallel.h). No key padding mask then (refused by name).
+// (nn/context_parallel.h). No key padding mask and no document ids then
+// (refused by name).
 //
-// Selective recomputation (Recompute::kSelective): it keeps q, k, v (rotated)
-// and the key mask only; backward runs ops::attention_forward again for the
+// Selective recomputation (Recompute::kSelective): it keeps q, k, v (rotated),
+// the key mask and the document ids only; backward runs ops::attention_forward again for the
 // output and log-sum-exp, saves the output as o_proj's input (o_proj keeps
 // nothing in forward) and backpropagates.
 #pragma once
 
+#include "ht/data/data_source.h"
 #include "ht/nn/context_parallel.h"
 #include "ht/nn/linear.h"
 
@@ -41,6 +52,9 @@ struct AttentionConfig {
   float rope_theta = 0.f;  // > 0: rotary position embeddings with this base
   std::int64_t max_positions = 0;  // the longest sequence (for the rotary table)
   std::string key_mask = "key_mask";  // the side input of the key padding mask (none given: every key)
+  /// The side input of the document ids (none given: one document a row;
+  /// empty: never read).
+  std::string document_ids = std::string(data::kDocumentIdsSide);
 };
 
 class SelfAttention : public Module {
@@ -61,7 +75,9 @@ class SelfAttention : public Module {
 
  protected:
   /// x (B, T, dim) -> (B, T, dim); saves q, k, v (rotated), the output, its
-  /// log-sum-exp per row and the key mask (no output or lse under kSelective).
+  /// log-sum-exp per row, the key mask and the document ids (no output or
+  /// lse under kSelective). Throws kNotSupported for a key mask or document
+  /// ids under context parallelism.
   Tensor forward_impl(Context& ctx, const Tensor& x) override;
   Tensor backward_impl(Context& ctx, const Tensor& dy) override;
 
