@@ -12,6 +12,7 @@
 #include "ht/core/version.h"
 #include "ht/data/shard_batches.h"
 #include "ht/data/text_corpus.h"
+#include "ht/models/hf_format.h"
 #include "ht/parallel/gather_parameters.h"
 
 namespace ht::examples {
@@ -335,6 +336,12 @@ int train_language_model(const char* program, train::TrainFlags& flags, const To
     const auto make_model = [&](const nn::Placement& at) { return models::make_model(config, at); };
     const TokenData tokens = data.load(job, models::vocab_size(config), models::context(config));
     if (data.prepare_only) return;
+    std::optional<models::HFWeights> pretrained;  // --init-from: the weights each rank reads its part of
+    if (!model.init_from().empty()) {
+      pretrained = models::HFWeights::open(model.init_from(), config);
+      flags.engine.initial_values = [&](const nn::Parameter& p) { return pretrained->initial_value(p); };
+      if (job.rank0()) std::printf("# weights from %s\n", model.init_from().c_str());
+    }
     train::Engine engine(job, flags.engine, make_model, *tokens.source);
     flags.fit.run_fields["seq_len"] = data.seq_len;
     if (!is_bytes(*tokens.tokenizer)) flags.fit.run_fields["tokenizer"] = tokens.tokenizer->description();
