@@ -102,12 +102,15 @@ void shape_case(const ShapeCase& c, const std::string& path) {
 /// Attention with x (2, tq + tk, 24) cut into q (2, tq, 24: 4 heads of 6),
 /// and k, v (2, tk, 12 each: 2 key/value heads) from the other rows; the key
 /// mask keeps key 0 of every batch entry (no query is left without keys)
-/// and masks the last two keys of entry 1.
+/// and masks the last two keys of entry 1. With segments (tq == tk), entry
+/// 0 holds documents of 20, 45 and the rest of the positions, entry 1 the
+/// unsorted ids (7 j / 5) mod 3.
 struct AttentionCase {
   const char* name;
   std::int64_t tq, tk;
   bool causal, masked;
   std::int64_t offset = 0;  // causal: query i sees keys j <= i + offset
+  bool segments = false;    // segment ids (document masking)
 };
 const AttentionCase kAttention[] = {
     {"attention_cross", 3, 5, false, false},
@@ -118,6 +121,8 @@ const AttentionCase kAttention[] = {
     {"attention_cross_causal_tiles", 130, 70, true, true},
     {"attention_causal_bottom_right", 4, 9, true, true, 5},  // the last 4 of 9 positions
     {"attention_causal_offset_tiles", 70, 200, true, false, 130},
+    {"attention_self_documents", 7, 7, false, false, 0, true},
+    {"attention_self_causal_documents_masked", 70, 70, true, true, 0, true},  // across the 64-wide tiles
 };
 
 void attention_case(const AttentionCase& c, const std::string& path) {
@@ -126,16 +131,24 @@ void attention_case(const AttentionCase& c, const std::string& path) {
   std::vector<std::int32_t> keep(std::size_t(2 * c.tk), 1);
   if (c.masked) keep[std::size_t(2 * c.tk - 1)] = keep[std::size_t(2 * c.tk - 2)] = 0;
   const Tensor mask = Tensor::from_vector(keep, {2, c.tk});
+  std::vector<std::int32_t> ids(std::size_t(2 * c.tk));
+  for (std::int64_t j = 0; j < c.tk; ++j) {
+    ids[std::size_t(j)] = j < 20 ? 0 : j < 65 ? 1 : 2;
+    ids[std::size_t(c.tk + j)] = std::int32_t(7 * j / 5 % 3);
+  }
+  const Tensor segments = Tensor::from_vector(ids, {2, c.tk});
   const ops::AttentionOptions o{.n_head = 4, .n_kv_head = 2, .causal = c.causal, .causal_offset = c.offset};
   run_on_tape(
       w, uniform({2, c.tq + c.tk, 24}, rng),
       [&](const nn::Var& x) {
         const nn::Var q = nn::narrow(x, 1, 0, c.tq), kv = nn::narrow(x, 1, c.tq, c.tk);
         const nn::Var k = nn::narrow(kv, 2, 0, 12), v = nn::narrow(kv, 2, 12, 12);
-        return nn::attention(q, k, v, o, c.masked ? x.tape().constant(mask) : nn::Var());
+        return nn::attention(q, k, v, o, c.masked ? x.tape().constant(mask) : nn::Var(),
+                             c.segments ? x.tape().constant(segments) : nn::Var());
       },
       rng);
   w.write("key_mask", mask);
+  if (c.segments) w.write("segment_ids", segments);
   w.attr("tq", double(c.tq));
   w.attr("causal", c.causal ? 1.0 : 0.0);
   w.attr("offset", double(c.offset));

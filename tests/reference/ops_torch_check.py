@@ -42,7 +42,8 @@ def split_concat(f, x):
 
 def attention(f, x):
     """q, k, v cut from x as the exporter does; 4 query heads of 6 share 2
-    key/value heads; the softmax materialised, masks as -inf."""
+    key/value heads; the softmax materialised, masks as -inf; segment ids
+    (document masking): query i sees key j only when their ids are equal."""
     tq = int(f.attrs["tq"])
     b = x.shape[0]
     q, kv = x[:, :tq], x[:, tq:]
@@ -55,6 +56,9 @@ def attention(f, x):
     allowed = torch.from_numpy(f["key_mask"][...] != 0)[:, None, None, :].expand(b, 1, tq, tk)
     if f.attrs["causal"]:
         allowed = allowed & torch.ones(tq, tk, dtype=torch.bool).tril(diagonal=int(f.attrs["offset"]))
+    if "segment_ids" in f:
+        seg = torch.from_numpy(f["segment_ids"][...])
+        allowed = allowed & (seg[:, None, :, None] == seg[:, None, None, :])
     scores = scores.masked_fill(~allowed, float("-inf"))
     out = torch.softmax(scores, -1) @ vh
     return out.transpose(1, 2).reshape(b, tq, 24)
