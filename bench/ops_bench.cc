@@ -177,6 +177,27 @@ void bm_attention_step(benchmark::State& state, Device device, AttnImpl impl, At
   set_rate(state, "GFLOP/s", attention_flops(s, false) * 3.0 * 1e-9);
 }
 
+// Document masking (segment ids): one step's attention, forward then
+// backward, over windows cut into documents of `doc` tokens (doc = T: one
+// document, which runs as without ids). Tiles between documents are
+// skipped, so short documents cost less; the rate counts the causal
+// window's dense FLOPs, as the other rows, so it reads as a speed-up.
+void bm_attention_documents(benchmark::State& state, Device device, AttnShape s, std::int64_t doc) {
+  const Tensor qkv = random_tensor({s.b, s.t, 3 * s.c}, device);
+  const Tensor dout = random_tensor({s.b, s.t, s.c}, device, 1.f, 3);
+  std::vector<std::int32_t> ids(std::size_t(s.b * s.t));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(std::int64_t(i) % s.t / doc);
+  const Tensor segments = Tensor::from_vector(ids, {s.b, s.t}).to(device);
+  Tensor out = Tensor::empty({s.b, s.t, s.c}, DType::kF32, device);
+  Tensor lse = Tensor::empty({s.b, s.h, s.t}, DType::kF32, device);
+  Tensor dqkv = Tensor::empty(qkv.shape(), DType::kF32, device);
+  run_timed(state, device, dqkv, [&] {
+    ht::ops::attention_forward(qkv, s.h, &segments, out, lse);
+    ht::ops::attention_backward(dout, qkv, out, lse, s.h, &segments, dqkv);
+  });
+  set_rate(state, "GFLOP/s", attention_flops(s, false) * 3.0 * 1e-9);
+}
+
 // ---- row-wise and element-wise ops (bandwidth) ----------------------------
 
 // The bytes of the dtype's tensors are counted; mean and rstd are f32 always.
@@ -317,6 +338,12 @@ void register_all(Device device) {
       reg(bench_name("attention_fwd_bwd", "cpu_materialised_reference", rest), device, bm_attention_step,
           AttnImpl::kMaterialisedReference, s);
     }
+  // Packed documents (GPT-2 small's heads, T 1024): one, then 256 and 64 tokens each.
+  for (std::int64_t doc : {1024, 256, 64}) {
+    const AttnShape s{4, 1024, 768, 12};
+    reg(bench_name("attention_fwd_bwd_documents", dev, "B4_T1024_C768_H12_doc" + std::to_string(doc)), device,
+        bm_attention_documents, s, doc);
+  }
   for (DType dt : dtypes)
     for (std::int64_t c : {384, 768}) {
       const std::string rest = "N1024_C" + std::to_string(c);
