@@ -21,7 +21,8 @@
 // it passed as dy to a child's backward, nor into its saved input.
 //
 // Side inputs are what layers deep inside a model read beside their input
-// (a padding mask "key_mask"). The engine gives a micro-batch's side inputs
+// (a padding mask "key_mask"; the documents of packed rows, "document_ids",
+// which GPT's and Llama's attention read). The engine gives a micro-batch's side inputs
 // (data::MicroBatch::side) to every pipeline stage's context and then seals
 // them: a model that set one in its own forward would give it to its first
 // stage only, and the later stages would silently run without it, so
