@@ -1,6 +1,7 @@
-// gpt_train: prepares a byte-level token dataset from text and trains a GPT
-// on it with the library's engine, ending with a sample from the trained
-// model. Everything else (the mesh under mpirun, ZeRO, pipelines, mixed
+// gpt_train: prepares a token dataset from text (byte by byte, or with
+// --tokenizer: GPT-2's BPE, tiktoken, SentencePiece), or reads token shards
+// (--shards), and trains a GPT on it with the library's engine, ending with
+// a sample from the trained model. Everything else (the mesh under mpirun, ZeRO, pipelines, mixed
 // precision, checkpoints and resume, heartbeats, preemption, the progress
 // line and metrics.jsonl) is the library's: see ht/train/run.h and
 // ht/train/flags.h. The model's flags (--preset, --layers, ...) are
@@ -15,7 +16,7 @@ int main(int argc, char** argv) {
   examples::TokenDataFlags data;
   examples::SampleFlags sample;
   models::ModelFlags model("gpt", "gpt-small");
-  CLI::App app{"Train a GPT on a byte-level text corpus (by default the fortunes package's)."};
+  CLI::App app{"Train a GPT on a text corpus (by default the fortunes package's, byte by byte) or on token shards."};
   flags.add_to(app);
   data.add_to(app);
   sample.add_to(app);

@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   examples::TokenDataFlags data;
   examples::SampleFlags sample;
   models::ModelFlags model("llama", "llama-small");
-  CLI::App app{"Train a Llama-style model on a byte-level text corpus (by default the fortunes package's)."};
+  CLI::App app{"Train a Llama-style model on a text corpus (by default the fortunes package's, byte by byte) or on token shards."};
   flags.add_to(app);
   data.add_to(app);
   sample.add_to(app);

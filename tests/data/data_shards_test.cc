@@ -1,14 +1,17 @@
 // Text corpora tokenized in parallel (ht/data/text_corpus.h): the documents
 // of files and JSON Lines, shard sets read back through TokenCorpus as each
 // document's ids followed by the end of text, the same bytes for any thread
-// count, uint32 shards for a vocabulary over 65536, tokenize_text's splits,
+// count, workers that encode documents at once, uint32 shards for a
+// vocabulary over 65536, tokenize_text's splits,
 // and every refusal by name, a failed write leaving nothing behind.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "ht/data/text_corpus.h"
 #include "ht/data/token_corpus.h"
@@ -205,6 +208,43 @@ TEST(TextShards, SameBytesForAnyThreadCount) {
     got.insert(got.end(), p.tokens.begin(), p.tokens.end());
   });
   EXPECT_EQ(got, with_eot(tok, docs));
+}
+
+// A tokenizer that waits 25 ms a document: the pool must overlap documents
+// whatever else the machine runs (waiting needs no core).
+class WaitingTokenizer final : public Tokenizer {
+ public:
+  std::vector<std::int32_t> encode(std::string_view text) const override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    return TestTokenizer().encode(text);
+  }
+  std::string decode(std::span<const std::int32_t>) const override { return {}; }
+  std::int64_t vocab_size() const override { return 300; }
+  std::optional<std::int32_t> end_of_text() const override { return 299; }
+  std::string description() const override { return "waiting"; }
+};
+
+TEST(TextShards, WorkersEncodeDocumentsAtOnce) {
+  const test::TempDir dir("ht_text_overlap");
+  std::vector<std::string> docs;
+  for (int i = 0; i < 12; ++i) {
+    docs.push_back(doc_text(i));
+    put_file(dir.path() / fmt::format("{:02d}.txt", i), docs.back());
+  }
+  const TextCorpus corpus = TextCorpus::open({dir.path().string()});
+  const WaitingTokenizer tok;
+  double seconds[2] = {0, 0};
+  for (const int threads : {1, 4}) {
+    std::vector<std::int32_t> got;
+    const auto t0 = std::chrono::steady_clock::now();
+    encode_corpus(corpus, tok, {.threads = threads, .end_of_text = 299},
+                  [&](EncodedPiece&& p) { got.insert(got.end(), p.tokens.begin(), p.tokens.end()); });
+    seconds[threads == 4] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(got, with_eot(TestTokenizer(), docs));
+  }
+  // 12 x 25 ms = 300 ms on one thread; 4 threads: about 75 ms.
+  EXPECT_GE(seconds[0], 0.29);
+  EXPECT_LT(seconds[1], 0.5 * seconds[0]) << "1 thread: " << seconds[0] << " s, 4 threads: " << seconds[1] << " s";
 }
 
 TEST(TextShards, WideVocabulariesWriteUint32) {
