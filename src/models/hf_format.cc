@@ -359,6 +359,29 @@ Tensor HFWeights::initial_value(const nn::Parameter& p) const {
                    std::equal(full.begin() + 1, full.end(), e.shape.begin() + 1),
                "parameter '{}' has shape [{}]; the Hugging Face model {} gives [{}]", p.name(), fmt::join(full, ", "),
                describe(config_), fmt::join(e.shape, ", "));
+  const nn::ParamLayout& layout = p.layout();
+  const int n = layout.tp_size, r = layout.tp_rank;
+  // Rows this rank holds are read alone when the file's rows are its rows:
+  // a matrix split by rows (in as many stacked pieces as the file has
+  // tensors: gate_proj and up_proj), or GPT-2's Conv1D split by this
+  // library's columns, which are the file's rows.
+  if (layout.tp_split() && layout.tp_split_dim == 0 && e.change != Change::kTranspose &&
+      layout.tp_parts == int(e.hf.size())) {
+    Tensor part = Tensor::zeros(nn::tp_part_shape(full, layout), DType::kF32);  // padding rows stay zero
+    const std::int64_t piece = full.at(0) / layout.tp_parts, rows = piece / n;
+    for (std::size_t i = 0; i < e.hf.size(); ++i) {
+      const std::int64_t real = e.vocab_rows ? e.shape.at(0) : piece;
+      const std::int64_t begin = r * rows, end = std::min(begin + rows, real);
+      if (begin < end)
+        ops::narrow_into(as_f32(file_->read_rows(prefix_ + e.hf[i], begin, end)), 0, std::int64_t(i) * rows, part);
+    }
+    return part;
+  }
+  if (layout.tp_split() && layout.tp_split_dim == 1 && e.change == Change::kTranspose && layout.tp_parts == 1) {
+    const std::int64_t rows = full.at(1) / n;
+    return transposed(as_f32(file_->read_rows(prefix_ + e.hf.front(), r * rows, (r + 1) * rows)));
+  }
+  // Otherwise the whole tensor, cut to this rank's part.
   Tensor value = Tensor::zeros(full, DType::kF32);  // a padded vocabulary's extra rows stay zero
   std::int64_t row = 0;
   for (const std::string& hf : e.hf) {
@@ -367,7 +390,7 @@ Tensor HFWeights::initial_value(const nn::Parameter& p) const {
     ops::narrow_into(t, 0, row, value);
     row += t.size(0);
   }
-  return nn::tp_part_of(value, p.layout());
+  return nn::tp_part_of(value, layout);
 }
 
 void HFWeights::load_into(nn::Model& model) const {

@@ -9,7 +9,7 @@
 // and, with --ckpt-dir, a checkpoint of the loaded weights (step 0) for
 // `ht-ckpt export --format hf`.
 //
-//   hf_logits HF_DIR TOKENS OUT --seq-len T [train flags]
+//   hf_logits HF_DIR TOKENS OUT --seq-len T [--vocab-multiple N] [train flags]
 //
 // TOKENS is a file of little-endian int32 ids, B T + 1 of them: window b is
 // ids [b T, b T + T] (inputs, then targets one further), as data::
@@ -32,17 +32,19 @@ using namespace ht;
 int main(int argc, char** argv) {
   train::TrainFlags flags;
   std::string hf_dir, tokens_path, out;
-  std::int64_t seq_len = 0;
+  std::int64_t seq_len = 0, vocab_multiple = 1;
   CLI::App app{"Load a Hugging Face model on a layout; write its loss and gathered logits"};
   flags.add_to(app);
   app.add_option("HF_DIR", hf_dir)->required();
   app.add_option("TOKENS", tokens_path)->required();
   app.add_option("OUT", out)->required();
   app.add_option("--seq-len", seq_len)->required();
+  app.add_option("--vocab-multiple", vocab_multiple, "pad the vocabulary rows to a multiple of this");
   CLI11_PARSE(app, argc, argv);
 
   return train::run_job("hf_logits", flags, [&](train::Job& job) {
-    const models::ModelConfig config = models::read_hf_config(hf_dir);
+    models::ModelConfig config = models::read_hf_config(hf_dir);
+    std::visit([&](auto& c) { c.vocab_multiple = vocab_multiple; }, config);
     const models::HFWeights weights = models::HFWeights::open(hf_dir, config);
     std::vector<std::int32_t> ids;
     {

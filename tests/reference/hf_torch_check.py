@@ -7,7 +7,9 @@
 # format (config.json and safetensors, by hf_torch.py: GPT-2 as the Hub's
 # gpt2 stores it, without the "transformer." prefix and with its attention
 # mask buffers; the Llama in two shards with an index). hf_logits loads it on
-# each layout (one process, tp 2, pp 2, ZeRO-3 over 2 ranks; the tied Llama
+# each layout (one process, tp 2 with the vocabulary padded from 96 to 128
+# rows, so that the second rank reads 32 rows and keeps 32 of zeros, pp 2,
+# ZeRO-3 over 2 ranks; the tied Llama
 # on one process and pp 2, where the last stage holds the embedding's copy)
 # and must give:
 #   - the logits of PyTorch's model within 1e-5 (relative to the largest
@@ -48,7 +50,7 @@ CONFIGS = {
               "rope_scaling": None, "tie_word_embeddings": False},
 }
 CONFIGS["llama_tied"] = dict(CONFIGS["llama"], tie_word_embeddings=True)
-LAYOUTS = {"one": (1, []), "tp2": (2, ["--tp", "2"]), "pp2": (2, ["--pp", "2"]), "zero3": (2, ["--zero", "3"])}
+LAYOUTS = {"one": (1, []), "tp2": (2, ["--tp", "2", "--vocab-multiple", "64"]), "pp2": (2, ["--pp", "2"]), "zero3": (2, ["--zero", "3"])}
 CASE_LAYOUTS = {"gpt2": ["one", "tp2", "pp2", "zero3"], "llama": ["one", "tp2", "pp2", "zero3"],
                 "llama_tied": ["one", "pp2"]}
 
