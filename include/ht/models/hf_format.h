@@ -38,7 +38,12 @@
 // to f32 exactly) and only when the parameter is built: a rank reads the
 // tensors of its own stage, one at a time, and keeps its tensor-parallel
 // part (ZeRO shards are cut from that by the data-parallel layer), so no
-// rank holds the whole model. A padded vocabulary's extra rows are zero.
+// rank holds the whole model. Where the part is a range of the file's rows
+// (a matrix split by rows, such as the embedding, q/k/v_proj and gate/up;
+// GPT-2's row-parallel c_proj, whose Conv1D rows are this library's
+// columns) only those rows are read from the mapping; a tensor split by
+// the file's columns is read whole and cut. A padded vocabulary's extra
+// rows are zero.
 #pragma once
 
 #include <cstdint>
