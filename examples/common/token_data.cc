@@ -131,6 +131,10 @@ void TokenDataFlags::add_to(CLI::App& app) {
           ->excludes(val_opt);
   app.add_option("--val-shards", val_shards, "token shards for validation (paths and globs; with --shards)")
       ->needs(shards_opt);
+  app.add_flag("--document-mask", document_mask,
+               "with --shards: a token attends only to tokens of its own document (documents end at the "
+               "tokenizer's end-of-text id); positions stay those of the window")
+      ->needs(shards_opt);
   app.add_flag("--prepare-only", prepare_only, "write the token file and stop");
   app.add_option("--seq-len", seq_len, "tokens per sequence");
 }
@@ -167,7 +171,10 @@ TokenData TokenDataFlags::load(train::Job& job, std::int64_t vocab_size, std::in
                   data::unigram_entropy(head, tok.vocab_size()));
     out.source = std::make_unique<data::ShardBatches>(
         std::move(parts), std::move(val),
-        data::ShardBatchesOptions{.seq_len = seq_len, .eot_token = eot.value_or(-1), .vocab_size = vocab_size});
+        data::ShardBatchesOptions{.seq_len = seq_len,
+                                  .eot_token = eot.value_or(-1),
+                                  .document_ids = document_mask,
+                                  .vocab_size = vocab_size});
     return out;
   }
 

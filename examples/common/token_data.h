@@ -40,6 +40,7 @@ struct TokenDataFlags {
   std::vector<std::string> text;  // text inputs to tokenise; default the fortunes corpus
   std::string tokenizer = "bytes";  // what data::load_tokenizer takes
   std::string shards, val_shards;   // token shard specs (a blend for training); replace the token file
+  bool document_mask = false;       // attention within documents only (data::ShardBatchesOptions::document_ids)
   double val_fraction = 0.05;
   bool prepare_only = false;
   std::int64_t seq_len = 128;

@@ -6,7 +6,8 @@
 # the run record names the tokenizer); the token file is reused for the same
 # text and tokenizer and made again for another tokenizer; then on shards
 # that `ht-data shards` made from the same text (each document's ids as
-# `ht-data encode` gives them, then 50256), one corpus and a blend. Refused by
+# `ht-data encode` gives them, then 50256), one corpus, a blend, and with
+# attention masked across documents (--document-mask). Refused by
 # name: a model vocabulary smaller than the tokenizer's, shards read with
 # another tokenizer, --shards with --text.
 # Usage: gpt_train_tokenizer.sh GPT_TRAIN HT_DATA SETUP_NPM WORK_DIR
@@ -85,6 +86,11 @@ grep -q '"val_loss"' "$work/run_shards/metrics.jsonl" || fail "no validation on 
 grep -q "^# data shards: train 0.7 x 1 shard, .* + 0.3 x 1 shard, .*; no validation;" "$work/out_blend.txt" \
   || fail "the blend's data line: $(grep '^# data' "$work/out_blend.txt")"
 grep -q "^step 1/1 | loss" "$work/out_blend.txt" || fail "no last step on the blend"
+# Attention within documents: the same run, masked.
+"$exe" --tokenizer "$vocab" --shards "$work/shards/train_*.bin" --val-shards "$work/shards/val_*.bin" --document-mask \
+  --run-dir "$work/run_mask" --vocab 50257 "${small[@]}" --steps 2 --eval-every 2 --eval-samples 4 \
+  --sample-tokens 0 > "$work/out_mask.txt"
+grep -q "^step 2/2 | loss" "$work/out_mask.txt" || fail "no last step with --document-mask"
 
 expect_error() {  # expect_error PATTERN ARGS...: must exit non-zero and print PATTERN
   local pattern="$1"; shift
@@ -96,5 +102,6 @@ expect_error "the tokenizer's vocabulary (50257, gpt2-bpe .*) is larger than the
 expect_error "outside the vocabulary of --tokenizer bytes (256 ids): pass the tokenizer the shards were made with" \
   --shards "$work/shards/train_*.bin" --run-dir "$work/e2" --vocab 50257 "${small[@]}"
 expect_error "excludes" --tokenizer "$vocab" --shards "$work/shards/train_*.bin" --text "$work/text" --run-dir "$work/e3"
+expect_error "requires --shards" --tokenizer "$vocab" --text "$work/text" --document-mask --run-dir "$work/e5"
 expect_error "tokenizer '$work/no_such_vocab' does not exist" --tokenizer "$work/no_such_vocab" --run-dir "$work/e4"
 echo "gpt_train with GPT-2's BPE: all checks passed"
