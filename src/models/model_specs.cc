@@ -211,7 +211,7 @@ nn::ModelSpec LlamaConfig::spec(std::int64_t seq_len) const {
     b.saved = {none, selective, TokenElements{.replicated = cd}};
     s.layers.push_back(std::move(b));
   }
-  s.layers.push_back(head_layer(vp, c, c, 1.0, /*shares_with=*/-1));
+  s.layers.push_back(head_layer(vp, c, c, 1.0, /*shares_with=*/tie_embeddings ? 0 : -1));
   return s;
 }
 
