@@ -217,10 +217,22 @@ LlamaConfig llama_config(const Json& j, const std::string& path) {
   c.rope_theta = float(get_or<double>(j, "rope_theta", 10000.0, path));
   c.norm_eps = float(get_or<double>(j, "rms_norm_eps", 1e-6, path));
   c.tie_embeddings = get_or<bool>(j, "tie_word_embeddings", false, path);
-  HT_CHECK(!j.contains("rope_scaling") || j.at("rope_scaling").is_null(), ErrorKind::kConfig,
-           "'{}': \"rope_scaling\" is {}; this library's rotary embeddings are unscaled (Llama 3.1's and YaRN's "
-           "scalings are not carried): set it to null only if the model was trained without it",
-           path, j.contains("rope_scaling") ? j.at("rope_scaling").dump() : "");
+  if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null()) {
+    const Json& r = j.at("rope_scaling");
+    const std::string type = r.is_object() ? get_or<std::string>(r, "rope_type", get_or<std::string>(r, "type", "", path), path) : "";
+    HT_CHECK(type == "llama3", ErrorKind::kConfig,
+             "'{}': \"rope_scaling\" is {}; this library carries Llama 3.1's (\"rope_type\": \"llama3\") only, not "
+             "linear, dynamic, YaRN or LongRoPE scaling",
+             path, r.dump());
+    c.rope_scaling.factor = float(get_required<double>(r, "factor", path));
+    c.rope_scaling.low_freq_factor = float(get_required<double>(r, "low_freq_factor", path));
+    c.rope_scaling.high_freq_factor = float(get_required<double>(r, "high_freq_factor", path));
+    c.rope_scaling.original_max_positions = get_required<std::int64_t>(r, "original_max_position_embeddings", path);
+    const double attention_factor = get_or<double>(r, "attention_factor", 1.0, path);
+    HT_CHECK(attention_factor == 1.0, ErrorKind::kConfig,
+             "'{}': rope_scaling's \"attention_factor\" is {}; Llama 3.1's scaling leaves attention unscaled (1)", path,
+             attention_factor);
+  }
   require<std::string>(j, "hidden_act", "silu", "silu", path, "SwiGLU's SiLU");
   require<bool>(j, "attention_bias", false, false, path, "projections without biases");
   require<bool>(j, "mlp_bias", false, false, path, "projections without biases");
@@ -290,7 +302,14 @@ std::string hf_config_json(const ModelConfig& config, const std::string& torch_d
     j["max_position_embeddings"] = l.context;
     j["rms_norm_eps"] = shortest(l.norm_eps);
     j["rope_theta"] = shortest(l.rope_theta);
-    j["rope_scaling"] = nullptr;
+    if (l.rope_scaling.enabled())
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", shortest(l.rope_scaling.factor)},
+                           {"low_freq_factor", shortest(l.rope_scaling.low_freq_factor)},
+                           {"high_freq_factor", shortest(l.rope_scaling.high_freq_factor)},
+                           {"original_max_position_embeddings", l.rope_scaling.original_max_positions}};
+    else
+      j["rope_scaling"] = nullptr;
     j["hidden_act"] = "silu";
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
@@ -503,6 +522,22 @@ ModelConfig parse_model_description(const std::string& description) {
       else if (number(w, "T", v)) c.context = std::int64_t(v);
       else if (number(w, "theta", v)) c.rope_theta = float(v);
       else if (number(w, "eps", v)) c.norm_eps = float(v);
+      else if (w.starts_with("llama3x")) {
+        std::vector<double> f;
+        std::string rest = w.substr(7);
+        for (std::size_t at = 0; at <= rest.size();) {
+          const std::size_t comma = std::min(rest.find(',', at), rest.size());
+          double x = 0;
+          if (!number("x" + rest.substr(at, comma - at), "x", x)) throw bad("'" + w + "' is not llama3x<f>,<lo>,<hi>,<ctx>");
+          f.push_back(x);
+          at = comma + 1;
+        }
+        if (f.size() != 4) throw bad("'" + w + "' is not llama3x<f>,<lo>,<hi>,<ctx>");
+        c.rope_scaling = {.factor = float(f[0]),
+                          .low_freq_factor = float(f[1]),
+                          .high_freq_factor = float(f[2]),
+                          .original_max_positions = std::int64_t(f[3])};
+      }
       else if (w.starts_with("E") && w.find('k') != std::string::npos) {
         const std::size_t k = w.find('k');
         double e = 0, t = 0;

@@ -31,6 +31,7 @@ class LlamaBlock : public nn::Module {
                             .causal = true,
                             .bias = false,
                             .rope_theta = c.rope_theta,
+                            .rope_scaling = c.rope_scaling,
                             .max_positions = c.context},
         device, tp, cp));
     mlp_norm_ = &add_module(std::make_unique<nn::RMSNorm>("post_attention_layernorm", c.n_embd, device, c.norm_eps));
@@ -84,6 +85,13 @@ void LlamaConfig::validate() const {
            ErrorKind::kConfig,
            "Llama config {}: every size, the rotary base, eps and the vocabulary multiple ({}) must be positive",
            str(), vocab_multiple);
+  const ops::RopeScaling& r = rope_scaling;
+  HT_CHECK(!r.enabled() || (r.factor >= 1.f && r.low_freq_factor > 0.f && r.low_freq_factor < r.high_freq_factor &&
+                            r.original_max_positions > 0),
+           ErrorKind::kConfig,
+           "Llama config {}: rope scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor and a positive "
+           "original context",
+           str());
   HT_CHECK(n_embd % n_head == 0, ErrorKind::kConfig,
            "Llama config: n_head={} does not divide n_embd={}: choose n_head in {}", n_head, n_embd,
            divisors_list(n_embd));
@@ -165,8 +173,13 @@ std::string LlamaConfig::str() const {
                                                     capacity)
                                       : "";
   const std::string eps = norm_eps != 1e-5f ? fmt::format(" eps{:g}", norm_eps) : "";
-  return fmt::format("L{} H{} KV{} C{} F{} V{}{} T{} theta{:g}{}{}{}", n_layer, n_head, n_kv_head, n_embd,
-                     ffn_hidden, vocab_size, pad, context, rope_theta, eps, tie_embeddings ? " tied" : "", moe);
+  const ops::RopeScaling& r = rope_scaling;
+  const std::string scaling = r.enabled() ? fmt::format(" llama3x{:g},{:g},{:g},{}", r.factor, r.low_freq_factor,
+                                                        r.high_freq_factor, r.original_max_positions)
+                                          : "";
+  return fmt::format("L{} H{} KV{} C{} F{} V{}{} T{} theta{:g}{}{}{}{}", n_layer, n_head, n_kv_head, n_embd,
+                     ffn_hidden, vocab_size, pad, context, rope_theta, scaling, eps, tie_embeddings ? " tied" : "",
+                     moe);
 }
 
 Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)

@@ -33,7 +33,7 @@ SelfAttention::SelfAttention(std::string name, const AttentionConfig& config, De
     HT_CHECK(c.max_positions > 0 && head_dim % 2 == 0, ErrorKind::kConfig,
              "attention '{}': rotary embeddings need max_positions > 0 (got {}) and an even head size (got {})",
              this->name(), c.max_positions, head_dim);
-    rope_table_ = ops::rope_table(c.max_positions, head_dim, c.rope_theta, device);
+    rope_table_ = ops::rope_table(c.max_positions, head_dim, c.rope_theta, c.rope_scaling, device);
   }
 }
 

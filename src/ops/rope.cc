@@ -4,6 +4,7 @@
 #include "ht/ops/rope.h"
 
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "ops/backend_ops.h"
@@ -43,6 +44,11 @@ void check_rope(const char* op, const char* x_name, const Tensor& x, const Tenso
 }  // namespace
 
 Tensor rope_table(std::int64_t max_positions, std::int64_t head_dim, float theta, Device device) {
+  return rope_table(max_positions, head_dim, theta, RopeScaling{}, device);
+}
+
+Tensor rope_table(std::int64_t max_positions, std::int64_t head_dim, float theta, const RopeScaling& scaling,
+                  Device device) {
   HT_CHECK_ARG(head_dim > 0 && head_dim % 2 == 0,
                "rope_table: head_dim={} must be positive and even (rotary embeddings rotate pairs of channels)",
                head_dim);
@@ -58,6 +64,30 @@ Tensor rope_table(std::int64_t max_positions, std::int64_t head_dim, float theta
     const float exponent = float(2 * i) / float(head_dim);
     const float power = float(std::pow(double(theta), double(exponent)));
     inv_freq[std::size_t(i)] = 1.f / power;
+  }
+  if (scaling.enabled()) {
+    HT_CHECK_ARG(scaling.factor >= 1.f && scaling.low_freq_factor > 0.f &&
+                     scaling.low_freq_factor < scaling.high_freq_factor && scaling.original_max_positions > 0,
+                 "rope_table: llama3 scaling factor {}, low_freq_factor {}, high_freq_factor {}, "
+                 "original_max_positions {}: need factor >= 1, 0 < low < high and a positive original context",
+                 scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor, scaling.original_max_positions);
+    // transformers' _compute_llama3_parameters on float32 tensors: a Python
+    // number meets an f32 tensor as an f32 (2 pi / x is x's reciprocal
+    // times 2 pi; comparisons take the bound rounded to f32).
+    const double context = double(scaling.original_max_positions);
+    const float low_wavelen = float(context / scaling.low_freq_factor);
+    const float high_wavelen = float(context / scaling.high_freq_factor);
+    const float band = float(double(scaling.high_freq_factor) - double(scaling.low_freq_factor));
+    for (float& f : inv_freq) {
+      const float wavelen = (1.f / f) * float(2.0 * std::numbers::pi);
+      const float scaled = wavelen > low_wavelen ? f / scaling.factor : f;
+      if (wavelen < high_wavelen || wavelen > low_wavelen) {
+        f = scaled;
+        continue;
+      }
+      const float smooth = ((1.f / wavelen) * float(context) - scaling.low_freq_factor) / band;
+      f = (1.f - smooth) * scaled / scaling.factor + smooth * scaled;
+    }
   }
   Tensor host = Tensor::empty({max_positions, half, 2}, DType::kF32, Device::cpu(), MemCategory::kOther);
   float* p = host.data<float>();

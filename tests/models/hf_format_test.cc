@@ -58,6 +58,10 @@ TEST(HFFormat, DescriptionsParseBackForEveryPreset) {
   EXPECT_TRUE(back.tie_embeddings);
   EXPECT_EQ(back.norm_eps, 1e-6f);
   EXPECT_EQ(back.padded_vocab_size(), 16);
+  l.rope_scaling = {.factor = 8.f, .low_freq_factor = 1.f, .high_freq_factor = 4.f, .original_max_positions = 8192};
+  const std::string scaled = models::describe(l);
+  EXPECT_EQ(scaled, "Llama L1 H2 KV1 C4 F6 V10 Vp16 T8 theta10000 llama3x8,1,4,8192 eps1e-06 tied");
+  EXPECT_EQ(std::get<models::LlamaConfig>(models::parse_model_description(scaled)).rope_scaling, l.rope_scaling);
   EXPECT_NE(error_of([] { models::parse_model_description("Regressor D8"); }).find("no architecture"),
             std::string::npos);
   EXPECT_NE(error_of([] { models::parse_model_description("GPT L2 H2 C8 V16 T8 X3"); }).find("'X3'"),
@@ -88,6 +92,14 @@ TEST(HFFormat, ConfigRefusesWhatCannotBeCarried) {
   const auto l = std::get<models::LlamaConfig>(models::read_hf_config(dir.path.string()));
   EXPECT_TRUE(l.tie_embeddings);
   EXPECT_EQ(l.norm_eps, 1e-5f);
+  dir.write("config.json", llama + R"(, "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})");
+  const auto l3 = std::get<models::LlamaConfig>(models::read_hf_config(dir.path.string()));
+  EXPECT_EQ(l3.rope_scaling.factor, 32.f);
+  EXPECT_EQ(l3.rope_scaling.original_max_positions, 8192);
+  EXPECT_NE(models::hf_config_json(l3).find("\"original_max_position_embeddings\": 8192"), std::string::npos);
+  dir.write("config.json", llama + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})");
+  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("llama3"), std::string::npos);
   dir.write("config.json", R"({"model_type": "mistral"})");
   EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"mistral\""), std::string::npos);
   fs::remove(dir.path / "config.json");

@@ -118,6 +118,22 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def llama3_scaled(inv_freq, r):
+    """Llama 3.1's frequency scaling (rope_type "llama3"), as transformers'
+    _compute_llama3_parameters computes it on float32 tensors."""
+    if r.get("rope_type", r.get("type")) != "llama3":
+        raise ValueError(f"rope_scaling {r} is not llama3's")
+    factor, low, high = r["factor"], r["low_freq_factor"], r["high_freq_factor"]
+    old = r["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / low, old / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
 def llama_logits(cfg, w, tokens):
     w = {k: v.double() for k, v in w.items()}
     b, t = tokens.shape
@@ -125,6 +141,8 @@ def llama_logits(cfg, w, tokens):
     d, eps = c // nh, cfg["rms_norm_eps"]
     # The rotary angles as Hugging Face computes them: inv_freq and positions in float32.
     inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    if cfg.get("rope_scaling"):
+        inv_freq = llama3_scaled(inv_freq, cfg["rope_scaling"])
     ang = torch.outer(torch.arange(t, dtype=torch.float32), inv_freq)
     emb = torch.cat((ang, ang), dim=-1).double()
     cos, sin = emb.cos(), emb.sin()

@@ -19,7 +19,8 @@
 # then each layout's checkpoint, exported with `ht-ckpt export --format hf`,
 # must hold every tensor of the input bit for bit (names as transformers
 # writes them), a config.json with the same model, and give PyTorch the same
-# logits exactly. Refusals: a config with rope_scaling, a missing tensor, and
+# logits exactly. The Llamas use Llama 3.1's rope scaling. Refusals: a
+# config with YaRN's rope scaling, a missing tensor, and
 # an export into a directory that holds something.
 import json
 import os
@@ -47,7 +48,11 @@ CONFIGS = {
     "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 96, "hidden_size": 32,
               "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
               "max_position_embeddings": 16, "rms_norm_eps": 1e-6, "rope_theta": 500000.0, "hidden_act": "silu",
-              "rope_scaling": None, "tie_word_embeddings": False},
+              # Llama 3.1's scaling, its bands placed so that of the 4 frequencies of a head of 8 one is
+              # kept, one interpolated and two divided.
+              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 256},
+              "tie_word_embeddings": False},
 }
 CONFIGS["llama_tied"] = dict(CONFIGS["llama"], tie_word_embeddings=True)
 LAYOUTS = {"one": (1, []), "tp2": (2, ["--tp", "2", "--vocab-multiple", "64"]), "pp2": (2, ["--pp", "2"]), "zero3": (2, ["--zero", "3"])}
@@ -143,7 +148,7 @@ def main():
     # Refusals, each by name.
     bad = os.path.join(work, "hf_bad")
     shutil.copytree(model_dir, bad)
-    scaled = dict(cfg, rope_scaling={"rope_type": "llama3", "factor": 8.0}) if arch != "gpt2" else \
+    scaled = dict(cfg, rope_scaling={"rope_type": "yarn", "factor": 4.0}) if arch != "gpt2" else \
         dict(cfg, activation_function="relu")
     json.dump(scaled, open(os.path.join(bad, "config.json"), "w"))
     expect_refusal([hf_logits, bad, os.path.join(work, "tokens.bin"), os.path.join(work, "bad"), "--seq-len",

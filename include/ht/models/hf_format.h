@@ -28,8 +28,9 @@
 // What cannot be carried exactly is refused by name (kConfig), never
 // approximated: another model_type, GPT-2 with another activation than
 // gelu_new, n_inner other than 4 n_embd, layer_norm_epsilon other than 1e-5
-// or scaled attention options; Llama with rope_scaling (Llama 3.1's
-// long-context scaling), attention or MLP biases, another hidden_act than
+// or scaled attention options; Llama with a rope_scaling other than Llama
+// 3.1's ("llama3", which is carried: ops::RopeScaling), attention or MLP
+// biases, another hidden_act than
 // silu, a head_dim other than hidden_size / num_attention_heads. A tensor
 // the model does not have, a missing one, or one of the wrong shape is an
 // IoError naming the tensor and the file.

@@ -26,6 +26,7 @@
 
 #include "ht/models/causal_lm.h"
 #include "ht/nn/model_spec.h"
+#include "ht/ops/rope.h"
 
 namespace ht::models {
 
@@ -38,6 +39,10 @@ struct LlamaConfig {
   std::int64_t n_embd = 384;
   std::int64_t ffn_hidden = 1024;  // the SwiGLU MLP's hidden size
   float rope_theta = 10000.f;
+  /// Llama 3.1's frequency scaling of the rotary embeddings (ops::
+  /// RopeScaling; Hugging Face's rope_scaling of rope_type "llama3"). Not
+  /// enabled (factor 0): none.
+  ops::RopeScaling rope_scaling;
   float norm_eps = 1e-5f;
   /// The output head reuses the token embedding (Hugging Face's
   /// tie_word_embeddings, as Llama 3.2 1B and 3B do): no lm_head.weight of
@@ -87,7 +92,9 @@ struct LlamaConfig {
   /// Whether block `layer` is a mixture of experts.
   bool moe_layer(int layer) const { return experts > 0 && (layer + 1) % moe_every == 0; }
   /// "L6 H6 KV2 C384 F1024 V256 T256 theta10000", with " Vp<rows>" after
-  /// V when the vocabulary is padded, " eps1e-06" when norm_eps is not
+  /// V when the vocabulary is padded, " llama3x8,1,4,8192" with rope
+  /// scaling (factor, low and high frequency factors, original context),
+  /// " eps1e-06" when norm_eps is not
   /// 1e-5, " tied" with tie_embeddings and " E8k2 S1 every2 aux0.01 z0"
   /// with experts (so a checkpoint of another model does not resume).
   std::string str() const;

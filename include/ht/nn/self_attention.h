@@ -40,6 +40,7 @@
 #include "ht/data/data_source.h"
 #include "ht/nn/context_parallel.h"
 #include "ht/nn/linear.h"
+#include "ht/ops/rope.h"
 
 namespace ht::nn {
 
@@ -50,6 +51,7 @@ struct AttentionConfig {
   bool causal = true;
   bool bias = false;       // biases on the four projections
   float rope_theta = 0.f;  // > 0: rotary position embeddings with this base
+  ops::RopeScaling rope_scaling;  // Llama 3.1's frequency scaling, when enabled
   std::int64_t max_positions = 0;  // the longest sequence (for the rotary table)
   std::string key_mask = "key_mask";  // the side input of the key padding mask (none given: every key)
   /// The side input of the document ids (none given: one document a row;

@@ -33,6 +33,30 @@ namespace ht::ops {
 /// max_positions >= 0; otherwise throws kInvalidArgument. Synchronous.
 Tensor rope_table(std::int64_t max_positions, std::int64_t head_dim, float theta, Device device = Device::cpu());
 
+/// Llama 3.1's frequency scaling ("rope_type": "llama3" in Hugging Face's
+/// rope_scaling), which stretches a model trained on
+/// original_max_positions to a longer context: with wavelength w = 2 pi /
+/// inv_freq, a frequency of w < L / high_freq_factor is kept, one of
+/// w > L / low_freq_factor divided by `factor`, and one between them
+/// interpolated: (1 - s) inv_freq / factor + s inv_freq with
+/// s = (L / w - low_freq_factor) / (high_freq_factor - low_freq_factor),
+/// L = original_max_positions; each step in f32 as PyTorch's float32
+/// tensors compute transformers' _compute_llama3_parameters. factor 0: none.
+struct RopeScaling {
+  float factor = 0.f;
+  float low_freq_factor = 1.f;
+  float high_freq_factor = 4.f;
+  std::int64_t original_max_positions = 8192;
+  bool enabled() const { return factor > 0.f; }
+  friend bool operator==(const RopeScaling&, const RopeScaling&) = default;
+};
+
+/// The table with `scaling` applied to inv_freq (the one above when it is
+/// not enabled). Throws kInvalidArgument for factor < 1, low_freq_factor
+/// >= high_freq_factor, a factor <= 0, or original_max_positions <= 0.
+Tensor rope_table(std::int64_t max_positions, std::int64_t head_dim, float theta, const RopeScaling& scaling,
+                  Device device = Device::cpu());
+
 /// y (B, T, H*D) = x rotated per head, row t of each batch entry at position
 /// t; x is (B, T, H*D) with H = n_head and D = head_dim of the table
 /// (max_positions >= T, D / 2, 2). `y` may alias `x`.
