@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+#include <sstream>
+
 #include "ht/core/error.h"
 
 namespace ht::models {
@@ -118,6 +121,108 @@ void validate_parallel(const ModelConfig& config, int tp, int pp) {
 std::unique_ptr<CausalLM> make_model(const ModelConfig& config, const nn::Placement& placement) {
   if (const auto* gpt = std::get_if<GPTConfig>(&config)) return std::make_unique<GPT>(*gpt, placement);
   return std::make_unique<Llama>(std::get<LlamaConfig>(config), placement);
+}
+
+ModelConfig parse_model_description(const std::string& description) {
+  std::istringstream in(description);
+  std::string arch, word;
+  in >> arch;
+  auto bad = [&](const std::string& what) {
+    return Error(ErrorKind::kInvalidArgument,
+                 fmt::format("model description '{}': {}; expected \"GPT L.. H.. C.. V.. T..\" or \"Llama L.. H.. "
+                             "KV.. C.. F.. V.. T.. theta..\" as the model's describe() writes it",
+                             description, what));
+  };
+  std::vector<std::string> words;
+  while (in >> word) words.push_back(word);
+  // The number after `prefix` in `w`, when `w` starts with it and the rest parses whole.
+  auto number = [](const std::string& w, std::string_view prefix, double& v) {
+    if (!w.starts_with(prefix) || w.size() == prefix.size()) return false;
+    const std::string rest = w.substr(prefix.size());
+    if (!(std::isdigit(static_cast<unsigned char>(rest[0])) || rest[0] == '.')) return false;
+    std::size_t used = 0;
+    try {
+      v = std::stod(rest, &used);
+    } catch (const std::exception&) {
+      return false;
+    }
+    return used == rest.size();
+  };
+  std::int64_t padded = 0;
+  ModelConfig config;
+  if (arch == "GPT") {
+    GPTConfig c;
+    for (const std::string& w : words) {
+      double v = 0;
+      if (number(w, "Vp", v)) padded = std::int64_t(v);
+      else if (number(w, "L", v)) c.n_layer = int(v);
+      else if (number(w, "H", v)) c.n_head = int(v);
+      else if (number(w, "C", v)) c.n_embd = std::int64_t(v);
+      else if (number(w, "V", v)) c.vocab_size = std::int64_t(v);
+      else if (number(w, "T", v)) c.context = std::int64_t(v);
+      else throw bad("'" + w + "' is not part of a GPT's description");
+    }
+    if (padded > 0) c.vocab_multiple = padded;
+    config = c;
+  } else if (arch == "Llama") {
+    LlamaConfig c;
+    for (std::size_t i = 0; i < words.size(); ++i) {
+      const std::string& w = words[i];
+      double v = 0;
+      if (w == "tied") c.tie_embeddings = true;
+      else if (number(w, "Vp", v)) padded = std::int64_t(v);
+      else if (number(w, "KV", v)) c.n_kv_head = int(v);
+      else if (number(w, "L", v)) c.n_layer = int(v);
+      else if (number(w, "H", v)) c.n_head = int(v);
+      else if (number(w, "C", v)) c.n_embd = std::int64_t(v);
+      else if (number(w, "F", v)) c.ffn_hidden = std::int64_t(v);
+      else if (number(w, "V", v)) c.vocab_size = std::int64_t(v);
+      else if (number(w, "T", v)) c.context = std::int64_t(v);
+      else if (number(w, "theta", v)) c.rope_theta = float(v);
+      else if (number(w, "eps", v)) c.norm_eps = float(v);
+      else if (w.starts_with("llama3x")) {
+        std::vector<double> f;
+        std::string rest = w.substr(7);
+        for (std::size_t at = 0; at <= rest.size();) {
+          const std::size_t comma = std::min(rest.find(',', at), rest.size());
+          double x = 0;
+          if (!number("x" + rest.substr(at, comma - at), "x", x)) throw bad("'" + w + "' is not llama3x<f>,<lo>,<hi>,<ctx>");
+          f.push_back(x);
+          at = comma + 1;
+        }
+        if (f.size() != 4) throw bad("'" + w + "' is not llama3x<f>,<lo>,<hi>,<ctx>");
+        c.rope_scaling = {.factor = float(f[0]),
+                          .low_freq_factor = float(f[1]),
+                          .high_freq_factor = float(f[2]),
+                          .original_max_positions = std::int64_t(f[3])};
+      }
+      else if (w.starts_with("E") && w.find('k') != std::string::npos) {
+        const std::size_t k = w.find('k');
+        double e = 0, t = 0;
+        if (!number(w.substr(0, k), "E", e) || !number(w.substr(k), "k", t)) throw bad("'" + w + "' is not E<n>k<n>");
+        c.experts = int(e);
+        c.top_k = int(t);
+      } else if (number(w, "S", v)) c.shared_experts = int(v);
+      else if (number(w, "every", v)) c.moe_every = int(v);
+      else if (number(w, "aux", v)) c.moe_aux_loss_coeff = float(v);
+      else if (number(w, "z", v)) c.moe_z_loss_coeff = float(v);
+      else if (number(w, "cap", v)) c.moe_capacity_factor = float(v);
+      else if (number(w, "bias", v)) c.moe_bias_update_rate = float(v);
+      else throw bad("'" + w + "' is not part of a Llama's description");
+    }
+    if (padded > 0) c.vocab_multiple = padded;
+    config = c;
+  } else {
+    throw bad("it names no architecture this library builds (GPT, Llama)");
+  }
+  try {
+    std::visit([](const auto& c) { c.validate(); }, config);
+  } catch (const Error& e) {
+    throw bad(e.what());
+  }
+  const std::string again = describe(config);
+  if (again != description) throw bad(fmt::format("it reads back as '{}'", again));
+  return config;
 }
 
 }  // namespace ht::models

@@ -3,10 +3,12 @@
 // export. (hf_torch_check.py compares the numbers with PyTorch.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "ht/models/hf_format.h"
+#include "ht/models/model_flags.h"
 #include "test_util.h"
 
 namespace ht {
@@ -104,6 +106,29 @@ TEST(HFFormat, ConfigRefusesWhatCannotBeCarried) {
   EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"mistral\""), std::string::npos);
   fs::remove(dir.path / "config.json");
   EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("config.json"), std::string::npos);
+}
+
+// --init-from takes the model from config.json: a size flag that would
+// change it, or another architecture than the program's, is refused by
+// name; --vocab-multiple pads it.
+TEST(HFFormat, InitFromFlags) {
+  TempDir dir;
+  dir.write("config.json", R"({"model_type": "gpt2", "vocab_size": 50, "n_positions": 8, "n_embd": 8, "n_layer": 1,
+                               "n_head": 2})");
+  auto resolve = [&](const std::string& arch, std::vector<std::string> args) {
+    CLI::App app;
+    models::ModelFlags flags(arch, arch == "gpt" ? "gpt-small" : "llama-small");
+    flags.add_to(app);
+    args.insert(args.begin(), {"--init-from", dir.path.string()});
+    std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+    app.parse(args);
+    return flags.resolve();
+  };
+  EXPECT_EQ(models::describe(resolve("gpt", {})), "GPT L1 H2 C8 V50 T8");
+  EXPECT_EQ(models::describe(resolve("gpt", {"--vocab-multiple", "64"})), "GPT L1 H2 C8 V50 Vp64 T8");
+  EXPECT_NE(error_of([&] { resolve("gpt", {"--layers", "3"}); }).find("--layers would change the model"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve("llama", {}); }).find("use gpt_train"), std::string::npos);
 }
 
 // A tied Llama has no head of its own: an lm_head.weight beside the

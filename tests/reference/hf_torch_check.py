@@ -20,7 +20,8 @@
 # must hold every tensor of the input bit for bit (names as transformers
 # writes them), a config.json with the same model, and give PyTorch the same
 # logits exactly. The Llamas use Llama 3.1's rope scaling. Refusals: a
-# config with YaRN's rope scaling, a missing tensor, and
+# config with YaRN's rope scaling, a missing tensor, ht-ckpt's --kinds with
+# --format hf and --dtype without it, and
 # an export into a directory that holds something.
 import json
 import os
@@ -165,6 +166,10 @@ def main():
                     str(SEQ), "--run-dir", os.path.join(work, "run_missing")], gone)
     expect_refusal([ht_ckpt, "export", "--format", "hf", os.path.join(work, "ckpt_one"), model_dir],
                    "not an empty directory")
+    expect_refusal([ht_ckpt, "export", "--format", "hf", "--kinds", "exp_avg", os.path.join(work, "ckpt_one"),
+                    os.path.join(work, "export_kinds")], "drop --kinds")
+    expect_refusal([ht_ckpt, "export", "--dtype", "bf16", os.path.join(work, "ckpt_one"),
+                    os.path.join(work, "export.h5")], "--dtype is for --format hf")
     print(f"hf_torch_check: {arch}: PASS")
 
 

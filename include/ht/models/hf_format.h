@@ -117,11 +117,4 @@ ckpt::NamedTensors to_hf_tensors(const ModelConfig& config, const std::map<std::
 void write_hf_model(const std::string& dir, const ModelConfig& config, const std::map<std::string, Tensor>& full,
                     DType dtype = DType::kF32, std::int64_t max_shard_bytes = 5'000'000'000);
 
-/// The config of a model as describe() wrote it ("GPT L6 H6 C384 V256 T256",
-/// "Llama L2 H4 KV2 C32 F48 V100 T32 theta10000 eps1e-06 tied"): how a
-/// checkpoint, which records its model's description, is exported. Throws
-/// kInvalidArgument naming the text that does not parse; parse then
-/// describe gives the text back.
-ModelConfig parse_model_description(const std::string& description);
-
 }  // namespace ht::models

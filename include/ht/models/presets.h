@@ -38,6 +38,12 @@ std::string preset_names();
 std::string_view architecture(const ModelConfig& config);
 /// "GPT L12 H12 C768 V50257 Vp50304 T1024", as the model's describe().
 std::string describe(const ModelConfig& config);
+/// The config of a model as describe() wrote it ("GPT L6 H6 C384 V256 T256",
+/// "Llama L2 H4 KV2 C32 F48 V100 T32 theta10000 eps1e-06 tied"): how a
+/// checkpoint, which records its model's description, is exported. Throws
+/// kInvalidArgument naming the text that does not parse; parse then
+/// describe gives the text back.
+ModelConfig parse_model_description(const std::string& description);
 std::int64_t num_parameters(const ModelConfig& config);
 double flops_per_token(const ModelConfig& config, std::int64_t seq_len);
 nn::ModelSpec spec(const ModelConfig& config, std::int64_t seq_len);
