@@ -51,13 +51,7 @@ void AtomicFile::commit() {
     throw IoError(ErrorKind::kIo, fmt::format("cannot rename {} '{}' into '{}': {}", what_, tmp_, path_, ec.message()));
   committed_ = true;
   // The rename itself is durable only once the directory is synced.
-  std::filesystem::path dir = std::filesystem::path(path_).parent_path();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  sync_directory(std::filesystem::path(path_).parent_path().string());
 }
 
 }  // namespace ht::detail

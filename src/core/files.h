@@ -68,6 +68,16 @@ inline void write_file_replacing(const std::string& path, std::string_view text,
   HT_CHECK(!ec, ErrorKind::kIo, "cannot rename {} '{}' into '{}': {}", what, tmp, path, ec.message());
 }
 
+/// Syncs a directory, so that renames into it are durable; best effort (a
+/// file system that cannot sync a directory is left as it is).
+inline void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
 /// Replaces whatever is at `path` by an empty file of mode kFileMode, for a
 /// library that creates files itself with 0666 (HDF5): truncating it keeps the mode.
 inline void create_empty_file(const std::string& path) {

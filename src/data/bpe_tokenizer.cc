@@ -131,11 +131,12 @@ BpeVocabulary read_gpt2_vocabulary(const std::string& encoder_path, const std::s
   id_of.reserve(encoder.size());
   std::int64_t max_id = -1;
   for (const auto& [token, id] : encoder.items()) {
-    if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > (1 << 30))
+    const std::int64_t i = id.is_number_integer() ? id.get<std::int64_t>() : -1;
+    if (i < 0 || i > (1 << 30))
       throw IoError(ErrorKind::kIo, fmt::format("BPE vocabulary '{}': token '{}' has id {}, not an integer in "
                                                 "[0, 2^30]: the file is damaged", encoder_path, token, id.dump()));
-    max_id = std::max(max_id, id.get<std::int64_t>());
-    id_of.emplace(token, id.get<std::int32_t>());
+    max_id = std::max(max_id, i);
+    id_of.emplace(token, std::int32_t(i));
   }
   v.token_bytes.assign(std::size_t(max_id + 1), {});
   v.token_used.assign(std::size_t(max_id + 1), false);

@@ -112,14 +112,6 @@ void cut_jsonl(const std::string& path, std::int64_t piece_bytes, std::vector<Te
   emit(at);
 }
 
-void sync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 }  // namespace
 
 std::vector<std::string> list_text_files(const std::vector<std::string>& inputs) {
@@ -312,15 +304,7 @@ TokenSplits tokenize_text(const Tokenizer& tokenizer, const std::vector<std::str
   std::vector<std::int32_t> all;
   encode_corpus(corpus, tokenizer, {.threads = threads, .end_of_text = tokenizer.end_of_text()},
                 [&](EncodedPiece&& p) { all.insert(all.end(), p.tokens.begin(), p.tokens.end()); });
-  const auto n_val = std::int64_t(double(all.size()) * val_fraction);
-  HT_CHECK(n_val >= 2 && std::int64_t(all.size()) - n_val >= 2, ErrorKind::kInvalidArgument,
-           "the text inputs make only {} tokens with {}: too few for a train and a validation split; give more text",
-           all.size(), tokenizer.description());
-  TokenSplits s;
-  s.vocab_size = tokenizer.vocab_size();
-  s.train.assign(all.begin(), all.end() - n_val);
-  s.val.assign(all.end() - n_val, all.end());
-  return s;
+  return split_tail(std::move(all), val_fraction, tokenizer.vocab_size(), "tokens of " + tokenizer.description());
 }
 
 namespace {
@@ -479,7 +463,7 @@ ShardSetSummary write_shard_set(const std::vector<std::string>& inputs, const To
     };
     ht::detail::write_file((staging / kShardSetIndex).string(), index.dump(2) + "\n", /*sync=*/true,
                            "shard set index");
-    sync_directory(staging);
+    ::ht::detail::sync_directory(staging.string());
 
     // Into place: a rename over nothing or over an empty directory is
     // atomic; replacing a set moves the old one aside first, so `out` is
@@ -491,7 +475,7 @@ ShardSetSummary write_shard_set(const std::vector<std::string>& inputs, const To
     }
     fs::rename(staging, out, ec);
     if (ec) io_error(fmt::format("cannot rename '{}' to '{}': {}", staging.string(), out.string(), ec.message()));
-    sync_directory(parent);
+    ::ht::detail::sync_directory(parent.string());
     if (replace) fs::remove_all(old, ec);
   } catch (...) {
     fs::remove_all(staging, ec);

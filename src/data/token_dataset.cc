@@ -139,14 +139,20 @@ TokenSplits tokenize_bytes(const std::vector<std::string>& inputs, double val_fr
       append_file(p, all);
     }
   }
-  const auto n_val = std::int64_t(double(all.size()) * val_fraction);
-  HT_CHECK(n_val >= 2 && std::int64_t(all.size()) - n_val >= 2, ErrorKind::kInvalidArgument,
-           "the text inputs hold only {} bytes: too few for a train and a validation split; give more text",
-           all.size());
+  return split_tail(std::move(all), val_fraction, 256, "bytes");
+}
+
+TokenSplits split_tail(std::vector<std::int32_t> tokens, double val_fraction, std::int64_t vocab_size,
+                       const std::string& made_of) {
+  const auto n_val = std::int64_t(double(tokens.size()) * val_fraction);
+  HT_CHECK(n_val >= 2 && std::int64_t(tokens.size()) - n_val >= 2, ErrorKind::kInvalidArgument,
+           "the text inputs make only {} {}: too few for a train and a validation split; give more text",
+           tokens.size(), made_of);
   TokenSplits s;
-  s.vocab_size = 256;
-  s.train.assign(all.begin(), all.end() - n_val);
-  s.val.assign(all.end() - n_val, all.end());
+  s.vocab_size = vocab_size;
+  s.val.assign(tokens.end() - n_val, tokens.end());
+  tokens.resize(tokens.size() - std::size_t(n_val));
+  s.train = std::move(tokens);
   return s;
 }
 

@@ -71,22 +71,26 @@ void check_lse(const char* op, const Tensor& lse, const Shape& expected, DType c
   detail::check_shape(op, "lse", lse, expected);
 }
 
-// A non-null key mask is (B, Tk) i32 on k's device.
-void check_key_mask(const char* op, const Tensor& k, const Tensor* key_mask) {
-  if (!key_mask) return;
-  detail::check_same_device(op, {{"k", &k}, {"key_mask", key_mask}});
-  detail::check_dtype(op, "key_mask", *key_mask, DType::kI32);
-  detail::check_shape(op, "key_mask", *key_mask, {k.size(0), k.size(1)});
+// A non-null per-position input (a key mask, segment ids) is (B, T) i32 on
+// `like`'s device.
+void check_i32_rows(const char* op, const char* name, const Tensor* rows, const char* like_name, const Tensor& like,
+                    std::int64_t b, std::int64_t t) {
+  if (!rows) return;
+  detail::check_same_device(op, {{like_name, &like}, {name, rows}});
+  detail::check_dtype(op, name, *rows, DType::kI32);
+  detail::check_shape(op, name, *rows, {b, t});
 }
 
-// Non-null segment ids are (B, T) i32 on `like`'s device, T the queries'
-// (and, in self-attention, the keys') positions.
+// A key mask is (B, Tk) on k's device.
+void check_key_mask(const char* op, const Tensor& k, const Tensor* key_mask) {
+  check_i32_rows(op, "key_mask", key_mask, "k", k, k.size(0), k.size(1));
+}
+
+// Segment ids are (B, T), T the queries' (and, in self-attention, the
+// keys') positions.
 void check_segment_ids(const char* op, const char* like_name, const Tensor& like, const Tensor* segment_ids,
                        std::int64_t b, std::int64_t t) {
-  if (!segment_ids) return;
-  detail::check_same_device(op, {{like_name, &like}, {"segment_ids", segment_ids}});
-  detail::check_dtype(op, "segment_ids", *segment_ids, DType::kI32);
-  detail::check_shape(op, "segment_ids", *segment_ids, {b, t});
+  check_i32_rows(op, "segment_ids", segment_ids, like_name, like, b, t);
 }
 
 // Segment ids compare a query's position with a key's in one sequence:

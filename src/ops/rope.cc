@@ -80,13 +80,12 @@ Tensor rope_table(std::int64_t max_positions, std::int64_t head_dim, float theta
     const float band = float(double(scaling.high_freq_factor) - double(scaling.low_freq_factor));
     for (float& f : inv_freq) {
       const float wavelen = (1.f / f) * float(2.0 * std::numbers::pi);
-      const float scaled = wavelen > low_wavelen ? f / scaling.factor : f;
-      if (wavelen < high_wavelen || wavelen > low_wavelen) {
-        f = scaled;
-        continue;
-      }
-      const float smooth = ((1.f / wavelen) * float(context) - scaling.low_freq_factor) / band;
-      f = (1.f - smooth) * scaled / scaling.factor + smooth * scaled;
+      if (wavelen > low_wavelen) {  // low frequencies: divided
+        f = f / scaling.factor;
+      } else if (wavelen >= high_wavelen) {  // between the bands: interpolated
+        const float smooth = ((1.f / wavelen) * float(context) - scaling.low_freq_factor) / band;
+        f = (1.f - smooth) * f / scaling.factor + smooth * f;
+      }  // high frequencies: kept
     }
   }
   Tensor host = Tensor::empty({max_positions, half, 2}, DType::kF32, Device::cpu(), MemCategory::kOther);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
 
 #include "half_util.h"
 #include "test_util.h"
@@ -96,6 +97,22 @@ TEST(Rope, TableEdgesAndErrors) {
   EXPECT_TRUE(throws_error([] { rope_table(4, 8, 0.f); }, ErrorKind::kInvalidArgument, {"theta=0"}));
   EXPECT_TRUE(throws_error([] { rope_table(4, 8, NAN); }, ErrorKind::kInvalidArgument, {"theta=nan"}));
   EXPECT_TRUE(throws_error([] { rope_table(-1, 8, 10000.f); }, ErrorKind::kInvalidArgument, {"max_positions=-1"}));
+  // Llama 3.1's scaling: D = 2 has one frequency, 1 (wavelength 2 pi).
+  // Context 4 puts it between the bands (4 / high 4 = 1 < 2 pi < 4 / low
+  // 0.5 = 8): interpolated; context 2 above them (2 pi > 2 / 1): divided;
+  // context 32 below them (2 pi < 32 / 4): kept.
+  const RopeScaling band{.factor = 8.f, .low_freq_factor = 0.5f, .high_freq_factor = 4.f, .original_max_positions = 4};
+  const float smooth = ((1.f / (1.f * float(2.0 * std::numbers::pi))) * 4.f - 0.5f) / 3.5f;
+  const float between = (1.f - smooth) * 1.f / 8.f + smooth * 1.f;
+  EXPECT_NEAR(rope_table(2, 2, 10000.f, band).to_vector<float>()[2], std::cos(double(between)), 1e-7);
+  const RopeScaling above{.factor = 8.f, .low_freq_factor = 1.f, .high_freq_factor = 4.f, .original_max_positions = 2};
+  EXPECT_NEAR(rope_table(2, 2, 10000.f, above).to_vector<float>()[2], std::cos(1.0 / 8), 1e-7);
+  const RopeScaling below{.factor = 8.f, .low_freq_factor = 1.f, .high_freq_factor = 4.f, .original_max_positions = 32};
+  EXPECT_EQ(rope_table(3, 2, 10000.f, below).to_vector<float>(), two);
+  for (const RopeScaling bad : {RopeScaling{.factor = 0.5f}, RopeScaling{.factor = -2.f},
+                                RopeScaling{.factor = 8.f, .low_freq_factor = 4.f, .high_freq_factor = 4.f},
+                                RopeScaling{.factor = 8.f, .original_max_positions = 0}})
+    EXPECT_TRUE(throws_error([&] { rope_table(4, 8, 10000.f, bad); }, ErrorKind::kInvalidArgument, {"llama3 scaling"}));
 }
 
 struct Case {

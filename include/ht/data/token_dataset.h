@@ -32,6 +32,14 @@ TokenSplits read_token_file(const std::string& path);
 /// kInvalidArgument when there are too few bytes for both splits.
 TokenSplits tokenize_bytes(const std::vector<std::string>& inputs, double val_fraction);
 
+/// `tokens` cut into a train split and, the last val_fraction of them, a
+/// validation split, of vocabulary `vocab_size`: what tokenize_bytes and
+/// tokenize_text (text_corpus.h) end with. `made_of` says what the tokens
+/// are in the error ("bytes", "tokens of gpt2-bpe ..."). Throws
+/// kInvalidArgument when either split would hold fewer than 2 tokens.
+TokenSplits split_tail(std::vector<std::int32_t> tokens, double val_fraction, std::int64_t vocab_size,
+                       const std::string& made_of);
+
 /// The unigram entropy (nats per token) of a token array: the loss of the best
 /// model that ignores context; a trained model should end well below it.
 double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t vocab_size);

@@ -47,13 +47,14 @@ struct RopeScaling {
   float low_freq_factor = 1.f;
   float high_freq_factor = 4.f;
   std::int64_t original_max_positions = 8192;
-  bool enabled() const { return factor > 0.f; }
+  bool enabled() const { return factor != 0.f; }
   friend bool operator==(const RopeScaling&, const RopeScaling&) = default;
 };
 
 /// The table with `scaling` applied to inv_freq (the one above when it is
-/// not enabled). Throws kInvalidArgument for factor < 1, low_freq_factor
-/// >= high_freq_factor, a factor <= 0, or original_max_positions <= 0.
+/// not enabled). Throws kInvalidArgument for a factor other than 0 below
+/// 1, low_freq_factor <= 0 or >= high_freq_factor, or
+/// original_max_positions <= 0.
 Tensor rope_table(std::int64_t max_positions, std::int64_t head_dim, float theta, const RopeScaling& scaling,
                   Device device = Device::cpu());
 
