@@ -275,18 +275,30 @@ Tensor SafetensorsFile::read_rows(const std::string& name, std::int64_t begin, s
   return read_elements(name, begin * row, (end - begin) * row).view(shape);
 }
 
+TensorSources sources_of(const NamedTensors& tensors) {
+  TensorSources sources;
+  for (const auto& [name, t] : tensors) {
+    HT_CHECK_ARG(t.defined(), "tensor '{}' is undefined: there is nothing to write", name);
+    sources.push_back({name, t.dtype(), t.shape(), [t] { return t; }});
+  }
+  return sources;
+}
+
 void write_safetensors(const std::string& path, const NamedTensors& tensors, const SafetensorsWriteOptions& options) {
+  write_safetensors(path, sources_of(tensors), options);
+}
+
+void write_safetensors(const std::string& path, const TensorSources& tensors, const SafetensorsWriteOptions& options) {
   // The header first (every offset is known from the shapes), then each
-  // tensor's bytes in order, copied to the host one at a time.
+  // tensor's bytes in order, asked for and copied to the host one at a time.
   Json header = Json::object();
   if (!options.metadata.empty()) header[std::string(kMetadataKey)] = options.metadata;
   std::set<std::string> seen;
   std::int64_t at = 0;
-  for (const auto& [name, t] : tensors) {
-    check_name(name, seen, fmt::format("write_safetensors '{}'", path));
-    HT_CHECK_ARG(t.defined(), "write_safetensors '{}': tensor '{}' is undefined", path, name);
-    const std::int64_t bytes = std::int64_t(t.nbytes());
-    header[name] = {{"dtype", safetensors_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {at, at + bytes}}};
+  for (const TensorSource& t : tensors) {
+    check_name(t.name, seen, fmt::format("write_safetensors '{}'", path));
+    const std::int64_t bytes = shape_numel(t.shape) * std::int64_t(dtype_size(t.dtype));
+    header[t.name] = {{"dtype", safetensors_dtype(t.dtype)}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
     at += bytes;
   }
   std::string text = header.dump();
@@ -296,8 +308,14 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
   ht::detail::AtomicFile out(path, "safetensors file");
   out.write(length, 8);
   out.write(text);
-  for (const auto& [name, t] : tensors)
+  for (const TensorSource& source : tensors) {
+    const Tensor t = source.values();
+    HT_CHECK(t.defined() && t.dtype() == source.dtype && t.shape() == source.shape, ErrorKind::kInternal,
+             "write_safetensors '{}': tensor '{}' was announced as {} [{}] but its values are {} [{}]", path,
+             source.name, dtype_name(source.dtype), fmt::join(source.shape, ", "),
+             t.defined() ? dtype_name(t.dtype()) : "undefined", fmt::join(t.defined() ? t.shape() : Shape{}, ", "));
     if (t.nbytes() > 0) out.write(host(t).data_ptr(), t.nbytes());
+  }
   out.commit();
 }
 
@@ -364,23 +382,28 @@ std::vector<int> plan_safetensors_shards(const std::vector<std::int64_t>& bytes,
 
 SafetensorsIndex write_safetensors_sharded(const std::string& dir, const NamedTensors& tensors,
                                            const SafetensorsShardOptions& options) {
+  return write_safetensors_sharded(dir, sources_of(tensors), options);
+}
+
+SafetensorsIndex write_safetensors_sharded(const std::string& dir, const TensorSources& tensors,
+                                           const SafetensorsShardOptions& options) {
   HT_CHECK_ARG(!options.prefix.empty() && options.prefix.find('/') == std::string::npos,
                "write_safetensors_sharded: prefix '{}' must be a file name", options.prefix);
   const std::error_code ec = ht::detail::make_directories(dir);
   if (ec) throw IoError(ErrorKind::kIo, fmt::format("cannot create checkpoint directory '{}': {}", dir, ec.message()));
   std::vector<std::int64_t> bytes;
-  for (const auto& [name, t] : tensors) bytes.push_back(t.defined() ? std::int64_t(t.nbytes()) : 0);
+  for (const TensorSource& t : tensors) bytes.push_back(shape_numel(t.shape) * std::int64_t(dtype_size(t.dtype)));
   const std::vector<int> shard = plan_safetensors_shards(bytes, options.max_shard_bytes);
   const int shards = shard.empty() ? 1 : shard.back() + 1;
   SafetensorsIndex index;
   for (int s = 0; s < shards; ++s) {
     const std::string file = shards == 1 ? options.prefix + ".safetensors"
                                          : fmt::format("{}-{:05d}-of-{:05d}.safetensors", options.prefix, s + 1, shards);
-    NamedTensors part;
+    TensorSources part;
     for (std::size_t i = 0; i < tensors.size(); ++i)
       if (shard[i] == s) {
         part.push_back(tensors[i]);
-        index.weight_map[tensors[i].first] = file;
+        index.weight_map[tensors[i].name] = file;
         index.total_size += bytes[i];
       }
     write_safetensors((fs::path(dir) / file).string(), part, options.file);

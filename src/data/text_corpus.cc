@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "core/files.h"
+#include "core/staged_directory.h"
 #include "ht/core/error.h"
 
 namespace ht::data {
@@ -401,18 +402,7 @@ ShardSetSummary write_shard_set(const std::vector<std::string>& inputs, const To
       replace = true;
     }
   }
-  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
-  if (const std::error_code made = ht::detail::make_directories(parent))
-    io_error(fmt::format("cannot create the directory '{}' for --out '{}': {}", parent.string(), out_dir,
-                         made.message()));
-  const std::string name = out.filename().string();
-  const fs::path staging = parent / ("." + name + ".partial"), old = parent / ("." + name + ".old");
-  fs::remove_all(staging, ec);  // a crash's leftover
-  if (::mkdir(staging.c_str(), ht::detail::kDirMode) != 0)
-    io_error(fmt::format("cannot create '{}' for --out '{}': {} (the set is written beside the out directory and "
-                         "renamed into place when complete: '{}' must be writable)",
-                         staging.string(), out_dir, std::strerror(errno), parent.string()));
-
+  ht::detail::StagedDirectory staging(out, "the shard set --out");
   ShardSetSummary summary;
   summary.documents = corpus.documents();
   summary.val_documents = options.val_documents;
@@ -421,14 +411,14 @@ ShardSetSummary write_shard_set(const std::vector<std::string>& inputs, const To
   summary.token_bytes = vocab <= 65536 ? 2 : 4;
   summary.threads = resolve_threads(options.threads);
   summary.text_bytes = corpus.bytes();
-  try {
+  {
     HT_CHECK(summary.val_documents < corpus.documents(), ErrorKind::kConfig,
              "a validation split of {} documents leaves none of the {} for training: give more documents or a smaller "
              "--val-docs / --val-fraction",
              summary.val_documents, corpus.documents());
     const TokenShardWriteOptions write{.format = options.format, .token_bytes = summary.token_bytes, .vocab_size = vocab};
-    SplitWriter train{.prefix = "train", .dir = staging, .options = &options, .write = write};
-    SplitWriter val{.prefix = "val", .dir = staging, .options = &options, .write = write};
+    SplitWriter train{.prefix = "train", .dir = staging.path(), .options = &options, .write = write};
+    SplitWriter val{.prefix = "val", .dir = staging.path(), .options = &options, .write = write};
     const std::int64_t first_val = corpus.documents() - summary.val_documents;
     encode_corpus(corpus, tokenizer, {.threads = options.threads, .end_of_text = eot}, [&](EncodedPiece&& p) {
       std::int64_t begin = 0;
@@ -461,25 +451,9 @@ ShardSetSummary write_shard_set(const std::vector<std::string>& inputs, const To
         {"train", train.index()},
         {"val", val.index()},
     };
-    ht::detail::write_file((staging / kShardSetIndex).string(), index.dump(2) + "\n", /*sync=*/true,
+    ht::detail::write_file((staging.path() / kShardSetIndex).string(), index.dump(2) + "\n", /*sync=*/true,
                            "shard set index");
-    ::ht::detail::sync_directory(staging.string());
-
-    // Into place: a rename over nothing or over an empty directory is
-    // atomic; replacing a set moves the old one aside first, so `out` is
-    // always the old set, nothing, or the new set.
-    if (replace) {
-      fs::remove_all(old, ec);
-      fs::rename(out, old, ec);
-      if (ec) io_error(fmt::format("cannot move the old set '{}' aside: {}", out.string(), ec.message()));
-    }
-    fs::rename(staging, out, ec);
-    if (ec) io_error(fmt::format("cannot rename '{}' to '{}': {}", staging.string(), out.string(), ec.message()));
-    ::ht::detail::sync_directory(parent.string());
-    if (replace) fs::remove_all(old, ec);
-  } catch (...) {
-    fs::remove_all(staging, ec);
-    throw;
+    staging.commit(replace);
   }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return summary;

@@ -417,37 +417,71 @@ void HFWeights::load_into(nn::Model& model) const {
     if (p->data().defined()) p->data().copy_from(initial_value(*p));
 }
 
-ckpt::NamedTensors to_hf_tensors(const ModelConfig& config, const std::map<std::string, Tensor>& full, DType dtype) {
+namespace {
+// FullParameters over tensors in memory (which must outlive it).
+FullParameters in_memory(const std::map<std::string, Tensor>& full) {
+  FullParameters params;
+  for (const auto& [name, t] : full) params.shapes.emplace(name, t.shape());
+  params.value = [&full](const std::string& name) { return full.at(name); };
+  return params;
+}
+}  // namespace
+
+ckpt::TensorSources to_hf_sources(const ModelConfig& config, const FullParameters& full, DType dtype) {
   const std::vector<Entry> entries = entries_of(config);
   std::set<std::string> ours;
   for (const Entry& e : entries) ours.insert(e.ours);
-  for (const auto& [name, t] : full)
+  for (const auto& [name, shape] : full.shapes)
     HT_CHECK_ARG(ours.contains(name), "parameter '{}' has no place in the Hugging Face format of {}", name,
                  describe(config));
+  // The parameter last asked for, kept for the next source of the same
+  // one (gate_proj, then up_proj) and dropped when another is asked for.
+  struct Held {
+    std::string name;
+    Tensor value;
+  };
+  auto held = std::make_shared<Held>();
   const std::string prefix = std::holds_alternative<GPTConfig>(config) ? "transformer." : "";
-  ckpt::NamedTensors out;
+  ckpt::TensorSources out;
   for (const Entry& e : entries) {
-    const auto it = full.find(e.ours);
-    HT_CHECK_ARG(it != full.end(), "the parameters of {} lack '{}'", describe(config), e.ours);
-    Tensor t = it->second.device().is_cpu() ? it->second : it->second.to(Device::cpu());
-    HT_CHECK_ARG(std::size_t(t.ndim()) == e.shape.size() && std::equal(e.shape.begin() + 1, e.shape.end(),
-                                                                            t.shape().begin() + 1) &&
-                     (e.vocab_rows ? t.size(0) >= e.shape[0] : t.size(0) == e.shape[0]),
-                 "parameter '{}' has shape [{}]; {} has [{}]", e.ours, fmt::join(t.shape(), ", "), describe(config),
+    const auto it = full.shapes.find(e.ours);
+    HT_CHECK_ARG(it != full.shapes.end(), "the parameters of {} lack '{}'", describe(config), e.ours);
+    const Shape& shape = it->second;
+    HT_CHECK_ARG(shape.size() == e.shape.size() && std::equal(e.shape.begin() + 1, e.shape.end(), shape.begin() + 1) &&
+                     (e.vocab_rows ? shape.at(0) >= e.shape.at(0) : shape.at(0) == e.shape.at(0)),
+                 "parameter '{}' has shape [{}]; {} has [{}]", e.ours, fmt::join(shape, ", "), describe(config),
                  fmt::join(e.shape, ", "));
-    if (e.vocab_rows) t = t.slice(0, e.shape[0]);  // the padding rows are not part of the model
-    const std::int64_t rows = t.size(0) / std::int64_t(e.hf.size());
-    for (std::size_t i = 0; i < e.hf.size(); ++i) {
-      Tensor part = e.change == Change::kStackRows ? t.slice(std::int64_t(i) * rows, std::int64_t(i + 1) * rows) : t;
-      if (e.change == Change::kTranspose) part = transposed(part);
-      out.emplace_back(prefix + e.hf[i], as_dtype(part, dtype).clone());
-    }
+    for (std::size_t i = 0; i < e.hf.size(); ++i)
+      out.push_back({prefix + e.hf[i], dtype, e.hf_shape(), [e, i, dtype, held, value = full.value] {
+                       if (held->name != e.ours) {
+                         held->value = Tensor();  // one parameter at a time
+                         held->name = e.ours;
+                         held->value = value(e.ours);
+                         if (!held->value.device().is_cpu()) held->value = held->value.to(Device::cpu());
+                       }
+                       Tensor t = held->value;
+                       if (e.vocab_rows) t = t.slice(0, e.shape.at(0));  // the padding rows are not part of the model
+                       if (e.change == Change::kStackRows) {
+                         const std::int64_t rows = t.size(0) / std::int64_t(e.hf.size());
+                         t = t.slice(std::int64_t(i) * rows, std::int64_t(i + 1) * rows);
+                       }
+                       if (e.change == Change::kTranspose) t = transposed(t);
+                       t = as_dtype(t, dtype);  // shares the parameter's storage when nothing changed
+                       if (i + 1 == e.hf.size()) *held = Held{};  // its last tensor: let it go
+                       return t;
+                     }});
   }
   return out;
 }
 
-void write_hf_model(const std::string& dir, const ModelConfig& config, const std::map<std::string, Tensor>& full,
-                    DType dtype, std::int64_t max_shard_bytes) {
+ckpt::NamedTensors to_hf_tensors(const ModelConfig& config, const std::map<std::string, Tensor>& full, DType dtype) {
+  ckpt::NamedTensors out;
+  for (const ckpt::TensorSource& s : to_hf_sources(config, in_memory(full), dtype)) out.emplace_back(s.name, s.values());
+  return out;
+}
+
+void write_hf_model(const std::string& dir, const ModelConfig& config, const FullParameters& full, DType dtype,
+                    std::int64_t max_shard_bytes) {
   const std::string torch_dtype = dtype == DType::kF32    ? "float32"
                                   : dtype == DType::kBF16 ? "bfloat16"
                                   : dtype == DType::kF16  ? "float16"
@@ -455,7 +489,7 @@ void write_hf_model(const std::string& dir, const ModelConfig& config, const std
   HT_CHECK_ARG(!torch_dtype.empty(), "Hugging Face weights are written as f32, bf16 or f16, not {}",
                dtype_name(dtype));
   const std::string json = hf_config_json(config, torch_dtype);
-  const ckpt::NamedTensors tensors = to_hf_tensors(config, full, dtype);
+  const ckpt::TensorSources tensors = to_hf_sources(config, full, dtype);
   std::error_code ec;
   fs::create_directories(dir, ec);
   HT_CHECK(fs::is_directory(dir), ErrorKind::kIo, "cannot create the directory '{}': {}", dir, ec.message());
@@ -463,6 +497,11 @@ void write_hf_model(const std::string& dir, const ModelConfig& config, const std
   shards.max_shard_bytes = max_shard_bytes;
   ckpt::write_safetensors_sharded(dir, tensors, shards);
   ::ht::detail::write_file_replacing((fs::path(dir) / "config.json").string(), json, true, "Hugging Face config");
+}
+
+void write_hf_model(const std::string& dir, const ModelConfig& config, const std::map<std::string, Tensor>& full,
+                    DType dtype, std::int64_t max_shard_bytes) {
+  write_hf_model(dir, config, in_memory(full), dtype, max_shard_bytes);
 }
 
 }  // namespace ht::models

@@ -107,6 +107,24 @@ corrupt)
   run 1 "$work/corrupt_export.out" export "$bad" "$work/corrupt/out.h5"
   expect "$work/corrupt_export.out" "wte|master|0|0"
   [ -z "$(ls "$work/corrupt" | grep '\.h5')" ] || fail "a failed export left a file: $(ls "$work/corrupt")"
+  # So does one to Hugging Face's format: no model directory, no staging one.
+  run 1 "$work/corrupt_hf.out" export --format hf "$bad" "$work/corrupt/hf"
+  expect "$work/corrupt_hf.out" "wte|master|0|0"
+  [ ! -e "$work/corrupt/hf" ] && [ ! -e "$work/corrupt/.hf.partial" ] ||
+    fail "a failed Hugging Face export left a directory: $(ls -a "$work/corrupt")"
+  # A checkpoint of a model Hugging Face's format does not hold is refused by name.
+  cp -r "$single/step_00000006" "$work/corrupt/other_model"
+  "$python" - "$work/corrupt/other_model/manifest.json" << 'EOF'
+import json
+import sys
+
+m = json.load(open(sys.argv[1]))
+m["run"]["model"] = "an encoder of the user's own"
+json.dump(m, open(sys.argv[1], "w"), indent=1)
+EOF
+  run 2 "$work/other_hf.out" export --format hf "$work/corrupt/other_model" "$work/corrupt/hf"
+  expect "$work/other_hf.out" "which --format hf cannot write.*--format h5"
+  [ ! -e "$work/corrupt/hf" ] || fail "a refused Hugging Face export wrote $work/corrupt/hf"
 
   # A sharded checkpoint with a rank file gone and a piece dropped from the manifest.
   cp -r "$sharded/step_00000006" "$work/corrupt/sharded"

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <set>
 
 #include "ht/models/hf_format.h"
 #include "ht/models/model_flags.h"
@@ -174,6 +176,50 @@ TEST(HFFormat, ExportNamesEveryParameterOnce) {
   models::LlamaConfig moe = c;
   moe.experts = 2;
   EXPECT_NE(error_of([&] { models::hf_config_json(moe); }).find("mixture of experts"), std::string::npos);
+}
+
+// The writer's sources ask for each parameter once, only when the writer
+// reaches it, and hold none after it: an export from a checkpoint keeps one
+// parameter in memory. What they write equals what the in-memory path gives.
+TEST(HFFormat, ExportAsksForEachParameterOnceWhenReached) {
+  TempDir dir;
+  const models::LlamaConfig c = tiny_llama();
+  models::Llama model(c);
+  model.init_weights(7);
+  std::map<std::string, Tensor> full;
+  for (nn::Parameter* p : model.parameters()) full.emplace(p->name(), p->data());
+  models::FullParameters params;
+  for (const auto& [name, t] : full) params.shapes.emplace(name, t.shape());
+  std::vector<std::string> asked;
+  params.value = [&](const std::string& name) {
+    asked.push_back(name);
+    return full.at(name).clone();
+  };
+  const ckpt::TensorSources sources = models::to_hf_sources(c, params, DType::kBF16);
+  EXPECT_TRUE(asked.empty());  // nothing is read to build the header
+  const ckpt::NamedTensors expected = models::to_hf_tensors(c, full, DType::kBF16);
+  ASSERT_EQ(sources.size(), expected.size());
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    EXPECT_EQ(sources[i].name, expected[i].first);
+    EXPECT_EQ(sources[i].shape, expected[i].second.shape());
+  }
+  models::write_hf_model(dir.path.string(), c, params, DType::kBF16, 100);  // several shards
+  ASSERT_EQ(asked.size(), full.size());  // gate_up once for its two tensors
+  EXPECT_EQ(std::set<std::string>(asked.begin(), asked.end()).size(), full.size());
+  const ckpt::SafetensorsCheckpoint written = ckpt::SafetensorsCheckpoint::open(dir.path.string());
+  EXPECT_GT(written.files().size(), 1u);
+  for (const auto& [name, t] : expected) {
+    const Tensor back = written.read(name);
+    ASSERT_EQ(back.nbytes(), t.nbytes()) << name;
+    EXPECT_EQ(std::memcmp(back.data_ptr(), t.data_ptr(), t.nbytes()), 0) << name;
+  }
+  // A shape that is not the model's is refused before any value is asked for.
+  asked.clear();
+  params.shapes["norm.weight"] = {c.n_embd + 1};
+  EXPECT_NE(error_of([&] { models::write_hf_model((dir.path / "bad").string(), c, params); }).find("'norm.weight'"),
+            std::string::npos);
+  EXPECT_TRUE(asked.empty());
+  EXPECT_FALSE(fs::exists(dir.path / "bad" / "config.json"));
 }
 
 }  // namespace

@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -127,12 +128,31 @@ struct SafetensorsWriteOptions {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+/// A tensor to write, known by its name, dtype and shape before its values:
+/// the header needs only those, so a writer calls `values` when it reaches
+/// the tensor, and a model of any size is written holding one tensor at a
+/// time. `values` must give a tensor of exactly that dtype and shape (any
+/// device); anything else is an internal error and the file is not written.
+struct TensorSource {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::function<Tensor()> values;
+};
+using TensorSources = std::vector<TensorSource>;
+
+/// Sources that give the tensors of `tensors` as they are (they share them).
+TensorSources sources_of(const NamedTensors& tensors);
+
 /// Writes `tensors` (any device; copied to the host one at a time) to
 /// `path`, in the given order, the header padded with spaces to a multiple
 /// of 8 bytes so that every tensor of 8-byte-multiple size starts aligned.
 /// Atomic (see above). Throws kInvalidArgument for an undefined tensor, an
 /// empty name, "__metadata__" or a name given twice; IoError for the disk.
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
+                       const SafetensorsWriteOptions& options = {});
+/// The same from sources, each called once, in order.
+void write_safetensors(const std::string& path, const TensorSources& tensors,
                        const SafetensorsWriteOptions& options = {});
 
 /// A sharded checkpoint's index file.
@@ -169,6 +189,9 @@ struct SafetensorsShardOptions {
 /// the index (also for one shard). Each file is atomic; a crash before the
 /// index is renamed leaves no index, so no loader takes the shards for a checkpoint.
 SafetensorsIndex write_safetensors_sharded(const std::string& dir, const NamedTensors& tensors,
+                                           const SafetensorsShardOptions& options = {});
+/// The same from sources, each called once, in order.
+SafetensorsIndex write_safetensors_sharded(const std::string& dir, const TensorSources& tensors,
                                            const SafetensorsShardOptions& options = {});
 
 /// A model's weights: one safetensors file, or a sharded checkpoint through

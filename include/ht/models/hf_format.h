@@ -48,6 +48,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -103,17 +104,32 @@ class HFWeights {
   std::shared_ptr<const std::map<std::string, detail::HFEntry>> entries_;  // by this library's name
 };
 
-/// The Hugging Face tensors of a model's full parameters (this library's
-/// names and layouts, padded vocabulary rows included, as
-/// train::Engine::full_parameters or a checkpoint gives them), in the
-/// order transformers writes them, converted to `dtype` (f32, f16, bf16).
-/// Throws kInvalidArgument naming a parameter that is missing or extra.
+/// A model's full parameters as a writer takes them: each one's shape
+/// (this library's names and layouts, padded vocabulary rows included, as
+/// train::Engine::full_parameters or a checkpoint gives them), and its value
+/// (f32, any device), asked for only when the writer reaches it.
+struct FullParameters {
+  std::map<std::string, Shape> shapes;
+  std::function<Tensor(const std::string& name)> value;
+};
+
+/// The Hugging Face tensors of `full`, in the order transformers writes
+/// them, converted to `dtype` (f32, f16, bf16), as sources that ask for each
+/// parameter once, when the writer reaches it, and hold at most one at a
+/// time (Llama's gate/up stack is asked for once for its two tensors). Every
+/// shape is checked here, before anything is asked for: throws
+/// kInvalidArgument naming a parameter that is missing, extra or of another shape.
+ckpt::TensorSources to_hf_sources(const ModelConfig& config, const FullParameters& full, DType dtype = DType::kF32);
+/// The same, from tensors in memory, converted at once.
 ckpt::NamedTensors to_hf_tensors(const ModelConfig& config, const std::map<std::string, Tensor>& full,
                                  DType dtype = DType::kF32);
 
 /// Writes a Hugging Face directory: config.json and the weights
 /// (ckpt::write_safetensors_sharded, shards of at most `max_shard_bytes`),
-/// each file atomic, config.json last. `dir` is created if missing.
+/// each file atomic, config.json last. `dir` is created if missing. From
+/// FullParameters, one parameter is held at a time.
+void write_hf_model(const std::string& dir, const ModelConfig& config, const FullParameters& full,
+                    DType dtype = DType::kF32, std::int64_t max_shard_bytes = 5'000'000'000);
 void write_hf_model(const std::string& dir, const ModelConfig& config, const std::map<std::string, Tensor>& full,
                     DType dtype = DType::kF32, std::int64_t max_shard_bytes = 5'000'000'000);
 
