@@ -1,6 +1,6 @@
 // tokenizer_bench: how fast a tokenizer encodes real text, on one thread.
-// Reads the text files named (directories: their regular files, sorted,
-// skipping fortune index files *.dat and links), then encodes all of it
+// Reads the text files named (data::list_text_files: a directory's files,
+// recursively, sorted, skipping links, hidden names and *.dat), then encodes all of it
 // --rounds times: round 1 with the tokenizer just loaded (its word cache
 // empty), later rounds with the cache warm. One line a round; MB = 10^6 bytes.
 // With --threads 1,2,...: then the parallel path of `ht-data shards`
@@ -37,17 +37,7 @@ void append_file(const fs::path& path, std::string& text) {
 
 std::string read_inputs(const std::vector<std::string>& inputs) {
   std::string text;
-  for (const std::string& in : inputs) {
-    if (!fs::is_directory(in)) {
-      append_file(in, text);
-      continue;
-    }
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(in))
-      if (e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat") files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-    for (const fs::path& f : files) append_file(f, text);
-  }
+  for (const std::string& file : ht::data::list_text_files(inputs)) append_file(file, text);
   return text;
 }
 

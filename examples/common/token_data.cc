@@ -24,7 +24,7 @@ namespace {
 bool is_bytes(const data::Tokenizer& tokenizer) { return tokenizer.description() == "bytes"; }
 
 // What a token file is made from: every input file's path, size and
-// modification time (a directory's files, in name order), the validation
+// modification time (those data::list_text_files reads), the validation
 // share, and the tokenizer (unless it is the byte tokenizer: its files'
 // signature is as it always was) with its files'. Kept beside the file as
 // <file>.inputs, so that a relaunch with the same --text and --tokenizer
@@ -38,27 +38,22 @@ std::string inputs_signature(const std::vector<std::string>& inputs, double val_
     s << fs::absolute(p).string() << " " << fs::file_size(p, ec) << " "
       << fs::last_write_time(p, ec).time_since_epoch().count() << "\n";
   };
-  auto add_all = [&](const std::vector<std::string>& paths) {
-    for (const std::string& input : paths) {
-      std::error_code ec;
-      if (!fs::is_directory(input, ec)) {
-        add(input);
-        continue;
-      }
+  if (!is_bytes(tokenizer)) {
+    s << "tokenizer " << tokenizer.description() << " vocab " << tokenizer.vocab_size() << " end_of_text "
+      << tokenizer.end_of_text().value_or(-1) << "\n";
+    std::error_code ec;
+    if (!fs::is_directory(tokenizer_path, ec)) {
+      add(tokenizer_path);
+    } else {  // every file of it: any may be what the tokenizer reads
       std::vector<fs::path> files;
-      for (const fs::directory_entry& e : fs::recursive_directory_iterator(input, ec))
+      for (const fs::directory_entry& e : fs::recursive_directory_iterator(tokenizer_path, ec))
         if (e.is_regular_file()) files.push_back(e.path());
       std::sort(files.begin(), files.end());
       for (const fs::path& f : files) add(f);
     }
-  };
-  if (!is_bytes(tokenizer)) {
-    s << "tokenizer " << tokenizer.description() << " vocab " << tokenizer.vocab_size() << " end_of_text "
-      << tokenizer.end_of_text().value_or(-1) << "\n";
-    add_all({tokenizer_path});
     s << "text\n";
   }
-  add_all(inputs);
+  for (const std::string& file : data::list_text_files(inputs)) add(file);  // the files the tokenizer reads
   return s.str();
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/files.h"
 #include "core/h5_check.h"
+#include "ht/data/text_corpus.h"
 
 namespace ht::data {
 namespace fs = std::filesystem;
@@ -123,22 +124,8 @@ TokenSplits read_token_file(const std::string& path) {
 
 TokenSplits tokenize_bytes(const std::vector<std::string>& inputs, double val_fraction) {
   HT_CHECK_ARG(val_fraction > 0.0 && val_fraction < 1.0, "val_fraction must lie in (0, 1), got {}", val_fraction);
-  HT_CHECK_ARG(!inputs.empty(), "no text inputs given: name text files or a directory of them");
   std::vector<std::int32_t> all;
-  for (const std::string& in : inputs) {
-    const fs::path p(in);
-    HT_CHECK(fs::exists(p), ErrorKind::kIo, "text input '{}' does not exist", in);
-    if (fs::is_directory(p)) {
-      std::vector<fs::path> files;
-      for (const auto& e : fs::directory_iterator(p))
-        if (e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat") files.push_back(e.path());
-      std::sort(files.begin(), files.end());
-      HT_CHECK(!files.empty(), ErrorKind::kIo, "text directory '{}' holds no regular files", in);
-      for (const auto& f : files) append_file(f, all);
-    } else {
-      append_file(p, all);
-    }
-  }
+  for (const std::string& file : list_text_files(inputs)) append_file(file, all);
   return split_tail(std::move(all), val_fraction, 256, "bytes");
 }
 

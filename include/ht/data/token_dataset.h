@@ -25,9 +25,9 @@ void write_token_file(const std::string& path, const TokenSplits& splits);
 /// outside the vocabulary.
 TokenSplits read_token_file(const std::string& path);
 
-/// Byte-level tokenisation (vocab 256) of the text files `inputs`, in order.
-/// Directories are expanded to the regular files they hold (sorted), skipping
-/// fortune index files (*.dat) and links. The last `val_fraction` of the bytes
+/// Byte-level tokenisation (vocab 256) of the text files `inputs`, in order:
+/// the files list_text_files (text_corpus.h) gives, as every tokenizer and
+/// `ht-data shards` read them. The last `val_fraction` of the bytes
 /// form the validation split. Throws IoError for unreadable inputs and
 /// kInvalidArgument when there are too few bytes for both splits.
 TokenSplits tokenize_bytes(const std::vector<std::string>& inputs, double val_fraction);
