@@ -280,27 +280,30 @@ TEST(Gpt2Vocabulary, LongPiecesMergeAsShortOnesAndFast) {
   EXPECT_LT(s, 5.0);
 }
 
+// Standard base64 (padded), as tiktoken's rank files hold token bytes.
+std::string base64(std::string_view bytes) {
+  static constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string b64;
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    std::uint32_t w = std::uint32_t(static_cast<unsigned char>(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) w |= std::uint32_t(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    if (i + 2 < bytes.size()) w |= static_cast<unsigned char>(bytes[i + 2]);
+    b64 += kBase64[w >> 18 & 63];
+    b64 += kBase64[w >> 12 & 63];
+    b64 += i + 1 < bytes.size() ? kBase64[w >> 6 & 63] : '=';
+    b64 += i + 2 < bytes.size() ? kBase64[w & 63] : '=';
+  }
+  return b64;
+}
+
 TEST(Gpt2Vocabulary, TiktokenRankFileEncodesAsEncoderJson) {
   const auto tok = gpt2_or_skip();
   if (!tok) GTEST_SKIP() << "HT_GPT2_VOCAB_DIR not set (tests/data/gpt2_reference_test.sh sets it)";
   // r50k_base is GPT-2's vocabulary with ranks = ids: write it as a tiktoken file.
   const auto& bpe = dynamic_cast<const detail::BpeTokenizer&>(*tok);
-  static constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string ranks;
-  for (std::int32_t id = 0; id < 50256; ++id) {
-    const std::string bytes = bpe.decode(std::vector<std::int32_t>{id});
-    std::string b64;
-    for (std::size_t i = 0; i < bytes.size(); i += 3) {
-      std::uint32_t w = std::uint32_t(static_cast<unsigned char>(bytes[i])) << 16;
-      if (i + 1 < bytes.size()) w |= std::uint32_t(static_cast<unsigned char>(bytes[i + 1])) << 8;
-      if (i + 2 < bytes.size()) w |= static_cast<unsigned char>(bytes[i + 2]);
-      b64 += kBase64[w >> 18 & 63];
-      b64 += kBase64[w >> 12 & 63];
-      b64 += i + 1 < bytes.size() ? kBase64[w >> 6 & 63] : '=';
-      b64 += i + 2 < bytes.size() ? kBase64[w & 63] : '=';
-    }
-    ranks += fmt::format("{} {}\n", b64, id);
-  }
+  for (std::int32_t id = 0; id < 50256; ++id)
+    ranks += fmt::format("{} {}\n", base64(bpe.decode(std::vector<std::int32_t>{id})), id);
   const test::TempDir dir("ht_tokenizer_tiktoken");
   write_file(dir.path() / "r50k_base.tiktoken", ranks);
   const auto tik = load_tokenizer((dir.path() / "r50k_base.tiktoken").string());
@@ -309,6 +312,29 @@ TEST(Gpt2Vocabulary, TiktokenRankFileEncodesAsEncoderJson) {
   std::string text = "Hello world, it's 2024! \xF0\x9F\x98\x80  \n\n caf\xC3\xA9";
   if (const char* corpus = env("HT_TOKENIZER_CORPUS")) text = read_file(corpus);
   EXPECT_TRUE(tik->encode(text) == tok->encode(text));
+}
+
+// A damaged rank file (a rank twice, a byte without a token) and a
+// vocabulary past GPT-2's size (whose split pattern is another) are refused
+// by name.
+TEST(Tiktoken, DamagedAndTooLargeRankFilesAreRefused) {
+  const test::TempDir dir("ht_tokenizer_tiktoken_bad");
+  std::string bytes_only;
+  for (int b = 0; b < 256; ++b) bytes_only += fmt::format("{} {}\n", base64(std::string(1, char(b))), b);
+  const auto path = [&](const char* name) { return (dir.path() / name).string(); };
+  write_file(path("ok.tiktoken"), bytes_only);
+  EXPECT_EQ(load_tokenizer(path("ok.tiktoken"))->vocab_size(), 256);
+  write_file(path("twice.tiktoken"), bytes_only + fmt::format("{} 7\n", base64("ab")));
+  EXPECT_TRUE(test::throws_error([&] { load_tokenizer(path("twice.tiktoken")); }, ErrorKind::kIo,
+                                 {"gives rank 7 twice"}));
+  write_file(path("no_byte.tiktoken"), bytes_only.substr(bytes_only.find('\n') + 1));  // byte 0x00 missing
+  EXPECT_TRUE(test::throws_error([&] { load_tokenizer(path("no_byte.tiktoken")); }, ErrorKind::kIo,
+                                 {"no token for byte 0x00"}));
+  std::string large = bytes_only;
+  for (int r = 256; r <= 50280; ++r) large += fmt::format("{} {}\n", base64(fmt::format("t{}", r)), r);
+  write_file(path("large.tiktoken"), large);
+  EXPECT_TRUE(test::throws_error([&] { load_tokenizer(path("large.tiktoken")); }, ErrorKind::kNotSupported,
+                                 {"holds 50281 ranks", "r50k_base"}));
 }
 
 // SentencePiece: our ids against spm_encode's, line by line.
