@@ -207,6 +207,7 @@ GPTConfig gpt_config(const Json& j, const std::string& path) {
 
 LlamaConfig llama_config(const Json& j, const std::string& path) {
   LlamaConfig c;
+  c.mistral = get_or<std::string>(j, "model_type", "", path) == "mistral";
   c.vocab_size = get_required<std::int64_t>(j, "vocab_size", path);
   c.n_embd = get_required<std::int64_t>(j, "hidden_size", path);
   c.ffn_hidden = get_required<std::int64_t>(j, "intermediate_size", path);
@@ -232,6 +233,17 @@ LlamaConfig llama_config(const Json& j, const std::string& path) {
     HT_CHECK(attention_factor == 1.0, ErrorKind::kConfig,
              "'{}': rope_scaling's \"attention_factor\" is {}; Llama 3.1's scaling leaves attention unscaled (1)", path,
              attention_factor);
+  }
+  if (c.mistral) {
+    // Mistral is Llama's computation with an optional sliding window: none
+    // (null: Mistral 7B v0.2 on), or one no shorter than the context, which
+    // hides nothing. An absent key is transformers' default, 4096.
+    const std::int64_t window =
+        j.contains("sliding_window") ? get_or<std::int64_t>(j, "sliding_window", c.context, path) : 4096;
+    HT_CHECK(window >= c.context, ErrorKind::kConfig,
+             "'{}': \"sliding_window\" is {}, shorter than \"max_position_embeddings\" {}; this library's attention "
+             "has no sliding window, so a Mistral is read only without one (Mistral 7B v0.2 and later)",
+             path, window, c.context);
   }
   require<std::string>(j, "hidden_act", "silu", "silu", path, "SwiGLU's SiLU");
   require<bool>(j, "attention_bias", false, false, path, "projections without biases");
@@ -263,10 +275,10 @@ ModelConfig read_hf_config(const std::string& dir) {
   HT_CHECK(j.is_object(), ErrorKind::kIo, "'{}' is not a JSON object: not a Hugging Face config", path);
   const std::string type = get_or<std::string>(j, "model_type", "", path);
   if (type == "gpt2") return gpt_config(j, path);
-  if (type == "llama") return llama_config(j, path);
+  if (type == "llama" || type == "mistral") return llama_config(j, path);
   throw Error(ErrorKind::kConfig,
               fmt::format("'{}': \"model_type\" is \"{}\"; this library reads Hugging Face's \"gpt2\" "
-                          "(GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)",
+                          "(GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) and \"mistral\" (MistralForCausalLM)",
                           path, type));
 }
 
@@ -290,8 +302,8 @@ std::string hf_config_json(const ModelConfig& config, const std::string& torch_d
   } else {
     const LlamaConfig& l = std::get<LlamaConfig>(config);
     entries_of(l);  // refuses a mixture of experts
-    j["architectures"] = {"LlamaForCausalLM"};
-    j["model_type"] = "llama";
+    j["architectures"] = {l.mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
+    j["model_type"] = l.mistral ? "mistral" : "llama";
     j["vocab_size"] = l.vocab_size;
     j["hidden_size"] = l.n_embd;
     j["intermediate_size"] = l.ffn_hidden;
@@ -314,6 +326,7 @@ std::string hf_config_json(const ModelConfig& config, const std::string& torch_d
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
     j["tie_word_embeddings"] = l.tie_embeddings;
+    if (l.mistral) j["sliding_window"] = nullptr;
   }
   j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";

@@ -177,9 +177,9 @@ std::string LlamaConfig::str() const {
   const std::string scaling = r.enabled() ? fmt::format(" llama3x{:g},{:g},{:g},{}", r.factor, r.low_freq_factor,
                                                         r.high_freq_factor, r.original_max_positions)
                                           : "";
-  return fmt::format("L{} H{} KV{} C{} F{} V{}{} T{} theta{:g}{}{}{}{}", n_layer, n_head, n_kv_head, n_embd,
+  return fmt::format("L{} H{} KV{} C{} F{} V{}{} T{} theta{:g}{}{}{}{}{}", n_layer, n_head, n_kv_head, n_embd,
                      ffn_hidden, vocab_size, pad, context, rope_theta, scaling, eps, tie_embeddings ? " tied" : "",
-                     moe);
+                     mistral ? " mistral" : "", moe);
 }
 
 Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)

@@ -104,8 +104,30 @@ TEST(HFFormat, ConfigRefusesWhatCannotBeCarried) {
   EXPECT_NE(models::hf_config_json(l3).find("\"original_max_position_embeddings\": 8192"), std::string::npos);
   dir.write("config.json", llama + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})");
   EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("llama3"), std::string::npos);
-  dir.write("config.json", R"({"model_type": "mistral"})");
-  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"mistral\""), std::string::npos);
+  dir.write("config.json", R"({"model_type": "qwen2"})");
+  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"qwen2\""), std::string::npos);
+  // A Mistral is its Llama, named so on export; a sliding window that would
+  // hide a position is refused, and so is transformers' default of 4096.
+  std::string mistral = llama;
+  mistral.replace(mistral.find("\"llama\""), 7, "\"mistral\"");
+  dir.write("config.json", mistral + R"(, "max_position_embeddings": 64, "sliding_window": null})");
+  const auto m = std::get<models::LlamaConfig>(models::read_hf_config(dir.path.string()));
+  EXPECT_TRUE(m.mistral);
+  EXPECT_EQ(models::describe(models::parse_model_description(models::describe(m))), models::describe(m));
+  EXPECT_NE(models::describe(m).find(" mistral"), std::string::npos);
+  const std::string written = models::hf_config_json(m);
+  EXPECT_NE(written.find("\"MistralForCausalLM\""), std::string::npos);
+  EXPECT_NE(written.find("\"sliding_window\": null"), std::string::npos);
+  dir.write("config.json", written);
+  EXPECT_EQ(models::describe(models::read_hf_config(dir.path.string())), models::describe(m));
+  dir.write("config.json", mistral + R"(, "max_position_embeddings": 64, "sliding_window": 64})");
+  EXPECT_TRUE(std::get<models::LlamaConfig>(models::read_hf_config(dir.path.string())).mistral);
+  dir.write("config.json", mistral + R"(, "max_position_embeddings": 64, "sliding_window": 32})");
+  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"sliding_window\" is 32"),
+            std::string::npos);
+  dir.write("config.json", mistral + R"(, "max_position_embeddings": 8192})");
+  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"sliding_window\" is 4096"),
+            std::string::npos);
   fs::remove(dir.path / "config.json");
   EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("config.json"), std::string::npos);
 }

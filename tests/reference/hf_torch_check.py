@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # Hugging Face models in and out of hypertrain, against PyTorch.
 #
-#   hf_torch_check.py ARCH HF_LOGITS HT_CKPT MPIEXEC WORKDIR      ARCH: gpt2, llama, llama_tied
+#   hf_torch_check.py ARCH HF_LOGITS HT_CKPT MPIEXEC WORKDIR      ARCH: gpt2, llama, llama_tied, mistral
 #
 # A tiny model of ARCH with random weights is written in Hugging Face's
 # format (config.json and safetensors, by hf_torch.py: GPT-2 as the Hub's
@@ -19,8 +19,9 @@
 # then each layout's checkpoint, exported with `ht-ckpt export --format hf`,
 # must hold every tensor of the input bit for bit (names as transformers
 # writes them), a config.json with the same model, and give PyTorch the same
-# logits exactly. The Llamas use Llama 3.1's rope scaling. Refusals: a
-# config with YaRN's rope scaling, a missing tensor, ht-ckpt's --kinds with
+# logits exactly. The Llamas use Llama 3.1's rope scaling; the Mistral (one
+# process and tp 2) none, and no sliding window. Refusals: a config with
+# YaRN's rope scaling (a Mistral: a sliding window of 8), a missing tensor, ht-ckpt's --kinds with
 # --format hf and --dtype without it, and
 # an export into a directory that holds something.
 import json
@@ -56,9 +57,13 @@ CONFIGS = {
               "tie_word_embeddings": False},
 }
 CONFIGS["llama_tied"] = dict(CONFIGS["llama"], tie_word_embeddings=True)
+# Mistral 7B v0.3's form: a Llama without rope scaling and without a sliding window.
+CONFIGS["mistral"] = {k: v for k, v in CONFIGS["llama"].items() if k != "rope_scaling"}
+CONFIGS["mistral"].update(architectures=["MistralForCausalLM"], model_type="mistral", rope_theta=1000000.0,
+                          sliding_window=None)
 LAYOUTS = {"one": (1, []), "tp2": (2, ["--tp", "2", "--vocab-multiple", "64"]), "pp2": (2, ["--pp", "2"]), "zero3": (2, ["--zero", "3"])}
 CASE_LAYOUTS = {"gpt2": ["one", "tp2", "pp2", "zero3"], "llama": ["one", "tp2", "pp2", "zero3"],
-                "llama_tied": ["one", "pp2"]}
+                "llama_tied": ["one", "pp2"], "mistral": ["one", "tp2"]}
 
 
 def fail(msg):
@@ -149,12 +154,11 @@ def main():
     # Refusals, each by name.
     bad = os.path.join(work, "hf_bad")
     shutil.copytree(model_dir, bad)
-    scaled = dict(cfg, rope_scaling={"rope_type": "yarn", "factor": 4.0}) if arch != "gpt2" else \
-        dict(cfg, activation_function="relu")
-    json.dump(scaled, open(os.path.join(bad, "config.json"), "w"))
+    refused = {"gpt2": ("activation_function", "relu"), "mistral": ("sliding_window", 8)}.get(
+        arch, ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}))
+    json.dump(dict(cfg, **{refused[0]: refused[1]}), open(os.path.join(bad, "config.json"), "w"))
     expect_refusal([hf_logits, bad, os.path.join(work, "tokens.bin"), os.path.join(work, "bad"), "--seq-len",
-                    str(SEQ), "--run-dir", os.path.join(work, "run_bad")],
-                   "rope_scaling" if arch != "gpt2" else "activation_function")
+                    str(SEQ), "--run-dir", os.path.join(work, "run_bad")], refused[0])
     missing = os.path.join(work, "hf_missing")
     os.makedirs(missing)
     shutil.copy(os.path.join(model_dir, "config.json"), missing)

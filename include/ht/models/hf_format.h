@@ -1,6 +1,7 @@
-// Hugging Face model directories in and out: a GPT-2 (GPT2LMHeadModel) or
-// a Llama (LlamaForCausalLM) as `transformers` writes it — config.json and
-// safetensors weights (one model.safetensors, or shards with
+// Hugging Face model directories in and out: a GPT-2 (GPT2LMHeadModel), a
+// Llama (LlamaForCausalLM) or a Mistral (MistralForCausalLM) as
+// `transformers` writes it — config.json and safetensors weights (one
+// model.safetensors, or shards with
 // model.safetensors.index.json) — read into the bundled models on any
 // layout, and written back from their full parameters.
 //
@@ -21,6 +22,9 @@
 //          [gate | up] stacked along the output rows; mlp.down_proj <-> mlp.down.weight
 //          model.norm.weight               <-> norm.weight
 //          lm_head.weight                  <-> lm_head.weight (absent when tied)
+//   Mistral (MistralForCausalLM) is read and written as the Llama it
+//          computes (LlamaConfig::mistral keeps its name for the export),
+//          when it has no sliding window or one no shorter than its context.
 //          The rotary layout needs no change: Hugging Face's q_proj and
 //          k_proj rows are already in the rotate-half order (its conversion
 //          script permuted Meta's interleaved pairs), which is ops/rope.h's.
@@ -31,7 +35,8 @@
 // or scaled attention options; Llama with a rope_scaling other than Llama
 // 3.1's ("llama3", which is carried: ops::RopeScaling), attention or MLP
 // biases, another hidden_act than
-// silu, a head_dim other than hidden_size / num_attention_heads. A tensor
+// silu, a head_dim other than hidden_size / num_attention_heads; Mistral
+// with a sliding window shorter than its context. A tensor
 // the model does not have, a missing one, or one of the wrong shape is an
 // IoError naming the tensor and the file.
 //

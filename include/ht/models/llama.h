@@ -49,6 +49,10 @@ struct LlamaConfig {
   /// its own; under pipeline parallelism the last stage holds a copy
   /// (tied_weights()), as GPT's.
   bool tie_embeddings = false;
+  /// Written back to Hugging Face's format as a Mistral (MistralForCausalLM,
+  /// model_type "mistral", no sliding window) rather than a Llama: the same
+  /// computation, read from a Mistral's config.json. Changes nothing here.
+  bool mistral = false;
   /// The embedding and head hold vocab_size rounded up to a multiple of
   /// this many rows; the extra ids are padding (see CausalLM). 1: none.
   std::int64_t vocab_multiple = 1;
