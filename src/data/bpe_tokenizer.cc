@@ -224,7 +224,7 @@ BpeVocabulary read_tiktoken_vocabulary(const std::string& path) {
   if (ranks.empty())
     throw IoError(ErrorKind::kIo, fmt::format("tiktoken rank file '{}' is empty: it should hold lines "
                                               "'<base64 token> <rank>'", path));
-  if (ranks.size() > 50280)
+  if (std::int64_t(ranks.size()) >= kGpt2PatternMaxTokens)
     throw Error(ErrorKind::kNotSupported,
                 fmt::format("tiktoken rank file '{}' holds {} ranks: a vocabulary this large (cl100k_base, o200k_base) "
                             "splits text with another pattern than GPT-2's, which is not implemented; use r50k_base "
@@ -267,6 +267,34 @@ BpeVocabulary read_tiktoken_vocabulary(const std::string& path) {
   add_rank_merges(v);
   if (v.end_of_text) v.token_used[std::size_t(*v.end_of_text)] = true;
   return v;
+}
+
+void check_gpt2_text_splitting(const std::string& tokenizer_json) {
+  const std::string text = read_whole_file(tokenizer_json, "tokenizer.json");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(ErrorKind::kIo, fmt::format("'{}' is not valid JSON ({})", tokenizer_json, e.what()));
+  }
+  const auto refuse = [&](const std::string& what) {
+    throw Error(ErrorKind::kNotSupported,
+                fmt::format("'{}': {}; this library's byte-level BPE prepares text as GPT-2 does (no normalizer, "
+                            "the ByteLevel pre-tokenizer with GPT-2's pattern and no prefix space), so this "
+                            "tokenizer would give other ids than its own: use a SentencePiece or GPT-2-style tokenizer",
+                            tokenizer_json, what));
+  };
+  if (!j.is_object()) refuse("it is not a JSON object");
+  if (const auto n = j.find("normalizer"); n != j.end() && !n->is_null())
+    refuse(fmt::format("its normalizer is {}", n->dump().substr(0, 200)));
+  const auto pre = j.find("pre_tokenizer");
+  if (pre == j.end() || !pre->is_object() || pre->value("type", "") != "ByteLevel")
+    refuse(fmt::format("its pre_tokenizer is {}", pre == j.end() ? "absent" : pre->dump().substr(0, 300)));
+  // tokenizers' ByteLevel defaults: add_prefix_space true, use_regex true.
+  if (pre->value("add_prefix_space", true)) refuse("its ByteLevel pre_tokenizer adds a prefix space");
+  if (!pre->value("use_regex", true)) refuse("its ByteLevel pre_tokenizer does not split with GPT-2's pattern");
+  if (const auto m = j.find("model"); m != j.end() && m->is_object() && m->value("type", "BPE") != "BPE")
+    refuse(fmt::format("its model is {}, not BPE", m->value("type", "")));
 }
 
 BpeTokenizer::BpeTokenizer(BpeVocabulary vocabulary) : vocab_(std::move(vocabulary)) {}

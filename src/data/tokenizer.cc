@@ -57,7 +57,19 @@ std::unique_ptr<Tokenizer> load_bpe_pair(const fs::path& dir, const std::string&
                   fmt::format("tokenizer '{}': {} has {} but no {}; a GPT-2 BPE needs both files side by side", named,
                               dir.string(), vocab.empty() ? "a merges file" : "a vocabulary",
                               vocab.empty() ? "encoder.json or vocab.json" : "vocab.bpe or merges.txt"));
-  return std::make_unique<BpeTokenizer>(read_gpt2_vocabulary(vocab, merges));
+  // A Hugging Face directory says in tokenizer.json how its text is split
+  // before merging; without one, only a vocabulary of GPT-2's size is taken
+  // to be split as GPT-2's (anything else would give wrong ids, silently).
+  const std::string config = first_present(dir, {"tokenizer.json"});
+  if (!config.empty()) check_gpt2_text_splitting(config);
+  auto tokenizer = std::make_unique<BpeTokenizer>(read_gpt2_vocabulary(vocab, merges));
+  if (config.empty() && tokenizer->vocab_size() > kGpt2PatternMaxTokens)
+    throw Error(ErrorKind::kNotSupported,
+                fmt::format("tokenizer '{}': {} holds {} tokens, more than a vocabulary split by GPT-2's pattern "
+                            "(cl100k_base, Qwen2 and others split text otherwise, which is not implemented), and no "
+                            "tokenizer.json says how its text is split: put the model's tokenizer.json beside it",
+                            named, vocab, tokenizer->vocab_size()));
+  return tokenizer;
 }
 
 // A tiktoken rank file starts "<base64> <digits>".

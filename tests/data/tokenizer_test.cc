@@ -165,6 +165,42 @@ TEST(BpeTokenizer, MergesByRankAndDecodes) {
   EXPECT_EQ(load_tokenizer((v.dir.path() / "vocab.bpe").string())->encode("hell"), (std::vector<std::int32_t>{258}));
 }
 
+// A Hugging Face tokenizer.json beside the pair says how text is split
+// before merging: GPT-2's way is taken, any other refused by name (it would
+// give other ids than the model's own tokenizer, with no error). Without
+// one, a vocabulary larger than GPT-2's is refused.
+TEST(BpeTokenizer, TokenizerJsonMustSplitTextAsGpt2) {
+  const TinyVocabulary v;
+  const fs::path config = v.dir.path() / "tokenizer.json";
+  const std::string gpt2 = R"("pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true})";
+  write_file(config, R"({"normalizer": null, )" + gpt2 + R"(, "model": {"type": "BPE"}})");
+  EXPECT_EQ(load_tokenizer(v.dir.path().string())->encode("hell"), (std::vector<std::int32_t>{258}));
+  const auto refused = [&](const std::string& json, std::initializer_list<std::string_view> words) {
+    write_file(config, json);
+    return test::throws_error([&] { load_tokenizer(v.dir.path().string()); }, ErrorKind::kNotSupported, words);
+  };
+  EXPECT_TRUE(refused(R"({"normalizer": {"type": "NFC"}, )" + gpt2 + "}", {"tokenizer.json", "normalizer", "NFC"}));
+  EXPECT_TRUE(refused(R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split"}, )"
+                      R"({"type": "ByteLevel", "use_regex": false}]}})",
+                      {"pre_tokenizer", "Sequence", "other ids"}));
+  EXPECT_TRUE(refused(R"({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": true}})", {"prefix space"}));
+  EXPECT_TRUE(refused(R"({"pre_tokenizer": {"type": "ByteLevel"}})", {"prefix space"}));  // tokenizers' default
+  EXPECT_TRUE(refused(R"({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}})",
+                      {"GPT-2's pattern"}));
+  write_file(config, "{");
+  EXPECT_TRUE(test::throws_error([&] { load_tokenizer(v.dir.path().string()); }, ErrorKind::kIo, {"not valid JSON"}));
+  // No tokenizer.json: a vocabulary past GPT-2's size is refused.
+  fs::remove(config);
+  std::string json = read_file((v.dir.path() / "encoder.json").string());
+  json.back() = ',';
+  json += "\"big\": 60000}";
+  write_file(v.dir.path() / "encoder.json", json);
+  EXPECT_TRUE(test::throws_error([&] { load_tokenizer(v.dir.path().string()); }, ErrorKind::kNotSupported,
+                                 {"60001 tokens", "tokenizer.json"}));
+  write_file(config, R"({"normalizer": null, )" + gpt2 + "}");
+  EXPECT_EQ(load_tokenizer(v.dir.path().string())->vocab_size(), 60001);
+}
+
 TEST(BpeTokenizer, BadFilesNameTheFileAndWhatToDo) {
   const test::TempDir dir("ht_tokenizer_bad");
   const fs::path& d = dir.path();
