@@ -82,6 +82,11 @@ std::vector<Entry> entries_of(const LlamaConfig& c) {
            "Llama {} is a mixture of experts: no Hugging Face architecture here carries this library's (Mixtral's "
            "names and router are not mapped); export the weights with ht-ckpt export --format h5",
            c.str());
+  const bool qwen2 = c.family == LlamaFamily::kQwen2;
+  HT_CHECK(c.qkv_bias == qwen2, ErrorKind::kConfig,
+           "Llama {}: {}; Hugging Face's Qwen2 has biases on q, k and v and its Llama none or on all four "
+           "projections, so no architecture there computes this model: export it with ht-ckpt export --format h5",
+           c.str(), qwen2 ? "a Qwen2 without q, k and v biases" : "q, k and v biases outside a Qwen2");
   const std::int64_t C = c.n_embd, kv = C / c.n_head * c.n_kv_head, F = c.ffn_hidden;
   std::vector<Entry> e;
   e.push_back({"embed_tokens.weight", {c.vocab_size, C}, {"model.embed_tokens.weight"}, Change::kCopy, true});
@@ -90,8 +95,11 @@ std::vector<Entry> entries_of(const LlamaConfig& c) {
     auto copy = [&](const std::string& n, Shape shape) { e.push_back({ours + n, std::move(shape), {hf + n}}); };
     copy("input_layernorm.weight", {C});
     copy("self_attn.q_proj.weight", {C, C});
+    if (c.qkv_bias) copy("self_attn.q_proj.bias", {C});
     copy("self_attn.k_proj.weight", {kv, C});
+    if (c.qkv_bias) copy("self_attn.k_proj.bias", {kv});
     copy("self_attn.v_proj.weight", {kv, C});
+    if (c.qkv_bias) copy("self_attn.v_proj.bias", {kv});
     copy("self_attn.o_proj.weight", {C, C});
     copy("post_attention_layernorm.weight", {C});
     e.push_back({ours + "mlp.gate_up.weight",
@@ -207,7 +215,9 @@ GPTConfig gpt_config(const Json& j, const std::string& path) {
 
 LlamaConfig llama_config(const Json& j, const std::string& path) {
   LlamaConfig c;
-  c.mistral = get_or<std::string>(j, "model_type", "", path) == "mistral";
+  const std::string type = get_or<std::string>(j, "model_type", "", path);
+  c.family = type == "mistral" ? LlamaFamily::kMistral : type == "qwen2" ? LlamaFamily::kQwen2 : LlamaFamily::kLlama;
+  c.qkv_bias = c.family == LlamaFamily::kQwen2;  // Qwen2's attention always has them
   c.vocab_size = get_required<std::int64_t>(j, "vocab_size", path);
   c.n_embd = get_required<std::int64_t>(j, "hidden_size", path);
   c.ffn_hidden = get_required<std::int64_t>(j, "intermediate_size", path);
@@ -234,7 +244,7 @@ LlamaConfig llama_config(const Json& j, const std::string& path) {
              "'{}': rope_scaling's \"attention_factor\" is {}; Llama 3.1's scaling leaves attention unscaled (1)", path,
              attention_factor);
   }
-  if (c.mistral) {
+  if (c.family == LlamaFamily::kMistral) {
     // Mistral is Llama's computation with an optional sliding window: none
     // (null: Mistral 7B v0.2 on), or one no shorter than the context, which
     // hides nothing. An absent key is transformers' default, 4096.
@@ -244,6 +254,17 @@ LlamaConfig llama_config(const Json& j, const std::string& path) {
              "'{}': \"sliding_window\" is {}, shorter than \"max_position_embeddings\" {}; this library's attention "
              "has no sliding window, so a Mistral is read only without one (Mistral 7B v0.2 and later)",
              path, window, c.context);
+  }
+  if (c.family == LlamaFamily::kQwen2) {
+    // Qwen2's sliding window is used only with use_sliding_window, on the
+    // layers from max_window_layers on; this library's attention has none.
+    const bool sliding = get_or<bool>(j, "use_sliding_window", false, path);
+    const std::int64_t window = get_or<std::int64_t>(j, "sliding_window", c.context, path);
+    const int window_layers = get_or<int>(j, "max_window_layers", c.n_layer, path);
+    HT_CHECK(!sliding || window >= c.context || window_layers >= c.n_layer, ErrorKind::kConfig,
+             "'{}': \"use_sliding_window\" is true with a window of {} on layers {} and on, shorter than the "
+             "context {}; this library's attention has no sliding window",
+             path, window, window_layers, c.context);
   }
   require<std::string>(j, "hidden_act", "silu", "silu", path, "SwiGLU's SiLU");
   require<bool>(j, "attention_bias", false, false, path, "projections without biases");
@@ -275,10 +296,11 @@ ModelConfig read_hf_config(const std::string& dir) {
   HT_CHECK(j.is_object(), ErrorKind::kIo, "'{}' is not a JSON object: not a Hugging Face config", path);
   const std::string type = get_or<std::string>(j, "model_type", "", path);
   if (type == "gpt2") return gpt_config(j, path);
-  if (type == "llama" || type == "mistral") return llama_config(j, path);
+  if (type == "llama" || type == "mistral" || type == "qwen2") return llama_config(j, path);
   throw Error(ErrorKind::kConfig,
               fmt::format("'{}': \"model_type\" is \"{}\"; this library reads Hugging Face's \"gpt2\" "
-                          "(GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) and \"mistral\" (MistralForCausalLM)",
+                          "(GPT2LMHeadModel), \"llama\" (LlamaForCausalLM), \"mistral\" (MistralForCausalLM) and "
+                          "\"qwen2\" (Qwen2ForCausalLM)",
                           path, type));
 }
 
@@ -302,8 +324,9 @@ std::string hf_config_json(const ModelConfig& config, const std::string& torch_d
   } else {
     const LlamaConfig& l = std::get<LlamaConfig>(config);
     entries_of(l);  // refuses a mixture of experts
-    j["architectures"] = {l.mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
-    j["model_type"] = l.mistral ? "mistral" : "llama";
+    const bool mistral = l.family == LlamaFamily::kMistral, qwen2 = l.family == LlamaFamily::kQwen2;
+    j["architectures"] = {mistral ? "MistralForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+    j["model_type"] = mistral ? "mistral" : qwen2 ? "qwen2" : "llama";
     j["vocab_size"] = l.vocab_size;
     j["hidden_size"] = l.n_embd;
     j["intermediate_size"] = l.ffn_hidden;
@@ -323,10 +346,17 @@ std::string hf_config_json(const ModelConfig& config, const std::string& torch_d
     else
       j["rope_scaling"] = nullptr;
     j["hidden_act"] = "silu";
-    j["attention_bias"] = false;
-    j["mlp_bias"] = false;
+    if (!qwen2) {  // Qwen2's biases are not a setting
+      j["attention_bias"] = false;
+      j["mlp_bias"] = false;
+    }
     j["tie_word_embeddings"] = l.tie_embeddings;
-    if (l.mistral) j["sliding_window"] = nullptr;
+    if (mistral) j["sliding_window"] = nullptr;
+    if (qwen2) {
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = nullptr;
+      j["max_window_layers"] = l.n_layer;
+    }
   }
   j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";

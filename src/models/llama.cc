@@ -30,6 +30,7 @@ class LlamaBlock : public nn::Module {
                             .n_kv_head = c.n_kv_head,
                             .causal = true,
                             .bias = false,
+                            .qkv_bias = c.qkv_bias,
                             .rope_theta = c.rope_theta,
                             .rope_scaling = c.rope_scaling,
                             .max_positions = c.context},
@@ -140,7 +141,8 @@ std::int64_t LlamaConfig::ffn_for_width(std::int64_t n_embd) {
 
 std::int64_t LlamaConfig::num_parameters() const {
   const std::int64_t c = n_embd, kv = c / n_head * n_kv_head;
-  const std::int64_t attention = 2 * c + (c * c + 2 * c * kv + c * c), mlp = 3 * c * ffn_hidden;
+  const std::int64_t attention = 2 * c + (c * c + 2 * c * kv + c * c) + (qkv_bias ? c + 2 * kv : 0),
+                     mlp = 3 * c * ffn_hidden;
   const std::int64_t moe = c * experts + (experts + shared_experts) * mlp;
   std::int64_t total = (tie_embeddings ? 1 : 2) * padded_vocab_size() * c + c;
   for (int l = 0; l < n_layer; ++l) total += attention + (moe_layer(l) ? moe : mlp);
@@ -177,9 +179,12 @@ std::string LlamaConfig::str() const {
   const std::string scaling = r.enabled() ? fmt::format(" llama3x{:g},{:g},{:g},{}", r.factor, r.low_freq_factor,
                                                         r.high_freq_factor, r.original_max_positions)
                                           : "";
-  return fmt::format("L{} H{} KV{} C{} F{} V{}{} T{} theta{:g}{}{}{}{}{}", n_layer, n_head, n_kv_head, n_embd,
+  const std::string family_name = family == LlamaFamily::kMistral ? " mistral"
+                                  : family == LlamaFamily::kQwen2 ? " qwen2"
+                                                                  : "";
+  return fmt::format("L{} H{} KV{} C{} F{} V{}{} T{} theta{:g}{}{}{}{}{}{}", n_layer, n_head, n_kv_head, n_embd,
                      ffn_hidden, vocab_size, pad, context, rope_theta, scaling, eps, tie_embeddings ? " tied" : "",
-                     mistral ? " mistral" : "", moe);
+                     qkv_bias ? " qkvbias" : "", family_name, moe);
 }
 
 Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
@@ -216,7 +221,9 @@ Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)
   }
   set_stage(embed, std::move(layers), norm, head);
   for (nn::Parameter* p : parameters())
-    p->set_init(p->full_shape().size() == 1 ? nn::Init::ones() : nn::Init::normal(0.02f));
+    p->set_init(p->name().ends_with(".bias")        ? nn::Init::zeros()
+                : p->full_shape().size() == 1 ? nn::Init::ones()  // the norms' gains
+                                              : nn::Init::normal(0.02f));
 }
 
 std::vector<nn::TiedWeight> Llama::tied_weights() const {

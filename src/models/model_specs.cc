@@ -147,7 +147,7 @@ nn::ModelSpec LlamaConfig::spec(std::int64_t seq_len) const {
   for (int i = 0; i < n_layer; ++i) {
     LayerSpec b;
     b.name = fmt::format("layers.{}", i);
-    b.params_split = 2 * c * c + 2 * c * kv + 3 * c * f;
+    b.params_split = 2 * c * c + 2 * c * kv + 3 * c * f + (qkv_bias ? c + 2 * kv : 0);
     b.params_replicated = 2 * c;
     b.gemm_flops = 2.0 * double(2 * c * c + 2 * c * kv + 3 * c * f);
     b.attention_flops = 2.0 * t * cd;

@@ -25,9 +25,10 @@ SelfAttention::SelfAttention(std::string name, const AttentionConfig& config, De
   local_heads_ = c.n_head / tp.size();
   local_kv_heads_ = c.n_kv_head / tp.size();
   const std::int64_t kv_dim = head_dim * c.n_kv_head;
-  q_ = &add_module(std::make_unique<Linear>("q_proj", c.dim, c.dim, c.bias, device, tp, LinearSplit::kColumn));
-  k_ = &add_module(std::make_unique<Linear>("k_proj", c.dim, kv_dim, c.bias, device, tp, LinearSplit::kColumn));
-  v_ = &add_module(std::make_unique<Linear>("v_proj", c.dim, kv_dim, c.bias, device, tp, LinearSplit::kColumn));
+  const bool qkv_bias = c.bias || c.qkv_bias;
+  q_ = &add_module(std::make_unique<Linear>("q_proj", c.dim, c.dim, qkv_bias, device, tp, LinearSplit::kColumn));
+  k_ = &add_module(std::make_unique<Linear>("k_proj", c.dim, kv_dim, qkv_bias, device, tp, LinearSplit::kColumn));
+  v_ = &add_module(std::make_unique<Linear>("v_proj", c.dim, kv_dim, qkv_bias, device, tp, LinearSplit::kColumn));
   o_ = &add_module(std::make_unique<Linear>("o_proj", c.dim, c.dim, c.bias, device, tp, LinearSplit::kRow));
   if (c.rope_theta > 0.f) {
     HT_CHECK(c.max_positions > 0 && head_dim % 2 == 0, ErrorKind::kConfig,

@@ -104,15 +104,15 @@ TEST(HFFormat, ConfigRefusesWhatCannotBeCarried) {
   EXPECT_NE(models::hf_config_json(l3).find("\"original_max_position_embeddings\": 8192"), std::string::npos);
   dir.write("config.json", llama + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})");
   EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("llama3"), std::string::npos);
-  dir.write("config.json", R"({"model_type": "qwen2"})");
-  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"qwen2\""), std::string::npos);
+  dir.write("config.json", R"({"model_type": "qwen3"})");
+  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"qwen3\""), std::string::npos);
   // A Mistral is its Llama, named so on export; a sliding window that would
   // hide a position is refused, and so is transformers' default of 4096.
   std::string mistral = llama;
   mistral.replace(mistral.find("\"llama\""), 7, "\"mistral\"");
   dir.write("config.json", mistral + R"(, "max_position_embeddings": 64, "sliding_window": null})");
   const auto m = std::get<models::LlamaConfig>(models::read_hf_config(dir.path.string()));
-  EXPECT_TRUE(m.mistral);
+  EXPECT_EQ(m.family, models::LlamaFamily::kMistral);
   EXPECT_EQ(models::describe(models::parse_model_description(models::describe(m))), models::describe(m));
   EXPECT_NE(models::describe(m).find(" mistral"), std::string::npos);
   const std::string written = models::hf_config_json(m);
@@ -121,10 +121,34 @@ TEST(HFFormat, ConfigRefusesWhatCannotBeCarried) {
   dir.write("config.json", written);
   EXPECT_EQ(models::describe(models::read_hf_config(dir.path.string())), models::describe(m));
   dir.write("config.json", mistral + R"(, "max_position_embeddings": 64, "sliding_window": 64})");
-  EXPECT_TRUE(std::get<models::LlamaConfig>(models::read_hf_config(dir.path.string())).mistral);
+  EXPECT_EQ(std::get<models::LlamaConfig>(models::read_hf_config(dir.path.string())).family,
+            models::LlamaFamily::kMistral);
   dir.write("config.json", mistral + R"(, "max_position_embeddings": 64, "sliding_window": 32})");
   EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"sliding_window\" is 32"),
             std::string::npos);
+  // A Qwen2 is its Llama with q, k and v biases.
+  std::string qwen2 = llama;
+  qwen2.replace(qwen2.find("\"llama\""), 7, "\"qwen2\"");
+  dir.write("config.json", qwen2 + R"(, "use_sliding_window": false, "sliding_window": 4, "max_window_layers": 1})");
+  const auto q = std::get<models::LlamaConfig>(models::read_hf_config(dir.path.string()));
+  EXPECT_EQ(q.family, models::LlamaFamily::kQwen2);
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_EQ(models::describe(models::parse_model_description(models::describe(q))), models::describe(q));
+  EXPECT_NE(models::describe(q).find(" qkvbias qwen2"), std::string::npos);
+  dir.write("config.json", models::hf_config_json(q));
+  EXPECT_EQ(models::describe(models::read_hf_config(dir.path.string())), models::describe(q));
+  EXPECT_EQ(models::hf_config_json(q).find("attention_bias"), std::string::npos);
+  dir.write("config.json", qwen2 + R"(, "max_position_embeddings": 64, "use_sliding_window": true, "sliding_window": 16,
+                           "max_window_layers": 0})");
+  EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("use_sliding_window"),
+            std::string::npos);
+  // q, k and v biases have no Hugging Face Llama to go to; a Qwen2 has them always.
+  models::LlamaConfig biased = tiny_llama();
+  biased.qkv_bias = true;
+  EXPECT_NE(error_of([&] { models::hf_config_json(biased); }).find("outside a Qwen2"), std::string::npos);
+  biased.qkv_bias = false;
+  biased.family = models::LlamaFamily::kQwen2;
+  EXPECT_NE(error_of([&] { models::hf_config_json(biased); }).find("without q, k and v biases"), std::string::npos);
   dir.write("config.json", mistral + R"(, "max_position_embeddings": 8192})");
   EXPECT_NE(error_of([&] { models::read_hf_config(dir.path.string()); }).find("\"sliding_window\" is 4096"),
             std::string::npos);

@@ -58,6 +58,9 @@ TEST(ModelSpec, ParameterCountsMatchTheModels) {
     l.tie_embeddings = true;  // one vocabulary matrix, the head's the embedding's
     EXPECT_EQ(l.spec(16).num_parameters(), l.num_parameters());
     EXPECT_EQ(l.spec(16).num_parameters(), models::Llama(l).num_parameters());
+    l.qkv_bias = true;  // Qwen2's biases on q, k and v
+    EXPECT_EQ(l.spec(16).num_parameters(), l.num_parameters());
+    EXPECT_EQ(l.spec(16).num_parameters(), models::Llama(l).num_parameters());
   }
   const nn::ModelSpec s = tiny_gpt().spec(16);
   EXPECT_EQ(s.num_blocks(), 3);

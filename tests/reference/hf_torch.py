@@ -150,9 +150,11 @@ def llama_logits(cfg, w, tokens):
     for n in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{n}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(b, t, nh, d).transpose(1, 2)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(b, t, nkv, d).transpose(1, 2)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(b, t, nkv, d).transpose(1, 2)
+        # Qwen2's projections have biases; Llama's and Mistral's none.
+        proj = lambda n: h @ w[p + f"self_attn.{n}.weight"].T + w.get(p + f"self_attn.{n}.bias", 0)  # noqa: E731
+        q = proj("q_proj").view(b, t, nh, d).transpose(1, 2)
+        k = proj("k_proj").view(b, t, nkv, d).transpose(1, 2)
+        v = proj("v_proj").view(b, t, nkv, d).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)
         y = causal_attention(q, k, v).transpose(1, 2).reshape(b, t, c)
@@ -195,6 +197,10 @@ def random_llama(cfg, seed):
         w[p + "self_attn.q_proj.weight"] = r(c, c)
         w[p + "self_attn.k_proj.weight"] = r(kv, c)
         w[p + "self_attn.v_proj.weight"] = r(kv, c)
+        if cfg["model_type"] == "qwen2":
+            w[p + "self_attn.q_proj.bias"] = r(c)
+            w[p + "self_attn.k_proj.bias"] = r(kv)
+            w[p + "self_attn.v_proj.bias"] = r(kv)
         w[p + "self_attn.o_proj.weight"] = r(c, c)
         w[p + "post_attention_layernorm.weight"] = 1 + r(c)
         w[p + "mlp.gate_proj.weight"] = r(f, c)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # Hugging Face models in and out of hypertrain, against PyTorch.
 #
-#   hf_torch_check.py ARCH HF_LOGITS HT_CKPT MPIEXEC WORKDIR      ARCH: gpt2, llama, llama_tied, mistral
+#   hf_torch_check.py ARCH HF_LOGITS HT_CKPT MPIEXEC WORKDIR      ARCH: gpt2, llama, llama_tied, mistral, qwen2
 #
 # A tiny model of ARCH with random weights is written in Hugging Face's
 # format (config.json and safetensors, by hf_torch.py: GPT-2 as the Hub's
@@ -20,7 +20,8 @@
 # must hold every tensor of the input bit for bit (names as transformers
 # writes them), a config.json with the same model, and give PyTorch the same
 # logits exactly. The Llamas use Llama 3.1's rope scaling; the Mistral (one
-# process and tp 2) none, and no sliding window. Refusals: a config with
+# process and tp 2) none, and no sliding window; the Qwen2 (one process, tp 2
+# with its q/k/v biases split, ZeRO-3) is tied and has no sliding window. Refusals: a config with
 # YaRN's rope scaling (a Mistral: a sliding window of 8), a missing tensor, ht-ckpt's --kinds with
 # --format hf and --dtype without it, and
 # an export into a directory that holds something.
@@ -61,9 +62,13 @@ CONFIGS["llama_tied"] = dict(CONFIGS["llama"], tie_word_embeddings=True)
 CONFIGS["mistral"] = {k: v for k, v in CONFIGS["llama"].items() if k != "rope_scaling"}
 CONFIGS["mistral"].update(architectures=["MistralForCausalLM"], model_type="mistral", rope_theta=1000000.0,
                           sliding_window=None)
+# Qwen2.5 0.5B's form: biases on q, k and v, a tied head, no sliding window.
+CONFIGS["qwen2"] = {k: v for k, v in CONFIGS["mistral"].items() if k not in ("sliding_window",)}
+CONFIGS["qwen2"].update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", tie_word_embeddings=True,
+                        use_sliding_window=False, sliding_window=None, max_window_layers=2)
 LAYOUTS = {"one": (1, []), "tp2": (2, ["--tp", "2", "--vocab-multiple", "64"]), "pp2": (2, ["--pp", "2"]), "zero3": (2, ["--zero", "3"])}
 CASE_LAYOUTS = {"gpt2": ["one", "tp2", "pp2", "zero3"], "llama": ["one", "tp2", "pp2", "zero3"],
-                "llama_tied": ["one", "pp2"], "mistral": ["one", "tp2"]}
+                "llama_tied": ["one", "pp2"], "mistral": ["one", "tp2"], "qwen2": ["one", "tp2", "zero3"]}
 
 
 def fail(msg):
@@ -154,11 +159,15 @@ def main():
     # Refusals, each by name.
     bad = os.path.join(work, "hf_bad")
     shutil.copytree(model_dir, bad)
-    refused = {"gpt2": ("activation_function", "relu"), "mistral": ("sliding_window", 8)}.get(
-        arch, ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}))
-    json.dump(dict(cfg, **{refused[0]: refused[1]}), open(os.path.join(bad, "config.json"), "w"))
+    # (the setting named in the refusal, the config's changes)
+    needle, change = {"gpt2": ("activation_function", {"activation_function": "relu"}),
+                      "mistral": ("sliding_window", {"sliding_window": 8}),
+                      "qwen2": ("use_sliding_window", {"use_sliding_window": True, "sliding_window": 8,
+                                                       "max_window_layers": 0})}.get(
+        arch, ("rope_scaling", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}))
+    json.dump(dict(cfg, **change), open(os.path.join(bad, "config.json"), "w"))
     expect_refusal([hf_logits, bad, os.path.join(work, "tokens.bin"), os.path.join(work, "bad"), "--seq-len",
-                    str(SEQ), "--run-dir", os.path.join(work, "run_bad")], refused[0])
+                    str(SEQ), "--run-dir", os.path.join(work, "run_bad")], needle)
     missing = os.path.join(work, "hf_missing")
     os.makedirs(missing)
     shutil.copy(os.path.join(model_dir, "config.json"), missing)

@@ -1,6 +1,6 @@
 // Hugging Face model directories in and out: a GPT-2 (GPT2LMHeadModel), a
-// Llama (LlamaForCausalLM) or a Mistral (MistralForCausalLM) as
-// `transformers` writes it — config.json and safetensors weights (one
+// Llama (LlamaForCausalLM), a Mistral (MistralForCausalLM) or a Qwen2
+// (Qwen2ForCausalLM) as `transformers` writes it — config.json and safetensors weights (one
 // model.safetensors, or shards with
 // model.safetensors.index.json) — read into the bundled models on any
 // layout, and written back from their full parameters.
@@ -22,9 +22,11 @@
 //          [gate | up] stacked along the output rows; mlp.down_proj <-> mlp.down.weight
 //          model.norm.weight               <-> norm.weight
 //          lm_head.weight                  <-> lm_head.weight (absent when tied)
-//   Mistral (MistralForCausalLM) is read and written as the Llama it
-//          computes (LlamaConfig::mistral keeps its name for the export),
-//          when it has no sliding window or one no shorter than its context.
+//   Mistral and Qwen2 are read and written as the Llama they compute
+//          (LlamaConfig::family keeps the name for the export), when they
+//          have no sliding window or one no shorter than the context;
+//          Qwen2's q/k/v_proj.bias <-> layers.N.self_attn.q/k/v_proj.bias
+//          (LlamaConfig::qkv_bias).
 //          The rotary layout needs no change: Hugging Face's q_proj and
 //          k_proj rows are already in the rotate-half order (its conversion
 //          script permuted Meta's interleaved pairs), which is ops/rope.h's.
@@ -36,7 +38,8 @@
 // 3.1's ("llama3", which is carried: ops::RopeScaling), attention or MLP
 // biases, another hidden_act than
 // silu, a head_dim other than hidden_size / num_attention_heads; Mistral
-// with a sliding window shorter than its context. A tensor
+// or Qwen2 with a sliding window shorter than the context; q/k/v biases
+// outside a Qwen2 on export. A tensor
 // the model does not have, a missing one, or one of the wrong shape is an
 // IoError naming the tensor and the file.
 //

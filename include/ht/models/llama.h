@@ -30,6 +30,8 @@
 
 namespace ht::models {
 
+enum class LlamaFamily { kLlama, kMistral, kQwen2 };
+
 struct LlamaConfig {
   std::int64_t vocab_size = 256;
   std::int64_t context = 256;  // maximum sequence length (rotary positions)
@@ -49,10 +51,13 @@ struct LlamaConfig {
   /// its own; under pipeline parallelism the last stage holds a copy
   /// (tied_weights()), as GPT's.
   bool tie_embeddings = false;
-  /// Written back to Hugging Face's format as a Mistral (MistralForCausalLM,
-  /// model_type "mistral", no sliding window) rather than a Llama: the same
-  /// computation, read from a Mistral's config.json. Changes nothing here.
-  bool mistral = false;
+  /// Biases on the q, k and v projections (none on the output's), as Qwen2.
+  bool qkv_bias = false;
+  /// The Hugging Face architecture the model is written back as: a Llama,
+  /// a Mistral (MistralForCausalLM without a sliding window: a Llama's
+  /// computation) or a Qwen2 (Qwen2ForCausalLM: a Llama's with qkv_bias).
+  /// Read from config.json's model_type; changes nothing here.
+  LlamaFamily family = LlamaFamily::kLlama;
   /// The embedding and head hold vocab_size rounded up to a multiple of
   /// this many rows; the extra ids are padding (see CausalLM). 1: none.
   std::int64_t vocab_multiple = 1;

@@ -50,6 +50,7 @@ struct AttentionConfig {
   int n_kv_head = 0;  // 0: n_head (plain multi-head attention)
   bool causal = true;
   bool bias = false;       // biases on the four projections
+  bool qkv_bias = false;   // biases on q, k and v only, none on the output (Qwen2)
   float rope_theta = 0.f;  // > 0: rotary position embeddings with this base
   ops::RopeScaling rope_scaling;  // Llama 3.1's frequency scaling, when enabled
   std::int64_t max_positions = 0;  // the longest sequence (for the rotary table)
