@@ -323,7 +323,7 @@ std::string hf_config_json(const ModelConfig& config, const std::string& torch_d
     if (g->vocab_size == 50257) j["bos_token_id"] = j["eos_token_id"] = 50256;  // GPT-2's <|endoftext|>
   } else {
     const LlamaConfig& l = std::get<LlamaConfig>(config);
-    entries_of(l);  // refuses a mixture of experts
+    entries_of(l);  // refuses a mixture of experts, and q/k/v biases outside a Qwen2
     const bool mistral = l.family == LlamaFamily::kMistral, qwen2 = l.family == LlamaFamily::kQwen2;
     j["architectures"] = {mistral ? "MistralForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
     j["model_type"] = mistral ? "mistral" : qwen2 ? "qwen2" : "llama";
