@@ -215,8 +215,7 @@ GPTConfig gpt_config(const Json& j, const std::string& path) {
 
 LlamaConfig llama_config(const Json& j, const std::string& path) {
   LlamaConfig c;
-  const std::string type = get_or<std::string>(j, "model_type", "", path);
-  c.family = type == "mistral" ? LlamaFamily::kMistral : type == "qwen2" ? LlamaFamily::kQwen2 : LlamaFamily::kLlama;
+  c.family = family_named(get_or<std::string>(j, "model_type", "", path)).value_or(LlamaFamily::kLlama);
   c.qkv_bias = c.family == LlamaFamily::kQwen2;  // Qwen2's attention always has them
   c.vocab_size = get_required<std::int64_t>(j, "vocab_size", path);
   c.n_embd = get_required<std::int64_t>(j, "hidden_size", path);
@@ -230,8 +229,9 @@ LlamaConfig llama_config(const Json& j, const std::string& path) {
   c.tie_embeddings = get_or<bool>(j, "tie_word_embeddings", false, path);
   if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null()) {
     const Json& r = j.at("rope_scaling");
-    const std::string type = r.is_object() ? get_or<std::string>(r, "rope_type", get_or<std::string>(r, "type", "", path), path) : "";
-    HT_CHECK(type == "llama3", ErrorKind::kConfig,
+    const std::string scaling =
+        r.is_object() ? get_or<std::string>(r, "rope_type", get_or<std::string>(r, "type", "", path), path) : "";
+    HT_CHECK(scaling == "llama3", ErrorKind::kConfig,
              "'{}': \"rope_scaling\" is {}; this library carries Llama 3.1's (\"rope_type\": \"llama3\") only, not "
              "linear, dynamic, YaRN or LongRoPE scaling",
              path, r.dump());
@@ -296,7 +296,7 @@ ModelConfig read_hf_config(const std::string& dir) {
   HT_CHECK(j.is_object(), ErrorKind::kIo, "'{}' is not a JSON object: not a Hugging Face config", path);
   const std::string type = get_or<std::string>(j, "model_type", "", path);
   if (type == "gpt2") return gpt_config(j, path);
-  if (type == "llama" || type == "mistral" || type == "qwen2") return llama_config(j, path);
+  if (family_named(type)) return llama_config(j, path);
   throw Error(ErrorKind::kConfig,
               fmt::format("'{}': \"model_type\" is \"{}\"; this library reads Hugging Face's \"gpt2\" "
                           "(GPT2LMHeadModel), \"llama\" (LlamaForCausalLM), \"mistral\" (MistralForCausalLM) and "
@@ -326,7 +326,7 @@ std::string hf_config_json(const ModelConfig& config, const std::string& torch_d
     entries_of(l);  // refuses a mixture of experts, and q/k/v biases outside a Qwen2
     const bool mistral = l.family == LlamaFamily::kMistral, qwen2 = l.family == LlamaFamily::kQwen2;
     j["architectures"] = {mistral ? "MistralForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
-    j["model_type"] = mistral ? "mistral" : qwen2 ? "qwen2" : "llama";
+    j["model_type"] = family_name(l.family);
     j["vocab_size"] = l.vocab_size;
     j["hidden_size"] = l.n_embd;
     j["intermediate_size"] = l.ffn_hidden;
@@ -533,12 +533,9 @@ void write_hf_model(const std::string& dir, const ModelConfig& config, const Ful
                dtype_name(dtype));
   const std::string json = hf_config_json(config, torch_dtype);
   const ckpt::TensorSources tensors = to_hf_sources(config, full, dtype);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  HT_CHECK(fs::is_directory(dir), ErrorKind::kIo, "cannot create the directory '{}': {}", dir, ec.message());
   ckpt::SafetensorsShardOptions shards;
   shards.max_shard_bytes = max_shard_bytes;
-  ckpt::write_safetensors_sharded(dir, tensors, shards);
+  ckpt::write_safetensors_sharded(dir, tensors, shards);  // creates `dir` if missing
   ::ht::detail::write_file_replacing((fs::path(dir) / "config.json").string(), json, true, "Hugging Face config");
 }
 

@@ -166,6 +166,23 @@ double LlamaConfig::flops_per_token(std::int64_t seq_len) const {
   return 6.0 * n + 12.0 * double(n_layer) * double(seq_len) * double(n_embd);
 }
 
+namespace {
+constexpr std::pair<LlamaFamily, std::string_view> kFamilyNames[] = {
+    {LlamaFamily::kLlama, "llama"}, {LlamaFamily::kMistral, "mistral"}, {LlamaFamily::kQwen2, "qwen2"}};
+}  // namespace
+
+std::string_view family_name(LlamaFamily family) {
+  for (const auto& [f, name] : kFamilyNames)
+    if (f == family) return name;
+  return "llama";
+}
+
+std::optional<LlamaFamily> family_named(std::string_view name) {
+  for (const auto& [f, n] : kFamilyNames)
+    if (n == name) return f;
+  return std::nullopt;
+}
+
 std::string LlamaConfig::str() const {
   const std::string pad = padded_vocab_size() != vocab_size ? fmt::format(" Vp{}", padded_vocab_size()) : "";
   const std::string capacity = (moe_capacity_factor > 0 ? fmt::format(" cap{:g}", moe_capacity_factor) : "") +
@@ -179,12 +196,10 @@ std::string LlamaConfig::str() const {
   const std::string scaling = r.enabled() ? fmt::format(" llama3x{:g},{:g},{:g},{}", r.factor, r.low_freq_factor,
                                                         r.high_freq_factor, r.original_max_positions)
                                           : "";
-  const std::string family_name = family == LlamaFamily::kMistral ? " mistral"
-                                  : family == LlamaFamily::kQwen2 ? " qwen2"
-                                                                  : "";
+  const std::string named = family != LlamaFamily::kLlama ? " " + std::string(family_name(family)) : "";
   return fmt::format("L{} H{} KV{} C{} F{} V{}{} T{} theta{:g}{}{}{}{}{}{}", n_layer, n_head, n_kv_head, n_embd,
                      ffn_hidden, vocab_size, pad, context, rope_theta, scaling, eps, tie_embeddings ? " tied" : "",
-                     qkv_bias ? " qkvbias" : "", family_name, moe);
+                     qkv_bias ? " qkvbias" : "", named, moe);
 }
 
 Llama::Llama(const LlamaConfig& config, const nn::Placement& placement)

@@ -171,8 +171,7 @@ ModelConfig parse_model_description(const std::string& description) {
       double v = 0;
       if (w == "tied") c.tie_embeddings = true;
       else if (w == "qkvbias") c.qkv_bias = true;
-      else if (w == "mistral") c.family = LlamaFamily::kMistral;
-      else if (w == "qwen2") c.family = LlamaFamily::kQwen2;
+      else if (const auto f = family_named(w); f && *f != LlamaFamily::kLlama) c.family = *f;
       else if (number(w, "Vp", v)) padded = std::int64_t(v);
       else if (number(w, "KV", v)) c.n_kv_head = int(v);
       else if (number(w, "L", v)) c.n_layer = int(v);

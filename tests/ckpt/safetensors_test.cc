@@ -184,6 +184,24 @@ TEST(Safetensors, WriterRefusesBadNames) {
   EXPECT_FALSE(fs::exists(dir / "a.tmp"));
 }
 
+// A source whose values are not what it announced (the header is already
+// written from the announcement) fails the write and leaves no file.
+TEST(Safetensors, SourceOfOtherShapeOrDtypeIsRefused) {
+  const test::TempDir dir("ht_safetensors_sources");
+  const Tensor t = exact_tensor({2, 3}, DType::kF32, 0);
+  const auto write = [&](Shape shape, DType dtype) {
+    return test::throws_error(
+        [&] { write_safetensors(dir / "s", TensorSources{{"w", dtype, shape, [&] { return t; }}}); },
+        ErrorKind::kInternal, {"'w' was announced as", "[2, 3]"});
+  };
+  EXPECT_TRUE(write({3, 2}, DType::kF32));
+  EXPECT_TRUE(write({2, 3}, DType::kBF16));
+  EXPECT_FALSE(fs::exists(dir / "s"));
+  EXPECT_FALSE(fs::exists(dir / "s.tmp"));
+  write_safetensors(dir / "s", TensorSources{{"w", DType::kF32, {2, 3}, [&] { return t; }}});
+  EXPECT_EQ(SafetensorsFile::open(dir / "s").entry("w").shape, (Shape{2, 3}));
+}
+
 // Each malformed file is refused at open, naming the file and the fault.
 TEST(Safetensors, MalformedFilesAreRefusedByName) {
   const test::TempDir dir("ht_safetensors_bad");

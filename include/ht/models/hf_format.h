@@ -1,7 +1,7 @@
 // Hugging Face model directories in and out: a GPT-2 (GPT2LMHeadModel), a
 // Llama (LlamaForCausalLM), a Mistral (MistralForCausalLM) or a Qwen2
-// (Qwen2ForCausalLM) as `transformers` writes it — config.json and safetensors weights (one
-// model.safetensors, or shards with
+// (Qwen2ForCausalLM) as `transformers` writes it — config.json and
+// safetensors weights (one model.safetensors, or shards with
 // model.safetensors.index.json) — read into the bundled models on any
 // layout, and written back from their full parameters.
 //

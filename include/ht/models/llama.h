@@ -21,7 +21,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ht/models/causal_lm.h"
@@ -30,7 +32,12 @@
 
 namespace ht::models {
 
+/// The Hugging Face architectures that compute a Llama (LlamaConfig::family).
 enum class LlamaFamily { kLlama, kMistral, kQwen2 };
+/// Its name, Hugging Face's model_type: "llama", "mistral", "qwen2".
+std::string_view family_name(LlamaFamily family);
+/// The family of that name, or none.
+std::optional<LlamaFamily> family_named(std::string_view name);
 
 struct LlamaConfig {
   std::int64_t vocab_size = 256;
