@@ -25,8 +25,8 @@ bool is_bytes(const data::Tokenizer& tokenizer) { return tokenizer.description()
 
 // What a token file is made from: every input file's path, size and
 // modification time (those data::list_text_files reads), the validation
-// share, and the tokenizer (unless it is the byte tokenizer: its files'
-// signature is as it always was) with its files'. Kept beside the file as
+// share, and the tokenizer (unless it is the byte tokenizer) with its
+// files'. Kept beside the file as
 // <file>.inputs, so that a relaunch with the same --text and --tokenizer
 // (htrun's) reads the file instead of tokenising the corpus again.
 std::string inputs_signature(const std::vector<std::string>& inputs, double val_fraction,
@@ -41,12 +41,19 @@ std::string inputs_signature(const std::vector<std::string>& inputs, double val_
   if (!is_bytes(tokenizer)) {
     s << "tokenizer " << tokenizer.description() << " vocab " << tokenizer.vocab_size() << " end_of_text "
       << tokenizer.end_of_text().value_or(-1) << "\n";
+    // A directory, or one file of a BPE pair (its partner and tokenizer.json
+    // are read beside it): every file there, any may be what it reads.
     std::error_code ec;
-    if (!fs::is_directory(tokenizer_path, ec)) {
-      add(tokenizer_path);
-    } else {  // every file of it: any may be what the tokenizer reads
+    const fs::path p(tokenizer_path);
+    const std::string name = p.filename().string();
+    const bool pair_file =
+        name == "encoder.json" || name == "vocab.json" || name == "vocab.bpe" || name == "merges.txt";
+    const fs::path dir = fs::is_directory(p, ec) ? p : pair_file ? (p.has_parent_path() ? p.parent_path() : ".") : "";
+    if (dir.empty()) {
+      add(p);
+    } else {
       std::vector<fs::path> files;
-      for (const fs::directory_entry& e : fs::recursive_directory_iterator(tokenizer_path, ec))
+      for (const fs::directory_entry& e : fs::recursive_directory_iterator(dir, ec))
         if (e.is_regular_file()) files.push_back(e.path());
       std::sort(files.begin(), files.end());
       for (const fs::path& f : files) add(f);
@@ -201,8 +208,7 @@ TokenData TokenDataFlags::load(train::Job& job, std::int64_t vocab_size, std::in
                  tok.vocab_size(), tokenizer, val_fraction);
         std::error_code ec;
         fs::remove(recorded, ec);  // no stale record beside a new file, should the write fail
-        data::write_token_file(path, is_bytes(tok) ? data::tokenize_bytes(inputs, val_fraction)
-                                                   : data::tokenize_text(tok, inputs, val_fraction));
+        data::write_token_file(path, data::tokenize_text(tok, inputs, val_fraction));
         std::ofstream(recorded + ".tmp") << signature;
         fs::rename(recorded + ".tmp", recorded, ec);
       }

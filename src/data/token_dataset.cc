@@ -11,6 +11,7 @@
 #include "core/files.h"
 #include "core/h5_check.h"
 #include "ht/data/text_corpus.h"
+#include "ht/data/tokenizer.h"
 
 namespace ht::data {
 namespace fs = std::filesystem;
@@ -58,12 +59,6 @@ void check_ids(const std::vector<std::int32_t>& ids, std::int64_t vocab, const c
   for (std::size_t i = 0; i < ids.size(); ++i)
     HT_CHECK(ids[i] >= 0 && ids[i] < vocab, ErrorKind::kInvalidArgument,
              "token file '{}': {} token {} at index {} is outside the vocabulary [0, {})", path, split, ids[i], i, vocab);
-}
-
-void append_file(const fs::path& file, std::vector<std::int32_t>& out) {
-  std::ifstream in(file, std::ios::binary);
-  HT_CHECK(in.good(), ErrorKind::kIo, "cannot read text file '{}': check that it exists and is readable", file.string());
-  for (std::istreambuf_iterator<char> it(in), end; it != end; ++it) out.push_back(std::int32_t(static_cast<unsigned char>(*it)));
 }
 
 }  // namespace
@@ -123,10 +118,7 @@ TokenSplits read_token_file(const std::string& path) {
 }
 
 TokenSplits tokenize_bytes(const std::vector<std::string>& inputs, double val_fraction) {
-  HT_CHECK_ARG(val_fraction > 0.0 && val_fraction < 1.0, "val_fraction must lie in (0, 1), got {}", val_fraction);
-  std::vector<std::int32_t> all;
-  for (const std::string& file : list_text_files(inputs)) append_file(file, all);
-  return split_tail(std::move(all), val_fraction, 256, "bytes");
+  return tokenize_text(*load_tokenizer("bytes"), inputs, val_fraction);
 }
 
 TokenSplits split_tail(std::vector<std::int32_t> tokens, double val_fraction, std::int64_t vocab_size,

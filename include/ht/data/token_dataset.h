@@ -25,16 +25,17 @@ void write_token_file(const std::string& path, const TokenSplits& splits);
 /// outside the vocabulary.
 TokenSplits read_token_file(const std::string& path);
 
-/// Byte-level tokenisation (vocab 256) of the text files `inputs`, in order:
-/// the files list_text_files (text_corpus.h) gives, as every tokenizer and
-/// `ht-data shards` read them. The last `val_fraction` of the bytes
-/// form the validation split. Throws IoError for unreadable inputs and
-/// kInvalidArgument when there are too few bytes for both splits.
+/// Byte-level tokenisation (vocab 256) of the text files `inputs`:
+/// tokenize_text (text_corpus.h) with the byte tokenizer, which adds no end
+/// of text, so the files' bytes in list_text_files' order. The last
+/// `val_fraction` of them form the validation split. Throws IoError for
+/// unreadable inputs and kInvalidArgument when there are too few bytes for
+/// both splits.
 TokenSplits tokenize_bytes(const std::vector<std::string>& inputs, double val_fraction);
 
 /// `tokens` cut into a train split and, the last val_fraction of them, a
-/// validation split, of vocabulary `vocab_size`: what tokenize_bytes and
-/// tokenize_text (text_corpus.h) end with. `made_of` says what the tokens
+/// validation split, of vocabulary `vocab_size`: what tokenize_text
+/// (text_corpus.h) ends with. `made_of` says what the tokens
 /// are in the error ("bytes", "tokens of gpt2-bpe ..."). Throws
 /// kInvalidArgument when either split would hold fewer than 2 tokens.
 TokenSplits split_tail(std::vector<std::int32_t> tokens, double val_fraction, std::int64_t vocab_size,
