@@ -224,7 +224,7 @@ BpeVocabulary read_tiktoken_vocabulary(const std::string& path) {
   if (ranks.empty())
     throw IoError(ErrorKind::kIo, fmt::format("tiktoken rank file '{}' is empty: it should hold lines "
                                               "'<base64 token> <rank>'", path));
-  if (std::int64_t(ranks.size()) >= kGpt2PatternMaxTokens)
+  if (std::int64_t(ranks.size()) + 1 > kGpt2PatternMaxTokens)  // the file holds no end of text
     throw Error(ErrorKind::kNotSupported,
                 fmt::format("tiktoken rank file '{}' holds {} ranks: a vocabulary this large (cl100k_base, o200k_base) "
                             "splits text with another pattern than GPT-2's, which is not implemented; use r50k_base "
@@ -271,9 +271,16 @@ BpeVocabulary read_tiktoken_vocabulary(const std::string& path) {
 
 void check_gpt2_text_splitting(const std::string& tokenizer_json) {
   const std::string text = read_whole_file(tokenizer_json, "tokenizer.json");
+  // Only the text preparation is read: the vocabulary and merges (most of
+  // the file; vocab.json and merges.txt hold them) are dropped while parsing.
+  const nlohmann::json::parser_callback_t settings_only = [](int depth, nlohmann::json::parse_event_t event,
+                                                             nlohmann::json& parsed) {
+    return !(event == nlohmann::json::parse_event_t::key && depth <= 2 && parsed.is_string() &&
+             (parsed == "vocab" || parsed == "merges" || parsed == "added_tokens"));
+  };
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = nlohmann::json::parse(text, settings_only);
   } catch (const nlohmann::json::exception& e) {
     throw IoError(ErrorKind::kIo, fmt::format("'{}' is not valid JSON ({})", tokenizer_json, e.what()));
   }
@@ -285,16 +292,28 @@ void check_gpt2_text_splitting(const std::string& tokenizer_json) {
                             tokenizer_json, what));
   };
   if (!j.is_object()) refuse("it is not a JSON object");
+  // A field of another type than the format's is refused as a setting
+  // this library does not know (nlohmann's value() would throw its own error).
+  const auto field = [&](const nlohmann::json& o, const char* key, auto fallback) {
+    const auto it = o.find(key);
+    if (it == o.end() || it->is_null()) return fallback;
+    try {
+      return it->get<decltype(fallback)>();
+    } catch (const nlohmann::json::exception&) {
+      refuse(fmt::format("its {} is {}", key, it->dump().substr(0, 200)));
+    }
+    return fallback;
+  };
   if (const auto n = j.find("normalizer"); n != j.end() && !n->is_null())
     refuse(fmt::format("its normalizer is {}", n->dump().substr(0, 200)));
   const auto pre = j.find("pre_tokenizer");
-  if (pre == j.end() || !pre->is_object() || pre->value("type", "") != "ByteLevel")
+  if (pre == j.end() || !pre->is_object() || field(*pre, "type", std::string()) != "ByteLevel")
     refuse(fmt::format("its pre_tokenizer is {}", pre == j.end() ? "absent" : pre->dump().substr(0, 300)));
   // tokenizers' ByteLevel defaults: add_prefix_space true, use_regex true.
-  if (pre->value("add_prefix_space", true)) refuse("its ByteLevel pre_tokenizer adds a prefix space");
-  if (!pre->value("use_regex", true)) refuse("its ByteLevel pre_tokenizer does not split with GPT-2's pattern");
-  if (const auto m = j.find("model"); m != j.end() && m->is_object() && m->value("type", "BPE") != "BPE")
-    refuse(fmt::format("its model is {}, not BPE", m->value("type", "")));
+  if (field(*pre, "add_prefix_space", true)) refuse("its ByteLevel pre_tokenizer adds a prefix space");
+  if (!field(*pre, "use_regex", true)) refuse("its ByteLevel pre_tokenizer does not split with GPT-2's pattern");
+  if (const auto m = j.find("model"); m != j.end() && m->is_object() && field(*m, "type", std::string("BPE")) != "BPE")
+    refuse(fmt::format("its model is {}, not BPE", field(*m, "type", std::string())));
 }
 
 BpeTokenizer::BpeTokenizer(BpeVocabulary vocabulary) : vocab_(std::move(vocabulary)) {}

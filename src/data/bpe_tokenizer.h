@@ -48,10 +48,11 @@ BpeVocabulary read_gpt2_vocabulary(const std::string& encoder_path, const std::s
 /// pre-tokenizer is not GPT-2's (more than 50280 ranks: cl100k_base, o200k_base).
 BpeVocabulary read_tiktoken_vocabulary(const std::string& path);
 
-/// The most tokens a vocabulary split by GPT-2's pattern is taken to have
-/// without a tokenizer.json that says so (GPT-2 50257, RoBERTa 50265,
-/// p50k_base 50281 with its end of text): a larger one (cl100k_base, Qwen2)
-/// splits text with another pattern, which is not implemented.
+/// The most tokens, end of text included, a vocabulary split by GPT-2's
+/// pattern is taken to have without a tokenizer.json that says so (GPT-2
+/// 50257, RoBERTa 50265, p50k_base's 50280 ranks and its end of text): a
+/// larger one (cl100k_base, Qwen2) splits text with another pattern, which
+/// is not implemented.
 inline constexpr std::int64_t kGpt2PatternMaxTokens = 50281;
 
 /// Refuses, by name (kNotSupported, naming the file and the setting), a

@@ -402,20 +402,20 @@ ShardSetSummary write_shard_set(const std::vector<std::string>& inputs, const To
       replace = true;
     }
   }
-  ht::detail::StagedDirectory staging(out, "the shard set --out");
   ShardSetSummary summary;
   summary.documents = corpus.documents();
   summary.val_documents = options.val_documents;
   if (options.val_fraction > 0)
     summary.val_documents = std::max<std::int64_t>(1, std::llround(options.val_fraction * double(corpus.documents())));
+  HT_CHECK(summary.val_documents < corpus.documents(), ErrorKind::kConfig,
+           "a validation split of {} documents leaves none of the {} for training: give more documents or a smaller "
+           "--val-docs / --val-fraction",
+           summary.val_documents, corpus.documents());
   summary.token_bytes = vocab <= 65536 ? 2 : 4;
   summary.threads = resolve_threads(options.threads);
   summary.text_bytes = corpus.bytes();
+  ht::detail::StagedDirectory staging(out, "the shard set --out");
   {
-    HT_CHECK(summary.val_documents < corpus.documents(), ErrorKind::kConfig,
-             "a validation split of {} documents leaves none of the {} for training: give more documents or a smaller "
-             "--val-docs / --val-fraction",
-             summary.val_documents, corpus.documents());
     const TokenShardWriteOptions write{.format = options.format, .token_bytes = summary.token_bytes, .vocab_size = vocab};
     SplitWriter train{.prefix = "train", .dir = staging.path(), .options = &options, .write = write};
     SplitWriter val{.prefix = "val", .dir = staging.path(), .options = &options, .write = write};

@@ -187,6 +187,10 @@ TEST(BpeTokenizer, TokenizerJsonMustSplitTextAsGpt2) {
   EXPECT_TRUE(refused(R"({"pre_tokenizer": {"type": "ByteLevel"}})", {"prefix space"}));  // tokenizers' default
   EXPECT_TRUE(refused(R"({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}})",
                       {"GPT-2's pattern"}));
+  EXPECT_TRUE(refused("[1]", {"not a JSON object"}));
+  EXPECT_TRUE(refused(R"({)" + gpt2 + R"(, "model": {"type": "WordPiece", "vocab": {"a": 0}}})", {"WordPiece, not BPE"}));
+  EXPECT_TRUE(refused(R"({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": "no"}})",
+                      {"add_prefix_space is \"no\""}));
   write_file(config, "{");
   EXPECT_TRUE(test::throws_error([&] { load_tokenizer(v.dir.path().string()); }, ErrorKind::kIo, {"not valid JSON"}));
   // No tokenizer.json: a vocabulary past GPT-2's size is refused.
@@ -367,7 +371,10 @@ TEST(Tiktoken, DamagedAndTooLargeRankFilesAreRefused) {
   EXPECT_TRUE(test::throws_error([&] { load_tokenizer(path("no_byte.tiktoken")); }, ErrorKind::kIo,
                                  {"no token for byte 0x00"}));
   std::string large = bytes_only;
-  for (int r = 256; r <= 50280; ++r) large += fmt::format("{} {}\n", base64(fmt::format("t{}", r)), r);
+  for (int r = 256; r < 50280; ++r) large += fmt::format("{} {}\n", base64(fmt::format("t{}", r)), r);
+  write_file(path("large.tiktoken"), large);  // 50280 ranks, p50k_base's count: taken
+  EXPECT_EQ(load_tokenizer(path("large.tiktoken"))->vocab_size(), 50280);
+  large += fmt::format("{} 50280\n", base64("t50280"));
   write_file(path("large.tiktoken"), large);
   EXPECT_TRUE(test::throws_error([&] { load_tokenizer(path("large.tiktoken")); }, ErrorKind::kNotSupported,
                                  {"holds 50281 ranks", "r50k_base"}));
