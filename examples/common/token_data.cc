@@ -294,22 +294,19 @@ void SampleFlags::print(train::Engine& engine, train::Job& job, const data::Toke
   std::unique_ptr<models::CausalLM> whole = make_whole();
   parallel::load_full_parameters(*whole, full);
   Rng rng(engine.options().seed);
-  if (is_bytes(tokenizer)) {  // the bytes as they are, escaped
-    std::vector<std::int32_t> ids;
-    for (unsigned char c : prompt) ids.push_back(std::int32_t(c));
-    std::string text = prompt;
-    for (std::int32_t t : whole->generate(ids, tokens, temperature, rng)) text.push_back(char(t));
-    std::printf("# sample (temperature %.2f):\n%s\n", temperature, escape_unprintable(text).c_str());
-    return;
-  }
   std::vector<std::int32_t> ids = tokenizer.encode(prompt);
   const bool seeded = ids.empty() && tokenizer.end_of_text().has_value();  // no prompt: start a document
   if (seeded) ids.push_back(*tokenizer.end_of_text());
   const std::vector<std::int32_t> generated = whole->generate(ids, tokens, temperature, rng);
   ids.insert(ids.end(), generated.begin(), generated.end());
   if (seeded) ids.erase(ids.begin());
-  std::printf("# sample (temperature %.2f, %d tokens):\n%s\n", temperature, tokens,
-              escape_unprintable(decode_for_display(tokenizer, ids), /*keep_utf8=*/true).c_str());
+  // Bytes are shown as they are, escaped; a tokenizer's text keeps its
+  // UTF-8. An id past the tokenizer's vocabulary shows as <|id N|>.
+  const bool bytes = is_bytes(tokenizer);
+  const std::string header = bytes ? fmt::format("# sample (temperature {:.2f}):", temperature)
+                                   : fmt::format("# sample (temperature {:.2f}, {} tokens):", temperature, tokens);
+  std::printf("%s\n%s\n", header.c_str(),
+              escape_unprintable(decode_for_display(tokenizer, ids), /*keep_utf8=*/!bytes).c_str());
 }
 
 std::string escape_unprintable(std::string_view bytes, bool keep_utf8) {
