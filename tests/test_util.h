@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -51,6 +52,16 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+/// The bit patterns of f32 values: for tests that ask for the same bits,
+/// not values merely close.
+inline std::vector<std::uint32_t> bits(const std::vector<float>& values) {
+  std::vector<std::uint32_t> out;
+  out.reserve(values.size());
+  for (float v : values) out.push_back(std::bit_cast<std::uint32_t>(v));
+  return out;
+}
+inline std::vector<std::uint32_t> bits(const Tensor& t) { return bits(t.to_vector<float>()); }
 
 /// n floats uniform in [lo, hi) from `rng` (seed it in the test: results are reproducible).
 inline std::vector<float> random_floats(std::size_t n, std::mt19937& rng, float lo = -1.f, float hi = 1.f) {

@@ -26,11 +26,7 @@ namespace {
 
 const std::string kDocs(data::kDocumentIdsSide);
 
-std::vector<std::uint32_t> bits(const Tensor& t) {
-  std::vector<std::uint32_t> out;
-  for (float v : t.to_vector<float>()) out.push_back(std::bit_cast<std::uint32_t>(v));
-  return out;
-}
+using test::bits;
 
 void randomize(Module& m, std::mt19937& rng, float scale) {
   for (Parameter* p : m.parameters()) p->data().copy_from(test::random_tensor(p->data().shape(), rng, -scale, scale));

@@ -35,12 +35,7 @@ constexpr std::int32_t kVocab = 64, kEot = 63;
 constexpr std::int64_t kSeqLen = 32;
 const std::string kDocs(data::kDocumentIdsSide);
 
-std::vector<std::uint32_t> bits(const std::vector<float>& values) {
-  std::vector<std::uint32_t> out;
-  for (float v : values) out.push_back(std::bit_cast<std::uint32_t>(v));
-  return out;
-}
-std::vector<std::uint32_t> bits(const Tensor& t) { return bits(t.to_vector<float>()); }
+using test::bits;
 
 /// Documents of 3 to 14 tokens (ids below 62), each ended by kEot, or with
 /// `boundaries` false by id 62 (no document ever ends).

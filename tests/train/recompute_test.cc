@@ -29,11 +29,7 @@ constexpr Recompute kModes[] = {Recompute::kNone, Recompute::kSelective, Recompu
 
 // The bits of a tensor's values as f32 (exact for f32, bf16 and f16), so that
 // -0 and 0 or two NaNs are told apart as memcmp would.
-std::vector<std::uint32_t> bits(const Tensor& t) {
-  std::vector<std::uint32_t> out;
-  for (float v : t.to_vector<float>()) out.push_back(std::bit_cast<std::uint32_t>(v));
-  return out;
-}
+using test::bits;
 
 void randomize(nn::Module& m, std::mt19937& rng, float scale) {
   for (nn::Parameter* p : m.parameters())
