@@ -67,11 +67,8 @@ Tensor CausalSelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   HT_CHECK(x.ndim() == 3, ErrorKind::kShapeMismatch, "attention '{}': input must be (B, T, C), got {}", name(),
            shape_str(x.shape()));
   const std::int64_t b = x.size(0), t = x.size(1);
-  const Tensor* docs = ctx.side_input(std::string(data::kDocumentIdsSide));
-  HT_CHECK(cp_.size() == 1 || docs == nullptr, ErrorKind::kNotSupported,
-           "attention '{}': document masking ('{}') under context parallelism (--cp {}) is not supported: the "
-           "document ids would have to cross the sequence's split. Train with --cp 1, or without document ids",
-           name(), data::kDocumentIdsSide, cp_.size());
+  const Tensor* docs =
+      side_input_without_cp(ctx, std::string(data::kDocumentIdsSide), cp_, name(), "document masking");
   std::vector<Tensor> saved = attention_inputs(c_attn_->forward(ctx, x));
   const std::int64_t c = saved.size() == 1 ? saved[0].size(2) / 3 : saved[0].size(2);  // this rank's channels
   Tensor att = Tensor::empty({b, t, c}, saved[0].dtype(), x.device());

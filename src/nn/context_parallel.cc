@@ -6,6 +6,7 @@
 
 #include <utility>
 
+#include "ht/nn/context.h"
 #include "ht/nn/functional.h"
 #include "ht/ops/elementwise.h"
 #include "ht/ops/movement.h"
@@ -220,6 +221,16 @@ Var context_parallel_attention(const Var& q, const Var& k, const Var& v, const o
         context_parallel_attention_backward(dy, q_all, k_all, v_all, s[3], s[4], options, cp, dq, dk, dv);
         return std::vector<Tensor>{dq, dk, dv};
       });
+}
+
+const Tensor* side_input_without_cp(const Context& ctx, const std::string& name, const ContextParallel& cp,
+                                    const std::string& layer, std::string_view what) {
+  const Tensor* input = name.empty() ? nullptr : ctx.side_input(name);
+  HT_CHECK(cp.size() == 1 || input == nullptr, ErrorKind::kNotSupported,
+           "attention '{}': {} ('{}') under context parallelism (--cp {}) is not supported: the input would have to "
+           "cross the sequence's split. Train with --cp 1, or without it",
+           layer, what, name, cp.size());
+  return input;
 }
 
 }  // namespace ht::nn

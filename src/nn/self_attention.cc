@@ -50,16 +50,8 @@ Tensor SelfAttention::forward_impl(Context& ctx, const Tensor& x) {
   HT_CHECK(!rope_table_.defined() || t * cp_.size() <= config_.max_positions, ErrorKind::kShapeMismatch,
            "attention '{}': sequence length {} exceeds the {} positions of the rotary table", name(), t * cp_.size(),
            config_.max_positions);
-  const Tensor* key_mask = ctx.side_input(config_.key_mask);
-  HT_CHECK(cp_.size() == 1 || key_mask == nullptr, ErrorKind::kNotSupported,
-           "attention '{}': a key padding mask ('{}') under context parallelism (--cp {}) is not supported: the mask "
-           "would have to cross the sequence's split. Train with --cp 1",
-           name(), config_.key_mask, cp_.size());
-  const Tensor* docs = config_.document_ids.empty() ? nullptr : ctx.side_input(config_.document_ids);
-  HT_CHECK(cp_.size() == 1 || docs == nullptr, ErrorKind::kNotSupported,
-           "attention '{}': document masking ('{}') under context parallelism (--cp {}) is not supported: the "
-           "document ids would have to cross the sequence's split. Train with --cp 1, or without document ids",
-           name(), config_.document_ids, cp_.size());
+  const Tensor* key_mask = side_input_without_cp(ctx, config_.key_mask, cp_, name(), "a key padding mask");
+  const Tensor* docs = side_input_without_cp(ctx, config_.document_ids, cp_, name(), "document masking");
   Tensor q = q_->forward(ctx, x), k = k_->forward(ctx, x), v = v_->forward(ctx, x);
   if (rope_table_.defined()) {
     const Tensor rows = context_rows(rope_table_, cp_, t);

@@ -29,6 +29,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "ht/comm/communicator.h"
 #include "ht/nn/tape.h"
@@ -55,6 +57,16 @@ struct ContextParallel {
     return half_start(int(i / l), local_length) + i % l;
   }
 };
+
+class Context;
+
+/// The side input `name` of `ctx` for a layer that reads it per position
+/// (null when absent, or when `name` is empty), refused (kNotSupported,
+/// naming `layer`, `what` and the input) under context parallelism, where
+/// it would have to cross the sequence's split. `what`: "a key padding
+/// mask", "document masking".
+const Tensor* side_input_without_cp(const Context& ctx, const std::string& name, const ContextParallel& cp,
+                                    const std::string& layer, std::string_view what);
 
 /// This rank's two chunks of `x` (B, T, ...) along dimension 1, side by side
 /// (B, 2L, ...), copied; x itself for a group of one. Throws kConfig when T
